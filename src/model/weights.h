@@ -1,0 +1,47 @@
+// ModelWeights: the tensors of a model, separate from its config and from any run state
+// (STYLE.md #5: one set of weights serves many KV caches and runs). Linear weights are stored as
+// PyTorch's nn.Linear stores them, (out, in), so y = x W^T.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/config.h"
+#include "tensor/tensor.h"
+
+namespace ss {
+
+struct LayerWeights {
+  Tensor attn_norm;       // (D)  RMSNorm / LayerNorm weight before attention
+  Tensor attn_norm_bias;  // (D)  LayerNorm only
+  Tensor wq;              // (H * Dh, D)
+  Tensor wk;              // (Hkv * Dh, D)
+  Tensor wv;              // (Hkv * Dh, D)
+  Tensor wo;              // (D, H * Dh)
+  Tensor bq, bk, bv, bo;  // optional biases
+  Tensor ffn_norm;        // (D)
+  Tensor ffn_norm_bias;   // (D)  LayerNorm only
+  Tensor w1;              // (F, D)  gate_proj (or up/fc in ungated MLPs)
+  Tensor w2;              // (D, F)  down_proj
+  Tensor w3;              // (F, D)  up_proj (gated MLP only)
+  Tensor b1, b2;          // optional MLP biases
+};
+
+struct ModelWeights {
+  Tensor token_embedding;   // (V, D)
+  std::vector<LayerWeights> layers;
+  Tensor final_norm;        // (D)
+  Tensor final_norm_bias;   // (D)  LayerNorm only
+  Tensor lm_head;           // (V, D); shares storage with token_embedding when tied
+};
+
+// A loaded model: config + weights + whatever keeps mapped storage alive.
+struct Model {
+  ModelConfig config;
+  ModelWeights weights;
+  std::string source;  // file or directory it was read from
+  std::string format;  // "llama2c", "hf", "gguf"
+  int64_t ParameterCount() const;
+};
+
+}  // namespace ss

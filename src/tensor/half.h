@@ -1,0 +1,19 @@
+// Conversions between float32 and the 16-bit float formats found in checkpoints.
+// IEEE 754 binary16 (F16) and bfloat16 (BF16: the top 16 bits of a float32).
+#pragma once
+
+#include <cstdint>
+
+namespace ss {
+
+float F16ToF32(uint16_t h);
+uint16_t F32ToF16(float f);  // round to nearest even
+inline float BF16ToF32(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t F32ToBF16(float f);  // round to nearest even; NaN stays NaN
+
+}  // namespace ss

@@ -1,0 +1,44 @@
+#include "test_util.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+namespace ss::test {
+
+std::string RepoPath(const std::string& relative) {
+  return std::string(SINKSCOPE_REPO_DIR) + "/" + relative;
+}
+
+std::string SharedDataPath(const std::string& relative) {
+  std::string path = std::string(SINKSCOPE_SHARED_DATA) + "/" + relative;
+  std::error_code ec;
+  return std::filesystem::exists(path, ec) ? path : std::string();
+}
+
+double MaxDiff(const float* a, const float* b, size_t n, const std::string& label) {
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (!(d <= max_diff)) max_diff = d;  // NaN propagates as the max
+    max_ref = std::max(max_ref, std::fabs(static_cast<double>(b[i])));
+  }
+  std::printf("%s: max abs diff %.3g (rel %.3g) over %zu values\n", label.c_str(), max_diff,
+              max_diff / std::max(max_ref, 1e-30), n);
+  return max_diff;
+}
+
+double MaxDiff(const std::vector<float>& a, const std::vector<float>& b, const std::string& label) {
+  if (a.size() != b.size()) return INFINITY;
+  return MaxDiff(a.data(), b.data(), a.size(), label);
+}
+
+double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b, const std::string& label) {
+  if (a.size() != b.size()) return INFINITY;
+  double max_ref = 0;
+  for (float v : b) max_ref = std::max(max_ref, std::fabs(static_cast<double>(v)));
+  return MaxDiff(a.data(), b.data(), a.size(), label) / std::max(max_ref, 1e-30);
+}
+
+}  // namespace ss::test
