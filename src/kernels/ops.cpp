@@ -1,0 +1,216 @@
+#include "kernels/ops.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/error.h"
+
+namespace ss {
+
+void MatMul(const float* x, const float* w, const float* bias, float* y, int T, int in, int out) {
+  if (T == 1) {
+    // Matrix-vector: W (out, in) row-major times x.
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, in, w, in, 0.0f, y,
+                out);
+  }
+  if (bias) {
+    for (int t = 0; t < T; ++t) {
+      float* row = y + static_cast<int64_t>(t) * out;
+      for (int o = 0; o < out; ++o) row[o] += bias[o];
+    }
+  }
+}
+
+void RmsNorm(const float* x, const float* weight, float* out, int T, int D, float eps) {
+  for (int t = 0; t < T; ++t) {
+    const float* xr = x + static_cast<int64_t>(t) * D;
+    float* orow = out + static_cast<int64_t>(t) * D;
+    float ss = 0.0f;
+    for (int i = 0; i < D; ++i) ss += xr[i] * xr[i];
+    float scale = 1.0f / std::sqrt(ss / D + eps);
+    for (int i = 0; i < D; ++i) orow[i] = xr[i] * scale * weight[i];
+  }
+}
+
+void LayerNorm(const float* x, const float* weight, const float* bias, float* out, int T, int D,
+               float eps) {
+  for (int t = 0; t < T; ++t) {
+    const float* xr = x + static_cast<int64_t>(t) * D;
+    float* orow = out + static_cast<int64_t>(t) * D;
+    float mean = 0.0f;
+    for (int i = 0; i < D; ++i) mean += xr[i];
+    mean /= D;
+    float var = 0.0f;
+    for (int i = 0; i < D; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    var /= D;
+    float scale = 1.0f / std::sqrt(var + eps);
+    for (int i = 0; i < D; ++i) {
+      float v = (xr[i] - mean) * scale * weight[i];
+      orow[i] = bias ? v + bias[i] : v;
+    }
+  }
+}
+
+void Rope(float* x, std::span<const int> positions, int n_heads, int head_dim, int rot_dim,
+          float theta, RopeKind kind) {
+  if (kind == RopeKind::kNone) return;
+  const int half = rot_dim / 2;
+  // Frequencies theta^(-2i/rot_dim), i < rot_dim/2 (Su et al. 2021, eq. 15), in double so the
+  // angle pos * freq stays exact enough at long positions.
+  std::vector<double> freq(half);
+  for (int i = 0; i < half; ++i) freq[i] = std::pow(static_cast<double>(theta), -2.0 * i / rot_dim);
+  std::vector<float> cos_v(half), sin_v(half);
+  const int64_t row = static_cast<int64_t>(n_heads) * head_dim;
+  for (size_t t = 0; t < positions.size(); ++t) {
+    for (int i = 0; i < half; ++i) {
+      double angle = positions[t] * freq[i];
+      cos_v[i] = static_cast<float>(std::cos(angle));
+      sin_v[i] = static_cast<float>(std::sin(angle));
+    }
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + t * row + static_cast<int64_t>(h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        int a = kind == RopeKind::kInterleaved ? 2 * i : i;
+        int b = kind == RopeKind::kInterleaved ? 2 * i + 1 : i + half;
+        float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cos_v[i] - x1 * sin_v[i];
+        v[b] = x0 * sin_v[i] + x1 * cos_v[i];
+      }
+    }
+  }
+}
+
+void Softmax(float* x, int n) {
+  float max_v = x[0];
+  for (int i = 1; i < n; ++i) max_v = std::max(max_v, x[i]);
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max_v);
+    sum += x[i];
+  }
+  float inv = 1.0f / sum;
+  for (int i = 0; i < n; ++i) x[i] *= inv;
+}
+
+float Silu(float x) { return x / (1.0f + std::exp(-x)); }
+float Gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+float GeluTanh(float x) {
+  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Hendrycks & Gimpel 2016).
+  return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+float Activate(float x, ActKind kind) {
+  switch (kind) {
+    case ActKind::kSilu: return Silu(x);
+    case ActKind::kGelu: return Gelu(x);
+    case ActKind::kGeluTanh: return GeluTanh(x);
+    case ActKind::kRelu: return x > 0 ? x : 0.0f;
+  }
+  return x;
+}
+
+void GatedActivation(float* gate, const float* up, int64_t n, ActKind kind) {
+  if (kind == ActKind::kSilu) {
+    for (int64_t i = 0; i < n; ++i) gate[i] = Silu(gate[i]) * up[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) gate[i] = Activate(gate[i], kind) * up[i];
+  }
+}
+
+void ActivationInPlace(float* x, int64_t n, ActKind kind) {
+  for (int64_t i = 0; i < n; ++i) x[i] = Activate(x[i], kind);
+}
+
+void Attention(const float* q, const float* k, const float* v, float* out, int T, int S,
+               int n_heads, int n_kv_heads, int head_dim, int window, float* pattern,
+               const AttnStats* stats) {
+  SS_ASSERT(T <= S && n_heads % n_kv_heads == 0);
+  const int group = n_heads / n_kv_heads;
+  const int q_row = n_heads * head_dim;
+  const int kv_row = n_kv_heads * head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t work = static_cast<int64_t>(n_heads) * T;
+  // Parallel over (head, query); each thread keeps one row of scores. Small problems stay serial:
+  // for a 64-wide model a thread team costs more than the work.
+  const bool parallel = work * S * head_dim > (1 << 15);
+#pragma omp parallel if (parallel)
+  {
+    std::vector<float> scores(S);
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < work; ++item) {
+      const int h = static_cast<int>(item / T);
+      const int t = static_cast<int>(item % T);
+      const int kvh = h / group;
+      const float* qv = q + static_cast<int64_t>(t) * q_row + h * head_dim;
+      const int last = S - T + t;  // the newest key this query may see
+      const int first = window > 0 ? std::max(0, last - window + 1) : 0;
+      const int n = last - first + 1;
+      for (int j = 0; j < n; ++j) {
+        const float* kv = k + static_cast<int64_t>(first + j) * kv_row + kvh * head_dim;
+        float dot = 0.0f;
+        for (int d = 0; d < head_dim; ++d) dot += qv[d] * kv[d];
+        scores[j] = dot * scale;
+      }
+      Softmax(scores.data(), n);
+      float* o = out + static_cast<int64_t>(t) * q_row + h * head_dim;
+      std::fill(o, o + head_dim, 0.0f);
+      for (int j = 0; j < n; ++j) {
+        const float p = scores[j];
+        const float* vv = v + static_cast<int64_t>(first + j) * kv_row + kvh * head_dim;
+        for (int d = 0; d < head_dim; ++d) o[d] += p * vv[d];
+      }
+      if (pattern) {
+        float* row = pattern + (static_cast<int64_t>(h) * T + t) * S;
+        std::fill(row, row + S, 0.0f);
+        std::copy(scores.begin(), scores.begin() + n, row + first);
+      }
+      if (stats) {
+        const int64_t ht = static_cast<int64_t>(h) * T + t;
+        if (stats->first_k_probs) {
+          float* fk = stats->first_k_probs + ht * stats->first_k;
+          for (int j = 0; j < stats->first_k; ++j)
+            fk[j] = (j >= first && j <= last) ? scores[j - first] : 0.0f;
+        }
+        if (stats->top_key || stats->top_prob || stats->sum_sq) {
+          int best = 0;
+          float sum_sq = 0.0f;
+          for (int j = 0; j < n; ++j) {
+            if (scores[j] > scores[best]) best = j;
+            sum_sq += scores[j] * scores[j];
+          }
+          if (stats->top_key) stats->top_key[ht] = first + best;
+          if (stats->top_prob) stats->top_prob[ht] = scores[best];
+          if (stats->sum_sq) stats->sum_sq[ht] = sum_sq;
+        }
+      }
+    }
+  }
+}
+
+void AttentionFromPattern(const float* pattern, const float* v, float* out, int T, int S,
+                          int n_heads, int n_kv_heads, int head_dim) {
+  const int group = n_heads / n_kv_heads;
+  const int q_row = n_heads * head_dim;
+  const int kv_row = n_kv_heads * head_dim;
+  for (int h = 0; h < n_heads; ++h) {
+    const int kvh = h / group;
+    for (int t = 0; t < T; ++t) {
+      const float* p = pattern + (static_cast<int64_t>(h) * T + t) * S;
+      float* o = out + static_cast<int64_t>(t) * q_row + h * head_dim;
+      std::fill(o, o + head_dim, 0.0f);
+      for (int j = 0; j < S; ++j) {
+        if (p[j] == 0.0f) continue;
+        const float* vv = v + static_cast<int64_t>(j) * kv_row + kvh * head_dim;
+        for (int d = 0; d < head_dim; ++d) o[d] += p[j] * vv[d];
+      }
+    }
+  }
+}
+
+}  // namespace ss

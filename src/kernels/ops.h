@@ -1,0 +1,63 @@
+// Compute kernels for the forward pass. Plain, vectorisable loops; matrix products go through CBLAS
+// (OpenBLAS). Each kernel has a naive reference in tests/test_kernels.cpp.
+//
+// Shapes use the legend in tensor/tensor.h. All arrays are row-major and contiguous.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "kernels/kinds.h"
+
+namespace ss {
+
+// y (T, out) = x (T, in) · W^T, W (out, in) as nn.Linear stores it; y += bias if bias != null.
+void MatMul(const float* x, const float* w, const float* bias, float* y, int T, int in, int out);
+
+// out (T, D) = x / sqrt(mean(x^2) + eps) * weight. `out` may alias `x`.
+void RmsNorm(const float* x, const float* weight, float* out, int T, int D, float eps);
+// out (T, D) = (x - mean) / sqrt(var + eps) * weight + bias (biased variance, as torch.nn.LayerNorm).
+void LayerNorm(const float* x, const float* weight, const float* bias, float* out, int T, int D,
+               float eps);
+
+// Rotary position embedding in place on x (T, n_heads * head_dim); token t uses positions[t].
+// Rotates the first rot_dim dims of each head by angle pos * theta^(-2i/rot_dim) for pair i.
+// kInterleaved pairs (2i, 2i+1) (llama2.c); kHalf pairs (i, i + rot_dim/2) (HF rotate_half).
+void Rope(float* x, std::span<const int> positions, int n_heads, int head_dim, int rot_dim,
+          float theta, RopeKind kind);
+
+// In-place numerically stable softmax over n values.
+void Softmax(float* x, int n);
+
+float Silu(float x);
+float Gelu(float x);      // exact erf form (torch "gelu")
+float GeluTanh(float x);  // tanh approximation (torch "gelu_new" / "gelu_pytorch_tanh")
+float Activate(float x, ActKind kind);
+// gate (n) = act(gate) * up (SwiGLU when act is SiLU). In place on gate.
+void GatedActivation(float* gate, const float* up, int64_t n, ActKind kind);
+void ActivationInPlace(float* x, int64_t n, ActKind kind);
+
+// Statistics of the attention probabilities, accumulated inside the attention kernel so that the
+// (H, T, S) pattern never has to be stored (DESIGN.md "Hook points"). All arrays are optional.
+struct AttnStats {
+  int first_k = 0;           // K: how many leading key positions to record
+  float* first_k_probs;      // (H, T, K) A[h][t][j] for j < K (0 where j is not visible)
+  int* top_key;              // (H, T) argmax_j A[h][t][j] (cache index)
+  float* top_prob;           // (H, T) the max probability
+  float* sum_sq;             // (H, T) sum_j A[h][t][j]^2 (the cone model's concentration term)
+};
+
+// Causal grouped-query attention of T new queries over S cached keys (the last T of which are the
+// new tokens): query t sees keys [0, S - T + t] (and only the last `window` of those if window > 0).
+//   q (T, H*Dh) rotated;  k, v (S, Hkv*Dh) cache;  out (T, H*Dh)
+//   pattern: if not null, receives the full probabilities (H, T, S), zero where masked.
+void Attention(const float* q, const float* k, const float* v, float* out, int T, int S,
+               int n_heads, int n_kv_heads, int head_dim, int window, float* pattern,
+               const AttnStats* stats);
+
+// out (T, H*Dh) = pattern (H, T, S) · V: the second half of attention from given probabilities
+// (used when an intervention rewrote the pattern).
+void AttentionFromPattern(const float* pattern, const float* v, float* out, int T, int S,
+                          int n_heads, int n_kv_heads, int head_dim);
+
+}  // namespace ss
