@@ -1,0 +1,27 @@
+#include "model/arch.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace ss {
+
+static const ArchEntry kArchitectures[] = {
+    {"llama", "Llama 2/3, TinyLlama, llama2.c: RMSNorm, RoPE, GQA, SwiGLU", &ForwardLlama},
+};
+
+std::span<const ArchEntry> Architectures() { return kArchitectures; }
+
+std::vector<std::string> SupportedArchitectures() {
+  std::vector<std::string> names;
+  for (const auto& a : kArchitectures) names.push_back(a.name);
+  return names;
+}
+
+const ArchEntry& FindArchitecture(const std::string& name) {
+  for (const auto& a : kArchitectures)
+    if (name == a.name) return a;
+  Fail("unsupported architecture '{}' (supported: {})", name,
+       fmt::join(SupportedArchitectures(), ", "));
+}
+
+}  // namespace ss

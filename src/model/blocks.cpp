@@ -1,0 +1,138 @@
+#include "model/blocks.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/ops.h"
+
+namespace ss {
+
+void ForwardContext::RunHook(HookPoint point, int layer, float* data,
+                             std::vector<int64_t> shape) const {
+  Tensor view = Tensor::View(data, std::move(shape), nullptr);
+  hooks->Run(point, layer, start, view);
+}
+
+void EmbedTokens(ForwardContext& ctx) {
+  const int D = ctx.config.dim;
+  const auto& tokens = ctx.request.tokens;
+  for (int t = 0; t < ctx.T; ++t) {
+    std::memcpy(ctx.state.x.row(t), ctx.model.weights.token_embedding.row(tokens[t]),
+                sizeof(float) * D);
+  }
+  if (ctx.HookActive(HookPoint::kEmbed, -1))
+    ctx.RunHook(HookPoint::kEmbed, -1, ctx.state.x.data(), {ctx.T, D});
+}
+
+void ApplyNorm(const ForwardContext& ctx, const Tensor& weight, const Tensor& bias, const float* in,
+               float* out) {
+  const ModelConfig& c = ctx.config;
+  if (c.norm == NormKind::kRms) {
+    RmsNorm(in, weight.data(), out, ctx.T, c.dim, c.norm_eps);
+  } else {
+    LayerNorm(in, weight.data(), bias.empty() ? nullptr : bias.data(), out, ctx.T, c.dim,
+              c.norm_eps);
+  }
+}
+
+static const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data(); }
+
+void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) {
+  const ModelConfig& c = ctx.config;
+  const LayerWeights& w = ctx.model.weights.layers[layer];
+  RunState& s = ctx.state;
+  const int T = ctx.T, D = c.dim, H = c.n_heads, Hkv = c.n_kv_heads, Dh = c.head_dim;
+  const int S = ctx.start + T;  // keys visible after appending this call's tokens
+  float* k_new = ctx.cache.k[layer].row(ctx.start);
+  float* v_new = ctx.cache.v[layer].row(ctx.start);
+
+  MatMul(in, w.wq.data(), OrNull(w.bq), s.q.data(), T, D, c.q_dim());
+  MatMul(in, w.wk.data(), OrNull(w.bk), k_new, T, D, c.kv_dim());
+  MatMul(in, w.wv.data(), OrNull(w.bv), v_new, T, D, c.kv_dim());
+  Rope(s.q.data(), ctx.positions, H, Dh, c.rot_dim(), c.rope_theta, c.rope);
+  Rope(k_new, ctx.positions, Hkv, Dh, c.rot_dim(), c.rope_theta, c.rope);
+  if (ctx.hooks) {
+    if (ctx.HookActive(HookPoint::kQ, layer)) ctx.RunHook(HookPoint::kQ, layer, s.q.data(), {T, H, Dh});
+    if (ctx.HookActive(HookPoint::kK, layer)) ctx.RunHook(HookPoint::kK, layer, k_new, {T, Hkv, Dh});
+    if (ctx.HookActive(HookPoint::kV, layer)) ctx.RunHook(HookPoint::kV, layer, v_new, {T, Hkv, Dh});
+  }
+
+  AttnStats stats{};
+  const AttnStats* stats_ptr = nullptr;
+  if (AttnStatsBuffers* b = ctx.request.stats; b && b->first_k > 0) {
+    const int64_t offset = static_cast<int64_t>(layer) * H * T;
+    stats.first_k = b->first_k;
+    stats.first_k_probs = b->first_k_probs.data() + offset * b->first_k;
+    stats.top_key = b->top_key.data() + offset;
+    stats.top_prob = b->top_prob.data() + offset;
+    stats.sum_sq = b->sum_sq.data() + offset;
+    stats_ptr = &stats;
+  }
+  const bool want_pattern = ctx.HookActive(HookPoint::kPattern, layer);
+  float* pattern = nullptr;
+  if (want_pattern) {
+    const int64_t need = static_cast<int64_t>(H) * T * S;
+    if (s.pattern.numel() < need) s.pattern = Tensor::Zeros({need});
+    pattern = s.pattern.data();
+  }
+  const float* k_all = ctx.cache.k[layer].data();
+  const float* v_all = ctx.cache.v[layer].data();
+  Attention(s.q.data(), k_all, v_all, s.z.data(), T, S, H, Hkv, Dh, /*window=*/0, pattern,
+            stats_ptr);
+  if (want_pattern) {
+    // The hook may rewrite the probabilities (an intervention): recompute z from them.
+    ctx.RunHook(HookPoint::kPattern, layer, pattern, {H, T, S});
+    AttentionFromPattern(pattern, v_all, s.z.data(), T, S, H, Hkv, Dh);
+  }
+  if (ctx.HookActive(HookPoint::kZ, layer)) ctx.RunHook(HookPoint::kZ, layer, s.z.data(), {T, H, Dh});
+  MatMul(s.z.data(), w.wo.data(), OrNull(w.bo), out, T, c.q_dim(), D);
+  if (ctx.HookActive(HookPoint::kAttnOut, layer))
+    ctx.RunHook(HookPoint::kAttnOut, layer, out, {T, D});
+}
+
+void Mlp(ForwardContext& ctx, int layer, const float* in, float* out) {
+  const ModelConfig& c = ctx.config;
+  const LayerWeights& w = ctx.model.weights.layers[layer];
+  RunState& s = ctx.state;
+  const int T = ctx.T, D = c.dim, F = c.hidden_dim;
+  MatMul(in, w.w1.data(), OrNull(w.b1), s.hb.data(), T, D, F);
+  if (c.gated_mlp) {
+    MatMul(in, w.w3.data(), nullptr, s.hb2.data(), T, D, F);
+    GatedActivation(s.hb.data(), s.hb2.data(), static_cast<int64_t>(T) * F, c.act);
+  } else {
+    ActivationInPlace(s.hb.data(), static_cast<int64_t>(T) * F, c.act);
+  }
+  MatMul(s.hb.data(), w.w2.data(), OrNull(w.b2), out, T, F, D);
+  if (ctx.HookActive(HookPoint::kMlpOut, layer)) ctx.RunHook(HookPoint::kMlpOut, layer, out, {T, D});
+}
+
+Tensor FinalLogits(ForwardContext& ctx) {
+  const ModelConfig& c = ctx.config;
+  RunState& s = ctx.state;
+  const ModelWeights& w = ctx.model.weights;
+  const int T = ctx.T, D = c.dim, V = c.vocab_size;
+  const LogitsMode mode = ctx.request.logits;
+  const bool hook = ctx.HookActive(HookPoint::kLnFinal, -1);
+  if (mode == LogitsMode::kNone && !hook) return Tensor();
+  // Only the rows whose logits are wanted need the final norm, unless a hook reads them all.
+  const int first = (mode == LogitsMode::kLast && !hook) ? T - 1 : 0;
+  const int rows = T - first;
+  if (c.norm == NormKind::kRms) {
+    RmsNorm(s.x.row(first), w.final_norm.data(), s.xb.row(first), rows, D, c.norm_eps);
+  } else {
+    LayerNorm(s.x.row(first), w.final_norm.data(), OrNull(w.final_norm_bias), s.xb.row(first),
+              rows, D, c.norm_eps);
+  }
+  if (hook) ctx.RunHook(HookPoint::kLnFinal, -1, s.xb.data(), {T, D});
+  if (mode == LogitsMode::kNone) return Tensor();
+  const int out_first = mode == LogitsMode::kLast ? T - 1 : 0;
+  const int out_rows = T - out_first;
+  MatMul(s.xb.row(out_first), w.lm_head.data(), nullptr, s.logits.data(), out_rows, D, V);
+  return s.logits.Rows(0, out_rows);
+}
+
+void AddInPlace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace ss

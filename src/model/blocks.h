@@ -1,0 +1,45 @@
+// Sublayer helpers shared by the architecture families (STYLE.md #3): a family's forward loop is a
+// sequence of these named calls.
+#pragma once
+
+#include <vector>
+
+#include "model/model.h"
+
+namespace ss {
+
+// Everything one forward call needs, passed to each helper.
+struct ForwardContext {
+  const Model& model;
+  const ModelConfig& config;
+  KVCache& cache;
+  RunState& state;
+  const ForwardRequest& request;
+  const Hooks* hooks;        // null when nothing is attached
+  int T;                     // tokens in this call
+  int start;                 // cache index of the first new token
+  std::vector<int> positions;  // (T) position of each token
+
+  bool HookActive(HookPoint point, int layer) const {
+    return hooks && hooks->Active(point, layer);
+  }
+  // Runs the hook on a (T, ...) view of `data` with the given trailing shape.
+  void RunHook(HookPoint point, int layer, float* data, std::vector<int64_t> shape) const;
+};
+
+// x (T, D): token embeddings into state.x (hook_embed).
+void EmbedTokens(ForwardContext& ctx);
+// out (T, D) = norm(in) with the config's norm kind.
+void ApplyNorm(const ForwardContext& ctx, const Tensor& weight, const Tensor& bias, const float* in,
+               float* out);
+// Self-attention of layer `layer` on the normalised input in (T, D); writes out (T, D).
+// Projects q, k, v, applies RoPE, appends k, v to the cache, attends, projects the output.
+void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out);
+// MLP of layer `layer` on in (T, D); writes out (T, D).
+void Mlp(ForwardContext& ctx, int layer, const float* in, float* out);
+// Final norm (ln_final.hook_normalized) and the LM head into state.logits.
+Tensor FinalLogits(ForwardContext& ctx);
+// x += y over (T, D).
+void AddInPlace(float* x, const float* y, int64_t n);
+
+}  // namespace ss

@@ -1,0 +1,86 @@
+#include "model/model.h"
+
+#include <numeric>
+
+#include "model/arch.h"
+
+namespace ss {
+
+int64_t Model::ParameterCount() const {
+  auto count = [](const Tensor& t) { return t.empty() ? 0 : t.numel(); };
+  int64_t n = count(weights.token_embedding) + count(weights.final_norm) +
+              count(weights.final_norm_bias);
+  if (!config.tied_embeddings) n += count(weights.lm_head);
+  for (const auto& l : weights.layers) {
+    for (const Tensor* t : {&l.attn_norm, &l.attn_norm_bias, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq,
+                            &l.bk, &l.bv, &l.bo, &l.ffn_norm, &l.ffn_norm_bias, &l.w1, &l.w2,
+                            &l.w3, &l.b1, &l.b2})
+      n += count(*t);
+  }
+  return n;
+}
+
+KVCache KVCache::Create(const ModelConfig& config, int capacity) {
+  KVCache cache;
+  cache.capacity = capacity;
+  cache.kv_dim = config.kv_dim();
+  for (int l = 0; l < config.n_layers; ++l) {
+    cache.k.push_back(Tensor::Zeros({capacity, cache.kv_dim}));
+    cache.v.push_back(Tensor::Zeros({capacity, cache.kv_dim}));
+  }
+  return cache;
+}
+
+int64_t KVCache::Bytes() const {
+  return static_cast<int64_t>(k.size()) * 2 * capacity * kv_dim * sizeof(float);
+}
+
+void AttnStatsBuffers::Resize(int n_layers, int n_heads, int T, int K) {
+  first_k = K;
+  tokens = T;
+  const int64_t n = static_cast<int64_t>(n_layers) * n_heads * T;
+  if (first_k_probs.numel() != n * K) first_k_probs = Tensor::Zeros({n_layers, n_heads, T, K});
+  first_k_probs = first_k_probs.Reshaped({n_layers, n_heads, T, K});
+  top_key.assign(n, 0);
+  if (top_prob.numel() != n) top_prob = Tensor::Zeros({n_layers, n_heads, T});
+  if (sum_sq.numel() != n) sum_sq = Tensor::Zeros({n_layers, n_heads, T});
+}
+
+void RunState::Reserve(const ModelConfig& c, int T) {
+  if (T <= capacity) return;
+  capacity = T;
+  x = Tensor::Zeros({T, c.dim});
+  xb = Tensor::Zeros({T, c.dim});
+  xb2 = Tensor::Zeros({T, c.dim});
+  q = Tensor::Zeros({T, c.q_dim()});
+  z = Tensor::Zeros({T, c.q_dim()});
+  hb = Tensor::Zeros({T, c.hidden_dim});
+  hb2 = Tensor::Zeros({T, c.hidden_dim});
+  logits = Tensor::Zeros({T, c.vocab_size});
+}
+
+Tensor Forward(const Model& model, KVCache& cache, RunState& state, const ForwardRequest& request) {
+  const ModelConfig& c = model.config;
+  const int T = static_cast<int>(request.tokens.size());
+  SS_ASSERT(T > 0);
+  if (cache.length + T > cache.capacity)
+    Fail("KV cache full: {} cached + {} new tokens > capacity {}", cache.length, T, cache.capacity);
+  for (int t = 0; t < T; ++t) {
+    int id = request.tokens[t];
+    if (id < 0 || id >= c.vocab_size)
+      Fail("token id {} at position {} is outside the vocabulary [0, {})", id, t, c.vocab_size);
+  }
+  state.Reserve(c, T);
+  if (request.stats && request.stats->first_k > 0)
+    request.stats->Resize(c.n_layers, c.n_heads, T, request.stats->first_k);
+  const Hooks* hooks = (request.hooks && !request.hooks->empty()) ? request.hooks : nullptr;
+  ForwardContext ctx{model, c, cache, state, request, hooks, T, cache.length, {}};
+  ctx.positions.resize(T);
+  for (int t = 0; t < T; ++t)
+    ctx.positions[t] = request.positions.empty() ? cache.length + t : request.positions[t];
+  FindArchitecture(c.arch).forward(ctx);
+  cache.length += T;
+  return FinalLogits(ctx);
+}
+
+}  // namespace ss

@@ -1,0 +1,171 @@
+// Each kernel against a naive double-precision reference on random inputs (STYLE.md #9, #10).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "test_util.h"
+
+namespace ss {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+struct MatMulCase { int T, in, out; bool bias; };
+
+TEST(Kernels, MatMulMatchesNaive) {
+  for (MatMulCase c : {MatMulCase{1, 64, 172, false}, MatMulCase{7, 64, 64, true},
+                       MatMulCase{33, 100, 3, true}, MatMulCase{1, 5, 9, true}}) {
+    auto x = Random(c.T * c.in, 1), w = Random(c.out * c.in, 2), b = Random(c.out, 3);
+    std::vector<float> y(c.T * c.out), ref(c.T * c.out);
+    MatMul(x.data(), w.data(), c.bias ? b.data() : nullptr, y.data(), c.T, c.in, c.out);
+    for (int t = 0; t < c.T; ++t)
+      for (int o = 0; o < c.out; ++o) {
+        double acc = c.bias ? b[o] : 0.0;
+        for (int i = 0; i < c.in; ++i) acc += static_cast<double>(x[t * c.in + i]) * w[o * c.in + i];
+        ref[t * c.out + o] = static_cast<float>(acc);
+      }
+    EXPECT_LT(test::MaxDiff(y, ref, "matmul T=" + std::to_string(c.T)), 1e-4);
+  }
+}
+
+TEST(Kernels, RmsNormAndLayerNorm) {
+  const int T = 5, D = 64;
+  auto x = Random(T * D, 4, 3.0f), w = Random(D, 5), b = Random(D, 6);
+  std::vector<float> y(T * D), ref(T * D);
+  RmsNorm(x.data(), w.data(), y.data(), T, D, 1e-5f);
+  for (int t = 0; t < T; ++t) {
+    double ss = 0;
+    for (int i = 0; i < D; ++i) ss += static_cast<double>(x[t * D + i]) * x[t * D + i];
+    double scale = 1.0 / std::sqrt(ss / D + 1e-5);
+    for (int i = 0; i < D; ++i) ref[t * D + i] = static_cast<float>(x[t * D + i] * scale * w[i]);
+  }
+  EXPECT_LT(test::MaxDiff(y, ref, "rmsnorm"), 1e-5);
+  LayerNorm(x.data(), w.data(), b.data(), y.data(), T, D, 1e-5f);
+  for (int t = 0; t < T; ++t) {
+    double mean = 0, var = 0;
+    for (int i = 0; i < D; ++i) mean += x[t * D + i];
+    mean /= D;
+    for (int i = 0; i < D; ++i) var += (x[t * D + i] - mean) * (x[t * D + i] - mean);
+    var /= D;
+    for (int i = 0; i < D; ++i)
+      ref[t * D + i] = static_cast<float>((x[t * D + i] - mean) / std::sqrt(var + 1e-5) * w[i] + b[i]);
+  }
+  EXPECT_LT(test::MaxDiff(y, ref, "layernorm"), 1e-5);
+}
+
+TEST(Kernels, RopeBothLayoutsMatchComplexRotation) {
+  const int T = 4, H = 3, Dh = 8;
+  for (RopeKind kind : {RopeKind::kInterleaved, RopeKind::kHalf}) {
+    for (int rot : {8, 4}) {
+      auto x = Random(T * H * Dh, 7);
+      std::vector<float> y = x, ref = x;
+      std::vector<int> pos = {0, 1, 17, 1000};
+      Rope(y.data(), pos, H, Dh, rot, 10000.0f, kind);
+      for (int t = 0; t < T; ++t)
+        for (int h = 0; h < H; ++h)
+          for (int i = 0; i < rot / 2; ++i) {
+            int a = kind == RopeKind::kInterleaved ? 2 * i : i;
+            int b = kind == RopeKind::kInterleaved ? 2 * i + 1 : i + rot / 2;
+            double angle = pos[t] * std::pow(10000.0, -2.0 * i / rot);
+            int base = (t * H + h) * Dh;
+            double re = x[base + a], im = x[base + b];
+            ref[base + a] = static_cast<float>(re * std::cos(angle) - im * std::sin(angle));
+            ref[base + b] = static_cast<float>(re * std::sin(angle) + im * std::cos(angle));
+          }
+      EXPECT_LT(test::MaxDiff(y, ref, "rope"), 1e-5);
+    }
+  }
+}
+
+TEST(Kernels, SoftmaxAndActivations) {
+  std::vector<float> x = {1000.0f, 1001.0f, 999.0f};  // overflow-safe
+  Softmax(x.data(), 3);
+  double e0 = std::exp(-1.0), e2 = std::exp(-2.0), z = 1 + e0 + e2;
+  EXPECT_NEAR(x[1], 1 / z, 1e-6);
+  EXPECT_NEAR(x[0], e0 / z, 1e-6);
+  EXPECT_NEAR(Silu(2.0f), 2.0 / (1 + std::exp(-2.0)), 1e-6);
+  EXPECT_NEAR(Gelu(1.0f), 0.8413447460685429, 1e-6);
+  EXPECT_NEAR(GeluTanh(1.0f), 0.8411919906082768, 1e-6);
+}
+
+// Naive causal GQA attention in double, materialising everything.
+void NaiveAttention(const std::vector<float>& q, const std::vector<float>& k,
+                    const std::vector<float>& v, int T, int S, int H, int Hkv, int Dh, int window,
+                    std::vector<float>* out, std::vector<float>* probs) {
+  out->assign(T * H * Dh, 0.0f);
+  probs->assign(static_cast<size_t>(H) * T * S, 0.0f);
+  for (int h = 0; h < H; ++h)
+    for (int t = 0; t < T; ++t) {
+      int kvh = h / (H / Hkv);
+      int last = S - T + t;
+      std::vector<double> sc(S, -INFINITY);
+      double mx = -INFINITY;
+      for (int j = 0; j <= last; ++j) {
+        if (window > 0 && j <= last - window) continue;
+        double d = 0;
+        for (int e = 0; e < Dh; ++e) d += static_cast<double>(q[(t * H + h) * Dh + e]) * k[(j * Hkv + kvh) * Dh + e];
+        sc[j] = d / std::sqrt(static_cast<double>(Dh));
+        mx = std::max(mx, sc[j]);
+      }
+      double z = 0;
+      for (int j = 0; j < S; ++j) z += std::isinf(sc[j]) ? 0 : std::exp(sc[j] - mx);
+      for (int j = 0; j < S; ++j) {
+        double p = std::isinf(sc[j]) ? 0 : std::exp(sc[j] - mx) / z;
+        (*probs)[(h * T + t) * S + j] = static_cast<float>(p);
+        for (int e = 0; e < Dh; ++e) (*out)[(t * H + h) * Dh + e] += static_cast<float>(p * v[(j * Hkv + kvh) * Dh + e]);
+      }
+    }
+}
+
+TEST(Kernels, AttentionMatchesNaiveWithStatistics) {
+  struct Case { int T, S, H, Hkv, Dh, window; };
+  for (Case c : {Case{5, 5, 4, 2, 8, 0}, Case{1, 9, 8, 4, 8, 0}, Case{3, 10, 2, 2, 16, 0},
+                 Case{6, 6, 4, 1, 8, 3}, Case{64, 64, 12, 12, 64, 0}}) {
+    auto q = Random(c.T * c.H * c.Dh, 8), k = Random(c.S * c.Hkv * c.Dh, 9), v = Random(c.S * c.Hkv * c.Dh, 10);
+    std::vector<float> out(c.T * c.H * c.Dh), pattern(static_cast<size_t>(c.H) * c.T * c.S);
+    const int K = 4;
+    std::vector<float> first_k(c.H * c.T * K), top_prob(c.H * c.T), sum_sq(c.H * c.T);
+    std::vector<int> top_key(c.H * c.T);
+    AttnStats stats{K, first_k.data(), top_key.data(), top_prob.data(), sum_sq.data()};
+    Attention(q.data(), k.data(), v.data(), out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, c.window,
+              pattern.data(), &stats);
+    std::vector<float> ref_out, ref_probs;
+    NaiveAttention(q, k, v, c.T, c.S, c.H, c.Hkv, c.Dh, c.window, &ref_out, &ref_probs);
+    EXPECT_LT(test::MaxDiff(out, ref_out, "attention out"), 1e-5);
+    EXPECT_LT(test::MaxDiff(pattern, ref_probs, "attention probs"), 1e-6);
+    std::vector<float> ref_first_k(first_k.size()), ref_top(top_prob.size()), ref_sq(sum_sq.size());
+    for (int h = 0; h < c.H; ++h)
+      for (int t = 0; t < c.T; ++t) {
+        const float* p = &ref_probs[(h * c.T + t) * c.S];
+        int best = 0;
+        double sq = 0;
+        for (int j = 0; j < c.S; ++j) {
+          if (p[j] > p[best]) best = j;
+          sq += static_cast<double>(p[j]) * p[j];
+        }
+        for (int j = 0; j < K; ++j) ref_first_k[(h * c.T + t) * K + j] = j < c.S ? p[j] : 0.0f;
+        ref_top[h * c.T + t] = p[best];
+        ref_sq[h * c.T + t] = static_cast<float>(sq);
+        EXPECT_EQ(top_key[h * c.T + t], best);
+      }
+    EXPECT_LT(test::MaxDiff(first_k, ref_first_k, "fused first-K probs"), 1e-6);
+    EXPECT_LT(test::MaxDiff(top_prob, ref_top, "fused top prob"), 1e-6);
+    EXPECT_LT(test::MaxDiff(sum_sq, ref_sq, "fused sum p^2"), 1e-6);
+    // The second half of attention from a given pattern reproduces the output.
+    std::vector<float> out2(out.size());
+    AttentionFromPattern(pattern.data(), v.data(), out2.data(), c.T, c.S, c.H, c.Hkv, c.Dh);
+    EXPECT_LT(test::MaxDiff(out2, ref_out, "attention from pattern"), 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace ss

@@ -1,0 +1,291 @@
+// The real stories260K model against the independent float64 reference
+// (tests/data/reference/*.json, copied from ../shared/data/reference; see README there).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/file_util.h"
+#include "io/llama2c.h"
+#include "model/arch.h"
+#include "model/model.h"
+#include "test_util.h"
+
+namespace ss {
+namespace {
+
+const std::string kModelPath = test::RepoPath("models/stories260K/stories260K.bin");
+
+Model LoadStories() { return LoadLlama2c(kModelPath); }
+
+std::vector<float> Flatten(const nlohmann::json& j) {
+  std::vector<float> out;
+  std::function<void(const nlohmann::json&)> rec = [&](const nlohmann::json& x) {
+    if (x.is_array())
+      for (const auto& e : x) rec(e);
+    else
+      out.push_back(x.get<float>());
+  };
+  rec(j);
+  return out;
+}
+
+// Runs the model over `tokens` with hooks capturing every block's residual stream and pattern.
+struct Capture {
+  std::vector<float> logits;
+  std::vector<float> hidden;    // (L, T, D)
+  std::vector<float> patterns;  // (L, H, T, T)
+};
+
+Capture RunCaptured(const Model& model, const std::vector<int>& tokens) {
+  const ModelConfig& c = model.config;
+  const int T = static_cast<int>(tokens.size());
+  Capture cap;
+  cap.hidden.resize(static_cast<size_t>(c.n_layers) * T * c.dim);
+  cap.patterns.resize(static_cast<size_t>(c.n_layers) * c.n_heads * T * T);
+  Hooks hooks;
+  hooks.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& x) {
+    std::copy(x.data(), x.data() + x.numel(), cap.hidden.begin() + static_cast<size_t>(ctx.layer) * T * c.dim);
+  });
+  hooks.Add(HookPoint::kPattern, -1, [&](const HookContext& ctx, Tensor& p) {
+    EXPECT_EQ(p.shape(), (std::vector<int64_t>{c.n_heads, T, T}));
+    std::copy(p.data(), p.data() + p.numel(),
+              cap.patterns.begin() + static_cast<size_t>(ctx.layer) * c.n_heads * T * T);
+  });
+  KVCache cache = KVCache::Create(c, T);
+  RunState state;
+  ForwardRequest req;
+  req.tokens = tokens;
+  req.hooks = &hooks;
+  Tensor logits = Forward(model, cache, state, req);
+  cap.logits.assign(logits.data(), logits.data() + logits.numel());
+  return cap;
+}
+
+std::vector<float> Nll(const std::vector<float>& logits, const std::vector<int>& tokens, int V) {
+  std::vector<float> nll;
+  for (size_t t = 0; t + 1 < tokens.size(); ++t) {
+    const float* row = &logits[t * V];
+    double mx = *std::max_element(row, row + V), z = 0;
+    for (int i = 0; i < V; ++i) z += std::exp(row[i] - mx);
+    nll.push_back(static_cast<float>(std::log(z) + mx - row[tokens[t + 1]]));
+  }
+  return nll;
+}
+
+class Stories260KReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Stories260KReference, MatchesFloat64Reference) {
+  std::ifstream in(test::RepoPath("tests/data/reference/" + GetParam() + ".json"));
+  ASSERT_TRUE(in) << GetParam();
+  nlohmann::json ref = nlohmann::json::parse(in);
+  Model model = LoadStories();
+  std::vector<int> tokens = ref["tokens"].get<std::vector<int>>();
+  Capture cap = RunCaptured(model, tokens);
+  const double tol = 1e-4;
+  EXPECT_LT(test::MaxRelDiff(cap.logits, Flatten(ref["logits"]), GetParam() + " logits"), tol);
+  const int L = model.config.n_layers, T = static_cast<int>(tokens.size());
+  std::vector<float> ref_hidden = Flatten(ref["hidden_after_block"]);
+  std::vector<float> ref_attn = Flatten(ref["attn"]);
+  for (int l = 0; l < L; ++l) {
+    const size_t hd = static_cast<size_t>(T) * model.config.dim;
+    std::vector<float> h(cap.hidden.begin() + l * hd, cap.hidden.begin() + (l + 1) * hd);
+    std::vector<float> hr(ref_hidden.begin() + l * hd, ref_hidden.begin() + (l + 1) * hd);
+    EXPECT_LT(test::MaxRelDiff(h, hr, GetParam() + " hidden block " + std::to_string(l)), tol);
+    const size_t pd = static_cast<size_t>(model.config.n_heads) * T * T;
+    std::vector<float> p(cap.patterns.begin() + l * pd, cap.patterns.begin() + (l + 1) * pd);
+    std::vector<float> pr(ref_attn.begin() + l * pd, ref_attn.begin() + (l + 1) * pd);
+    EXPECT_LT(test::MaxRelDiff(p, pr, GetParam() + " attn block " + std::to_string(l)), tol);
+  }
+  std::vector<float> nll = Nll(cap.logits, tokens, model.config.vocab_size);
+  EXPECT_LT(test::MaxDiff(nll, ref["nll"].get<std::vector<float>>(), GetParam() + " nll"), tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Stories260KReference,
+                         ::testing::Values("lily_bos", "cat_nobos", "park_bos"));
+
+TEST(Model, DecodeWithCacheEqualsPrefillAtEveryStep) {
+  Model model = LoadStories();
+  std::vector<int> tokens = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395};
+  const int T = static_cast<int>(tokens.size()), V = model.config.vocab_size;
+  KVCache full_cache = KVCache::Create(model.config, T);
+  RunState full_state;
+  ForwardRequest full;
+  full.tokens = tokens;
+  std::vector<float> prefill = [&] {
+    Tensor l = Forward(model, full_cache, full_state, full);
+    return std::vector<float>(l.data(), l.data() + l.numel());
+  }();
+  KVCache cache = KVCache::Create(model.config, T);
+  RunState state;
+  double worst = 0;
+  for (int t = 0; t < T; ++t) {
+    ForwardRequest step;
+    step.tokens = std::span<const int>(&tokens[t], 1);
+    step.logits = LogitsMode::kLast;
+    Tensor l = Forward(model, cache, state, step);
+    // Relative to the largest logit: gemv (decode) and gemm (prefill) sum in different orders.
+    std::vector<float> got(l.data(), l.data() + V), want(&prefill[t * V], &prefill[(t + 1) * V]);
+    worst = std::max(worst, test::MaxRelDiff(got, want, "decode step " + std::to_string(t)));
+  }
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_EQ(cache.length, T);
+}
+
+TEST(Model, ChunkedPrefillEqualsOneShot) {
+  Model model = LoadStories();
+  std::vector<int> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back(3 + (i * 37) % 500);
+  const int V = model.config.vocab_size;
+  KVCache a = KVCache::Create(model.config, 40), b = KVCache::Create(model.config, 40);
+  RunState sa, sb;
+  ForwardRequest one;
+  one.tokens = tokens;
+  Tensor la = Forward(model, a, sa, one);
+  std::vector<float> ref(la.data(), la.data() + la.numel());
+  ForwardRequest first, second;
+  first.tokens = std::span<const int>(tokens.data(), 25);
+  Forward(model, b, sb, first);
+  second.tokens = std::span<const int>(tokens.data() + 25, 15);
+  Tensor lb = Forward(model, b, sb, second);
+  std::vector<float> got(lb.data(), lb.data() + 15 * V), want(&ref[25 * V], &ref[40 * V]);
+  EXPECT_LT(test::MaxRelDiff(got, want, "chunked prefill"), 1e-5);
+}
+
+TEST(Model, HooksInterveneAndObserve) {
+  Model model = LoadStories();
+  std::vector<int> tokens = {1, 403, 407, 261};
+  KVCache cache = KVCache::Create(model.config, 8);
+  RunState state;
+  ForwardRequest req;
+  req.tokens = tokens;
+  Tensor base = Forward(model, cache, state, req);
+  std::vector<float> base_logits(base.data(), base.data() + base.numel());
+  // Zero-ablating every MLP output must change the logits; an identity hook must not.
+  Hooks identity;
+  int calls = 0;
+  identity.Add("blocks.1.hook_mlp_out", [&](const HookContext& ctx, Tensor& x) {
+    EXPECT_EQ(ctx.Name(), "blocks.1.hook_mlp_out");
+    EXPECT_EQ(x.dim(0), 4);
+    ++calls;
+  });
+  cache.Clear();
+  req.hooks = &identity;
+  Tensor same = Forward(model, cache, state, req);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(test::MaxDiff(same.data(), base_logits.data(), base_logits.size(), "identity hook"), 0.0);
+  Hooks ablate;
+  ablate.Add(HookPoint::kMlpOut, -1, [](const HookContext&, Tensor& x) { x.Fill(0.0f); });
+  cache.Clear();
+  req.hooks = &ablate;
+  Tensor changed = Forward(model, cache, state, req);
+  EXPECT_GT(test::MaxDiff(changed.data(), base_logits.data(), base_logits.size(), "ablated"), 0.1);
+  EXPECT_THROW(ablate.Add("blocks.x.hook_nothing", [](const HookContext&, Tensor&) {}), Error);
+  HookPoint p;
+  int layer;
+  ASSERT_TRUE(Hooks::Parse("blocks.12.attn.hook_pattern", &p, &layer));
+  EXPECT_EQ(p, HookPoint::kPattern);
+  EXPECT_EQ(layer, 12);
+}
+
+TEST(Model, InspectFigures) {
+  Model model = LoadStories();
+  const ModelConfig& c = model.config;
+  EXPECT_EQ(c.dim, 64);
+  EXPECT_EQ(c.hidden_dim, 172);
+  EXPECT_EQ(c.n_layers, 5);
+  EXPECT_EQ(c.n_heads, 8);
+  EXPECT_EQ(c.n_kv_heads, 4);
+  EXPECT_EQ(c.vocab_size, 512);
+  EXPECT_EQ(c.max_seq_len, 512);
+  EXPECT_TRUE(c.tied_embeddings);
+  // 512*64 + 5*(64 + 64*64 + 2*32*64 + 64*64 + 64 + 3*172*64) + 64 = 32768 + 5*45440 + 64
+  EXPECT_EQ(model.ParameterCount(), 260032);
+}
+
+// ---- Bad input: each gets one clear error naming the file and what is wrong.
+
+std::string TempDir() {
+  auto dir = std::filesystem::temp_directory_path() / ("sinkscope_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+std::string ErrorOf(const std::string& path) {
+  try {
+    LoadLlama2c(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Llama2cLoader, BadInputsGiveClearErrors) {
+  std::string bytes = ReadFile(kModelPath);
+  std::string dir = TempDir();
+  EXPECT_NE(ErrorOf(dir + "/missing.bin").find("cannot open"), std::string::npos);
+
+  std::string truncated = dir + "/truncated.bin";
+  WriteFileAtomic(truncated, std::string_view(bytes).substr(0, bytes.size() - 100));
+  std::string msg = ErrorOf(truncated);
+  EXPECT_NE(msg.find(truncated), std::string::npos) << msg;
+  EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("1056540"), std::string::npos) << msg;  // the size the header implies
+
+  std::string longer = dir + "/longer.bin";
+  WriteFileAtomic(longer, bytes + "xxxx");
+  EXPECT_NE(ErrorOf(longer).find("implies"), std::string::npos);
+
+  std::string tiny = dir + "/tiny.bin";
+  WriteFileAtomic(tiny, "abc");
+  EXPECT_NE(ErrorOf(tiny).find("too short"), std::string::npos);
+
+  std::string garbage = dir + "/garbage.bin";
+  std::string g = bytes;
+  int32_t bad = -5;
+  std::memcpy(g.data(), &bad, 4);
+  WriteFileAtomic(garbage, g);
+  EXPECT_NE(ErrorOf(garbage).find("dim = -5"), std::string::npos) << ErrorOf(garbage);
+
+  std::string v2 = dir + "/v2.bin";
+  std::string h(256, '\0');
+  uint32_t magic = 0x616b3432;
+  int32_t version = 2;
+  std::memcpy(h.data(), &magic, 4);
+  std::memcpy(h.data() + 4, &version, 4);
+  WriteFileAtomic(v2, h);
+  EXPECT_NE(ErrorOf(v2).find("version 2"), std::string::npos) << ErrorOf(v2);
+  EXPECT_NE(ErrorOf(dir).find("directory"), std::string::npos) << ErrorOf(dir);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Model, RejectsOutOfRangeTokensAndFullCache) {
+  Model model = LoadStories();
+  KVCache cache = KVCache::Create(model.config, 2);
+  RunState state;
+  std::vector<int> bad = {1, 9999};
+  ForwardRequest req;
+  req.tokens = bad;
+  EXPECT_THROW(Forward(model, cache, state, req), Error);
+  std::vector<int> three = {1, 2, 3};
+  req.tokens = three;
+  EXPECT_THROW(Forward(model, cache, state, req), Error);
+}
+
+TEST(Architectures, RegistryListsLlamaAndRejectsUnknown) {
+  EXPECT_FALSE(Architectures().empty());
+  for (const auto& a : Architectures()) EXPECT_NE(a.forward, nullptr) << a.name;
+  EXPECT_EQ(std::string(FindArchitecture("llama").name), "llama");
+  try {
+    FindArchitecture("mamba");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mamba"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("llama"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace ss
