@@ -1,0 +1,20 @@
+// The sinkscope command line: one file per verb (cli/cmd_<verb>.cpp), each registering its
+// subcommand here. The CLI only parses flags and calls the libraries.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace ss::cli {
+
+// Each verb adds its subcommand and a callback that does the work. Errors are thrown as ss::Error
+// and reported by main() as one line on stderr with exit code 1.
+void RegisterInspect(CLI::App& app);
+
+// Logs go to stderr so that stdout holds only the command's output.
+void Log(const std::string& line);
+// True when stderr is a terminal: progress lines are shown only then.
+bool StderrIsTerminal();
+
+}  // namespace ss::cli
