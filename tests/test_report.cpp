@@ -10,7 +10,7 @@ namespace ss::report {
 
 TEST(Report, TableAlignsColumns) {
   std::string t = FormatTable({{"layer", "rate"}, {"0", "0.125"}, {"10", "1"}});
-  EXPECT_EQ(t, "layer  rate\n-----------\n0      0.125\n10     1\n");
+  EXPECT_EQ(t, "layer  rate\n------------\n0      0.125\n10     1\n");
 }
 
 TEST(Report, ChartsAndPageAreSelfContained) {
