@@ -1,6 +1,7 @@
 #include "io/hf_config.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 
@@ -424,6 +425,10 @@ const FamilyInfo& FamilyOfArch(const std::string& arch) {
        fmt::join(names, ", "));
 }
 
+// A float as the shortest decimal that reads back as the same float ("1e-05", not the double
+// 9.999999747378752e-06 that converting the float would print).
+ordered_json FloatJson(float v) { return std::strtod(fmt::format("{}", v).c_str(), nullptr); }
+
 ordered_json TokenJson(int id) { return id < 0 ? ordered_json(nullptr) : ordered_json(id); }
 
 // The fields that differ between two configs, for the writer's error message.
@@ -460,9 +465,9 @@ ordered_json BuildHfJson(const ModelConfig& c, const FamilyInfo& info) {
     j["head_dim"] = c.head_dim;
     j["vocab_size"] = c.vocab_size;
     j["max_position_embeddings"] = c.max_seq_len;
-    j["rms_norm_eps"] = c.norm_eps;
+    j["rms_norm_eps"] = FloatJson(c.norm_eps);
     j["hidden_act"] = ActName(c.act, info.family);
-    j["rope_theta"] = c.rope_theta;
+    j["rope_theta"] = FloatJson(c.rope_theta);
   };
   switch (info.family) {
     case Family::kLlama:
@@ -521,7 +526,7 @@ ordered_json BuildHfJson(const ModelConfig& c, const FamilyInfo& info) {
       j["n_head"] = c.n_heads;
       j["vocab_size"] = c.vocab_size;
       j["n_positions"] = c.max_seq_len;
-      j["layer_norm_epsilon"] = c.norm_eps;
+      j["layer_norm_epsilon"] = FloatJson(c.norm_eps);
       j["activation_function"] = ActName(c.act, info.family);
       break;
     case Family::kGptNeox:
@@ -531,10 +536,10 @@ ordered_json BuildHfJson(const ModelConfig& c, const FamilyInfo& info) {
       j["num_attention_heads"] = c.n_heads;
       j["vocab_size"] = c.vocab_size;
       j["max_position_embeddings"] = c.max_seq_len;
-      j["layer_norm_eps"] = c.norm_eps;
+      j["layer_norm_eps"] = FloatJson(c.norm_eps);
       j["hidden_act"] = ActName(c.act, info.family);
       j["rotary_pct"] = c.head_dim > 0 ? static_cast<double>(c.rot_dim()) / c.head_dim : 1.0;
-      j["rotary_emb_base"] = c.rope_theta;
+      j["rotary_emb_base"] = FloatJson(c.rope_theta);
       j["use_parallel_residual"] = c.parallel_residual;
       j["attention_bias"] = c.qkv_bias;
       break;
@@ -542,18 +547,18 @@ ordered_json BuildHfJson(const ModelConfig& c, const FamilyInfo& info) {
   switch (c.rope_scaling) {
     case RopeScalingKind::kNone: break;
     case RopeScalingKind::kLinear:
-      j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope_scaling_factor}};
+      j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", FloatJson(c.rope_scaling_factor)}};
       break;
     case RopeScalingKind::kLlama3:
       j["rope_scaling"] = {{"rope_type", "llama3"},
-                           {"factor", c.rope_scaling_factor},
-                           {"low_freq_factor", c.rope_low_freq_factor},
-                           {"high_freq_factor", c.rope_high_freq_factor},
+                           {"factor", FloatJson(c.rope_scaling_factor)},
+                           {"low_freq_factor", FloatJson(c.rope_low_freq_factor)},
+                           {"high_freq_factor", FloatJson(c.rope_high_freq_factor)},
                            {"original_max_position_embeddings", c.rope_original_max_seq_len}};
       break;
   }
-  if (c.attn_logit_softcap != 0) j["attn_logit_softcapping"] = c.attn_logit_softcap;
-  if (c.final_logit_softcap != 0) j["final_logit_softcapping"] = c.final_logit_softcap;
+  if (c.attn_logit_softcap != 0) j["attn_logit_softcapping"] = FloatJson(c.attn_logit_softcap);
+  if (c.final_logit_softcap != 0) j["final_logit_softcapping"] = FloatJson(c.final_logit_softcap);
   j["tie_word_embeddings"] = c.tied_embeddings;
   j["bos_token_id"] = TokenJson(c.bos_id);
   if (c.eos_ids.empty()) {
