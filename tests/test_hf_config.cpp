@@ -356,6 +356,10 @@ TEST(HfConfig, Errors) {
                   "num_attention_heads": 2, "intermediate_size": 16, "vocab_size": 10})");
   EXPECT_NE(e.find("'hidden_size' must be an integer"), std::string::npos);
 
+  e = ErrorOf(R"({"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 2,
+                  "vocab_size": 10, "eos_token_id": 18446744073709551615})");
+  EXPECT_NE(e.find("'eos_token_id' must be an integer"), std::string::npos);
+
   e = ErrorOf(R"({"model_type": "llama", "hidden_size": 8, "num_hidden_layers": 1,
                   "num_attention_heads": 2, "intermediate_size": 16, "vocab_size": 10,
                   "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})");

@@ -92,7 +92,9 @@ class Fields {
       if (fallback) return *fallback;
       Fail("{}: missing required field '{}'", source_, key);
     }
-    if (!v->is_number_integer() || v->get<int64_t>() < INT32_MIN || v->get<int64_t>() > INT32_MAX)
+    // Unsigned values above INT64_MAX would wrap in get<int64_t>(); reject them first.
+    if (!v->is_number_integer() || (v->is_number_unsigned() && v->get<uint64_t>() > INT32_MAX) ||
+        v->get<int64_t>() < INT32_MIN || v->get<int64_t>() > INT32_MAX)
       Fail("{}: field '{}' must be an integer, found {}", source_, key, v->dump());
     return v->get<int>();
   }
