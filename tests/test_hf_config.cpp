@@ -300,8 +300,6 @@ TEST(HfConfig, RoundTripEveryFamily) {
     EXPECT_TRUE(ReadHfConfig(dir.string()) == parsed);  // directory form
     ++families;
   }
-  // A default ModelConfig (llama2.c-style: interleaved RoPE) cannot be a Llama config.json:
-  // transformers' Llama uses rotate_half. The writer says so instead of writing a wrong file.
   std::filesystem::remove_all(dir);
   EXPECT_EQ(families, 10);
   EXPECT_EQ(SupportedHfArchitectures().size(), 10u);
@@ -317,7 +315,9 @@ TEST(HfConfig, WriterRejectsWhatTheFamilyCannotExpress) {
     std::printf("error: %s\n", e.what());
     EXPECT_NE(std::string(e.what()).find("norm"), std::string::npos);
   }
-  ModelConfig llama2c;  // defaults: arch llama, interleaved RoPE
+  // A default ModelConfig (llama2.c-style: interleaved RoPE) cannot be a Llama config.json:
+  // transformers' Llama uses rotate_half. The writer says so instead of writing a wrong file.
+  ModelConfig llama2c;
   llama2c.dim = 64;
   llama2c.hidden_dim = 128;
   llama2c.n_layers = 1;
