@@ -22,22 +22,30 @@ namespace {
 constexpr int kTensors = 50;
 constexpr int64_t kRows = 1024, kCols = 1024;  // 4 MiB each: 200 MiB in all
 
-const std::string& CheckpointPath() {
-  static const std::string path = [] {
-    std::string p = (std::filesystem::temp_directory_path() /
-                     ("sinkscope_bench_load_" + std::to_string(getpid()) + ".safetensors"))
-                        .string();
+// The checkpoint, written on first use and removed when the program exits.
+struct TempCheckpoint {
+  std::string path;
+  TempCheckpoint() {
+    path = (std::filesystem::temp_directory_path() /
+            ("sinkscope_bench_load_" + std::to_string(getpid()) + ".safetensors"))
+               .string();
     std::vector<std::pair<std::string, ss::Tensor>> tensors;
     for (int i = 0; i < kTensors; ++i) {
       ss::Tensor t = ss::Tensor::Zeros({kRows, kCols});
       for (int64_t j = 0; j < t.numel(); ++j) t[j] = static_cast<float>((j * 7 + i) % 1000) * 1e-3f;
       tensors.emplace_back("layers." + std::to_string(i) + ".weight", std::move(t));
     }
-    ss::WriteSafetensors(p, tensors);
-    std::atexit([] { std::filesystem::remove(CheckpointPath()); });
-    return p;
-  }();
-  return path;
+    ss::WriteSafetensors(path, tensors);
+  }
+  ~TempCheckpoint() {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+};
+
+const std::string& CheckpointPath() {
+  static const TempCheckpoint checkpoint;
+  return checkpoint.path;
 }
 
 double SumAll(const std::vector<ss::Tensor>& tensors) {
