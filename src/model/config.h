@@ -29,6 +29,11 @@ struct ModelConfig {
   bool tied_embeddings = true;
   int bos_id = 1;
   int eos_id = 2;
+  // Mixture of experts (model/arch_moe.cpp). hidden_dim is the width of one expert when
+  // n_experts > 0.
+  int n_experts = 0;            // E; 0 for dense models
+  int n_experts_per_tok = 0;    // top-k experts routed per token
+  bool norm_topk_prob = false;  // renormalise the top-k router probabilities to sum to 1
 
   int kv_dim() const { return n_kv_heads * head_dim; }
   int q_dim() const { return n_heads * head_dim; }
