@@ -96,10 +96,9 @@ json ConditionJson(const ConditionResult& r) {
   j["other_cosine_per_layer"] = r.other_cosine;
   json patterns = json::array();
   for (const auto& p : r.patterns) {
-    json e = {{"layer", p.head.layer}, {"head", p.head.head}, {"length", p.T}};
-    // Full T x T matrices only while they stay small; the HTML shows them at any length.
-    if (p.T <= 256) e["mean"] = Nested2(p.mean, p.T, p.T);
-    patterns.push_back(e);
+    // Which heads were captured; the T x T matrices themselves are shown in the HTML only (they
+    // would make the JSON grow as T^2).
+    patterns.push_back({{"layer", p.head.layer}, {"head", p.head.head}, {"length", p.T}});
   }
   j["patterns"] = patterns;
   return j;
@@ -171,35 +170,30 @@ std::string ReportSummary(const AnalyzeReport& report) {
   const auto& conds = report.conditions;
   if (conds.empty()) return "";
   const int L = conds[0].n_layers;
-  std::string out = fmt::format(
-      "{} samples of {} tokens per condition; Sink_0 = share of heads with alpha_0 > {}\n\n",
-      conds[0].samples, conds[0].length, F(conds[0].eps));
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> header = {"layer"};
-  for (const auto& r : conds) {
-    header.push_back(ConditionName(r.condition) + " Sink_0");
-    header.push_back("mean a0");
-    header.push_back("P0 norm");
-  }
-  rows.push_back(header);
-  for (int l = 0; l < L; ++l) {
-    std::vector<std::string> row = {std::to_string(l)};
-    for (const auto& r : conds) {
-      row.push_back(F(r.sink_rate_per_layer[l]));
-      row.push_back(F(LayerMeanAlpha(r, 0, l)));
-      row.push_back(F(r.p0_norm_ratio[l]));
+  std::string out = fmt::format("{} sample(s) of {} tokens per condition\n\n", conds[0].samples,
+                                conds[0].length);
+  // One narrow table per metric, conditions side by side.
+  auto per_layer = [&](const std::string& title, auto value) {
+    std::vector<std::vector<std::string>> rows;
+    std::vector<std::string> header = {"layer"};
+    for (const auto& r : conds) header.push_back(ConditionName(r.condition));
+    rows.push_back(header);
+    for (int l = 0; l < L; ++l) {
+      std::vector<std::string> row = {std::to_string(l)};
+      for (const auto& r : conds) row.push_back(F(value(r, l)));
+      rows.push_back(row);
     }
-    rows.push_back(row);
-  }
-  std::vector<std::string> all = {"all"};
-  for (const auto& r : conds) {
-    double mean_alpha = 0;
-    for (int l = 0; l < L; ++l) mean_alpha += LayerMeanAlpha(r, 0, l) / L;
-    all.insert(all.end(), {F(r.sink_rate[0]), F(mean_alpha), ""});
-  }
-  rows.push_back(all);
-  out += report::FormatTable(rows);
-
+    return title + "\n" + report::FormatTable(rows);
+  };
+  out += per_layer(fmt::format("Sink_0 (share of heads with alpha_0 > {:g}) per layer", conds[0].eps),
+                   [](const ConditionResult& r, int l) { return r.sink_rate_per_layer[l]; });
+  std::string all = "all   ";
+  for (const auto& r : conds) all += fmt::format(" {}={}", ConditionName(r.condition), F(r.sink_rate[0]));
+  out += all + "\n\n";
+  out += per_layer("mean alpha_0 over the layer's heads",
+                   [](const ConditionResult& r, int l) { return LayerMeanAlpha(r, 0, l); });
+  out += "\n" + per_layer("P0 norm ratio ||h_0|| / median_{i>=1} ||h_i|| after each block",
+                          [](const ConditionResult& r, int l) { return r.p0_norm_ratio[l]; });
   out += "\nTop sink heads by alpha_0 (top key: most frequent argmax position, share of queries)\n";
   std::vector<std::vector<std::string>> heads = {{"condition", "layer", "head", "alpha_0", "alpha_1",
                                                   "top key", "top share"}};
@@ -281,19 +275,20 @@ std::string ReportHtml(const AnalyzeReport& report) {
   page.Heading("Hidden-state norms");
   page.Paragraph("||h_0|| / median over i >= 1 of ||h_i|| after each block, beside the same ratio "
                  "for position 1 and for the largest position >= 1.");
-  {
-    std::vector<report::Series> series;
-    for (const auto& r : conds) {
-      const std::string n = ConditionName(r.condition);
-      series.push_back({n + " P0", layers, r.p0_norm_ratio});
-      series.push_back({n + " pos 1", layers, r.p1_norm_ratio});
-      series.push_back({n + " max i>=1", layers, r.max_other_norm_ratio});
-    }
+  // One chart per condition: three lines stay readable where twelve would not.
+  for (const auto& r : conds) {
+    std::vector<report::Series> series = {{"position 0", layers, r.p0_norm_ratio},
+                                          {"position 1", layers, r.p1_norm_ratio},
+                                          {"max over i >= 1", layers, r.max_other_norm_ratio}};
     report::ChartOptions o;
-    o.title = "norm ratio per layer";
+    o.title = "norm ratio per layer, " + ConditionName(r.condition);
     o.x_label = "layer (residual stream after the block)";
     o.y_label = "norm / median norm";
-    o.height = 360;
+    o.width = 520;
+    o.height = 260;
+    o.has_reference = true;
+    o.reference_y = 1.0;
+    o.reference_label = "median";
     page.Raw(report::LineChart(series, o));
   }
   page.Heading("Direction consistency");
@@ -357,8 +352,9 @@ std::string ReportHtml(const AnalyzeReport& report) {
         o.row_label = "query";
         o.col_label = "key";
         o.max_value = mx > 0 ? mx : 1.0;
-        o.cell = std::max(3, 512 / static_cast<int>(grid.size()));
+        o.cell = std::max(2, 384 / static_cast<int>(grid.size()));
         o.annotate = false;
+        o.raster = true;
         page.Raw(report::Heatmap(grid, o));
       }
   }
