@@ -78,6 +78,10 @@ TEST_F(AnalyzeCli, BadInputGivesOneLineErrorsAndNoFiles) {
   ExpectError("analyze --model " + kModel + " --tokens " + Path("short.txt"),
               "30 tokens, fewer than the sample length T = 64");
   ExpectError("analyze --model " + kModel + " --prompt ''", "--prompt: the prompt is empty");
+  std::ofstream(Path("short_text.txt")) << "Once upon a time.";
+  ExpectError("analyze --model " + kModel + " --text " + Path("short_text.txt"),
+              "fewer than the sample length T = 64");
+  ExpectError("analyze --model " + kModel + " --text " + Path("no_such.txt"), "no_such.txt");
   ExpectError(Base() + " --patterns 9:0", "--patterns: layer 9");
   ExpectError(Base() + " --samples 0", "--samples");
   ExpectError(Base() + " --first-k 0", "--first-k");
@@ -94,6 +98,12 @@ TEST_F(AnalyzeCli, BadInputGivesOneLineErrorsAndNoFiles) {
   EXPECT_NE(r.output.find("--json"), std::string::npos) << r.output;
 }
 
+TEST_F(AnalyzeCli, DefaultTextRuns) {
+  Result r = RunCli("analyze --model " + kModel + " --samples 2 --length 32 --conditions no-bos");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("default text"), std::string::npos) << r.output;
+}
+
 TEST_F(AnalyzeCli, LongContextNeedsTheFlag) {
   Result r = RunCli(Base() + " --length 600 --samples 1 --conditions bos --allow-long-context --json " +
                  Path("long.json"));
@@ -102,6 +112,37 @@ TEST_F(AnalyzeCli, LongContextNeedsTheFlag) {
   std::ifstream in(Path("long.json"));
   ASSERT_TRUE(in);
   EXPECT_EQ(nlohmann::json::parse(in)["conditions"][0]["length"], 600);
+}
+
+// The issue's acceptance check: with --prompt and one sample, alpha_0, alpha_1 and the P0 norm ratios
+// equal the float64 reference (which tokenised the same text, with BOS or without).
+TEST_F(AnalyzeCli, PromptMatchesTheFloat64Reference) {
+  for (const char* name : {"lily_bos", "cat_nobos", "park_bos"}) {
+    std::ifstream ref_in(test::RepoPath(std::string("tests/data/reference/") + name + ".json"));
+    nlohmann::json ref = nlohmann::json::parse(ref_in);
+    const std::string condition = ref["bos"].get<bool>() ? "bos" : "no-bos";
+    const std::string out = Path(std::string(name) + ".json");
+    std::ofstream(Path("prompt.txt")) << ref["text"].get<std::string>();
+    // The prompt goes through a file and $(cat) so that the shell does not touch its punctuation.
+    Result r = RunCli("analyze --model " + kModel + " --prompt \"$(cat " + Path("prompt.txt") +
+                      ")\" --conditions " + condition + " --first-k 2 --json " + out);
+    ASSERT_EQ(r.code, 0) << r.output;
+    std::ifstream in(out);
+    nlohmann::json c = nlohmann::json::parse(in)["conditions"][0];
+    EXPECT_EQ(c["length"], ref["tokens"].size()) << name;
+    auto flat = [](const nlohmann::json& m) {
+      std::vector<float> v;
+      for (const auto& row : m) for (float x : row) v.push_back(x);
+      return v;
+    };
+    EXPECT_LT(test::MaxDiff(flat(c["alpha"][0]), flat(ref["alpha0"]), std::string(name) + " cli alpha0"), 1e-4);
+    EXPECT_LT(test::MaxDiff(flat(c["alpha"][1]), flat(ref["alpha1"]), std::string(name) + " cli alpha1"), 1e-4);
+    EXPECT_LT(test::MaxDiff(c["p0_norm_ratio_per_layer"].get<std::vector<float>>(),
+                            ref["p0_norm_ratio_per_layer"].get<std::vector<float>>(),
+                            std::string(name) + " cli p0 norm ratio"), 1e-4);
+    EXPECT_EQ(c["sink_rate_per_layer"][0].get<std::vector<float>>(),
+              ref["sink0_rate_eps0.3_per_layer"].get<std::vector<float>>());
+  }
 }
 
 // Renders `html` to a PNG with headless Chromium; returns the PNG's size in bytes (0 on failure).

@@ -170,8 +170,14 @@ std::string ReportSummary(const AnalyzeReport& report) {
   const auto& conds = report.conditions;
   if (conds.empty()) return "";
   const int L = conds[0].n_layers;
-  std::string out = fmt::format("{} sample(s) of {} tokens per condition\n\n", conds[0].samples,
-                                conds[0].length);
+  std::string lengths;
+  bool same_length = true;
+  for (const auto& r : conds) same_length &= r.length == conds[0].length;
+  if (same_length) lengths = std::to_string(conds[0].length);
+  else for (const auto& r : conds)
+    lengths += fmt::format("{}{} ({})", lengths.empty() ? "" : ", ", r.length, ConditionName(r.condition));
+  std::string out = fmt::format("{} sample(s) per condition of T = {} tokens\n\n", conds[0].samples,
+                                lengths);
   // One narrow table per metric, conditions side by side.
   auto per_layer = [&](const std::string& title, auto value) {
     std::vector<std::vector<std::string>> rows;

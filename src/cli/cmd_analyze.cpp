@@ -19,9 +19,7 @@
 #include "common/file_util.h"
 #include "io/load.h"
 #include "report/report.h"
-#ifdef SINKSCOPE_HAVE_TOKENIZER
-#include "tokenizer/tokenizer.h"
-#endif
+#include "tokenizer/find.h"
 
 namespace ss::cli {
 namespace {
@@ -77,39 +75,9 @@ std::vector<int> ReadTokenIds(const std::string& path, int vocab_size) {
   return ids;
 }
 
-std::vector<int> Encode(const std::string& text, const Model& model, const AnalyzeArgs& a,
-                        const std::string& what) {
-#ifdef SINKSCOPE_HAVE_TOKENIZER
-  namespace fs = std::filesystem;
-  std::string path = a.tokenizer;
-  if (path.empty()) {
-    // Where each format keeps its tokenizer: inside the GGUF file, tokenizer.json in a Hugging Face
-    // directory, tok{V}.bin or tokenizer.bin beside a llama2.c checkpoint.
-    std::vector<std::string> candidates;
-    if (IsDirectory(model.source)) {
-      candidates.push_back(model.source + "/tokenizer.json");
-    } else if (model.format == "gguf") {
-      candidates.push_back(model.source);
-    } else {
-      const fs::path dir = fs::path(model.source).parent_path();
-      candidates.push_back((dir / fmt::format("tok{}.bin", model.config.vocab_size)).string());
-      candidates.push_back((dir / "tokenizer.bin").string());
-    }
-    for (const auto& c : candidates)
-      if (FileExists(c)) {
-        path = c;
-        break;
-      }
-    if (path.empty())
-      Fail("{} needs a tokenizer and none was found beside {} (looked for {}); pass --tokenizer",
-           what, model.source, fmt::join(candidates, ", "));
-  }
-  auto tokenizer = LoadTokenizer(path, model.config.vocab_size);
-  return tokenizer->Encode(text, /*add_bos=*/false);
-#else
-  Fail("{} needs the tokenizer library, which this build does not have; pass --tokens FILE "
-       "(token ids) instead", what);
-#endif
+std::vector<int> Encode(const std::string& text, const Model& model, const AnalyzeArgs& a) {
+  // Text tokens only: each condition decides what goes at position 0 (BOS or not).
+  return FindTokenizer(model, a.tokenizer)->Encode(text, /*add_bos=*/false);
 }
 
 void Validate(const AnalyzeArgs& a) {
@@ -140,11 +108,11 @@ void RunAnalyze(AnalyzeArgs a) {
     stream = ReadTokenIds(a.tokens_file, c.vocab_size);
     source = "token ids " + a.tokens_file;
   } else if (a.has_prompt) {
-    stream = Encode(a.prompt, model, a, "--prompt");
+    stream = Encode(a.prompt, model, a);
     source = "prompt";
   } else {
     const std::string path = a.text_file.empty() ? DefaultTextPath() : a.text_file;
-    stream = Encode(ReadFile(path), model, a, a.text_file.empty() ? "the default text" : "--text");
+    stream = Encode(ReadFile(path), model, a);
     source = (a.text_file.empty() ? "default text " : "text ") + path;
   }
   const std::string flag = !a.tokens_file.empty() ? "--tokens " + a.tokens_file
