@@ -1,6 +1,7 @@
 // A Llama-family model with random weights, for tests and benchmarks that need a model of a given
-// shape but not a trained one. Weights ~ N(0, scale^2) with scale = 1/sqrt(fan_in) (so activations
-// stay O(1) through the layers); norm weights 1; classifier tied to the embedding.
+// shape but not a trained one. Weights are uniform with standard deviation scale = 1/sqrt(fan_in)
+// (so activations stay O(1) through the layers); norm weights 1; classifier tied to the embedding.
+// Uniform rather than normal: a GPT-2-small-sized model (150 M weights) builds in about a second.
 #pragma once
 
 #include <cmath>
@@ -19,8 +20,15 @@ struct RandomModelShape {
 
 inline Tensor RandomTensor(std::vector<int64_t> shape, float scale, std::mt19937_64& rng) {
   Tensor t = Tensor::Zeros(std::move(shape));
-  std::normal_distribution<float> normal(0.0f, scale);
-  for (int64_t i = 0; i < t.numel(); ++i) t[i] = normal(rng);
+  // U(-a, a) has standard deviation a / sqrt(3); two 32-bit draws per 64-bit output.
+  const float a = scale * std::sqrt(3.0f);
+  const int64_t n = t.numel();
+  float* p = t.data();
+  for (int64_t i = 0; i < n; i += 2) {
+    const uint64_t bits = rng();
+    p[i] = a * (2.0f * static_cast<float>(bits >> 40) / 16777216.0f - 1.0f);
+    if (i + 1 < n) p[i + 1] = a * (2.0f * static_cast<float>((bits >> 8) & 0xffffff) / 16777216.0f - 1.0f);
+  }
   return t;
 }
 
