@@ -15,6 +15,7 @@ void RegisterGenerate(CLI::App& app);
 void RegisterPpl(CLI::App& app);
 void RegisterTokenize(CLI::App& app);
 void RegisterTrain(CLI::App& app);
+void RegisterAnalyze(CLI::App& app);
 
 // Logs go to stderr so that stdout holds only the command's output.
 void Log(const std::string& line);

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   ss::cli::RegisterPpl(app);
   ss::cli::RegisterTokenize(app);
   ss::cli::RegisterTrain(app);
+  ss::cli::RegisterAnalyze(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

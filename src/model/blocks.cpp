@@ -170,6 +170,7 @@ Tensor FinalLogits(ForwardContext& ctx) {
   if (mode == LogitsMode::kNone) return Tensor();
   const int out_first = mode == LogitsMode::kLast ? T - 1 : 0;
   const int out_rows = T - out_first;
+  if (s.logits.empty() || s.logits.dim(0) < out_rows) s.logits = Tensor::Zeros({out_rows, V});
   MatMul(s.xb.row(out_first), w.lm_head.data(), nullptr, s.logits.data(), out_rows, D, V);
   return s.logits.Rows(0, out_rows);
 }

@@ -57,7 +57,9 @@ void RunState::Reserve(const ModelConfig& c, int T) {
   z = Tensor::Zeros({T, c.q_dim()});
   hb = Tensor::Zeros({T, c.hidden_dim});
   hb2 = Tensor::Zeros({T, c.hidden_dim});
-  logits = Tensor::Zeros({T, c.vocab_size});
+  // logits (T, V) are allocated by FinalLogits when a call asks for them: at long T with a large
+  // vocabulary they would be the biggest buffer of all (32768 x 50257 floats = 6.6 GB), and the
+  // analysis path (LogitsMode::kNone) never needs them.
 }
 
 Tensor Forward(const Model& model, KVCache& cache, RunState& state, const ForwardRequest& request) {

@@ -59,7 +59,7 @@ struct RunState {
   Tensor z;           // (T, H * Dh) attention output per head, before the output projection
   Tensor hb;          // (T, F)
   Tensor hb2;         // (T, F)
-  Tensor logits;      // (T, V) or (1, V)
+  Tensor logits;      // (T, V) or (1, V), allocated on first use
   Tensor pattern;     // (H, T, S) only when a pattern hook is attached
   void Reserve(const ModelConfig& config, int T);
 };
