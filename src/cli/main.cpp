@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "sinkscope 0.1.0");
   ss::cli::RegisterInspect(app);
+  ss::cli::RegisterStream(app);
+  ss::cli::RegisterChat(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
