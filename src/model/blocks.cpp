@@ -1,6 +1,7 @@
 #include "model/blocks.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include "kernels/ops.h"
@@ -37,7 +38,60 @@ void ApplyNorm(const ForwardContext& ctx, const Tensor& weight, const Tensor& bi
 
 static const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data(); }
 
+// Self-attention on a sink + ring streaming cache (ForwardRequest::stream; see model.h).
+static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) {
+  const ModelConfig& c = ctx.config;
+  const LayerWeights& w = ctx.model.weights.layers[layer];
+  const StreamLayout& layout = *ctx.request.stream;
+  RunState& s = ctx.state;
+  const int T = ctx.T, D = c.dim, H = c.n_heads, Hkv = c.n_kv_heads, Dh = c.head_dim;
+  const int kv_dim = c.kv_dim();
+  if (ctx.HookActive(HookPoint::kPattern, layer))
+    Fail("the attention pattern hook is not available on a streaming cache");
+  MatMul(in, w.wq.data(), OrNull(w.bq), s.q.data(), T, D, c.q_dim());
+  MatMul(in, w.wk.data(), OrNull(w.bk), s.k_new.data(), T, D, kv_dim);
+  MatMul(in, w.wv.data(), OrNull(w.bv), s.v_new.data(), T, D, kv_dim);
+  const bool has_sinks = layout.sinks > 0;
+  if (c.rope != RopeKind::kNone) {
+    // Stream indices fit in int for 2^31 tokens; beyond that the stream must be restarted.
+    std::vector<int> stream_pos(T);
+    for (int t = 0; t < T; ++t) {
+      const int64_t m = layout.first_index + t;
+      if (m > INT32_MAX) Fail("stream longer than 2^31 tokens");
+      stream_pos[t] = static_cast<int>(m);
+    }
+    if (has_sinks) {
+      std::copy(s.q.data(), s.q.data() + static_cast<int64_t>(T) * c.q_dim(), s.q_sink.data());
+      Rope(s.q_sink.data(), ctx.positions, H, Dh, c.rot_dim(), c.rope_theta, c.rope);
+    }
+    Rope(s.q.data(), stream_pos, H, Dh, c.rot_dim(), c.rope_theta, c.rope);
+    Rope(s.k_new.data(), stream_pos, Hkv, Dh, c.rot_dim(), c.rope_theta, c.rope);
+  } else if (has_sinks) {
+    std::copy(s.q.data(), s.q.data() + static_cast<int64_t>(T) * c.q_dim(), s.q_sink.data());
+  }
+  if (ctx.hooks) {
+    if (ctx.HookActive(HookPoint::kQ, layer)) ctx.RunHook(HookPoint::kQ, layer, s.q.data(), {T, H, Dh});
+    if (ctx.HookActive(HookPoint::kK, layer)) ctx.RunHook(HookPoint::kK, layer, s.k_new.data(), {T, Hkv, Dh});
+    if (ctx.HookActive(HookPoint::kV, layer)) ctx.RunHook(HookPoint::kV, layer, s.v_new.data(), {T, Hkv, Dh});
+  }
+  // Writing a new entry into its ring row evicts the entry ring tokens older; no query of this
+  // call can see that one because ring >= W - 1 + T.
+  for (int t = 0; t < T; ++t) {
+    const int row = layout.Row(layout.first_index + t);
+    std::copy(s.k_new.row(t), s.k_new.row(t) + kv_dim, ctx.cache.k[layer].row(row));
+    std::copy(s.v_new.row(t), s.v_new.row(t) + kv_dim, ctx.cache.v[layer].row(row));
+  }
+  SinkWindowAttention(s.q.data(), has_sinks ? s.q_sink.data() : s.q.data(),
+                      ctx.cache.k[layer].data(), ctx.cache.v[layer].data(), s.z.data(), T, H, Hkv,
+                      Dh, layout.sinks, layout.window, layout.ring, layout.first_index);
+  if (ctx.HookActive(HookPoint::kZ, layer)) ctx.RunHook(HookPoint::kZ, layer, s.z.data(), {T, H, Dh});
+  MatMul(s.z.data(), w.wo.data(), OrNull(w.bo), out, T, c.q_dim(), D);
+  if (ctx.HookActive(HookPoint::kAttnOut, layer))
+    ctx.RunHook(HookPoint::kAttnOut, layer, out, {T, D});
+}
+
 void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) {
+  if (ctx.request.stream) return StreamSelfAttention(ctx, layer, in, out);
   const ModelConfig& c = ctx.config;
   const LayerWeights& w = ctx.model.weights.layers[layer];
   RunState& s = ctx.state;
