@@ -231,17 +231,18 @@ std::vector<std::string> PresetNames() {
 TrainConfig Preset(const std::string& name) {
   TrainConfig c;
   if (name == "quick") {
-    // A CPU check of well under a minute: tiny model, Bigram-Backcopy, four checkpoints.
-    c.dim = 32; c.n_layers = 2; c.n_heads = 2; c.n_kv_heads = 1; c.vocab_size = 32;
-    c.batch_size = 8; c.seq_len = 32; c.steps = 60; c.warmup_steps = 6;
-    c.lr = 3e-3f; c.min_lr = 3e-4f; c.eval_every = 20; c.eval_batches = 1; c.checkpoint_every = 20;
+    // A CPU check of about half a minute on an idle 2-core machine: Bigram-Backcopy with BOS,
+    // 2 layers x 64 wide, 400 steps, four checkpoints (CI runs it end to end).
+    c.dim = 64; c.n_layers = 2; c.n_heads = 4; c.n_kv_heads = 2; c.vocab_size = 64;
+    c.batch_size = 16; c.seq_len = 64; c.steps = 400; c.warmup_steps = 20;
+    c.lr = 3e-3f; c.min_lr = 3e-4f; c.eval_every = 50; c.eval_batches = 1; c.checkpoint_every = 100;
     c.out = "runs/quick";
   } else if (name == "bigram-backcopy" || name == "bigram-backcopy-nobos") {
     // Guo et al. 2024 (arXiv 2410.13835) train 1-3 layer models on Bigram-Backcopy with k = 3
     // triggers, AdamW (lr 3e-4, weight decay 1e-4, betas 0.9/0.99), batch 512, 10k steps; a
     // CPU-sized version: 3 layers, width 64, 4 heads, batch 32 x 64 tokens, a higher lr.
     c.dim = 64; c.n_layers = 3; c.n_heads = 4; c.n_kv_heads = 4; c.vocab_size = 64;
-    c.bb_triggers = 3; c.batch_size = 32; c.seq_len = 64; c.steps = 3000; c.warmup_steps = 100;
+    c.bb_triggers = 3; c.batch_size = 32; c.seq_len = 64; c.steps = 2000; c.warmup_steps = 100;
     c.lr = 3e-3f; c.min_lr = 3e-4f; c.beta2 = 0.99f; c.weight_decay = 1e-4f;
     c.eval_every = 100; c.eval_batches = 2; c.checkpoint_every = 500;
     c.bos = name == "bigram-backcopy";
