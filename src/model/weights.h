@@ -25,6 +25,12 @@ struct LayerWeights {
   Tensor w2;              // (D, F)  down_proj
   Tensor w3;              // (F, D)  up_proj (gated MLP only)
   Tensor b1, b2;          // optional MLP biases
+  // ---- Added for the Hugging Face / GGUF families (append-only).
+  Tensor b3;              // (F) optional up_proj bias (Llama with mlp_bias)
+  Tensor q_norm;          // (Dh) per-head (Qwen3) or (H * Dh) whole-projection (OLMo 2) RMSNorm
+  Tensor k_norm;          // (Dh) per-head or (Hkv * Dh) whole-projection
+  Tensor attn_post_norm;  // (D) OLMo 2: RMSNorm of the attention output before the residual add
+  Tensor ffn_post_norm;   // (D) OLMo 2: RMSNorm of the MLP output before the residual add
 };
 
 struct ModelWeights {
@@ -33,6 +39,10 @@ struct ModelWeights {
   Tensor final_norm;        // (D)
   Tensor final_norm_bias;   // (D)  LayerNorm only
   Tensor lm_head;           // (V, D); shares storage with token_embedding when tied
+  // ---- Added for the Hugging Face / GGUF families (append-only).
+  Tensor position_embedding;  // (max_seq_len, D) learned absolute positions (GPT-2)
+  Tensor rope_freq_factors;   // (rot_dim / 2) optional: pair i turns at inv_freq[i] / factor[i]
+                              // (GGUF "rope_freqs.weight", how llama.cpp stores Llama 3 scaling)
 };
 
 // A loaded model: config + weights + whatever keeps mapped storage alive.
