@@ -145,10 +145,51 @@ std::vector<float> Logits(const std::vector<Vec>& x, const Tensor& head, double 
   return out;
 }
 
+// Sparse MoE block (modeling_qwen3_moe.py Qwen3MoeSparseMoeBlock, modeling_olmoe.py,
+// modeling_mixtral.py): router softmax over all experts, top-k (stable: lower index first on
+// ties), optionally renormalised, weighted sum of the chosen SwiGLU experts.
+Vec MoeFfn(const ModelConfig& c, const HfTensors& w, int l, const Vec& h) {
+  const bool mixtral = c.arch == "mixtral";
+  const std::string base = fmt::format("model.layers.{}.{}", l, mixtral ? "block_sparse_moe." : "mlp.");
+  Vec logits = Linear(h, Get(w, base + "gate.weight"), nullptr);
+  const int E = c.n_experts;
+  double mx = -1e300, sum = 0;
+  for (double v : logits) mx = std::max(mx, v);
+  Vec p(E);
+  for (int e = 0; e < E; ++e) sum += (p[e] = std::exp(logits[e] - mx));
+  for (double& v : p) v /= sum;
+  std::vector<int> chosen;
+  std::vector<bool> used(E, false);
+  for (int j = 0; j < c.n_experts_per_tok; ++j) {
+    int best = -1;
+    for (int e = 0; e < E; ++e)
+      if (!used[e] && (best < 0 || p[e] > p[best])) best = e;
+    used[best] = true;
+    chosen.push_back(best);
+  }
+  double top_sum = 0;
+  for (int e : chosen) top_sum += p[e];
+  Vec out(h.size(), 0.0);
+  for (int e : chosen) {
+    auto W = [&](const char* qwen, const char* mix) -> const Tensor& {
+      return Get(w, fmt::format("{}experts.{}.{}.weight", base, e, mixtral ? mix : qwen));
+    };
+    Vec g = Linear(h, W("gate_proj", "w1"), nullptr);
+    Vec u = Linear(h, W("up_proj", "w3"), nullptr);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = Act(g[i], c.act) * u[i];
+    Vec y = Linear(g, W("down_proj", "w2"), nullptr);
+    const double weight = c.norm_topk_prob ? p[e] / top_sum : p[e];
+    for (size_t i = 0; i < out.size(); ++i) out[i] += weight * y[i];
+  }
+  return out;
+}
+
 // Llama, Mistral, Qwen2, Qwen3, OLMo 2 (modeling_llama / mistral / qwen2 / qwen3 / olmo2.py).
 std::vector<float> LlamaLike(const ModelConfig& c, const HfTensors& w, const std::vector<int>& tokens) {
   const int T = static_cast<int>(tokens.size()), D = c.dim, Dh = c.head_dim;
-  const bool olmo2 = c.arch == "olmo2", qwen3 = c.arch == "qwen3";
+  const bool olmo2 = c.arch == "olmo2";
+  const bool head_qk_norm = c.qk_norm == QkNormKind::kPerHead;  // Qwen3, Qwen3-MoE
+  const bool full_qk_norm = c.qk_norm == QkNormKind::kFull;     // OLMo 2, OLMoE
   const Vec inv = InvFreq(c);
   std::vector<Vec> x(T);
   const Tensor& emb = Get(w, "model.embed_tokens.weight");
@@ -165,11 +206,11 @@ std::vector<float> LlamaLike(const ModelConfig& c, const HfTensors& w, const std
       Vec q = Linear(h, W("self_attn.q_proj.weight"), B("self_attn.q_proj.bias"));
       Vec k = Linear(h, W("self_attn.k_proj.weight"), B("self_attn.k_proj.bias"));
       Vec v = Linear(h, W("self_attn.v_proj.weight"), B("self_attn.v_proj.bias"));
-      if (qwen3) {
+      if (head_qk_norm) {
         for (int hh = 0; hh < c.n_heads; ++hh) q = Rms(q, W("self_attn.q_norm.weight"), c.norm_eps, hh * Dh, Dh);
         for (int hh = 0; hh < c.n_kv_heads; ++hh) k = Rms(k, W("self_attn.k_norm.weight"), c.norm_eps, hh * Dh, Dh);
       }
-      if (olmo2) {
+      if (full_qk_norm) {
         q = Rms(q, W("self_attn.q_norm.weight"), c.norm_eps);
         k = Rms(k, W("self_attn.k_norm.weight"), c.norm_eps);
       }
@@ -183,10 +224,15 @@ std::vector<float> LlamaLike(const ModelConfig& c, const HfTensors& w, const std
       if (olmo2) o = Rms(o, W("post_attention_layernorm.weight"), c.norm_eps);
       for (int i = 0; i < D; ++i) x[t][i] += o[i];
       Vec h = olmo2 ? x[t] : Rms(x[t], W("post_attention_layernorm.weight"), c.norm_eps);
-      Vec g = Linear(h, W("mlp.gate_proj.weight"), B("mlp.gate_proj.bias"));
-      Vec u = Linear(h, W("mlp.up_proj.weight"), B("mlp.up_proj.bias"));
-      for (size_t i = 0; i < g.size(); ++i) g[i] = Act(g[i], c.act) * u[i];
-      Vec m = Linear(g, W("mlp.down_proj.weight"), B("mlp.down_proj.bias"));
+      Vec m;
+      if (c.n_experts > 0) {
+        m = MoeFfn(c, w, l, h);
+      } else {
+        Vec g = Linear(h, W("mlp.gate_proj.weight"), B("mlp.gate_proj.bias"));
+        Vec u = Linear(h, W("mlp.up_proj.weight"), B("mlp.up_proj.bias"));
+        for (size_t i = 0; i < g.size(); ++i) g[i] = Act(g[i], c.act) * u[i];
+        m = Linear(g, W("mlp.down_proj.weight"), B("mlp.down_proj.bias"));
+      }
       if (olmo2) m = Rms(m, W("post_feedforward_layernorm.weight"), c.norm_eps);
       for (int i = 0; i < D; ++i) x[t][i] += m[i];
     }
@@ -359,6 +405,17 @@ HfTensors RandomHfWeights(const ModelConfig& c, uint32_t seed) {
     if (c.attn_out_bias) rnd(n("self_attn.o_proj.bias"), {D});
     if (c.qk_norm == QkNormKind::kPerHead) norm(n("self_attn.q_norm.weight"), Dh), norm(n("self_attn.k_norm.weight"), Dh);
     if (c.qk_norm == QkNormKind::kFull) norm(n("self_attn.q_norm.weight"), qd), norm(n("self_attn.k_norm.weight"), kvd);
+    if (c.n_experts > 0) {
+      const bool mixtral = c.arch == "mixtral";
+      const std::string base = fmt::format("model.layers.{}.{}", l, mixtral ? "block_sparse_moe." : "mlp.");
+      rnd(base + "gate.weight", {c.n_experts, D});
+      for (int e = 0; e < c.n_experts; ++e) {
+        rnd(fmt::format("{}experts.{}.{}.weight", base, e, mixtral ? "w1" : "gate_proj"), {F, D});
+        rnd(fmt::format("{}experts.{}.{}.weight", base, e, mixtral ? "w3" : "up_proj"), {F, D});
+        rnd(fmt::format("{}experts.{}.{}.weight", base, e, mixtral ? "w2" : "down_proj"), {D, F});
+      }
+      continue;
+    }
     rnd(n("mlp.gate_proj.weight"), {F, D});
     rnd(n("mlp.up_proj.weight"), {F, D});
     rnd(n("mlp.down_proj.weight"), {D, F});

@@ -132,7 +132,7 @@ TEST(Convert, Stories260KReducedPrecisionWithinMeasuredTolerance) {
   Model g16 = LoadModel(WriteGguf(s.model, *s.tokenizer, "gguf_f16", kGgmlTypeF16));
   ExpectClose(Logits(g16, s.tokens), want, V, 2e-3, 1.0, "stories260K gguf f16");
   Model q8 = LoadModel(WriteGguf(s.model, *s.tokenizer, "gguf_q8_0", kGgmlTypeQ8_0));
-  ExpectClose(Logits(q8, s.tokens), want, V, 2e-2, 0.95, "stories260K gguf q8_0");
+  ExpectClose(Logits(q8, s.tokens), want, V, 3e-2, 0.95, "stories260K gguf q8_0");
 }
 
 TEST(Convert, HfToGgufToHfIsExact) {
@@ -252,7 +252,7 @@ TEST(ModelFiles, TruncatedFilesAndMalformedJsonFailClearly) {
 
   std::string dir2 = EditedHf("json", [](auto&) {});
   WriteFileAtomic(dir2 + "/config.json", R"({"architectures": ["LlamaForCausalLM"], )");
-  EXPECT_EQ(Contains(ErrorOf([&] { LoadModel(dir2); }), "malformed JSON"), "");
+  EXPECT_EQ(Contains(ErrorOf([&] { LoadModel(dir2); }), "config.json: malformed"), "");
 }
 
 TEST(ModelFiles, UnsupportedTokenizerJsonTypeIsNamed) {

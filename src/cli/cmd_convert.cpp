@@ -47,6 +47,8 @@ void WriteHfDirectory(const LoadedModel& loaded, const std::string& out, Safeten
 }
 
 void Run(const ConvertOptions& o) {
+  if (o.to == "hf" && fs::exists(o.out))
+    Fail("--out {}: already exists; remove it or choose another path", o.out);
   CheckWritable(o.out, "--out");
   SafetensorsDtype dtype = SafetensorsDtype::kF32;
   uint32_t ggml_type = kGgmlTypeF32;

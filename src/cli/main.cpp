@@ -20,6 +20,10 @@ int main(int argc, char** argv) {
   ss::cli::RegisterPpl(app);
   ss::cli::RegisterTokenize(app);
   ss::cli::RegisterConvert(app);
+  ss::cli::RegisterTrain(app);
+  ss::cli::RegisterAnalyze(app);
+  ss::cli::RegisterStream(app);
+  ss::cli::RegisterChat(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -73,6 +73,8 @@ Model LoadHfModel(const std::string& dir) {
   model.config = ReadHfConfig(dir);
   model.source = dir;
   model.format = "hf";
+  if (model.config.n_shared_experts > 0)
+    Fail("{}: shared experts (shared_expert_intermediate_size) are not supported", dir);
   SafetensorsSource source(SafetensorsDir::Open(dir), dir);
   BindModel(model, TensorNaming::kHf, source);
   return model;
@@ -109,7 +111,20 @@ Model LoadGgufModel(const GgufFile& gguf) {
   c.arch = entry->name;
   c.dim = positive("embedding_length", -1);
   c.n_layers = positive("block_count", -1);
-  c.hidden_dim = positive("feed_forward_length", -1);
+  c.n_experts = static_cast<int>(gguf.GetInt(p + "expert_count", 0));
+  c.hidden_dim = c.n_experts > 0 && gguf.Find(p + "expert_feed_forward_length")
+                     ? positive("expert_feed_forward_length", -1)
+                     : positive("feed_forward_length", -1);
+  if (c.n_experts > 0) {
+    c.n_experts_per_tok = positive("expert_used_count", -1);
+    if (c.n_experts_per_tok > c.n_experts)
+      Fail("{}: {}expert_used_count {} exceeds expert_count {}", path, p, c.n_experts_per_tok, c.n_experts);
+    // Mixtral (stored as llama) always renormalises; the others say so in expert_weights_norm.
+    c.norm_topk_prob = gguf.GetBool(p + "expert_weights_norm", arch == "llama");
+    // Qwen3-MoE's dense width (config.json intermediate_size) rides in feed_forward_length.
+    const int dense = positive("feed_forward_length", c.hidden_dim);
+    if (arch == "qwen3moe" && dense != c.hidden_dim) c.dense_hidden_dim = dense;
+  }
   c.n_heads = positive("attention.head_count", -1);
   c.n_kv_heads = positive("attention.head_count_kv", c.n_heads);
   c.head_dim = positive("attention.key_length", c.dim / c.n_heads);
@@ -145,7 +160,9 @@ Model LoadGgufModel(const GgufFile& gguf) {
     c.mlp_bias = true;
   }
   if (arch == "qwen2") c.qkv_bias = true;
-  if (arch == "qwen3") c.qk_norm = QkNormKind::kPerHead;
+  if (arch == "qwen3" || arch == "qwen3moe") c.qk_norm = QkNormKind::kPerHead;
+  if (arch == "olmoe") c.qk_norm = QkNormKind::kFull;
+  if (arch == "llama" && c.n_experts > 0) c.arch = "mixtral";
   if (arch == "olmo2") {
     c.qk_norm = QkNormKind::kFull;
     c.post_norms = true;
@@ -176,10 +193,12 @@ Model LoadGgufModel(const GgufFile& gguf) {
            "scaling comes as rope_freqs.weight)", path, p, scaling);
     }
   }
+  c.final_logit_softcap = static_cast<float>(real("final_logit_softcapping", 0.0));
   const int window = static_cast<int>(gguf.GetInt(p + "attention.sliding_window", 0));
   if (window > 0) {
-    if (c.arch != "llama") Fail("{}: {}attention.sliding_window is not supported for {}", path, p, arch);
-    c.arch = "mistral";  // the Llama layout with a window: Hugging Face's MistralForCausalLM
+    if (c.arch != "llama" && c.arch != "mixtral")
+      Fail("{}: {}attention.sliding_window is not supported for {}", path, p, arch);
+    if (c.arch == "llama") c.arch = "mistral";  // Llama with a window: MistralForCausalLM
     c.sliding_window = window;
   }
   GgufSource source(gguf);
@@ -235,7 +254,6 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type) {
   const ModelConfig& c = model.config;
   const ArchEntry& entry = FindArchitecture(c.arch);
   if (!entry.gguf_arch) Fail("architecture '{}' has no GGUF naming", c.arch);
-  if (c.n_experts > 0) Fail("writing mixture-of-experts models to GGUF is not supported yet");
   const std::string arch = entry.gguf_arch;
   const std::string p = arch + ".";
   w.SetString("general.architecture", arch);
@@ -243,7 +261,13 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type) {
   w.SetU32(p + "context_length", c.max_seq_len);
   w.SetU32(p + "embedding_length", c.dim);
   w.SetU32(p + "block_count", c.n_layers);
-  w.SetU32(p + "feed_forward_length", c.hidden_dim);
+  w.SetU32(p + "feed_forward_length", c.n_experts > 0 && c.dense_hidden_dim > 0 ? c.dense_hidden_dim : c.hidden_dim);
+  if (c.n_experts > 0) {
+    w.SetU32(p + "expert_count", c.n_experts);
+    w.SetU32(p + "expert_used_count", c.n_experts_per_tok);
+    w.SetU32(p + "expert_feed_forward_length", c.hidden_dim);
+    w.SetBool(p + "expert_weights_norm", c.norm_topk_prob);
+  }
   w.SetU32(p + "attention.head_count", c.n_heads);
   w.SetU32(p + "attention.head_count_kv", c.n_kv_heads);
   w.SetU32(p + "attention.key_length", c.head_dim);
@@ -280,8 +304,9 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type) {
   }
   if (c.sliding_window > 0) w.SetU32(p + "attention.sliding_window", c.sliding_window);
   if (arch == "gptneox") w.SetBool(p + "use_parallel_residual", c.parallel_residual);
-  if (c.final_logit_softcap != 0 || c.attn_logit_softcap != 0)
-    Fail("logit soft-capping cannot be written to GGUF for {}", arch);
+  // llama.cpp's key (Gemma 2); readers of other architectures ignore it, sinkscope applies it.
+  if (c.final_logit_softcap != 0) w.SetF32(p + "final_logit_softcapping", c.final_logit_softcap);
+  if (c.attn_logit_softcap != 0) Fail("attention logit soft-capping cannot be written to GGUF");
   TensorMap map = FamilyTensorMap(c, TensorNaming::kGguf, weights);
   for (const auto& [name, tensor] : ExportTensors(map, c.rope, c.head_dim, c.rot_dim())) {
     uint32_t type = tensor.rank() == 2 ? ggml_type : kGgmlTypeF32;

@@ -21,6 +21,12 @@ static const ArchEntry kArchitectures[] = {
      &ForwardGpt2, &Gpt2Tensors, "gpt2"},
     {"gpt_neox", "GPT-NeoX / Pythia: parallel residual, partial rotate-half RoPE, fused QKV",
      &ForwardGptNeox, &GptNeoxTensors, "gptneox"},
+    {"qwen3_moe", "Qwen3-MoE: Llama layout with per-head q/k RMSNorm and a top-k mixture-of-experts FFN",
+     &ForwardQwen3Moe, &MoeTensors, "qwen3moe"},
+    {"olmoe", "OLMoE: Llama layout with whole-projection q/k RMSNorm and a top-k MoE FFN",
+     &ForwardQwen3Moe, &MoeTensors, "olmoe"},
+    {"mixtral", "Mixtral: Llama layout (sliding window optional) with a renormalised top-2 MoE FFN",
+     &ForwardQwen3Moe, &MoeTensors, "llama"},
 };
 
 std::span<const ArchEntry> Architectures() { return kArchitectures; }

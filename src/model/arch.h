@@ -54,5 +54,7 @@ TensorMap LlamaLayoutTensors(const ModelConfig& config, TensorNaming naming, Mod
                              bool input_norms);
 // "model.layers.{l}.{hf}" or "blk.{l}.{gguf}".
 std::string LayerTensorName(TensorNaming naming, int layer, const char* hf, const char* gguf);
+void ForwardQwen3Moe(ForwardContext& ctx);
+TensorMap MoeTensors(const ModelConfig& config, TensorNaming naming, ModelWeights& weights);
 
 }  // namespace ss

@@ -38,8 +38,12 @@ TensorMap Olmo2Tensors(const ModelConfig& c, TensorNaming naming, ModelWeights& 
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& lw = w.layers[l];
     auto name = [&](const char* hf, const char* gguf) { return LayerTensorName(naming, l, hf, gguf); };
-    map.specs.push_back(Spec(name("self_attn.q_norm.weight", "attn_q_norm.weight"), {&lw.q_norm}, {c.q_dim()}));
-    map.specs.push_back(Spec(name("self_attn.k_norm.weight", "attn_k_norm.weight"), {&lw.k_norm}, {c.kv_dim()}));
+    TensorSpec q = Spec(name("self_attn.q_norm.weight", "attn_q_norm.weight"), {&lw.q_norm}, {c.q_dim()});
+    TensorSpec k = Spec(name("self_attn.k_norm.weight", "attn_k_norm.weight"), {&lw.k_norm}, {c.kv_dim()});
+    q.rope_heads = c.n_heads;  // the gains follow their dimensions if RoPE order changes
+    k.rope_heads = c.n_kv_heads;
+    map.specs.push_back(q);
+    map.specs.push_back(k);
     map.specs.push_back(Spec(name("post_attention_layernorm.weight", "post_attention_norm.weight"), {&lw.attn_post_norm}, {D}));
     map.specs.push_back(Spec(name("post_feedforward_layernorm.weight", "post_ffw_norm.weight"), {&lw.ffn_post_norm}, {D}));
   }

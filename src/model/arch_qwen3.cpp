@@ -12,10 +12,13 @@ TensorMap Qwen3Tensors(const ModelConfig& c, TensorNaming naming, ModelWeights& 
   const int64_t Dh = c.head_dim;
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& lw = w.layers[l];
-    map.specs.push_back(Spec(LayerTensorName(naming, l, "self_attn.q_norm.weight", "attn_q_norm.weight"),
-                             {&lw.q_norm}, {Dh}));
-    map.specs.push_back(Spec(LayerTensorName(naming, l, "self_attn.k_norm.weight", "attn_k_norm.weight"),
-                             {&lw.k_norm}, {Dh}));
+    TensorSpec q = Spec(LayerTensorName(naming, l, "self_attn.q_norm.weight", "attn_q_norm.weight"),
+                        {&lw.q_norm}, {Dh});
+    TensorSpec k = Spec(LayerTensorName(naming, l, "self_attn.k_norm.weight", "attn_k_norm.weight"),
+                        {&lw.k_norm}, {Dh});
+    q.rope_heads = k.rope_heads = 1;  // the gains follow their dimensions if RoPE order changes
+    map.specs.push_back(q);
+    map.specs.push_back(k);
   }
   return map;
 }

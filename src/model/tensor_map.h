@@ -6,6 +6,7 @@
 // The model layer does not read files: readers in io/ hand Bind a TensorSource.
 #pragma once
 
+#include <deque>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,9 @@ struct TensorSpec {
   // > 0: the rows are q or k rows of this many heads in RoPE pair order; a writer permutes them
   // when the model's RoPE order differs from the file's (TensorMap::file_rope).
   int rope_heads = 0;
+  // The stored tensor is one slice of a larger member (one expert of a stacked (E, ...) tensor):
+  // the single target is a view that Bind copies into instead of replacing.
+  bool copy_into = false;
 };
 
 // A plain spec: one stored tensor, one member, no layout change.
@@ -56,6 +60,8 @@ struct TensorMap {
   // The RoPE pair order the file convention stores q/k rows for (HF: kHalf; GGUF llama:
   // kInterleaved, Meta's original order). kNone: never permute.
   RopeKind file_rope = RopeKind::kNone;
+  // Views that copy_into targets point to (a deque: growing it keeps the pointers valid).
+  std::deque<Tensor> slices;
 };
 
 // Fills `weights` (layers already sized to config.n_layers) from `source` with `map`. Throws

@@ -25,10 +25,17 @@ struct LayerWeights {
   Tensor w2;              // (D, F)  down_proj
   Tensor w3;              // (F, D)  up_proj (gated MLP only)
   Tensor b1, b2;          // optional MLP biases
+  // Query/key RMSNorm applied before RoPE (Qwen3, OLMo 2): a weight of size Dh shared by all
+  // heads, or of the whole projection width (H*Dh / Hkv*Dh). Empty: no q/k norm.
+  Tensor q_norm;          // (Dh) or (H * Dh)
+  Tensor k_norm;          // (Dh) or (Hkv * Dh)
+  // Mixture-of-experts FFN (replaces w1/w2/w3 when config.n_experts > 0).
+  Tensor moe_router;      // (E, D)  router logits = x W^T
+  Tensor moe_w1;          // (E, F, D)  per-expert gate_proj
+  Tensor moe_w2;          // (E, D, F)  per-expert down_proj
+  Tensor moe_w3;          // (E, F, D)  per-expert up_proj
   // ---- Added for the Hugging Face / GGUF families (append-only).
   Tensor b3;              // (F) optional up_proj bias (Llama with mlp_bias)
-  Tensor q_norm;          // (Dh) per-head (Qwen3) or (H * Dh) whole-projection (OLMo 2) RMSNorm
-  Tensor k_norm;          // (Dh) per-head or (Hkv * Dh) whole-projection
   Tensor attn_post_norm;  // (D) OLMo 2: RMSNorm of the attention output before the residual add
   Tensor ffn_post_norm;   // (D) OLMo 2: RMSNorm of the MLP output before the residual add
 };
