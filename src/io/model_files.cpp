@@ -20,6 +20,7 @@ class SafetensorsSource : public TensorSource {
   SafetensorsSource(SafetensorsDir dir, std::string source)
       : dir_(std::move(dir)), source_(std::move(source)) {}
   bool Has(const std::string& name) const override { return dir_.Has(name); }
+  size_t count() const override { return dir_.names().size(); }
   std::vector<int64_t> Shape(const std::string& name) const override {
     return dir_.Info(name).shape;
   }
@@ -35,6 +36,7 @@ class GgufSource : public TensorSource {
  public:
   explicit GgufSource(const GgufFile& gguf) : gguf_(gguf) {}
   bool Has(const std::string& name) const override { return gguf_.FindTensor(name) != nullptr; }
+  size_t count() const override { return gguf_.tensors().size(); }
   std::vector<int64_t> Shape(const std::string& name) const override {
     const GgufTensorInfo* t = gguf_.FindTensor(name);
     return std::vector<int64_t>(t->shape.rbegin(), t->shape.rend());
@@ -56,6 +58,11 @@ class GgufSource : public TensorSource {
 
 // Binds the family's tensors and finishes the weights (tied head, RoPE order of the file).
 void BindModel(Model& model, TensorNaming naming, const TensorSource& source) {
+  // Every layer has tensors of its own: a layer count beyond the tensor count is a corrupt or
+  // hostile header, refused before anything is sized from it.
+  if (model.config.n_layers <= 0 || static_cast<size_t>(model.config.n_layers) > source.count())
+    Fail("{}: {} layers, but the file holds only {} tensors", source.source(),
+         model.config.n_layers, source.count());
   TensorMap map = FamilyTensorMap(model.config, naming, model.weights);
   if (model.config.rope != RopeKind::kNone) model.config.rope = map.file_rope;
   BindTensors(map, source, model.config.arch);

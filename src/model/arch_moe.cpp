@@ -12,6 +12,8 @@
 // (Mixtral: block_sparse_moe.gate and block_sparse_moe.experts.e.w1 (gate) / w3 (up) / w2 (down));
 // llama.cpp stacks the experts: blk.N.ffn_gate_inp (E, D), ffn_gate_exps / ffn_up_exps (E, F, D),
 // ffn_down_exps (E, D, F).
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "model/arch.h"
@@ -68,28 +70,37 @@ TensorMap MoeTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w)
     }
     const std::string moe = mixtral ? "block_sparse_moe." : "mlp.";
     map.specs.push_back(Spec(name(moe + "gate.weight", "ffn_gate_inp.weight"), {&lw.moe_router}, {E, D}));
-    if (lw.moe_w1.empty()) lw.moe_w1 = Tensor::Zeros({E, F, D});
-    if (lw.moe_w2.empty()) lw.moe_w2 = Tensor::Zeros({E, D, F});
-    if (lw.moe_w3.empty()) lw.moe_w3 = Tensor::Zeros({E, F, D});
     if (!hf) {
       map.specs.push_back(Spec(name("", "ffn_gate_exps.weight"), {&lw.moe_w1}, {E, F, D}));
       map.specs.push_back(Spec(name("", "ffn_down_exps.weight"), {&lw.moe_w2}, {E, D, F}));
       map.specs.push_back(Spec(name("", "ffn_up_exps.weight"), {&lw.moe_w3}, {E, F, D}));
       continue;
     }
-    for (int e = 0; e < E; ++e) {
-      struct Part { const char* hf_name; Tensor* stacked; int64_t rows, cols; };
-      const Part parts[] = {{mixtral ? "w1" : "gate_proj", &lw.moe_w1, F, D},
-                            {mixtral ? "w2" : "down_proj", &lw.moe_w2, D, F},
-                            {mixtral ? "w3" : "up_proj", &lw.moe_w3, F, D}};
-      for (const Part& p : parts) {
-        map.slices.push_back(Tensor::View(p.stacked->data() + e * p.rows * p.cols, {p.rows, p.cols},
-                                          nullptr));
-        TensorSpec spec = Spec(name(fmt::format("{}experts.{}.{}.weight", moe, e, p.hf_name), ""),
-                               {&map.slices.back()}, {p.rows, p.cols});
-        spec.copy_into = true;
-        map.specs.push_back(spec);
+    // HF stores one tensor per expert. Writing: views into the stacked members. Loading: each
+    // expert loads on its own and after_bind stacks them, so nothing is allocated from the
+    // config's sizes before the file has shown it holds the data.
+    struct Part { const char* hf_name; Tensor* stacked; int64_t rows, cols; };
+    const Part parts[] = {{mixtral ? "w1" : "gate_proj", &lw.moe_w1, F, D},
+                          {mixtral ? "w2" : "down_proj", &lw.moe_w2, D, F},
+                          {mixtral ? "w3" : "up_proj", &lw.moe_w3, F, D}};
+    for (const Part& p : parts) {
+      const bool writing = !p.stacked->empty();
+      const size_t first = map.slices.size();
+      for (int e = 0; e < E; ++e) {
+        map.slices.push_back(writing ? Tensor::View(p.stacked->data() + e * p.rows * p.cols,
+                                                    {p.rows, p.cols}, nullptr)
+                                     : Tensor());
+        map.specs.push_back(Spec(name(fmt::format("{}experts.{}.{}.weight", moe, e, p.hf_name), ""),
+                                 {&map.slices.back()}, {p.rows, p.cols}));
       }
+      if (writing) continue;
+      std::deque<Tensor>* slices = &map.slices;
+      map.after_bind.push_back([slices, first, p, E] {
+        *p.stacked = Tensor::Zeros({E, p.rows, p.cols});
+        for (int e = 0; e < E; ++e)
+          std::memcpy(p.stacked->data() + e * p.rows * p.cols, (*slices)[first + e].data(),
+                      sizeof(float) * p.rows * p.cols);
+      });
     }
   }
   return map;

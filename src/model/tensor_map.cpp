@@ -115,16 +115,14 @@ void BindTensors(const TensorMap& map, const TensorSource& source, const std::st
            ShapeString(found), ShapeString(expected));
     Tensor t = source.Load(name);
     if (spec.transposed) t = Transposed(t);
-    if (spec.copy_into) {
-      SS_ASSERT(spec.targets.size() == 1 && spec.targets[0]->numel() == t.numel());
-      std::memcpy(spec.targets[0]->data(), t.data(), sizeof(float) * t.numel());
-    } else if (spec.fused_rows.empty()) {
+    if (spec.fused_rows.empty()) {
       SS_ASSERT(spec.targets.size() == 1);
       *spec.targets[0] = t;
     } else {
       SplitFused(spec, t);
     }
   }
+  for (const auto& step : map.after_bind) step();
 }
 
 std::vector<std::pair<std::string, Tensor>> ExportTensors(const TensorMap& map, RopeKind model_rope,

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,7 @@ class TensorSource {
   // The tensor as float32 (converted or dequantised as the file requires).
   virtual Tensor Load(const std::string& name) const = 0;
   virtual const std::string& source() const = 0;  // file or directory, for error messages
+  virtual size_t count() const = 0;                // tensors in the source
 };
 
 struct TensorSpec {
@@ -47,9 +49,6 @@ struct TensorSpec {
   // > 0: the rows are q or k rows of this many heads in RoPE pair order; a writer permutes them
   // when the model's RoPE order differs from the file's (TensorMap::file_rope).
   int rope_heads = 0;
-  // The stored tensor is one slice of a larger member (one expert of a stacked (E, ...) tensor):
-  // the single target is a view that Bind copies into instead of replacing.
-  bool copy_into = false;
 };
 
 // A plain spec: one stored tensor, one member, no layout change.
@@ -60,8 +59,12 @@ struct TensorMap {
   // The RoPE pair order the file convention stores q/k rows for (HF: kHalf; GGUF llama:
   // kInterleaved, Meta's original order). kNone: never permute.
   RopeKind file_rope = RopeKind::kNone;
-  // Views that copy_into targets point to (a deque: growing it keeps the pointers valid).
+  // Per-expert tensors: views into stacked members (writing) or loaded slices that after_bind
+  // stacks (reading). A deque: growing it keeps the pointers in specs valid.
   std::deque<Tensor> slices;
+  // Run by BindTensors once every tensor is loaded (e.g. stacking experts), so that nothing is
+  // allocated from the config alone before the file has shown it holds that much data.
+  std::vector<std::function<void()>> after_bind;
 };
 
 // Fills `weights` (layers already sized to config.n_layers) from `source` with `map`. Throws
