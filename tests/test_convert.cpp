@@ -3,6 +3,7 @@
 // model files.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -156,6 +157,53 @@ TEST(Convert, HfToGgufToHfIsExact) {
   }
   EXPECT_EQ(test::MaxDiff(Logits(back, s.tokens), Logits(hf, s.tokens), "hf->gguf->hf logits"), 0.0);
   ExpectSameTokens(*s.tokenizer, *FindTokenizer(back, ""), "hf->gguf->hf tokenizer");
+}
+
+// The shipped llama.cpp vocabularies (SentencePiece llama-spm, byte-level gpt-2 and gpt-neox)
+// exported to tokenizer.json and to GGUF metadata: every llama.cpp test input encodes to the same
+// ids through the exported copies.
+TEST(Convert, ShippedVocabulariesExportWithIdenticalIds) {
+  for (const std::string vocab : {"llama-spm", "gpt-2", "gpt-neox"}) {
+    const std::string path = test::RepoPath("tests/data/tokenizers/ggml-vocab-" + vocab + ".gguf");
+    auto t0 = std::chrono::steady_clock::now();
+    auto lap = [&](const char* what) {
+      auto t1 = std::chrono::steady_clock::now();
+      std::printf("  %s %s: %.2f s\n", vocab.c_str(), what, std::chrono::duration<double>(t1 - t0).count());
+      t0 = t1;
+    };
+    auto original = LoadGgufTokenizer(GgufFile::Open(path));
+    lap("load");
+    const std::string dir = test::TempDir("convert_vocab_" + vocab);
+    WriteFileAtomic(dir + "/tokenizer.json", TokenizerJsonText(*original));
+    lap("export json");
+    auto from_json = LoadTokenizerJson(dir + "/tokenizer.json");
+    lap("load json");
+    GgufWriter w;
+    w.SetString("general.architecture", "llama");
+    AddGgufTokenizer(*original, w);
+    w.Write(dir + "/vocab.gguf");
+    lap("export gguf");
+    auto from_gguf = LoadGgufTokenizer(GgufFile::Open(dir + "/vocab.gguf"));
+    lap("load gguf");
+    // gpt-neox ships no .inp of its own: it runs on gpt-2's inputs.
+    const std::string inp = ReadFile(test::RepoPath("tests/data/tokenizers/ggml-vocab-" +
+                                                    (vocab == "gpt-neox" ? std::string("gpt-2") : vocab) + ".gguf.inp"));
+    const std::string sep = "\n__ggml_vocab_test__\n";
+    int cases = 0;
+    for (size_t pos = 0; pos < inp.size();) {
+      size_t end = inp.find(sep, pos);
+      if (end == std::string::npos) end = inp.size();
+      const std::string text = inp.substr(pos, end - pos);
+      pos = end + sep.size();
+      const std::vector<int> want = original->Encode(text, false);
+      EXPECT_EQ(from_json->Encode(text, false), want) << vocab << " tokenizer.json: " << text;
+      EXPECT_EQ(from_gguf->Encode(text, false), want) << vocab << " gguf: " << text;
+      ++cases;
+    }
+    std::printf("%s: %d test inputs encode identically through tokenizer.json and GGUF exports\n",
+                vocab.c_str(), cases);
+    EXPECT_GT(cases, 20);
+  }
 }
 
 // ---- Bad input -------------------------------------------------------------------------------

@@ -133,13 +133,18 @@ std::string TokenizerJsonText(const Tokenizer& tok) {
     root["post_processor"] = nullptr;
   }
   root["decoder"] = nullptr;
-  OrderedJson vocab = OrderedJson::object();
+  // The vocabulary object is serialised by hand: nlohmann's ordered_json looks keys up linearly,
+  // which makes a 50K-piece object quadratic to build.
+  std::unordered_map<std::string, int> seen;
+  std::string vocab = "{";
   for (int i = 0; i < n; ++i) {
-    if (vocab.contains(pieces[i]))
+    auto [it, fresh] = seen.emplace(pieces[i], i);
+    if (!fresh)
       Fail("tokenizer {}: piece \"{}\" appears twice (ids {} and {}); tokenizer.json cannot hold it",
-           m.source, pieces[i], vocab[pieces[i]].get<int>(), i);
-    vocab[pieces[i]] = i;
+           m.source, pieces[i], it->second, i);
+    vocab += (i ? ",\n  " : "\n  ") + OrderedJson(pieces[i]).dump() + ": " + std::to_string(i);
   }
+  vocab += "\n }";
   OrderedJson merges = OrderedJson::array();
   for (auto [a, b] : MergesOf(m, pieces)) merges.push_back({pieces[a], pieces[b]});
   OrderedJson model = {{"type", "BPE"}, {"dropout", nullptr}};
@@ -149,10 +154,14 @@ std::string TokenizerJsonText(const Tokenizer& tok) {
   model["fuse_unk"] = spm;
   model["byte_fallback"] = spm;
   model["ignore_merges"] = m.ignore_merges;
-  model["vocab"] = std::move(vocab);
+  const std::string kVocabSlot = "\x01vocab\x01";
+  model["vocab"] = kVocabSlot;
   model["merges"] = std::move(merges);
   root["model"] = std::move(model);
-  return root.dump(1) + "\n";
+  std::string text = root.dump(1) + "\n";
+  const std::string slot = OrderedJson(kVocabSlot).dump();
+  text.replace(text.find(slot), slot.size(), vocab);
+  return text;
 }
 
 void AddGgufTokenizer(const Tokenizer& tok, GgufWriter& w) {
