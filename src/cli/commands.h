@@ -18,6 +18,7 @@ void RegisterInspect(CLI::App& app);
 void RegisterGenerate(CLI::App& app);
 void RegisterPpl(CLI::App& app);
 void RegisterTokenize(CLI::App& app);
+void RegisterConvert(CLI::App& app);
 void RegisterTrain(CLI::App& app);
 void RegisterAnalyze(CLI::App& app);
 void RegisterStream(CLI::App& app);
