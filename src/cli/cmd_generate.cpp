@@ -55,6 +55,7 @@ void RegisterGenerate(CLI::App& app) {
       std::fflush(stdout);
     });
     std::fputc('\n', stdout);
+    std::fflush(stdout);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     Log(fmt::format("generated {} tokens in {:.3f} s ({:.0f} tokens/s)", out.size(), seconds,
                     out.size() / std::max(seconds, 1e-9)));

@@ -1,6 +1,7 @@
 #include "model/blocks.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include "kernels/ops.h"
@@ -37,7 +38,60 @@ void ApplyNorm(const ForwardContext& ctx, const Tensor& weight, const Tensor& bi
 
 static const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data(); }
 
+// Self-attention on a sink + ring streaming cache (ForwardRequest::stream; see model.h).
+static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) {
+  const ModelConfig& c = ctx.config;
+  const LayerWeights& w = ctx.model.weights.layers[layer];
+  const StreamLayout& layout = *ctx.request.stream;
+  RunState& s = ctx.state;
+  const int T = ctx.T, D = c.dim, H = c.n_heads, Hkv = c.n_kv_heads, Dh = c.head_dim;
+  const int kv_dim = c.kv_dim();
+  if (ctx.HookActive(HookPoint::kPattern, layer))
+    Fail("the attention pattern hook is not available on a streaming cache");
+  MatMul(in, w.wq.data(), OrNull(w.bq), s.q.data(), T, D, c.q_dim());
+  MatMul(in, w.wk.data(), OrNull(w.bk), s.k_new.data(), T, D, kv_dim);
+  MatMul(in, w.wv.data(), OrNull(w.bv), s.v_new.data(), T, D, kv_dim);
+  const bool has_sinks = layout.sinks > 0;
+  if (c.rope != RopeKind::kNone) {
+    // Stream indices fit in int for 2^31 tokens; beyond that the stream must be restarted.
+    std::vector<int> stream_pos(T);
+    for (int t = 0; t < T; ++t) {
+      const int64_t m = layout.first_index + t;
+      if (m > INT32_MAX) Fail("stream longer than 2^31 tokens");
+      stream_pos[t] = static_cast<int>(m);
+    }
+    if (has_sinks) {
+      std::copy(s.q.data(), s.q.data() + static_cast<int64_t>(T) * c.q_dim(), s.q_sink.data());
+      Rope(s.q_sink.data(), ctx.positions, H, Dh, c.rot_dim(), c.rope_theta, c.rope);
+    }
+    Rope(s.q.data(), stream_pos, H, Dh, c.rot_dim(), c.rope_theta, c.rope);
+    Rope(s.k_new.data(), stream_pos, Hkv, Dh, c.rot_dim(), c.rope_theta, c.rope);
+  } else if (has_sinks) {
+    std::copy(s.q.data(), s.q.data() + static_cast<int64_t>(T) * c.q_dim(), s.q_sink.data());
+  }
+  if (ctx.hooks) {
+    if (ctx.HookActive(HookPoint::kQ, layer)) ctx.RunHook(HookPoint::kQ, layer, s.q.data(), {T, H, Dh});
+    if (ctx.HookActive(HookPoint::kK, layer)) ctx.RunHook(HookPoint::kK, layer, s.k_new.data(), {T, Hkv, Dh});
+    if (ctx.HookActive(HookPoint::kV, layer)) ctx.RunHook(HookPoint::kV, layer, s.v_new.data(), {T, Hkv, Dh});
+  }
+  // Writing a new entry into its ring row evicts the entry ring tokens older; no query of this
+  // call can see that one because ring >= W - 1 + T.
+  for (int t = 0; t < T; ++t) {
+    const int row = layout.Row(layout.first_index + t);
+    std::copy(s.k_new.row(t), s.k_new.row(t) + kv_dim, ctx.cache.k[layer].row(row));
+    std::copy(s.v_new.row(t), s.v_new.row(t) + kv_dim, ctx.cache.v[layer].row(row));
+  }
+  SinkWindowAttention(s.q.data(), has_sinks ? s.q_sink.data() : s.q.data(),
+                      ctx.cache.k[layer].data(), ctx.cache.v[layer].data(), s.z.data(), T, H, Hkv,
+                      Dh, layout.sinks, layout.window, layout.ring, layout.first_index);
+  if (ctx.HookActive(HookPoint::kZ, layer)) ctx.RunHook(HookPoint::kZ, layer, s.z.data(), {T, H, Dh});
+  MatMul(s.z.data(), w.wo.data(), OrNull(w.bo), out, T, c.q_dim(), D);
+  if (ctx.HookActive(HookPoint::kAttnOut, layer))
+    ctx.RunHook(HookPoint::kAttnOut, layer, out, {T, D});
+}
+
 void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) {
+  if (ctx.request.stream) return StreamSelfAttention(ctx, layer, in, out);
   const ModelConfig& c = ctx.config;
   const LayerWeights& w = ctx.model.weights.layers[layer];
   RunState& s = ctx.state;
@@ -49,6 +103,16 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
   MatMul(in, w.wq.data(), OrNull(w.bq), s.q.data(), T, D, c.q_dim());
   MatMul(in, w.wk.data(), OrNull(w.bk), k_new, T, D, c.kv_dim());
   MatMul(in, w.wv.data(), OrNull(w.bv), v_new, T, D, c.kv_dim());
+  // Qwen3 q/k norm: RMSNorm over each head's Dh values (or over the whole projection when the
+  // weight is that wide), before RoPE.
+  if (!w.q_norm.empty()) {
+    const int n = static_cast<int>(w.q_norm.numel());
+    RmsNorm(s.q.data(), w.q_norm.data(), s.q.data(), T * c.q_dim() / n, n, c.norm_eps);
+  }
+  if (!w.k_norm.empty()) {
+    const int n = static_cast<int>(w.k_norm.numel());
+    RmsNorm(k_new, w.k_norm.data(), k_new, T * c.kv_dim() / n, n, c.norm_eps);
+  }
   Rope(s.q.data(), ctx.positions, H, Dh, c.rot_dim(), c.rope_theta, c.rope);
   Rope(k_new, ctx.positions, Hkv, Dh, c.rot_dim(), c.rope_theta, c.rope);
   if (ctx.hooks) {
@@ -103,6 +167,39 @@ void Mlp(ForwardContext& ctx, int layer, const float* in, float* out) {
     ActivationInPlace(s.hb.data(), static_cast<int64_t>(T) * F, c.act);
   }
   MatMul(s.hb.data(), w.w2.data(), OrNull(w.b2), out, T, F, D);
+  if (ctx.HookActive(HookPoint::kMlpOut, layer)) ctx.RunHook(HookPoint::kMlpOut, layer, out, {T, D});
+}
+
+void MoeFfn(ForwardContext& ctx, int layer, const float* in, float* out) {
+  const ModelConfig& c = ctx.config;
+  const LayerWeights& w = ctx.model.weights.layers[layer];
+  const int T = ctx.T, D = c.dim, F = c.hidden_dim, E = c.n_experts, k = c.n_experts_per_tok;
+  SS_ASSERT(E > 0 && k > 0 && k <= E);
+  std::vector<float> probs(E), gate(F), up(F), y(D);
+  std::vector<int> order(E);
+  for (int t = 0; t < T; ++t) {
+    const float* x = in + static_cast<int64_t>(t) * D;
+    float* o = out + static_cast<int64_t>(t) * D;
+    // Router: softmax over all E logits, keep the top k (lower index first on ties), optionally
+    // renormalised (Qwen3-MoE's norm_topk_prob).
+    MatMul(x, w.moe_router.data(), nullptr, probs.data(), 1, D, E);
+    Softmax(probs.data(), E);
+    for (int e = 0; e < E; ++e) order[e] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return probs[a] > probs[b]; });
+    float norm = 0.0f;
+    for (int j = 0; j < k; ++j) norm += probs[order[j]];
+    std::fill(o, o + D, 0.0f);
+    for (int j = 0; j < k; ++j) {
+      const int e = order[j];
+      const float weight = c.norm_topk_prob ? probs[e] / norm : probs[e];
+      MatMul(x, w.moe_w1.data() + static_cast<int64_t>(e) * F * D, nullptr, gate.data(), 1, D, F);
+      MatMul(x, w.moe_w3.data() + static_cast<int64_t>(e) * F * D, nullptr, up.data(), 1, D, F);
+      GatedActivation(gate.data(), up.data(), F, c.act);
+      MatMul(gate.data(), w.moe_w2.data() + static_cast<int64_t>(e) * D * F, nullptr, y.data(), 1,
+             F, D);
+      for (int d = 0; d < D; ++d) o[d] += weight * y[d];
+    }
+  }
   if (ctx.HookActive(HookPoint::kMlpOut, layer)) ctx.RunHook(HookPoint::kMlpOut, layer, out, {T, D});
 }
 
