@@ -402,3 +402,30 @@ TEST(Sampler, TopPKeepsOnlyTheNucleus) {
 
 }  // namespace
 }  // namespace ss
+
+namespace ss {
+namespace {
+
+TEST(Generate, GreedyStoryMatchesNaivePathTokenForToken) {
+  // 256 steps from BOS, greedy, with the fast path and with the independent naive path.
+  Model model = LoadStories();
+  GenerateOptions opt;
+  opt.steps = 256;
+  opt.sampler.temperature = 0.0f;
+  std::vector<int> fast = Generate(model, {1}, opt, nullptr);
+  NaiveLlama naive(model);
+  std::vector<int> slow;
+  int token = 1;
+  for (int pos = 1; pos < 256; ++pos) {
+    const auto& logits = naive.Step(token);
+    token = Argmax(logits.data(), model.config.vocab_size);
+    if (token == 1 || token == 2) break;
+    slow.push_back(token);
+  }
+  std::printf("greedy story: %zu tokens\n", fast.size());
+  EXPECT_EQ(fast.size(), 255u);
+  EXPECT_EQ(fast, slow);
+}
+
+}  // namespace
+}  // namespace ss

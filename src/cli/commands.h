@@ -4,17 +4,16 @@
 
 #include <CLI/CLI.hpp>
 
-#include <memory>
 #include <string>
-
-#include "model/weights.h"
-#include "tokenizer/tokenizer.h"
 
 namespace ss::cli {
 
 // Each verb adds its subcommand and a callback that does the work. Errors are thrown as ss::Error
 // and reported by main() as one line on stderr with exit code 1.
 void RegisterInspect(CLI::App& app);
+void RegisterGenerate(CLI::App& app);
+void RegisterPpl(CLI::App& app);
+void RegisterTokenize(CLI::App& app);
 void RegisterStream(CLI::App& app);
 void RegisterChat(CLI::App& app);
 
@@ -22,11 +21,5 @@ void RegisterChat(CLI::App& app);
 void Log(const std::string& line);
 // True when stderr is a terminal: progress lines are shown only then.
 bool StderrIsTerminal();
-
-// The tokenizer for a model: `tokenizer_path` if given, else one found beside the model
-// (tokenizer.json, the GGUF itself, tok<V>.bin or tokenizer.bin). Throws ss::Error naming --tokenizer.
-std::unique_ptr<Tokenizer> LoadTokenizerForModel(const std::string& model_path,
-                                                 const std::string& tokenizer_path,
-                                                 const Model& model);
 
 }  // namespace ss::cli

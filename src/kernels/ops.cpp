@@ -98,6 +98,14 @@ void Softmax(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] *= inv;
 }
 
+double TokenNll(const float* logits, int n, int target) {
+  double max_v = logits[0];
+  for (int i = 1; i < n; ++i) max_v = std::max<double>(max_v, logits[i]);
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i]) - max_v);
+  return std::log(sum) + max_v - logits[target];
+}
+
 float Silu(float x) { return x / (1.0f + std::exp(-x)); }
 float Gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
 float GeluTanh(float x) {

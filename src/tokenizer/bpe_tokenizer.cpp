@@ -1,6 +1,8 @@
 #include "tokenizer/bpe_tokenizer.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <queue>
 
 #include "common/error.h"
@@ -87,9 +89,9 @@ BpeTokenizer::BpeTokenizer(BpeModel model) : model_(std::move(model)) {
     }
   }
 
-  if (model_.scores.empty() && model_.merges.empty() && n > 1 &&
-      model_.kind == BpeModel::Kind::kByteLevel)
-    Fail("{}: a byte-level BPE vocabulary needs merges", src);
+  // A NaN score would break the heap's ordering: such a piece never wins a merge.
+  for (float& score : model_.scores)
+    if (std::isnan(score)) score = -std::numeric_limits<float>::infinity();
   merge_ranks_.reserve(model_.merges.size());
   for (size_t r = 0; r < model_.merges.size(); ++r) {
     auto [a, b] = model_.merges[r];
@@ -109,6 +111,20 @@ BpeTokenizer::BpeTokenizer(BpeModel model) : model_(std::move(model)) {
   std::stable_sort(model_.atomic_tokens.begin(), model_.atomic_tokens.end(), [&](int a, int b) {
     return model_.pieces[a].size() > model_.pieces[b].size();
   });
+
+  if (model_.kind == BpeModel::Kind::kSentencePiece && !model_.space_marker.empty()) {
+    const std::string& marker = model_.space_marker;
+    split_before_marker_ = true;
+    for (const std::string& piece : model_.pieces) {
+      for (size_t k = piece.find(marker, 1); k != std::string::npos; k = piece.find(marker, k + 1)) {
+        if (k < marker.size() || piece.compare(k - marker.size(), marker.size(), marker) != 0) {
+          split_before_marker_ = false;
+          break;
+        }
+      }
+      if (!split_before_marker_) break;
+    }
+  }
 
   decoded_.resize(n);
   for (int i = 0; i < n; ++i) {
@@ -252,14 +268,20 @@ void BpeTokenizer::EncodeSegment(std::string_view text, bool after_special,
       if (c == ' ') word += model_.space_marker;
       else word += c;
     }
-    if (!model_.split_on_space_marker) {
+    const std::string& marker = model_.space_marker;
+    if (!model_.split_on_space_marker && !split_before_marker_) {
       EncodeWord(word, out);
       return;
     }
-    const std::string& marker = model_.space_marker;
+    // Metaspace's split cuts before every marker; the optimisation only before a marker that
+    // follows another character (runs of markers stay together: "▁▁" is a piece).
     size_t start = 0;
     while (start < word.size()) {
       size_t next = word.find(marker, start + 1);
+      if (!model_.split_on_space_marker)
+        while (next != std::string::npos && next >= marker.size() &&
+               word.compare(next - marker.size(), marker.size(), marker) == 0)
+          next = word.find(marker, next + 1);
       if (next == std::string::npos) next = word.size();
       EncodeWord(word.substr(start, next - start), out);
       start = next;

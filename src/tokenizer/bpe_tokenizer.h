@@ -83,6 +83,11 @@ class BpeTokenizer : public Tokenizer {
   std::array<std::string, 256> byte_to_char_;  // byte-level: GPT-2 bytes_to_unicode
   std::unordered_map<uint32_t, uint8_t> char_to_byte_;
   std::vector<std::string> decoded_;  // bytes each token prints
+  // True if no piece has the space marker right after another character (only at its start or
+  // after more markers, as SentencePiece's split_by_whitespace guarantees). Then no merge can
+  // cross a "X▁" boundary, and the text is merged word by word: the same result, but with small
+  // heaps instead of one heap over a whole book.
+  bool split_before_marker_ = false;
 };
 
 }  // namespace ss
