@@ -14,6 +14,8 @@ void RegisterInspect(CLI::App& app);
 void RegisterGenerate(CLI::App& app);
 void RegisterPpl(CLI::App& app);
 void RegisterTokenize(CLI::App& app);
+void RegisterTrain(CLI::App& app);
+void RegisterAnalyze(CLI::App& app);
 void RegisterStream(CLI::App& app);
 void RegisterChat(CLI::App& app);
 

@@ -7,6 +7,8 @@ namespace ss {
 
 static const ArchEntry kArchitectures[] = {
     {"llama", "Llama 2/3, TinyLlama, llama2.c: RMSNorm, RoPE, GQA, SwiGLU", &ForwardLlama},
+    {"qwen3_moe", "Qwen3-MoE: Llama layout with per-head q/k RMSNorm and a top-k mixture-of-experts FFN",
+     &ForwardQwen3Moe},
 };
 
 std::span<const ArchEntry> Architectures() { return kArchitectures; }

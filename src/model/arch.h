@@ -22,5 +22,6 @@ std::span<const ArchEntry> Architectures();
 const ArchEntry& FindArchitecture(const std::string& name);
 
 void ForwardLlama(ForwardContext& ctx);
+void ForwardQwen3Moe(ForwardContext& ctx);
 
 }  // namespace ss

@@ -103,6 +103,16 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
   MatMul(in, w.wq.data(), OrNull(w.bq), s.q.data(), T, D, c.q_dim());
   MatMul(in, w.wk.data(), OrNull(w.bk), k_new, T, D, c.kv_dim());
   MatMul(in, w.wv.data(), OrNull(w.bv), v_new, T, D, c.kv_dim());
+  // Qwen3 q/k norm: RMSNorm over each head's Dh values (or over the whole projection when the
+  // weight is that wide), before RoPE.
+  if (!w.q_norm.empty()) {
+    const int n = static_cast<int>(w.q_norm.numel());
+    RmsNorm(s.q.data(), w.q_norm.data(), s.q.data(), T * c.q_dim() / n, n, c.norm_eps);
+  }
+  if (!w.k_norm.empty()) {
+    const int n = static_cast<int>(w.k_norm.numel());
+    RmsNorm(k_new, w.k_norm.data(), k_new, T * c.kv_dim() / n, n, c.norm_eps);
+  }
   Rope(s.q.data(), ctx.positions, H, Dh, c.rot_dim(), c.rope_theta, c.rope);
   Rope(k_new, ctx.positions, Hkv, Dh, c.rot_dim(), c.rope_theta, c.rope);
   if (ctx.hooks) {
@@ -160,6 +170,39 @@ void Mlp(ForwardContext& ctx, int layer, const float* in, float* out) {
   if (ctx.HookActive(HookPoint::kMlpOut, layer)) ctx.RunHook(HookPoint::kMlpOut, layer, out, {T, D});
 }
 
+void MoeFfn(ForwardContext& ctx, int layer, const float* in, float* out) {
+  const ModelConfig& c = ctx.config;
+  const LayerWeights& w = ctx.model.weights.layers[layer];
+  const int T = ctx.T, D = c.dim, F = c.hidden_dim, E = c.n_experts, k = c.n_experts_per_tok;
+  SS_ASSERT(E > 0 && k > 0 && k <= E);
+  std::vector<float> probs(E), gate(F), up(F), y(D);
+  std::vector<int> order(E);
+  for (int t = 0; t < T; ++t) {
+    const float* x = in + static_cast<int64_t>(t) * D;
+    float* o = out + static_cast<int64_t>(t) * D;
+    // Router: softmax over all E logits, keep the top k (lower index first on ties), optionally
+    // renormalised (Qwen3-MoE's norm_topk_prob).
+    MatMul(x, w.moe_router.data(), nullptr, probs.data(), 1, D, E);
+    Softmax(probs.data(), E);
+    for (int e = 0; e < E; ++e) order[e] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return probs[a] > probs[b]; });
+    float norm = 0.0f;
+    for (int j = 0; j < k; ++j) norm += probs[order[j]];
+    std::fill(o, o + D, 0.0f);
+    for (int j = 0; j < k; ++j) {
+      const int e = order[j];
+      const float weight = c.norm_topk_prob ? probs[e] / norm : probs[e];
+      MatMul(x, w.moe_w1.data() + static_cast<int64_t>(e) * F * D, nullptr, gate.data(), 1, D, F);
+      MatMul(x, w.moe_w3.data() + static_cast<int64_t>(e) * F * D, nullptr, up.data(), 1, D, F);
+      GatedActivation(gate.data(), up.data(), F, c.act);
+      MatMul(gate.data(), w.moe_w2.data() + static_cast<int64_t>(e) * D * F, nullptr, y.data(), 1,
+             F, D);
+      for (int d = 0; d < D; ++d) o[d] += weight * y[d];
+    }
+  }
+  if (ctx.HookActive(HookPoint::kMlpOut, layer)) ctx.RunHook(HookPoint::kMlpOut, layer, out, {T, D});
+}
+
 Tensor FinalLogits(ForwardContext& ctx) {
   const ModelConfig& c = ctx.config;
   RunState& s = ctx.state;
@@ -181,6 +224,7 @@ Tensor FinalLogits(ForwardContext& ctx) {
   if (mode == LogitsMode::kNone) return Tensor();
   const int out_first = mode == LogitsMode::kLast ? T - 1 : 0;
   const int out_rows = T - out_first;
+  if (s.logits.empty() || s.logits.dim(0) < out_rows) s.logits = Tensor::Zeros({out_rows, V});
   MatMul(s.xb.row(out_first), w.lm_head.data(), nullptr, s.logits.data(), out_rows, D, V);
   return s.logits.Rows(0, out_rows);
 }

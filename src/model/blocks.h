@@ -37,6 +37,9 @@ void ApplyNorm(const ForwardContext& ctx, const Tensor& weight, const Tensor& bi
 void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out);
 // MLP of layer `layer` on in (T, D); writes out (T, D).
 void Mlp(ForwardContext& ctx, int layer, const float* in, float* out);
+// Mixture-of-experts FFN of layer `layer` (Qwen3-MoE style: softmax router, top-k experts, each a
+// SwiGLU MLP) on in (T, D); writes out (T, D) (hook_mlp_out).
+void MoeFfn(ForwardContext& ctx, int layer, const float* in, float* out);
 // Final norm (ln_final.hook_normalized) and the LM head into state.logits.
 Tensor FinalLogits(ForwardContext& ctx);
 // x += y over (T, D).

@@ -14,7 +14,8 @@ int64_t Model::ParameterCount() const {
   for (const auto& l : weights.layers) {
     for (const Tensor* t : {&l.attn_norm, &l.attn_norm_bias, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq,
                             &l.bk, &l.bv, &l.bo, &l.ffn_norm, &l.ffn_norm_bias, &l.w1, &l.w2,
-                            &l.w3, &l.b1, &l.b2})
+                            &l.w3, &l.b1, &l.b2, &l.q_norm, &l.k_norm, &l.moe_router, &l.moe_w1,
+                            &l.moe_w2, &l.moe_w3})
       n += count(*t);
   }
   return n;
@@ -56,7 +57,9 @@ void RunState::Reserve(const ModelConfig& c, int T) {
   z = Tensor::Zeros({T, c.q_dim()});
   hb = Tensor::Zeros({T, c.hidden_dim});
   hb2 = Tensor::Zeros({T, c.hidden_dim});
-  logits = Tensor::Zeros({T, c.vocab_size});
+  // logits (T, V) are allocated by FinalLogits when a call asks for them: at long T with a large
+  // vocabulary they would be the biggest buffer of all (32768 x 50257 floats = 6.6 GB), and the
+  // analysis path (LogitsMode::kNone) never needs them.
   q_sink = Tensor::Zeros({T, c.q_dim()});
   k_new = Tensor::Zeros({T, c.kv_dim()});
   v_new = Tensor::Zeros({T, c.kv_dim()});

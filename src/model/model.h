@@ -87,7 +87,7 @@ struct RunState {
   Tensor z;           // (T, H * Dh) attention output per head, before the output projection
   Tensor hb;          // (T, F)
   Tensor hb2;         // (T, F)
-  Tensor logits;      // (T, V) or (1, V)
+  Tensor logits;      // (T, V) or (1, V), allocated on first use
   Tensor pattern;     // (H, T, S) only when a pattern hook is attached
   Tensor q_sink;      // (T, H * Dh) streaming only: the query rotated at its cache position
   Tensor k_new;       // (T, Hkv * Dh) streaming only: new keys before they go to their ring rows

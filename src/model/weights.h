@@ -25,6 +25,15 @@ struct LayerWeights {
   Tensor w2;              // (D, F)  down_proj
   Tensor w3;              // (F, D)  up_proj (gated MLP only)
   Tensor b1, b2;          // optional MLP biases
+  // Query/key RMSNorm applied before RoPE (Qwen3): a weight of size Dh shared by all heads, or of
+  // the whole projection width (H*Dh / Hkv*Dh). Empty: no q/k norm.
+  Tensor q_norm;          // (Dh) or (H * Dh)
+  Tensor k_norm;          // (Dh) or (Hkv * Dh)
+  // Mixture-of-experts FFN (replaces w1/w2/w3 when config.n_experts > 0).
+  Tensor moe_router;      // (E, D)  router logits = x W^T
+  Tensor moe_w1;          // (E, F, D)  per-expert gate_proj
+  Tensor moe_w2;          // (E, D, F)  per-expert down_proj
+  Tensor moe_w3;          // (E, F, D)  per-expert up_proj
 };
 
 struct ModelWeights {

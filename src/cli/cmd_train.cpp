@@ -1,0 +1,112 @@
+// sinkscope train: pretrain a small Llama-style (or Qwen3-MoE-style) model from scratch with sink
+// telemetry (docs/TRAINING.md). Under mpirun it trains data-parallel.
+#include <filesystem>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "train/checkpoint.h"
+#include "train/comm.h"
+#include "train/trainer.h"
+
+namespace ss::cli {
+
+namespace {
+
+struct TrainFlags {
+  std::string config_path, preset, out, resume, eval_dir;
+  std::vector<std::string> sets;
+  int steps = -1, threads = -1, batch = -1, seq_len = -1, eval_every = -1, checkpoint_every = -1;
+  int stop_after = 0, eval_batches = 2;
+  double lr = -1;
+  int64_t seed = -1;
+  std::string corpus;
+  bool bos = false, no_bos = false;
+};
+
+void RunTrain(const TrainFlags& f) {
+  using namespace ss::train;
+  if (!f.eval_dir.empty()) {
+    const std::string dir = FindCheckpoint(f.eval_dir);
+    const double loss = EvaluateCheckpoint(dir, f.eval_batches);
+    fmt::print("{}\tval_loss\t{:.9g}\n", dir, loss);
+    return;
+  }
+  TrainConfig c;
+  if (!f.config_path.empty() && !f.preset.empty()) Fail("--config and --preset: give one, not both");
+  if (!f.config_path.empty()) {
+    c = LoadTrainConfig(f.config_path);
+  } else if (!f.preset.empty()) {
+    c = Preset(f.preset);
+  } else if (!f.resume.empty()) {
+    c = ReadCheckpointConfig(FindCheckpoint(f.resume));  // continue with the checkpoint's settings
+  } else {
+    Fail("train: give --config FILE or --preset NAME (presets: {}) or --resume DIR",
+         fmt::join(PresetNames(), ", "));
+  }
+  // --set key=value (value as JSON, or a bare string), then the named overrides.
+  nlohmann::json overrides = nlohmann::json::object();
+  for (const std::string& s : f.sets) {
+    const auto eq = s.find('=');
+    if (eq == std::string::npos) Fail("--set: expected key=value, found '{}'", s);
+    const std::string key = s.substr(0, eq), value = s.substr(eq + 1);
+    auto parsed = nlohmann::json::parse(value, nullptr, false);
+    overrides[key] = parsed.is_discarded() ? nlohmann::json(value) : parsed;
+  }
+  if (f.steps >= 0) overrides["steps"] = f.steps;
+  if (f.threads >= 0) overrides["threads"] = f.threads;
+  if (f.batch >= 0) overrides["batch_size"] = f.batch;
+  if (f.seq_len >= 0) overrides["seq_len"] = f.seq_len;
+  if (f.eval_every >= 0) overrides["eval_every"] = f.eval_every;
+  if (f.checkpoint_every >= 0) overrides["checkpoint_every"] = f.checkpoint_every;
+  if (f.lr >= 0) overrides["lr"] = f.lr;
+  if (f.seed >= 0) overrides["seed"] = f.seed;
+  if (!f.corpus.empty()) overrides["corpus"] = f.corpus;
+  if (f.bos) overrides["bos"] = true;
+  if (f.no_bos) overrides["bos"] = false;
+  if (!f.out.empty()) overrides["out"] = f.out;
+  else if (!f.resume.empty()) {
+    // Continue writing where the checkpoint lives.
+    std::string dir = FindCheckpoint(f.resume);
+    overrides["out"] = std::filesystem::path(dir).parent_path().string();
+  }
+  ApplyJson(c, overrides, "command line");
+  TrainerOptions options;
+  options.resume = f.resume;
+  options.stop_after = f.stop_after;
+  const TrainResult r = RunTraining(c, options);
+  if (Comm::World().is_root())
+    fmt::print("steps\t{}\nval_loss\t{:.6g}\ntokens_per_s\t{:.0f}\ncheckpoint\t{}\n", r.end_step,
+               r.val_loss, r.tokens_per_second, r.last_checkpoint);
+}
+
+}  // namespace
+
+void RegisterTrain(CLI::App& app) {
+  auto flags = std::make_shared<TrainFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "train", "Pretrain a small Llama-style or MoE model with sink telemetry (mpirun: data-parallel)");
+  cmd->add_option("--config", flags->config_path, "JSON config file (flat keys, see docs/TRAINING.md)");
+  cmd->add_option("--preset", flags->preset, "quick | bigram-backcopy | bigram-backcopy-nobos | text | moe-quick");
+  cmd->add_option("--out", flags->out, "Run directory (checkpoints step-<N>/, telemetry.jsonl)");
+  cmd->add_option("--resume", flags->resume, "Continue from a run directory (newest checkpoint) or step-<N>");
+  cmd->add_option("--set", flags->sets, "Override any config key: --set dim=128 --set data=text");
+  cmd->add_option("--steps", flags->steps, "Total optimiser steps");
+  cmd->add_option("--lr", flags->lr, "Peak learning rate");
+  cmd->add_option("--seed", flags->seed, "Seed (init and data order)");
+  cmd->add_option("--threads", flags->threads, "Threads for OpenMP and OpenBLAS (0: default)");
+  cmd->add_option("--batch", flags->batch, "Global batch size B (sequences)");
+  cmd->add_option("--seq-len", flags->seq_len, "Sequence length T");
+  cmd->add_option("--eval-every", flags->eval_every, "Steps between evaluations");
+  cmd->add_option("--checkpoint-every", flags->checkpoint_every, "Steps between checkpoints");
+  cmd->add_option("--corpus", flags->corpus, "Text corpus (data \"text\")");
+  cmd->add_flag("--bos", flags->bos, "BOS at position 0 / windows at document starts");
+  cmd->add_flag("--no-bos", flags->no_bos, "No BOS: position 0 is an arbitrary token");
+  cmd->add_option("--stop-after", flags->stop_after, "Stop after this step without a final checkpoint (testing)");
+  cmd->add_option("--eval", flags->eval_dir, "Only evaluate a checkpoint through the analysis forward pass");
+  cmd->add_option("--eval-batches", flags->eval_batches, "Validation batches for --eval");
+  cmd->callback([flags] { RunTrain(*flags); });
+}
+
+}  // namespace ss::cli

@@ -1,0 +1,266 @@
+// Forward and backward of every op the trainer uses, templated on the scalar type so that the
+// same code runs in float (training) and in double (finite-difference gradient checks,
+// tests/test_train_grad.cpp). Shapes use the legend in tensor/tensor.h with N = B * T rows.
+//
+// Backward conventions: "dx +=" accumulates into dx (residual-stream gradients add up), "dx ="
+// overwrites; parameter gradients always accumulate (dW +=). Every loop that writes an output is
+// either serial or parallel over distinct outputs, so results are bit-identical for a given thread
+// count (the OpenBLAS gemm is deterministic for a fixed thread count as well).
+#pragma once
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/kinds.h"
+
+namespace ss::train {
+
+// ---- C (M, N) = alpha op(A) op(B) + beta C, row-major.
+inline void Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                 const float* B, float beta, float* C) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, trans_a ? M : K, B,
+              trans_b ? K : N, beta, C, N);
+}
+inline void Gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A,
+                 const double* B, double beta, double* C) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, trans_a ? M : K, B,
+              trans_b ? K : N, beta, C, N);
+}
+
+// ---- Linear: y (N, out) = x (N, in) W^T, W (out, in) as nn.Linear stores it.
+template <typename Real>
+void LinearForward(const Real* x, const Real* w, Real* y, int N, int in, int out) {
+  Gemm(false, true, N, out, in, Real(1), x, w, Real(0), y);
+}
+// dx (N, in) = dy W (overwritten, or added when accumulate); dW (out, in) += dy^T x.
+template <typename Real>
+void LinearBackward(const Real* dy, const Real* x, const Real* w, Real* dx, Real* dw, int N, int in,
+                    int out, bool accumulate_dx = false) {
+  if (dx) Gemm(false, false, N, in, out, Real(1), dy, w, accumulate_dx ? Real(1) : Real(0), dx);
+  Gemm(true, false, out, in, N, Real(1), dy, x, Real(1), dw);
+}
+
+// ---- RMSNorm (Zhang & Sennrich 2019): y = x * r * w, r = (mean(x^2) + eps)^(-1/2).
+template <typename Real>
+void RmsNormForward(const Real* x, const Real* w, Real* y, Real* rstd, int N, int D, float eps) {
+#pragma omp parallel for schedule(static) if (N * D > 65536)
+  for (int n = 0; n < N; ++n) {
+    const Real* xr = x + int64_t(n) * D;
+    Real* yr = y + int64_t(n) * D;
+    Real ss = 0;
+    for (int i = 0; i < D; ++i) ss += xr[i] * xr[i];
+    const Real r = Real(1) / std::sqrt(ss / D + Real(eps));
+    rstd[n] = r;
+    for (int i = 0; i < D; ++i) yr[i] = xr[i] * r * w[i];
+  }
+}
+// dx_i += r (dy_i w_i) - r^3 / D * x_i * sum_j dy_j w_j x_j;   dw_i += sum_n dy_i x_i r.
+template <typename Real>
+void RmsNormBackward(const Real* dy, const Real* x, const Real* w, const Real* rstd, Real* dx,
+                     Real* dw, int N, int D) {
+#pragma omp parallel for schedule(static) if (N * D > 65536)
+  for (int n = 0; n < N; ++n) {
+    const Real* xr = x + int64_t(n) * D;
+    const Real* dyr = dy + int64_t(n) * D;
+    Real* dxr = dx + int64_t(n) * D;
+    const Real r = rstd[n];
+    Real dot = 0;
+    for (int i = 0; i < D; ++i) dot += dyr[i] * w[i] * xr[i];
+    const Real c = r * r * r * dot / D;
+    for (int i = 0; i < D; ++i) dxr[i] += r * dyr[i] * w[i] - c * xr[i];
+  }
+  for (int n = 0; n < N; ++n) {  // serial: a fixed summation order over rows
+    const Real* xr = x + int64_t(n) * D;
+    const Real* dyr = dy + int64_t(n) * D;
+    const Real r = rstd[n];
+    for (int i = 0; i < D; ++i) dw[i] += dyr[i] * xr[i] * r;
+  }
+}
+
+// ---- RoPE on x (N, heads * Dh), row n at position n % T. A rotation of each pair by angle
+// pos * theta^(-2i/Dh) (Su et al. 2021, eq. 34); the backward pass rotates by the negative angle
+// (the transpose of a rotation is its inverse).
+struct RopeTable {
+  int T = 0, half = 0;
+  std::vector<double> cos_v, sin_v;  // (T, Dh/2), angles computed in double as kernels/ops.cpp does
+  RopeTable(int T_, int head_dim, float theta) : T(T_), half(head_dim / 2) {
+    cos_v.resize(size_t(T) * half);
+    sin_v.resize(size_t(T) * half);
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < half; ++i) {
+        const double freq = std::pow(static_cast<double>(theta), -2.0 * i / (2 * half));
+        cos_v[size_t(t) * half + i] = static_cast<float>(std::cos(t * freq));
+        sin_v[size_t(t) * half + i] = static_cast<float>(std::sin(t * freq));
+      }
+  }
+};
+template <typename Real>
+void RopeApply(Real* x, const RopeTable& table, int N, int heads, int head_dim, RopeKind kind,
+               bool inverse) {
+  if (kind == RopeKind::kNone) return;
+  const int half = head_dim / 2;
+#pragma omp parallel for schedule(static) if (int64_t(N) * heads * head_dim > 65536)
+  for (int n = 0; n < N; ++n) {
+    const int t = n % table.T;
+    for (int h = 0; h < heads; ++h) {
+      Real* v = x + (int64_t(n) * heads + h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const Real c = static_cast<Real>(table.cos_v[size_t(t) * half + i]);
+        const Real s = inverse ? -static_cast<Real>(table.sin_v[size_t(t) * half + i])
+                               : static_cast<Real>(table.sin_v[size_t(t) * half + i]);
+        const int a = kind == RopeKind::kInterleaved ? 2 * i : i;
+        const int b = kind == RopeKind::kInterleaved ? 2 * i + 1 : i + half;
+        const Real x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+// General matrix product with leading dimensions (sub-blocks of wider row-major arrays).
+inline void GemmLd(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                   const float* B, int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+inline void GemmLd(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda,
+                   const double* B, int ldb, double beta, double* C, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// ---- Causal grouped-query self-attention over B sequences of T tokens.
+//   q (N, H*Dh) rotated; k, v (N, Hkv*Dh); probs (B, H, T, T) saved (0 above the diagonal);
+//   z (N, H*Dh). Head h reads kv head h / (H / Hkv).
+// Per (sequence, head) three small GEMMs: S = q k^T / sqrt(Dh) (T, T), causal softmax, z = P v.
+// Computing the masked upper triangle too costs 2x the FLOPs of a causal loop but runs at BLAS
+// speed, several times faster than scalar loops at these head sizes. Inside the parallel region
+// OpenBLAS (OpenMP build) runs each call single-threaded.
+template <typename Real>
+void AttentionForward(const Real* q, const Real* k, const Real* v, Real* probs, Real* z, int B,
+                      int T, int H, int Hkv, int Dh) {
+  const int group = H / Hkv, qd = H * Dh, kvd = Hkv * Dh;
+  const Real scale = Real(1) / std::sqrt(static_cast<Real>(Dh));
+#pragma omp parallel for schedule(static) if (int64_t(B) * H * T * T * Dh > 65536)
+  for (int bh = 0; bh < B * H; ++bh) {
+    const int b = bh / H, h = bh % H, kh = h / group;
+    const Real* qb = q + int64_t(b) * T * qd + h * Dh;
+    const Real* kb = k + int64_t(b) * T * kvd + kh * Dh;
+    const Real* vb = v + int64_t(b) * T * kvd + kh * Dh;
+    Real* P = probs + int64_t(bh) * T * T;
+    GemmLd(false, true, T, T, Dh, scale, qb, qd, kb, kvd, Real(0), P, T);
+    for (int t = 0; t < T; ++t) {
+      Real* p = P + int64_t(t) * T;
+      Real mx = p[0];
+      for (int j = 1; j <= t; ++j) mx = std::max(mx, p[j]);
+      Real sum = 0;
+      for (int j = 0; j <= t; ++j) {
+        p[j] = std::exp(p[j] - mx);
+        sum += p[j];
+      }
+      const Real inv = Real(1) / sum;
+      for (int j = 0; j <= t; ++j) p[j] *= inv;
+      for (int j = t + 1; j < T; ++j) p[j] = 0;
+    }
+    GemmLd(false, false, T, Dh, T, Real(1), P, T, vb, kvd, Real(0), z + int64_t(b) * T * qd + h * Dh, qd);
+  }
+}
+// dP = dz v^T;  dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij');  dq = scale dS k;
+// dk = scale sum_heads dS^T q;  dv = sum_heads P^T dz.  dq, dk, dv are overwritten.
+// Parallel over (sequence, kv head): the heads of one group write the same dk/dv rows, so they
+// run in one task in a fixed order.
+template <typename Real>
+void AttentionBackward(const Real* dz, const Real* q, const Real* k, const Real* v,
+                       const Real* probs, Real* dq, Real* dk, Real* dv, int B, int T, int H,
+                       int Hkv, int Dh) {
+  const int group = H / Hkv, qd = H * Dh, kvd = Hkv * Dh;
+  const Real scale = Real(1) / std::sqrt(static_cast<Real>(Dh));
+#pragma omp parallel for schedule(static) if (int64_t(B) * H * T * T * Dh > 65536)
+  for (int bk = 0; bk < B * Hkv; ++bk) {
+    const int b = bk / Hkv, kh = bk % Hkv;
+    std::vector<Real> dS(size_t(T) * T);
+    const Real* kb = k + int64_t(b) * T * kvd + kh * Dh;
+    const Real* vb = v + int64_t(b) * T * kvd + kh * Dh;
+    Real* dkb = dk + int64_t(b) * T * kvd + kh * Dh;
+    Real* dvb = dv + int64_t(b) * T * kvd + kh * Dh;
+    for (int h = kh * group; h < (kh + 1) * group; ++h) {
+      const Real* P = probs + (int64_t(b) * H + h) * T * T;
+      const Real* dzb = dz + int64_t(b) * T * qd + h * Dh;
+      const Real* qb = q + int64_t(b) * T * qd + h * Dh;
+      const Real first = h == kh * group ? Real(0) : Real(1);  // overwrite, then accumulate
+      GemmLd(true, false, T, Dh, T, Real(1), P, T, dzb, qd, first, dvb, kvd);
+      GemmLd(false, true, T, T, Dh, Real(1), dzb, qd, vb, kvd, Real(0), dS.data(), T);
+      for (int t = 0; t < T; ++t) {
+        const Real* p = P + int64_t(t) * T;
+        Real* ds = dS.data() + int64_t(t) * T;
+        Real sum = 0;
+        for (int j = 0; j <= t; ++j) sum += p[j] * ds[j];
+        for (int j = 0; j <= t; ++j) ds[j] = p[j] * (ds[j] - sum);
+        for (int j = t + 1; j < T; ++j) ds[j] = 0;
+      }
+      GemmLd(false, false, T, Dh, T, scale, dS.data(), T, kb, kvd, Real(0),
+             dq + int64_t(b) * T * qd + h * Dh, qd);
+      GemmLd(true, false, T, Dh, T, scale, dS.data(), T, qb, qd, first, dkb, kvd);
+    }
+  }
+}
+
+// ---- SwiGLU (Shazeer 2020): g = silu(a) * u.  da = dg * u * silu'(a), du = dg * silu(a),
+// silu'(a) = s (1 + a (1 - s)), s = sigmoid(a).
+template <typename Real>
+void SwigluForward(const Real* a, const Real* u, Real* g, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) g[i] = a[i] / (Real(1) + std::exp(-a[i])) * u[i];
+}
+template <typename Real>
+void SwigluBackward(const Real* dg, const Real* a, const Real* u, Real* da, Real* du, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const Real s = Real(1) / (Real(1) + std::exp(-a[i]));
+    da[i] = dg[i] * u[i] * s * (Real(1) + a[i] * (Real(1) - s));
+    du[i] = dg[i] * a[i] * s;
+  }
+}
+
+// ---- Softmax cross-entropy, mean over the N rows. Turns logits (N, V) into probabilities in
+// place and returns the mean of -log p[target]; the sum runs serially in double.
+template <typename Real>
+double CrossEntropyForward(Real* logits, const int* targets, int N, int V) {
+  std::vector<double> nll(N);
+#pragma omp parallel for schedule(static) if (int64_t(N) * V > 65536)
+  for (int n = 0; n < N; ++n) {
+    Real* row = logits + int64_t(n) * V;
+    const Real mx = *std::max_element(row, row + V);
+    Real sum = 0;
+    for (int i = 0; i < V; ++i) {
+      row[i] = std::exp(row[i] - mx);
+      sum += row[i];
+    }
+    const Real inv = Real(1) / sum;
+    for (int i = 0; i < V; ++i) row[i] *= inv;
+    nll[n] = -std::log(static_cast<double>(row[targets[n]]));
+  }
+  double total = 0;
+  for (double x : nll) total += x;
+  return total / N;
+}
+// dlogits (N, V) = (p - onehot(target)) * scale, in place on the probabilities.
+template <typename Real>
+void CrossEntropyBackward(Real* probs, const int* targets, int N, int V, Real scale) {
+#pragma omp parallel for schedule(static) if (int64_t(N) * V > 65536)
+  for (int n = 0; n < N; ++n) {
+    Real* row = probs + int64_t(n) * V;
+    row[targets[n]] -= Real(1);
+    for (int i = 0; i < V; ++i) row[i] *= scale;
+  }
+}
+
+}  // namespace ss::train

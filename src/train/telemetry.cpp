@@ -1,0 +1,79 @@
+#include "train/telemetry.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ss::train {
+
+SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector<int>>& sequences,
+                               double eps) {
+  const ModelConfig& c = model.config;
+  const int L = c.n_layers, H = c.n_heads;
+  SinkProfile p;
+  p.alpha0_heads.assign(L, std::vector<double>(H, 0.0));
+  std::vector<std::vector<double>> alpha1(L, std::vector<double>(H, 0.0));
+  p.p0_norm_ratio.assign(L, 0.0);
+  RunState state;
+  for (const auto& seq : sequences) {
+    const int T = static_cast<int>(seq.size());
+    KVCache cache = KVCache::Create(c, T);
+    AttnStatsBuffers stats;
+    stats.first_k = 2;
+    Hooks hooks;
+    hooks.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& x) {
+      std::vector<double> norms(T);
+      for (int t = 0; t < T; ++t) {
+        double s = 0;
+        for (int d = 0; d < c.dim; ++d) s += double(x.row(t)[d]) * x.row(t)[d];
+        norms[t] = std::sqrt(s);
+      }
+      std::vector<double> rest(norms.begin() + 1, norms.end());
+      std::nth_element(rest.begin(), rest.begin() + rest.size() / 2, rest.end());
+      double median = rest[rest.size() / 2];
+      if (rest.size() % 2 == 0) {
+        const double lower = *std::max_element(rest.begin(), rest.begin() + rest.size() / 2);
+        median = 0.5 * (median + lower);
+      }
+      p.p0_norm_ratio[ctx.layer] += norms[0] / std::max(median, 1e-30);
+    });
+    ForwardRequest req;
+    req.tokens = seq;
+    req.logits = LogitsMode::kNone;
+    req.hooks = &hooks;
+    req.stats = &stats;
+    Forward(model, cache, state, req);
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < H; ++h) {
+        double a0 = 0, a1 = 0;
+        for (int t = 0; t < T; ++t) {
+          const float* fk = stats.first_k_probs.data() + ((int64_t(l) * H + h) * T + t) * 2;
+          a0 += fk[0];
+          if (t >= 1) a1 += fk[1];
+        }
+        p.alpha0_heads[l][h] += a0 / T;
+        alpha1[l][h] += T > 1 ? a1 / (T - 1) : 0.0;
+      }
+  }
+  const double n = std::max<size_t>(1, sequences.size());
+  for (int l = 0; l < L; ++l) {
+    double rate = 0, m0 = 0, m1 = 0;
+    for (int h = 0; h < H; ++h) {
+      p.alpha0_heads[l][h] /= n;
+      rate += p.alpha0_heads[l][h] > eps;
+      m0 += p.alpha0_heads[l][h];
+      m1 += alpha1[l][h] / n;
+    }
+    p.sink_rate.push_back(rate / H);
+    p.alpha0.push_back(m0 / H);
+    p.alpha1.push_back(m1 / H);
+    p.p0_norm_ratio[l] /= n;
+  }
+  return p;
+}
+
+nlohmann::json ToJson(const SinkProfile& p) {
+  return {{"sink_rate", p.sink_rate}, {"alpha0", p.alpha0}, {"alpha1", p.alpha1},
+          {"p0_norm_ratio", p.p0_norm_ratio}, {"alpha0_heads", p.alpha0_heads}};
+}
+
+}  // namespace ss::train

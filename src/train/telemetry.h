@@ -1,0 +1,31 @@
+// The sink profile measured during training, on the exported model through the analysis forward
+// pass (ss::Forward with fused attention statistics and a residual hook), with DESIGN.md's
+// definitions:
+//   alpha_k^{l,h} = mean over queries i in [k, T-1] of A^{l,h}[i, k], averaged over the sequences;
+//   sink rate of layer l = share of its heads with alpha_0 > eps (0.3);
+//   P0 norm ratio of layer l = ||h_0^l|| / median_{i>=1} ||h_i^l||, h^l the residual after block l,
+//   averaged over the sequences.
+// A small self-contained version: the analysis library (another branch) will own the full metric
+// set; this should be unified with it once merged.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "model/model.h"
+
+namespace ss::train {
+
+struct SinkProfile {
+  std::vector<double> sink_rate;      // (L)
+  std::vector<double> alpha0;         // (L) mean over heads
+  std::vector<double> alpha1;         // (L)
+  std::vector<double> p0_norm_ratio;  // (L)
+  std::vector<std::vector<double>> alpha0_heads;  // (L, H)
+};
+
+SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector<int>>& sequences,
+                               double eps = 0.3);
+nlohmann::json ToJson(const SinkProfile& profile);
+
+}  // namespace ss::train

@@ -1,0 +1,210 @@
+// Finite-difference gradient checks of the trainer in float64 (TESTING: STYLE.md #9): every op on
+// its own, then the whole model (dense and MoE) against central differences of its loss. Each
+// check prints the largest relative error |analytic - numeric| / max(|analytic|, |numeric|, 1e-6).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "train/grad_ops.h"
+#include "train/rng.h"
+#include "train/train_model.h"
+
+namespace ss::train {
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec Random(size_t n, Rng& rng, double scale = 1.0) {
+  Vec v(n);
+  for (auto& x : v) x = rng.Normal() * scale;
+  return v;
+}
+
+double Dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Relative errors of gradients much smaller than the tensor's largest are dominated by the
+// finite-difference round-off (about 1e-11 absolute), so the denominator is floored at this share
+// of the tensor's largest gradient.
+constexpr double kFloor = 1e-3;
+
+// Compares `analytic` with central differences of `loss` w.r.t. `x`; returns the max relative error.
+double CheckGrad(const std::string& label, Vec& x, const Vec& analytic,
+                 const std::function<double()>& loss, double h = 1e-5) {
+  double worst = 0, worst_abs = 0, scale = 0;
+  for (double g : analytic) scale = std::max(scale, std::abs(g));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double keep = x[i];
+    x[i] = keep + h;
+    const double up = loss();
+    x[i] = keep - h;
+    const double down = loss();
+    x[i] = keep;
+    const double numeric = (up - down) / (2 * h);
+    const double diff = std::abs(numeric - analytic[i]);
+    const double rel = diff / std::max({std::abs(numeric), std::abs(analytic[i]), kFloor * scale});
+    worst = std::max(worst, rel);
+    worst_abs = std::max(worst_abs, diff);
+  }
+  std::printf("%s: max rel err %.3g (max abs %.3g) over %zu values\n", label.c_str(), worst, worst_abs,
+              x.size());
+  return worst;
+}
+
+constexpr double kOpTol = 1e-6;
+
+TEST(TrainGradOps, Linear) {
+  Rng rng(1);
+  const int N = 5, in = 4, out = 3;
+  Vec x = Random(N * in, rng), w = Random(out * in, rng), r = Random(N * out, rng);
+  auto loss = [&] { Vec y(N * out); LinearForward(x.data(), w.data(), y.data(), N, in, out); return Dot(y, r); };
+  Vec dx(N * in), dw(out * in, 0.0);
+  LinearBackward(r.data(), x.data(), w.data(), dx.data(), dw.data(), N, in, out);
+  EXPECT_LT(CheckGrad("linear dx", x, dx, loss), kOpTol);
+  EXPECT_LT(CheckGrad("linear dW", w, dw, loss), kOpTol);
+}
+
+TEST(TrainGradOps, RmsNorm) {
+  Rng rng(2);
+  const int N = 4, D = 6;
+  Vec x = Random(N * D, rng), w = Random(D, rng), r = Random(N * D, rng);
+  auto loss = [&] { Vec y(N * D), s(N); RmsNormForward(x.data(), w.data(), y.data(), s.data(), N, D, 1e-5f); return Dot(y, r); };
+  Vec y(N * D), s(N), dx(N * D, 0.0), dw(D, 0.0);
+  RmsNormForward(x.data(), w.data(), y.data(), s.data(), N, D, 1e-5f);
+  RmsNormBackward(r.data(), x.data(), w.data(), s.data(), dx.data(), dw.data(), N, D);
+  EXPECT_LT(CheckGrad("rmsnorm dx", x, dx, loss), kOpTol);
+  EXPECT_LT(CheckGrad("rmsnorm dw", w, dw, loss), kOpTol);
+}
+
+TEST(TrainGradOps, Rope) {
+  for (RopeKind kind : {RopeKind::kInterleaved, RopeKind::kHalf}) {
+    Rng rng(3);
+    const int B = 2, T = 5, heads = 2, Dh = 8, N = B * T;
+    RopeTable table(T, Dh, 10000.0f);
+    Vec x = Random(N * heads * Dh, rng), r = Random(N * heads * Dh, rng);
+    auto loss = [&] { Vec y = x; RopeApply(y.data(), table, N, heads, Dh, kind, false); return Dot(y, r); };
+    Vec dx = r;
+    RopeApply(dx.data(), table, N, heads, Dh, kind, true);
+    EXPECT_LT(CheckGrad(kind == RopeKind::kHalf ? "rope(half) dx" : "rope(interleaved) dx", x, dx, loss), kOpTol);
+  }
+}
+
+TEST(TrainGradOps, Attention) {
+  Rng rng(4);
+  const int B = 2, T = 5, H = 4, Hkv = 2, Dh = 4, N = B * T;
+  Vec q = Random(N * H * Dh, rng), k = Random(N * Hkv * Dh, rng), v = Random(N * Hkv * Dh, rng);
+  Vec r = Random(N * H * Dh, rng);
+  auto loss = [&] {
+    Vec p(B * H * T * T), z(N * H * Dh);
+    AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh);
+    return Dot(z, r);
+  };
+  Vec p(B * H * T * T), z(N * H * Dh), dq(q.size()), dk(k.size()), dv(v.size());
+  AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh);
+  AttentionBackward(r.data(), q.data(), k.data(), v.data(), p.data(), dq.data(), dk.data(), dv.data(), B, T, H, Hkv, Dh);
+  EXPECT_LT(CheckGrad("attention dq", q, dq, loss), kOpTol);
+  EXPECT_LT(CheckGrad("attention dk", k, dk, loss), kOpTol);
+  EXPECT_LT(CheckGrad("attention dv", v, dv, loss), kOpTol);
+}
+
+TEST(TrainGradOps, Swiglu) {
+  Rng rng(5);
+  const int n = 20;
+  Vec a = Random(n, rng, 2.0), u = Random(n, rng), r = Random(n, rng);
+  auto loss = [&] { Vec g(n); SwigluForward(a.data(), u.data(), g.data(), n); return Dot(g, r); };
+  Vec da(n), du(n);
+  SwigluBackward(r.data(), a.data(), u.data(), da.data(), du.data(), n);
+  EXPECT_LT(CheckGrad("swiglu da", a, da, loss), kOpTol);
+  EXPECT_LT(CheckGrad("swiglu du", u, du, loss), kOpTol);
+}
+
+TEST(TrainGradOps, CrossEntropy) {
+  Rng rng(6);
+  const int N = 4, V = 7;
+  Vec logits = Random(N * V, rng, 2.0);
+  std::vector<int> targets = {0, 3, 6, 2};
+  auto loss = [&] { Vec l = logits; return CrossEntropyForward(l.data(), targets.data(), N, V); };
+  Vec p = logits;
+  CrossEntropyForward(p.data(), targets.data(), N, V);
+  CrossEntropyBackward(p.data(), targets.data(), N, V, 1.0 / N);
+  EXPECT_LT(CheckGrad("cross-entropy dlogits", logits, p, loss), kOpTol);
+}
+
+// The whole model: every parameter against central differences of the training loss.
+double CheckModel(const std::string& label, const TrainConfig& c, int B, int T) {
+  TrainModel<double> m(c, B, T);
+  m.InitParams(7);
+  // A larger init than training uses, so every path carries a gradient well above round-off.
+  for (auto& p : m.params) p *= 10.0;
+  for (const auto& t : m.layout().tensors)
+    if (t.shape.size() == 1)
+      for (int64_t i = 0; i < t.numel; ++i) m.params[t.offset + i] = 1.0 + 0.1 * std::sin(double(i));
+  Rng rng(8);
+  std::vector<int> tokens(B * T), targets(B * T);
+  for (auto& t : tokens) t = rng.Below(c.vocab_size);
+  for (auto& t : targets) t = rng.Below(c.vocab_size);
+  m.Forward(tokens.data(), targets.data());
+  m.Backward();
+  Vec analytic = m.grads;
+  double worst = 0;
+  for (const auto& t : m.layout().tensors) {
+    Vec slice(m.params.begin() + t.offset, m.params.begin() + t.offset + t.numel);
+    Vec grad(analytic.begin() + t.offset, analytic.begin() + t.offset + t.numel);
+    double tw = 0, scale = 0;
+    for (double g : grad) scale = std::max(scale, std::abs(g));
+    // Up to 16 entries per tensor, spread over it, keep the check fast.
+    const int64_t stride = std::max<int64_t>(1, t.numel / 16);
+    for (int64_t i = 0; i < t.numel; i += stride) {
+      const double keep = m.params[t.offset + i], h = 1e-5;
+      m.params[t.offset + i] = keep + h;
+      const double up = m.Forward(tokens.data(), targets.data());
+      m.params[t.offset + i] = keep - h;
+      const double down = m.Forward(tokens.data(), targets.data());
+      m.params[t.offset + i] = keep;
+      const double numeric = (up - down) / (2 * h);
+      const double rel = std::abs(numeric - grad[i]) /
+                         std::max({std::abs(numeric), std::abs(grad[i]), kFloor * scale});
+      tw = std::max(tw, rel);
+    }
+    if (tw > 1e-6) std::printf("  %s: %.3g\n", t.name.c_str(), tw);
+    worst = std::max(worst, tw);
+  }
+  std::printf("%s: whole model, %lld parameters: max rel err %.3g\n", label.c_str(),
+              static_cast<long long>(m.layout().total), worst);
+  return worst;
+}
+
+TrainConfig Tiny() {
+  TrainConfig c;
+  c.dim = 8; c.n_layers = 2; c.n_heads = 2; c.n_kv_heads = 1; c.hidden_dim = 12; c.vocab_size = 11;
+  return c;
+}
+
+TEST(TrainGradModel, DenseTiedGqaHalfRope) { EXPECT_LT(CheckModel("dense tied gqa half-rope", Tiny(), 2, 5), 1e-5); }
+
+TEST(TrainGradModel, DenseUntiedInterleavedQkNorm) {
+  TrainConfig c = Tiny();
+  c.tied_embeddings = false; c.rope = "interleaved"; c.qk_norm = true; c.n_kv_heads = 2;
+  EXPECT_LT(CheckModel("dense untied interleaved qk-norm", c, 2, 5), 1e-5);
+}
+
+TEST(TrainGradModel, MoeTop2Renormalised) {
+  TrainConfig c = Tiny();
+  c.n_experts = 4; c.n_experts_per_tok = 2; c.norm_topk_prob = true; c.qk_norm = true; c.aux_loss_coef = 0.1f;
+  EXPECT_LT(CheckModel("moe E4 k2 renormalised + aux", c, 2, 5), 1e-5);
+}
+
+TEST(TrainGradModel, MoeTop1Raw) {
+  TrainConfig c = Tiny();
+  c.n_experts = 3; c.n_experts_per_tok = 1; c.norm_topk_prob = false; c.aux_loss_coef = 0.1f;
+  EXPECT_LT(CheckModel("moe E3 k1 raw weights + aux", c, 2, 5), 1e-5);
+}
+
+}  // namespace
+}  // namespace ss::train
