@@ -4,11 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include <memory>
 #include <string>
-
-#include "model/weights.h"
-#include "tokenizer/tokenizer.h"
 
 namespace ss::cli {
 
@@ -28,11 +24,5 @@ void RegisterChat(CLI::App& app);
 void Log(const std::string& line);
 // True when stderr is a terminal: progress lines are shown only then.
 bool StderrIsTerminal();
-
-// The tokenizer for a model: `tokenizer_path` if given, else one found beside the model
-// (tokenizer.json, the GGUF itself, tok<V>.bin or tokenizer.bin). Throws ss::Error naming --tokenizer.
-std::unique_ptr<Tokenizer> LoadTokenizerForModel(const std::string& model_path,
-                                                 const std::string& tokenizer_path,
-                                                 const Model& model);
 
 }  // namespace ss::cli
