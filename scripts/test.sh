@@ -3,4 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# A short fuzzing budget for every parser (libFuzzer, ASan + UBSan); longer runs: scripts/fuzz.sh N.
+scripts/fuzz.sh "${SINKSCOPE_FUZZ_SECONDS:-10}"
 ctest --test-dir build --output-on-failure -j"$(nproc)"

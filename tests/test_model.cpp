@@ -5,12 +5,15 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
 #include "io/llama2c.h"
 #include "model/arch.h"
+#include "model/generate.h"
 #include "model/model.h"
+#include "reference/naive_llama.h"
 #include "test_util.h"
 
 namespace ss {
@@ -285,6 +288,143 @@ TEST(Architectures, RegistryListsLlamaAndRejectsUnknown) {
     EXPECT_NE(std::string(e.what()).find("mamba"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("llama"), std::string::npos);
   }
+}
+
+}  // namespace
+}  // namespace ss
+
+// ---- The fast path against the independent naive path, on a random GQA model and stories260K.
+
+namespace ss {
+namespace {
+
+Model RandomLlama(int dim, int hidden, int layers, int heads, int kv_heads, int vocab, int ctx,
+                  RopeKind rope, uint32_t seed) {
+  Model m;
+  ModelConfig& c = m.config;
+  c.dim = dim, c.hidden_dim = hidden, c.n_layers = layers, c.n_heads = heads;
+  c.n_kv_heads = kv_heads, c.head_dim = dim / heads, c.vocab_size = vocab, c.max_seq_len = ctx;
+  c.rope = rope;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.3f);
+  auto rnd = [&](std::vector<int64_t> shape) {
+    Tensor t = Tensor::Zeros(std::move(shape));
+    for (int64_t i = 0; i < t.numel(); ++i) t[i] = dist(rng);
+    return t;
+  };
+  auto ones = [&](int64_t n) {
+    Tensor t = rnd({n});
+    for (int64_t i = 0; i < n; ++i) t[i] = 1.0f + 0.2f * t[i];
+    return t;
+  };
+  m.weights.token_embedding = rnd({vocab, dim});
+  for (int l = 0; l < layers; ++l) {
+    LayerWeights lw;
+    lw.attn_norm = ones(dim);
+    lw.wq = rnd({c.q_dim(), dim});
+    lw.wk = rnd({c.kv_dim(), dim});
+    lw.wv = rnd({c.kv_dim(), dim});
+    lw.wo = rnd({dim, c.q_dim()});
+    lw.ffn_norm = ones(dim);
+    lw.w1 = rnd({hidden, dim});
+    lw.w2 = rnd({dim, hidden});
+    lw.w3 = rnd({hidden, dim});
+    m.weights.layers.push_back(lw);
+  }
+  m.weights.final_norm = ones(dim);
+  m.weights.lm_head = m.weights.token_embedding;
+  return m;
+}
+
+void CompareWithNaive(const Model& model, const std::vector<int>& tokens, const std::string& label) {
+  const int T = static_cast<int>(tokens.size()), V = model.config.vocab_size;
+  KVCache cache = KVCache::Create(model.config, T);
+  RunState state;
+  ForwardRequest req;
+  req.tokens = tokens;
+  Tensor fast = Forward(model, cache, state, req);
+  NaiveLlama naive(model);
+  std::vector<float> slow;
+  for (int t = 0; t < T; ++t) {
+    const auto& l = naive.Step(tokens[t]);
+    slow.insert(slow.end(), l.begin(), l.end());
+  }
+  std::vector<float> got(fast.data(), fast.data() + static_cast<int64_t>(T) * V);
+  EXPECT_LT(test::MaxRelDiff(got, slow, label + " fast vs naive"), 1e-5);
+}
+
+TEST(Model, FastPathMatchesNaivePath) {
+  std::vector<int> tokens;
+  for (int i = 0; i < 48; ++i) tokens.push_back((i * 31 + 7) % 97);
+  CompareWithNaive(RandomLlama(48, 80, 3, 6, 2, 97, 64, RopeKind::kInterleaved, 1), tokens, "random gqa interleaved");
+  CompareWithNaive(RandomLlama(32, 64, 2, 4, 4, 97, 64, RopeKind::kHalf, 2), tokens, "random mha half");
+  CompareWithNaive(LoadStories(), {1, 403, 407, 261, 378, 432, 383, 286, 261, 376}, "stories260K");
+}
+
+TEST(Generate, GreedyIsDeterministicAndStopsAtContext) {
+  Model model = LoadStories();
+  GenerateOptions opt;
+  opt.steps = 40;
+  opt.sampler.temperature = 0.0f;
+  std::vector<int> streamed;
+  auto a = Generate(model, {1}, opt, [&](int, int tok) { streamed.push_back(tok); });
+  auto b = Generate(model, {1}, opt, nullptr);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, streamed);
+  EXPECT_LE(a.size(), 39u);
+  // Greedy equals the argmax of a full prefill over the generated sequence.
+  std::vector<int> seq = {1};
+  seq.insert(seq.end(), a.begin(), a.end());
+  KVCache cache = KVCache::Create(model.config, static_cast<int>(seq.size()));
+  RunState state;
+  ForwardRequest req;
+  req.tokens = seq;
+  Tensor logits = Forward(model, cache, state, req);
+  for (size_t t = 0; t + 1 < seq.size(); ++t)
+    EXPECT_EQ(Argmax(logits.row(t), model.config.vocab_size), seq[t + 1]) << "step " << t;
+  opt.sampler.temperature = 1.0f;
+  opt.sampler.top_p = 0.9f;
+  opt.sampler.seed = 7;
+  EXPECT_EQ(Generate(model, {1}, opt, nullptr), Generate(model, {1}, opt, nullptr));
+}
+
+TEST(Sampler, TopPKeepsOnlyTheNucleus) {
+  // p = softmax([log .6, log .3, log .1]); top_p 0.5 keeps only token 0.
+  std::vector<float> logits = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};
+  Sampler s({.temperature = 1.0f, .top_p = 0.5f, .seed = 3});
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(s.Sample(logits.data(), 3), 0);
+  Sampler full({.temperature = 1.0f, .top_p = 1.0f, .seed = 3});
+  int counts[3] = {0, 0, 0};
+  for (int i = 0; i < 20000; ++i) counts[full.Sample(logits.data(), 3)]++;
+  EXPECT_NEAR(counts[0] / 20000.0, 0.6, 0.02);
+  EXPECT_NEAR(counts[2] / 20000.0, 0.1, 0.02);
+}
+
+}  // namespace
+}  // namespace ss
+
+namespace ss {
+namespace {
+
+TEST(Generate, GreedyStoryMatchesNaivePathTokenForToken) {
+  // 256 steps from BOS, greedy, with the fast path and with the independent naive path.
+  Model model = LoadStories();
+  GenerateOptions opt;
+  opt.steps = 256;
+  opt.sampler.temperature = 0.0f;
+  std::vector<int> fast = Generate(model, {1}, opt, nullptr);
+  NaiveLlama naive(model);
+  std::vector<int> slow;
+  int token = 1;
+  for (int pos = 1; pos < 256; ++pos) {
+    const auto& logits = naive.Step(token);
+    token = Argmax(logits.data(), model.config.vocab_size);
+    if (token == 1 || token == 2) break;
+    slow.push_back(token);
+  }
+  std::printf("greedy story: %zu tokens\n", fast.size());
+  EXPECT_EQ(fast.size(), 255u);
+  EXPECT_EQ(fast, slow);
 }
 
 }  // namespace

@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace ss::test {
 
@@ -15,6 +19,30 @@ std::string SharedDataPath(const std::string& relative) {
   std::string path = std::string(SINKSCOPE_SHARED_DATA) + "/" + relative;
   std::error_code ec;
   return std::filesystem::exists(path, ec) ? path : std::string();
+}
+
+std::string TempDir(const std::string& tag) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("sinkscope_" + tag + "_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+CliResult RunCli(const std::string& args) {
+  const std::string err_path = TempDir("cli_stderr") + "/stderr.txt";
+  std::string cmd = std::string(SINKSCOPE_BINARY_DIR) + "/src/cli/sinkscope " + args + " 2>" + err_path;
+  CliResult r{};
+  FILE* pipe = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.out.append(buf, n);
+  int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_path);
+  std::stringstream ss;
+  ss << err.rdbuf();
+  r.err = ss.str();
+  return r;
 }
 
 double MaxDiff(const float* a, const float* b, size_t n, const std::string& label) {

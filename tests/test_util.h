@@ -11,6 +11,17 @@ std::string RepoPath(const std::string& relative);
 // ../shared/data: present on developer machines and CI, maybe not elsewhere. Returns "" if absent.
 std::string SharedDataPath(const std::string& relative);
 
+// A fresh directory under the system temp dir, unique to this process and `tag`.
+std::string TempDir(const std::string& tag);
+
+// Runs the built sinkscope binary with `args` (through /bin/sh) and captures its output.
+struct CliResult {
+  int code;         // exit status (-1 if killed by a signal)
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+CliResult RunCli(const std::string& args);
+
 // Largest |a - b| over the arrays, divided by max(1e-30, max |b|) when `relative` is set.
 // Prints "<label>: max abs diff X (rel Y) over N values" so every test run shows its margin.
 double MaxDiff(const float* a, const float* b, size_t n, const std::string& label);

@@ -11,6 +11,9 @@ namespace ss::cli {
 // Each verb adds its subcommand and a callback that does the work. Errors are thrown as ss::Error
 // and reported by main() as one line on stderr with exit code 1.
 void RegisterInspect(CLI::App& app);
+void RegisterGenerate(CLI::App& app);
+void RegisterPpl(CLI::App& app);
+void RegisterTokenize(CLI::App& app);
 void RegisterTrain(CLI::App& app);
 
 // Logs go to stderr so that stdout holds only the command's output.

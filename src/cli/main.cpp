@@ -16,6 +16,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "sinkscope 0.1.0");
   ss::cli::RegisterInspect(app);
+  ss::cli::RegisterGenerate(app);
+  ss::cli::RegisterPpl(app);
+  ss::cli::RegisterTokenize(app);
   ss::cli::RegisterTrain(app);
   try {
     app.parse(argc, argv);

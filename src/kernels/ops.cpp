@@ -98,6 +98,14 @@ void Softmax(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] *= inv;
 }
 
+double TokenNll(const float* logits, int n, int target) {
+  double max_v = logits[0];
+  for (int i = 1; i < n; ++i) max_v = std::max<double>(max_v, logits[i]);
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i]) - max_v);
+  return std::log(sum) + max_v - logits[target];
+}
+
 float Silu(float x) { return x / (1.0f + std::exp(-x)); }
 float Gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
 float GeluTanh(float x) {
@@ -127,6 +135,42 @@ void ActivationInPlace(float* x, int64_t n, ActKind kind) {
   for (int64_t i = 0; i < n; ++i) x[i] = Activate(x[i], kind);
 }
 
+namespace {
+
+// Softmax over the visible keys of one query row, then the statistics and the pattern row.
+// row: scores for keys [key0, key0 + n) of the block; the query sees [first, last] (absolute).
+void FinishRow(float* row, int key0, int n, int first, int last, int S, int64_t ht,
+               float* pattern_row, const AttnStats* stats) {
+  float* vis = row + (first - key0);
+  const int count = last - first + 1;
+  Softmax(vis, count);
+  std::fill(row, vis, 0.0f);
+  std::fill(vis + count, row + n, 0.0f);
+  if (pattern_row) {
+    std::fill(pattern_row, pattern_row + S, 0.0f);
+    std::copy(vis, vis + count, pattern_row + first);
+  }
+  if (!stats) return;
+  if (stats->first_k_probs) {
+    float* fk = stats->first_k_probs + ht * stats->first_k;
+    for (int j = 0; j < stats->first_k; ++j)
+      fk[j] = (j >= first && j <= last) ? vis[j - first] : 0.0f;
+  }
+  if (stats->top_key || stats->top_prob || stats->sum_sq) {
+    int best = 0;
+    float sum_sq = 0.0f;
+    for (int j = 0; j < count; ++j) {
+      if (vis[j] > vis[best]) best = j;
+      sum_sq += vis[j] * vis[j];
+    }
+    if (stats->top_key) stats->top_key[ht] = first + best;
+    if (stats->top_prob) stats->top_prob[ht] = vis[best];
+    if (stats->sum_sq) stats->sum_sq[ht] = sum_sq;
+  }
+}
+
+}  // namespace
+
 void Attention(const float* q, const float* k, const float* v, float* out, int T, int S,
                int n_heads, int n_kv_heads, int head_dim, int window, float* pattern,
                const AttnStats* stats) {
@@ -135,59 +179,60 @@ void Attention(const float* q, const float* k, const float* v, float* out, int T
   const int q_row = n_heads * head_dim;
   const int kv_row = n_kv_heads * head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const int64_t work = static_cast<int64_t>(n_heads) * T;
-  // Parallel over (head, query); each thread keeps one row of scores. Small problems stay serial:
-  // for a 64-wide model a thread team costs more than the work.
-  const bool parallel = work * S * head_dim > (1 << 15);
+  // Queries are processed in blocks of kBlock rows per head: the block's scores (kBlock, keys) are
+  // one sgemm, its output one more (the materialised T x S matrix never exists; memory per thread
+  // is kBlock x S). A single query (decode) uses plain loops: a BLAS call costs more than its work.
+  constexpr int kBlock = 64;
+  const int n_blocks = (T + kBlock - 1) / kBlock;
+  const int64_t work = static_cast<int64_t>(n_heads) * n_blocks;
+  const bool parallel = static_cast<int64_t>(n_heads) * T * S * head_dim > (1 << 17);
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> scores(S);
-#pragma omp for schedule(static)
+    std::vector<float> scores;
+#pragma omp for schedule(dynamic)
     for (int64_t item = 0; item < work; ++item) {
-      const int h = static_cast<int>(item / T);
-      const int t = static_cast<int>(item % T);
+      const int h = static_cast<int>(item / n_blocks);
+      const int b = static_cast<int>(item % n_blocks);
       const int kvh = h / group;
-      const float* qv = q + static_cast<int64_t>(t) * q_row + h * head_dim;
-      const int last = S - T + t;  // the newest key this query may see
-      const int first = window > 0 ? std::max(0, last - window + 1) : 0;
-      const int n = last - first + 1;
-      for (int j = 0; j < n; ++j) {
-        const float* kv = k + static_cast<int64_t>(first + j) * kv_row + kvh * head_dim;
-        float dot = 0.0f;
-        for (int d = 0; d < head_dim; ++d) dot += qv[d] * kv[d];
-        scores[j] = dot * scale;
+      const int t0 = b * kBlock, t1 = std::min(T, t0 + kBlock), rows = t1 - t0;
+      // Keys any query of the block may see: [key0, key_end).
+      const int key_end = S - T + t1;
+      const int key0 = window > 0 ? std::max(0, S - T + t0 - window + 1) : 0;
+      const int n = key_end - key0;
+      scores.resize(static_cast<size_t>(rows) * n);
+      const float* qb = q + static_cast<int64_t>(t0) * q_row + h * head_dim;
+      const float* kb = k + static_cast<int64_t>(key0) * kv_row + kvh * head_dim;
+      const float* vb = v + static_cast<int64_t>(key0) * kv_row + kvh * head_dim;
+      float* ob = out + static_cast<int64_t>(t0) * q_row + h * head_dim;
+      if (rows == 1) {
+        for (int j = 0; j < n; ++j) {
+          const float* kj = kb + static_cast<int64_t>(j) * kv_row;
+          float dot = 0.0f;
+          for (int d = 0; d < head_dim; ++d) dot += qb[d] * kj[d];
+          scores[j] = dot * scale;
+        }
+      } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, head_dim, scale, qb, q_row,
+                    kb, kv_row, 0.0f, scores.data(), n);
       }
-      Softmax(scores.data(), n);
-      float* o = out + static_cast<int64_t>(t) * q_row + h * head_dim;
-      std::fill(o, o + head_dim, 0.0f);
-      for (int j = 0; j < n; ++j) {
-        const float p = scores[j];
-        const float* vv = v + static_cast<int64_t>(first + j) * kv_row + kvh * head_dim;
-        for (int d = 0; d < head_dim; ++d) o[d] += p * vv[d];
-      }
-      if (pattern) {
-        float* row = pattern + (static_cast<int64_t>(h) * T + t) * S;
-        std::fill(row, row + S, 0.0f);
-        std::copy(scores.begin(), scores.begin() + n, row + first);
-      }
-      if (stats) {
+      for (int r = 0; r < rows; ++r) {
+        const int t = t0 + r;
+        const int last = S - T + t;
+        const int first = window > 0 ? std::max(0, last - window + 1) : 0;
         const int64_t ht = static_cast<int64_t>(h) * T + t;
-        if (stats->first_k_probs) {
-          float* fk = stats->first_k_probs + ht * stats->first_k;
-          for (int j = 0; j < stats->first_k; ++j)
-            fk[j] = (j >= first && j <= last) ? scores[j - first] : 0.0f;
+        FinishRow(scores.data() + static_cast<int64_t>(r) * n, key0, n, first, last, S, ht,
+                  pattern ? pattern + ht * S : nullptr, stats);
+      }
+      if (rows == 1) {
+        std::fill(ob, ob + head_dim, 0.0f);
+        for (int j = 0; j < n; ++j) {
+          const float p = scores[j];
+          const float* vj = vb + static_cast<int64_t>(j) * kv_row;
+          for (int d = 0; d < head_dim; ++d) ob[d] += p * vj[d];
         }
-        if (stats->top_key || stats->top_prob || stats->sum_sq) {
-          int best = 0;
-          float sum_sq = 0.0f;
-          for (int j = 0; j < n; ++j) {
-            if (scores[j] > scores[best]) best = j;
-            sum_sq += scores[j] * scores[j];
-          }
-          if (stats->top_key) stats->top_key[ht] = first + best;
-          if (stats->top_prob) stats->top_prob[ht] = scores[best];
-          if (stats->sum_sq) stats->sum_sq[ht] = sum_sq;
-        }
+      } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, n, 1.0f,
+                    scores.data(), n, vb, kv_row, 0.0f, ob, q_row);
       }
     }
   }

@@ -28,6 +28,8 @@ void Rope(float* x, std::span<const int> positions, int n_heads, int head_dim, i
 
 // In-place numerically stable softmax over n values.
 void Softmax(float* x, int n);
+// -log softmax(logits)[target], computed in double: the per-token negative log-likelihood.
+double TokenNll(const float* logits, int n, int target);
 
 float Silu(float x);
 float Gelu(float x);      // exact erf form (torch "gelu")

@@ -4,10 +4,21 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "kernels/kinds.h"
 
 namespace ss {
+
+// Where query/key normalisation (an RMSNorm on q and k before RoPE) applies:
+//  kPerHead: one weight of size Dh shared by all heads (Qwen3, Qwen3-MoE).
+//  kFull: one weight over the whole projection, size H*Dh for q and Hkv*Dh for k (OLMo 2, OLMoE).
+enum class QkNormKind { kNone, kPerHead, kFull };
+// RoPE frequency rescaling for context extension (HF config.json "rope_scaling").
+//  kLinear: every frequency divided by rope_scaling_factor (position interpolation).
+//  kLlama3: Llama 3.1's piecewise rule: low-frequency bands divided by the factor, high-frequency
+//           bands kept, a smooth blend between, set by low/high_freq_factor and the original length.
+enum class RopeScalingKind { kNone, kLinear, kLlama3 };
 
 struct ModelConfig {
   std::string arch = "llama";  // family name in the architecture registry
@@ -29,11 +40,37 @@ struct ModelConfig {
   bool tied_embeddings = true;
   int bos_id = 1;
   int eos_id = 2;
-  // Mixture of experts (model/arch_moe.cpp). hidden_dim is the width of one expert when
-  // n_experts > 0.
+
+  // ---- Added for Hugging Face config.json families (io/hf_config.h). Defaults describe a plain
+  // ---- Llama-style dense model, so code that ignores them keeps working for llama2.c models.
+  bool qkv_bias = false;        // q/k/v projections carry biases (Qwen2, GPT-2, GPT-NeoX)
+  bool attn_out_bias = false;   // the attention output projection carries a bias (GPT-2, GPT-NeoX)
+  bool mlp_bias = false;        // MLP (and expert) projections carry biases (GPT-2, GPT-NeoX)
+  bool learned_pos = false;     // learned absolute position embeddings, (max_seq_len, D) (GPT-2)
+  QkNormKind qk_norm = QkNormKind::kNone;
+  bool parallel_residual = false;  // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)) instead of sequential
+  bool post_norms = false;      // OLMo 2: norm the attention / MLP output before the residual add,
+                                // and no norm on their inputs
+  int sliding_window = 0;       // attention sees only the last W keys (Mistral); 0: full causal
+  // Mixture of experts. hidden_dim (above) is the width of one expert when n_experts > 0.
   int n_experts = 0;            // E; 0 for dense models
   int n_experts_per_tok = 0;    // top-k experts routed per token
   bool norm_topk_prob = false;  // renormalise the top-k router probabilities to sum to 1
+  int n_shared_experts = 0;     // experts every token goes through (none in the families so far)
+  int shared_expert_hidden_dim = 0;
+  int dense_hidden_dim = 0;     // Qwen3-MoE "intermediate_size": width of its dense MLP layers
+  RopeScalingKind rope_scaling = RopeScalingKind::kNone;
+  float rope_scaling_factor = 1.0f;
+  float rope_low_freq_factor = 1.0f;   // kLlama3 only
+  float rope_high_freq_factor = 4.0f;  // kLlama3 only
+  int rope_original_max_seq_len = 0;   // kLlama3 only: context length before scaling
+  float attn_logit_softcap = 0.0f;     // scores = c * tanh(scores / c) before softmax; 0: off
+  float final_logit_softcap = 0.0f;    // the same on the output logits; 0: off
+  std::vector<int> eos_ids;     // every end-of-sequence id when a config lists several; eos_id is
+                                // the first. Ids are -1 when the config has none (null).
+  std::string torch_dtype;      // dtype the checkpoint was saved in ("bfloat16", ...); "" if unknown
+
+  bool operator==(const ModelConfig&) const = default;
 
   int kv_dim() const { return n_kv_heads * head_dim; }
   int q_dim() const { return n_heads * head_dim; }

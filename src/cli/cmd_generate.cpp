@@ -1,0 +1,65 @@
+// sinkscope generate: sample a continuation. stdout holds only the decoded text (prompt, then the
+// continuation, streamed as produced); logs go to stderr.
+#include <chrono>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "model/generate.h"
+
+namespace ss::cli {
+
+void RegisterGenerate(CLI::App& app) {
+  auto* cmd = app.add_subcommand("generate", "Generate text from a prompt");
+  struct Args {
+    ModelOptions model;
+    std::string prompt;
+    bool no_bos = false;
+    int steps = 256;
+    float temperature = 1.0f;
+    float top_p = 0.9f;
+    uint64_t seed = 0;
+  };
+  auto a = std::make_shared<Args>();
+  a->model.Add(cmd);
+  cmd->add_option("--prompt", a->prompt, "Prompt text (default: empty, start from BOS)");
+  cmd->add_flag("--no-bos", a->no_bos, "Do not put BOS before the prompt");
+  cmd->add_option("--steps", a->steps, "Total tokens, prompt included, as llama2.c's -n (default 256)")
+      ->check(CLI::Range(1, 1 << 30));
+  cmd->add_option("--temperature", a->temperature, "0 = greedy (default 1.0)")
+      ->check(CLI::Range(0.0f, 100.0f));
+  cmd->add_option("--top-p", a->top_p, "Nucleus sampling mass (default 0.9)")
+      ->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--seed", a->seed, "Random seed (default: time)");
+  cmd->callback([a] {
+    LoadedModel m = a->model.Load();
+    const Tokenizer& tok = *m.tokenizer;
+    std::vector<int> prompt = tok.Encode(a->prompt, !a->no_bos);
+    if (prompt.empty()) Fail("--prompt is empty and --no-bos leaves nothing to start from");
+    GenerateOptions opt;
+    opt.steps = a->steps;
+    opt.sampler.temperature = a->temperature;
+    opt.sampler.top_p = a->top_p;
+    opt.sampler.seed = a->seed ? a->seed
+                               : static_cast<uint64_t>(
+                                     std::chrono::system_clock::now().time_since_epoch().count());
+    std::string head = tok.Decode(prompt);
+    std::fwrite(head.data(), 1, head.size(), stdout);
+    std::fflush(stdout);
+    auto start = std::chrono::steady_clock::now();
+    std::vector<int> out = Generate(m.model, prompt, opt, [&](int prev, int token) {
+      std::string piece = tok.DecodeToken(prev, token);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    });
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    Log(fmt::format("generated {} tokens in {:.3f} s ({:.0f} tokens/s)", out.size(), seconds,
+                    out.size() / std::max(seconds, 1e-9)));
+  });
+}
+
+}  // namespace ss::cli

@@ -1,0 +1,65 @@
+// sinkscope ppl: teacher-forced perplexity of a text under the model, in one forward pass.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "common/file_util.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+#include "report/report.h"
+
+namespace ss::cli {
+
+void RegisterPpl(CLI::App& app) {
+  auto* cmd = app.add_subcommand("ppl", "Teacher-forced perplexity of a text");
+  struct Args {
+    ModelOptions model;
+    std::string prompt, text, json;
+    bool no_bos = false;
+  };
+  auto a = std::make_shared<Args>();
+  a->model.Add(cmd);
+  auto* prompt_opt = cmd->add_option("--prompt", a->prompt, "Text to score");
+  auto* text_opt = cmd->add_option("--text", a->text, "File whose text to score");
+  cmd->add_flag("--no-bos", a->no_bos, "Do not put BOS first");
+  cmd->add_option("--json", a->json, "Write tokens, per-token NLL, mean NLL and perplexity here");
+  cmd->callback([a, prompt_opt, text_opt] {
+    if (!a->json.empty()) CheckWritable(a->json, "--json");
+    std::string text = ReadInputText(a->prompt, a->text, prompt_opt->count() > 0, text_opt->count() > 0);
+    LoadedModel m = a->model.Load();
+    const ModelConfig& c = m.model.config;
+    std::vector<int> tokens = m.tokenizer->Encode(text, !a->no_bos);
+    const int T = static_cast<int>(tokens.size());
+    if (T < 2) Fail("the text gives {} token(s); perplexity needs at least 2", T);
+    if (T > c.max_seq_len)
+      Fail("the text gives {} tokens, more than the model's context of {}; use `sinkscope stream` "
+           "for long texts",
+           T, c.max_seq_len);
+    KVCache cache = KVCache::Create(c, T);
+    RunState state;
+    ForwardRequest req;
+    req.tokens = tokens;
+    Tensor logits = Forward(m.model, cache, state, req);
+    std::vector<double> nll(T - 1);
+    double sum = 0;
+    for (int t = 0; t + 1 < T; ++t) {
+      nll[t] = TokenNll(logits.row(t), c.vocab_size, tokens[t + 1]);
+      sum += nll[t];
+    }
+    const double mean = sum / (T - 1);
+    fmt::print("tokens      {}\nmean NLL    {:.6f}\nperplexity  {:.4f}\n", T, mean, std::exp(mean));
+    if (!a->json.empty()) {
+      nlohmann::json doc = {{"schema", "sinkscope.ppl/1"},
+                            {"model", m.model.source},
+                            {"tokens", tokens},
+                            {"nll", nll},
+                            {"mean_nll", mean},
+                            {"perplexity", std::exp(mean)}};
+      report::WriteJson(a->json, doc);
+    }
+  });
+}
+
+}  // namespace ss::cli

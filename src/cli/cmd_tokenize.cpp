@@ -1,0 +1,40 @@
+// sinkscope tokenize: the token ids of a prompt, space-separated on stdout.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "io/gguf.h"
+
+namespace ss::cli {
+
+void RegisterTokenize(CLI::App& app) {
+  auto* cmd = app.add_subcommand("tokenize", "Print the token ids of a prompt");
+  struct Args {
+    ModelOptions model;
+    std::string prompt;
+    bool no_bos = false;
+  };
+  auto a = std::make_shared<Args>();
+  a->model.Add(cmd);
+  cmd->add_option("--prompt", a->prompt, "Text to tokenize")->required();
+  cmd->add_flag("--no-bos", a->no_bos, "Do not put BOS first");
+  cmd->callback([a] {
+    std::unique_ptr<Tokenizer> tok;
+    // A vocabulary-only GGUF (no tensors) is a tokenizer, not a model.
+    if (std::FILE* f = std::fopen(a->model.model_path.c_str(), "rb")) {
+      char magic[4] = {};
+      bool gguf = std::fread(magic, 1, 4, f) == 4 && std::string(magic, 4) == "GGUF";
+      std::fclose(f);
+      if (gguf && a->model.tokenizer_path.empty()) {
+        GgufFile file = GgufFile::Open(a->model.model_path);
+        if (file.tensors().empty()) tok = LoadGgufTokenizer(file);
+      }
+    }
+    if (!tok) tok = a->model.Load().tokenizer;
+    std::vector<int> ids = tok->Encode(a->prompt, !a->no_bos);
+    fmt::print("{}\n", fmt::join(ids, " "));
+  });
+}
+
+}  // namespace ss::cli

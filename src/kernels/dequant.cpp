@@ -1,0 +1,244 @@
+#include "kernels/dequant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/error.h"
+#include "tensor/half.h"
+
+namespace ss {
+namespace {
+
+constexpr int64_t kQk = 32;    // values per Q8_0 / Q4_0 block (ggml QK8_0, QK4_0)
+constexpr int64_t kQkK = 256;  // values per K-quant super-block (ggml QK_K)
+constexpr size_t kQ8_0Bytes = 2 + 32;
+constexpr size_t kQ4_0Bytes = 2 + 16;
+constexpr size_t kQ4_KBytes = 2 + 2 + 12 + 128;
+constexpr size_t kQ6_KBytes = 128 + 64 + 16 + 2;
+
+// Fields are read with memcpy: GGUF only guarantees the tensor start is aligned, and blocks of 18
+// or 210 bytes leave later blocks misaligned for 2-byte loads.
+inline uint16_t LoadU16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+inline float LoadF16(const uint8_t* p) { return F16ToF32(LoadU16(p)); }
+
+void DequantizeQ8_0(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / kQk; ++b, src += kQ8_0Bytes, dst += kQk) {
+    float d = LoadF16(src);
+    const int8_t* qs = reinterpret_cast<const int8_t*>(src + 2);
+    for (int i = 0; i < kQk; ++i) dst[i] = d * static_cast<float>(qs[i]);
+  }
+}
+
+void DequantizeQ4_0(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / kQk; ++b, src += kQ4_0Bytes, dst += kQk) {
+    float d = LoadF16(src);
+    const uint8_t* qs = src + 2;
+    for (int i = 0; i < kQk / 2; ++i) {
+      dst[i] = d * static_cast<float>((qs[i] & 0xF) - 8);
+      dst[i + kQk / 2] = d * static_cast<float>((qs[i] >> 4) - 8);
+    }
+  }
+}
+
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K super-block; see the layout in dequant.h.
+void Q4KScaleMin(int j, const uint8_t* scales, int* scale, int* min) {
+  if (j < 4) {
+    *scale = scales[j] & 63;
+    *min = scales[j + 4] & 63;
+  } else {
+    *scale = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
+    *min = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+  }
+}
+
+void DequantizeQ4_K(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / kQkK; ++b, src += kQ4_KBytes, dst += kQkK) {
+    float d = LoadF16(src);
+    float dmin = LoadF16(src + 2);
+    const uint8_t* scales = src + 4;
+    const uint8_t* qs = src + 16;
+    for (int g = 0; g < 4; ++g) {
+      int sc_lo, m_lo, sc_hi, m_hi;
+      Q4KScaleMin(2 * g, scales, &sc_lo, &m_lo);
+      Q4KScaleMin(2 * g + 1, scales, &sc_hi, &m_hi);
+      float d_lo = d * sc_lo, min_lo = dmin * m_lo;
+      float d_hi = d * sc_hi, min_hi = dmin * m_hi;
+      const uint8_t* q = qs + 32 * g;
+      float* y = dst + 64 * g;
+      for (int l = 0; l < 32; ++l) {
+        y[l] = d_lo * static_cast<float>(q[l] & 0xF) - min_lo;
+        y[l + 32] = d_hi * static_cast<float>(q[l] >> 4) - min_hi;
+      }
+    }
+  }
+}
+
+void DequantizeQ6_K(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / kQkK; ++b, src += kQ6_KBytes, dst += kQkK) {
+    float d = LoadF16(src + 128 + 64 + 16);
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = src + 64 * h;
+      const uint8_t* qh = src + 128 + 32 * h;
+      const int8_t* sc = reinterpret_cast<const int8_t*>(src + 128 + 64) + 8 * h;
+      float* y = dst + 128 * h;
+      for (int l = 0; l < 32; ++l) {
+        int s = l / 16;
+        int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l] = d * static_cast<float>(sc[s] * q1);
+        y[l + 32] = d * static_cast<float>(sc[s + 2] * q2);
+        y[l + 64] = d * static_cast<float>(sc[s + 4] * q3);
+        y[l + 96] = d * static_cast<float>(sc[s + 6] * q4);
+      }
+    }
+  }
+}
+
+void CheckQuantizable(const char* type, int64_t n) {
+  if (n < 0 || n % kQk != 0)
+    Fail("Quantize{}: {} values is not a whole number of {}-value blocks", type, n, kQk);
+}
+
+}  // namespace
+
+const char* GgmlTypeName(uint32_t ggml_type) {
+  switch (ggml_type) {
+    case kGgmlTypeF32: return "F32";
+    case kGgmlTypeF16: return "F16";
+    case kGgmlTypeQ4_0: return "Q4_0";
+    case 3: return "Q4_1";
+    case 6: return "Q5_0";
+    case 7: return "Q5_1";
+    case kGgmlTypeQ8_0: return "Q8_0";
+    case 9: return "Q8_1";
+    case 10: return "Q2_K";
+    case 11: return "Q3_K";
+    case kGgmlTypeQ4_K: return "Q4_K";
+    case 13: return "Q5_K";
+    case kGgmlTypeQ6_K: return "Q6_K";
+    case 15: return "Q8_K";
+    case kGgmlTypeBF16: return "BF16";
+    default: return "unknown";
+  }
+}
+
+bool IsDequantizable(uint32_t ggml_type) {
+  switch (ggml_type) {
+    case kGgmlTypeF32:
+    case kGgmlTypeF16:
+    case kGgmlTypeBF16:
+    case kGgmlTypeQ8_0:
+    case kGgmlTypeQ4_0:
+    case kGgmlTypeQ4_K:
+    case kGgmlTypeQ6_K: return true;
+    default: return false;
+  }
+}
+
+[[noreturn]] static void FailUnsupported(uint32_t ggml_type) {
+  Fail("ggml type {} ({}) is not supported; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K",
+       ggml_type, GgmlTypeName(ggml_type));
+}
+
+int64_t GgmlBlockValues(uint32_t ggml_type) {
+  switch (ggml_type) {
+    case kGgmlTypeF32:
+    case kGgmlTypeF16:
+    case kGgmlTypeBF16: return 1;
+    case kGgmlTypeQ8_0:
+    case kGgmlTypeQ4_0: return kQk;
+    case kGgmlTypeQ4_K:
+    case kGgmlTypeQ6_K: return kQkK;
+    default: FailUnsupported(ggml_type);
+  }
+}
+
+size_t GgmlBlockBytes(uint32_t ggml_type) {
+  switch (ggml_type) {
+    case kGgmlTypeF32: return 4;
+    case kGgmlTypeF16:
+    case kGgmlTypeBF16: return 2;
+    case kGgmlTypeQ8_0: return kQ8_0Bytes;
+    case kGgmlTypeQ4_0: return kQ4_0Bytes;
+    case kGgmlTypeQ4_K: return kQ4_KBytes;
+    case kGgmlTypeQ6_K: return kQ6_KBytes;
+    default: FailUnsupported(ggml_type);
+  }
+}
+
+size_t GgmlBytes(uint32_t ggml_type, int64_t n) {
+  int64_t block = GgmlBlockValues(ggml_type);
+  if (n < 0 || n % block != 0)
+    Fail("ggml type {}: {} values is not a whole number of {}-value blocks",
+         GgmlTypeName(ggml_type), n, block);
+  return static_cast<size_t>(n / block) * GgmlBlockBytes(ggml_type);
+}
+
+void Dequantize(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n) {
+  GgmlBytes(ggml_type, n);  // validates the type and the block multiple
+  switch (ggml_type) {
+    case kGgmlTypeF32:
+      if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
+    case kGgmlTypeF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(LoadU16(src + 2 * i));
+      return;
+    case kGgmlTypeBF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(LoadU16(src + 2 * i));
+      return;
+    case kGgmlTypeQ8_0: DequantizeQ8_0(src, dst, n); return;
+    case kGgmlTypeQ4_0: DequantizeQ4_0(src, dst, n); return;
+    case kGgmlTypeQ4_K: DequantizeQ4_K(src, dst, n); return;
+    case kGgmlTypeQ6_K: DequantizeQ6_K(src, dst, n); return;
+    default: FailUnsupported(ggml_type);
+  }
+}
+
+void QuantizeQ8_0(const float* src, uint8_t* dst, int64_t n) {
+  CheckQuantizable("Q8_0", n);
+  for (int64_t b = 0; b < n / kQk; ++b, src += kQk, dst += kQ8_0Bytes) {
+    float amax = 0;
+    for (int i = 0; i < kQk; ++i) amax = std::max(amax, std::fabs(src[i]));
+    // Scale so the largest magnitude maps to 127, then divide by the f16 scale actually stored,
+    // so that rounding the scale does not add to the per-value error.
+    uint16_t d_bits = F32ToF16(amax / 127.0f);
+    float d = F16ToF32(d_bits);
+    float inv_d = d > 0 ? 1.0f / d : 0.0f;
+    std::memcpy(dst, &d_bits, 2);
+    for (int i = 0; i < kQk; ++i) {
+      float q = std::nearbyint(src[i] * inv_d);
+      dst[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f)));
+    }
+  }
+}
+
+void QuantizeQ4_0(const float* src, uint8_t* dst, int64_t n) {
+  CheckQuantizable("Q4_0", n);
+  for (int64_t b = 0; b < n / kQk; ++b, src += kQk, dst += kQ4_0Bytes) {
+    // The value of largest magnitude, sign kept, maps to nibble 0 (q - 8 = -8): that uses the
+    // asymmetric range [-8, 7] fully on the side where it matters.
+    float extreme = 0;
+    for (int i = 0; i < kQk; ++i)
+      if (std::fabs(src[i]) > std::fabs(extreme)) extreme = src[i];
+    uint16_t d_bits = F32ToF16(extreme / -8.0f);
+    float d = F16ToF32(d_bits);
+    float inv_d = d != 0 ? 1.0f / d : 0.0f;
+    std::memcpy(dst, &d_bits, 2);
+    uint8_t* qs = dst + 2;
+    for (int i = 0; i < kQk / 2; ++i) {
+      auto nibble = [&](float x) {
+        return static_cast<uint8_t>(std::clamp(std::nearbyint(x * inv_d) + 8.0f, 0.0f, 15.0f));
+      };
+      qs[i] = static_cast<uint8_t>(nibble(src[i]) | (nibble(src[i + kQk / 2]) << 4));
+    }
+  }
+}
+
+}  // namespace ss

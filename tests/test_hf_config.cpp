@@ -1,0 +1,392 @@
+// config.json -> ModelConfig for every supported family, the writer's round trip, and errors.
+// The sample configs follow the released checkpoints' config.json files (trimmed of fields the
+// parser ignores).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "common/error.h"
+#include "common/file_util.h"
+#include "io/hf_config.h"
+
+namespace ss {
+namespace {
+
+struct Sample {
+  const char* name;
+  const char* json;
+};
+
+// Llama 3.2 1B: llama3 rope scaling, tied embeddings, several eos ids.
+constexpr const char* kLlama = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": false,
+  "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "head_dim": 64,
+  "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 8192,
+  "max_position_embeddings": 131072, "mlp_bias": false, "num_attention_heads": 32,
+  "num_hidden_layers": 16, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "vocab_size": 128256})";
+// Mistral 7B v0.1: sliding window 4096.
+constexpr const char* kMistral = R"({
+  "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+  "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+  "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32,
+  "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+  "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16", "vocab_size": 32000})";
+// Qwen2.5 0.5B.
+constexpr const char* kQwen2 = R"({
+  "architectures": ["Qwen2ForCausalLM"], "bos_token_id": 151643, "eos_token_id": 151643,
+  "hidden_act": "silu", "hidden_size": 896, "intermediate_size": 4864,
+  "max_position_embeddings": 32768, "max_window_layers": 24, "model_type": "qwen2",
+  "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768,
+  "tie_word_embeddings": true, "torch_dtype": "bfloat16", "use_sliding_window": false,
+  "vocab_size": 151936})";
+// Qwen3 0.6B: head_dim 128 although hidden_size / heads = 64.
+constexpr const char* kQwen3 = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "bos_token_id": 151643,
+  "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024,
+  "intermediate_size": 3072, "max_position_embeddings": 40960, "max_window_layers": 28,
+  "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28,
+  "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000,
+  "sliding_window": null, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "use_sliding_window": false, "vocab_size": 151936})";
+// GPT-2 small: n_inner null, no tie_word_embeddings field (defaults to tied).
+constexpr const char* kGpt2 = R"({
+  "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+  "bos_token_id": 50256, "eos_token_id": 50256, "layer_norm_epsilon": 1e-05,
+  "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_inner": null,
+  "n_layer": 12, "n_positions": 1024, "vocab_size": 50257})";
+// Pythia 160M: partial rotary (0.25 of 64 = 16 dims), parallel residual, rotary_emb_base.
+constexpr const char* kNeox = R"({
+  "architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0,
+  "hidden_act": "gelu", "hidden_size": 768, "intermediate_size": 3072,
+  "layer_norm_eps": 1e-05, "max_position_embeddings": 2048, "model_type": "gpt_neox",
+  "num_attention_heads": 12, "num_hidden_layers": 12, "rotary_emb_base": 10000,
+  "rotary_pct": 0.25, "tie_word_embeddings": false, "torch_dtype": "float16",
+  "use_parallel_residual": true, "vocab_size": 50304})";
+// OLMo 2 1B.
+constexpr const char* kOlmo2 = R"({
+  "architectures": ["Olmo2ForCausalLM"], "attention_bias": false, "bos_token_id": null,
+  "eos_token_id": 100257, "hidden_act": "silu", "hidden_size": 2048,
+  "intermediate_size": 8192, "max_position_embeddings": 4096, "model_type": "olmo2",
+  "num_attention_heads": 16, "num_hidden_layers": 16, "num_key_value_heads": 16,
+  "pad_token_id": 100277, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 500000,
+  "tie_word_embeddings": false, "torch_dtype": "float32", "vocab_size": 100352})";
+// Qwen3 30B-A3B.
+constexpr const char* kQwen3Moe = R"({
+  "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "bos_token_id": 151643,
+  "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+  "hidden_size": 2048, "intermediate_size": 6144, "max_position_embeddings": 40960,
+  "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768,
+  "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128,
+  "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+  "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16", "use_sliding_window": false, "vocab_size": 151936})";
+// OLMoE 1B-7B.
+constexpr const char* kOlmoe = R"({
+  "architectures": ["OlmoeForCausalLM"], "attention_bias": false, "clip_qkv": null,
+  "eos_token_id": 50279, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 1024,
+  "max_position_embeddings": 4096, "model_type": "olmoe", "norm_topk_prob": false,
+  "num_attention_heads": 16, "num_experts": 64, "num_experts_per_tok": 8,
+  "num_hidden_layers": 16, "num_key_value_heads": 16, "pad_token_id": 1, "rms_norm_eps": 1e-05,
+  "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "float32",
+  "vocab_size": 50304})";
+// Mixtral 8x7B.
+constexpr const char* kMixtral = R"({
+  "architectures": ["MixtralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+  "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+  "max_position_embeddings": 32768, "model_type": "mixtral", "num_attention_heads": 32,
+  "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_key_value_heads": 8,
+  "num_local_experts": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+  "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "vocab_size": 32000})";
+
+const Sample kSamples[] = {{"llama", kLlama},   {"mistral", kMistral},     {"qwen2", kQwen2},
+                           {"qwen3", kQwen3},   {"gpt2", kGpt2},           {"gpt_neox", kNeox},
+                           {"olmo2", kOlmo2},   {"qwen3_moe", kQwen3Moe}, {"olmoe", kOlmoe},
+                           {"mixtral", kMixtral}};
+
+std::string ErrorOf(const std::string& json) {
+  try {
+    ParseHfConfig(json, "cfg/config.json");
+  } catch (const Error& e) {
+    std::printf("error: %s\n", e.what());
+    return e.what();
+  }
+  return "";
+}
+
+TEST(HfConfig, Llama32) {
+  ModelConfig c = ParseHfConfig(kLlama, "llama");
+  EXPECT_EQ(c.arch, "llama");
+  EXPECT_EQ(c.dim, 2048);
+  EXPECT_EQ(c.hidden_dim, 8192);
+  EXPECT_EQ(c.n_layers, 16);
+  EXPECT_EQ(c.n_heads, 32);
+  EXPECT_EQ(c.n_kv_heads, 8);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.vocab_size, 128256);
+  EXPECT_EQ(c.max_seq_len, 131072);
+  EXPECT_FLOAT_EQ(c.norm_eps, 1e-5f);
+  EXPECT_EQ(c.norm, NormKind::kRms);
+  EXPECT_EQ(c.act, ActKind::kSilu);
+  EXPECT_TRUE(c.gated_mlp);
+  EXPECT_EQ(c.rope, RopeKind::kHalf);
+  EXPECT_EQ(c.rope_theta, 500000.0f);
+  EXPECT_EQ(c.rope_scaling, RopeScalingKind::kLlama3);
+  EXPECT_EQ(c.rope_scaling_factor, 32.0f);
+  EXPECT_EQ(c.rope_low_freq_factor, 1.0f);
+  EXPECT_EQ(c.rope_high_freq_factor, 4.0f);
+  EXPECT_EQ(c.rope_original_max_seq_len, 8192);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_EQ(c.bos_id, 128000);
+  EXPECT_EQ(c.eos_id, 128001);
+  EXPECT_EQ(c.eos_ids, (std::vector<int>{128001, 128008, 128009}));
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.qk_norm, QkNormKind::kNone);
+  EXPECT_EQ(c.n_experts, 0);
+}
+
+TEST(HfConfig, MistralSlidingWindow) {
+  ModelConfig c = ParseHfConfig(kMistral, "mistral");
+  EXPECT_EQ(c.arch, "mistral");
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.head_dim, 128);  // hidden_size / heads when head_dim is absent
+  EXPECT_FALSE(c.tied_embeddings);
+  EXPECT_EQ(ParseHfConfig(kMixtral, "mixtral").sliding_window, 0);  // null: full attention
+}
+
+TEST(HfConfig, Qwen2AndQwen3) {
+  ModelConfig q2 = ParseHfConfig(kQwen2, "qwen2");
+  EXPECT_TRUE(q2.qkv_bias);
+  EXPECT_FALSE(q2.attn_out_bias);
+  EXPECT_EQ(q2.qk_norm, QkNormKind::kNone);
+  EXPECT_EQ(q2.n_kv_heads, 2);
+  EXPECT_EQ(q2.head_dim, 64);
+  EXPECT_EQ(q2.sliding_window, 0);  // use_sliding_window is false
+  EXPECT_EQ(q2.bos_id, 151643);
+  EXPECT_TRUE(q2.eos_ids.empty());
+
+  ModelConfig q3 = ParseHfConfig(kQwen3, "qwen3");
+  EXPECT_EQ(q3.head_dim, 128);
+  EXPECT_EQ(q3.q_dim(), 2048);  // wider than hidden_size
+  EXPECT_EQ(q3.qk_norm, QkNormKind::kPerHead);
+  EXPECT_FALSE(q3.qkv_bias);
+  EXPECT_EQ(q3.rope_theta, 1e6f);
+  EXPECT_EQ(q3.rope_scaling, RopeScalingKind::kNone);
+  EXPECT_EQ(q3.max_seq_len, 40960);
+}
+
+TEST(HfConfig, Gpt2) {
+  ModelConfig c = ParseHfConfig(kGpt2, "gpt2");
+  EXPECT_EQ(c.arch, "gpt2");
+  EXPECT_EQ(c.dim, 768);
+  EXPECT_EQ(c.hidden_dim, 3072);  // n_inner null -> 4 * n_embd
+  EXPECT_EQ(c.n_layers, 12);
+  EXPECT_EQ(c.n_heads, 12);
+  EXPECT_EQ(c.n_kv_heads, 12);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.max_seq_len, 1024);
+  EXPECT_EQ(c.norm, NormKind::kLayer);
+  EXPECT_EQ(c.act, ActKind::kGeluTanh);
+  EXPECT_FALSE(c.gated_mlp);
+  EXPECT_EQ(c.rope, RopeKind::kNone);
+  EXPECT_TRUE(c.learned_pos);
+  EXPECT_TRUE(c.qkv_bias && c.attn_out_bias && c.mlp_bias);
+  EXPECT_TRUE(c.tied_embeddings);  // GPT-2's default: the file has no tie_word_embeddings
+  EXPECT_EQ(c.bos_id, 50256);
+  EXPECT_EQ(c.eos_id, 50256);
+}
+
+TEST(HfConfig, GptNeox) {
+  ModelConfig c = ParseHfConfig(kNeox, "neox");
+  EXPECT_EQ(c.arch, "gpt_neox");
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.rotary_dim, 16);  // int(64 * 0.25)
+  EXPECT_EQ(c.rot_dim(), 16);
+  EXPECT_TRUE(c.parallel_residual);
+  EXPECT_EQ(c.norm, NormKind::kLayer);
+  EXPECT_EQ(c.act, ActKind::kGelu);
+  EXPECT_FALSE(c.gated_mlp);
+  EXPECT_TRUE(c.qkv_bias && c.attn_out_bias && c.mlp_bias);
+  EXPECT_EQ(c.rope_theta, 10000.0f);
+  EXPECT_EQ(c.bos_id, 0);
+  EXPECT_EQ(c.eos_id, 0);
+  EXPECT_EQ(c.torch_dtype, "float16");
+}
+
+TEST(HfConfig, Olmo2) {
+  ModelConfig c = ParseHfConfig(kOlmo2, "olmo2");
+  EXPECT_EQ(c.qk_norm, QkNormKind::kFull);
+  EXPECT_TRUE(c.post_norms);
+  EXPECT_EQ(c.bos_id, -1);  // null
+  EXPECT_EQ(c.eos_id, 100257);
+  EXPECT_FLOAT_EQ(c.norm_eps, 1e-6f);
+}
+
+TEST(HfConfig, MixtureOfExperts) {
+  ModelConfig q = ParseHfConfig(kQwen3Moe, "qwen3_moe");
+  EXPECT_EQ(q.n_experts, 128);
+  EXPECT_EQ(q.n_experts_per_tok, 8);
+  EXPECT_EQ(q.hidden_dim, 768);  // per expert
+  EXPECT_EQ(q.dense_hidden_dim, 6144);
+  EXPECT_TRUE(q.norm_topk_prob);
+  EXPECT_EQ(q.n_shared_experts, 0);
+  EXPECT_EQ(q.qk_norm, QkNormKind::kPerHead);
+
+  ModelConfig o = ParseHfConfig(kOlmoe, "olmoe");
+  EXPECT_EQ(o.n_experts, 64);
+  EXPECT_EQ(o.n_experts_per_tok, 8);
+  EXPECT_EQ(o.hidden_dim, 1024);
+  EXPECT_FALSE(o.norm_topk_prob);
+  EXPECT_EQ(o.qk_norm, QkNormKind::kFull);
+  EXPECT_FALSE(o.post_norms);
+  EXPECT_EQ(o.bos_id, -1);  // absent: OlmoeConfig's default None
+
+  ModelConfig m = ParseHfConfig(kMixtral, "mixtral");
+  EXPECT_EQ(m.n_experts, 8);
+  EXPECT_EQ(m.n_experts_per_tok, 2);
+  EXPECT_EQ(m.hidden_dim, 14336);
+  EXPECT_TRUE(m.norm_topk_prob);
+  EXPECT_EQ(m.qk_norm, QkNormKind::kNone);
+}
+
+TEST(HfConfig, TieDefaultsDifferPerFamily) {
+  // Without the field: GPT-2 ties (PretrainedConfig's default True), Llama does not.
+  EXPECT_TRUE(ParseHfConfig(R"({"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 2,
+                               "vocab_size": 10})", "t").tied_embeddings);
+  EXPECT_FALSE(ParseHfConfig(R"({"model_type": "llama", "hidden_size": 8,
+      "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 16,
+      "vocab_size": 10})", "t").tied_embeddings);
+}
+
+TEST(HfConfig, LinearRopeScalingAndSoftcaps) {
+  ModelConfig c = ParseHfConfig(R"({"model_type": "llama", "hidden_size": 8,
+      "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 16,
+      "vocab_size": 10, "rope_scaling": {"type": "linear", "factor": 2.0},
+      "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0})", "t");
+  EXPECT_EQ(c.rope_scaling, RopeScalingKind::kLinear);
+  EXPECT_EQ(c.rope_scaling_factor, 2.0f);
+  EXPECT_EQ(c.attn_logit_softcap, 50.0f);
+  EXPECT_EQ(c.final_logit_softcap, 30.0f);
+  EXPECT_EQ(c.bos_id, 1);  // Llama defaults
+  EXPECT_EQ(c.eos_id, 2);
+}
+
+TEST(HfConfig, RoundTripEveryFamily) {
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("sinkscope_hf_{}", getpid());
+  std::filesystem::create_directories(dir);
+  int families = 0;
+  for (const Sample& s : kSamples) {
+    SCOPED_TRACE(s.name);
+    ModelConfig parsed = ParseHfConfig(s.json, s.name);
+    EXPECT_EQ(parsed.arch, s.name);
+    std::string written = HfConfigJson(parsed);
+    EXPECT_TRUE(ParseHfConfig(written, s.name) == parsed) << written;
+    if (std::string(s.name) == "llama") {
+      // Floats print as the short decimal a person wrote, not the float's exact double value.
+      EXPECT_NE(written.find("\"rms_norm_eps\": 1e-05"), std::string::npos) << written;
+      EXPECT_NE(written.find("\"rope_theta\": 500000.0"), std::string::npos) << written;
+    }
+    std::string path = (dir / "config.json").string();
+    WriteHfConfig(path, parsed);
+    EXPECT_TRUE(ReadHfConfig(dir.string()) == parsed);  // directory form
+    ++families;
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(families, 10);
+  EXPECT_EQ(SupportedHfArchitectures().size(), 10u);
+}
+
+TEST(HfConfig, WriterRejectsWhatTheFamilyCannotExpress) {
+  ModelConfig c = ParseHfConfig(kGpt2, "gpt2");
+  c.norm = NormKind::kRms;
+  try {
+    HfConfigJson(c);
+    FAIL();
+  } catch (const Error& e) {
+    std::printf("error: %s\n", e.what());
+    EXPECT_NE(std::string(e.what()).find("norm"), std::string::npos);
+  }
+  // A default ModelConfig (llama2.c-style: interleaved RoPE) cannot be a Llama config.json:
+  // transformers' Llama uses rotate_half. The writer says so instead of writing a wrong file.
+  ModelConfig llama2c;
+  llama2c.dim = 64;
+  llama2c.hidden_dim = 128;
+  llama2c.n_layers = 1;
+  llama2c.n_heads = llama2c.n_kv_heads = 4;
+  llama2c.head_dim = 16;
+  llama2c.vocab_size = 32;
+  llama2c.max_seq_len = 64;
+  EXPECT_THROW(HfConfigJson(llama2c), Error);
+  llama2c.rope = RopeKind::kHalf;
+  llama2c.tied_embeddings = false;
+  EXPECT_TRUE(ParseHfConfig(HfConfigJson(llama2c), "x") == llama2c);
+  ModelConfig unknown;
+  unknown.arch = "bert";
+  EXPECT_THROW(HfConfigJson(unknown), Error);
+}
+
+TEST(HfConfig, Errors) {
+  std::string e = ErrorOf(R"({"architectures": ["BertForMaskedLM"], "model_type": "bert"})");
+  EXPECT_NE(e.find("cfg/config.json"), std::string::npos);
+  EXPECT_NE(e.find("'BertForMaskedLM'"), std::string::npos);
+  EXPECT_NE(e.find("LlamaForCausalLM"), std::string::npos);  // lists the supported ones
+  EXPECT_NE(e.find("MixtralForCausalLM"), std::string::npos);
+
+  e = ErrorOf(R"({"model_type": "falcon"})");
+  EXPECT_NE(e.find("'falcon'"), std::string::npos);
+  EXPECT_NE(e.find("qwen3_moe"), std::string::npos);
+
+  e = ErrorOf(R"({"hidden_size": 8})");
+  EXPECT_NE(e.find("model_type"), std::string::npos);
+
+  e = ErrorOf(R"({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2,
+                  "intermediate_size": 16, "vocab_size": 10})");
+  EXPECT_NE(e.find("missing required field 'num_hidden_layers'"), std::string::npos);
+
+  e = ErrorOf(R"({"model_type": "llama", "hidden_size": "8", "num_hidden_layers": 1,
+                  "num_attention_heads": 2, "intermediate_size": 16, "vocab_size": 10})");
+  EXPECT_NE(e.find("'hidden_size' must be an integer"), std::string::npos);
+
+  e = ErrorOf(R"({"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 2,
+                  "vocab_size": 10, "eos_token_id": 18446744073709551615})");
+  EXPECT_NE(e.find("'eos_token_id' must be an integer"), std::string::npos);
+
+  e = ErrorOf(R"({"model_type": "llama", "hidden_size": 8, "num_hidden_layers": 1,
+                  "num_attention_heads": 2, "intermediate_size": 16, "vocab_size": 10,
+                  "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})");
+  EXPECT_NE(e.find("'yarn'"), std::string::npos);
+
+  e = ErrorOf(R"({"model_type": "llama", "hidden_size": 8, "num_hidden_layers": 1,
+                  "num_attention_heads": 2, "intermediate_size": 16, "vocab_size": 10,
+                  "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})");
+  EXPECT_NE(e.find("low_freq_factor"), std::string::npos);
+
+  e = ErrorOf(R"({"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 2,
+                  "vocab_size": 10, "activation_function": "mish"})");
+  EXPECT_NE(e.find("'mish'"), std::string::npos);
+
+  e = ErrorOf(R"({"model_type": "llama", "model_type": "gpt2"})");
+  EXPECT_NE(e.find("duplicate key 'model_type'"), std::string::npos);
+
+  e = ErrorOf(R"({"model_type": "llama", )");
+  EXPECT_NE(e.find("malformed"), std::string::npos);
+
+  e = ErrorOf(R"({"model_type": "qwen2", "hidden_size": 8, "num_hidden_layers": 1,
+                  "num_attention_heads": 2, "intermediate_size": 16, "vocab_size": 10,
+                  "use_sliding_window": true})");
+  EXPECT_NE(e.find("use_sliding_window"), std::string::npos);
+
+  EXPECT_THROW(ReadHfConfig("/nonexistent/sinkscope/config.json"), Error);
+}
+
+}  // namespace
+}  // namespace ss
