@@ -23,7 +23,9 @@ struct MatMulCase { int T, in, out; bool bias; };
 
 TEST(Kernels, MatMulMatchesNaive) {
   for (MatMulCase c : {MatMulCase{1, 64, 172, false}, MatMulCase{7, 64, 64, true},
-                       MatMulCase{33, 100, 3, true}, MatMulCase{1, 5, 9, true}}) {
+                       MatMulCase{33, 100, 3, true}, MatMulCase{1, 5, 9, true},
+                       // Large enough for the BLAS paths (gemv, gemm).
+                       MatMulCase{1, 768, 512, true}, MatMulCase{40, 128, 100, false}}) {
     auto x = Random(c.T * c.in, 1), w = Random(c.out * c.in, 2), b = Random(c.out, 3);
     std::vector<float> y(c.T * c.out), ref(c.T * c.out);
     MatMul(x.data(), w.data(), c.bias ? b.data() : nullptr, y.data(), c.T, c.in, c.out);

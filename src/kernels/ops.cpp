@@ -11,8 +11,31 @@
 
 namespace ss {
 
+// y (T, out) = x W^T in plain loops, for products too small to pay for BLAS's threads: with an
+// OpenMP OpenBLAS a 64-wide matrix-vector product spends more in waking and joining threads than
+// computing, and on a busy machine a descheduled helper thread stalls every call.
+static void SmallMatMul(const float* x, const float* w, float* y, int T, int in, int out) {
+  for (int t = 0; t < T; ++t) {
+    const float* xr = x + static_cast<int64_t>(t) * in;
+    float* yr = y + static_cast<int64_t>(t) * out;
+    for (int o = 0; o < out; ++o) {
+      const float* wr = w + static_cast<int64_t>(o) * in;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // 8 partial sums so the loop vectorises
+      int i = 0;
+      for (; i + 8 <= in; i += 8)
+        for (int k = 0; k < 8; ++k) acc[k] += xr[i + k] * wr[i + k];
+      float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+      for (; i < in; ++i) sum += xr[i] * wr[i];
+      yr[o] = sum;
+    }
+  }
+}
+
 void MatMul(const float* x, const float* w, const float* bias, float* y, int T, int in, int out) {
-  if (T == 1) {
+  constexpr int64_t kSmall = int64_t{1} << 18;  // multiply-adds below which plain loops win
+  if (static_cast<int64_t>(T) * in * out <= kSmall) {
+    SmallMatMul(x, w, y, T, in, out);
+  } else if (T == 1) {
     // Matrix-vector: W (out, in) row-major times x.
     cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
   } else {
