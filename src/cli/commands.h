@@ -14,7 +14,11 @@ void RegisterInspect(CLI::App& app);
 void RegisterGenerate(CLI::App& app);
 void RegisterPpl(CLI::App& app);
 void RegisterTokenize(CLI::App& app);
+void RegisterConvert(CLI::App& app);
 void RegisterTrain(CLI::App& app);
+void RegisterAnalyze(CLI::App& app);
+void RegisterStream(CLI::App& app);
+void RegisterChat(CLI::App& app);
 
 // Logs go to stderr so that stdout holds only the command's output.
 void Log(const std::string& line);

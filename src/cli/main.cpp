@@ -19,7 +19,11 @@ int main(int argc, char** argv) {
   ss::cli::RegisterGenerate(app);
   ss::cli::RegisterPpl(app);
   ss::cli::RegisterTokenize(app);
+  ss::cli::RegisterConvert(app);
   ss::cli::RegisterTrain(app);
+  ss::cli::RegisterAnalyze(app);
+  ss::cli::RegisterStream(app);
+  ss::cli::RegisterChat(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

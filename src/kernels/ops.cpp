@@ -65,6 +65,13 @@ void Rope(float* x, std::span<const int> positions, int n_heads, int head_dim, i
   // angle pos * freq stays exact enough at long positions.
   std::vector<double> freq(half);
   for (int i = 0; i < half; ++i) freq[i] = std::pow(static_cast<double>(theta), -2.0 * i / rot_dim);
+  RopeWithFrequencies(x, positions, n_heads, head_dim, rot_dim, freq.data(), kind);
+}
+
+void RopeWithFrequencies(float* x, std::span<const int> positions, int n_heads, int head_dim,
+                         int rot_dim, const double* freq, RopeKind kind) {
+  if (kind == RopeKind::kNone) return;
+  const int half = rot_dim / 2;
   std::vector<float> cos_v(half), sin_v(half);
   const int64_t row = static_cast<int64_t>(n_heads) * head_dim;
   for (size_t t = 0; t < positions.size(); ++t) {
@@ -84,6 +91,10 @@ void Rope(float* x, std::span<const int> positions, int n_heads, int head_dim, i
       }
     }
   }
+}
+
+void SoftCap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
 }
 
 void Softmax(float* x, int n) {
@@ -233,6 +244,58 @@ void Attention(const float* q, const float* k, const float* v, float* out, int T
       } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, n, 1.0f,
                     scores.data(), n, vb, kv_row, 0.0f, ob, q_row);
+      }
+    }
+  }
+}
+
+void SinkWindowAttention(const float* q_recent, const float* q_sink, const float* k,
+                         const float* v, float* out, int T, int n_heads, int n_kv_heads,
+                         int head_dim, int sinks, int window, int ring, int64_t first_index) {
+  SS_ASSERT(n_heads % n_kv_heads == 0 && window >= 1 && ring >= 1 && sinks >= 0);
+  const int group = n_heads / n_kv_heads;
+  const int q_row = n_heads * head_dim;
+  const int kv_row = n_kv_heads * head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t work = static_cast<int64_t>(n_heads) * T;
+  const bool parallel = work * (sinks + window) * head_dim > (1 << 15);
+#pragma omp parallel if (parallel)
+  {
+    std::vector<float> scores(sinks + window);
+    std::vector<int> rows(sinks + window);
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < work; ++item) {
+      const int h = static_cast<int>(item / T);
+      const int t = static_cast<int>(item % T);
+      const int kvh = h / group;
+      const int64_t m = first_index + t;
+      const int n_sink = static_cast<int>(std::min<int64_t>(sinks, m + 1));
+      const int64_t recent_first = std::max<int64_t>(sinks, m - window + 1);
+      int n = 0;
+      const float* qs = q_sink + static_cast<int64_t>(t) * q_row + h * head_dim;
+      for (int j = 0; j < n_sink; ++j, ++n) {
+        const float* kv = k + static_cast<int64_t>(j) * kv_row + kvh * head_dim;
+        float dot = 0.0f;
+        for (int d = 0; d < head_dim; ++d) dot += qs[d] * kv[d];
+        scores[n] = dot * scale;
+        rows[n] = j;
+      }
+      const float* qr = q_recent + static_cast<int64_t>(t) * q_row + h * head_dim;
+      for (int64_t s = recent_first; s <= m; ++s, ++n) {
+        const int row = sinks + static_cast<int>((s - sinks) % ring);
+        const float* kv = k + static_cast<int64_t>(row) * kv_row + kvh * head_dim;
+        float dot = 0.0f;
+        for (int d = 0; d < head_dim; ++d) dot += qr[d] * kv[d];
+        scores[n] = dot * scale;
+        rows[n] = row;
+      }
+      Softmax(scores.data(), n);
+      float* o = out + static_cast<int64_t>(t) * q_row + h * head_dim;
+      std::fill(o, o + head_dim, 0.0f);
+      for (int j = 0; j < n; ++j) {
+        const float p = scores[j];
+        const float* vv = v + static_cast<int64_t>(rows[j]) * kv_row + kvh * head_dim;
+        for (int d = 0; d < head_dim; ++d) o[d] += p * vv[d];
       }
     }
   }

@@ -25,6 +25,13 @@ void LayerNorm(const float* x, const float* weight, const float* bias, float* ou
 // kInterleaved pairs (2i, 2i+1) (llama2.c); kHalf pairs (i, i + rot_dim/2) (HF rotate_half).
 void Rope(float* x, std::span<const int> positions, int n_heads, int head_dim, int rot_dim,
           float theta, RopeKind kind);
+// The same with explicit inverse frequencies inv_freq (rot_dim / 2): pair i turns by
+// pos * inv_freq[i]. Used for rescaled RoPE (linear, Llama 3) where the frequencies are not a pure
+// power of theta.
+void RopeWithFrequencies(float* x, std::span<const int> positions, int n_heads, int head_dim,
+                         int rot_dim, const double* inv_freq, RopeKind kind);
+// out (n) = c * tanh(x / c): logit soft-capping (Gemma 2). In place allowed.
+void SoftCap(float* x, int64_t n, float cap);
 
 // In-place numerically stable softmax over n values.
 void Softmax(float* x, int n);
@@ -56,6 +63,21 @@ struct AttnStats {
 void Attention(const float* q, const float* k, const float* v, float* out, int T, int S,
                int n_heads, int n_kv_heads, int head_dim, int window, float* pattern,
                const AttnStats* stats);
+
+// Attention for an attention-sink streaming cache (StreamingLLM, Xiao et al. 2023, section 3.2).
+// The cache holds `sinks` fixed rows (the first tokens of the stream) followed by a ring of `ring`
+// rows for recent tokens: stream index m >= sinks lives in row sinks + (m - sinks) % ring.
+// Query t has stream index m = first_index + t and sees
+//   sink rows [0, min(sinks, m + 1))                              scored with q_sink
+//   recent stream indices [max(sinks, m - window + 1), m]         scored with q_recent
+// Two rotations of the same query let keys stay cached after RoPE at their stream index while every
+// score equals the one with positions inside the cache (see docs/STREAMING.md): q_recent is rotated
+// at m (relative distance to a recent key = stream distance), q_sink at the query's cache position.
+//   q_recent, q_sink (T, H*Dh);  k, v (sinks + ring, Hkv*Dh);  out (T, H*Dh)
+// The caller guarantees every visible row holds the right entry (ring >= window - 1 + T).
+void SinkWindowAttention(const float* q_recent, const float* q_sink, const float* k,
+                         const float* v, float* out, int T, int n_heads, int n_kv_heads,
+                         int head_dim, int sinks, int window, int ring, int64_t first_index);
 
 // out (T, H*Dh) = pattern (H, T, S) · V: the second half of attention from given probabilities
 // (used when an intervention rewrote the pattern).

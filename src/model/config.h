@@ -40,7 +40,6 @@ struct ModelConfig {
   bool tied_embeddings = true;
   int bos_id = 1;
   int eos_id = 2;
-
   // ---- Added for Hugging Face config.json families (io/hf_config.h). Defaults describe a plain
   // ---- Llama-style dense model, so code that ignores them keeps working for llama2.c models.
   bool qkv_bias = false;        // q/k/v projections carry biases (Qwen2, GPT-2, GPT-NeoX)
@@ -52,7 +51,8 @@ struct ModelConfig {
   bool post_norms = false;      // OLMo 2: norm the attention / MLP output before the residual add,
                                 // and no norm on their inputs
   int sliding_window = 0;       // attention sees only the last W keys (Mistral); 0: full causal
-  // Mixture of experts. hidden_dim (above) is the width of one expert when n_experts > 0.
+  // Mixture of experts (model/arch_moe.cpp). hidden_dim (above) is the width of one expert when
+  // n_experts > 0.
   int n_experts = 0;            // E; 0 for dense models
   int n_experts_per_tok = 0;    // top-k experts routed per token
   bool norm_topk_prob = false;  // renormalise the top-k router probabilities to sum to 1

@@ -9,13 +9,13 @@ namespace ss {
 int64_t Model::ParameterCount() const {
   auto count = [](const Tensor& t) { return t.empty() ? 0 : t.numel(); };
   int64_t n = count(weights.token_embedding) + count(weights.final_norm) +
-              count(weights.final_norm_bias);
+              count(weights.final_norm_bias) + count(weights.position_embedding);
   if (!config.tied_embeddings) n += count(weights.lm_head);
   for (const auto& l : weights.layers) {
     for (const Tensor* t : {&l.attn_norm, &l.attn_norm_bias, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq,
                             &l.bk, &l.bv, &l.bo, &l.ffn_norm, &l.ffn_norm_bias, &l.w1, &l.w2,
                             &l.w3, &l.b1, &l.b2, &l.q_norm, &l.k_norm, &l.moe_router, &l.moe_w1,
-                            &l.moe_w2, &l.moe_w3})
+                            &l.moe_w2, &l.moe_w3, &l.b3, &l.attn_post_norm, &l.ffn_post_norm})
       n += count(*t);
   }
   return n;
@@ -57,15 +57,26 @@ void RunState::Reserve(const ModelConfig& c, int T) {
   z = Tensor::Zeros({T, c.q_dim()});
   hb = Tensor::Zeros({T, c.hidden_dim});
   hb2 = Tensor::Zeros({T, c.hidden_dim});
-  logits = Tensor::Zeros({T, c.vocab_size});
+  // logits (T, V) are allocated by FinalLogits when a call asks for them: at long T with a large
+  // vocabulary they would be the biggest buffer of all (32768 x 50257 floats = 6.6 GB), and the
+  // analysis path (LogitsMode::kNone) never needs them.
+  q_sink = Tensor::Zeros({T, c.q_dim()});
+  k_new = Tensor::Zeros({T, c.kv_dim()});
+  v_new = Tensor::Zeros({T, c.kv_dim()});
 }
 
 Tensor Forward(const Model& model, KVCache& cache, RunState& state, const ForwardRequest& request) {
   const ModelConfig& c = model.config;
   const int T = static_cast<int>(request.tokens.size());
   SS_ASSERT(T > 0);
-  if (cache.length + T > cache.capacity)
+  const StreamLayout* stream = request.stream;
+  if (stream) {
+    SS_ASSERT(stream->window >= 1 && stream->ring >= stream->window - 1 + T &&
+              stream->sinks + stream->ring <= cache.capacity);
+    if (request.stats) Fail("attention statistics are not available on a streaming cache");
+  } else if (cache.length + T > cache.capacity) {
     Fail("KV cache full: {} cached + {} new tokens > capacity {}", cache.length, T, cache.capacity);
+  }
   for (int t = 0; t < T; ++t) {
     int id = request.tokens[t];
     if (id < 0 || id >= c.vocab_size)
@@ -75,12 +86,24 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
   if (request.stats && request.stats->first_k > 0)
     request.stats->Resize(c.n_layers, c.n_heads, T, request.stats->first_k);
   const Hooks* hooks = (request.hooks && !request.hooks->empty()) ? request.hooks : nullptr;
-  ForwardContext ctx{model, c, cache, state, request, hooks, T, cache.length, {}};
+  ForwardContext ctx{model, c, cache, state, request, hooks, T, cache.length, {}, {}};
   ctx.positions.resize(T);
-  for (int t = 0; t < T; ++t)
-    ctx.positions[t] = request.positions.empty() ? cache.length + t : request.positions[t];
+  for (int t = 0; t < T; ++t) {
+    if (stream)
+      ctx.positions[t] = stream->CachePosition(stream->first_index + t);
+    else
+      ctx.positions[t] = request.positions.empty() ? cache.length + t : request.positions[t];
+  }
+  if (c.attn_logit_softcap != 0)
+    Fail("{}: attention logit soft-capping is not supported", model.source);
+  if (c.rope != RopeKind::kNone) ctx.rope_inv_freq = RopeInvFrequencies(c, model.weights.rope_freq_factors);
   FindArchitecture(c.arch).forward(ctx);
-  cache.length += T;
+  if (stream) {
+    cache.length = static_cast<int>(
+        std::min<int64_t>(stream->first_index + T, stream->sinks + stream->ring));
+  } else {
+    cache.length += T;
+  }
   return FinalLogits(ctx);
 }
 

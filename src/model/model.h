@@ -3,6 +3,8 @@
 // architecture table (model/arch.cpp); they share the sublayer helpers in model/blocks.h.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,6 +42,31 @@ struct AttnStatsBuffers {
 
 enum class LogitsMode { kNone, kLast, kAll };
 
+// Attention-sink streaming layout (StreamingLLM; used by src/stream). The cache holds `sinks` rows
+// for the first tokens of the stream, then a ring of `ring` rows for recent tokens (stream index
+// m >= sinks in row sinks + (m - sinks) % ring). New token t has stream index first_index + t; it
+// attends to the sinks and to the `window` most recent tokens, itself included, with positions
+// inside the cache: its own position is min(m, sinks + window - 1), and a kept token's position is
+// its index among the kept tokens (0 .. S + W - 1), as StreamingLLM assigns them.
+//
+// RoPE: keys are cached after RoPE at their stream index m and never re-rotated. The query is
+// rotated twice: at m for the recent keys (their relative distance is the stream distance, which
+// equals the distance inside the cache because the window is contiguous) and at its cache position
+// for the sink keys. As R(a)^T R(b) = R(b - a), every score equals the score with cache positions.
+// Learned absolute positions (GPT-2) take the cache position at insertion; cached entries keep it.
+struct StreamLayout {
+  int sinks = 0;            // S
+  int window = 0;           // W >= 1
+  int ring = 0;             // rows after the sinks; >= W - 1 + T
+  int64_t first_index = 0;  // stream index of request.tokens[0]
+  int CachePosition(int64_t m) const {
+    return static_cast<int>(std::min<int64_t>(m, static_cast<int64_t>(sinks) + window - 1));
+  }
+  int Row(int64_t m) const {
+    return m < sinks ? static_cast<int>(m) : sinks + static_cast<int>((m - sinks) % ring);
+  }
+};
+
 struct ForwardRequest {
   std::span<const int> tokens;          // (T) token ids
   std::span<const int> positions;       // (T) positions for RoPE / learned embeddings;
@@ -47,6 +74,7 @@ struct ForwardRequest {
   LogitsMode logits = LogitsMode::kAll;
   const Hooks* hooks = nullptr;         // null or empty: no hooks
   AttnStatsBuffers* stats = nullptr;    // fused attention statistics, if wanted
+  const StreamLayout* stream = nullptr; // null: plain cache (append at cache.length)
 };
 
 // Scratch buffers for one forward call, grown on demand and reused (no allocation per token).
@@ -59,8 +87,11 @@ struct RunState {
   Tensor z;           // (T, H * Dh) attention output per head, before the output projection
   Tensor hb;          // (T, F)
   Tensor hb2;         // (T, F)
-  Tensor logits;      // (T, V) or (1, V)
+  Tensor logits;      // (T, V) or (1, V), allocated on first use
   Tensor pattern;     // (H, T, S) only when a pattern hook is attached
+  Tensor q_sink;      // (T, H * Dh) streaming only: the query rotated at its cache position
+  Tensor k_new;       // (T, Hkv * Dh) streaming only: new keys before they go to their ring rows
+  Tensor v_new;       // (T, Hkv * Dh)
   void Reserve(const ModelConfig& config, int T);
 };
 

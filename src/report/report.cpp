@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 
@@ -90,12 +91,98 @@ const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                           "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 
 // Sequential colour scale from white to dark blue.
-std::string ScaleColour(double t) {
+std::array<int, 3> ScaleRgb(double t) {
   t = std::clamp(std::isnan(t) ? 0.0 : t, 0.0, 1.0);
-  int r = static_cast<int>(247 - t * (247 - 8));
-  int g = static_cast<int>(251 - t * (251 - 48));
-  int b = static_cast<int>(255 - t * (255 - 107));
+  return {static_cast<int>(247 - t * (247 - 8)), static_cast<int>(251 - t * (251 - 48)),
+          static_cast<int>(255 - t * (255 - 107))};
+}
+
+std::string ScaleColour(double t) {
+  auto [r, g, b] = ScaleRgb(t);
   return fmt::format("rgb({},{},{})", r, g, b);
+}
+
+// ---- A minimal PNG writer (RFC 2083 / ISO 15948): 8-bit RGB, no filtering, and a zlib stream
+// (RFC 1950) of stored deflate blocks (RFC 1951 section 3.2.4), so no compression library is needed.
+
+uint32_t Crc32(const std::string& bytes) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t n = 0; n < 256; ++n) {
+      uint32_t c = n;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+      t[n] = c;
+    }
+    return t;
+  }();
+  uint32_t c = 0xffffffffu;
+  for (unsigned char b : bytes) c = table[(c ^ b) & 0xff] ^ (c >> 8);
+  return c ^ 0xffffffffu;
+}
+
+void PutBigEndian(std::string& out, uint32_t v) {
+  for (int i = 3; i >= 0; --i) out += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+std::string PngChunk(const char* type, const std::string& data) {
+  std::string body = std::string(type, 4) + data;
+  std::string out;
+  PutBigEndian(out, static_cast<uint32_t>(data.size()));
+  out += body;
+  PutBigEndian(out, Crc32(body));
+  return out;
+}
+
+// rgb: (height, width, 3) bytes.
+std::string EncodePng(const std::string& rgb, int width, int height) {
+  std::string raw;  // each scanline: filter byte 0 (none), then the pixels
+  for (int y = 0; y < height; ++y) {
+    raw += '\0';
+    raw.append(rgb, static_cast<size_t>(y) * width * 3, static_cast<size_t>(width) * 3);
+  }
+  std::string z = "\x78\x01";  // zlib header: deflate, 32K window, no dictionary
+  for (size_t pos = 0; pos < raw.size() || pos == 0; pos += 65535) {
+    const size_t n = std::min<size_t>(65535, raw.size() - pos);
+    z += static_cast<char>(pos + n >= raw.size() ? 1 : 0);  // BFINAL, BTYPE = 00 (stored)
+    z += static_cast<char>(n & 0xff);
+    z += static_cast<char>(n >> 8);
+    z += static_cast<char>(~n & 0xff);
+    z += static_cast<char>((~n >> 8) & 0xff);
+    z.append(raw, pos, n);
+    if (raw.empty()) break;
+  }
+  uint32_t a = 1, b = 0;  // Adler-32 of the uncompressed data
+  for (unsigned char c : raw) {
+    a = (a + c) % 65521;
+    b = (b + a) % 65521;
+  }
+  PutBigEndian(z, (b << 16) | a);
+  std::string ihdr;
+  PutBigEndian(ihdr, static_cast<uint32_t>(width));
+  PutBigEndian(ihdr, static_cast<uint32_t>(height));
+  ihdr += std::string("\x08\x02\x00\x00\x00", 5);  // 8-bit, RGB, deflate, no filter, no interlace
+  return std::string("\x89PNG\r\n\x1a\n", 8) + PngChunk("IHDR", ihdr) + PngChunk("IDAT", z) +
+         PngChunk("IEND", "");
+}
+
+std::string Base64(const std::string& bytes) {
+  static const char* kDigits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < bytes.size(); i += 3) {
+    const uint32_t v = uint32_t(uint8_t(bytes[i])) << 16 | uint32_t(uint8_t(bytes[i + 1])) << 8 |
+                       uint8_t(bytes[i + 2]);
+    for (int k = 3; k >= 0; --k) out += kDigits[(v >> (6 * k)) & 63];
+  }
+  if (i < bytes.size()) {
+    uint32_t v = uint32_t(uint8_t(bytes[i])) << 16;
+    if (i + 1 < bytes.size()) v |= uint32_t(uint8_t(bytes[i + 1])) << 8;
+    out += kDigits[(v >> 18) & 63];
+    out += kDigits[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? kDigits[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
 }
 
 std::string FormatTick(double t) {
@@ -142,7 +229,8 @@ std::string LineChart(const std::vector<Series>& series, const ChartOptions& o) 
   }
   if (!std::isfinite(xmin)) xmin = 0, xmax = 1, ymin = 0, ymax = 1;
   if (xmax == xmin) xmax = xmin + 1;
-  if (ymax == ymin) ymax = ymin + 1;
+  // A flat series (or float noise around one value) gets a unit range, not ticks that all read alike.
+  if (ymax - ymin <= 1e-6 * std::max(1.0, std::fabs(ymax))) ymax = ymin + 1;
   if (!o.log_y && ymin > 0 && ymin < 0.3 * ymax) ymin = 0;
   double pad = (ymax - ymin) * 0.05;
   ymax += pad;
@@ -220,9 +308,22 @@ std::string Heatmap(const std::vector<std::vector<double>>& values, const Heatma
   svg += fmt::format("<text x=\"{}\" y=\"16\" font-size=\"13\" font-weight=\"bold\">{}</text>\n",
                      left, EscapeHtml(o.title));
   const double span = o.max_value > o.min_value ? o.max_value - o.min_value : 1.0;
-  const bool annotate = o.annotate && cell >= 20;
+  const bool annotate = o.annotate && cell >= 20 && !o.raster;
+  if (o.raster && rows > 0 && cols > 0) {
+    std::string rgb(static_cast<size_t>(rows) * cols * 3, '\0');
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) {
+        const double v = c < static_cast<int>(values[r].size()) ? values[r][c] : o.min_value;
+        const auto px = ScaleRgb((v - o.min_value) / span);
+        for (int k = 0; k < 3; ++k) rgb[(static_cast<size_t>(r) * cols + c) * 3 + k] = static_cast<char>(px[k]);
+      }
+    svg += fmt::format("<image x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" "
+                       "preserveAspectRatio=\"none\" style=\"image-rendering:pixelated\" "
+                       "href=\"data:image/png;base64,{}\"/>\n",
+                       left, top, cols * cell, rows * cell, Base64(EncodePng(rgb, cols, rows)));
+  }
   for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < cols && c < static_cast<int>(values[r].size()); ++c) {
+    for (int c = 0; !o.raster && c < cols && c < static_cast<int>(values[r].size()); ++c) {
       double t = (values[r][c] - o.min_value) / span;
       svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\">"
                          "<title>{} {}, {} {}: {}</title></rect>\n",
@@ -235,11 +336,11 @@ std::string Heatmap(const std::vector<std::vector<double>>& values, const Heatma
                            left + c * cell + cell / 2, top + r * cell + cell / 2 + 3,
                            t > 0.55 ? "#fff" : "#222", FormatNumber(values[r][c], 2));
     }
-    if (cell >= 10 || r % std::max(1, 10 / cell) == 0)
+    if (r % std::max(1, (12 + cell - 1) / cell) == 0)  // labels at least 12 px apart
       svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", left - 4,
                          top + r * cell + cell / 2 + 3, r);
   }
-  int step = std::max(1, 16 / cell);
+  int step = std::max(1, (20 + cell - 1) / cell);  // column labels at least 20 px apart
   for (int c = 0; c < cols; c += step)
     svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
                        left + c * cell + cell / 2, top - 4, c);

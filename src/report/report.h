@@ -64,6 +64,10 @@ struct HeatmapOptions {
   double max_value = 1.0;
   int cell = 22;             // px per cell (shrinks for large matrices)
   bool annotate = true;      // print values in cells when they fit
+  // Draw the cells as one embedded PNG (one pixel per cell, scaled up) instead of one <rect> each:
+  // for large matrices (attention patterns), where rects would make the page megabytes long.
+  // No per-cell tooltips or annotations then.
+  bool raster = false;
 };
 
 // values[r][c]; rows drawn top to bottom.

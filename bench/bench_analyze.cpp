@@ -1,0 +1,197 @@
+// Fused versus materialised attention statistics for `sinkscope analyze`, on a random-weight model
+// shaped like GPT-2 small (12 layers, 12 heads, width 768, MLP 3072) in the Llama family.
+//   build/bench/bench_analyze [--lengths 512,2048,8192] [--fused-only 32768] [--vocab 50257]
+//                             [--limit-gb 24] [--layers 12 --heads 12 --dim 768 --hidden 3072]
+// Each (path, T) runs in a forked child, so its peak resident memory (wait4's ru_maxrss) is its own;
+// a child that only builds the model gives the baseline. Times cover AnalyzeSamples on one sample of
+// T tokens (one forward with the statistics, all metrics), not the model's construction.
+// Paths:
+//   fused          statistics inside the attention kernel: memory O(L x H x T x K)
+//   materialised   each layer's full (H, T, T) pattern through blocks.{l}.attn.hook_pattern,
+//                  reduced in the hook and dropped (the cheapest materialising path)
+//   keep-all       every layer's pattern kept until the forward ends, as HF output_attentions=True
+//                  does: L x H x T^2 floats; skipped ("does not fit") above --limit-gb.
+// Prints one table (and, with --tsv, tab-separated rows for scripts).
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "analysis/analyze.h"
+#include "../tests/random_model.h"
+
+namespace {
+
+struct Args {
+  std::vector<int> lengths = {512, 2048, 8192};
+  std::vector<int> fused_only = {32768};
+  ss::test::RandomModelShape shape{12, 12, 12, 768, 3072, 50257, 1 << 20, 1};
+  double limit_gb = 24;
+  bool tsv = false;
+};
+
+std::vector<int> ParseList(const char* s) {
+  std::vector<int> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(std::atoi(item.c_str()));
+  return out;
+}
+
+struct Row {
+  std::string path;
+  int T = 0;
+  double seconds = -1;
+  double cpu_seconds = -1;  // user + system CPU time of the analysis (the machine may be shared)
+  double peak_mib = -1;
+  std::string note;
+};
+
+// Runs `work` in a child; returns its result (seconds, written through a pipe) and peak RSS.
+template <typename Fn>
+Row RunChild(const std::string& path, int T, Fn work) {
+  Row row{path, T};
+  int fds[2];
+  if (pipe(fds) != 0) std::abort();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    double times[2] = {0, 0};
+    times[0] = work(&times[1]);
+    if (write(fds[1], times, sizeof(times)) != sizeof(times)) _exit(2);
+    _exit(0);
+  }
+  close(fds[1]);
+  double times[2] = {-1, -1};
+  const bool got = read(fds[0], times, sizeof(times)) == sizeof(times);
+  close(fds[0]);
+  int status = 0;
+  struct rusage usage {};
+  wait4(pid, &status, 0, &usage);
+  row.peak_mib = usage.ru_maxrss / 1024.0;  // Linux reports KiB
+  if (got && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    row.seconds = times[0];
+    row.cpu_seconds = times[1];
+  } else {
+    row.note = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                   : "failed (exit " + std::to_string(WEXITSTATUS(status)) + ")";
+  }
+  return row;
+}
+
+double CpuSeconds() {
+  struct rusage u {};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+double Analyze(const Args& a, ss::analysis::AttnPath path, int T, double* cpu_seconds) {
+  ss::Model model = ss::test::RandomLlama(a.shape);
+  std::vector<int> tokens(T);
+  ss::analysis::SplitMix64 rng(7);
+  for (int& t : tokens) t = static_cast<int>(rng.Below(a.shape.vocab_size));
+  tokens[0] = 1;
+  ss::analysis::AnalyzeOptions options;
+  options.path = path;
+  const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = CpuSeconds();
+  auto result = ss::analysis::AnalyzeSamples(model, ss::analysis::Condition::kBos, {tokens}, options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  *cpu_seconds = CpuSeconds() - cpu_start;
+  std::fprintf(stderr, "  %s T=%d: %.2f s, alpha_0 mean %.4f\n",
+               path == ss::analysis::AttnPath::kFused ? "fused" : "materialised", T, seconds,
+               [&] {
+                 double s = 0;
+                 const size_t n = static_cast<size_t>(a.shape.n_layers) * a.shape.n_heads;
+                 for (size_t i = 0; i < n; ++i) s += result.alpha[i];
+                 return s / n;
+               }());
+  return seconds;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&] {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_analyze: %s needs a value\n", argv[i]);
+        std::exit(1);
+      }
+      return argv[++i];
+    };
+    if (!std::strcmp(argv[i], "--lengths")) a.lengths = ParseList(next());
+    else if (!std::strcmp(argv[i], "--fused-only")) a.fused_only = ParseList(next());
+    else if (!std::strcmp(argv[i], "--vocab")) a.shape.vocab_size = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--layers")) a.shape.n_layers = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--heads")) a.shape.n_heads = a.shape.n_kv_heads = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--dim")) a.shape.dim = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--hidden")) a.shape.hidden_dim = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--limit-gb")) a.limit_gb = std::atof(next());
+    else if (!std::strcmp(argv[i], "--tsv")) a.tsv = true;
+    else {
+      std::fprintf(stderr, "bench_analyze: unknown flag %s\n", argv[i]);
+      return 1;
+    }
+  }
+  using ss::analysis::AttnPath;
+  std::vector<Row> rows;
+  rows.push_back(RunChild("model only", 0, [&](double*) {
+    ss::Model model = ss::test::RandomLlama(a.shape);
+    return 0.0;
+  }));
+  const double L = a.shape.n_layers, H = a.shape.n_heads;
+  for (int T : a.lengths) {
+    rows.push_back(RunChild("fused", T, [&](double* cpu) { return Analyze(a, AttnPath::kFused, T, cpu); }));
+    rows.push_back(RunChild("materialised", T, [&](double* cpu) { return Analyze(a, AttnPath::kMaterialised, T, cpu); }));
+    const double keep_all_gb = L * H * double(T) * T * 4 / 1e9;
+    if (keep_all_gb <= a.limit_gb * 0.75) {
+      rows.push_back(RunChild("keep-all", T, [&](double* cpu) { return Analyze(a, AttnPath::kMaterialisedKeepAll, T, cpu); }));
+    } else {
+      Row r{"keep-all", T};
+      r.note = "does not fit: the patterns alone need " + std::to_string(keep_all_gb).substr(0, 5) +
+               " GB";
+      rows.push_back(r);
+    }
+  }
+  for (int T : a.fused_only)
+    rows.push_back(RunChild("fused", T, [&](double* cpu) { return Analyze(a, AttnPath::kFused, T, cpu); }));
+
+  const double base = rows[0].peak_mib;
+  std::printf("model: Llama, %d layers, %d heads, width %d, MLP %d, vocab %d; random weights; "
+              "%d OpenMP threads\n", a.shape.n_layers, a.shape.n_heads, a.shape.dim,
+              a.shape.hidden_dim, a.shape.vocab_size, omp_get_max_threads());
+  std::printf("%-14s %7s %10s %10s %10s %12s %14s  %s\n", "path", "T", "seconds", "cpu s",
+              "tokens/s", "peak MiB", "over model MiB", "note");
+  for (const Row& r : rows) {
+    if (r.T == 0) {
+      std::printf("%-14s %7s %10s %10s %10s %12.0f %14s\n", r.path.c_str(), "-", "-", "-", "-",
+                  r.peak_mib, "-");
+      continue;
+    }
+    if (r.seconds < 0) {
+      std::printf("%-14s %7d %10s %10s %10s %12s %14s  %s\n", r.path.c_str(), r.T, "-", "-", "-",
+                  "-", "-", r.note.c_str());
+      continue;
+    }
+    std::printf("%-14s %7d %10.2f %10.2f %10.0f %12.0f %14.0f  %s\n", r.path.c_str(), r.T,
+                r.seconds, r.cpu_seconds, r.T / r.seconds, r.peak_mib, r.peak_mib - base,
+                r.note.c_str());
+  }
+  if (a.tsv)
+    for (const Row& r : rows)
+      std::printf("TSV\tsinkscope\t%s\t%d\t%.3f\t%.3f\t%.0f\t%s\n", r.path.c_str(), r.T,
+                  r.seconds, r.cpu_seconds, r.peak_mib, r.note.c_str());
+  return 0;
+}

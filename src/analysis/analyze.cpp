@@ -1,0 +1,362 @@
+#include "analysis/analyze.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/error.h"
+
+namespace ss::analysis {
+
+std::vector<HeadRef> ParsePatternSpec(const std::string& spec, const ModelConfig& config,
+                                      const std::string& flag) {
+  std::vector<HeadRef> out;
+  if (spec.empty()) return out;
+  auto parse_int = [&](const std::string& s, const std::string& item) {
+    if (s.empty() || s.size() > 6 || !std::all_of(s.begin(), s.end(), ::isdigit))
+      Fail("{}: '{}' in '{}' is not LAYER:HEAD (e.g. 0:3 or 1:*)", flag, item, spec);
+    return std::stoi(s);
+  };
+  size_t begin = 0;
+  while (begin <= spec.size()) {
+    size_t end = spec.find(',', begin);
+    if (end == std::string::npos) end = spec.size();
+    const std::string item = spec.substr(begin, end - begin);
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos)
+      Fail("{}: '{}' in '{}' is not LAYER:HEAD (e.g. 0:3 or 1:*)", flag, item, spec);
+    const int layer = parse_int(item.substr(0, colon), item);
+    if (layer >= config.n_layers)
+      Fail("{}: layer {} in '{}' is outside the model's layers 0..{}", flag, layer, spec,
+           config.n_layers - 1);
+    const std::string head = item.substr(colon + 1);
+    std::vector<int> heads;
+    if (head == "*") {
+      for (int h = 0; h < config.n_heads; ++h) heads.push_back(h);
+    } else {
+      const int h = parse_int(head, item);
+      if (h >= config.n_heads)
+        Fail("{}: head {} in '{}' is outside the model's heads 0..{}", flag, h, spec,
+             config.n_heads - 1);
+      heads.push_back(h);
+    }
+    for (int h : heads) {
+      HeadRef ref{layer, h};
+      if (std::find(out.begin(), out.end(), ref) == out.end()) out.push_back(ref);
+    }
+    begin = end + 1;
+  }
+  return out;
+}
+
+namespace {
+
+// numpy.median semantics: the mean of the two middle values for an even count (the reference
+// implementation uses numpy, and this matters for short prompts).
+template <typename T>
+double Median(std::vector<T>& v) {
+  SS_ASSERT(!v.empty());
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + mid, v.end());
+  const double upper = v[mid];
+  if (v.size() % 2 == 1) return upper;
+  const double lower = *std::max_element(v.begin(), v.begin() + mid);
+  return 0.5 * (lower + upper);
+}
+
+// Sums of per-sample metrics for one condition; Finish() turns them into means.
+class Accumulator {
+ public:
+  Accumulator(const ModelConfig& c, int T, const AnalyzeOptions& o)
+      : L_(c.n_layers), H_(c.n_heads), D_(c.dim), K_(o.first_k), T_(T), eps_(o.eps) {
+    alpha_sum_.assign(static_cast<size_t>(K_) * L_ * H_, 0.0);
+    sample_alpha_.assign(alpha_sum_.size(), 0.0);
+    sink_sum_.assign(K_, 0.0);
+    sink_layer_sum_.assign(static_cast<size_t>(K_) * L_, 0.0);
+    sink_from_sum_.assign(static_cast<size_t>(K_) * L_, 0.0);
+    top_share_sum_.assign(static_cast<size_t>(L_) * H_, 0.0);
+    sample_top_share_.assign(top_share_sum_.size(), 0.0);
+    top_counts_.assign(static_cast<size_t>(L_) * H_ * T_, 0);
+    p0_sum_.assign(L_, 0.0);
+    p1_sum_.assign(L_, 0.0);
+    max_other_sum_.assign(L_, 0.0);
+    median_sum_.assign(L_, 0.0);
+    massive_count_.assign(L_, 0);
+    top_acts_.assign(L_, {});
+    u0_sum_.assign(static_cast<size_t>(L_) * D_, 0.0);
+    uo_sum_.assign(static_cast<size_t>(L_) * D_, 0.0);
+    uo_sq_sum_.assign(L_, 0.0);
+  }
+
+  // Attention of layer l for the current sample. prob(h, i, k) = A[i, k] for k < K;
+  // top(h, i) = (argmax_j A[i, j], max_j A[i, j]) with the first maximum on ties, as the kernel.
+  template <typename Prob, typename Top>
+  void AddAttention(int l, Prob prob, Top top) {
+    for (int h = 0; h < H_; ++h) {
+      // alpha_k^{l,h} = mean over queries i in [k, T-1] of A[i, k] (Gu et al., ICLR 2025, "When
+      // Attention Sink Emerges in Language Models", section 3).
+      for (int k = 0; k < K_; ++k) {
+        double sum = 0;
+        for (int i = k; i < T_; ++i) sum += prob(h, i, k);
+        sample_alpha_[(static_cast<size_t>(k) * L_ + l) * H_ + h] = sum / (T_ - k);
+      }
+      // Top key per query, over queries i >= 1 (query 0 sees only key 0).
+      double share = 0;
+      int64_t* counts = &top_counts_[(static_cast<size_t>(l) * H_ + h) * T_];
+      for (int i = 1; i < T_; ++i) {
+        const auto [key, p] = top(h, i);
+        share += p;
+        ++counts[key];
+      }
+      sample_top_share_[static_cast<size_t>(l) * H_ + h] = share / (T_ - 1);
+    }
+  }
+
+  // Residual stream after block l for the current sample: x (T, D).
+  void AddResidual(int l, const float* x) {
+    std::vector<double> norms(T_);
+    for (int i = 0; i < T_; ++i) {
+      double s = 0;
+      for (int d = 0; d < D_; ++d) s += static_cast<double>(x[i * D_ + d]) * x[i * D_ + d];
+      norms[i] = std::sqrt(s);
+    }
+    {
+      std::vector<double> others(norms.begin() + 1, norms.end());
+      const double med = Median(others);
+      p0_sum_[l] += norms[0] / med;
+      p1_sum_[l] += norms[1] / med;
+      max_other_sum_[l] += *std::max_element(norms.begin() + 1, norms.end()) / med;
+    }
+    // Massive activations (Sun et al. 2024): |x| > 100 and > 1000 x the median |x| of the layer.
+    const int64_t n = static_cast<int64_t>(T_) * D_;
+    std::vector<float> mags(n);
+    for (int64_t i = 0; i < n; ++i) mags[i] = std::fabs(x[i]);
+    const double med_abs = Median(mags);
+    median_sum_[l] += med_abs;
+    std::vector<Activation>& top = top_acts_[l];
+    for (int64_t i = 0; i < n; ++i) {
+      const float a = std::fabs(x[i]);
+      const bool massive = a > kMassiveAbsolute && a > kMassiveRelative * med_abs;
+      massive_count_[l] += massive;
+      if (top.size() == 3 && a <= std::fabs(top.back().value)) continue;
+      Activation act{l, sample_, static_cast<int>(i / D_), static_cast<int>(i % D_), x[i], med_abs,
+                     massive};
+      top.push_back(act);
+      std::sort(top.begin(), top.end(), [](const Activation& p, const Activation& q) {
+        return std::fabs(p.value) > std::fabs(q.value);
+      });
+      if (top.size() > 3) top.pop_back();
+    }
+    // Direction consistency: sums of unit vectors. The mean pairwise cosine over N vectors u_a is
+    // (||sum_a u_a||^2 - N) / (N (N - 1)), so no vector has to be kept.
+    double* u0 = &u0_sum_[static_cast<size_t>(l) * D_];
+    double* uo = &uo_sum_[static_cast<size_t>(l) * D_];
+    std::vector<double> U(D_, 0.0);
+    for (int i = 0; i < T_; ++i) {
+      const double inv = norms[i] > 0 ? 1.0 / norms[i] : 0.0;
+      double* dst = i == 0 ? u0 : U.data();
+      for (int d = 0; d < D_; ++d) dst[d] += x[i * D_ + d] * inv;
+    }
+    double sq = 0;
+    for (int d = 0; d < D_; ++d) {
+      uo[d] += U[d];
+      sq += U[d] * U[d];
+    }
+    uo_sq_sum_[l] += sq;
+  }
+
+  void EndSample() {
+    // Sink_k^eps = share of (l, h) with alpha_k^{l,h} > eps (Gu et al. 2025), on this sample.
+    for (int k = 0; k < K_; ++k) {
+      int64_t total = 0;
+      std::vector<int> per_layer(L_, 0);
+      for (int l = 0; l < L_; ++l)
+        for (int h = 0; h < H_; ++h)
+          per_layer[l] += sample_alpha_[(static_cast<size_t>(k) * L_ + l) * H_ + h] > eps_;
+      int from = 0;
+      for (int l = L_ - 1; l >= 0; --l) {
+        from += per_layer[l];
+        sink_from_sum_[static_cast<size_t>(k) * L_ + l] += static_cast<double>(from) / ((L_ - l) * H_);
+        sink_layer_sum_[static_cast<size_t>(k) * L_ + l] += static_cast<double>(per_layer[l]) / H_;
+        total += per_layer[l];
+      }
+      sink_sum_[k] += static_cast<double>(total) / (L_ * H_);
+    }
+    for (size_t i = 0; i < alpha_sum_.size(); ++i) alpha_sum_[i] += sample_alpha_[i];
+    for (size_t i = 0; i < top_share_sum_.size(); ++i) top_share_sum_[i] += sample_top_share_[i];
+    ++sample_;
+  }
+
+  ConditionResult Finish(Condition condition) const {
+    const double N = sample_;
+    ConditionResult r;
+    r.condition = condition;
+    r.samples = sample_;
+    r.length = T_;
+    r.n_layers = L_;
+    r.n_heads = H_;
+    r.first_k = K_;
+    r.eps = eps_;
+    auto mean = [&](const std::vector<double>& sum) {
+      std::vector<double> m(sum.size());
+      for (size_t i = 0; i < sum.size(); ++i) m[i] = sum[i] / N;
+      return m;
+    };
+    r.alpha = mean(alpha_sum_);
+    r.sink_rate = mean(sink_sum_);
+    r.sink_rate_per_layer = mean(sink_layer_sum_);
+    r.sink_rate_from_layer = mean(sink_from_sum_);
+    r.top_share = mean(top_share_sum_);
+    r.sink_rate_of_mean_alpha.assign(K_, 0.0);
+    r.sink_rate_of_mean_alpha_per_layer.assign(static_cast<size_t>(K_) * L_, 0.0);
+    for (int k = 0; k < K_; ++k)
+      for (int l = 0; l < L_; ++l)
+        for (int h = 0; h < H_; ++h)
+          if (r.Alpha(k, l, h) > eps_) {
+            r.sink_rate_of_mean_alpha[k] += 1.0 / (L_ * H_);
+            r.sink_rate_of_mean_alpha_per_layer[static_cast<size_t>(k) * L_ + l] += 1.0 / H_;
+          }
+    const double queries = N * (T_ - 1);
+    for (int lh = 0; lh < L_ * H_; ++lh) {
+      const int64_t* counts = &top_counts_[static_cast<size_t>(lh) * T_];
+      const int mode = static_cast<int>(std::max_element(counts, counts + T_) - counts);
+      r.top_mode.push_back(mode);
+      r.top_mode_rate.push_back(counts[mode] / queries);
+      r.top_p0_rate.push_back(counts[0] / queries);
+    }
+    r.p0_norm_ratio = mean(p0_sum_);
+    r.p1_norm_ratio = mean(p1_sum_);
+    r.max_other_norm_ratio = mean(max_other_sum_);
+    r.median_abs = mean(median_sum_);
+    r.massive_count = massive_count_;
+    r.top_activations = top_acts_;
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (int l = 0; l < L_; ++l) {
+      double s0 = 0, so = 0;
+      for (int d = 0; d < D_; ++d) {
+        s0 += u0_sum_[static_cast<size_t>(l) * D_ + d] * u0_sum_[static_cast<size_t>(l) * D_ + d];
+        so += uo_sum_[static_cast<size_t>(l) * D_ + d] * uo_sum_[static_cast<size_t>(l) * D_ + d];
+      }
+      // Pairs of different samples only: N (N - 1) ordered pairs of h_0, N (N - 1) (T - 1)^2 of
+      // positions >= 1 (any position of one sample with any position of another).
+      r.p0_cosine.push_back(sample_ > 1 ? (s0 - N) / (N * (N - 1)) : nan);
+      r.other_cosine.push_back(sample_ > 1 ? (so - uo_sq_sum_[l]) /
+                                                 (N * (N - 1) * double(T_ - 1) * (T_ - 1))
+                                           : nan);
+    }
+    return r;
+  }
+
+ private:
+  int L_, H_, D_, K_, T_;
+  double eps_;
+  int sample_ = 0;
+  std::vector<double> alpha_sum_, sample_alpha_;    // (K, L, H)
+  std::vector<double> sink_sum_;                    // (K)
+  std::vector<double> sink_layer_sum_, sink_from_sum_;  // (K, L)
+  std::vector<double> top_share_sum_, sample_top_share_;  // (L, H)
+  std::vector<int64_t> top_counts_;                 // (L, H, T)
+  std::vector<double> p0_sum_, p1_sum_, max_other_sum_, median_sum_;  // (L)
+  std::vector<int64_t> massive_count_;              // (L)
+  std::vector<std::vector<Activation>> top_acts_;   // (L)[<= 3]
+  std::vector<double> u0_sum_, uo_sum_;             // (L, D)
+  std::vector<double> uo_sq_sum_;                   // (L)
+};
+
+// Top key of one row of a full pattern: the first maximum, as the fused kernel picks it.
+std::pair<int, float> RowTop(const float* row, int i) {
+  int best = 0;
+  for (int j = 1; j <= i; ++j)
+    if (row[j] > row[best]) best = j;
+  return {best, row[best]};
+}
+
+}  // namespace
+
+ConditionResult AnalyzeSamples(const Model& model, Condition condition,
+                               const std::vector<std::vector<int>>& samples,
+                               const AnalyzeOptions& options) {
+  const ModelConfig& c = model.config;
+  SS_ASSERT(!samples.empty());
+  const int T = static_cast<int>(samples[0].size());
+  const int K = options.first_k;
+  SS_ASSERT(T >= 2 && T >= K && K >= 1);
+  for (const auto& s : samples) SS_ASSERT(static_cast<int>(s.size()) == T);
+  const int L = c.n_layers, H = c.n_heads;
+
+  Accumulator acc(c, T, options);
+  // Requested full patterns: per layer, which heads, and where their running sums live.
+  std::vector<CapturedPattern> captured;
+  std::vector<std::vector<std::pair<int, size_t>>> wanted(L);  // layer -> (head, index in captured)
+  for (const HeadRef& ref : options.patterns) {
+    SS_ASSERT(ref.layer < L && ref.head < H);
+    wanted[ref.layer].push_back({ref.head, captured.size()});
+    captured.push_back({ref, T, std::vector<float>(static_cast<size_t>(T) * T, 0.0f)});
+  }
+
+  const bool fused = options.path == AttnPath::kFused;
+  const bool keep_all = options.path == AttnPath::kMaterialisedKeepAll;
+  std::vector<std::vector<float>> kept(keep_all ? L : 0);  // (L)(H, T, T)
+  auto reduce_pattern = [&](int l, const float* p) {      // p (H, T, S = T)
+    acc.AddAttention(
+        l, [&](int h, int i, int k) { return p[(static_cast<int64_t>(h) * T + i) * T + k]; },
+        [&](int h, int i) { return RowTop(p + (static_cast<int64_t>(h) * T + i) * T, i); });
+  };
+
+  Hooks hooks;
+  hooks.Add(HookPoint::kResidPost, -1,
+            [&](const HookContext& ctx, Tensor& x) { acc.AddResidual(ctx.layer, x.data()); });
+  for (int l = 0; l < L; ++l) {
+    if (fused && wanted[l].empty()) continue;  // the fused path never asks for a full pattern
+    hooks.Add(HookPoint::kPattern, l, [&, l](const HookContext&, Tensor& p) {
+      SS_ASSERT(p.dim(0) == H && p.dim(1) == T && p.dim(2) == T);
+      for (const auto& [h, index] : wanted[l]) {
+        const float* src = p.data() + static_cast<int64_t>(h) * T * T;
+        float* dst = captured[index].mean.data();
+        for (int64_t e = 0; e < static_cast<int64_t>(T) * T; ++e) dst[e] += src[e];
+      }
+      if (options.path == AttnPath::kMaterialised) reduce_pattern(l, p.data());
+      if (keep_all) kept[l].assign(p.data(), p.data() + p.numel());
+    });
+  }
+
+  KVCache cache = KVCache::Create(c, T);
+  RunState state;
+  AttnStatsBuffers stats;
+  stats.first_k = K;
+  for (size_t s = 0; s < samples.size(); ++s) {
+    cache.Clear();
+    ForwardRequest request;
+    request.tokens = samples[s];
+    request.logits = LogitsMode::kNone;
+    request.hooks = &hooks;
+    request.stats = fused ? &stats : nullptr;
+    Forward(model, cache, state, request);
+    if (fused) {
+      for (int l = 0; l < L; ++l) {
+        const int64_t base = static_cast<int64_t>(l) * H * T;
+        acc.AddAttention(
+            l,
+            [&](int h, int i, int k) {
+              return stats.first_k_probs[(base + static_cast<int64_t>(h) * T + i) * K + k];
+            },
+            [&](int h, int i) {
+              const int64_t at = base + static_cast<int64_t>(h) * T + i;
+              return std::pair<int, float>(stats.top_key[at], stats.top_prob[at]);
+            });
+      }
+    } else if (keep_all) {
+      for (int l = 0; l < L; ++l) reduce_pattern(l, kept[l].data());
+    }
+    acc.EndSample();
+    if (options.progress) options.progress(static_cast<int64_t>(s) + 1, samples.size());
+  }
+
+  ConditionResult result = acc.Finish(condition);
+  for (CapturedPattern& p : captured)
+    for (float& v : p.mean) v /= static_cast<float>(samples.size());
+  result.patterns = std::move(captured);
+  return result;
+}
+
+}  // namespace ss::analysis

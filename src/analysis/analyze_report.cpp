@@ -1,0 +1,375 @@
+#include "analysis/analyze_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "common/sha256.h"
+#include "report/report.h"
+
+namespace ss::analysis {
+
+ModelIdentity IdentifyModel(const Model& model, int64_t hash_limit_bytes) {
+  const ModelConfig& c = model.config;
+  ModelIdentity id;
+  id.path = model.source;
+  id.format = model.format;
+  id.arch = c.arch;
+  id.n_layers = c.n_layers;
+  id.n_heads = c.n_heads;
+  id.n_kv_heads = c.n_kv_heads;
+  id.dim = c.dim;
+  id.head_dim = c.head_dim;
+  id.hidden_dim = c.hidden_dim;
+  id.vocab_size = c.vocab_size;
+  id.max_seq_len = c.max_seq_len;
+  id.parameters = model.ParameterCount();
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!model.source.empty() && fs::is_regular_file(model.source, ec)) {
+    id.file_bytes = static_cast<int64_t>(fs::file_size(model.source, ec));
+    if (id.file_bytes <= hash_limit_bytes) id.sha256 = Sha256File(model.source);
+  } else if (!model.source.empty() && fs::is_directory(model.source, ec)) {
+    id.file_bytes = 0;
+    for (const auto& e : fs::directory_iterator(model.source, ec))
+      if (e.is_regular_file(ec)) id.file_bytes += static_cast<int64_t>(e.file_size(ec));
+  }
+  return id;
+}
+
+namespace {
+
+using nlohmann::json;
+
+// [a][b] nested arrays from a flat (a, b) vector.
+template <typename T>
+json Nested2(const std::vector<T>& flat, int a, int b) {
+  json out = json::array();
+  for (int i = 0; i < a; ++i)
+    out.push_back(std::vector<T>(flat.begin() + static_cast<size_t>(i) * b,
+                                 flat.begin() + static_cast<size_t>(i + 1) * b));
+  return out;
+}
+
+json ActivationJson(const Activation& a) {
+  return {{"layer", a.layer},       {"sample", a.sample}, {"position", a.position},
+          {"dim", a.dim},           {"value", a.value},   {"median_abs", a.median_abs},
+          {"massive", a.massive}};
+}
+
+json ConditionJson(const ConditionResult& r) {
+  const int K = r.first_k, L = r.n_layers, H = r.n_heads;
+  json j;
+  j["name"] = ConditionName(r.condition);
+  j["samples"] = r.samples;
+  j["length"] = r.length;
+  json alpha = json::array();
+  for (int k = 0; k < K; ++k)
+    alpha.push_back(Nested2(std::vector<double>(r.alpha.begin() + static_cast<size_t>(k) * L * H,
+                                                r.alpha.begin() + static_cast<size_t>(k + 1) * L * H),
+                            L, H));
+  j["alpha"] = alpha;
+  j["sink_rate"] = r.sink_rate;
+  j["sink_rate_per_layer"] = Nested2(r.sink_rate_per_layer, K, L);
+  j["sink_rate_from_layer"] = Nested2(r.sink_rate_from_layer, K, L);
+  j["sink_rate_of_mean_alpha"] = r.sink_rate_of_mean_alpha;
+  j["sink_rate_of_mean_alpha_per_layer"] = Nested2(r.sink_rate_of_mean_alpha_per_layer, K, L);
+  j["top_key"] = {{"share", Nested2(r.top_share, L, H)},
+                  {"mode_position", Nested2(r.top_mode, L, H)},
+                  {"mode_rate", Nested2(r.top_mode_rate, L, H)},
+                  {"p0_rate", Nested2(r.top_p0_rate, L, H)}};
+  j["p0_norm_ratio_per_layer"] = r.p0_norm_ratio;
+  j["p1_norm_ratio_per_layer"] = r.p1_norm_ratio;
+  j["max_other_norm_ratio_per_layer"] = r.max_other_norm_ratio;
+  json top = json::array();
+  for (const auto& layer : r.top_activations) {
+    json row = json::array();
+    for (const auto& a : layer) row.push_back(ActivationJson(a));
+    top.push_back(row);
+  }
+  j["massive_activations"] = {{"criterion", "|x| > 100 and |x| > 1000 x median |x| of the layer"},
+                              {"median_abs_per_layer", r.median_abs},
+                              {"count_per_layer", r.massive_count},
+                              {"top_per_layer", top}};
+  j["p0_cosine_per_layer"] = r.p0_cosine;
+  j["other_cosine_per_layer"] = r.other_cosine;
+  json patterns = json::array();
+  for (const auto& p : r.patterns) {
+    // Which heads were captured; the T x T matrices themselves are shown in the HTML only (they
+    // would make the JSON grow as T^2).
+    patterns.push_back({{"layer", p.head.layer}, {"head", p.head.head}, {"length", p.T}});
+  }
+  j["patterns"] = patterns;
+  return j;
+}
+
+std::string F(double v, int precision = 3) { return report::FormatNumber(v, precision); }
+
+double LayerMeanAlpha(const ConditionResult& r, int k, int l) {
+  double s = 0;
+  for (int h = 0; h < r.n_heads; ++h) s += r.Alpha(k, l, h);
+  return s / r.n_heads;
+}
+
+// Heads ordered by alpha_0, largest first.
+std::vector<std::pair<int, int>> TopHeads(const ConditionResult& r, size_t count) {
+  std::vector<std::pair<int, int>> heads;
+  for (int l = 0; l < r.n_layers; ++l)
+    for (int h = 0; h < r.n_heads; ++h) heads.push_back({l, h});
+  std::stable_sort(heads.begin(), heads.end(), [&](auto a, auto b) {
+    return r.Alpha(0, a.first, a.second) > r.Alpha(0, b.first, b.second);
+  });
+  heads.resize(std::min(count, heads.size()));
+  return heads;
+}
+
+// A (T, T) pattern reduced to at most `max_cells` x `max_cells` by averaging square blocks.
+std::vector<std::vector<double>> Downsample(const std::vector<float>& m, int T, int max_cells) {
+  const int block = (T + max_cells - 1) / max_cells;
+  const int n = (T + block - 1) / block;
+  std::vector<std::vector<double>> out(n, std::vector<double>(n, 0.0));
+  for (int r = 0; r < n; ++r)
+    for (int c = 0; c < n; ++c) {
+      double s = 0;
+      int count = 0;
+      for (int i = r * block; i < std::min(T, (r + 1) * block); ++i)
+        for (int j = c * block; j < std::min(T, (c + 1) * block); ++j, ++count)
+          s += m[static_cast<size_t>(i) * T + j];
+      out[r][c] = s / std::max(count, 1);
+    }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json ReportJson(const AnalyzeReport& report) {
+  const ModelIdentity& m = report.model;
+  const AnalyzeSettings& s = report.settings;
+  json j;
+  j["schema"] = kAnalyzeSchema;
+  j["model"] = {{"path", m.path},           {"format", m.format},         {"arch", m.arch},
+                {"n_layers", m.n_layers},   {"n_heads", m.n_heads},       {"n_kv_heads", m.n_kv_heads},
+                {"dim", m.dim},             {"head_dim", m.head_dim},     {"hidden_dim", m.hidden_dim},
+                {"vocab_size", m.vocab_size}, {"max_seq_len", m.max_seq_len},
+                {"parameters", m.parameters}, {"file_bytes", m.file_bytes},
+                {"sha256", m.sha256.empty() ? json(nullptr) : json(m.sha256)}};
+  j["settings"] = {{"source", s.source},       {"samples", s.samples},
+                   {"length", s.length},       {"seed", s.seed},
+                   {"first_k", s.first_k},     {"eps", s.eps},
+                   {"attention_path", s.attn_path}, {"patterns", s.patterns},
+                   {"allow_long_context", s.allow_long_context},
+                   {"averaging", "mean over samples of per-sample metrics; top_key.mode_* pooled "
+                                 "over all queries of all samples; cosines across samples"}};
+  j["conditions"] = json::array();
+  for (const auto& r : report.conditions) j["conditions"].push_back(ConditionJson(r));
+  return j;
+}
+
+std::string ReportSummary(const AnalyzeReport& report) {
+  const auto& conds = report.conditions;
+  if (conds.empty()) return "";
+  const int L = conds[0].n_layers;
+  std::string lengths;
+  bool same_length = true;
+  for (const auto& r : conds) same_length &= r.length == conds[0].length;
+  if (same_length) lengths = std::to_string(conds[0].length);
+  else for (const auto& r : conds)
+    lengths += fmt::format("{}{} ({})", lengths.empty() ? "" : ", ", r.length, ConditionName(r.condition));
+  std::string out = fmt::format("{} sample(s) per condition of T = {} tokens\n\n", conds[0].samples,
+                                lengths);
+  // One narrow table per metric, conditions side by side.
+  auto per_layer = [&](const std::string& title, auto value) {
+    std::vector<std::vector<std::string>> rows;
+    std::vector<std::string> header = {"layer"};
+    for (const auto& r : conds) header.push_back(ConditionName(r.condition));
+    rows.push_back(header);
+    for (int l = 0; l < L; ++l) {
+      std::vector<std::string> row = {std::to_string(l)};
+      for (const auto& r : conds) row.push_back(F(value(r, l)));
+      rows.push_back(row);
+    }
+    return title + "\n" + report::FormatTable(rows);
+  };
+  out += per_layer(fmt::format("Sink_0 (share of heads with alpha_0 > {:g}) per layer", conds[0].eps),
+                   [](const ConditionResult& r, int l) { return r.sink_rate_per_layer[l]; });
+  std::string all = "all layers (mean of per-sample rates):";
+  for (const auto& r : conds) all += fmt::format(" {}={}", ConditionName(r.condition), F(r.sink_rate[0]));
+  std::string of_mean = "all layers (threshold on the mean alpha_0):";
+  for (const auto& r : conds)
+    of_mean += fmt::format(" {}={}", ConditionName(r.condition), F(r.sink_rate_of_mean_alpha[0]));
+  out += all + "\n" + of_mean + "\n\n";
+  out += per_layer("mean alpha_0 over the layer's heads",
+                   [](const ConditionResult& r, int l) { return LayerMeanAlpha(r, 0, l); });
+  out += "\n" + per_layer("P0 norm ratio ||h_0|| / median_{i>=1} ||h_i|| after each block",
+                          [](const ConditionResult& r, int l) { return r.p0_norm_ratio[l]; });
+  out += "\nTop sink heads by alpha_0 (top key: most frequent argmax position, share of queries)\n";
+  std::vector<std::vector<std::string>> heads = {{"condition", "layer", "head", "alpha_0", "alpha_1",
+                                                  "top key", "top share"}};
+  for (const auto& r : conds)
+    for (auto [l, h] : TopHeads(r, 3))
+      heads.push_back({ConditionName(r.condition), std::to_string(l), std::to_string(h),
+                       F(r.Alpha(0, l, h)), r.first_k > 1 ? F(r.Alpha(1, l, h)) : "-",
+                       fmt::format("pos {} ({})", r.top_mode[l * r.n_heads + h],
+                                   F(r.top_mode_rate[l * r.n_heads + h], 2)),
+                       F(r.top_share[l * r.n_heads + h])});
+  out += report::FormatTable(heads);
+
+  out += "\nLargest activation per condition (massive: |x| > 100 and > 1000 x median |x|)\n";
+  std::vector<std::vector<std::string>> acts = {
+      {"condition", "layer", "position", "dim", "value", "median |x|", "massive entries"}};
+  for (const auto& r : conds) {
+    const Activation* best = nullptr;
+    for (const auto& layer : r.top_activations)
+      for (const auto& a : layer)
+        if (!best || std::fabs(a.value) > std::fabs(best->value)) best = &a;
+    int64_t total = std::accumulate(r.massive_count.begin(), r.massive_count.end(), int64_t{0});
+    if (best)
+      acts.push_back({ConditionName(r.condition), std::to_string(best->layer),
+                      std::to_string(best->position), std::to_string(best->dim), F(best->value),
+                      F(best->median_abs), std::to_string(total)});
+  }
+  out += report::FormatTable(acts);
+  return out;
+}
+
+std::string ReportHtml(const AnalyzeReport& report) {
+  const ModelIdentity& m = report.model;
+  const AnalyzeSettings& s = report.settings;
+  const auto& conds = report.conditions;
+  report::HtmlPage page("sinkscope analyze: " + std::filesystem::path(m.path).filename().string());
+  page.Paragraph(fmt::format(
+      "{} ({}, {}): {} layers, {} heads ({} key/value), width {}, vocabulary {}, context {}, {} "
+      "parameters{}.",
+      m.path, m.format, m.arch, m.n_layers, m.n_heads, m.n_kv_heads, m.dim, m.vocab_size,
+      m.max_seq_len, m.parameters, m.sha256.empty() ? "" : ", sha256 " + m.sha256));
+  page.Paragraph(fmt::format(
+      "Input: {}. {} samples of {} tokens per condition, seed {}, eps {}, attention statistics "
+      "from the {} path. Every metric is the mean over samples of the per-sample metric.",
+      s.source, s.samples, s.length, s.seed, F(s.eps), s.attn_path));
+  if (conds.empty()) return page.Render();
+  const int L = conds[0].n_layers, H = conds[0].n_heads;
+  std::vector<double> layers(L);
+  std::iota(layers.begin(), layers.end(), 0.0);
+
+  page.Heading("Sink rate per layer");
+  page.Paragraph("Sink_0^eps: share of the layer's heads whose alpha_0 (mean attention on position "
+                 "0 over all queries) exceeds eps (Gu et al. 2025).");
+  {
+    std::vector<report::Series> series;
+    for (const auto& r : conds)
+      series.push_back({ConditionName(r.condition), layers,
+                        std::vector<double>(r.sink_rate_per_layer.begin(),
+                                            r.sink_rate_per_layer.begin() + L)});
+    report::ChartOptions o;
+    o.title = fmt::format("Sink_0 (eps {}) per layer", F(s.eps));
+    o.x_label = "layer";
+    o.y_label = "share of heads";
+    o.has_reference = true;
+    o.reference_y = 1.0;
+    o.reference_label = "all heads";
+    page.Raw(report::LineChart(series, o));
+  }
+  page.Heading("alpha_0 per head");
+  for (const auto& r : conds) {
+    std::vector<std::vector<double>> grid(L, std::vector<double>(H));
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < H; ++h) grid[l][h] = r.Alpha(0, l, h);
+    report::HeatmapOptions o;
+    o.title = "alpha_0, " + ConditionName(r.condition);
+    o.row_label = "layer";
+    o.col_label = "head";
+    page.Raw(report::Heatmap(grid, o));
+  }
+  page.Heading("Hidden-state norms");
+  page.Paragraph("||h_0|| / median over i >= 1 of ||h_i|| after each block, beside the same ratio "
+                 "for position 1 and for the largest position >= 1.");
+  // One chart per condition: three lines stay readable where twelve would not.
+  for (const auto& r : conds) {
+    std::vector<report::Series> series = {{"position 0", layers, r.p0_norm_ratio},
+                                          {"position 1", layers, r.p1_norm_ratio},
+                                          {"max over i >= 1", layers, r.max_other_norm_ratio}};
+    report::ChartOptions o;
+    o.title = "norm ratio per layer, " + ConditionName(r.condition);
+    o.x_label = "layer (residual stream after the block)";
+    o.y_label = "norm / median norm";
+    o.width = 520;
+    o.height = 260;
+    o.has_reference = true;
+    o.reference_y = 1.0;
+    o.reference_label = "median";
+    page.Raw(report::LineChart(series, o));
+  }
+  page.Heading("Direction consistency");
+  {
+    std::vector<report::Series> series;
+    for (const auto& r : conds) {
+      const std::string n = ConditionName(r.condition);
+      series.push_back({n + " h_0", layers, r.p0_cosine});
+      series.push_back({n + " i>=1", layers, r.other_cosine});
+    }
+    report::ChartOptions o;
+    o.title = "mean pairwise cosine across samples";
+    o.x_label = "layer";
+    o.y_label = "cosine";
+    page.Raw(report::LineChart(series, o));
+    if (conds[0].samples < 2) page.Paragraph("Needs at least two samples: not defined for one.");
+  }
+  page.Heading("Top sink heads");
+  {
+    std::vector<std::vector<std::string>> rows = {
+        {"condition", "layer", "head", "alpha_0", "alpha_1", "top key position", "share of queries",
+         "mean top prob"}};
+    for (const auto& r : conds)
+      for (auto [l, h] : TopHeads(r, 5))
+        rows.push_back({ConditionName(r.condition), std::to_string(l), std::to_string(h),
+                        F(r.Alpha(0, l, h)), r.first_k > 1 ? F(r.Alpha(1, l, h)) : "-",
+                        std::to_string(r.top_mode[l * H + h]), F(r.top_mode_rate[l * H + h]),
+                        F(r.top_share[l * H + h])});
+    page.Table(rows);
+  }
+  page.Heading("Massive activations");
+  page.Paragraph("Largest |x| per layer in the residual stream (Sun et al. 2024 call an activation "
+                 "massive when |x| > 100 and > 1000 x the layer's median |x|).");
+  {
+    std::vector<std::vector<std::string>> rows = {{"condition", "layer", "sample", "position", "dim",
+                                                   "value", "median |x|", "massive",
+                                                   "massive entries in layer"}};
+    for (const auto& r : conds)
+      for (int l = 0; l < L; ++l)
+        for (const auto& a : r.top_activations[l])
+          rows.push_back({ConditionName(r.condition), std::to_string(l), std::to_string(a.sample),
+                          std::to_string(a.position), std::to_string(a.dim), F(a.value),
+                          F(a.median_abs), a.massive ? "yes" : "no",
+                          std::to_string(r.massive_count[l])});
+    page.Table(rows);
+  }
+  bool any_pattern = false;
+  for (const auto& r : conds) any_pattern |= !r.patterns.empty();
+  if (any_pattern) {
+    page.Heading("Attention patterns");
+    page.Paragraph("Mean over samples of A[i][j] (query i down, key j across); long sequences are "
+                   "shown averaged over square blocks.");
+    for (const auto& r : conds)
+      for (const auto& p : r.patterns) {
+        auto grid = Downsample(p.mean, p.T, 128);
+        double mx = 0;
+        for (const auto& row : grid) for (double v : row) mx = std::max(mx, v);
+        report::HeatmapOptions o;
+        o.title = fmt::format("{}: layer {} head {}", ConditionName(r.condition), p.head.layer,
+                              p.head.head);
+        o.row_label = "query";
+        o.col_label = "key";
+        o.max_value = mx > 0 ? mx : 1.0;
+        o.cell = std::max(2, 384 / static_cast<int>(grid.size()));
+        o.annotate = false;
+        o.raster = true;
+        page.Raw(report::Heatmap(grid, o));
+      }
+  }
+  return page.Render();
+}
+
+}  // namespace ss::analysis

@@ -1,0 +1,278 @@
+#include "stream/stream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+
+namespace ss::stream {
+
+Policy ParsePolicy(const std::string& name, const std::string& flag) {
+  if (name == "dense") return Policy::kDense;
+  if (name == "window") return Policy::kWindow;
+  if (name == "sinks") return Policy::kSinks;
+  if (name == "recompute") return Policy::kRecompute;
+  Fail("{}: expected one of dense, window, sinks, recompute; got '{}'", flag, name);
+}
+
+const char* PolicyName(Policy policy) {
+  switch (policy) {
+    case Policy::kDense: return "dense";
+    case Policy::kWindow: return "window";
+    case Policy::kSinks: return "sinks";
+    case Policy::kRecompute: return "recompute";
+  }
+  return "?";
+}
+
+void ValidateOptions(const StreamOptions& o, const ModelConfig& config) {
+  if (o.window < 1) Fail("--window: expected a window of at least 1 token, got {}", o.window);
+  if (o.sinks < 0) Fail("--sinks: expected 0 or more sink tokens, got {}", o.sinks);
+  if (o.sinks > o.window)
+    Fail("--sinks {} is larger than --window {}: expected S <= W (the sinks are a few initial "
+         "tokens beside a larger window of recent ones)",
+         o.sinks, o.window);
+  if (o.max_chunk < 0) Fail("max_chunk: expected 0 (= W) or more, got {}", o.max_chunk);
+  if (o.policy == Policy::kDense) return;
+  const int64_t budget = static_cast<int64_t>(o.sinks) + o.window;
+  if (config.max_seq_len > 0 && budget > config.max_seq_len && !o.force)
+    Fail("--sinks + --window = {} + {} = {} exceeds the model's context of {} tokens: positions "
+         "beyond it were never trained (pass --force to run anyway)",
+         o.sinks, o.window, budget, config.max_seq_len);
+  if (budget > INT32_MAX / 4) Fail("--sinks + --window = {} is too large", budget);
+}
+
+double TokenNll(const float* logits, int vocab_size, int target) {
+  SS_ASSERT(target >= 0 && target < vocab_size);
+  double mx = logits[0];
+  for (int i = 1; i < vocab_size; ++i) mx = std::max(mx, static_cast<double>(logits[i]));
+  double z = 0;
+  for (int i = 0; i < vocab_size; ++i) z += std::exp(static_cast<double>(logits[i]) - mx);
+  return std::log(z) + mx - logits[target];
+}
+
+int PickGreedy(const float* logits, int vocab_size) {
+  return static_cast<int>(std::max_element(logits, logits + vocab_size) - logits);
+}
+
+namespace {
+
+Tensor LastRow(const Tensor& logits) { return logits.Rows(logits.dim(0) - 1, 1).Reshaped({logits.dim(1)}); }
+
+// sinks and window: S fixed rows plus a ring of recent entries (model/model.h StreamLayout).
+// The window policy is this cache with no sinks and a window of S + W.
+class SinkWindowCache final : public StreamCache {
+ public:
+  SinkWindowCache(const Model& model, StreamOptions o) : StreamCache(model, o) {
+    layout_.sinks = o.policy == Policy::kSinks ? o.sinks : 0;
+    layout_.window = o.policy == Policy::kSinks ? o.window : o.sinks + o.window;
+    max_chunk_ = o.max_chunk > 0 ? o.max_chunk : layout_.window;
+    Allocate(layout_.window);  // stepping needs ring = W
+  }
+
+  Tensor Step(int token) override { return Run(std::span<const int>(&token, 1)); }
+
+  Tensor Prefill(std::span<const int> tokens) override {
+    SS_ASSERT(!tokens.empty());
+    for (size_t i = 0; i < tokens.size(); i += max_chunk_) {
+      const size_t n = std::min(tokens.size() - i, static_cast<size_t>(max_chunk_));
+      Run(tokens.subspan(i, n));
+    }
+    return last_logits_;
+  }
+
+  void Reset() override {
+    tokens_seen_ = 0;
+    cache_.Clear();
+    last_logits_ = Tensor();
+  }
+
+  int entries() const override {
+    return static_cast<int>(std::min<int64_t>(tokens_seen_, layout_.sinks + layout_.window - 1));
+  }
+  int budget() const override { return layout_.sinks + layout_.window; }
+  int64_t kv_bytes() const override { return cache_.Bytes(); }
+
+ private:
+  Tensor Run(std::span<const int> tokens) {
+    const int T = static_cast<int>(tokens.size());
+    if (layout_.ring < layout_.window - 1 + T) Grow(layout_.window - 1 + T);
+    layout_.first_index = tokens_seen_;
+    ForwardRequest request;
+    request.tokens = tokens;
+    request.logits = LogitsMode::kLast;
+    request.stream = &layout_;
+    last_logits_ = LastRow(Forward(model_, cache_, state_, request));
+    tokens_seen_ += T;
+    return last_logits_;
+  }
+
+  void Allocate(int ring) {
+    layout_.ring = ring;
+    cache_ = KVCache::Create(model_.config, layout_.sinks + ring);
+    peak_kv_bytes_ = std::max(peak_kv_bytes_, cache_.Bytes());
+  }
+
+  // A longer chunk needs a longer ring: move the entries still visible (the sinks and the last
+  // W - 1 tokens) to their rows in the new ring. Happens once per stream for a given chunk size.
+  void Grow(int ring) {
+    StreamLayout old = layout_;
+    KVCache old_cache = std::move(cache_);
+    Allocate(ring);
+    const int kv = old_cache.kv_dim;
+    const int64_t first = std::max<int64_t>(old.sinks, tokens_seen_ - (old.window - 1));
+    auto move_entry = [&](int64_t m) {
+      for (size_t l = 0; l < old_cache.k.size(); ++l) {
+        std::copy(old_cache.k[l].row(old.Row(m)), old_cache.k[l].row(old.Row(m)) + kv,
+                  cache_.k[l].row(layout_.Row(m)));
+        std::copy(old_cache.v[l].row(old.Row(m)), old_cache.v[l].row(old.Row(m)) + kv,
+                  cache_.v[l].row(layout_.Row(m)));
+      }
+    };
+    for (int64_t m = 0; m < std::min<int64_t>(old.sinks, tokens_seen_); ++m) move_entry(m);
+    for (int64_t m = first; m < tokens_seen_; ++m) move_entry(m);
+    cache_.length = old_cache.length;
+  }
+
+  StreamLayout layout_;
+  int max_chunk_ = 0;
+  KVCache cache_;
+  RunState state_;
+};
+
+// dense: one growing cache, up to the model's context (or beyond with force).
+class DenseCache final : public StreamCache {
+ public:
+  DenseCache(const Model& model, StreamOptions o) : StreamCache(model, o) {
+    context_ = model.config.max_seq_len > 0 ? model.config.max_seq_len : 4096;
+    max_chunk_ = o.max_chunk > 0 ? o.max_chunk : 512;
+    cache_ = KVCache::Create(model.config, std::min(context_, 512));
+    peak_kv_bytes_ = cache_.Bytes();
+  }
+
+  Tensor Step(int token) override { return Run(std::span<const int>(&token, 1)); }
+  Tensor Prefill(std::span<const int> tokens) override {
+    for (size_t i = 0; i < tokens.size(); i += max_chunk_)
+      Run(tokens.subspan(i, std::min(tokens.size() - i, static_cast<size_t>(max_chunk_))));
+    return last_logits_;
+  }
+  void Reset() override {
+    tokens_seen_ = 0;
+    cache_.Clear();
+    last_logits_ = Tensor();
+  }
+  int entries() const override { return cache_.length; }
+  int budget() const override { return options_.force ? INT32_MAX : context_; }
+  int64_t kv_bytes() const override { return cache_.Bytes(); }
+
+ private:
+  Tensor Run(std::span<const int> tokens) {
+    const int need = cache_.length + static_cast<int>(tokens.size());
+    if (need > context_ && !options_.force)
+      Fail("--policy dense: the stream reached the model's context of {} tokens; use a streaming "
+           "policy (sinks, window, recompute), --max-tokens, or --force",
+           context_);
+    if (need > cache_.capacity) Grow(std::max(need, 2 * cache_.capacity));
+    ForwardRequest request;
+    request.tokens = tokens;
+    request.logits = LogitsMode::kLast;
+    last_logits_ = LastRow(Forward(model_, cache_, state_, request));
+    tokens_seen_ += static_cast<int64_t>(tokens.size());
+    return last_logits_;
+  }
+  void Grow(int capacity) {
+    if (!options_.force) capacity = std::min(capacity, context_);
+    KVCache bigger = KVCache::Create(model_.config, capacity);
+    for (size_t l = 0; l < cache_.k.size(); ++l) {
+      std::copy(cache_.k[l].data(), cache_.k[l].row(cache_.length), bigger.k[l].data());
+      std::copy(cache_.v[l].data(), cache_.v[l].row(cache_.length), bigger.v[l].data());
+    }
+    bigger.length = cache_.length;
+    cache_ = std::move(bigger);
+    peak_kv_bytes_ = std::max(peak_kv_bytes_, cache_.Bytes());
+  }
+  int context_ = 0;
+  int max_chunk_ = 0;
+  KVCache cache_;
+  RunState state_;
+};
+
+// recompute: every token re-encodes the S + W most recent tokens with positions 0 .. n-1.
+class RecomputeCache final : public StreamCache {
+ public:
+  RecomputeCache(const Model& model, StreamOptions o) : StreamCache(model, o) {
+    budget_ = o.sinks + o.window;
+    cache_ = KVCache::Create(model.config, budget_);
+    peak_kv_bytes_ = cache_.Bytes();
+    recent_.reserve(2 * static_cast<size_t>(budget_));
+  }
+  Tensor Step(int token) override { return Prefill(std::span<const int>(&token, 1)); }
+  // Only the last token's logits are wanted, and recompute keeps no state besides the tokens, so a
+  // prompt costs one pass over its last S + W tokens.
+  Tensor Prefill(std::span<const int> tokens) override {
+    SS_ASSERT(!tokens.empty());
+    for (int t : tokens) {
+      // Amortised O(1) sliding: compact only when the buffer is full.
+      if (recent_.size() == recent_.capacity()) {
+        recent_.erase(recent_.begin(), recent_.end() - (budget_ - 1));
+      }
+      recent_.push_back(t);
+    }
+    tokens_seen_ += static_cast<int64_t>(tokens.size());
+    const size_t n = std::min(recent_.size(), static_cast<size_t>(budget_));
+    cache_.Clear();
+    ForwardRequest request;
+    request.tokens = std::span<const int>(recent_.data() + recent_.size() - n, n);
+    request.logits = LogitsMode::kLast;
+    last_logits_ = LastRow(Forward(model_, cache_, state_, request));
+    return last_logits_;
+  }
+  void Reset() override {
+    tokens_seen_ = 0;
+    recent_.clear();
+    last_logits_ = Tensor();
+  }
+  int entries() const override {
+    return static_cast<int>(std::min<int64_t>(tokens_seen_, budget_ - 1));
+  }
+  int budget() const override { return budget_; }
+  int64_t kv_bytes() const override { return cache_.Bytes(); }
+
+ private:
+  int budget_ = 0;
+  std::vector<int> recent_;
+  KVCache cache_;
+  RunState state_;
+};
+
+}  // namespace
+
+std::unique_ptr<StreamCache> MakeStreamCache(const Model& model, const StreamOptions& options) {
+  ValidateOptions(options, model.config);
+  switch (options.policy) {
+    case Policy::kDense: return std::make_unique<DenseCache>(model, options);
+    case Policy::kWindow:
+    case Policy::kSinks: return std::make_unique<SinkWindowCache>(model, options);
+    case Policy::kRecompute: return std::make_unique<RecomputeCache>(model, options);
+  }
+  SS_ASSERT(false);
+  return nullptr;
+}
+
+int64_t StreamGenerate(StreamCache& cache, std::span<const int> prompt, int64_t max_new_tokens,
+                       const TokenPicker& pick, const std::function<bool(int token)>& on_token) {
+  if (!prompt.empty()) {
+    cache.Prefill(prompt);
+  } else if (cache.last_logits().empty()) {
+    Fail("generation needs a prompt: the stream is empty");
+  }
+  int64_t generated = 0;
+  while (max_new_tokens < 0 || generated < max_new_tokens) {
+    const int token = pick(cache.last_logits().data());
+    if (on_token && !on_token(token)) break;
+    ++generated;
+    cache.Step(token);
+  }
+  return generated;
+}
+
+}  // namespace ss::stream

@@ -1,0 +1,148 @@
+// `sinkscope stream` and `sinkscope chat` end to end: outputs complete or absent, clear errors for
+// bad input, clean exit at end of input in chat.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/file_util.h"
+#include "test_util.h"
+
+namespace ss {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kBinary = std::string(SINKSCOPE_BINARY_DIR) + "/src/cli/sinkscope";
+const std::string kModel = test::RepoPath("models/stories260K/stories260K.bin");
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+std::string Dir() {
+  auto dir = fs::temp_directory_path() / ("sinkscope_stream_cli_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+Result RunCli(const std::string& args, const std::string& stdin_text = "") {
+  const std::string d = Dir();
+  WriteFileAtomic(d + "/stdin.txt", stdin_text);
+  const std::string cmd = "OMP_NUM_THREADS=1 " + kBinary + " " + args + " < " + d + "/stdin.txt > " +
+                          d + "/out.txt 2> " + d + "/err.txt";
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadFile(d + "/out.txt"), ReadFile(d + "/err.txt")};
+}
+
+std::string Text(const std::string& name, const std::string& contents) {
+  const std::string path = Dir() + "/" + name;
+  WriteFileAtomic(path, contents);
+  return path;
+}
+
+const char* kStory =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+    "One day, she saw a big red ball under a tree. She ran to the ball and kicked it high.";
+
+TEST(StreamCli, CompareWritesCompleteCsvJsonAndHtml) {
+  const std::string d = Dir(), text = Text("story.txt", kStory);
+  for (auto f : {"/a.csv", "/a.json", "/a.html"}) fs::remove(d + f);
+  Result r = RunCli("stream --model " + kModel + " --text " + text +
+                 " --compare window,sinks,recompute --sinks 2 --window 8 --csv " + d + "/a.csv --json " +
+                 d + "/a.json --html " + d + "/a.html");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("recompute"), std::string::npos) << r.out;
+  nlohmann::json j = nlohmann::json::parse(ReadFile(d + "/a.json"));
+  EXPECT_EQ(j["schema"], "sinkscope.stream/1");
+  ASSERT_EQ(j["runs"].size(), 3u);
+  const int64_t scored = j["runs"][0]["tokens_scored"];
+  EXPECT_EQ(scored + 1, j["tokens"].get<int64_t>());
+  for (const auto& run : j["runs"]) {
+    EXPECT_GT(run["perplexity"].get<double>(), 1.0);
+    EXPECT_GT(run["peak_kv_cache_bytes"].get<int64_t>(), 0);
+    EXPECT_EQ(run["cache_entries"], 10);
+  }
+  // One header and one row per scored token and policy.
+  std::ifstream csv(d + "/a.csv");
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line, "policy,position,token,nll");
+  int64_t rows = 0;
+  while (std::getline(csv, line)) ++rows;
+  EXPECT_EQ(rows, 3 * scored);
+  const std::string html = ReadFile(d + "/a.html");
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("recompute (0+10)"), std::string::npos);
+}
+
+TEST(StreamCli, SinglePolicyCsvHasThreeColumns) {
+  const std::string d = Dir(), text = Text("story.txt", kStory);
+  Result r = RunCli("stream --model " + kModel + " --text " + text + " --window 16 --csv " + d + "/b.csv");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream csv(d + "/b.csv");
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line, "position,token,nll");
+  std::getline(csv, line);
+  EXPECT_EQ(line.rfind("1,", 0), 0u) << line;
+}
+
+// Each bad input: exit 1, one clear line, and no output file left behind.
+void ExpectFails(const std::string& args, const std::string& message) {
+  const std::string d = Dir();
+  fs::remove(d + "/bad.csv");
+  fs::remove(d + "/bad.json");
+  Result r = RunCli(args + " --csv " + d + "/bad.csv --json " + d + "/bad.json");
+  EXPECT_EQ(r.code, 1) << args;
+  EXPECT_NE(r.err.find(message), std::string::npos) << args << "\nstderr: " << r.err;
+  EXPECT_FALSE(fs::exists(d + "/bad.csv")) << args;
+  EXPECT_FALSE(fs::exists(d + "/bad.json")) << args;
+  for (const auto& e : fs::directory_iterator(d))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+}
+
+TEST(StreamCli, BadInputGivesClearErrorsAndNoOutputs) {
+  const std::string base = "stream --model " + kModel + " --text ";
+  const std::string story = Text("story.txt", kStory);
+  ExpectFails(base + story + " --sinks 4 --window 600", "exceeds the model's context of 512");
+  ExpectFails(base + story + " --sinks 8 --window 4", "--sinks 8 is larger than --window 4");
+  ExpectFails(base + story + " --window 0", "--window");
+  ExpectFails(base + story + " --sinks -2", "--sinks");
+  ExpectFails(base + story + " --policy sink", "--policy");
+  ExpectFails(base + story + " --compare window,,bogus", "--compare");
+  ExpectFails(base + Text("empty.txt", ""), "empty");
+  ExpectFails(base + Text("blank.txt", " \n\n "), "empty");
+  ExpectFails(base + Text("bad_utf8.txt", std::string("Once upon a \xff\xfe time")), "not valid UTF-8");
+  ExpectFails(base + Dir() + "/missing.txt", "missing.txt");
+  std::string long_text;
+  for (int i = 0; i < 30; ++i) long_text += kStory;
+  ExpectFails(base + Text("long.txt", long_text) + " --policy dense", "more than the model's context");
+  // --force lets S + W exceed the context; the run then completes.
+  Result forced = RunCli(base + story + " --sinks 4 --window 600 --force");
+  EXPECT_EQ(forced.code, 0) << forced.err;
+}
+
+TEST(StreamCli, ChatStreamsRepliesAndExitsCleanlyAtEndOfInput) {
+  Result empty = RunCli("chat --model " + kModel, "");
+  EXPECT_EQ(empty.code, 0) << empty.err;
+  EXPECT_NE(empty.err.find("end of input"), std::string::npos) << empty.err;
+  // Three turns on a 2 + 14 cache: the conversation outgrows the cache and goes on.
+  Result r = RunCli("chat --model " + kModel + " --sinks 2 --window 14 --temperature 0 --max-reply 24",
+                 "Once upon a time\nThe cat\n\n");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_GT(r.out.size(), 20u) << r.out;
+  size_t turns = 0;
+  for (size_t p = r.err.find("[cache "); p != std::string::npos; p = r.err.find("[cache ", p + 1)) ++turns;
+  EXPECT_EQ(turns, 3u) << r.err;
+  EXPECT_NE(r.err.find("[cache 16/16 entries"), std::string::npos) << r.err;
+  Result bad = RunCli("chat --model " + kModel + " --sinks 300 --window 200", "hi\n");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("--sinks 300 is larger than --window 200"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace ss
