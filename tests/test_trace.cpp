@@ -3,6 +3,7 @@
 // (against the analysis library run directly, and the loss of a near-uniform model).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -271,6 +272,90 @@ TEST(TraceProfile, AnalyseCacheAndFailures) {
   EXPECT_FALSE(shard[0].ok);
   EXPECT_TRUE(shard[0].error.empty());
   EXPECT_TRUE(shard[1].ok);
+  fs::remove_all(dir);
+}
+
+// ---- end to end on checkpoints with planted sinks and known stages
+
+// A 3-layer model whose residual stream is its embedding at every layer (wo, w2 zero, so the
+// blocks add nothing): content tokens are c + small noise (c = e_0), BOS is s * e_{D-1}. A "planted"
+// layer's heads read c into the query and e_{D-1} into the key, on the lowest-frequency RoPE pair
+// (dims Dh/2-1 and Dh-1 of each head under rotate_half; frequency 10000^(-6/8) = 0.001, so over 16
+// positions the rotation is below 0.02 rad): every query's score on BOS is ~100, so the layer's
+// heads are all sinks, and unplanted layers attend uniformly (alpha_0 = H_16/16 = 0.21 < eps).
+// The P0 norm ratio is |s| / |c + noise| at every layer: s = 1 no amplification, s = 10 from layer 0.
+std::string WritePlanted(const std::string& dir, int step, std::vector<int> sink_layers, float s) {
+  train::TrainConfig c = TinyConfig();
+  c.n_layers = 3;
+  const int D = c.dim, Dh = c.dim / c.n_heads, V = c.vocab_size;
+  const train::ParamLayout layout = train::ParamLayout::Build(c);
+  std::vector<float> params(layout.total, 0.0f);
+  auto tensor = [&](const std::string& name) -> float* {
+    const train::ParamTensor* t = layout.Find(name);
+    SS_ASSERT(t);
+    return params.data() + t->offset;
+  };
+  train::Rng rng(step);
+  float* emb = tensor("model.embed_tokens.weight");  // (V, D)
+  for (int v = 1; v < V; ++v) {
+    emb[size_t(v) * D] = 1.0f;
+    for (int d = 1; d < D - 1; ++d) emb[size_t(v) * D + d] = 0.1f * static_cast<float>(rng.Uniform() - 0.5);
+  }
+  emb[size_t(D) - 1] = s;  // BOS (id 0)
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    for (const char* norm : {"input_layernorm.weight", "post_attention_layernorm.weight"}) {
+      float* w = tensor(pre + norm);
+      for (int d = 0; d < D; ++d) w[d] = 1.0f;
+    }
+    if (std::find(sink_layers.begin(), sink_layers.end(), l) == sink_layers.end()) continue;
+    float* wq = tensor(pre + "self_attn.q_proj.weight");  // (H * Dh, D)
+    float* wk = tensor(pre + "self_attn.k_proj.weight");  // (Hkv * Dh, D)
+    for (int h = 0; h < c.n_heads; ++h) wq[size_t(h * Dh + Dh / 2 - 1) * D + 0] = 1.0f;
+    for (int h = 0; h < c.n_kv_heads; ++h) wk[size_t(h * Dh + Dh / 2 - 1) * D + (D - 1)] = 10.0f;
+  }
+  float* fn = tensor("model.norm.weight");
+  for (int d = 0; d < D; ++d) fn[d] = 1.0f;
+  train::TrainerState st;
+  st.step = step;
+  st.params = params;
+  st.adam_m.assign(layout.total, 0.0f);
+  st.adam_v.assign(layout.total, 0.0f);
+  return train::SaveCheckpoint(dir, c, layout, st, "");
+}
+
+TEST(TraceEndToEnd, PlantedSinksGiveKnownStages) {
+  const std::string dir = test::TempDir("trace_planted");
+  WritePlanted(dir, 100, {}, 1.0f);          // none
+  WritePlanted(dir, 200, {2}, 1.0f);         // early: onset 2
+  WritePlanted(dir, 300, {1, 2}, 10.0f);     // transitional: onset 1, not yet stable
+  WritePlanted(dir, 400, {0, 1, 2}, 10.0f);  // transitional: onset moved to 0
+  WritePlanted(dir, 500, {0, 1, 2}, 10.0f);  // transitional: 2 of 3
+  WritePlanted(dir, 600, {0, 1, 2}, 10.0f);  // converged
+  const auto refs = trace::FindCheckpoints(dir);
+  trace::TraceSettings settings;
+  settings.samples_source = "planted";
+  settings.samples = 2;
+  settings.length = 16;
+  auto results = trace::AnalyseCheckpoints(
+      refs, settings, [](const Model& m) { return Samples(2, 16, m.config.vocab_size); });
+  trace::AssignStages(results, settings.stage);
+  std::vector<std::string> stages;
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok) << r.error;
+    stages.push_back(trace::StageName(r.stage));
+    std::printf("step %lld: onset %d amplification %d sink rate %.2f %.2f %.2f P0 ratio %.2f\n",
+                static_cast<long long>(r.ref.step), r.profile.onset_layer,
+                r.profile.amplification_layer, r.profile.sink_rate[0], r.profile.sink_rate[1],
+                r.profile.sink_rate[2], r.profile.p0_norm_ratio[0]);
+  }
+  EXPECT_EQ(stages, (std::vector<std::string>{"none", "early", "transitional", "transitional",
+                                              "transitional", "converged"}));
+  EXPECT_EQ(results[1].profile.onset_layer, 2);
+  EXPECT_EQ(results[1].profile.amplification_layer, -1);
+  EXPECT_EQ(results[5].profile.onset_layer, 0);
+  EXPECT_EQ(results[5].profile.amplification_layer, 0);
+  EXPECT_GT(results[5].profile.alpha0[0], 0.95);
   fs::remove_all(dir);
 }
 
