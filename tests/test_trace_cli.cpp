@@ -162,5 +162,29 @@ TEST_F(TraceCli, ListOfPathsAndBadOutputPath) {
   fs::remove(json);
 }
 
+// The text path: windows of the shipped default text through the shipped stories260K (llama2.c files
+// given as a list, steps from the names). The model has no P0 sink (shared/data/reference/README.md),
+// so both are `none`, and two copies of the same weights must give the same profile.
+TEST_F(TraceCli, TextSamplesOnLlama2cFiles) {
+  const std::string dir = test::TempDir("trace_cli_text");
+  for (const char* name : {"step-1.bin", "step-2.bin"})
+    fs::copy_file(test::RepoPath("models/stories260K/stories260K.bin"), dir + "/" + name,
+                  fs::copy_options::overwrite_existing);
+  const std::string json = dir + "/t.json";
+  const auto r = test::RunCli("trace --checkpoints " + dir + "/step-2.bin " + dir + "/step-1.bin --tokenizer " +
+                              test::RepoPath("models/stories260K/tok512.bin") +
+                              " --samples 4 --length 32 --json " + json);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("default_text.txt"), std::string::npos) << r.err;
+  const auto doc = ReadJson(json);
+  ASSERT_EQ(doc["checkpoints"].size(), 2u);
+  EXPECT_EQ(doc["checkpoints"][0]["step"], 1);
+  EXPECT_EQ(doc["checkpoints"][0]["stage"], "none");
+  EXPECT_EQ(doc["checkpoints"][0]["profile"], doc["checkpoints"][1]["profile"]);
+  // A trained model: far below the ln 512 = 6.24 of a uniform guess.
+  EXPECT_LT(doc["checkpoints"][0]["loss"].get<double>(), 4.0);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ss
