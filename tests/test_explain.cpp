@@ -128,6 +128,21 @@ TEST(Explain, FindsPlantedMlpInBlock1) {
   EXPECT_LT(r.layers[1].other_mlp, 1e-6);
 }
 
+// A user-given set (--ablate) is measured like the rest: the planted MLP with a do-nothing head.
+TEST(Explain, MeasuresGivenSet) {
+  const Model m = ToyModel(3, 1, 1);
+  ExplainOptions o = Quick();
+  o.ablate = ParseComponents("mlp.1,head.0.1", m.config, "--ablate");
+  ASSERT_EQ(o.ablate.size(), 2u);
+  const ExplainResult r = Explain(m, Samples(3, 32, 1, -1, 6), o);
+  const InterventionEffect& e = Find(r, "set", 1);
+  EXPECT_DOUBLE_EQ(e.removed_share, 1.0);
+  EXPECT_DOUBLE_EQ(e.sink_clean, 1.0);
+  EXPECT_THROW(ParseComponents("mlp.3", m.config, "--ablate"), Error);
+  EXPECT_THROW(ParseComponents("head.0.2", m.config, "--ablate"), Error);
+  EXPECT_THROW(ParseComponents("head.0", m.config, "--ablate"), Error);
+}
+
 TEST(Explain, PlantedCircuitElsewhere) {
   const Model m = ToyModel(4, /*amp=*/2, /*marker=*/1);
   const ExplainResult r = Explain(m, Samples(3, 24, 1, -1, 2), Quick());

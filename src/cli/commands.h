@@ -22,6 +22,7 @@ void RegisterTrain(CLI::App& app);
 void RegisterAnalyze(CLI::App& app);
 void RegisterStream(CLI::App& app);
 void RegisterChat(CLI::App& app);
+void RegisterExplain(CLI::App& app);
 
 // Logs go to stderr so that stdout holds only the command's output.
 void Log(const std::string& line);

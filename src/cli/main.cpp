@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   ss::cli::RegisterAnalyze(app);
   ss::cli::RegisterStream(app);
   ss::cli::RegisterChat(app);
+  ss::cli::RegisterExplain(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

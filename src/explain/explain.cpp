@@ -1,7 +1,9 @@
 #include "explain/explain.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <chrono>
 #include <numeric>
 
 #include "common/error.h"
@@ -11,6 +13,47 @@ namespace ss::explain {
 std::string Component::Name() const {
   return kind == ComponentKind::kMlp ? "mlp." + std::to_string(layer)
                                      : "head." + std::to_string(layer) + "." + std::to_string(head);
+}
+
+std::vector<Component> ParseComponents(const std::string& spec, const ModelConfig& config,
+                                       const std::string& flag) {
+  std::vector<Component> out;
+  if (spec.empty()) return out;
+  auto number = [&](const std::string& s, const std::string& item) {
+    if (s.empty() || s.size() > 6 || !std::all_of(s.begin(), s.end(), ::isdigit))
+      Fail("{}: '{}' in '{}' is not mlp.LAYER or head.LAYER.HEAD", flag, item, spec);
+    return std::stoi(s);
+  };
+  size_t begin = 0;
+  while (begin <= spec.size()) {
+    size_t end = spec.find(',', begin);
+    if (end == std::string::npos) end = spec.size();
+    const std::string item = spec.substr(begin, end - begin);
+    Component c;
+    std::string rest;
+    if (item.rfind("mlp.", 0) == 0) {
+      c.kind = ComponentKind::kMlp;
+      c.layer = number(item.substr(4), item);
+    } else if (item.rfind("head.", 0) == 0) {
+      c.kind = ComponentKind::kHead;
+      rest = item.substr(5);
+      const size_t dot = rest.find('.');
+      if (dot == std::string::npos) Fail("{}: '{}' in '{}' is not head.LAYER.HEAD", flag, item, spec);
+      c.layer = number(rest.substr(0, dot), item);
+      c.head = number(rest.substr(dot + 1), item);
+    } else {
+      Fail("{}: '{}' in '{}' is not mlp.LAYER or head.LAYER.HEAD", flag, item, spec);
+    }
+    if (c.layer >= config.n_layers)
+      Fail("{}: layer {} in '{}' is outside the model's layers 0..{}", flag, c.layer, spec,
+           config.n_layers - 1);
+    if (c.kind == ComponentKind::kHead && c.head >= config.n_heads)
+      Fail("{}: head {} in '{}' is outside the model's heads 0..{}", flag, c.head, spec,
+           config.n_heads - 1);
+    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+    begin = end + 1;
+  }
+  return out;
 }
 
 void CheckOptions(const ExplainOptions& o) {
@@ -370,6 +413,9 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
     if (options.progress) options.progress(runner.passes, std::max(planned, runner.passes));
   };
 
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  auto t_phase = Clock::now();
   // ---- Clean pass.
   CleanAcc acc;
   acc.layers.assign(L, {});
@@ -380,6 +426,8 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
     report();
   }
   r.layers = acc.layers;
+  r.clean_seconds = since(t_phase);
+  t_phase = Clock::now();
   for (int l = 0; l < L; ++l) {
     LayerDecomposition& d = r.layers[l];
     auto mean = [N](double& x) { x /= N; };
@@ -461,6 +509,13 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
   for (int l = 0; l + 1 < L; ++l) effects.push_back(make("patch-p0", l, -1));
   effects.push_back(make("first-token", -1, -1));
   effects.push_back(make("shift", -1, -1));
+  int set_layer = -1;
+  for (const Component& comp : options.ablate) {
+    if (comp.layer >= L || (comp.kind == ComponentKind::kHead && comp.head >= H))
+      Fail("--ablate: {} is outside the model ({} layers x {} heads)", comp.Name(), L, H);
+    set_layer = std::max(set_layer, comp.layer);
+  }
+  if (!options.ablate.empty()) effects.push_back(make("set", set_layer, -1));
 
   for (int n = 0; n < NI; ++n) {
     const std::vector<int>& tokens = samples[n];
@@ -503,6 +558,8 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
     shifted[0] = donor[0];
     std::copy(tokens.begin(), tokens.end() - 1, shifted.begin() + 1);
     add(effects[e++], clean[n], runner.Run(shifted, Hooks()));
+    if (!options.ablate.empty())
+      add(effects[e++], clean[n], runner.Run(tokens, AblationHooks(options.ablate, Dh)));
     report();
   }
   for (EffectAcc& a : effects) {
@@ -528,6 +585,8 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
     r.interventions.push_back(ef);
   }
 
+  r.intervention_seconds = since(t_phase);
+  t_phase = Clock::now();
   // ---- Verdict and circuit search.
   if (r.onset_layer < 0) {
     r.verdict = r.other_sink_layer >= 0 ? "sink-not-at-p0" : "no-sink";
@@ -616,6 +675,7 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
     }
   }
   r.forward_passes = runner.passes;
+  r.search_seconds = since(t_phase);
   return r;
 }
 

@@ -34,6 +34,15 @@ namespace ss::explain {
 
 inline constexpr int kOtherPositions = 16;
 
+enum class ComponentKind { kMlp, kHead };
+struct Component {
+  ComponentKind kind = ComponentKind::kMlp;
+  int layer = 0;
+  int head = -1;  // kHead only
+  std::string Name() const;  // "mlp.1", "head.0.3"
+  bool operator==(const Component&) const = default;
+};
+
 struct ExplainOptions {
   double eps = 0.3;                      // Sink_k^eps threshold on alpha_k, in (0, 1]
   double amplification_threshold = 3.0;  // P0 norm ratio, > 0
@@ -43,19 +52,17 @@ struct ExplainOptions {
   int greedy_width = 8;                  // candidates (best single effects) tried per later step
   int intervention_samples = 8;          // samples the interventions run on; 0: all
   std::function<void(int64_t, int64_t)> progress;  // (forwards done, forwards planned)
+  std::vector<Component> ablate;        // a set given by the user (--ablate), measured as "set"
 };
 
 // Validates options; throws ss::Error naming the flag (--eps, --share, ...).
 void CheckOptions(const ExplainOptions& options);
 
-enum class ComponentKind { kMlp, kHead };
-struct Component {
-  ComponentKind kind = ComponentKind::kMlp;
-  int layer = 0;
-  int head = -1;  // kHead only
-  std::string Name() const;  // "mlp.1", "head.0.3"
-  bool operator==(const Component&) const = default;
-};
+
+// Parses "mlp.1,head.0.3" (components by layer, head). Throws ss::Error naming `flag` for bad
+// syntax or a layer / head outside the model.
+std::vector<Component> ParseComponents(const std::string& spec, const ModelConfig& config,
+                                       const std::string& flag);
 
 struct LayerDecomposition {
   // Position 0 (means over samples).
@@ -76,7 +83,9 @@ struct LayerDecomposition {
 };
 
 struct InterventionEffect {
-  std::string kind;  // "mlp-zero", "mlp-mean", "head-zero", "patch-p0", "first-token", "shift"
+  // "mlp-zero", "mlp-mean", "head-zero", "patch-p0", "first-token", "shift", "set" (--ablate;
+  // layer = its last layer)
+  std::string kind;
   int layer = -1;    // intervened layer (-1: the input)
   int head = -1;
   int samples = 0;
@@ -134,6 +143,7 @@ struct ExplainResult {
   // "sink-not-at-p0", "no-sink".
   std::string verdict;
   int64_t forward_passes = 0;
+  double clean_seconds = 0, intervention_seconds = 0, search_seconds = 0;  // wall time per phase
 };
 
 // All samples must have the same length T >= 4.

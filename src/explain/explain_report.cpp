@@ -20,6 +20,7 @@ json Layer(int l) { return l >= 0 ? json(l) : json(nullptr); }
 
 std::string EffectName(const InterventionEffect& e) {
   if (e.kind == "head-zero") return fmt::format("head-zero {}.{}", e.layer, e.head);
+  if (e.kind == "set") return "set (--ablate)";
   if (e.layer >= 0) return fmt::format("{} {}", e.kind, e.layer);
   return e.kind;
 }
@@ -82,6 +83,8 @@ json ReportJson(const ExplainReport& rep) {
   j["other_sink_layer"] = Layer(r.other_sink_layer);
   j["sink_rate"] = Num(r.sink_rate);
   j["forward_passes"] = r.forward_passes;
+  j["seconds"] = {{"clean", r.clean_seconds}, {"interventions", r.intervention_seconds},
+                  {"search", r.search_seconds}};
   json layers = json::array();
   for (size_t l = 0; l < r.layers.size(); ++l) {
     const LayerDecomposition& d = r.layers[l];
