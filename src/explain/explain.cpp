@@ -538,8 +538,17 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
       report();
     }
     // Donor: the same sample with another first token; keep its h_0 after every block.
+    // Donor first token: a text token (position 1 of another sample, so an ordinary token of the
+    // same text, not an arbitrary id that may be a rare byte token), else any other id.
     std::vector<int> donor = tokens;
     donor[0] = OtherFirstToken(tokens[0], c);
+    for (int k = 1; k < N; ++k) {
+      const int t = samples[(n + k) % N][1];
+      if (t != tokens[0] && t != c.bos_id && t != c.eos_id) {
+        donor[0] = t;
+        break;
+      }
+    }
     std::vector<std::vector<float>> donor_h0(L);
     Hooks capture;
     capture.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& x) {

@@ -16,9 +16,11 @@
 //     sink onset layer: first layer whose Sink_0^eps rate exceeds the threshold (default 0.5).
 //   - cone model per head (see ConeFit).
 // Interventions (one forward each, on the first `intervention_samples` samples), all at position 0
-// only: zero / mean MLP output (hook_mlp_out), zero one head (hook_z), patch h_0 after block l from a
-// donor input with a different first token (hook_resid_post), and shift (a new first token, so the
-// former P0 content sits at position 1). Effect = Sink_0^eps over the layers after the intervened
+// only: zero / mean MLP output (hook_mlp_out; mean = the mean over positions >= 1 of the same
+// sample), zero one head (hook_z), patch h_0 after block l from a donor input with a different first
+// token (hook_resid_post; the donor's first token is the token at position 1 of another sample),
+// "first-token" (the donor itself: semantics-independence) and shift (the donor's first token
+// prepended and the last token dropped, so the former P0 content sits at position 1). Effect = Sink_0^eps over the layers after the intervened
 // one, and the largest P0 norm ratio over layers >= that layer, clean vs intervened.
 // Circuit search: greedy over zero-ablations of MLPs and heads at P0 (see CircuitSearch).
 #pragma once
