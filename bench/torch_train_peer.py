@@ -100,14 +100,18 @@ def step():
 
 for _ in range(3):
     step()
-steps, start = 0, time.perf_counter()
-while time.perf_counter() - start < seconds:
+# Timed in process CPU time as bench_train is (MeasureProcessCPUTime): on a shared machine wall
+# time measures the neighbours. Wall-clock figures are printed too.
+steps, start, cpu_start = 0, time.perf_counter(), time.process_time()
+while time.process_time() - cpu_start < seconds:
     step()
     steps += 1
-elapsed = time.perf_counter() - start
+elapsed = time.process_time() - cpu_start
+wall = time.perf_counter() - start
 matmul_params = L * (4 * D * D + 3 * D * Fh) + V * D
 flops_per_token = 6 * matmul_params + 12 * L * D * T
 tps = steps * B * T / elapsed
 print(json.dumps({"impl": "pytorch-eager", "torch": torch.__version__, "threads": threads,
                   "config": f"D{D} L{L} H{H} V{V} B{B} T{T}", "steps": steps,
-                  "tokens_per_s": round(tps, 1), "gflops": round(tps * flops_per_token / 1e9, 3)}))
+                  "tokens_per_cpu_s": round(tps, 1), "gflops_per_cpu_s": round(tps * flops_per_token / 1e9, 3),
+                  "tokens_per_wall_s": round(steps * B * T / wall, 1)}))

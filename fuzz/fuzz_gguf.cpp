@@ -1,11 +1,13 @@
 // Fuzzes the GGUF parser and, when the bytes parse, the GGUF tokenizer loader and a round of
-// encoding/decoding. Any outcome other than success or ss::Error (a crash, a sanitizer report,
+// encoding/decoding, and the GGUF model loader (hyperparameters -> config, tensor map, shape
+// checks, dequantisation). Any outcome other than success or ss::Error (a crash, a sanitizer report,
 // another exception, an allocation beyond -rss_limit_mb) is a bug.
 #include <cstddef>
 #include <cstdint>
 
 #include "common/error.h"
 #include "io/gguf.h"
+#include "io/model_files.h"
 #include "tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -20,9 +22,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
     if (f.Find("tokenizer.ggml.model")) {
-      auto tok = ss::LoadGgufTokenizer(f);
-      std::vector<int> ids = tok->Encode("Hello world, ünïcode 123 \n\t 🦙!", true);
-      tok->Decode(ids);
+      try {
+        auto tok = ss::LoadGgufTokenizer(f);
+        std::vector<int> ids = tok->Encode("Hello world, ünïcode 123 \n\t 🦙!", true);
+        tok->Decode(ids);
+      } catch (const ss::Error&) {
+      }
+    }
+    if (!f.tensors().empty()) {
+      try {
+        ss::Model model = ss::LoadGgufModel(f);
+        (void)model;
+      } catch (const ss::Error&) {
+      }
     }
   } catch (const ss::Error&) {
   }

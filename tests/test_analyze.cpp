@@ -227,6 +227,13 @@ TEST(Analyze, MetricsMatchBruteForce) {
     EXPECT_TRUE(a.massive);
     EXPECT_GE(r.massive_count[l], 1);
   }
+  // The threshold on the mean alpha, by brute force.
+  std::vector<double> of_mean(K * L, 0);
+  for (int k = 0; k < K; ++k)
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < H; ++h) of_mean[k * L + l] += (alpha[(k * L + l) * H + h] > options.eps) / double(H);
+  EXPECT_LT(test::MaxDiff(ToFloat(r.sink_rate_of_mean_alpha_per_layer), ToFloat(of_mean),
+                          "sink rate of mean alpha"), 1e-9);
   // Sink rates over layers >= l are means of the per-layer rates (each layer has H heads).
   for (int k = 0; k < K; ++k)
     EXPECT_NEAR(r.sink_rate_from_layer[k * L + 0], r.sink_rate[k], 1e-12);

@@ -89,5 +89,51 @@ TEST(Cli, BadInputGivesOneClearLine) {
   ExpectError("generate --model " + lonely + "/m.bin", "no tokenizer found");
 }
 
+// stories260K converted by the CLI to every format: inspect, tokenize, ppl and generate give the
+// same answers as on the llama2.c file.
+TEST(Cli, ConvertThenEveryVerbWorksOnEveryFormat) {
+  const std::string dir = TempDir() + "/convert";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string hf = dir + "/stories-hf", gguf = dir + "/stories.gguf", q8 = dir + "/stories-q8.gguf";
+  CliResult r = RunCli("convert --model " + kModel + " --to hf --out " + hf);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"})
+    EXPECT_TRUE(std::filesystem::exists(hf + "/" + f)) << f;
+  r = RunCli("convert --model " + hf + " --to gguf --out " + gguf);
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = RunCli("convert --model " + kModel + " --to gguf --type q8_0 --out " + q8);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string prompt = "'Once upon a time, there was a little girl named Lily.'";
+  for (const std::string& m : {hf, gguf, q8}) {
+    r = RunCli("tokenize --model " + m + " --prompt " + prompt);
+    ASSERT_EQ(r.code, 0) << m << r.err;
+    EXPECT_EQ(r.out, "1 403 407 261 378 432 383 286 261 376 298 315 421 395 317 426\n") << m;
+    r = RunCli("inspect --model " + m);
+    ASSERT_EQ(r.code, 0) << m << r.err;
+    EXPECT_NE(r.out.find("parameters    260032"), std::string::npos) << m << r.out;
+    EXPECT_NE(r.out.find("architecture  llama"), std::string::npos) << m << r.out;
+    r = RunCli("generate --model " + m + " --temperature 0 --steps 40");
+    ASSERT_EQ(r.code, 0) << m << r.err;
+    EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl named Lily.", 0), 0u) << m << r.out;
+  }
+  for (const std::string& m : {hf, gguf}) {
+    r = RunCli("ppl --model " + m + " --prompt " + prompt);
+    ASSERT_EQ(r.code, 0) << m << r.err;
+    EXPECT_NE(r.out.find("mean NLL    0.10013"), std::string::npos) << m << r.out;  // llama2.c: 0.100137
+  }
+}
+
+TEST(Cli, ConvertBadInput) {
+  const std::string dir = TempDir() + "/convert_bad";
+  std::filesystem::create_directories(dir);
+  ExpectError("convert --model " + kModel + " --to gguf --type bf16 --out " + dir + "/x.gguf", "--type bf16");
+  ExpectError("convert --model " + kModel + " --to hf --type q8_0 --out " + dir + "/x", "--type q8_0");
+  ExpectError("convert --model " + kModel + " --to gguf --out /nonexistent-dir/x.gguf", "/nonexistent-dir");
+  ExpectError("convert --model " + kModel + " --to hf --out " + dir, "already exists");
+  ExpectError("convert --model " + kModel + " --to onnx --out " + dir + "/y", "onnx");
+}
+
 }  // namespace
 }  // namespace ss

@@ -158,6 +158,47 @@ TEST(TrainData, BigramBackcopyCopiesAfterTriggers) {
   }
 }
 
+TEST(TrainData, TextWindowsWithAndWithoutBos) {
+  const std::string dir = TempDir("text");
+  std::string text;
+  for (int d = 0; d < 60; ++d)
+    text += "Document " + std::to_string(d) + " begins here. The quick brown fox jumps over the lazy dog " +
+            std::to_string(d * 7) + " times.\n\n";
+  TrainConfig c = TinyRun(dir);
+  c.data = DataKind::kText;
+  c.corpus = dir + "/corpus.txt";
+  c.vocab_size = 300;
+  c.seq_len = 8;
+  c.val_fraction = 0.2;
+  WriteFileAtomic(c.corpus, text);
+  const TextCorpusFiles files = PrepareTextCorpus(c, dir + "/data", 1);
+  auto map = MapFile(files.tokens);
+  auto docs = MapFile(files.docs);
+  const uint16_t* tok = reinterpret_cast<const uint16_t*>(map->data);
+  const uint32_t* starts = reinterpret_cast<const uint32_t*>(docs->data);
+  EXPECT_EQ(docs->size / 4, 60u);
+  for (bool bos : {false, true}) {
+    c.bos = bos;
+    TextData data(files, c);
+    Rng rng(3);
+    std::vector<int> tokens(4 * 8), targets(4 * 8);
+    data.TrainBatch(rng, 4, 8, tokens.data(), targets.data());
+    for (int b = 0; b < 4; ++b) {
+      const int* t = &tokens[b * 8];
+      const int* y = &targets[b * 8];
+      for (int i = 0; i + 1 < 8; ++i) EXPECT_EQ(y[i], t[i + 1]);  // targets are the next tokens
+      if (bos) {
+        EXPECT_EQ(t[0], 1);
+        bool at_start = false;
+        for (size_t d = 0; d < docs->size / 4; ++d) at_start |= tok[starts[d]] == y[0] && tok[starts[d] + 1] == y[1];
+        EXPECT_TRUE(at_start) << "window " << b << " does not begin a document";
+      } else {
+        EXPECT_NE(t[0], 1);  // no BOS in the stream
+      }
+    }
+  }
+}
+
 TEST(TrainRun, DeterministicLossSequence) {
   const std::string dir = TempDir("determinism");
   TrainConfig c = TinyRun(dir + "/a");

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <vector>
 
@@ -161,7 +162,8 @@ double CheckModel(const std::string& label, const TrainConfig& c, int B, int T) 
     // Up to 16 entries per tensor, spread over it, keep the check fast.
     const int64_t stride = std::max<int64_t>(1, t.numel / 16);
     for (int64_t i = 0; i < t.numel; i += stride) {
-      const double keep = m.params[t.offset + i], h = 1e-5;
+      const double keep = m.params[t.offset + i];
+      const double h = std::getenv("SS_GRAD_H") ? std::atof(std::getenv("SS_GRAD_H")) : 1e-5;
       m.params[t.offset + i] = keep + h;
       const double up = m.Forward(tokens.data(), targets.data());
       m.params[t.offset + i] = keep - h;

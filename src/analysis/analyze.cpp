@@ -207,6 +207,15 @@ class Accumulator {
     r.sink_rate_per_layer = mean(sink_layer_sum_);
     r.sink_rate_from_layer = mean(sink_from_sum_);
     r.top_share = mean(top_share_sum_);
+    r.sink_rate_of_mean_alpha.assign(K_, 0.0);
+    r.sink_rate_of_mean_alpha_per_layer.assign(static_cast<size_t>(K_) * L_, 0.0);
+    for (int k = 0; k < K_; ++k)
+      for (int l = 0; l < L_; ++l)
+        for (int h = 0; h < H_; ++h)
+          if (r.Alpha(k, l, h) > eps_) {
+            r.sink_rate_of_mean_alpha[k] += 1.0 / (L_ * H_);
+            r.sink_rate_of_mean_alpha_per_layer[static_cast<size_t>(k) * L_ + l] += 1.0 / H_;
+          }
     const double queries = N * (T_ - 1);
     for (int lh = 0; lh < L_ * H_; ++lh) {
       const int64_t* counts = &top_counts_[static_cast<size_t>(lh) * T_];

@@ -82,6 +82,11 @@ struct ConditionResult {
   std::vector<double> sink_rate;           // (K) Sink_k^eps over all (l, h)
   std::vector<double> sink_rate_per_layer; // (K, L)
   std::vector<double> sink_rate_from_layer;// (K, L) Sink_k^eps[l:] over layers >= l
+  // The threshold applied once to the sample-mean alpha instead (a head counts when its mean
+  // alpha_k > eps): what a reader of a mean-alpha heatmap sees; lower than the mean of per-sample
+  // rates when single samples cross eps.
+  std::vector<double> sink_rate_of_mean_alpha;            // (K)
+  std::vector<double> sink_rate_of_mean_alpha_per_layer;  // (K, L)
   std::vector<double> top_share;           // (L, H) mean over queries i >= 1 of max_j A[i, j]
   std::vector<int> top_mode;               // (L, H) most frequent top key position (queries i >= 1)
   std::vector<double> top_mode_rate;       // (L, H) share of queries whose top key is top_mode

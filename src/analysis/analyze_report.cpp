@@ -75,6 +75,8 @@ json ConditionJson(const ConditionResult& r) {
   j["sink_rate"] = r.sink_rate;
   j["sink_rate_per_layer"] = Nested2(r.sink_rate_per_layer, K, L);
   j["sink_rate_from_layer"] = Nested2(r.sink_rate_from_layer, K, L);
+  j["sink_rate_of_mean_alpha"] = r.sink_rate_of_mean_alpha;
+  j["sink_rate_of_mean_alpha_per_layer"] = Nested2(r.sink_rate_of_mean_alpha_per_layer, K, L);
   j["top_key"] = {{"share", Nested2(r.top_share, L, H)},
                   {"mode_position", Nested2(r.top_mode, L, H)},
                   {"mode_rate", Nested2(r.top_mode_rate, L, H)},
@@ -193,9 +195,12 @@ std::string ReportSummary(const AnalyzeReport& report) {
   };
   out += per_layer(fmt::format("Sink_0 (share of heads with alpha_0 > {:g}) per layer", conds[0].eps),
                    [](const ConditionResult& r, int l) { return r.sink_rate_per_layer[l]; });
-  std::string all = "all   ";
+  std::string all = "all layers (mean of per-sample rates):";
   for (const auto& r : conds) all += fmt::format(" {}={}", ConditionName(r.condition), F(r.sink_rate[0]));
-  out += all + "\n\n";
+  std::string of_mean = "all layers (threshold on the mean alpha_0):";
+  for (const auto& r : conds)
+    of_mean += fmt::format(" {}={}", ConditionName(r.condition), F(r.sink_rate_of_mean_alpha[0]));
+  out += all + "\n" + of_mean + "\n\n";
   out += per_layer("mean alpha_0 over the layer's heads",
                    [](const ConditionResult& r, int l) { return LayerMeanAlpha(r, 0, l); });
   out += "\n" + per_layer("P0 norm ratio ||h_0|| / median_{i>=1} ||h_i|| after each block",

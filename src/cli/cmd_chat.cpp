@@ -10,6 +10,7 @@
 #include "io/load.h"
 #include "model/sampler.h"
 #include "stream/stream.h"
+#include "tokenizer/find.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ss::cli {
@@ -35,7 +36,7 @@ void RunChat(const ChatArgs& a) {
   o.force = a.force;
   Model model = LoadModel(a.model);
   stream::ValidateOptions(o, model.config);
-  auto tokenizer = LoadTokenizerForModel(a.model, a.tokenizer, model);
+  auto tokenizer = FindTokenizer(model, a.tokenizer);
   auto cache = stream::MakeStreamCache(model, o);
   Sampler sampler(SamplerOptions{a.temperature, a.top_p, a.seed});
   const int V = model.config.vocab_size;

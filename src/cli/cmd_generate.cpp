@@ -8,6 +8,8 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "model/generate.h"
+#include "model/sampler.h"
+#include "stream/stream.h"
 
 namespace ss::cli {
 
@@ -21,6 +23,9 @@ void RegisterGenerate(CLI::App& app) {
     float temperature = 1.0f;
     float top_p = 0.9f;
     uint64_t seed = 0;
+    std::string policy = "dense";
+    int sinks = 4, window = 252;
+    bool force = false;
   };
   auto a = std::make_shared<Args>();
   a->model.Add(cmd);
@@ -33,6 +38,12 @@ void RegisterGenerate(CLI::App& app) {
   cmd->add_option("--top-p", a->top_p, "Nucleus sampling mass (default 0.9)")
       ->check(CLI::Range(0.0f, 1.0f));
   cmd->add_option("--seed", a->seed, "Random seed (default: time)");
+  cmd->add_option("--policy", a->policy,
+                  "KV cache: dense (default, up to the context) or sinks | window | recompute, "
+                  "which run past the context in constant memory (docs/STREAMING.md)");
+  cmd->add_option("--sinks", a->sinks, "Sink tokens kept with --policy sinks (default 4)");
+  cmd->add_option("--window", a->window, "Recent tokens kept with a streaming policy (default 252)");
+  cmd->add_flag("--force", a->force, "Allow --sinks + --window beyond the model's context");
   cmd->callback([a] {
     LoadedModel m = a->model.Load();
     const Tokenizer& tok = *m.tokenizer;
@@ -49,6 +60,37 @@ void RegisterGenerate(CLI::App& app) {
     std::fwrite(head.data(), 1, head.size(), stdout);
     std::fflush(stdout);
     auto start = std::chrono::steady_clock::now();
+    if (a->policy != "dense") {
+      // Streaming generation: --steps is not capped by the context.
+      stream::StreamOptions so;
+      so.policy = stream::ParsePolicy(a->policy, "--policy");
+      so.sinks = a->sinks;
+      so.window = a->window;
+      so.force = a->force;
+      auto cache = stream::MakeStreamCache(m.model, so);
+      Sampler sampler(opt.sampler);
+      const ModelConfig& c = m.model.config;
+      int prev = prompt.back();
+      const int64_t n = stream::StreamGenerate(
+          *cache, prompt, std::max<int64_t>(0, static_cast<int64_t>(a->steps) - prompt.size()),
+          [&](const float* logits) { return sampler.Sample(logits, c.vocab_size); },
+          [&](int token) {
+            if (opt.stop_at_bos_eos && (token == c.bos_id || token == c.eos_id)) return false;
+            std::string piece = tok.DecodeToken(prev, token);
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
+            prev = token;
+            return true;
+          });
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      Log(fmt::format("generated {} tokens in {:.3f} s ({:.0f} tokens/s) with the {} cache, {} entries, "
+                      "{:.1f} KiB",
+                      n, seconds, n / std::max(seconds, 1e-9), a->policy, cache->budget(),
+                      cache->peak_kv_bytes() / 1024.0));
+      return;
+    }
     std::vector<int> out = Generate(m.model, prompt, opt, [&](int prev, int token) {
       std::string piece = tok.DecodeToken(prev, token);
       std::fwrite(piece.data(), 1, piece.size(), stdout);

@@ -1,5 +1,9 @@
 // sinkscope inspect --model PATH: architecture, dimensions, parameter count.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "io/load.h"
@@ -35,6 +39,22 @@ void RegisterInspect(CLI::App& app) {
     fmt::print("norm          {} eps {}\n", c.norm == NormKind::kRms ? "RMSNorm" : "LayerNorm",
                c.norm_eps);
     fmt::print("rope          {} theta {}\n", RopeName(c.rope), c.rope_theta);
+    std::vector<std::string> features;
+    if (c.qkv_bias) features.push_back("q/k/v biases");
+    if (c.qk_norm == QkNormKind::kPerHead) features.push_back("per-head q/k norm");
+    if (c.qk_norm == QkNormKind::kFull) features.push_back("q/k norm over the projection");
+    if (c.post_norms) features.push_back("norms after attention and MLP");
+    if (c.parallel_residual) features.push_back("parallel residual");
+    if (c.learned_pos) features.push_back("learned positions");
+    if (c.sliding_window > 0) features.push_back(fmt::format("sliding window {}", c.sliding_window));
+    if (c.rotary_dim > 0) features.push_back(fmt::format("rotary dims {} of {}", c.rotary_dim, c.head_dim));
+    if (c.rope_scaling == RopeScalingKind::kLinear)
+      features.push_back(fmt::format("linear RoPE scaling x{}", c.rope_scaling_factor));
+    if (c.rope_scaling == RopeScalingKind::kLlama3)
+      features.push_back(fmt::format("Llama 3 RoPE scaling x{}", c.rope_scaling_factor));
+    if (!model.weights.rope_freq_factors.empty()) features.push_back("RoPE frequency factors");
+    if (c.final_logit_softcap != 0) features.push_back(fmt::format("logit soft-cap {}", c.final_logit_softcap));
+    if (!features.empty()) fmt::print("features      {}\n", fmt::join(features, ", "));
     fmt::print("embeddings    {}\n", c.tied_embeddings ? "tied (classifier = embedding)" : "untied");
     fmt::print("parameters    {} ({:.2f} M)\n", params, params / 1e6);
   });

@@ -14,33 +14,12 @@
 #include "io/load.h"
 #include "report/report.h"
 #include "stream/stream.h"
+#include "tokenizer/find.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ss::cli {
 
 namespace fs = std::filesystem;
-
-std::unique_ptr<Tokenizer> LoadTokenizerForModel(const std::string& model_path,
-                                                 const std::string& tokenizer_path,
-                                                 const Model& model) {
-  const int V = model.config.vocab_size;
-  if (!tokenizer_path.empty()) return LoadTokenizer(tokenizer_path, V);
-  // Beside the model: tokenizer.json in a Hugging Face directory, the GGUF file itself, or
-  // llama2.c's tok<V>.bin / tokenizer.bin next to the .bin.
-  std::vector<std::string> candidates;
-  if (IsDirectory(model_path)) {
-    candidates.push_back((fs::path(model_path) / "tokenizer.json").string());
-  } else {
-    if (model.format == "gguf") candidates.push_back(model_path);
-    const fs::path dir = fs::path(model_path).parent_path();
-    candidates.push_back((dir / fmt::format("tok{}.bin", V)).string());
-    candidates.push_back((dir / "tokenizer.bin").string());
-  }
-  for (const auto& c : candidates)
-    if (FileExists(c)) return LoadTokenizer(c, V);
-  Fail("--tokenizer: no tokenizer found beside {} (looked for {}); pass --tokenizer PATH",
-       model_path, fmt::join(candidates, ", "));
-}
 
 namespace {
 
@@ -147,7 +126,7 @@ void RunStream(const StreamArgs& a) {
     stream::ValidateOptions(o, model.config);
     options.push_back(o);
   }
-  auto tokenizer = LoadTokenizerForModel(a.model, a.tokenizer, model);
+  auto tokenizer = FindTokenizer(model, a.tokenizer);
   const std::string text = ReadFile(a.text);
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     Fail("--text {}: the text is empty; expected at least two tokens to score", a.text);

@@ -1,5 +1,6 @@
 // sinkscope train: pretrain a small Llama-style (or Qwen3-MoE-style) model from scratch with sink
 // telemetry (docs/TRAINING.md). Under mpirun it trains data-parallel.
+#include <cstdio>
 #include <filesystem>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -106,7 +107,19 @@ void RegisterTrain(CLI::App& app) {
   cmd->add_option("--stop-after", flags->stop_after, "Stop after this step without a final checkpoint (testing)");
   cmd->add_option("--eval", flags->eval_dir, "Only evaluate a checkpoint through the analysis forward pass");
   cmd->add_option("--eval-batches", flags->eval_batches, "Validation batches for --eval");
-  cmd->callback([flags] { RunTrain(*flags); });
+  cmd->callback([flags] {
+    try {
+      RunTrain(*flags);
+    } catch (const Error& e) {
+      // Under mpirun the other ranks would wait forever in a collective: report and abort all.
+      const train::Comm& comm = train::Comm::World();
+      if (comm.size() > 1) {
+        std::fprintf(stderr, "sinkscope: error (rank %d): %s\n", comm.rank(), e.what());
+        comm.Abort(1);
+      }
+      throw;
+    }
+  });
 }
 
 }  // namespace ss::cli

@@ -4,11 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include <memory>
 #include <string>
-
-#include "model/weights.h"
-#include "tokenizer/tokenizer.h"
 
 namespace ss::cli {
 
@@ -18,6 +14,7 @@ void RegisterInspect(CLI::App& app);
 void RegisterGenerate(CLI::App& app);
 void RegisterPpl(CLI::App& app);
 void RegisterTokenize(CLI::App& app);
+void RegisterConvert(CLI::App& app);
 void RegisterTrain(CLI::App& app);
 void RegisterAnalyze(CLI::App& app);
 void RegisterStream(CLI::App& app);
@@ -28,11 +25,5 @@ void RegisterExplain(CLI::App& app);
 void Log(const std::string& line);
 // True when stderr is a terminal: progress lines are shown only then.
 bool StderrIsTerminal();
-
-// The tokenizer for a model: `tokenizer_path` if given, else one found beside the model
-// (tokenizer.json, the GGUF itself, tok<V>.bin or tokenizer.bin). Throws ss::Error naming --tokenizer.
-std::unique_ptr<Tokenizer> LoadTokenizerForModel(const std::string& model_path,
-                                                 const std::string& tokenizer_path,
-                                                 const Model& model);
 
 }  // namespace ss::cli

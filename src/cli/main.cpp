@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   ss::cli::RegisterGenerate(app);
   ss::cli::RegisterPpl(app);
   ss::cli::RegisterTokenize(app);
+  ss::cli::RegisterConvert(app);
   ss::cli::RegisterTrain(app);
   ss::cli::RegisterAnalyze(app);
   ss::cli::RegisterStream(app);

@@ -6,20 +6,21 @@
 #include "common/error.h"
 #include "common/file_util.h"
 #include "io/llama2c.h"
+#include "io/model_files.h"
 
 namespace ss {
 
 Model LoadModel(const std::string& path) {
   if (!FileExists(path)) Fail("{}: no such file or directory", path);
   if (IsDirectory(path)) {
-    Fail("{}: Hugging Face model directories are not supported yet", path);
+    return LoadHfModel(path);
   }
   char magic[4] = {};
   if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
     size_t n = std::fread(magic, 1, 4, f);
     std::fclose(f);
     if (n == 4 && std::memcmp(magic, "GGUF", 4) == 0)
-      Fail("{}: GGUF models are not supported yet", path);
+      return LoadGgufModel(path);
   }
   if (LooksLikeLlama2c(path)) return LoadLlama2c(path);
   Fail("{}: unrecognised model format (expected a llama2.c .bin, a GGUF file or a Hugging Face "

@@ -65,6 +65,13 @@ void Rope(float* x, std::span<const int> positions, int n_heads, int head_dim, i
   // angle pos * freq stays exact enough at long positions.
   std::vector<double> freq(half);
   for (int i = 0; i < half; ++i) freq[i] = std::pow(static_cast<double>(theta), -2.0 * i / rot_dim);
+  RopeWithFrequencies(x, positions, n_heads, head_dim, rot_dim, freq.data(), kind);
+}
+
+void RopeWithFrequencies(float* x, std::span<const int> positions, int n_heads, int head_dim,
+                         int rot_dim, const double* freq, RopeKind kind) {
+  if (kind == RopeKind::kNone) return;
+  const int half = rot_dim / 2;
   std::vector<float> cos_v(half), sin_v(half);
   const int64_t row = static_cast<int64_t>(n_heads) * head_dim;
   for (size_t t = 0; t < positions.size(); ++t) {
@@ -84,6 +91,10 @@ void Rope(float* x, std::span<const int> positions, int n_heads, int head_dim, i
       }
     }
   }
+}
+
+void SoftCap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
 }
 
 void Softmax(float* x, int n) {

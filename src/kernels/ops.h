@@ -25,6 +25,13 @@ void LayerNorm(const float* x, const float* weight, const float* bias, float* ou
 // kInterleaved pairs (2i, 2i+1) (llama2.c); kHalf pairs (i, i + rot_dim/2) (HF rotate_half).
 void Rope(float* x, std::span<const int> positions, int n_heads, int head_dim, int rot_dim,
           float theta, RopeKind kind);
+// The same with explicit inverse frequencies inv_freq (rot_dim / 2): pair i turns by
+// pos * inv_freq[i]. Used for rescaled RoPE (linear, Llama 3) where the frequencies are not a pure
+// power of theta.
+void RopeWithFrequencies(float* x, std::span<const int> positions, int n_heads, int head_dim,
+                         int rot_dim, const double* inv_freq, RopeKind kind);
+// out (n) = c * tanh(x / c): logit soft-capping (Gemma 2). In place allowed.
+void SoftCap(float* x, int64_t n, float cap);
 
 // In-place numerically stable softmax over n values.
 void Softmax(float* x, int n);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstring>
+#include <numbers>
 
 #include "kernels/ops.h"
 
@@ -25,6 +27,49 @@ void EmbedTokens(ForwardContext& ctx) {
     ctx.RunHook(HookPoint::kEmbed, -1, ctx.state.x.data(), {ctx.T, D});
 }
 
+void AddPositionEmbeddings(ForwardContext& ctx) {
+  const int D = ctx.config.dim;
+  const Tensor& wpe = ctx.model.weights.position_embedding;
+  for (int t = 0; t < ctx.T; ++t) {
+    const int pos = ctx.positions[t];
+    if (pos < 0 || pos >= wpe.dim(0))
+      Fail("position {} is outside the {} learned positions of {}", pos, wpe.dim(0), ctx.model.source);
+    AddInPlace(ctx.state.x.row(t), wpe.row(pos), D);
+  }
+}
+
+std::vector<double> RopeInvFrequencies(const ModelConfig& c, const Tensor& factors) {
+  const int rot = c.rot_dim(), half = rot / 2;
+  std::vector<double> inv(half);
+  for (int i = 0; i < half; ++i) inv[i] = std::pow(static_cast<double>(c.rope_theta), -2.0 * i / rot);
+  if (c.rope_scaling == RopeScalingKind::kLinear) {
+    // Position interpolation (Chen et al. 2023): positions divided by the factor, i.e. every
+    // frequency divided by it (HF _compute_linear_scaling_rope_parameters).
+    for (double& f : inv) f /= c.rope_scaling_factor;
+  } else if (c.rope_scaling == RopeScalingKind::kLlama3) {
+    // Llama 3.1 (HF _compute_llama3_parameters): wavelengths longer than
+    // original / low_freq_factor are divided by the factor, shorter than original /
+    // high_freq_factor kept, and the band between blended linearly in original / wavelength.
+    const double factor = c.rope_scaling_factor, low = c.rope_low_freq_factor,
+                 high = c.rope_high_freq_factor, original = c.rope_original_max_seq_len;
+    const double low_wavelen = original / low, high_wavelen = original / high;
+    for (double& f : inv) {
+      const double wavelen = 2 * std::numbers::pi / f;
+      if (wavelen > low_wavelen) {
+        f /= factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (original / wavelen - low) / (high - low);
+        f = (1 - smooth) * f / factor + smooth * f;
+      }
+    }
+  }
+  if (!factors.empty()) {
+    SS_ASSERT(factors.numel() == half);
+    for (int i = 0; i < half; ++i) inv[i] /= factors[i];
+  }
+  return inv;
+}
+
 void ApplyNorm(const ForwardContext& ctx, const Tensor& weight, const Tensor& bias, const float* in,
                float* out) {
   const ModelConfig& c = ctx.config;
@@ -37,6 +82,19 @@ void ApplyNorm(const ForwardContext& ctx, const Tensor& weight, const Tensor& bi
 }
 
 static const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data(); }
+
+// q/k RMSNorm before RoPE (Qwen3: over each head's Dh values; OLMo 2: over the whole projection,
+// recognised by the weight's width). q (T, H*Dh), k (T, Hkv*Dh), in place.
+static void NormalizeQk(const ModelConfig& c, const LayerWeights& w, float* q, float* k, int T) {
+  if (!w.q_norm.empty()) {
+    const int n = static_cast<int>(w.q_norm.numel());
+    RmsNorm(q, w.q_norm.data(), q, T * c.q_dim() / n, n, c.norm_eps);
+  }
+  if (!w.k_norm.empty()) {
+    const int n = static_cast<int>(w.k_norm.numel());
+    RmsNorm(k, w.k_norm.data(), k, T * c.kv_dim() / n, n, c.norm_eps);
+  }
+}
 
 // Self-attention on a sink + ring streaming cache (ForwardRequest::stream; see model.h).
 static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) {
@@ -51,6 +109,7 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
   MatMul(in, w.wq.data(), OrNull(w.bq), s.q.data(), T, D, c.q_dim());
   MatMul(in, w.wk.data(), OrNull(w.bk), s.k_new.data(), T, D, kv_dim);
   MatMul(in, w.wv.data(), OrNull(w.bv), s.v_new.data(), T, D, kv_dim);
+  NormalizeQk(c, w, s.q.data(), s.k_new.data(), T);
   const bool has_sinks = layout.sinks > 0;
   if (c.rope != RopeKind::kNone) {
     // Stream indices fit in int for 2^31 tokens; beyond that the stream must be restarted.
@@ -62,10 +121,10 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
     }
     if (has_sinks) {
       std::copy(s.q.data(), s.q.data() + static_cast<int64_t>(T) * c.q_dim(), s.q_sink.data());
-      Rope(s.q_sink.data(), ctx.positions, H, Dh, c.rot_dim(), c.rope_theta, c.rope);
+      RopeWithFrequencies(s.q_sink.data(), ctx.positions, H, Dh, c.rot_dim(), ctx.rope_inv_freq.data(), c.rope);
     }
-    Rope(s.q.data(), stream_pos, H, Dh, c.rot_dim(), c.rope_theta, c.rope);
-    Rope(s.k_new.data(), stream_pos, Hkv, Dh, c.rot_dim(), c.rope_theta, c.rope);
+    RopeWithFrequencies(s.q.data(), stream_pos, H, Dh, c.rot_dim(), ctx.rope_inv_freq.data(), c.rope);
+    RopeWithFrequencies(s.k_new.data(), stream_pos, Hkv, Dh, c.rot_dim(), ctx.rope_inv_freq.data(), c.rope);
   } else if (has_sinks) {
     std::copy(s.q.data(), s.q.data() + static_cast<int64_t>(T) * c.q_dim(), s.q_sink.data());
   }
@@ -103,18 +162,11 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
   MatMul(in, w.wq.data(), OrNull(w.bq), s.q.data(), T, D, c.q_dim());
   MatMul(in, w.wk.data(), OrNull(w.bk), k_new, T, D, c.kv_dim());
   MatMul(in, w.wv.data(), OrNull(w.bv), v_new, T, D, c.kv_dim());
-  // Qwen3 q/k norm: RMSNorm over each head's Dh values (or over the whole projection when the
-  // weight is that wide), before RoPE.
-  if (!w.q_norm.empty()) {
-    const int n = static_cast<int>(w.q_norm.numel());
-    RmsNorm(s.q.data(), w.q_norm.data(), s.q.data(), T * c.q_dim() / n, n, c.norm_eps);
+  NormalizeQk(c, w, s.q.data(), k_new, T);
+  if (c.rope != RopeKind::kNone) {
+    RopeWithFrequencies(s.q.data(), ctx.positions, H, Dh, c.rot_dim(), ctx.rope_inv_freq.data(), c.rope);
+    RopeWithFrequencies(k_new, ctx.positions, Hkv, Dh, c.rot_dim(), ctx.rope_inv_freq.data(), c.rope);
   }
-  if (!w.k_norm.empty()) {
-    const int n = static_cast<int>(w.k_norm.numel());
-    RmsNorm(k_new, w.k_norm.data(), k_new, T * c.kv_dim() / n, n, c.norm_eps);
-  }
-  Rope(s.q.data(), ctx.positions, H, Dh, c.rot_dim(), c.rope_theta, c.rope);
-  Rope(k_new, ctx.positions, Hkv, Dh, c.rot_dim(), c.rope_theta, c.rope);
   if (ctx.hooks) {
     if (ctx.HookActive(HookPoint::kQ, layer)) ctx.RunHook(HookPoint::kQ, layer, s.q.data(), {T, H, Dh});
     if (ctx.HookActive(HookPoint::kK, layer)) ctx.RunHook(HookPoint::kK, layer, k_new, {T, Hkv, Dh});
@@ -141,7 +193,7 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
   }
   const float* k_all = ctx.cache.k[layer].data();
   const float* v_all = ctx.cache.v[layer].data();
-  Attention(s.q.data(), k_all, v_all, s.z.data(), T, S, H, Hkv, Dh, /*window=*/0, pattern,
+  Attention(s.q.data(), k_all, v_all, s.z.data(), T, S, H, Hkv, Dh, c.sliding_window, pattern,
             stats_ptr);
   if (want_pattern) {
     // The hook may rewrite the probabilities (an intervention): recompute z from them.
@@ -161,7 +213,7 @@ void Mlp(ForwardContext& ctx, int layer, const float* in, float* out) {
   const int T = ctx.T, D = c.dim, F = c.hidden_dim;
   MatMul(in, w.w1.data(), OrNull(w.b1), s.hb.data(), T, D, F);
   if (c.gated_mlp) {
-    MatMul(in, w.w3.data(), nullptr, s.hb2.data(), T, D, F);
+    MatMul(in, w.w3.data(), OrNull(w.b3), s.hb2.data(), T, D, F);
     GatedActivation(s.hb.data(), s.hb2.data(), static_cast<int64_t>(T) * F, c.act);
   } else {
     ActivationInPlace(s.hb.data(), static_cast<int64_t>(T) * F, c.act);
@@ -226,6 +278,8 @@ Tensor FinalLogits(ForwardContext& ctx) {
   const int out_rows = T - out_first;
   if (s.logits.empty() || s.logits.dim(0) < out_rows) s.logits = Tensor::Zeros({out_rows, V});
   MatMul(s.xb.row(out_first), w.lm_head.data(), nullptr, s.logits.data(), out_rows, D, V);
+  if (c.final_logit_softcap != 0)
+    SoftCap(s.logits.data(), static_cast<int64_t>(out_rows) * V, c.final_logit_softcap);
   return s.logits.Rows(0, out_rows);
 }
 

@@ -19,6 +19,7 @@ struct ForwardContext {
   int T;                     // tokens in this call
   int start;                 // cache index of the first new token
   std::vector<int> positions;  // (T) position of each token
+  std::vector<double> rope_inv_freq;  // (rot_dim / 2) RoPE angular frequencies, scaling applied
 
   bool HookActive(HookPoint point, int layer) const {
     return hooks && hooks->Active(point, layer);
@@ -29,11 +30,18 @@ struct ForwardContext {
 
 // x (T, D): token embeddings into state.x (hook_embed).
 void EmbedTokens(ForwardContext& ctx);
+// x (T, D) += learned position embeddings of ctx.positions (GPT-2's wpe).
+void AddPositionEmbeddings(ForwardContext& ctx);
+// RoPE inverse frequencies (rot_dim / 2): theta^(-2i/rot_dim) (Su et al. 2021, eq. 15), rescaled as
+// config.rope_scaling says, then divided by `factors` (rot_dim / 2) if that is not empty.
+std::vector<double> RopeInvFrequencies(const ModelConfig& config, const Tensor& factors);
 // out (T, D) = norm(in) with the config's norm kind.
 void ApplyNorm(const ForwardContext& ctx, const Tensor& weight, const Tensor& bias, const float* in,
                float* out);
 // Self-attention of layer `layer` on the normalised input in (T, D); writes out (T, D).
-// Projects q, k, v, applies RoPE, appends k, v to the cache, attends, projects the output.
+// Projects q, k, v (with biases if present), normalises q and k if the config says so
+// (per head or over the whole projection), applies RoPE, appends k, v to the cache, attends
+// (within the sliding window if any), projects the output.
 void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out);
 // MLP of layer `layer` on in (T, D); writes out (T, D).
 void Mlp(ForwardContext& ctx, int layer, const float* in, float* out);

@@ -9,13 +9,13 @@ namespace ss {
 int64_t Model::ParameterCount() const {
   auto count = [](const Tensor& t) { return t.empty() ? 0 : t.numel(); };
   int64_t n = count(weights.token_embedding) + count(weights.final_norm) +
-              count(weights.final_norm_bias);
+              count(weights.final_norm_bias) + count(weights.position_embedding);
   if (!config.tied_embeddings) n += count(weights.lm_head);
   for (const auto& l : weights.layers) {
     for (const Tensor* t : {&l.attn_norm, &l.attn_norm_bias, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq,
                             &l.bk, &l.bv, &l.bo, &l.ffn_norm, &l.ffn_norm_bias, &l.w1, &l.w2,
                             &l.w3, &l.b1, &l.b2, &l.q_norm, &l.k_norm, &l.moe_router, &l.moe_w1,
-                            &l.moe_w2, &l.moe_w3})
+                            &l.moe_w2, &l.moe_w3, &l.b3, &l.attn_post_norm, &l.ffn_post_norm})
       n += count(*t);
   }
   return n;
@@ -86,7 +86,7 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
   if (request.stats && request.stats->first_k > 0)
     request.stats->Resize(c.n_layers, c.n_heads, T, request.stats->first_k);
   const Hooks* hooks = (request.hooks && !request.hooks->empty()) ? request.hooks : nullptr;
-  ForwardContext ctx{model, c, cache, state, request, hooks, T, cache.length, {}};
+  ForwardContext ctx{model, c, cache, state, request, hooks, T, cache.length, {}, {}};
   ctx.positions.resize(T);
   for (int t = 0; t < T; ++t) {
     if (stream)
@@ -94,6 +94,9 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
     else
       ctx.positions[t] = request.positions.empty() ? cache.length + t : request.positions[t];
   }
+  if (c.attn_logit_softcap != 0)
+    Fail("{}: attention logit soft-capping is not supported", model.source);
+  if (c.rope != RopeKind::kNone) ctx.rope_inv_freq = RopeInvFrequencies(c, model.weights.rope_freq_factors);
   FindArchitecture(c.arch).forward(ctx);
   if (stream) {
     cache.length = static_cast<int>(

@@ -25,8 +25,8 @@ struct LayerWeights {
   Tensor w2;              // (D, F)  down_proj
   Tensor w3;              // (F, D)  up_proj (gated MLP only)
   Tensor b1, b2;          // optional MLP biases
-  // Query/key RMSNorm applied before RoPE (Qwen3): a weight of size Dh shared by all heads, or of
-  // the whole projection width (H*Dh / Hkv*Dh). Empty: no q/k norm.
+  // Query/key RMSNorm applied before RoPE (Qwen3, OLMo 2): a weight of size Dh shared by all
+  // heads, or of the whole projection width (H*Dh / Hkv*Dh). Empty: no q/k norm.
   Tensor q_norm;          // (Dh) or (H * Dh)
   Tensor k_norm;          // (Dh) or (Hkv * Dh)
   // Mixture-of-experts FFN (replaces w1/w2/w3 when config.n_experts > 0).
@@ -34,6 +34,10 @@ struct LayerWeights {
   Tensor moe_w1;          // (E, F, D)  per-expert gate_proj
   Tensor moe_w2;          // (E, D, F)  per-expert down_proj
   Tensor moe_w3;          // (E, F, D)  per-expert up_proj
+  // ---- Added for the Hugging Face / GGUF families (append-only).
+  Tensor b3;              // (F) optional up_proj bias (Llama with mlp_bias)
+  Tensor attn_post_norm;  // (D) OLMo 2: RMSNorm of the attention output before the residual add
+  Tensor ffn_post_norm;   // (D) OLMo 2: RMSNorm of the MLP output before the residual add
 };
 
 struct ModelWeights {
@@ -42,6 +46,10 @@ struct ModelWeights {
   Tensor final_norm;        // (D)
   Tensor final_norm_bias;   // (D)  LayerNorm only
   Tensor lm_head;           // (V, D); shares storage with token_embedding when tied
+  // ---- Added for the Hugging Face / GGUF families (append-only).
+  Tensor position_embedding;  // (max_seq_len, D) learned absolute positions (GPT-2)
+  Tensor rope_freq_factors;   // (rot_dim / 2) optional: pair i turns at inv_freq[i] / factor[i]
+                              // (GGUF "rope_freqs.weight", how llama.cpp stores Llama 3 scaling)
 };
 
 // A loaded model: config + weights + whatever keeps mapped storage alive.

@@ -117,6 +117,16 @@ const char* PreTokenizerName(PreTokenizer pre) {
   return "?";
 }
 
+std::string_view PreTokenizerRegex(PreTokenizer pre) {
+  switch (pre) {
+    case PreTokenizer::kNone: return {};
+    case PreTokenizer::kGpt2: return kGpt2Regex;
+    case PreTokenizer::kLlama3: return kLlama3Regex;
+    case PreTokenizer::kQwen2: return kQwen2Regex;
+  }
+  return {};
+}
+
 std::optional<PreTokenizer> PreTokenizerFromRegex(std::string_view regex) {
   if (regex == kGpt2Regex) return PreTokenizer::kGpt2;
   if (regex == kLlama3Regex) return PreTokenizer::kLlama3;

@@ -29,6 +29,9 @@ const char* PreTokenizerName(PreTokenizer pre);
 // known ones (compared after removing whitespace differences is not attempted: exact match).
 std::optional<PreTokenizer> PreTokenizerFromRegex(std::string_view regex);
 
+// The tokenizer.json Split regex of `pre` (empty for kNone), as PreTokenizerFromRegex accepts it.
+std::string_view PreTokenizerRegex(PreTokenizer pre);
+
 // Splits valid UTF-8 `text` into words (views into `text`); concatenated they give `text` back.
 std::vector<std::string_view> PreTokenize(PreTokenizer pre, std::string_view text);
 

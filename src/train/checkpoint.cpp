@@ -10,6 +10,8 @@
 
 #include "common/error.h"
 #include "common/file_util.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
 #include "train/train_config.h"
 
 namespace ss::train {
@@ -118,109 +120,27 @@ Model ExportModel(const TrainConfig& c, const ParamLayout& layout, std::vector<f
   return m;
 }
 
-std::string HfConfigJson(const TrainConfig& c) {
-  nlohmann::ordered_json j;
-  const bool moe = c.n_experts > 0;
-  const bool text = c.data == DataKind::kText;
-  j["architectures"] = {moe ? "Qwen3MoeForCausalLM" : c.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM"};
-  j["model_type"] = moe ? "qwen3_moe" : c.qk_norm ? "qwen3" : "llama";
-  j["hidden_size"] = c.dim;
-  j["intermediate_size"] = c.EffectiveHiddenDim();
-  j["num_hidden_layers"] = c.n_layers;
-  j["num_attention_heads"] = c.n_heads;
-  j["num_key_value_heads"] = c.n_kv_heads;
-  j["head_dim"] = c.dim / c.n_heads;
-  j["vocab_size"] = c.vocab_size;
-  j["max_position_embeddings"] = c.seq_len;
-  j["rms_norm_eps"] = Clean(c.norm_eps);
-  j["rope_theta"] = Clean(c.rope_theta);
-  j["rope_scaling"] = nullptr;
-  j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
-  j["attention_dropout"] = 0.0;
-  if (!moe && !c.qk_norm) j["mlp_bias"] = false;
-  j["tie_word_embeddings"] = c.tied_embeddings;
-  j["bos_token_id"] = text ? 1 : 0;
-  if (text) j["eos_token_id"] = 2;
-  else j["eos_token_id"] = nullptr;
-  j["initializer_range"] = Clean(c.init_std);
-  j["torch_dtype"] = "float32";
-  j["use_cache"] = true;
-  if (moe) {
-    j["moe_intermediate_size"] = c.EffectiveHiddenDim();
-    j["num_experts"] = c.n_experts;
-    j["num_experts_per_tok"] = c.n_experts_per_tok;
-    j["norm_topk_prob"] = c.norm_topk_prob;
-    j["decoder_sparse_step"] = 1;
-    j["mlp_only_layers"] = nlohmann::json::array();
-    j["router_aux_loss_coef"] = Clean(c.aux_loss_coef);
-    j["output_router_logits"] = false;
-  }
-  if (moe || c.qk_norm) {
-    j["use_sliding_window"] = false;
-    j["sliding_window"] = nullptr;
-  }
-  j["sinkscope"] = {{"trained_rope", c.rope},
-                    {"note", "trained by sinkscope train; weights stored in rotate_half RoPE order"}};
-  return j.dump(2) + "\n";
+ModelConfig HfModelConfig(const TrainConfig& c) {
+  ModelConfig m = c.ToModelConfig();
+  // The file always holds rotate_half order (weights permuted when trained interleaved).
+  m.rope = RopeKind::kHalf;
+  if (c.qk_norm && c.n_experts == 0) m.arch = "qwen3";
+  if (c.n_experts > 0) m.dense_hidden_dim = m.hidden_dim;
+  if (m.eos_id >= 0) m.eos_ids = {m.eos_id};
+  m.torch_dtype = "float32";
+  return m;
+}
+
+std::string CheckpointConfigJson(const TrainConfig& c) {
+  // io/hf_config.h writes the family's fields and verifies that the text reads back to the same
+  // ModelConfig, so what we write is what every HF reader of sinkscope will see.
+  return ss::HfConfigJson(HfModelConfig(c));
 }
 
 void WriteSafetensorsF32(const std::string& path,
                          const std::vector<std::pair<std::string, Tensor>>& tensors) {
   MaybeInjectedFailure(path);
-  nlohmann::ordered_json header;
-  header["__metadata__"] = {{"format", "pt"}};
-  uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    const uint64_t bytes = uint64_t(t.numel()) * sizeof(float);
-    header[name] = {{"dtype", "F32"}, {"shape", t.shape()}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-  }
-  std::string h = header.dump();
-  h.append((8 - h.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
-  WriteFileAtomic(path, [&](std::FILE* f) {
-    const uint64_t n = h.size();
-    unsigned char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-    if (std::fwrite(len, 1, 8, f) != 8 || std::fwrite(h.data(), 1, n, f) != n)
-      Fail("{}: write failed", path);
-    for (const auto& [name, t] : tensors) {
-      const size_t count = static_cast<size_t>(t.numel());
-      if (std::fwrite(t.data(), sizeof(float), count, f) != count) Fail("{}: write failed", path);
-    }
-  });
-}
-
-std::vector<std::pair<std::string, Tensor>> ReadSafetensorsF32(const std::string& path) {
-  auto map = MapFile(path);
-  if (map->size < 8) Fail("{}: not a safetensors file ({} bytes)", path, map->size);
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= uint64_t(map->data[i]) << (8 * i);
-  if (n > map->size - 8) Fail("{}: header length {} beyond the file size {}", path, n, map->size);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(map->data) + 8, n));
-  } catch (const nlohmann::json::exception& e) {
-    Fail("{}: malformed safetensors header: {}", path, e.what());
-  }
-  std::vector<std::tuple<uint64_t, std::string, Tensor>> items;
-  const uint64_t data_start = 8 + n;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") continue;
-    const auto& info = it.value();
-    if (info.value("dtype", "") != "F32") Fail("{}: tensor '{}' is not F32", path, it.key());
-    std::vector<int64_t> shape = info.at("shape").get<std::vector<int64_t>>();
-    const auto offs = info.at("data_offsets").get<std::vector<uint64_t>>();
-    Tensor t = Tensor::Zeros(shape);
-    if (offs.size() != 2 || offs[1] - offs[0] != uint64_t(t.numel()) * 4 || data_start + offs[1] > map->size)
-      Fail("{}: tensor '{}' has a bad byte range", path, it.key());
-    std::memcpy(t.data(), map->data + data_start + offs[0], offs[1] - offs[0]);
-    items.emplace_back(offs[0], it.key(), t);
-  }
-  std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (auto& [off, name, t] : items) out.emplace_back(name, t);
-  return out;
+  WriteSafetensors(path, tensors, SafetensorsDtype::kF32, {{"format", "pt"}});
 }
 
 std::string SaveCheckpoint(const std::string& run_dir, const TrainConfig& c, const ParamLayout& layout,
@@ -231,7 +151,7 @@ std::string SaveCheckpoint(const std::string& run_dir, const TrainConfig& c, con
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp);
   try {
-    WriteText(tmp + "/config.json", HfConfigJson(c));
+    WriteText(tmp + "/config.json", CheckpointConfigJson(c));
     WriteSafetensorsF32(tmp + "/model.safetensors", HfTensors(c, layout, s.params));
     if (!tokenizer.empty()) {
       MaybeInjectedFailure(tmp + "/tokenizer.model");
@@ -305,9 +225,10 @@ TrainerState ReadCheckpointState(const std::string& dir, const TrainConfig& c, c
   s.params.assign(layout.total, 0.0f);
   const bool permute = c.rope == "interleaved";
   const std::string model_path = dir + "/model.safetensors";
-  auto tensors = ReadSafetensorsF32(model_path);
+  const SafetensorsFile file = SafetensorsFile::Open(model_path);
   std::vector<bool> seen(layout.tensors.size(), false);
-  for (const auto& [name, t] : tensors) {
+  for (const std::string& name : file.names()) {
+    const Tensor t = file.Load(name);
     const ParamTensor* pt = layout.Find(name);
     if (!pt) Fail("{}: unexpected tensor '{}' for this config", model_path, name);
     if (t.shape() != pt->shape)
@@ -322,8 +243,9 @@ TrainerState ReadCheckpointState(const std::string& dir, const TrainConfig& c, c
   }
   for (size_t i = 0; i < seen.size(); ++i)
     if (!seen[i]) Fail("{}: tensor '{}' is missing", model_path, layout.tensors[i].name);
-  auto opt = ReadSafetensorsF32(dir + "/optimizer.safetensors");
-  for (const auto& [name, t] : opt) {
+  const SafetensorsFile opt = SafetensorsFile::Open(dir + "/optimizer.safetensors");
+  for (const std::string& name : opt.names()) {
+    const Tensor t = opt.Load(name);
     if (t.numel() != layout.total) Fail("{}/optimizer.safetensors: '{}' has {} values, need {}", dir, name, t.numel(), layout.total);
     auto& dst = name == "adam.m" ? s.adam_m : s.adam_v;
     dst.assign(t.data(), t.data() + t.numel());
@@ -333,22 +255,59 @@ TrainerState ReadCheckpointState(const std::string& dir, const TrainConfig& c, c
 }
 
 Model LoadCheckpointModel(const std::string& step_dir) {
-  const TrainConfig c = ReadCheckpointConfig(step_dir);
-  const ParamLayout layout = ParamLayout::Build(c);
-  auto state = std::make_shared<TrainerState>(ReadCheckpointState(step_dir, c, layout));
-  Model m = ExportModel(c, layout, state->params);
-  // Re-point the views at storage the model owns.
-  auto own = [&](Tensor& t) {
-    if (!t.empty()) t = Tensor::View(t.data(), t.shape(), state);
-  };
-  own(m.weights.token_embedding);
-  own(m.weights.lm_head);
-  own(m.weights.final_norm);
-  for (auto& w : m.weights.layers)
-    for (Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.q_norm, &w.k_norm, &w.ffn_norm,
-                      &w.w1, &w.w2, &w.w3, &w.moe_router, &w.moe_w1, &w.moe_w2, &w.moe_w3})
-      own(*t);
+  // The Hugging Face path only: config.json through io's ParseHfConfig, tensors by their HF
+  // names from model.safetensors; nothing from train_config.json. (To be replaced by LoadModel
+  // once io reads HF directories.)
+  ModelConfig c = ReadHfConfig(step_dir);
+  if (c.arch != "llama" && c.arch != "qwen3" && c.arch != "qwen3_moe")
+    Fail("{}: architecture {} is not one the trainer writes", step_dir, c.arch);
+  // Dense Qwen3 is the Llama block with q/k norm, which the llama loop applies from the weights.
+  if (c.arch == "qwen3") c.arch = "llama";
+  const SafetensorsFile file = SafetensorsFile::Open(step_dir + "/model.safetensors");
+  auto get = [&](const std::string& name) { return file.Load(name).Copy(); };
+  Model m;
+  m.config = c;
   m.source = step_dir;
+  m.format = "hf";
+  m.weights.token_embedding = get("model.embed_tokens.weight");
+  m.weights.final_norm = get("model.norm.weight");
+  m.weights.lm_head = c.tied_embeddings ? m.weights.token_embedding : get("lm_head.weight");
+  const int64_t E = c.n_experts, F = c.hidden_dim, D = c.dim;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    LayerWeights w;
+    w.attn_norm = get(p + "input_layernorm.weight");
+    w.wq = get(p + "self_attn.q_proj.weight");
+    w.wk = get(p + "self_attn.k_proj.weight");
+    w.wv = get(p + "self_attn.v_proj.weight");
+    w.wo = get(p + "self_attn.o_proj.weight");
+    if (c.qk_norm != QkNormKind::kNone) {
+      w.q_norm = get(p + "self_attn.q_norm.weight");
+      w.k_norm = get(p + "self_attn.k_norm.weight");
+    }
+    w.ffn_norm = get(p + "post_attention_layernorm.weight");
+    if (E == 0) {
+      w.w1 = get(p + "mlp.gate_proj.weight");
+      w.w2 = get(p + "mlp.down_proj.weight");
+      w.w3 = get(p + "mlp.up_proj.weight");
+    } else {
+      w.moe_router = get(p + "mlp.gate.weight");
+      w.moe_w1 = Tensor::Zeros({E, F, D});
+      w.moe_w2 = Tensor::Zeros({E, D, F});
+      w.moe_w3 = Tensor::Zeros({E, F, D});
+      for (int e = 0; e < E; ++e) {
+        const std::string ep = fmt::format("{}mlp.experts.{}.", p, e);
+        const Tensor g = file.Load(ep + "gate_proj.weight"), d = file.Load(ep + "down_proj.weight"),
+                     u = file.Load(ep + "up_proj.weight");
+        if (g.numel() != F * D || d.numel() != F * D || u.numel() != F * D)
+          Fail("{}: expert {} of layer {} does not have {} x {} weights", step_dir, e, l, F, D);
+        std::memcpy(w.moe_w1.data() + e * F * D, g.data(), sizeof(float) * F * D);
+        std::memcpy(w.moe_w2.data() + e * F * D, d.data(), sizeof(float) * F * D);
+        std::memcpy(w.moe_w3.data() + e * F * D, u.data(), sizeof(float) * F * D);
+      }
+    }
+    m.weights.layers.push_back(w);
+  }
   return m;
 }
 

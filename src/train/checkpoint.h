@@ -39,8 +39,10 @@ struct TrainerState {
 // Uses the run's own RoPE pairing, so no permutation.
 Model ExportModel(const TrainConfig& config, const ParamLayout& layout, std::vector<float>& params);
 
-// The HF config.json text for the run.
-std::string HfConfigJson(const TrainConfig& config);
+// The ModelConfig a checkpoint's config.json describes (rotate_half RoPE; Qwen3 q/k norm), and
+// its config.json text (written by io/hf_config.h, which checks that it reads back the same).
+ModelConfig HfModelConfig(const TrainConfig& config);
+std::string CheckpointConfigJson(const TrainConfig& config);
 
 // Writes DIR/step-<N>/ atomically. `tokenizer` is the SentencePiece model to include ("" for
 // synthetic data). Throws ss::Error (nothing of the new checkpoint left behind) if a write fails.
@@ -54,14 +56,13 @@ std::string FindCheckpoint(const std::string& dir);
 TrainConfig ReadCheckpointConfig(const std::string& step_dir);
 TrainerState ReadCheckpointState(const std::string& step_dir, const TrainConfig& config,
                                  const ParamLayout& layout);
-// A checkpoint as an owning ss::Model (the reload path used by tests and `train --eval`).
+// A checkpoint as an owning ss::Model read the Hugging Face way: config.json and the HF tensor
+// names only (the reload path used by tests and `train --eval`).
 Model LoadCheckpointModel(const std::string& step_dir);
 
-// Minimal safetensors F32 writer/reader, kept behind these two functions until the io library's
-// WriteSafetensors / SafetensorsFile (branch io) lands in main.
+// io's WriteSafetensors (F32) behind the test hook that simulates a full disk.
 void WriteSafetensorsF32(const std::string& path,
                          const std::vector<std::pair<std::string, Tensor>>& tensors);
-std::vector<std::pair<std::string, Tensor>> ReadSafetensorsF32(const std::string& path);
 
 // Test hook: make the n-th file written by the next SaveCheckpoint calls fail as a full disk
 // would (0: off). Counts across calls until it fires once.

@@ -37,7 +37,8 @@ ModelConfig TrainConfig::ToModelConfig() const {
   c.tied_embeddings = tied_embeddings;
   c.n_experts = n_experts;
   c.n_experts_per_tok = n_experts_per_tok;
-  c.norm_topk_prob = norm_topk_prob;
+  c.norm_topk_prob = n_experts > 0 && norm_topk_prob;
+  if (qk_norm) c.qk_norm = QkNormKind::kPerHead;
   if (data == DataKind::kBigramBackcopy) {
     c.bos_id = 0;  // the synthetic task's BOS (train/data.h)
     c.eos_id = -1;

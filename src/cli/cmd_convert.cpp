@@ -1,0 +1,90 @@
+// sinkscope convert --model PATH --to hf|gguf --out PATH [--type f32|f16|bf16|q8_0]
+// Writes the model (any readable format) with its tokenizer as a Hugging Face directory
+// (model.safetensors + config.json + tokenizer.json) or a GGUF v3 file with the tokenizer
+// embedded. Both outputs appear atomically: the GGUF file through a temporary file and rename, the
+// directory by writing a temporary directory beside --out and renaming it into place.
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "common/error.h"
+#include "common/file_util.h"
+#include "io/model_files.h"
+#include "kernels/dequant.h"
+#include "tokenizer/export.h"
+
+namespace ss::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ConvertOptions {
+  ModelOptions model;
+  std::string to;
+  std::string out;
+  std::string type = "f32";
+};
+
+void WriteHfDirectory(const LoadedModel& loaded, const std::string& out, SafetensorsDtype dtype) {
+  if (fs::exists(out)) Fail("--out {}: already exists; remove it or choose another path", out);
+  const std::string tmp = fmt::format("{}.tmp.{}", out, getpid());
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directory(tmp, ec)) Fail("--out {}: cannot create {}: {}", out, tmp, ec.message());
+  try {
+    WriteHfModel(loaded.model, tmp, dtype);
+    WriteFileAtomic((fs::path(tmp) / "tokenizer.json").string(), TokenizerJsonText(*loaded.tokenizer));
+    fs::rename(tmp, out, ec);
+    if (ec) Fail("--out {}: cannot rename {} into place: {}", out, tmp, ec.message());
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+void Run(const ConvertOptions& o) {
+  if (o.to == "hf" && fs::exists(o.out))
+    Fail("--out {}: already exists; remove it or choose another path", o.out);
+  CheckWritable(o.out, "--out");
+  SafetensorsDtype dtype = SafetensorsDtype::kF32;
+  uint32_t ggml_type = kGgmlTypeF32;
+  if (o.to == "hf") {
+    if (o.type == "f16") dtype = SafetensorsDtype::kF16;
+    else if (o.type == "bf16") dtype = SafetensorsDtype::kBF16;
+    else if (o.type != "f32") Fail("--type {}: Hugging Face output supports f32, f16, bf16", o.type);
+  } else {
+    if (o.type == "f16") ggml_type = kGgmlTypeF16;
+    else if (o.type == "q8_0") ggml_type = kGgmlTypeQ8_0;
+    else if (o.type != "f32") Fail("--type {}: GGUF output supports f32, f16, q8_0", o.type);
+  }
+  LoadedModel loaded = o.model.Load();
+  if (o.to == "hf") {
+    WriteHfDirectory(loaded, o.out, dtype);
+  } else {
+    GgufWriter writer;
+    AddGgufModel(loaded.model, writer, ggml_type);
+    AddGgufTokenizer(*loaded.tokenizer, writer);
+    writer.Write(o.out);
+  }
+  Log(fmt::format("wrote {} ({} {}, {})", o.out, o.to == "hf" ? "Hugging Face" : "GGUF",
+                  loaded.model.config.arch, o.type));
+}
+
+}  // namespace
+
+void RegisterConvert(CLI::App& app) {
+  auto* cmd = app.add_subcommand("convert", "Write a model as a Hugging Face directory or a GGUF file");
+  auto o = std::make_shared<ConvertOptions>();
+  o->model.Add(cmd);
+  cmd->add_option("--to", o->to, "Output format")->required()->check(CLI::IsMember({"hf", "gguf"}));
+  cmd->add_option("--out", o->out, "Output directory (hf) or file (gguf)")->required();
+  cmd->add_option("--type", o->type, "Tensor type: f32, f16, bf16 (hf) or q8_0 (gguf)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
+  cmd->callback([o] { Run(*o); });
+}
+
+}  // namespace ss::cli

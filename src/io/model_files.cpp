@@ -1,0 +1,325 @@
+#include "io/model_files.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/file_util.h"
+#include "io/hf_config.h"
+#include "kernels/dequant.h"
+#include "model/arch.h"
+
+namespace ss {
+namespace {
+
+class SafetensorsSource : public TensorSource {
+ public:
+  SafetensorsSource(SafetensorsDir dir, std::string source)
+      : dir_(std::move(dir)), source_(std::move(source)) {}
+  bool Has(const std::string& name) const override { return dir_.Has(name); }
+  size_t count() const override { return dir_.names().size(); }
+  std::vector<int64_t> Shape(const std::string& name) const override {
+    return dir_.Info(name).shape;
+  }
+  Tensor Load(const std::string& name) const override { return dir_.Load(name); }
+  const std::string& source() const override { return source_; }
+
+ private:
+  SafetensorsDir dir_;
+  std::string source_;
+};
+
+class GgufSource : public TensorSource {
+ public:
+  explicit GgufSource(const GgufFile& gguf) : gguf_(gguf) {}
+  bool Has(const std::string& name) const override { return gguf_.FindTensor(name) != nullptr; }
+  size_t count() const override { return gguf_.tensors().size(); }
+  std::vector<int64_t> Shape(const std::string& name) const override {
+    const GgufTensorInfo* t = gguf_.FindTensor(name);
+    return std::vector<int64_t>(t->shape.rbegin(), t->shape.rend());
+  }
+  Tensor Load(const std::string& name) const override {
+    const GgufTensorInfo* t = gguf_.FindTensor(name);
+    if (!IsDequantizable(t->type))
+      Fail("{}: tensor '{}' has ggml type {}, which sinkscope cannot dequantise (supported: F32, "
+           "F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)", gguf_.path(), name, GgmlTypeName(t->type));
+    Tensor out = Tensor::Zeros(Shape(name));
+    Dequantize(t->type, t->data, out.data(), out.numel());
+    return out;
+  }
+  const std::string& source() const override { return gguf_.path(); }
+
+ private:
+  const GgufFile& gguf_;
+};
+
+// Binds the family's tensors and finishes the weights (tied head, RoPE order of the file).
+void BindModel(Model& model, TensorNaming naming, const TensorSource& source) {
+  // Every layer has tensors of its own: a layer count beyond the tensor count is a corrupt or
+  // hostile header, refused before anything is sized from it.
+  if (model.config.n_layers <= 0 || static_cast<size_t>(model.config.n_layers) > source.count())
+    Fail("{}: {} layers, but the file holds only {} tensors", source.source(),
+         model.config.n_layers, source.count());
+  TensorMap map = FamilyTensorMap(model.config, naming, model.weights);
+  if (model.config.rope != RopeKind::kNone) model.config.rope = map.file_rope;
+  BindTensors(map, source, model.config.arch);
+  if (model.config.tied_embeddings) model.weights.lm_head = model.weights.token_embedding;
+}
+
+bool IsRmsFamily(const std::string& gguf_arch) {
+  return gguf_arch != "gpt2" && gguf_arch != "gptneox";
+}
+
+}  // namespace
+
+Model LoadHfModel(const std::string& dir) {
+  Model model;
+  model.config = ReadHfConfig(dir);
+  model.source = dir;
+  model.format = "hf";
+  if (model.config.n_shared_experts > 0)
+    Fail("{}: shared experts (shared_expert_intermediate_size) are not supported", dir);
+  SafetensorsSource source(SafetensorsDir::Open(dir), dir);
+  BindModel(model, TensorNaming::kHf, source);
+  return model;
+}
+
+Model LoadGgufModel(const std::string& path) { return LoadGgufModel(GgufFile::Open(path)); }
+
+Model LoadGgufModel(const GgufFile& gguf) {
+  const std::string& path = gguf.path();
+  if (gguf.tensors().empty())
+    Fail("{}: the GGUF file holds no tensors (a vocabulary-only file?): it is not a model", path);
+  const std::string arch = gguf.GetString("general.architecture");
+  const ArchEntry* entry = FindGgufArchitecture(arch);
+  if (!entry) {
+    std::string supported;
+    for (const auto& a : Architectures())
+      if (a.gguf_arch && supported.find(a.gguf_arch) == std::string::npos)
+        supported += (supported.empty() ? "" : ", ") + std::string(a.gguf_arch);
+    Fail("{}: GGUF architecture '{}' is not supported (supported: {})", path, arch, supported);
+  }
+  const std::string p = arch + ".";
+  auto positive = [&](const std::string& key, int64_t fallback) {
+    int64_t v = fallback < 0 ? gguf.GetInt(p + key) : gguf.GetInt(p + key, fallback);
+    if (v <= 0 || v > (int64_t{1} << 30)) Fail("{}: {}{} is {}, expected a positive size", path, p, key, v);
+    return static_cast<int>(v);
+  };
+  auto real = [&](const std::string& key, double fallback) {
+    return gguf.Find(p + key) ? gguf.GetFloat(p + key) : fallback;
+  };
+  Model model;
+  model.source = path;
+  model.format = "gguf";
+  ModelConfig& c = model.config;
+  c.arch = entry->name;
+  c.dim = positive("embedding_length", -1);
+  c.n_layers = positive("block_count", -1);
+  c.n_experts = static_cast<int>(gguf.GetInt(p + "expert_count", 0));
+  c.hidden_dim = c.n_experts > 0 && gguf.Find(p + "expert_feed_forward_length")
+                     ? positive("expert_feed_forward_length", -1)
+                     : positive("feed_forward_length", -1);
+  if (c.n_experts > 0) {
+    c.n_experts_per_tok = positive("expert_used_count", -1);
+    if (c.n_experts_per_tok > c.n_experts)
+      Fail("{}: {}expert_used_count {} exceeds expert_count {}", path, p, c.n_experts_per_tok, c.n_experts);
+    // Mixtral (stored as llama) always renormalises; the others say so in expert_weights_norm.
+    c.norm_topk_prob = gguf.GetBool(p + "expert_weights_norm", arch == "llama");
+    // Qwen3-MoE's dense width (config.json intermediate_size) rides in feed_forward_length.
+    const int dense = positive("feed_forward_length", c.hidden_dim);
+    if (arch == "qwen3moe" && dense != c.hidden_dim) c.dense_hidden_dim = dense;
+  }
+  c.n_heads = positive("attention.head_count", -1);
+  c.n_kv_heads = positive("attention.head_count_kv", c.n_heads);
+  c.head_dim = positive("attention.key_length", c.dim / c.n_heads);
+  if (c.n_heads % c.n_kv_heads != 0)
+    Fail("{}: {}attention.head_count {} is not a multiple of head_count_kv {}", path, p, c.n_heads,
+         c.n_kv_heads);
+  c.max_seq_len = positive("context_length", -1);
+  const GgufTensorInfo* embd = gguf.FindTensor("token_embd.weight");
+  if (!embd) Fail("{}: missing tensor 'token_embd.weight'", path);
+  if (embd->shape.size() != 2) Fail("{}: token_embd.weight has {} dimensions, expected 2", path, embd->shape.size());
+  c.vocab_size = static_cast<int>(embd->shape[1]);
+  c.rope_theta = static_cast<float>(real("rope.freq_base", 10000.0));
+  c.bos_id = static_cast<int>(gguf.GetInt("tokenizer.ggml.bos_token_id", -1));
+  c.eos_id = static_cast<int>(gguf.GetInt("tokenizer.ggml.eos_token_id", -1));
+  c.tied_embeddings = gguf.FindTensor("output.weight") == nullptr;
+  auto has = [&](const char* name) { return gguf.FindTensor(name) != nullptr; };
+  // Family conventions (llama.cpp's llm_build_* for each architecture).
+  if (IsRmsFamily(arch)) {
+    c.norm = NormKind::kRms;
+    c.norm_eps = static_cast<float>(real("attention.layer_norm_rms_epsilon", 1e-5));
+    c.act = ActKind::kSilu;
+    c.gated_mlp = true;
+    c.rope = RopeKind::kHalf;  // replaced by the family map's file order at bind
+    c.qkv_bias = has("blk.0.attn_q.bias");
+    c.attn_out_bias = has("blk.0.attn_output.bias");
+    c.mlp_bias = has("blk.0.ffn_gate.bias");
+  } else {
+    c.norm = NormKind::kLayer;
+    c.norm_eps = static_cast<float>(real("attention.layer_norm_epsilon", 1e-5));
+    c.gated_mlp = false;
+    c.qkv_bias = has("blk.0.attn_qkv.bias");
+    c.attn_out_bias = has("blk.0.attn_output.bias");
+    c.mlp_bias = true;
+  }
+  if (arch == "qwen2") c.qkv_bias = true;
+  if (arch == "qwen3" || arch == "qwen3moe") c.qk_norm = QkNormKind::kPerHead;
+  if (arch == "olmoe") c.qk_norm = QkNormKind::kFull;
+  if (arch == "llama" && c.n_experts > 0) c.arch = "mixtral";
+  if (arch == "olmo2") {
+    c.qk_norm = QkNormKind::kFull;
+    c.post_norms = true;
+  }
+  if (arch == "gpt2") {
+    c.act = ActKind::kGeluTanh;
+    c.rope = RopeKind::kNone;
+    c.rope_theta = 0.0f;
+    c.learned_pos = true;
+  }
+  if (arch == "gptneox") {
+    c.act = ActKind::kGelu;
+    c.rope = RopeKind::kHalf;
+    c.parallel_residual = gguf.GetBool(p + "use_parallel_residual", true);
+  }
+  if (c.rope != RopeKind::kNone) {
+    int rot = positive("rope.dimension_count", c.head_dim);
+    if (rot > c.head_dim || rot % 2 != 0)
+      Fail("{}: {}rope.dimension_count {} must be even and at most the head size {}", path, p, rot,
+           c.head_dim);
+    c.rotary_dim = rot == c.head_dim ? 0 : rot;
+    std::string scaling = gguf.GetString(p + "rope.scaling.type", "none");
+    if (scaling == "linear") {
+      c.rope_scaling = RopeScalingKind::kLinear;
+      c.rope_scaling_factor = static_cast<float>(real("rope.scaling.factor", 1.0));
+    } else if (scaling != "none") {
+      Fail("{}: {}rope.scaling.type '{}' is not supported (supported: none, linear; Llama 3 "
+           "scaling comes as rope_freqs.weight)", path, p, scaling);
+    }
+  }
+  c.final_logit_softcap = static_cast<float>(real("final_logit_softcapping", 0.0));
+  const int window = static_cast<int>(gguf.GetInt(p + "attention.sliding_window", 0));
+  if (window > 0) {
+    if (c.arch != "llama" && c.arch != "mixtral")
+      Fail("{}: {}attention.sliding_window is not supported for {}", path, p, arch);
+    if (c.arch == "llama") c.arch = "mistral";  // Llama with a window: MistralForCausalLM
+    c.sliding_window = window;
+  }
+  GgufSource source(gguf);
+  BindModel(model, TensorNaming::kGguf, source);
+  if (gguf.Find("sinkscope.rope_scaling.llama3") && !model.weights.rope_freq_factors.empty()) {
+    // Written by AddGgufModel: restore the Llama 3 rule if it reproduces rope_freqs.weight.
+    std::vector<double> p3 = gguf.GetFloatArray("sinkscope.rope_scaling.llama3");
+    if (p3.size() != 4) Fail("{}: sinkscope.rope_scaling.llama3 has {} values, expected 4", path, p3.size());
+    ModelConfig rule = c;
+    rule.rope_scaling = RopeScalingKind::kLlama3;
+    rule.rope_scaling_factor = static_cast<float>(p3[0]);
+    rule.rope_low_freq_factor = static_cast<float>(p3[1]);
+    rule.rope_high_freq_factor = static_cast<float>(p3[2]);
+    rule.rope_original_max_seq_len = static_cast<int>(p3[3]);
+    std::vector<double> from_rule = RopeInvFrequencies(rule, Tensor());
+    std::vector<double> from_file = RopeInvFrequencies(c, model.weights.rope_freq_factors);
+    bool same = from_rule.size() == from_file.size();
+    for (size_t i = 0; same && i < from_rule.size(); ++i)
+      same = std::abs(from_rule[i] - from_file[i]) <= 1e-6 * from_rule[i];
+    if (same) {
+      c = rule;
+      model.weights.rope_freq_factors = Tensor();
+    }
+  }
+  return model;
+}
+
+ModelConfig HfConfigFor(const Model& model, SafetensorsDtype dtype) {
+  ModelConfig c = model.config;
+  if (!model.weights.rope_freq_factors.empty())
+    Fail("{}: the model carries per-frequency RoPE factors (GGUF rope_freqs.weight), which "
+         "config.json cannot express", model.source);
+  if (c.rope != RopeKind::kNone) c.rope = RopeKind::kHalf;
+  c.torch_dtype = dtype == SafetensorsDtype::kF32   ? "float32"
+                  : dtype == SafetensorsDtype::kF16 ? "float16"
+                                                    : "bfloat16";
+  HfConfigJson(c);  // throws, naming the fields, if config.json cannot hold this config
+  return c;
+}
+
+void WriteHfModel(const Model& model, const std::string& dir, SafetensorsDtype dtype) {
+  ModelConfig config = HfConfigFor(model, dtype);
+  ModelWeights weights = model.weights;  // tensor handles: no data copied
+  TensorMap map = FamilyTensorMap(model.config, TensorNaming::kHf, weights);
+  auto tensors = ExportTensors(map, model.config.rope, model.config.head_dim, model.config.rot_dim());
+  namespace fs = std::filesystem;
+  WriteSafetensors((fs::path(dir) / "model.safetensors").string(), tensors, dtype,
+                   {{"format", "pt"}});
+  WriteHfConfig((fs::path(dir) / "config.json").string(), config);
+}
+
+void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type) {
+  const ModelConfig& c = model.config;
+  const ArchEntry& entry = FindArchitecture(c.arch);
+  if (!entry.gguf_arch) Fail("architecture '{}' has no GGUF naming", c.arch);
+  const std::string arch = entry.gguf_arch;
+  const std::string p = arch + ".";
+  w.SetString("general.architecture", arch);
+  w.SetString("general.name", std::filesystem::path(model.source).filename().string());
+  w.SetU32(p + "context_length", c.max_seq_len);
+  w.SetU32(p + "embedding_length", c.dim);
+  w.SetU32(p + "block_count", c.n_layers);
+  w.SetU32(p + "feed_forward_length", c.n_experts > 0 && c.dense_hidden_dim > 0 ? c.dense_hidden_dim : c.hidden_dim);
+  if (c.n_experts > 0) {
+    w.SetU32(p + "expert_count", c.n_experts);
+    w.SetU32(p + "expert_used_count", c.n_experts_per_tok);
+    w.SetU32(p + "expert_feed_forward_length", c.hidden_dim);
+    w.SetBool(p + "expert_weights_norm", c.norm_topk_prob);
+  }
+  w.SetU32(p + "attention.head_count", c.n_heads);
+  w.SetU32(p + "attention.head_count_kv", c.n_kv_heads);
+  w.SetU32(p + "attention.key_length", c.head_dim);
+  w.SetU32(p + "attention.value_length", c.head_dim);
+  w.SetU32(p + "vocab_size", c.vocab_size);
+  if (c.norm == NormKind::kRms) {
+    w.SetF32(p + "attention.layer_norm_rms_epsilon", c.norm_eps);
+  } else {
+    w.SetF32(p + "attention.layer_norm_epsilon", c.norm_eps);
+  }
+  ModelWeights weights = model.weights;
+  if (c.rope != RopeKind::kNone) {
+    w.SetF32(p + "rope.freq_base", c.rope_theta);
+    w.SetU32(p + "rope.dimension_count", c.rot_dim());
+    if (c.rope_scaling == RopeScalingKind::kLinear) {
+      w.SetString(p + "rope.scaling.type", "linear");
+      w.SetF32(p + "rope.scaling.factor", c.rope_scaling_factor);
+    } else if (c.rope_scaling == RopeScalingKind::kLlama3) {
+      // llama.cpp's form: rope_freqs.weight holds, per frequency, base / scaled.
+      if (arch != "llama") Fail("Llama 3 RoPE scaling in GGUF is only defined for llama");
+      ModelConfig plain = c;
+      plain.rope_scaling = RopeScalingKind::kNone;
+      std::vector<double> base = RopeInvFrequencies(plain, Tensor());
+      std::vector<double> scaled = RopeInvFrequencies(c, weights.rope_freq_factors);
+      Tensor factors = Tensor::Zeros({static_cast<int64_t>(base.size())});
+      for (size_t i = 0; i < base.size(); ++i) factors[i] = static_cast<float>(base[i] / scaled[i]);
+      weights.rope_freq_factors = factors;
+      // The rule's parameters too, so a sinkscope reader can restore config.json's rope_scaling
+      // (llama.cpp ignores keys it does not know).
+      w.SetF32Array("sinkscope.rope_scaling.llama3",
+                    {c.rope_scaling_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
+                     static_cast<float>(c.rope_original_max_seq_len)});
+    }
+  }
+  if (c.sliding_window > 0) w.SetU32(p + "attention.sliding_window", c.sliding_window);
+  if (arch == "gptneox") w.SetBool(p + "use_parallel_residual", c.parallel_residual);
+  // llama.cpp's key (Gemma 2); readers of other architectures ignore it, sinkscope applies it.
+  if (c.final_logit_softcap != 0) w.SetF32(p + "final_logit_softcapping", c.final_logit_softcap);
+  if (c.attn_logit_softcap != 0) Fail("attention logit soft-capping cannot be written to GGUF");
+  TensorMap map = FamilyTensorMap(c, TensorNaming::kGguf, weights);
+  for (const auto& [name, tensor] : ExportTensors(map, c.rope, c.head_dim, c.rot_dim())) {
+    uint32_t type = tensor.rank() == 2 ? ggml_type : kGgmlTypeF32;
+    if (type == kGgmlTypeQ8_0 && tensor.dim(-1) % 32 != 0) type = kGgmlTypeF16;
+    w.AddTensor(name, tensor, type);
+  }
+}
+
+}  // namespace ss

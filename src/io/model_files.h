@@ -1,0 +1,45 @@
+// Hugging Face directories and GGUF files as whole models: config + tensors through the family's
+// tensor-name map (model/arch.h), in both directions.
+//
+// Reading:
+//   - HF: config.json (io/hf_config.h) and model.safetensors or a sharded index
+//     (io/safetensors.h). F32 tensors are zero-copy views of the read-only memory map; F16/BF16
+//     are converted to float32 at load.
+//   - GGUF: the `<arch>.*` hyperparameters and the tensors, every tensor dequantised to float32
+//     at load (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K): memory use is that of an f32 model.
+// Readers keep q/k rows in the file's RoPE pair order and set config.rope to match (GGUF llama:
+// interleaved, everything else rotate-half), so nothing is permuted at load. Writers permute the
+// rows when the model's order differs from the target file's.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "io/gguf.h"
+#include "io/gguf_writer.h"
+#include "io/safetensors.h"
+#include "model/weights.h"
+
+namespace ss {
+
+Model LoadHfModel(const std::string& dir);
+Model LoadGgufModel(const std::string& path);
+// From an already opened GGUF file (the model keeps the file's map alive only through the
+// tensors it copies: dequantisation always copies).
+Model LoadGgufModel(const GgufFile& gguf);
+
+// The config a model gets when written in Hugging Face layout: config.rope becomes rotate-half
+// (the q/k rows are permuted by WriteHfModel), torch_dtype follows `dtype`. Throws ss::Error if
+// the config cannot be written as config.json.
+ModelConfig HfConfigFor(const Model& model, SafetensorsDtype dtype);
+// Writes `dir`/model.safetensors and `dir`/config.json (the directory must exist). Each file is
+// written atomically; the caller makes the directory as a whole appear atomically.
+void WriteHfModel(const Model& model, const std::string& dir, SafetensorsDtype dtype);
+
+// Adds general.architecture, the `<arch>.*` hyperparameters and every tensor to `writer`.
+// `ggml_type` (F32, F16, Q8_0) applies to 2-D weights; 1-D tensors (norms, biases) stay F32 as in
+// llama.cpp's converters, and Q8_0 falls back to F16 for a weight whose rows are not a multiple
+// of 32. The tokenizer is added separately (tokenizer/export.h).
+void AddGgufModel(const Model& model, GgufWriter& writer, uint32_t ggml_type);
+
+}  // namespace ss

@@ -1,0 +1,160 @@
+#include "model/tensor_map.h"
+
+#include <cstring>
+
+#include "common/error.h"
+
+namespace ss {
+namespace {
+
+int64_t RowWidth(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+std::vector<int64_t> StoredShape(const TensorSpec& spec) {
+  std::vector<int64_t> shape = spec.shape;
+  if (spec.transposed) {
+    SS_ASSERT(shape.size() == 2);
+    std::swap(shape[0], shape[1]);
+  }
+  return shape;
+}
+
+// Splits the rows of `t` (PyTorch order) into the spec's targets.
+void SplitFused(const TensorSpec& spec, const Tensor& t) {
+  const int64_t width = RowWidth(t.shape());
+  const size_t parts = spec.fused_rows.size();
+  SS_ASSERT(parts == spec.targets.size());
+  for (size_t i = 0; i < parts; ++i) {
+    std::vector<int64_t> shape = t.shape();
+    shape[0] = spec.fused_groups * spec.fused_rows[i];
+    *spec.targets[i] = Tensor::Zeros(shape);
+  }
+  const float* src = t.data();
+  for (int g = 0; g < spec.fused_groups; ++g) {
+    for (size_t i = 0; i < parts; ++i) {
+      const int64_t n = spec.fused_rows[i] * width;
+      std::memcpy(spec.targets[i]->data() + g * n, src, sizeof(float) * n);
+      src += n;
+    }
+  }
+}
+
+Tensor JoinFused(const TensorSpec& spec) {
+  std::vector<int64_t> shape = spec.shape;
+  Tensor out = Tensor::Zeros(shape);
+  const int64_t width = RowWidth(shape);
+  float* dst = out.data();
+  for (int g = 0; g < spec.fused_groups; ++g) {
+    for (size_t i = 0; i < spec.fused_rows.size(); ++i) {
+      const int64_t n = spec.fused_rows[i] * width;
+      std::memcpy(dst, spec.targets[i]->data() + g * n, sizeof(float) * n);
+      dst += n;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TensorSpec Spec(std::string name, std::vector<Tensor*> targets, std::vector<int64_t> shape) {
+  TensorSpec spec;
+  spec.name = std::move(name);
+  spec.targets = std::move(targets);
+  spec.shape = std::move(shape);
+  return spec;
+}
+
+Tensor Transposed(const Tensor& w) {
+  SS_ASSERT(w.rank() == 2);
+  const int64_t rows = w.dim(0), cols = w.dim(1);
+  Tensor out = Tensor::Zeros({cols, rows});
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = w[r * cols + c];
+  return out;
+}
+
+Tensor PermuteRopeRows(const Tensor& w, int n_heads, int head_dim, int rot_dim, RopeKind from,
+                       RopeKind to) {
+  SS_ASSERT(w.dim(0) == static_cast<int64_t>(n_heads) * head_dim);
+  Tensor out = w.Copy();
+  if (from == to || from == RopeKind::kNone || to == RopeKind::kNone) return out;
+  const int64_t width = RowWidth(w.shape());
+  const int half = rot_dim / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    for (int i = 0; i < half; ++i) {
+      for (int j = 0; j < 2; ++j) {
+        // Row 2i + j of the interleaved order is row j * half + i of the rotate-half order.
+        const int64_t interleaved = static_cast<int64_t>(h) * head_dim + 2 * i + j;
+        const int64_t rotate_half = static_cast<int64_t>(h) * head_dim + j * half + i;
+        const int64_t src = from == RopeKind::kInterleaved ? interleaved : rotate_half;
+        const int64_t dst = from == RopeKind::kInterleaved ? rotate_half : interleaved;
+        std::memcpy(out.data() + dst * width, w.data() + src * width, sizeof(float) * width);
+      }
+    }
+  }
+  return out;
+}
+
+void BindTensors(const TensorMap& map, const TensorSource& source, const std::string& family) {
+  for (const TensorSpec& spec : map.specs) {
+    std::string name = spec.name;
+    for (const std::string& alias : spec.aliases)
+      if (!source.Has(name) && source.Has(alias)) name = alias;
+    if (!source.Has(name)) {
+      if (spec.optional) continue;
+      Fail("{}: missing tensor '{}' (required by the {} architecture)", source.source(), spec.name,
+           family);
+    }
+    const std::vector<int64_t> expected = StoredShape(spec);
+    const std::vector<int64_t> found = source.Shape(name);
+    if (found != expected)
+      Fail("{}: tensor '{}' has shape {}, expected {}", source.source(), name,
+           ShapeString(found), ShapeString(expected));
+    Tensor t = source.Load(name);
+    if (spec.transposed) t = Transposed(t);
+    if (spec.fused_rows.empty()) {
+      SS_ASSERT(spec.targets.size() == 1);
+      *spec.targets[0] = t;
+    } else {
+      SplitFused(spec, t);
+    }
+  }
+  for (const auto& step : map.after_bind) step();
+}
+
+std::vector<std::pair<std::string, Tensor>> ExportTensors(const TensorMap& map, RopeKind model_rope,
+                                                          int head_dim, int rot_dim) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const TensorSpec& spec : map.specs) {
+    bool all_empty = true, any_empty = false;
+    for (const Tensor* t : spec.targets) {
+      all_empty = all_empty && t->empty();
+      any_empty = any_empty || t->empty();
+    }
+    if (all_empty && spec.optional) continue;
+    if (any_empty) Fail("cannot write tensor '{}': the model has no weights for it", spec.name);
+    Tensor t;
+    if (spec.fused_rows.empty()) {
+      t = *spec.targets[0];
+      int64_t expected = 1;
+      for (int64_t d : spec.shape) expected *= d;
+      if (t.numel() != expected)
+        Fail("cannot write tensor '{}': the model's tensor has shape {}, the file needs {}",
+             spec.name, t.ShapeString(), ShapeString(spec.shape));
+      if (t.shape() != spec.shape) t = t.Reshaped(spec.shape);
+    } else {
+      SS_ASSERT(spec.rope_heads == 0);
+      t = JoinFused(spec);
+    }
+    if (spec.rope_heads > 0)
+      t = PermuteRopeRows(t, spec.rope_heads, head_dim, rot_dim, model_rope, map.file_rope);
+    if (spec.transposed) t = Transposed(t);
+    out.emplace_back(spec.name, t);
+  }
+  return out;
+}
+
+}  // namespace ss

@@ -1,0 +1,92 @@
+// Tensor-name maps: how a family's weights are named and laid out in Hugging Face safetensors and
+// in GGUF, and the two generic loops that use a map to fill ModelWeights from a file (Bind) and to
+// list a model's tensors for a writer (Export). Each family builds its map in its own
+// model/arch_<family>.cpp; this file knows nothing about any family.
+//
+// The model layer does not read files: readers in io/ hand Bind a TensorSource.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/weights.h"
+
+namespace ss {
+
+// Which file convention the names and layouts follow.
+enum class TensorNaming { kHf, kGguf };
+
+// A source of named float32 tensors (a safetensors checkpoint, a GGUF file). Shapes are in
+// PyTorch order: (out, in) for a linear weight.
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  virtual bool Has(const std::string& name) const = 0;
+  virtual std::vector<int64_t> Shape(const std::string& name) const = 0;
+  // The tensor as float32 (converted or dequantised as the file requires).
+  virtual Tensor Load(const std::string& name) const = 0;
+  virtual const std::string& source() const = 0;  // file or directory, for error messages
+  virtual size_t count() const = 0;                // tensors in the source
+};
+
+struct TensorSpec {
+  std::string name;              // in the file
+  std::vector<std::string> aliases;  // other names a reader accepts (e.g. without a prefix)
+  std::vector<Tensor*> targets;  // one member, or several (q, k, v) for a fused tensor
+  std::vector<int64_t> shape;    // the stored shape as PyTorch orders it, after `transposed` is
+                                 // undone: (out, in) for linear weights
+  bool transposed = false;       // stored as (in, out) (GPT-2 Conv1D)
+  // Fused tensors (several targets): the stored rows are `fused_groups` groups, each holding
+  // fused_rows[i] rows of target i in turn. [q | k | v] (GPT-2 c_attn, llama.cpp attn_qkv) is one
+  // group of {H*Dh, Hkv*Dh, Hkv*Dh}; GPT-NeoX's query_key_value, [h][q | k | v][Dh], is H groups
+  // of {Dh, Dh, Dh}. A 1-D bias is split the same way with rows of one value.
+  int fused_groups = 1;
+  std::vector<int64_t> fused_rows;
+  bool optional = false;         // absent in the file: the member stays empty
+  // > 0: the rows are q or k rows of this many heads in RoPE pair order; a writer permutes them
+  // when the model's RoPE order differs from the file's (TensorMap::file_rope).
+  int rope_heads = 0;
+};
+
+// A plain spec: one stored tensor, one member, no layout change.
+TensorSpec Spec(std::string name, std::vector<Tensor*> targets, std::vector<int64_t> shape);
+
+struct TensorMap {
+  std::vector<TensorSpec> specs;
+  // The RoPE pair order the file convention stores q/k rows for (HF: kHalf; GGUF llama:
+  // kInterleaved, Meta's original order). kNone: never permute.
+  RopeKind file_rope = RopeKind::kNone;
+  // Per-expert tensors: views into stacked members (writing) or loaded slices that after_bind
+  // stacks (reading). A deque: growing it keeps the pointers in specs valid.
+  std::deque<Tensor> slices;
+  // Run by BindTensors once every tensor is loaded (e.g. stacking experts), so that nothing is
+  // allocated from the config alone before the file has shown it holds that much data.
+  std::vector<std::function<void()>> after_bind;
+};
+
+// Fills `weights` (layers already sized to config.n_layers) from `source` with `map`. Throws
+// ss::Error naming the source and tensor for a missing tensor ("missing tensor 'x'") and a shape
+// mismatch ("tensor 'x' has shape [..], expected [..]").
+void BindTensors(const TensorMap& map, const TensorSource& source, const std::string& family);
+
+// The tensors to write for `map` (whose targets point into a model's weights), in map order, as
+// PyTorch-ordered float32 tensors with the file's layout applied (transposed, fused, RoPE rows
+// permuted from `model_rope` to map.file_rope). Empty optional members are skipped; an empty
+// required one is an ss::Error naming the tensor.
+std::vector<std::pair<std::string, Tensor>> ExportTensors(const TensorMap& map, RopeKind model_rope,
+                                                          int head_dim, int rot_dim);
+
+// Reorders the rows of q or k weights (or biases) of `n_heads` heads of `head_dim` rows from one
+// RoPE pair order to the other, on the first `rot_dim` rows of each head. Interleaved -> half is
+// the permutation of Hugging Face's convert_llama_weights_to_hf.py: row 2i + j of a head moves to
+// row j * rot_dim / 2 + i. Returns a new tensor.
+Tensor PermuteRopeRows(const Tensor& w, int n_heads, int head_dim, int rot_dim, RopeKind from,
+                       RopeKind to);
+
+// (a, b) -> (b, a) copy of a 2-D tensor.
+Tensor Transposed(const Tensor& w);
+
+}  // namespace ss

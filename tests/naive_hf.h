@@ -1,0 +1,28 @@
+// An independent reference forward pass for the Hugging Face families, written from the
+// transformers modeling files' semantics (not from sinkscope's model/ code): it reads the HF-named
+// tensors exactly as they are stored (GPT-2 Conv1D (in, out), GPT-NeoX's per-head fused
+// query_key_value, rotate-half RoPE), recomputes the whole sequence with plain double-precision
+// loops and uses none of the shared kernels. Tests hold LoadModel + the family forward to it.
+#pragma once
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "tensor/tensor.h"
+
+namespace ss::test {
+
+using HfTensors = std::map<std::string, Tensor>;
+
+// Logits (T * V) of `tokens` at positions 0..T-1.
+std::vector<float> NaiveHfForward(const ModelConfig& config, const HfTensors& weights,
+                                  const std::vector<int>& tokens);
+
+// Random weights in the family's Hugging Face layout and names for `config` (std 0.2; norm
+// weights near 1).
+HfTensors RandomHfWeights(const ModelConfig& config, uint32_t seed);
+
+}  // namespace ss::test
