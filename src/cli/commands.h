@@ -20,6 +20,7 @@ void RegisterAnalyze(CLI::App& app);
 void RegisterStream(CLI::App& app);
 void RegisterChat(CLI::App& app);
 void RegisterTrace(CLI::App& app);
+void RegisterExplain(CLI::App& app);
 
 // Logs go to stderr so that stdout holds only the command's output.
 void Log(const std::string& line);

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   ss::cli::RegisterStream(app);
   ss::cli::RegisterChat(app);
   ss::cli::RegisterTrace(app);
+  ss::cli::RegisterExplain(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

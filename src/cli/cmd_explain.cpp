@@ -1,0 +1,184 @@
+// sinkscope explain --model PATH [--text FILE | --prompt TEXT | --tokens FILE] [--conditions C]
+//   [--samples N] [--length T] [--seed S] [--eps E] [--amplification-threshold X]
+//   [--onset-threshold X] [--share X] [--intervention-samples N] [--max-components N]
+//   [--ablate SPEC] [--json OUT] [--html OUT]
+// Locates the P0 sink circuit with interventions at position 0 and fits the cone model
+// (explain/explain.h). Flags and output paths are checked before the model runs; outputs are
+// rendered first and written atomically at the end, so a failure leaves no partial file.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+#include "analysis/analyze_report.h"
+#include "analysis/conditions.h"
+#include "cli/commands.h"
+#include "common/error.h"
+#include "common/file_util.h"
+#include "explain/explain.h"
+#include "explain/explain_report.h"
+#include "io/load.h"
+#include "report/report.h"
+#include "tokenizer/find.h"
+
+namespace ss::cli {
+namespace {
+
+struct ExplainArgs {
+  std::string model, text_file, prompt, tokens_file, tokenizer;
+  std::string conditions = "bos";
+  int samples = 16;
+  int length = 64;
+  uint64_t seed = 0;
+  explain::ExplainOptions options;
+  std::string ablate;
+  std::string json, html;
+  bool has_prompt = false;
+};
+
+std::string DefaultTextPath() {
+  for (const std::string& p : {std::string(SINKSCOPE_REPO_DIR) + "/data/default_text.txt",
+                               std::string("data/default_text.txt")})
+    if (FileExists(p)) return p;
+  Fail("no --text, --prompt or --tokens given and the default text data/default_text.txt is not "
+       "found (looked in {} and the current directory)", SINKSCOPE_REPO_DIR);
+}
+
+std::vector<int> ReadTokenIds(const std::string& path, int vocab_size) {
+  std::istringstream in(ReadFile(path));
+  std::vector<int> ids;
+  std::string word;
+  while (in >> word) {
+    size_t used = 0;
+    long long id = -1;
+    try {
+      id = std::stoll(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != word.size() || id < 0 || id >= vocab_size)
+      Fail("--tokens {}: item {} is '{}', expected a token id in [0, {})", path, ids.size(), word,
+           vocab_size);
+    ids.push_back(static_cast<int>(id));
+  }
+  return ids;
+}
+
+void RunExplain(ExplainArgs a) {
+  explain::CheckOptions(a.options);
+  if (a.samples < 1) Fail("--samples: expected at least 1, got {}", a.samples);
+  if (a.length < 4) Fail("--length: expected at least 4 tokens, got {}", a.length);
+  if (a.has_prompt && a.prompt.empty()) Fail("--prompt: the prompt is empty");
+  const auto conditions = analysis::ParseConditions(a.conditions, "--conditions");
+  if (conditions.size() != 1)
+    Fail("--conditions: explain runs one condition at a time, got '{}'", a.conditions);
+  if (!a.json.empty()) CheckWritable(a.json, "--json");
+  if (!a.html.empty()) CheckWritable(a.html, "--html");
+  if (!a.json.empty() && a.json == a.html) Fail("--json and --html name the same file {}", a.json);
+
+  Model model = LoadModel(a.model);
+  const ModelConfig& c = model.config;
+  a.options.ablate = explain::ParseComponents(a.ablate, c, "--ablate");
+  std::vector<int> stream;
+  std::string source;
+  if (!a.tokens_file.empty()) {
+    stream = ReadTokenIds(a.tokens_file, c.vocab_size);
+    source = "token ids " + a.tokens_file;
+  } else if (a.has_prompt) {
+    stream = FindTokenizer(model, a.tokenizer)->Encode(a.prompt, false);
+    source = "prompt";
+  } else {
+    const std::string path = a.text_file.empty() ? DefaultTextPath() : a.text_file;
+    stream = FindTokenizer(model, a.tokenizer)->Encode(ReadFile(path), false);
+    source = (a.text_file.empty() ? "default text " : "text ") + path;
+  }
+  const std::string flag = !a.tokens_file.empty() ? "--tokens " + a.tokens_file
+                           : a.has_prompt          ? std::string("--prompt")
+                           : a.text_file.empty()   ? "default text"
+                                                   : "--text " + a.text_file;
+  if (stream.empty()) Fail("{}: no tokens to analyse", flag);
+  analysis::SampleSpec spec{a.samples, a.length, a.seed, c.vocab_size, c.bos_id, c.eos_id};
+  const std::vector<std::vector<int>> samples =
+      a.has_prompt ? std::vector<std::vector<int>>{analysis::PromptSample(stream, conditions[0], spec)}
+                   : analysis::BuildSamples(stream, conditions[0], spec, flag);
+  const int T = static_cast<int>(samples[0].size());
+  if (T < 4) Fail("{}: {} token(s); explain needs at least 4", flag, T);
+  if (c.max_seq_len > 0 && T > c.max_seq_len)
+    Fail("--length: T = {} exceeds the model's context of {} tokens", T, c.max_seq_len);
+
+  report::Progress progress("explain", 1, "forwards");
+  a.options.progress = [&](int64_t done, int64_t) { progress.Update(done); };
+  explain::ExplainReport rep;
+  rep.result = explain::Explain(model, samples, a.options);
+  progress.Finish();
+  rep.model = analysis::IdentifyModel(model);
+  rep.source = source;
+  rep.condition = analysis::ConditionName(conditions[0]);
+  rep.seed = a.seed;
+
+  const std::string summary = explain::ReportSummary(rep);
+  std::string json_text, html_text;
+  if (!a.json.empty()) json_text = explain::ReportJson(rep).dump(2) + "\n";
+  if (!a.html.empty()) html_text = explain::ReportHtml(rep);
+  fmt::print("model {} ({}, {} layers x {} heads); {} samples of {} tokens, {}; {}\n", model.source,
+             model.format, c.n_layers, c.n_heads, samples.size(), T, rep.condition, source);
+  fmt::print("{}", summary);
+  if (!a.json.empty()) {
+    WriteFileAtomic(a.json, json_text);
+    Log("wrote " + a.json);
+  }
+  if (!a.html.empty()) {
+    try {
+      WriteFileAtomic(a.html, html_text);
+    } catch (...) {
+      if (!a.json.empty()) std::filesystem::remove(a.json);
+      throw;
+    }
+    Log("wrote " + a.html);
+  }
+}
+
+}  // namespace
+
+void RegisterExplain(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "explain", "Locate the P0 attention-sink circuit: norm decomposition, interventions at "
+                 "position 0, greedy circuit search, cone model");
+  auto a = std::make_shared<ExplainArgs>();
+  cmd->add_option("--model", a->model, "Model file or directory")->required();
+  auto* text = cmd->add_option("--text", a->text_file, "Text file to cut random windows from "
+                                                       "(default: the shipped data/default_text.txt)");
+  auto* prompt = cmd->add_option("--prompt", a->prompt, "One sample: this text");
+  auto* tokens = cmd->add_option("--tokens", a->tokens_file, "Token ids to cut random windows from");
+  text->excludes(prompt)->excludes(tokens);
+  prompt->excludes(tokens);
+  cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer file (default: found beside the model)");
+  cmd->add_option("--conditions", a->conditions, "First-token condition: bos, no-bos, random-p0 or repeat")
+      ->capture_default_str();
+  cmd->add_option("--samples", a->samples, "Samples (N)")->capture_default_str();
+  cmd->add_option("--length", a->length, "Tokens per sample (T)")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed for windows and random first tokens")->capture_default_str();
+  cmd->add_option("--eps", a->options.eps, "Sink threshold on alpha_k, in (0, 1]")->capture_default_str();
+  cmd->add_option("--amplification-threshold", a->options.amplification_threshold,
+                  "P0 norm ratio that names the amplification layer (> 0)")->capture_default_str();
+  cmd->add_option("--onset-threshold", a->options.onset_threshold,
+                  "Per-layer Sink_0 rate that names the sink onset layer, in (0, 1]")->capture_default_str();
+  cmd->add_option("--share", a->options.share,
+                  "Share of the downstream sink a circuit must remove, in (0, 1]")->capture_default_str();
+  cmd->add_option("--intervention-samples", a->options.intervention_samples,
+                  "Samples the interventions run on (0: all)")->capture_default_str();
+  cmd->add_option("--max-components", a->options.max_components,
+                  "Largest circuit the greedy search builds")->capture_default_str();
+  cmd->add_option("--ablate", a->ablate,
+                  "Also measure zero-ablating this set at P0, e.g. mlp.1,head.0.3");
+  cmd->add_option("--json", a->json, "Write the results as JSON (schema sinkscope.explain/1)");
+  cmd->add_option("--html", a->html, "Write a self-contained HTML report");
+  cmd->callback([a, prompt] {
+    ExplainArgs args = *a;
+    args.has_prompt = prompt->count() > 0;
+    RunExplain(args);
+  });
+}
+
+}  // namespace ss::cli

@@ -1,0 +1,155 @@
+// sinkscope explain: locate the P0 attention-sink circuit, test it with interventions, and fit the
+// cone model (DESIGN.md "explain", issue 5). Everything is measured by running the model with hooks:
+//
+// Clean pass (one forward per sample, reused by everything below):
+//   - norm decomposition per layer l: with h = resid_pre, a = attn_out, m = mlp_out and
+//     h' = resid_post = h + a + m, let u = h' / ||h'||. Then exactly
+//         ||h'|| = u.h + u.a + u.m          (carry + attention + MLP)
+//     and u.a splits further over heads: a = sum_h W_O[:, h] z_h (+ b_O), so u.a = sum_h
+//     u.(W_O[:, h] z_h) + u.b_O. Reported for position 0 and as the mean over positions >= 1
+//     (per-head terms for positions >= 1 on up to kOtherPositions evenly spaced positions, so the
+//     cost stays O(D^2) per layer rather than O(T D^2)). A family whose residual is not the plain
+//     sum (post-norms) shows the gap as "unexplained".
+//   - Sink_0^eps per layer (alpha_0 from the fused attention statistics), the strongest sink on any
+//     other position k in [1, T/2] (alpha_k from the pattern), P0 norm ratio per layer.
+//   - amplification layer: first layer whose mean P0 norm ratio exceeds the threshold (default 3);
+//     sink onset layer: first layer whose Sink_0^eps rate exceeds the threshold (default 0.5).
+//   - cone model per head (see ConeFit).
+// Interventions (one forward each, on the first `intervention_samples` samples), all at position 0
+// only: zero / mean MLP output (hook_mlp_out; mean = the mean over positions >= 1 of the same
+// sample), zero one head (hook_z), patch h_0 after block l from a donor input with a different first
+// token (hook_resid_post; the donor's first token is the token at position 1 of another sample),
+// "first-token" (the donor itself: semantics-independence) and shift (the donor's first token
+// prepended and the last token dropped, so the former P0 content sits at position 1). Effect = Sink_0^eps over the layers after the intervened
+// one, and the largest P0 norm ratio over layers >= that layer, clean vs intervened.
+// Circuit search: greedy over zero-ablations of MLPs and heads at P0 (see CircuitSearch).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace ss::explain {
+
+inline constexpr int kOtherPositions = 16;
+
+enum class ComponentKind { kMlp, kHead };
+struct Component {
+  ComponentKind kind = ComponentKind::kMlp;
+  int layer = 0;
+  int head = -1;  // kHead only
+  std::string Name() const;  // "mlp.1", "head.0.3"
+  bool operator==(const Component&) const = default;
+};
+
+struct ExplainOptions {
+  double eps = 0.3;                      // Sink_k^eps threshold on alpha_k, in (0, 1]
+  double amplification_threshold = 3.0;  // P0 norm ratio, > 0
+  double onset_threshold = 0.5;          // per-layer sink rate, in (0, 1]
+  double share = 0.8;                    // share of the downstream sink a circuit must remove, (0, 1]
+  int max_components = 6;                // greedy search stops here
+  int greedy_width = 8;                  // candidates (best single effects) tried per later step
+  int intervention_samples = 8;          // samples the interventions run on; 0: all
+  std::function<void(int64_t, int64_t)> progress;  // (forwards done, forwards planned)
+  std::vector<Component> ablate;        // a set given by the user (--ablate), measured as "set"
+};
+
+// Validates options; throws ss::Error naming the flag (--eps, --share, ...).
+void CheckOptions(const ExplainOptions& options);
+
+
+// Parses "mlp.1,head.0.3" (components by layer, head). Throws ss::Error naming `flag` for bad
+// syntax or a layer / head outside the model.
+std::vector<Component> ParseComponents(const std::string& spec, const ModelConfig& config,
+                                       const std::string& flag);
+
+struct LayerDecomposition {
+  // Position 0 (means over samples).
+  double p0_norm_pre = 0, p0_norm_post = 0;
+  double p0_carry = 0, p0_attn = 0, p0_mlp = 0, p0_unexplained = 0;  // sum = p0_norm_post
+  double p0_cos_pre = 0, p0_cos_attn = 0, p0_cos_mlp = 0;           // cosine with h'_0
+  double p0_attn_norm = 0, p0_mlp_norm = 0;
+  std::vector<double> p0_head;  // (H) u.(W_O[:, h] z_h)
+  // Positions >= 1 (means over positions, then samples).
+  double other_norm_pre = 0, other_norm_post = 0;
+  double other_carry = 0, other_attn = 0, other_mlp = 0;
+  double other_cos_attn = 0, other_cos_mlp = 0;
+  std::vector<double> other_head;  // (H)
+  double p0_norm_ratio = 0;        // ||h'_0|| / median_{i>=1} ||h'_i||
+  double sink_rate = 0;            // Sink_0^eps of this layer
+  double mean_alpha0 = 0;          // mean over heads of alpha_0
+  double other_sink_rate = 0;      // share of heads with max_{1<=k<=T/2} alpha_k > eps
+};
+
+struct InterventionEffect {
+  // "mlp-zero", "mlp-mean", "head-zero", "patch-p0", "first-token", "shift", "set" (--ablate;
+  // layer = its last layer)
+  std::string kind;
+  int layer = -1;    // intervened layer (-1: the input)
+  int head = -1;
+  int samples = 0;
+  double sink_clean = 0;   // Sink_0^eps over layers > layer, clean
+  double sink_after = 0;   // the same with the intervention
+  double removed_share = 0;  // 1 - after / clean (0 when clean is 0)
+  double norm_ratio_clean = 0;  // max over layers >= max(layer, 0) of the mean P0 norm ratio
+  double norm_ratio_after = 0;
+  double sink1_after = -1;  // shift only: Sink_1^eps over all layers (the former P0 content)
+  std::vector<double> layer_sink_after;  // (L) Sink_0^eps per layer with the intervention
+};
+
+// Greedy search: the target is the number of (sample, layer, head) with alpha_0 > eps over layers
+// >= from_layer = max(1, onset layer) (attention in a layer is computed before that layer's own
+// outputs, so block-0 sinks cannot be removed by any component). Step 1 takes the component whose
+// zero-ablation at P0 removes the largest share; each later step tries the greedy_width best
+// remaining single components added to the set, until the share is reached or max_components.
+// Then each member is dropped again if the rest still reaches the share (a smaller set).
+struct CircuitSearch {
+  bool ran = false;
+  bool found = false;
+  int from_layer = 0;
+  double target_clean = 0;                  // Sink_0^eps over layers >= from_layer, clean
+  std::vector<Component> components;
+  double removed_share = 0;                 // of the final set
+  std::vector<double> removed_after_step;   // share after each greedy step
+};
+
+// Cone model (Gu et al.; DESIGN.md): value vectors of a head lie in a cone with axis u (normalised
+// mean of the unit value vectors) and mean cosine a to u; then E||o_i||^2 ~ a^2 + (1 - a^2) sum_j
+// p_ij^2 for unit-norm values. Measured norms are normalised the same way:
+// ||o_i||^2 / mean_j ||v_j||^2 (o = hook_z of the head, v its values, same sample).
+struct ConeFit {
+  int layer = 0, head = 0;
+  double a = 0;              // mean over samples
+  double correlation = 0;    // Pearson, predicted vs measured, pooled over samples and positions
+  double p0_predicted_max = 0;  // share of samples where position 0 has the largest predicted norm
+  double p0_measured_max = 0;   // the same for the measured norm
+  double predicted_p0 = 0, measured_p0 = 0;        // means at position 0
+  double predicted_other = 0, measured_other = 0;  // means over positions >= 1
+};
+
+struct ExplainResult {
+  int samples = 0, length = 0, n_layers = 0, n_heads = 0;
+  ExplainOptions options;
+  std::vector<LayerDecomposition> layers;  // (L)
+  int amplification_layer = -1;
+  int onset_layer = -1;
+  int other_sink_layer = -1;  // first layer whose other_sink_rate exceeds the onset threshold
+  double sink_rate = 0;       // Sink_0^eps over all layers
+  std::vector<InterventionEffect> interventions;
+  CircuitSearch circuit;
+  std::vector<ConeFit> cones;  // (L * H)
+  // "p0-circuit-in-blocks-0-1", "p0-circuit-elsewhere", "p0-sink-no-circuit-found",
+  // "sink-not-at-p0", "no-sink".
+  std::string verdict;
+  int64_t forward_passes = 0;
+  double clean_seconds = 0, intervention_seconds = 0, search_seconds = 0;  // wall time per phase
+};
+
+// All samples must have the same length T >= 4.
+ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& samples,
+                      const ExplainOptions& options);
+
+}  // namespace ss::explain

@@ -1,0 +1,270 @@
+#include "explain/explain_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "report/report.h"
+
+namespace ss::explain {
+
+using json = nlohmann::json;
+using report::FormatNumber;
+
+namespace {
+
+// JSON has no NaN: non-finite numbers become null.
+json Num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+json Layer(int l) { return l >= 0 ? json(l) : json(nullptr); }
+
+std::string EffectName(const InterventionEffect& e) {
+  if (e.kind == "head-zero") return fmt::format("head-zero {}.{}", e.layer, e.head);
+  if (e.kind == "set") return "set (--ablate)";
+  if (e.layer >= 0) return fmt::format("{} {}", e.kind, e.layer);
+  return e.kind;
+}
+
+// The interventions worth showing: every MLP / patch / input row, and the heads whose ablation
+// changed the downstream sink (all heads would be L x H rows).
+std::vector<const InterventionEffect*> ShownEffects(const ExplainResult& r, size_t max_heads) {
+  std::vector<const InterventionEffect*> out, heads;
+  for (const auto& e : r.interventions) {
+    if (e.kind == "head-zero") heads.push_back(&e);
+    else out.push_back(&e);
+  }
+  std::stable_sort(heads.begin(), heads.end(), [](auto* a, auto* b) {
+    return std::fabs(a->removed_share) > std::fabs(b->removed_share);
+  });
+  for (size_t i = 0; i < std::min(max_heads, heads.size()); ++i) out.push_back(heads[i]);
+  return out;
+}
+
+std::string Describe(const ExplainResult& r) {
+  if (r.verdict == "no-sink")
+    return fmt::format("no layer has Sink_0^{} above {} and no other position draws a sink; "
+                       "there is no sink to explain", r.options.eps, r.options.onset_threshold);
+  if (r.verdict == "sink-not-at-p0")
+    return fmt::format("heads sink on a position other than 0 (from layer {}), not on position 0",
+                       r.other_sink_layer);
+  std::string names;
+  for (const auto& c : r.circuit.components) names += (names.empty() ? "" : ", ") + c.Name();
+  if (r.verdict == "p0-sink-no-circuit-found")
+    return fmt::format("P0 sink from layer {}, but no set of up to {} components removes {:.0f}% of "
+                       "it (best {:.0f}%)", r.onset_layer, r.options.max_components,
+                       100 * r.options.share, 100 * r.circuit.removed_share);
+  return fmt::format("P0 sink from layer {}; ablating {{{}}} at position 0 removes {:.0f}% of the "
+                     "sink in layers >= {}", r.onset_layer, names, 100 * r.circuit.removed_share,
+                     r.circuit.from_layer);
+}
+
+}  // namespace
+
+json ReportJson(const ExplainReport& rep) {
+  const ExplainResult& r = rep.result;
+  const analysis::ModelIdentity& m = rep.model;
+  json j;
+  j["schema"] = kExplainSchema;
+  j["verdict"] = r.verdict;
+  j["summary"] = Describe(r);
+  j["model"] = {{"path", m.path}, {"format", m.format}, {"arch", m.arch}, {"n_layers", m.n_layers},
+                {"n_heads", m.n_heads}, {"n_kv_heads", m.n_kv_heads}, {"dim", m.dim},
+                {"head_dim", m.head_dim}, {"vocab_size", m.vocab_size}, {"parameters", m.parameters},
+                {"sha256", m.sha256.empty() ? json(nullptr) : json(m.sha256)}};
+  const ExplainOptions& o = r.options;
+  j["settings"] = {{"source", rep.source}, {"condition", rep.condition}, {"seed", rep.seed},
+                   {"samples", r.samples}, {"length", r.length}, {"eps", o.eps},
+                   {"amplification_threshold", o.amplification_threshold},
+                   {"onset_threshold", o.onset_threshold}, {"share", o.share},
+                   {"max_components", o.max_components}, {"greedy_width", o.greedy_width},
+                   {"intervention_samples", std::min(r.samples, o.intervention_samples > 0 ? o.intervention_samples : r.samples)}};
+  j["amplification_layer"] = Layer(r.amplification_layer);
+  j["onset_layer"] = Layer(r.onset_layer);
+  j["other_sink_layer"] = Layer(r.other_sink_layer);
+  j["sink_rate"] = Num(r.sink_rate);
+  j["forward_passes"] = r.forward_passes;
+  j["seconds"] = {{"clean", r.clean_seconds}, {"interventions", r.intervention_seconds},
+                  {"search", r.search_seconds}};
+  json layers = json::array();
+  for (size_t l = 0; l < r.layers.size(); ++l) {
+    const LayerDecomposition& d = r.layers[l];
+    json heads0 = json::array(), heads_o = json::array();
+    for (double v : d.p0_head) heads0.push_back(Num(v));
+    for (double v : d.other_head) heads_o.push_back(Num(v));
+    layers.push_back({{"layer", l}, {"sink_rate", Num(d.sink_rate)}, {"mean_alpha0", Num(d.mean_alpha0)},
+                      {"other_sink_rate", Num(d.other_sink_rate)},
+                      {"p0_norm_ratio", Num(d.p0_norm_ratio)},
+                      {"p0", {{"norm_pre", Num(d.p0_norm_pre)}, {"norm_post", Num(d.p0_norm_post)},
+                              {"carry", Num(d.p0_carry)}, {"attn", Num(d.p0_attn)}, {"mlp", Num(d.p0_mlp)},
+                              {"unexplained", Num(d.p0_unexplained)}, {"cos_pre", Num(d.p0_cos_pre)},
+                              {"cos_attn", Num(d.p0_cos_attn)}, {"cos_mlp", Num(d.p0_cos_mlp)},
+                              {"attn_norm", Num(d.p0_attn_norm)}, {"mlp_norm", Num(d.p0_mlp_norm)},
+                              {"heads", heads0}}},
+                      {"others", {{"norm_pre", Num(d.other_norm_pre)}, {"norm_post", Num(d.other_norm_post)},
+                                  {"carry", Num(d.other_carry)}, {"attn", Num(d.other_attn)},
+                                  {"mlp", Num(d.other_mlp)}, {"cos_attn", Num(d.other_cos_attn)},
+                                  {"cos_mlp", Num(d.other_cos_mlp)}, {"heads", heads_o}}}});
+  }
+  j["layers"] = layers;
+  json comps = json::array();
+  for (const Component& c : r.circuit.components) {
+    json cj = {{"name", c.Name()}, {"kind", c.kind == ComponentKind::kMlp ? "mlp" : "head"},
+               {"layer", c.layer}, {"head", c.head >= 0 ? json(c.head) : json(nullptr)}};
+    // Its measured effect alone (the zero-ablation row).
+    for (const auto& e : r.interventions)
+      if (e.layer == c.layer && ((c.kind == ComponentKind::kMlp && e.kind == "mlp-zero") ||
+                                 (c.kind == ComponentKind::kHead && e.kind == "head-zero" && e.head == c.head)))
+        cj["alone"] = {{"sink_clean", Num(e.sink_clean)}, {"sink_after", Num(e.sink_after)},
+                       {"removed_share", Num(e.removed_share)},
+                       {"norm_ratio_clean", Num(e.norm_ratio_clean)},
+                       {"norm_ratio_after", Num(e.norm_ratio_after)}};
+    comps.push_back(cj);
+  }
+  const CircuitSearch& cs = r.circuit;
+  json steps = json::array();
+  for (double v : cs.removed_after_step) steps.push_back(Num(v));
+  j["circuit"] = {{"ran", cs.ran}, {"found", cs.found}, {"from_layer", cs.ran ? json(cs.from_layer) : json(nullptr)},
+                  {"sink_clean", Num(cs.target_clean)}, {"removed_share", Num(cs.removed_share)},
+                  {"removed_after_step", steps}, {"components", comps}};
+  json effects = json::array();
+  for (const auto& e : r.interventions) {
+    json ej = {{"kind", e.kind}, {"layer", Layer(e.layer)}, {"head", e.head >= 0 ? json(e.head) : json(nullptr)},
+               {"samples", e.samples}, {"sink_clean", Num(e.sink_clean)}, {"sink_after", Num(e.sink_after)},
+               {"removed_share", Num(e.removed_share)}, {"norm_ratio_clean", Num(e.norm_ratio_clean)},
+               {"norm_ratio_after", Num(e.norm_ratio_after)}};
+    if (e.sink1_after >= 0) ej["sink1_after"] = Num(e.sink1_after);
+    effects.push_back(ej);
+  }
+  j["interventions"] = effects;
+  json cones = json::array();
+  for (const ConeFit& f : r.cones)
+    cones.push_back({{"layer", f.layer}, {"head", f.head}, {"a", Num(f.a)}, {"correlation", Num(f.correlation)},
+                     {"p0_predicted_max", Num(f.p0_predicted_max)}, {"p0_measured_max", Num(f.p0_measured_max)},
+                     {"predicted_p0", Num(f.predicted_p0)}, {"measured_p0", Num(f.measured_p0)},
+                     {"predicted_other", Num(f.predicted_other)}, {"measured_other", Num(f.measured_other)}});
+  j["cones"] = cones;
+  j["cone_normalisation"] = "measured ||o_i||^2 / mean_j ||v_j||^2 per head and sample; predicted "
+                            "a^2 + (1 - a^2) sum_j p_ij^2";
+  return j;
+}
+
+std::string ReportSummary(const ExplainReport& rep) {
+  const ExplainResult& r = rep.result;
+  std::string out = fmt::format("verdict: {}\n  {}\n", r.verdict, Describe(r));
+  out += fmt::format("amplification layer (P0 norm ratio > {}): {}; sink onset layer (Sink_0 rate > {}): {}\n",
+                     r.options.amplification_threshold,
+                     r.amplification_layer >= 0 ? std::to_string(r.amplification_layer) : "none",
+                     r.options.onset_threshold, r.onset_layer >= 0 ? std::to_string(r.onset_layer) : "none");
+  std::vector<std::vector<std::string>> rows{{"layer", "Sink_0", "other sink", "P0 ratio", "||h0||",
+                                              "attn->h0", "mlp->h0", "attn->h_i", "mlp->h_i"}};
+  for (size_t l = 0; l < r.layers.size(); ++l) {
+    const LayerDecomposition& d = r.layers[l];
+    rows.push_back({std::to_string(l), FormatNumber(d.sink_rate), FormatNumber(d.other_sink_rate),
+                    FormatNumber(d.p0_norm_ratio), FormatNumber(d.p0_norm_post), FormatNumber(d.p0_attn),
+                    FormatNumber(d.p0_mlp), FormatNumber(d.other_attn), FormatNumber(d.other_mlp)});
+  }
+  out += report::FormatTable(rows);
+  std::vector<std::vector<std::string>> eff{{"intervention", "Sink_0 after layer: clean", "after",
+                                             "removed", "P0 ratio clean", "after"}};
+  for (const InterventionEffect* e : ShownEffects(r, 5))
+    eff.push_back({EffectName(*e), FormatNumber(e->sink_clean), FormatNumber(e->sink_after),
+                   FormatNumber(e->removed_share), FormatNumber(e->norm_ratio_clean),
+                   FormatNumber(e->norm_ratio_after)});
+  out += "interventions at position 0 (" + std::to_string(r.interventions.empty() ? 0 : r.interventions[0].samples) +
+         " samples; the 5 heads with the largest effect):\n" + report::FormatTable(eff);
+  double corr = 0;
+  int p0_meas = 0;
+  for (const ConeFit& f : r.cones) {
+    corr += f.correlation;
+    p0_meas += f.p0_measured_max > 0.5;
+  }
+  if (!r.cones.empty())
+    out += fmt::format("cone model: mean correlation predicted vs measured {:.3f} over {} heads; "
+                       "position 0 has the largest measured norm in most samples for {} heads\n",
+                       corr / r.cones.size(), r.cones.size(), p0_meas);
+  out += fmt::format("{} forward passes\n", r.forward_passes);
+  return out;
+}
+
+std::string ReportHtml(const ExplainReport& rep) {
+  const ExplainResult& r = rep.result;
+  report::HtmlPage page("sinkscope explain: " + rep.model.path);
+  page.Heading("Verdict: " + r.verdict, 1);
+  page.Paragraph(Describe(r));
+  page.Paragraph(fmt::format("model {} ({} layers x {} heads); {} samples of {} tokens ({}, {}); eps {}",
+                             rep.model.path, r.n_layers, r.n_heads, r.samples, r.length, rep.condition,
+                             rep.source, r.options.eps));
+  page.Heading("P0 norm decomposition per layer");
+  page.Paragraph("||h'_0|| = u.h_0 (carry) + u.attn_0 + u.mlp_0 with u = h'_0 / ||h'_0||: what each "
+                 "sublayer adds along the output direction.");
+  report::Series carry{"carry", {}, {}}, attn{"attention", {}, {}}, mlp{"MLP", {}, {}},
+      post{"||h'_0||", {}, {}}, other{"||h'_i|| (i >= 1)", {}, {}};
+  for (size_t l = 0; l < r.layers.size(); ++l) {
+    const double x = static_cast<double>(l);
+    for (auto* s : {&carry, &attn, &mlp, &post, &other}) s->x.push_back(x);
+    carry.y.push_back(r.layers[l].p0_carry);
+    attn.y.push_back(r.layers[l].p0_attn);
+    mlp.y.push_back(r.layers[l].p0_mlp);
+    post.y.push_back(r.layers[l].p0_norm_post);
+    other.y.push_back(r.layers[l].other_norm_post);
+  }
+  report::ChartOptions co;
+  co.title = "P0 norm decomposition";
+  co.x_label = "layer";
+  co.y_label = "contribution to ||h'_0||";
+  page.Raw(report::LineChart({carry, attn, mlp, post, other}, co));
+  report::Series ratio{"P0 norm ratio", {}, {}}, sink{"Sink_0 rate", {}, {}};
+  for (size_t l = 0; l < r.layers.size(); ++l) {
+    ratio.x.push_back(l);
+    ratio.y.push_back(r.layers[l].p0_norm_ratio);
+    sink.x.push_back(l);
+    sink.y.push_back(r.layers[l].sink_rate);
+  }
+  report::ChartOptions ro;
+  ro.title = "P0 norm ratio";
+  ro.x_label = "layer";
+  ro.y_label = "ratio";
+  ro.has_reference = true;
+  ro.reference_y = r.options.amplification_threshold;
+  ro.reference_label = "amplification threshold";
+  page.Raw(report::LineChart({ratio}, ro));
+  report::ChartOptions so = ro;
+  so.title = "Sink_0 rate per layer";
+  so.y_label = "share of heads";
+  so.reference_y = r.options.onset_threshold;
+  so.reference_label = "onset threshold";
+  page.Raw(report::LineChart({sink}, so));
+  std::vector<std::vector<double>> heads;
+  for (const auto& d : r.layers) heads.push_back(d.p0_head);
+  double lo = 0, hi = 0;
+  for (const auto& row : heads)
+    for (double v : row) lo = std::min(lo, v), hi = std::max(hi, v);
+  report::HeatmapOptions ho;
+  ho.title = "per-head contribution to ||h'_0||";
+  ho.row_label = "layer";
+  ho.col_label = "head";
+  ho.min_value = lo;
+  ho.max_value = hi > lo ? hi : lo + 1;
+  page.Raw(report::Heatmap(heads, ho));
+  page.Heading("Interventions at position 0");
+  std::vector<std::vector<std::string>> rows{{"intervention", "samples", "Sink_0 downstream (clean)",
+                                              "after", "removed share", "P0 ratio clean", "after"}};
+  for (const InterventionEffect* e : ShownEffects(r, 20))
+    rows.push_back({EffectName(*e), std::to_string(e->samples), FormatNumber(e->sink_clean),
+                    FormatNumber(e->sink_after), FormatNumber(e->removed_share),
+                    FormatNumber(e->norm_ratio_clean), FormatNumber(e->norm_ratio_after)});
+  page.Table(rows);
+  page.Heading("Cone model");
+  page.Paragraph("Predicted E||o_i||^2 = a^2 + (1 - a^2) sum_j p_ij^2; measured ||o_i||^2 / mean_j ||v_j||^2.");
+  std::vector<std::vector<std::string>> cones{{"head", "a", "corr", "P0 max predicted", "P0 max measured",
+                                               "pred P0", "meas P0", "pred i>=1", "meas i>=1"}};
+  for (const ConeFit& f : r.cones)
+    cones.push_back({fmt::format("{}.{}", f.layer, f.head), FormatNumber(f.a), FormatNumber(f.correlation),
+                     FormatNumber(f.p0_predicted_max), FormatNumber(f.p0_measured_max),
+                     FormatNumber(f.predicted_p0), FormatNumber(f.measured_p0),
+                     FormatNumber(f.predicted_other), FormatNumber(f.measured_other)});
+  page.Table(cones);
+  return page.Render();
+}
+
+}  // namespace ss::explain
