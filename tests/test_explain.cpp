@@ -199,6 +199,115 @@ TEST(Explain, DecompositionAddsUp) {
   }
 }
 
+// The cone fit against a brute-force recomputation from the materialised tensors (hooks on the
+// values, the full attention pattern and z), on two samples of a random GQA model: the axis u, the
+// mean cosine a, the predictions a^2 + (1 - a^2) sum_j p_ij^2 from the full pattern (not the fused
+// sum of squares), the measured ||o_i||^2 / mean_j ||v_j||^2, the pooled Pearson correlation and the
+// argmax shares, all in double from scratch.
+TEST(Explain, ConeFitMatchesBruteForce) {
+  test::RandomModelShape shape;
+  shape.n_layers = 2;  // 4 heads over 2 kv heads
+  const Model m = test::RandomLlama(shape);
+  const auto samples = Samples(2, 20, 1, -1, 9);
+  const ExplainResult r = Explain(m, samples, Quick());
+  const ModelConfig& c = m.config;
+  const int L = c.n_layers, H = c.n_heads, Hkv = c.n_kv_heads, Dh = c.head_dim;
+  const int T = 20, N = 2, group = H / Hkv;
+  struct Pooled { std::vector<double> pred, meas; double a = 0, p0_pred = 0, p0_meas = 0; };
+  std::vector<Pooled> want(static_cast<size_t>(L) * H);
+  for (int s = 0; s < N; ++s) {
+    std::vector<std::vector<float>> v(L), pat(L), z(L);
+    Hooks hooks;
+    for (int l = 0; l < L; ++l) {
+      hooks.Add(HookPoint::kV, l, [&, l](const HookContext&, Tensor& t) { v[l].assign(t.data(), t.data() + t.numel()); });
+      hooks.Add(HookPoint::kPattern, l, [&, l](const HookContext&, Tensor& t) { pat[l].assign(t.data(), t.data() + t.numel()); });
+      hooks.Add(HookPoint::kZ, l, [&, l](const HookContext&, Tensor& t) { z[l].assign(t.data(), t.data() + t.numel()); });
+    }
+    KVCache cache = KVCache::Create(c, T);
+    RunState state;
+    ForwardRequest req;
+    req.tokens = samples[s];
+    req.logits = LogitsMode::kNone;
+    req.hooks = &hooks;
+    Forward(m, cache, state, req);
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < H; ++h) {
+        auto V = [&](int j, int e) { return double(v[l][(static_cast<size_t>(j) * Hkv + h / group) * Dh + e]); };
+        std::vector<double> u(Dh, 0.0);
+        double mean_sq = 0;
+        for (int j = 0; j < T; ++j) {
+          double n2 = 0;
+          for (int e = 0; e < Dh; ++e) n2 += V(j, e) * V(j, e);
+          mean_sq += n2 / T;
+          for (int e = 0; e < Dh; ++e) u[e] += V(j, e) / std::sqrt(n2);
+        }
+        double un = 0;
+        for (double x : u) un += x * x;
+        for (double& x : u) x /= std::sqrt(un);
+        double a = 0;
+        for (int j = 0; j < T; ++j) {
+          double dot = 0, n2 = 0;
+          for (int e = 0; e < Dh; ++e) dot += V(j, e) * u[e], n2 += V(j, e) * V(j, e);
+          a += dot / std::sqrt(n2) / T;
+        }
+        Pooled& w = want[static_cast<size_t>(l) * H + h];
+        w.a += a / N;
+        int best_pred = 0, best_meas = 0;
+        std::vector<double> pred(T), meas(T);
+        for (int i = 0; i < T; ++i) {
+          double p2 = 0;
+          for (int j = 0; j < T; ++j) {
+            const double p = pat[l][(static_cast<size_t>(h) * T + i) * T + j];
+            EXPECT_TRUE(j <= i || p == 0.0);
+            p2 += p * p;
+          }
+          pred[i] = a * a + (1 - a * a) * p2;
+          double o2 = 0;
+          for (int e = 0; e < Dh; ++e) {
+            const double o = z[l][(static_cast<size_t>(i) * H + h) * Dh + e];
+            o2 += o * o;
+          }
+          meas[i] = o2 / mean_sq;
+          if (pred[i] > pred[best_pred] + 1e-12) best_pred = i;
+          if (meas[i] > meas[best_meas]) best_meas = i;
+        }
+        w.p0_pred += (best_pred == 0) / double(N);
+        w.p0_meas += (best_meas == 0) / double(N);
+        w.pred.insert(w.pred.end(), pred.begin(), pred.end());
+        w.meas.insert(w.meas.end(), meas.begin(), meas.end());
+      }
+  }
+  ASSERT_EQ(r.cones.size(), want.size());
+  std::vector<float> got_a, want_a, got_r, want_r;
+  for (size_t k = 0; k < want.size(); ++k) {
+    const Pooled& w = want[k];
+    const double n = w.pred.size();
+    double mx = 0, my = 0;
+    for (size_t i = 0; i < w.pred.size(); ++i) mx += w.pred[i] / n, my += w.meas[i] / n;
+    double cxy = 0, vx = 0, vy = 0;
+    for (size_t i = 0; i < w.pred.size(); ++i) {
+      cxy += (w.pred[i] - mx) * (w.meas[i] - my);
+      vx += (w.pred[i] - mx) * (w.pred[i] - mx);
+      vy += (w.meas[i] - my) * (w.meas[i] - my);
+    }
+    got_a.push_back(r.cones[k].a);
+    want_a.push_back(w.a);
+    got_r.push_back(r.cones[k].correlation);
+    want_r.push_back(cxy / std::sqrt(vx * vy));
+    EXPECT_DOUBLE_EQ(r.cones[k].p0_predicted_max, w.p0_pred) << "head " << k;
+    EXPECT_DOUBLE_EQ(r.cones[k].p0_measured_max, w.p0_meas) << "head " << k;
+    double meas_p0 = 0, meas_o = 0;
+    for (int s = 0; s < N; ++s) {
+      meas_p0 += w.meas[static_cast<size_t>(s) * T] / N;
+      for (int i = 1; i < T; ++i) meas_o += w.meas[static_cast<size_t>(s) * T + i] / (N * (T - 1));
+    }
+    EXPECT_NEAR(r.cones[k].measured_p0, meas_p0, 1e-4 * std::max(1.0, meas_p0));
+    EXPECT_NEAR(r.cones[k].measured_other, meas_o, 1e-4 * std::max(1.0, meas_o));
+  }
+  EXPECT_LT(test::MaxDiff(got_a, want_a, "cone a vs brute force"), 1e-5);
+  EXPECT_LT(test::MaxDiff(got_r, want_r, "cone correlation vs brute force"), 1e-4);
+}
+
 TEST(Explain, Stories260KHasNoSink) {
   const Model m = LoadLlama2c(test::RepoPath("models/stories260K/stories260K.bin"));
   analysis::SplitMix64 rng(11);

@@ -359,6 +359,32 @@ TEST(Model, FastPathMatchesNaivePath) {
   CompareWithNaive(RandomLlama(48, 80, 3, 6, 2, 97, 64, RopeKind::kInterleaved, 1), tokens, "random gqa interleaved");
   CompareWithNaive(RandomLlama(32, 64, 2, 4, 4, 97, 64, RopeKind::kHalf, 2), tokens, "random mha half");
   CompareWithNaive(LoadStories(), {1, 403, 407, 261, 378, 432, 383, 286, 261, 376}, "stories260K");
+  // Longer than two MLP chunks (kMlpRows), with a partial last chunk.
+  std::vector<int> long_tokens;
+  for (int i = 0; i < 2 * kMlpRows + 77; ++i) long_tokens.push_back((i * 31 + 7) % 97);
+  CompareWithNaive(RandomLlama(16, 24, 2, 2, 1, 97, 2048, RopeKind::kHalf, 3), long_tokens,
+                   "random, T > 2 MLP chunks");
+}
+
+TEST(Model, SingleUseCacheEqualsFullCacheAndRefusesASecondCall) {
+  const Model model = RandomLlama(32, 64, 3, 4, 2, 97, 256, RopeKind::kHalf, 4);
+  std::vector<int> tokens;
+  for (int i = 0; i < 200; ++i) tokens.push_back((i * 13 + 5) % 97);
+  const int T = static_cast<int>(tokens.size());
+  KVCache full = KVCache::Create(model.config, T);
+  KVCache single = KVCache::CreateSingleUse(model.config, T);
+  EXPECT_EQ(single.Bytes() * model.config.n_layers, full.Bytes());
+  RunState s1, s2;
+  ForwardRequest req;
+  req.tokens = tokens;
+  const Tensor a = Forward(model, full, s1, req);
+  const Tensor b = Forward(model, single, s2, req);
+  std::vector<float> va(a.data(), a.data() + a.numel()), vb(b.data(), b.data() + b.numel());
+  EXPECT_EQ(test::MaxDiff(va, vb, "single-use vs full cache logits"), 0.0);
+  EXPECT_THROW(Forward(model, single, s2, req), Error);
+  single.Clear();
+  const Tensor c = Forward(model, single, s2, req);
+  EXPECT_EQ(c[123], va[123]);
 }
 
 TEST(Generate, GreedyIsDeterministicAndStopsAtContext) {

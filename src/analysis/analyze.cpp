@@ -320,7 +320,7 @@ ConditionResult AnalyzeSamples(const Model& model, Condition condition,
     });
   }
 
-  KVCache cache = KVCache::Create(c, T);
+  KVCache cache = KVCache::CreateSingleUse(c, T);
   RunState state;
   AttnStatsBuffers stats;
   stats.first_k = K;

@@ -106,7 +106,7 @@ class Runner {
  public:
   Runner(const Model& model, int T, double eps)
       : model_(model), c_(model.config), T_(T), eps_(eps),
-        cache_(KVCache::Create(model.config, T)) {
+        cache_(KVCache::CreateSingleUse(model.config, T)) {
     stats_.first_k = 2;
   }
 

@@ -329,17 +329,23 @@ void AttentionFromPattern(const float* pattern, const float* v, float* out, int 
   const int group = n_heads / n_kv_heads;
   const int q_row = n_heads * head_dim;
   const int kv_row = n_kv_heads * head_dim;
+  // Per head, z_h (T, Dh) = P_h (T, S) V_kvh (S, Dh): one sgemm. A single query row uses plain
+  // loops that skip the zero (masked) probabilities.
   for (int h = 0; h < n_heads; ++h) {
     const int kvh = h / group;
-    for (int t = 0; t < T; ++t) {
-      const float* p = pattern + (static_cast<int64_t>(h) * T + t) * S;
-      float* o = out + static_cast<int64_t>(t) * q_row + h * head_dim;
-      std::fill(o, o + head_dim, 0.0f);
-      for (int j = 0; j < S; ++j) {
-        if (p[j] == 0.0f) continue;
-        const float* vv = v + static_cast<int64_t>(j) * kv_row + kvh * head_dim;
-        for (int d = 0; d < head_dim; ++d) o[d] += p[j] * vv[d];
-      }
+    const float* p = pattern + static_cast<int64_t>(h) * T * S;
+    const float* vh = v + kvh * head_dim;
+    float* o = out + h * head_dim;
+    if (T > 1) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, head_dim, S, 1.0f, p, S, vh,
+                  kv_row, 0.0f, o, q_row);
+      continue;
+    }
+    std::fill(o, o + head_dim, 0.0f);
+    for (int j = 0; j < S; ++j) {
+      if (p[j] == 0.0f) continue;
+      const float* vv = vh + static_cast<int64_t>(j) * kv_row;
+      for (int d = 0; d < head_dim; ++d) o[d] += p[j] * vv[d];
     }
   }
 }

@@ -211,14 +211,19 @@ void Mlp(ForwardContext& ctx, int layer, const float* in, float* out) {
   const LayerWeights& w = ctx.model.weights.layers[layer];
   RunState& s = ctx.state;
   const int T = ctx.T, D = c.dim, F = c.hidden_dim;
-  MatMul(in, w.w1.data(), OrNull(w.b1), s.hb.data(), T, D, F);
-  if (c.gated_mlp) {
-    MatMul(in, w.w3.data(), OrNull(w.b3), s.hb2.data(), T, D, F);
-    GatedActivation(s.hb.data(), s.hb2.data(), static_cast<int64_t>(T) * F, c.act);
-  } else {
-    ActivationInPlace(s.hb.data(), static_cast<int64_t>(T) * F, c.act);
+  // Rows are independent: chunks of kMlpRows keep the (rows, F) activations small at long T.
+  for (int t0 = 0; t0 < T; t0 += kMlpRows) {
+    const int rows = std::min(kMlpRows, T - t0);
+    const float* x = in + static_cast<int64_t>(t0) * D;
+    MatMul(x, w.w1.data(), OrNull(w.b1), s.hb.data(), rows, D, F);
+    if (c.gated_mlp) {
+      MatMul(x, w.w3.data(), OrNull(w.b3), s.hb2.data(), rows, D, F);
+      GatedActivation(s.hb.data(), s.hb2.data(), static_cast<int64_t>(rows) * F, c.act);
+    } else {
+      ActivationInPlace(s.hb.data(), static_cast<int64_t>(rows) * F, c.act);
+    }
+    MatMul(s.hb.data(), w.w2.data(), OrNull(w.b2), out + static_cast<int64_t>(t0) * D, rows, F, D);
   }
-  MatMul(s.hb.data(), w.w2.data(), OrNull(w.b2), out, T, F, D);
   if (ctx.HookActive(HookPoint::kMlpOut, layer)) ctx.RunHook(HookPoint::kMlpOut, layer, out, {T, D});
 }
 

@@ -32,8 +32,21 @@ KVCache KVCache::Create(const ModelConfig& config, int capacity) {
   return cache;
 }
 
+KVCache KVCache::CreateSingleUse(const ModelConfig& config, int capacity) {
+  KVCache cache;
+  cache.capacity = capacity;
+  cache.kv_dim = config.kv_dim();
+  cache.single_use = true;
+  const Tensor k = Tensor::Zeros({capacity, cache.kv_dim});
+  const Tensor v = Tensor::Zeros({capacity, cache.kv_dim});
+  cache.k.assign(config.n_layers, k);  // handles to the same storage (Tensor copies are views)
+  cache.v.assign(config.n_layers, v);
+  return cache;
+}
+
 int64_t KVCache::Bytes() const {
-  return static_cast<int64_t>(k.size()) * 2 * capacity * kv_dim * sizeof(float);
+  const int64_t buffers = single_use ? 2 : static_cast<int64_t>(k.size()) * 2;
+  return buffers * capacity * kv_dim * sizeof(float);
 }
 
 void AttnStatsBuffers::Resize(int n_layers, int n_heads, int T, int K) {
@@ -55,8 +68,10 @@ void RunState::Reserve(const ModelConfig& c, int T) {
   xb2 = Tensor::Zeros({T, c.dim});
   q = Tensor::Zeros({T, c.q_dim()});
   z = Tensor::Zeros({T, c.q_dim()});
-  hb = Tensor::Zeros({T, c.hidden_dim});
-  hb2 = Tensor::Zeros({T, c.hidden_dim});
+  // The MLP runs over rows in chunks of kMlpRows (blocks.cpp), so its (rows, F) buffers stay small
+  // at long T: 2 x 8192 x 3072 floats would be 201 MB for the GPT-2-small shape at T = 8192.
+  hb = Tensor::Zeros({std::min(T, kMlpRows), c.hidden_dim});
+  hb2 = Tensor::Zeros({std::min(T, kMlpRows), c.hidden_dim});
   // logits (T, V) are allocated by FinalLogits when a call asks for them: at long T with a large
   // vocabulary they would be the biggest buffer of all (32768 x 50257 floats = 6.6 GB), and the
   // analysis path (LogitsMode::kNone) never needs them.
@@ -71,9 +86,12 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
   SS_ASSERT(T > 0);
   const StreamLayout* stream = request.stream;
   if (stream) {
+    SS_ASSERT(!cache.single_use);
     SS_ASSERT(stream->window >= 1 && stream->ring >= stream->window - 1 + T &&
               stream->sinks + stream->ring <= cache.capacity);
     if (request.stats) Fail("attention statistics are not available on a streaming cache");
+  } else if (cache.single_use && cache.length != 0) {
+    Fail("a single-use KV cache holds only the last layer's entries: Clear() it before the next call");
   } else if (cache.length + T > cache.capacity) {
     Fail("KV cache full: {} cached + {} new tokens > capacity {}", cache.length, T, cache.capacity);
   }

@@ -231,7 +231,7 @@ Profile MeasureProfile(const Model& model, const std::vector<std::vector<int>>& 
 
   // Validation loss: mean cross-entropy of token t+1 given 0..t over every sample, in double.
   const int T = static_cast<int>(samples[0].size());
-  KVCache cache = KVCache::Create(model.config, T);
+  KVCache cache = KVCache::CreateSingleUse(model.config, T);
   RunState state;
   double total = 0;
   int64_t count = 0;

@@ -16,7 +16,7 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
   RunState state;
   for (const auto& seq : sequences) {
     const int T = static_cast<int>(seq.size());
-    KVCache cache = KVCache::Create(c, T);
+    KVCache cache = KVCache::CreateSingleUse(c, T);
     AttnStatsBuffers stats;
     stats.first_k = 2;
     Hooks hooks;
