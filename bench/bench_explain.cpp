@@ -1,7 +1,7 @@
 // Cost of a full `sinkscope explain` on a random-weight model shaped like GPT-2 small (12 layers,
 // 12 heads, width 768, MLP 3072; Llama family, ungated GELU MLP, vocabulary 50257 but no logits are
 // computed). A plain program, not a ctest:
-//   build/bench/bench_explain [--samples 32] [--length 256] [--intervention-samples 8]
+//   build/bench/bench_explain [--samples 32] [--length 256] [--intervention-samples 8] [--resume 1|0]
 // Prints the wall time of the clean pass alone (N forwards with every observer) and of the whole
 // explain (clean pass, interventions, search), the number of forwards and the time per forward.
 // A random model has no sink, so the greedy search does not run: the figure is the clean pass plus
@@ -26,12 +26,14 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
 
 int main(int argc, char** argv) {
   int samples = 32, length = 256, intervention_samples = 8;
+  bool resume = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const int v = std::atoi(argv[i + 1]);
     if (flag == "--samples") samples = v;
     else if (flag == "--length") length = v;
     else if (flag == "--intervention-samples") intervention_samples = v;
+    else if (flag == "--resume") resume = v != 0;
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
@@ -59,12 +61,16 @@ int main(int argc, char** argv) {
   auto t0 = std::chrono::steady_clock::now();
   ss::explain::ExplainOptions o;
   o.intervention_samples = intervention_samples;
+  o.resume_at_block = resume;
   const auto r = ss::explain::Explain(model, data, o);
   const double total = Seconds(t0);
   std::printf("GPT-2-small-shaped random model, N = %d samples, T = %d, interventions on %d samples\n",
               samples, length, std::min(samples, intervention_samples));
-  std::printf("verdict %s; %lld forwards in %.1f s (%.3f s per forward)\n", r.verdict.c_str(),
-              static_cast<long long>(r.forward_passes), total, total / r.forward_passes);
+  std::printf("resume at the intervened block: %s\n", resume ? "yes" : "no (every forward from the embedding)");
+  std::printf("verdict %s; %lld forwards, %lld block evaluations (%.0f%% of full forwards) in %.1f s\n",
+              r.verdict.c_str(), static_cast<long long>(r.forward_passes),
+              static_cast<long long>(r.block_evaluations),
+              100.0 * r.block_evaluations / (r.forward_passes * shape.n_layers), total);
   std::printf("clean pass %.1f s (%.3f s per sample), interventions %.1f s, search %.1f s\n",
               r.clean_seconds, r.clean_seconds / samples, r.intervention_seconds, r.search_seconds);
   return 0;

@@ -123,6 +123,32 @@ TEST_P(Family, HfLayoutMatchesNaiveReferenceAndRoundTripsThroughGguf) {
   const std::vector<float> fast = RunAll(model, kTokens);
   EXPECT_LT(test::MaxRelDiff(fast, reference, fc.label + " hf vs naive"), 1e-5);
   EXPECT_LT(test::MaxRelDiff(RunIncremental(model, kTokens), reference, fc.label + " cached decode vs naive"), 1e-5);
+  // Resuming at the last block from its recorded input gives the same logits, bit for bit.
+  {
+    const int last = model.config.n_layers - 1;
+    std::vector<float> resid;
+    Hooks hooks;
+    hooks.Add(HookPoint::kResidPre, last, [&](const HookContext&, Tensor& x) {
+      resid.assign(x.data(), x.data() + x.numel());
+    });
+    KVCache cache = KVCache::CreateSingleUse(model.config, static_cast<int>(kTokens.size()));
+    RunState state;
+    ForwardRequest req;
+    req.tokens = kTokens;
+    req.hooks = &hooks;
+    Forward(model, cache, state, req);
+    cache.Clear();
+    ForwardRequest resumed;
+    resumed.tokens = kTokens;
+    resumed.first_layer = last;
+    resumed.resid_pre = resid.data();
+    const Tensor logits = Forward(model, cache, state, resumed);
+    const std::vector<float> got(logits.data(), logits.data() + logits.numel());
+    EXPECT_EQ(test::MaxDiff(got, fast, fc.label + " resumed at the last block vs full"), 0.0);
+    resumed.resid_pre = nullptr;
+    cache.Clear();
+    EXPECT_THROW(Forward(model, cache, state, resumed), Error);
+  }
 
   // GGUF (F32) and back to HF: the same logits.
   const std::string gguf = test::TempDir("arch_" + fc.label) + "/model.gguf";

@@ -102,6 +102,17 @@ struct RunMetrics {
   std::vector<double> p0_ratio; // (L)
 };
 
+// Where an intervened forward may start: block `layer`, from the clean residual stream entering
+// it (prefix: (L, T, D), the clean run's hook_resid_pre of every block), with `clean`'s metrics
+// for the blocks before it.
+struct Resume {
+  int layer = 0;
+  const std::vector<float>* prefix = nullptr;
+  const RunMetrics* clean = nullptr;
+  int64_t block_size = 0;  // T * D
+  const float* ResidPre() const { return prefix->data() + layer * block_size; }
+};
+
 class Runner {
  public:
   Runner(const Model& model, int T, double eps)
@@ -111,8 +122,9 @@ class Runner {
   }
 
   // Runs `tokens` with `hooks` (may be extended with the measuring hook) and reduces the fused
-  // statistics to RunMetrics.
-  RunMetrics Run(const std::vector<int>& tokens, Hooks hooks) {
+  // statistics to RunMetrics. With `resume`, the forward starts at block resume->layer from the
+  // clean residual stream of the same tokens, and blocks before it keep the clean metrics.
+  RunMetrics Run(const std::vector<int>& tokens, Hooks hooks, const Resume* resume = nullptr) {
     const int L = c_.n_layers, H = c_.n_heads, D = c_.dim;
     RunMetrics m;
     m.sink0.assign(L, 0);
@@ -121,23 +133,33 @@ class Runner {
     hooks.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& x) {
       m.p0_ratio[ctx.layer] = P0NormRatio(x.data(), T_, D);
     });
-    Forward(tokens, &hooks);
-    for (int l = 0; l < L; ++l)
+    const int first = resume ? resume->layer : 0;
+    Forward(tokens, &hooks, first, resume ? resume->ResidPre() : nullptr);
+    for (int l = 0; l < first; ++l) {
+      m.sink0[l] = resume->clean->sink0[l];
+      m.sink1[l] = resume->clean->sink1[l];
+      m.p0_ratio[l] = resume->clean->p0_ratio[l];
+    }
+    for (int l = first; l < L; ++l)
       for (int h = 0; h < H; ++h) {
         m.sink0[l] += Alpha(l, h, 0) > eps_;
         m.sink1[l] += Alpha(l, h, 1) > eps_;
       }
     ++passes;
+    blocks += L - first;
     return m;
   }
 
-  void Forward(const std::vector<int>& tokens, const Hooks* hooks) {
+  void Forward(const std::vector<int>& tokens, const Hooks* hooks, int first_layer = 0,
+               const float* resid_pre = nullptr) {
     SS_ASSERT(static_cast<int>(tokens.size()) == T_);
     cache_.Clear();
     ForwardRequest req;
     req.tokens = tokens;
     req.logits = LogitsMode::kNone;
     req.hooks = hooks;
+    req.first_layer = first_layer;
+    req.resid_pre = resid_pre;
     req.stats = &stats_;
     ss::Forward(model_, cache_, state_, req);
   }
@@ -154,6 +176,7 @@ class Runner {
   }
 
   int64_t passes = 0;
+  int64_t blocks = 0;  // transformer blocks evaluated over all passes
 
  private:
   const Model& model_;
@@ -407,7 +430,7 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
 
   // Plan of forwards for the progress line: clean N; per intervention sample: 2 L MLP, L H heads,
   // 1 donor, L - 1 patches, 1 shift; plus the search.
-  const int64_t planned = N + static_cast<int64_t>(NI) * (2 * L + L * H + 1 + (L - 1) + 1);
+  const int64_t planned = N + static_cast<int64_t>(NI) * (2 * L + L * H + 1 + (L - 1) + 1 + (options.resume_at_block && L > 1));
   Runner runner(model, T, options.eps);
   auto report = [&] {
     if (options.progress) options.progress(runner.passes, std::max(planned, runner.passes));
@@ -517,11 +540,29 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
   }
   if (!options.ablate.empty()) effects.push_back(make("set", set_layer, -1));
 
+  std::vector<float> prefix;  // (L, T, D) clean hook_resid_pre of the current sample
+  RunMetrics prefix_clean;
   for (int n = 0; n < NI; ++n) {
     const std::vector<int>& tokens = samples[n];
     size_t e = 0;
+    // Resume at block l (from the clean residual stream, recorded by one more clean forward), or
+    // run from the embedding when options.resume_at_block is off or l = 0.
+    const int64_t block_size = static_cast<int64_t>(T) * c.dim;
+    if (options.resume_at_block && L > 1) {
+      prefix.assign(static_cast<size_t>(L) * block_size, 0.0f);
+      Hooks record;
+      record.Add(HookPoint::kResidPre, -1, [&](const HookContext& ctx, Tensor& x) {
+        std::copy(x.data(), x.data() + block_size, prefix.data() + ctx.layer * block_size);
+      });
+      prefix_clean = runner.Run(tokens, record);
+    }
+    std::vector<Resume> resume(L);
+    for (int l = 0; l < L; ++l) resume[l] = {l, &prefix, &prefix_clean, block_size};
+    auto at = [&](int l) -> const Resume* {
+      return options.resume_at_block && L > 1 && l > 0 ? &resume[l] : nullptr;
+    };
     for (int l = 0; l < L; ++l) {
-      add(effects[e++], clean[n], runner.Run(tokens, AblationHooks({{ComponentKind::kMlp, l, -1}}, Dh)));
+      add(effects[e++], clean[n], runner.Run(tokens, AblationHooks({{ComponentKind::kMlp, l, -1}}, Dh), at(l)));
       Hooks mean_hooks;
       mean_hooks.Add(HookPoint::kMlpOut, l, [](const HookContext& ctx, Tensor& t) {
         if (ctx.start != 0) return;
@@ -532,9 +573,9 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
           t.data()[d] = static_cast<float>(s / (Tn - 1));
         }
       });
-      add(effects[e++], clean[n], runner.Run(tokens, mean_hooks));
+      add(effects[e++], clean[n], runner.Run(tokens, mean_hooks, at(l)));
       for (int h = 0; h < H; ++h)
-        add(effects[e++], clean[n], runner.Run(tokens, AblationHooks({{ComponentKind::kHead, l, h}}, Dh)));
+        add(effects[e++], clean[n], runner.Run(tokens, AblationHooks({{ComponentKind::kHead, l, h}}, Dh), at(l)));
       report();
     }
     // Donor: the same sample with another first token; keep its h_0 after every block.
@@ -560,15 +601,18 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
       patch.Add(HookPoint::kResidPost, l, [&, l](const HookContext&, Tensor& x) {
         std::copy(donor_h0[l].begin(), donor_h0[l].end(), x.data());
       });
-      add(effects[e++], clean[n], runner.Run(tokens, patch));
+      add(effects[e++], clean[n], runner.Run(tokens, patch, at(l)));
     }
     add(effects[e++], clean[n], donor_metrics);
     std::vector<int> shifted(T);
     shifted[0] = donor[0];
     std::copy(tokens.begin(), tokens.end() - 1, shifted.begin() + 1);
     add(effects[e++], clean[n], runner.Run(shifted, Hooks()));
-    if (!options.ablate.empty())
-      add(effects[e++], clean[n], runner.Run(tokens, AblationHooks(options.ablate, Dh)));
+    if (!options.ablate.empty()) {
+      int first = L - 1;
+      for (const Component& comp : options.ablate) first = std::min(first, comp.layer);
+      add(effects[e++], clean[n], runner.Run(tokens, AblationHooks(options.ablate, Dh), at(first)));
+    }
     report();
   }
   for (EffectAcc& a : effects) {
@@ -684,6 +728,7 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
     }
   }
   r.forward_passes = runner.passes;
+  r.block_evaluations = runner.blocks;
   r.search_seconds = since(t_phase);
   return r;
 }

@@ -55,6 +55,10 @@ struct ExplainOptions {
   int intervention_samples = 8;          // samples the interventions run on; 0: all
   std::function<void(int64_t, int64_t)> progress;  // (forwards done, forwards planned)
   std::vector<Component> ablate;        // a set given by the user (--ablate), measured as "set"
+  // Interventions at block l resume the forward at block l from the clean run's residual stream
+  // (blocks before l cannot change), keeping the clean metrics of blocks < l. Exact; false runs
+  // every intervention from the embedding (the tests compare both).
+  bool resume_at_block = true;
 };
 
 // Validates options; throws ss::Error naming the flag (--eps, --share, ...).
@@ -145,6 +149,7 @@ struct ExplainResult {
   // "sink-not-at-p0", "no-sink".
   std::string verdict;
   int64_t forward_passes = 0;
+  int64_t block_evaluations = 0;  // blocks run over all passes (< passes x L when resuming)
   double clean_seconds = 0, intervention_seconds = 0, search_seconds = 0;  // wall time per phase
 };
 

@@ -83,6 +83,7 @@ json ReportJson(const ExplainReport& rep) {
   j["other_sink_layer"] = Layer(r.other_sink_layer);
   j["sink_rate"] = Num(r.sink_rate);
   j["forward_passes"] = r.forward_passes;
+  j["block_evaluations"] = r.block_evaluations;
   j["seconds"] = {{"clean", r.clean_seconds}, {"interventions", r.intervention_seconds},
                   {"search", r.search_seconds}};
   json layers = json::array();
@@ -182,7 +183,8 @@ std::string ReportSummary(const ExplainReport& rep) {
     out += fmt::format("cone model: mean correlation predicted vs measured {:.3f} over {} heads; "
                        "position 0 has the largest measured norm in most samples for {} heads\n",
                        corr / r.cones.size(), r.cones.size(), p0_meas);
-  out += fmt::format("{} forward passes\n", r.forward_passes);
+  out += fmt::format("{} forward passes ({} block evaluations, {} without resuming)\n",
+                     r.forward_passes, r.block_evaluations, r.forward_passes * r.n_layers);
   return out;
 }
 

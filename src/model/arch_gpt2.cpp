@@ -22,7 +22,7 @@ void ForwardGpt2(ForwardContext& ctx) {
   const int64_t n = static_cast<int64_t>(ctx.T) * c.dim;
   EmbedTokens(ctx);
   AddPositionEmbeddings(ctx);
-  for (int l = 0; l < c.n_layers; ++l) {
+  for (int l = ctx.request.first_layer; l < c.n_layers; ++l) {
     const LayerWeights& w = ctx.model.weights.layers[l];
     if (ctx.HookActive(HookPoint::kResidPre, l)) ctx.RunHook(HookPoint::kResidPre, l, s.x.data(), {ctx.T, c.dim});
     ApplyNorm(ctx, w.attn_norm, w.attn_norm_bias, s.x.data(), s.xb.data());

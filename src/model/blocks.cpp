@@ -18,6 +18,10 @@ void ForwardContext::RunHook(HookPoint point, int layer, float* data,
 
 void EmbedTokens(ForwardContext& ctx) {
   const int D = ctx.config.dim;
+  if (ctx.request.first_layer > 0) {  // resuming at a later block: its input replaces the embedding
+    std::memcpy(ctx.state.x.data(), ctx.request.resid_pre, sizeof(float) * ctx.T * D);
+    return;
+  }
   const auto& tokens = ctx.request.tokens;
   for (int t = 0; t < ctx.T; ++t) {
     std::memcpy(ctx.state.x.row(t), ctx.model.weights.token_embedding.row(tokens[t]),
@@ -28,6 +32,7 @@ void EmbedTokens(ForwardContext& ctx) {
 }
 
 void AddPositionEmbeddings(ForwardContext& ctx) {
+  if (ctx.request.first_layer > 0) return;  // already inside the resumed residual stream
   const int D = ctx.config.dim;
   const Tensor& wpe = ctx.model.weights.position_embedding;
   for (int t = 0; t < ctx.T; ++t) {

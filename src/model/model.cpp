@@ -90,11 +90,16 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
     SS_ASSERT(stream->window >= 1 && stream->ring >= stream->window - 1 + T &&
               stream->sinks + stream->ring <= cache.capacity);
     if (request.stats) Fail("attention statistics are not available on a streaming cache");
+    if (request.first_layer != 0) Fail("a streaming forward cannot resume at a later block");
   } else if (cache.single_use && cache.length != 0) {
     Fail("a single-use KV cache holds only the last layer's entries: Clear() it before the next call");
   } else if (cache.length + T > cache.capacity) {
     Fail("KV cache full: {} cached + {} new tokens > capacity {}", cache.length, T, cache.capacity);
   }
+  if (request.first_layer < 0 || request.first_layer >= c.n_layers ||
+      (request.first_layer > 0 && request.resid_pre == nullptr))
+    Fail("forward from block {}: needs 0 <= block < {} and the residual stream entering it",
+         request.first_layer, c.n_layers);
   for (int t = 0; t < T; ++t) {
     int id = request.tokens[t];
     if (id < 0 || id >= c.vocab_size)

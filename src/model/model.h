@@ -82,6 +82,11 @@ struct ForwardRequest {
   const Hooks* hooks = nullptr;         // null or empty: no hooks
   AttnStatsBuffers* stats = nullptr;    // fused attention statistics, if wanted
   const StreamLayout* stream = nullptr; // null: plain cache (append at cache.length)
+  // Resume a forward at block first_layer from a residual stream computed earlier (the input of
+  // that block for the same tokens): blocks before it are skipped, and so are their hooks and
+  // statistics. Interventions at block l need only blocks l.. (explain's intervention table).
+  int first_layer = 0;
+  const float* resid_pre = nullptr;     // (T, D), required when first_layer > 0
 };
 
 // Rows of the MLP's hidden activations computed at a time (see RunState::hb).
