@@ -1,6 +1,10 @@
 // `sinkscope stream` and `sinkscope chat` end to end: outputs complete or absent, clear errors for
 // bad input, clean exit at end of input in chat.
 #include <gtest/gtest.h>
+
+#include <cctype>
+#include <map>
+#include <sstream>
 #include <sys/wait.h>
 
 #include <filesystem>
@@ -124,6 +128,61 @@ TEST(StreamCli, BadInputGivesClearErrorsAndNoOutputs) {
   // --force lets S + W exceed the context; the run then completes.
   Result forced = RunCli(base + story + " --sinks 4 --window 600 --force");
   EXPECT_EQ(forced.code, 0) << forced.err;
+}
+
+// --tokens streams pre-tokenized ids: the ids `tokenize` prints for the story give exactly the
+// figures --text gives; malformed or out-of-vocabulary ids are refused with the line.
+TEST(StreamCli, TokenIdsStreamLikeTheText) {
+  const std::string d = Dir();
+  Result ids = RunCli("tokenize --model " + kModel + " --prompt \"" + std::string(kStory) + "\"");
+  ASSERT_EQ(ids.code, 0) << ids.err;
+  std::string id_list = ids.out.substr(0, ids.out.find('\n'));  // "1 403 407 ..."
+  for (size_t i = 40; i < id_list.size(); i += 40)  // spread over lines, as files are
+    if (id_list[i] == ' ') id_list[i] = '\n';
+  ASSERT_GT(id_list.size(), 20u) << ids.out;
+  const std::string a = d + "/t.json", b = d + "/x.json";
+  Result from_ids = RunCli("stream --model " + kModel + " --tokens " + Text("ids.txt", id_list) +
+                           " --sinks 2 --window 8 --json " + a);
+  ASSERT_EQ(from_ids.code, 0) << from_ids.err;
+  Result from_text = RunCli("stream --model " + kModel + " --text " + Text("story.txt", kStory) +
+                            " --sinks 2 --window 8 --json " + b);
+  ASSERT_EQ(from_text.code, 0) << from_text.err;
+  const auto ja = nlohmann::json::parse(ReadFile(a)), jb = nlohmann::json::parse(ReadFile(b));
+  EXPECT_EQ(ja["tokens"], jb["tokens"]);
+  EXPECT_EQ(ja["runs"][0]["mean_nll"], jb["runs"][0]["mean_nll"]);
+  ExpectFails("stream --model " + kModel + " --tokens " + Text("bad1.txt", "1 403 x7 5"), "'x7' is not a token id");
+  ExpectFails("stream --model " + kModel + " --tokens " + Text("bad2.txt", "1 403\n 99999 5"), "line 2: token id 99999 is outside");
+  ExpectFails("stream --model " + kModel + " --tokens " + Text("bad3.txt", "1 -4 5"), "not a token id");
+  ExpectFails("stream --model " + kModel, "--text FILE or --tokens FILE");
+}
+
+// `train --write-stream` writes one Bigram-Backcopy sequence: BOS first (the quick preset has
+// BOS), ids in the vocabulary, and exactly the preset's 3 triggers obey the copy rule (the token
+// after a trigger repeats the token before it) at every occurrence.
+TEST(StreamCli, TrainWritesABigramBackcopyStream) {
+  const std::string path = Dir() + "/bb.txt";
+  Result r = RunCli("train --preset quick --write-stream " + path + " --stream-tokens 4000");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::istringstream in(ReadFile(path));
+  std::vector<int> t;
+  for (int id; in >> id;) t.push_back(id);
+  ASSERT_EQ(t.size(), 4000u);
+  EXPECT_EQ(t[0], 0);
+  std::map<int, std::pair<int, int>> seen;  // token -> (occurrences, copies obeyed)
+  for (size_t i = 1; i + 1 < t.size(); ++i) {
+    ASSERT_GE(t[i], 1);
+    ASSERT_LT(t[i], 64);
+    auto& [n, ok] = seen[t[i]];
+    ++n;
+    ok += t[i + 1] == t[i - 1];
+  }
+  int triggers = 0;
+  for (const auto& [token, c] : seen) triggers += c.first >= 10 && c.first == c.second;
+  EXPECT_EQ(triggers, 3);
+  Result text = RunCli("train --preset text --write-stream " + Dir() + "/x.txt");
+  EXPECT_EQ(text.code, 1);
+  EXPECT_NE(text.err.find("only for data"), std::string::npos) << text.err;
+  EXPECT_FALSE(fs::exists(Dir() + "/x.txt"));
 }
 
 TEST(StreamCli, ChatStreamsRepliesAndExitsCleanlyAtEndOfInput) {

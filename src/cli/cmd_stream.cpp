@@ -4,6 +4,7 @@
 // per-block sums (one per 1,000 tokens) are kept.
 #include <fmt/format.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -96,8 +97,35 @@ std::vector<std::string> SplitList(const std::string& text) {
   return out;
 }
 
+// Whitespace-separated token ids (a pre-tokenized stream), each in [0, vocab).
+std::vector<int> ParseTokenIds(const std::string& text, int vocab, const std::string& path) {
+  std::vector<int> ids;
+  size_t i = 0, line = 1;
+  while (i < text.size()) {
+    const char ch = text[i];
+    if (ch == '\n') ++line;
+    if (ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n') {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
+    const bool ends = j == text.size() || std::isspace(static_cast<unsigned char>(text[j]));
+    if (j == i || !ends || j - i > 9)
+      Fail("--tokens {}: line {}: '{}' is not a token id (expected non-negative integers separated "
+           "by whitespace)", path, line, text.substr(i, std::min<size_t>(16, text.find_first_of(" \t\r\n", i) - i)));
+    const int id = std::stoi(text.substr(i, j - i));
+    if (id >= vocab)
+      Fail("--tokens {}: line {}: token id {} is outside the model's vocabulary [0, {})", path, line,
+           id, vocab);
+    ids.push_back(id);
+    i = j;
+  }
+  return ids;
+}
+
 struct StreamArgs {
-  std::string model, text, tokenizer, policy = "sinks", compare, csv, json, html;
+  std::string model, text, token_file, tokenizer, policy = "sinks", compare, csv, json, html;
   int sinks = 4, window = 252;
   int64_t max_tokens = 0;
   bool force = false, no_bos = false;
@@ -126,20 +154,27 @@ void RunStream(const StreamArgs& a) {
     stream::ValidateOptions(o, model.config);
     options.push_back(o);
   }
-  auto tokenizer = FindTokenizer(model, a.tokenizer);
-  const std::string text = ReadFile(a.text);
+  if (a.text.empty() == a.token_file.empty()) Fail("stream: give --text FILE or --tokens FILE (one of them)");
+  const std::string input = a.text.empty() ? a.token_file : a.text;
+  const std::string input_flag = a.text.empty() ? "--tokens" : "--text";
+  const std::string text = ReadFile(input);
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
-    Fail("--text {}: the text is empty; expected at least two tokens to score", a.text);
+    Fail("{} {}: the file is empty; expected at least two tokens to score", input_flag, input);
   std::vector<int> tokens;
-  try {
-    tokens = tokenizer->Encode(text, /*add_bos=*/!a.no_bos && tokenizer->bos_id() >= 0);
-  } catch (const Error& e) {
-    Fail("--text {}: {}", a.text, e.what());
+  if (!a.token_file.empty()) {
+    tokens = ParseTokenIds(text, model.config.vocab_size, input);
+  } else {
+    auto tokenizer = FindTokenizer(model, a.tokenizer);
+    try {
+      tokens = tokenizer->Encode(text, /*add_bos=*/!a.no_bos && tokenizer->bos_id() >= 0);
+    } catch (const Error& e) {
+      Fail("--text {}: {}", a.text, e.what());
+    }
   }
   if (a.max_tokens > 0 && static_cast<int64_t>(tokens.size()) > a.max_tokens) tokens.resize(a.max_tokens);
   if (tokens.size() < 2)
-    Fail("--text {}: {} token(s); expected at least two (one to condition on, one to score)", a.text,
-         tokens.size());
+    Fail("{} {}: {} token(s); expected at least two (one to condition on, one to score)", input_flag,
+         input, tokens.size());
   for (const auto& o : options) {
     if (o.policy == stream::Policy::kDense && !a.force &&
         static_cast<int64_t>(tokens.size()) > model.config.max_seq_len)
@@ -147,7 +182,7 @@ void RunStream(const StreamArgs& a) {
            "--max-tokens {}, a streaming policy, or --force",
            tokens.size(), model.config.max_seq_len, model.config.max_seq_len);
   }
-  Log(fmt::format("streaming {} tokens of {} through {} ({})", tokens.size(), a.text, a.model,
+  Log(fmt::format("streaming {} tokens of {} through {} ({})", tokens.size(), input, a.model,
                   fmt::join(SplitList(a.compare.empty() ? a.policy : a.compare), ", ")));
 
   std::vector<RunResult> results;
@@ -179,7 +214,7 @@ void RunStream(const StreamArgs& a) {
     nlohmann::json doc;
     doc["schema"] = "sinkscope.stream/1";
     doc["model"] = a.model;
-    doc["text"] = a.text;
+    doc["text"] = input;
     doc["tokens"] = tokens.size();
     doc["bos"] = !a.no_bos;
     doc["block_size"] = kBlock;
@@ -212,7 +247,7 @@ void RunStream(const StreamArgs& a) {
     page.Heading("Streaming perplexity", 1);
     page.Paragraph(fmt::format("Model {}, text {} ({} tokens), sinks {}, window {}. Perplexity of "
                                "each {}-token block as the text streams through the cache.",
-                               a.model, a.text, tokens.size(), a.sinks, a.window, kBlock));
+                               a.model, input, tokens.size(), a.sinks, a.window, kBlock));
     page.Table(rows);
     std::vector<report::Series> series;
     double lo = INFINITY, hi = 0;
@@ -246,7 +281,9 @@ void RegisterStream(CLI::App& app) {
       "stream", "Streaming perplexity through a bounded KV cache (StreamingLLM attention sinks)");
   auto a = std::make_shared<StreamArgs>();
   cmd->add_option("--model", a->model, "Model file or directory")->required();
-  cmd->add_option("--text", a->text, "UTF-8 text file to stream")->required();
+  cmd->add_option("--text", a->text, "UTF-8 text file to stream");
+  cmd->add_option("--tokens", a->token_file,
+                  "Token ids to stream instead of a text (whitespace-separated, e.g. from `train --write-stream`)");
   cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer (default: found beside the model)");
   cmd->add_option("--policy", a->policy, "dense | window | sinks | recompute")->default_val("sinks");
   cmd->add_option("--sinks", a->sinks, "S initial tokens kept (window/recompute use S + W recent)")

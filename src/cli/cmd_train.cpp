@@ -7,8 +7,11 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "common/file_util.h"
 #include "train/checkpoint.h"
 #include "train/comm.h"
+#include "train/data.h"
+#include "train/rng.h"
 #include "train/trainer.h"
 
 namespace ss::cli {
@@ -16,7 +19,8 @@ namespace ss::cli {
 namespace {
 
 struct TrainFlags {
-  std::string config_path, preset, out, resume, eval_dir;
+  std::string config_path, preset, out, resume, eval_dir, write_stream;
+  int64_t stream_tokens = 200000;
   std::vector<std::string> sets;
   int steps = -1, threads = -1, batch = -1, seq_len = -1, eval_every = -1, checkpoint_every = -1;
   int stop_after = 0, eval_batches = 2;
@@ -73,6 +77,24 @@ void RunTrain(const TrainFlags& f) {
     overrides["out"] = std::filesystem::path(dir).parent_path().string();
   }
   ApplyJson(c, overrides, "command line");
+  if (!f.write_stream.empty()) {
+    // One continuous Bigram-Backcopy sequence (BOS first when the config has bos), for
+    // `sinkscope stream --tokens`: the synthetic task has no text and no tokenizer.
+    if (c.data != DataKind::kBigramBackcopy)
+      Fail("--write-stream: only for data \"bigram-backcopy\" (stream a text run's corpus with "
+           "`sinkscope stream --text`)");
+    if (f.stream_tokens < 2) Fail("--stream-tokens: expected at least 2, got {}", f.stream_tokens);
+    const BigramBackcopy source(c.vocab_size, c.bb_triggers, c.bb_seed, c.bos);
+    std::vector<int> tokens(f.stream_tokens);
+    Rng rng(c.seed ^ 0x5eedULL);
+    source.Sample(rng, static_cast<int>(tokens.size()), tokens.data());
+    WriteFileAtomic(f.write_stream, [&](std::FILE* out) {
+      for (size_t i = 0; i < tokens.size(); ++i)
+        std::fprintf(out, "%d%c", tokens[i], (i + 1) % 32 == 0 || i + 1 == tokens.size() ? '\n' : ' ');
+    });
+    fmt::print("wrote {} Bigram-Backcopy tokens to {}\n", tokens.size(), f.write_stream);
+    return;
+  }
   TrainerOptions options;
   options.resume = f.resume;
   options.stop_after = f.stop_after;
@@ -107,6 +129,9 @@ void RegisterTrain(CLI::App& app) {
   cmd->add_option("--stop-after", flags->stop_after, "Stop after this step without a final checkpoint (testing)");
   cmd->add_option("--eval", flags->eval_dir, "Only evaluate a checkpoint through the analysis forward pass");
   cmd->add_option("--eval-batches", flags->eval_batches, "Validation batches for --eval");
+  cmd->add_option("--write-stream", flags->write_stream,
+                  "Write one long Bigram-Backcopy sequence (token ids) for `stream --tokens`, then exit");
+  cmd->add_option("--stream-tokens", flags->stream_tokens, "Tokens for --write-stream (default 200000)");
   cmd->callback([flags] {
     try {
       RunTrain(*flags);
