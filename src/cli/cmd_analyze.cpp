@@ -15,6 +15,7 @@
 #include "analysis/analyze_report.h"
 #include "analysis/conditions.h"
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "io/load.h"
@@ -44,42 +45,6 @@ struct AnalyzeArgs {
   bool has_prompt = false;
 };
 
-// The shipped default text (data/default_text.txt): looked up beside the binary's source tree and
-// the current directory, so the command works from a build tree and from the repository root.
-std::string DefaultTextPath() {
-  for (const std::string& p : {std::string(SINKSCOPE_REPO_DIR) + "/data/default_text.txt",
-                               std::string("data/default_text.txt")})
-    if (FileExists(p)) return p;
-  Fail("no --text, --prompt or --tokens given and the default text data/default_text.txt is not "
-       "found (looked in {} and the current directory)", SINKSCOPE_REPO_DIR);
-}
-
-// Token ids from a file of whitespace-separated integers.
-std::vector<int> ReadTokenIds(const std::string& path, int vocab_size) {
-  std::istringstream in(ReadFile(path));
-  std::vector<int> ids;
-  std::string word;
-  while (in >> word) {
-    size_t used = 0;
-    long long id = -1;
-    try {
-      id = std::stoll(word, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != word.size() || id < 0 || id >= vocab_size)
-      Fail("--tokens {}: item {} is '{}', expected a token id in [0, {})", path, ids.size(), word,
-           vocab_size);
-    ids.push_back(static_cast<int>(id));
-  }
-  return ids;
-}
-
-std::vector<int> Encode(const std::string& text, const Model& model, const AnalyzeArgs& a) {
-  // Text tokens only: each condition decides what goes at position 0 (BOS or not).
-  return FindTokenizer(model, a.tokenizer)->Encode(text, /*add_bos=*/false);
-}
-
 void Validate(const AnalyzeArgs& a) {
   if (!(a.eps > 0.0 && a.eps <= 1.0)) Fail("--eps: expected a threshold in (0, 1], got {}", a.eps);
   if (a.samples < 1) Fail("--samples: expected at least 1, got {}", a.samples);
@@ -102,24 +67,11 @@ void RunAnalyze(AnalyzeArgs a) {
   const auto heads = analysis::ParsePatternSpec(a.patterns, c, "--patterns");
 
   // The token stream (text tokens, no BOS) and where it came from.
-  std::vector<int> stream;
-  std::string source;
-  if (!a.tokens_file.empty()) {
-    stream = ReadTokenIds(a.tokens_file, c.vocab_size);
-    source = "token ids " + a.tokens_file;
-  } else if (a.has_prompt) {
-    stream = Encode(a.prompt, model, a);
-    source = "prompt";
-  } else {
-    const std::string path = a.text_file.empty() ? DefaultTextPath() : a.text_file;
-    stream = Encode(ReadFile(path), model, a);
-    source = (a.text_file.empty() ? "default text " : "text ") + path;
-  }
-  const std::string flag = !a.tokens_file.empty() ? "--tokens " + a.tokens_file
-                           : a.has_prompt          ? std::string("--prompt")
-                           : a.text_file.empty()   ? "default text"
-                                                   : "--text " + a.text_file;
-  if (stream.empty()) Fail("{}: no tokens to analyse", flag);
+  const SampleStream input =
+      ReadSampleStream(model, a.text_file, a.prompt, a.has_prompt, a.tokens_file, a.tokenizer);
+  const std::vector<int>& stream = input.tokens;
+  const std::string& source = input.source;
+  const std::string& flag = input.flag;
 
   analysis::SampleSpec spec{a.samples, a.length, a.seed, c.vocab_size, c.bos_id, c.eos_id};
   std::vector<std::vector<std::vector<int>>> samples;

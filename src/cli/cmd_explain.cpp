@@ -14,6 +14,7 @@
 #include "analysis/analyze_report.h"
 #include "analysis/conditions.h"
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "explain/explain.h"
@@ -37,34 +38,6 @@ struct ExplainArgs {
   bool has_prompt = false;
 };
 
-std::string DefaultTextPath() {
-  for (const std::string& p : {std::string(SINKSCOPE_REPO_DIR) + "/data/default_text.txt",
-                               std::string("data/default_text.txt")})
-    if (FileExists(p)) return p;
-  Fail("no --text, --prompt or --tokens given and the default text data/default_text.txt is not "
-       "found (looked in {} and the current directory)", SINKSCOPE_REPO_DIR);
-}
-
-std::vector<int> ReadTokenIds(const std::string& path, int vocab_size) {
-  std::istringstream in(ReadFile(path));
-  std::vector<int> ids;
-  std::string word;
-  while (in >> word) {
-    size_t used = 0;
-    long long id = -1;
-    try {
-      id = std::stoll(word, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != word.size() || id < 0 || id >= vocab_size)
-      Fail("--tokens {}: item {} is '{}', expected a token id in [0, {})", path, ids.size(), word,
-           vocab_size);
-    ids.push_back(static_cast<int>(id));
-  }
-  return ids;
-}
-
 void RunExplain(ExplainArgs a) {
   explain::CheckOptions(a.options);
   if (a.samples < 1) Fail("--samples: expected at least 1, got {}", a.samples);
@@ -80,24 +53,11 @@ void RunExplain(ExplainArgs a) {
   Model model = LoadModel(a.model);
   const ModelConfig& c = model.config;
   a.options.ablate = explain::ParseComponents(a.ablate, c, "--ablate");
-  std::vector<int> stream;
-  std::string source;
-  if (!a.tokens_file.empty()) {
-    stream = ReadTokenIds(a.tokens_file, c.vocab_size);
-    source = "token ids " + a.tokens_file;
-  } else if (a.has_prompt) {
-    stream = FindTokenizer(model, a.tokenizer)->Encode(a.prompt, false);
-    source = "prompt";
-  } else {
-    const std::string path = a.text_file.empty() ? DefaultTextPath() : a.text_file;
-    stream = FindTokenizer(model, a.tokenizer)->Encode(ReadFile(path), false);
-    source = (a.text_file.empty() ? "default text " : "text ") + path;
-  }
-  const std::string flag = !a.tokens_file.empty() ? "--tokens " + a.tokens_file
-                           : a.has_prompt          ? std::string("--prompt")
-                           : a.text_file.empty()   ? "default text"
-                                                   : "--text " + a.text_file;
-  if (stream.empty()) Fail("{}: no tokens to analyse", flag);
+  const SampleStream input =
+      ReadSampleStream(model, a.text_file, a.prompt, a.has_prompt, a.tokens_file, a.tokenizer);
+  const std::vector<int>& stream = input.tokens;
+  const std::string& source = input.source;
+  const std::string& flag = input.flag;
   analysis::SampleSpec spec{a.samples, a.length, a.seed, c.vocab_size, c.bos_id, c.eos_id};
   const std::vector<std::vector<int>> samples =
       a.has_prompt ? std::vector<std::vector<int>>{analysis::PromptSample(stream, conditions[0], spec)}

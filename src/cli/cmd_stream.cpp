@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "common/file_util.h"
 #include "io/load.h"
 #include "report/report.h"
@@ -97,33 +98,6 @@ std::vector<std::string> SplitList(const std::string& text) {
   return out;
 }
 
-// Whitespace-separated token ids (a pre-tokenized stream), each in [0, vocab).
-std::vector<int> ParseTokenIds(const std::string& text, int vocab, const std::string& path) {
-  std::vector<int> ids;
-  size_t i = 0, line = 1;
-  while (i < text.size()) {
-    const char ch = text[i];
-    if (ch == '\n') ++line;
-    if (ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n') {
-      ++i;
-      continue;
-    }
-    size_t j = i;
-    while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
-    const bool ends = j == text.size() || std::isspace(static_cast<unsigned char>(text[j]));
-    if (j == i || !ends || j - i > 9)
-      Fail("--tokens {}: line {}: '{}' is not a token id (expected non-negative integers separated "
-           "by whitespace)", path, line, text.substr(i, std::min<size_t>(16, text.find_first_of(" \t\r\n", i) - i)));
-    const int id = std::stoi(text.substr(i, j - i));
-    if (id >= vocab)
-      Fail("--tokens {}: line {}: token id {} is outside the model's vocabulary [0, {})", path, line,
-           id, vocab);
-    ids.push_back(id);
-    i = j;
-  }
-  return ids;
-}
-
 struct StreamArgs {
   std::string model, text, token_file, tokenizer, policy = "sinks", compare, csv, json, html;
   int sinks = 4, window = 252;
@@ -162,7 +136,7 @@ void RunStream(const StreamArgs& a) {
     Fail("{} {}: the file is empty; expected at least two tokens to score", input_flag, input);
   std::vector<int> tokens;
   if (!a.token_file.empty()) {
-    tokens = ParseTokenIds(text, model.config.vocab_size, input);
+    tokens = ReadTokenIds(input, model.config.vocab_size);
   } else {
     auto tokenizer = FindTokenizer(model, a.tokenizer);
     try {

@@ -10,6 +10,7 @@
 
 #include "analysis/conditions.h"
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/sha256.h"
@@ -56,14 +57,6 @@ void Validate(const TraceArgs& a) {
   if (!a.json.empty() && a.json == a.html) Fail("--json and --html name the same file {}", a.json);
 }
 
-std::string DefaultTextPath() {
-  for (const std::string& p : {std::string(SINKSCOPE_REPO_DIR) + "/data/default_text.txt",
-                               std::string("data/default_text.txt")})
-    if (FileExists(p)) return p;
-  Fail("no --text given, the checkpoints are not a Bigram-Backcopy run, and the default text "
-       "data/default_text.txt is not found");
-}
-
 // How the samples are made, decided from the flags and the first checkpoint, before any model
 // runs: a Bigram-Backcopy run's own data distribution (the task it was trained on), or text windows
 // (BOS + T-1 tokens) tokenized with the checkpoint's tokenizer.
@@ -71,7 +64,8 @@ struct SamplePlan {
   std::string source;  // for the report and the cache key
   bool bigram = false;
   train::TrainConfig bb;
-  std::string text_path;
+  std::string text_name;  // "PATH" or "default text"
+  std::string text;       // its contents
 };
 
 SamplePlan PlanSamples(const TraceArgs& a, const std::string& first_checkpoint) {
@@ -87,8 +81,9 @@ SamplePlan PlanSamples(const TraceArgs& a, const std::string& first_checkpoint) 
       return plan;
     }
   }
-  plan.text_path = a.text_file.empty() ? DefaultTextPath() : a.text_file;
-  plan.source = fmt::format("text {} sha256={}", plan.text_path, Sha256File(plan.text_path).substr(0, 16));
+  plan.text_name = a.text_file.empty() ? "default text" : a.text_file;
+  plan.text = a.text_file.empty() ? std::string(DefaultText()) : ReadFile(a.text_file);
+  plan.source = fmt::format("text {} sha256={}", plan.text_name, Sha256Hex(plan.text).substr(0, 16));
   return plan;
 }
 
@@ -105,10 +100,10 @@ trace::SampleMaker MakeSampleMaker(const SamplePlan& plan, const TraceArgs& a) {
       }
       return samples;
     }
-    const std::vector<int> stream = FindTokenizer(model, a.tokenizer)->Encode(ReadFile(plan.text_path), false);
+    const std::vector<int> stream = FindTokenizer(model, a.tokenizer)->Encode(plan.text, false);
     const ModelConfig& c = model.config;
     analysis::SampleSpec spec{a.samples, a.length, a.seed, c.vocab_size, c.bos_id, c.eos_id};
-    return analysis::BuildSamples(stream, analysis::Condition::kBos, spec, "--text " + plan.text_path);
+    return analysis::BuildSamples(stream, analysis::Condition::kBos, spec, "--text " + plan.text_name);
   };
 }
 

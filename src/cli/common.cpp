@@ -1,5 +1,7 @@
 #include "cli/common.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "cli/commands.h"
@@ -41,6 +43,63 @@ std::string ReadInputText(const std::string& prompt, const std::string& text_fil
   std::string text = ReadFile(text_file);
   if (text.empty()) Fail("--text {}: the file is empty", text_file);
   return text;
+}
+
+std::vector<int> ReadTokenIds(const std::string& path, int vocab_size) {
+  const std::string text = ReadFile(path);
+  std::vector<int> ids;
+  size_t i = 0, line = 1;
+  auto space = [](char ch) { return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n'; };
+  while (i < text.size()) {
+    if (space(text[i])) {
+      line += text[i++] == '\n';
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && !space(text[j])) ++j;
+    const std::string item = text.substr(i, j - i);
+    const bool digits = item.size() <= 9 && std::all_of(item.begin(), item.end(), [](char ch) {
+      return ch >= '0' && ch <= '9';
+    });
+    if (!digits)
+      Fail("--tokens {}: line {}: '{}' is not a token id (expected non-negative integers separated "
+           "by whitespace)", path, line, item.substr(0, 24));
+    const int id = std::stoi(item);
+    if (id >= vocab_size)
+      Fail("--tokens {}: line {}: token id {} is outside the model's vocabulary [0, {})", path, line,
+           id, vocab_size);
+    ids.push_back(id);
+    i = j;
+  }
+  return ids;
+}
+
+SampleStream ReadSampleStream(const Model& model, const std::string& text_file,
+                              const std::string& prompt, bool has_prompt,
+                              const std::string& tokens_file, const std::string& tokenizer) {
+  SampleStream s;
+  auto encode = [&](std::string_view text) {
+    return FindTokenizer(model, tokenizer)->Encode(std::string(text), /*add_bos=*/false);
+  };
+  if (!tokens_file.empty()) {
+    s.tokens = ReadTokenIds(tokens_file, model.config.vocab_size);
+    s.source = "token ids " + tokens_file;
+    s.flag = "--tokens " + tokens_file;
+  } else if (has_prompt) {
+    if (prompt.empty()) Fail("--prompt: the prompt is empty");
+    s.tokens = encode(prompt);
+    s.source = "prompt";
+    s.flag = "--prompt";
+  } else if (!text_file.empty()) {
+    s.tokens = encode(ReadFile(text_file));
+    s.source = "text " + text_file;
+    s.flag = "--text " + text_file;
+  } else {
+    s.tokens = encode(DefaultText());
+    s.source = s.flag = "default text";
+  }
+  if (s.tokens.empty()) Fail("{}: no tokens to analyse", s.flag);
+  return s;
 }
 
 }  // namespace ss::cli

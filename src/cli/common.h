@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -29,5 +30,25 @@ struct ModelOptions {
 // Throws ss::Error for an empty result, naming the flag.
 std::string ReadInputText(const std::string& prompt, const std::string& text_file,
                           bool prompt_given, bool text_given);
+
+// The text `analyze` and `explain` sample when given no --text, --prompt or --tokens: the shipped
+// data/default_text.txt, compiled into the binary.
+std::string_view DefaultText();
+
+// The token stream `analyze` and `explain` cut their samples from: --tokens FILE (ids), --prompt
+// TEXT, --text FILE, or the built-in default text; text is encoded without BOS (each first-token
+// condition decides what sits at position 0). `flag` names the input in error messages.
+struct SampleStream {
+  std::vector<int> tokens;
+  std::string source;  // for reports: "text PATH", "prompt", "token ids PATH", "default text"
+  std::string flag;    // for errors: "--text PATH", "--prompt", "--tokens PATH", "default text"
+};
+SampleStream ReadSampleStream(const Model& model, const std::string& text_file,
+                              const std::string& prompt, bool has_prompt,
+                              const std::string& tokens_file, const std::string& tokenizer);
+
+// Token ids from a file of whitespace-separated non-negative integers, each in [0, vocab_size)
+// (a pre-tokenized stream for --tokens). Throws ss::Error naming the file, the line and the item.
+std::vector<int> ReadTokenIds(const std::string& path, int vocab_size);
 
 }  // namespace ss::cli
