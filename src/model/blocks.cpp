@@ -111,6 +111,11 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
   const int kv_dim = c.kv_dim();
   if (ctx.HookActive(HookPoint::kPattern, layer))
     Fail("the attention pattern hook is not available on a streaming cache");
+  if (s.k_new.numel() < static_cast<int64_t>(T) * kv_dim) {  // streaming-only buffers, on first use
+    s.q_sink = Tensor::Zeros({s.capacity, c.q_dim()});
+    s.k_new = Tensor::Zeros({s.capacity, kv_dim});
+    s.v_new = Tensor::Zeros({s.capacity, kv_dim});
+  }
   MatMul(in, w.wq.data(), OrNull(w.bq), s.q.data(), T, D, c.q_dim());
   MatMul(in, w.wk.data(), OrNull(w.bk), s.k_new.data(), T, D, kv_dim);
   MatMul(in, w.wv.data(), OrNull(w.bv), s.v_new.data(), T, D, kv_dim);

@@ -75,9 +75,8 @@ void RunState::Reserve(const ModelConfig& c, int T) {
   // logits (T, V) are allocated by FinalLogits when a call asks for them: at long T with a large
   // vocabulary they would be the biggest buffer of all (32768 x 50257 floats = 6.6 GB), and the
   // analysis path (LogitsMode::kNone) never needs them.
-  q_sink = Tensor::Zeros({T, c.q_dim()});
-  k_new = Tensor::Zeros({T, c.kv_dim()});
-  v_new = Tensor::Zeros({T, c.kv_dim()});
+  // q_sink, k_new, v_new are allocated by the streaming path when it first runs.
+  q_sink = k_new = v_new = Tensor();
 }
 
 Tensor Forward(const Model& model, KVCache& cache, RunState& state, const ForwardRequest& request) {

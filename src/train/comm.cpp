@@ -63,6 +63,16 @@ void Comm::AllReduceMean(double* x, int64_t n) const {
 #endif
 }
 
+void Comm::AllReduceSum(double* x, int64_t n) const {
+  if (size_ == 1) return;
+#ifdef SINKSCOPE_HAVE_MPI
+  MPI_Allreduce(MPI_IN_PLACE, x, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+#else
+  (void)x;
+  (void)n;
+#endif
+}
+
 void Comm::Barrier() const {
 #ifdef SINKSCOPE_HAVE_MPI
   if (mpi_) MPI_Barrier(MPI_COMM_WORLD);

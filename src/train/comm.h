@@ -18,6 +18,7 @@ class Comm {
   // In place: x <- mean over ranks of x.
   void AllReduceMean(float* x, int64_t n) const;
   void AllReduceMean(double* x, int64_t n) const;
+  void AllReduceSum(double* x, int64_t n) const;
   void Barrier() const;
   // Aborts every rank (after an error on one): MPI_Abort, or nothing single-process.
   void Abort(int code) const;

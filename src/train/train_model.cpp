@@ -238,11 +238,20 @@ void TrainModel<Real>::MoeForward(int l, const Real* in, Real* out) {
       for (int d = 0; d < D; ++d) orow[d] += w * y[d];
     }
   }
+  // Counts and probability sums of the global batch (N_g = ranks x N tokens): summed over ranks
+  // when training data-parallel, so f_e and P_e (and the gradient through P_e, which uses f_e) are
+  // the single-process values.
+  std::vector<double> sums(2 * E, 0.0);  // counts (E), then sum_t p_te (E)
+  for (int e = 0; e < E; ++e) {
+    sums[e] = a.counts[e];
+    for (int n = 0; n < N; ++n) sums[E + e] += a.router_probs[int64_t(n) * E + e];
+  }
+  if (all_reduce_sum && ranks > 1) all_reduce_sum(sums.data(), 2 * E);
+  const double Ng = double(N) * ranks;
   double aux = 0;
   for (int e = 0; e < E; ++e) {
-    double pe = 0;
-    for (int n = 0; n < N; ++n) pe += a.router_probs[int64_t(n) * E + e];
-    aux += (a.counts[e] / (double(N) * K)) * (pe / N);
+    a.counts[e] = static_cast<Real>(sums[e]);
+    aux += (sums[e] / (Ng * K)) * (sums[E + e] / Ng);
   }
   aux_loss_ += E * aux;
 }
@@ -292,7 +301,9 @@ void TrainModel<Real>::MoeBackward(int l, const Real* dout, Real* din) {
   }
   // Router: through the (renormalised) top-k weights, plus the auxiliary loss, then the softmax.
   std::vector<Real> dlogits(int64_t(N) * E);
-  const double aux_scale = config_.aux_loss_coef * E / (double(N) * K) / N;
+  // d aux / d p_te = E f_e / N_g with the global f_e; each rank's gradient is later averaged over
+  // the ranks (x 1/ranks), so it carries ranks x that: E counts_e / (N_g K) / N.
+  const double aux_scale = config_.aux_loss_coef * E / (double(N) * ranks * K) / N;
   for (int n = 0; n < N; ++n) {
     const Real* p = a.router_probs.data() + int64_t(n) * E;
     Real* dl = dlogits.data() + int64_t(n) * E;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,13 @@ class TrainModel {
   // grads = d(loss)/d(params) of the last Forward (overwritten).
   void Backward();
 
+  // Data-parallel training (MPI): sums a double array over every rank in place. When set, the
+  // load-balancing loss uses the routing counts and router probabilities of the global batch (so
+  // its value and gradient equal the single-process run's), not this rank's slice. Called once
+  // per MoE layer per Forward, on every rank.
+  std::function<void(double*, int64_t)> all_reduce_sum;
+  int ranks = 1;  // the global batch is ranks x this model's B
+
   double ce_loss() const { return ce_loss_; }
   double aux_loss() const { return aux_loss_; }  // before the coefficient; 0 for dense
   // Name of the first saved activation holding a NaN or Inf ("" if none), for error messages.
@@ -67,7 +75,7 @@ class TrainModel {
     std::vector<Real> topk_weight;          // (N, k) the weights applied
     std::vector<std::vector<int>> rows;     // per expert: token*k + slot routed to it, ascending
     std::vector<std::vector<Real>> ex_in, ex_h1, ex_h3, ex_g, ex_y;  // per expert (n_e, D|F)
-    std::vector<Real> counts;               // (E) routed assignments per expert
+    std::vector<Real> counts;               // (E) routed assignments per expert, global batch
   };
 
   void MoeForward(int l, const Real* in, Real* out);

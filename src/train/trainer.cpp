@@ -104,6 +104,8 @@ TrainResult RunTraining(const TrainConfig& config_in, const TrainerOptions& opti
 
   const int B = config.batch_size, T = config.seq_len, local_B = B / comm.size();
   TrainModel<float> model(config, local_B, T);
+  model.ranks = comm.size();
+  model.all_reduce_sum = [&comm](double* x, int64_t n) { comm.AllReduceSum(x, n); };
   AdamW adam;
   adam.Init(model.layout().total);
   Rng data_rng(config.seed ^ kDataStream);
