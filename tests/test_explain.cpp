@@ -114,7 +114,14 @@ TEST(Explain, FindsPlantedMlpInBlock1) {
   EXPECT_DOUBLE_EQ(Find(r, "mlp-zero", 1).removed_share, 1.0);
   EXPECT_DOUBLE_EQ(Find(r, "mlp-mean", 1).removed_share, 1.0);
   EXPECT_DOUBLE_EQ(Find(r, "mlp-zero", 0).removed_share, 0.0);
-  EXPECT_DOUBLE_EQ(Find(r, "head-zero", 1, 0).removed_share, 0.0);
+  EXPECT_DOUBLE_EQ(Find(r, "head-mean", 1, 0).removed_share, 0.0);
+  // Zero-ablation finds the same circuit here (the MLP's mean output at positions >= 1 is 0).
+  ExplainOptions zero = Quick();
+  zero.ablation = Ablation::kZero;
+  const ExplainResult rz = Explain(m, Samples(4, 32, 1, -1, 1), zero);
+  EXPECT_DOUBLE_EQ(Find(rz, "head-zero", 1, 0).removed_share, 0.0);
+  ASSERT_EQ(rz.circuit.components.size(), 1u);
+  EXPECT_EQ(rz.circuit.components[0], (Component{ComponentKind::kMlp, 1, -1}));
   EXPECT_GT(Find(r, "mlp-zero", 1).norm_ratio_clean, 10.0);
   EXPECT_LT(Find(r, "mlp-zero", 1).norm_ratio_after, 3.0);
   // The toy's sink follows the marker token, not the position: another first token, a patched h_0

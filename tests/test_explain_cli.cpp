@@ -50,6 +50,7 @@ TEST(ExplainCli, BadInputFailsCleanly) {
   const std::vector<BadCase> cases = {
       {"--share 1.5", "--share"},
       {"--share 0", "--share"},
+      {"--ablation half", "--ablation: expected mean or zero"},
       {"--onset-threshold 0", "--onset-threshold"},
       {"--onset-threshold 2", "--onset-threshold"},
       {"--eps -1", "--eps"},

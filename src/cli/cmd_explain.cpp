@@ -34,6 +34,7 @@ struct ExplainArgs {
   uint64_t seed = 0;
   explain::ExplainOptions options;
   std::string ablate;
+  std::string ablation = "mean";
   std::string json, html;
   bool has_prompt = false;
 };
@@ -53,6 +54,9 @@ void RunExplain(ExplainArgs a) {
   Model model = LoadModel(a.model);
   const ModelConfig& c = model.config;
   a.options.ablate = explain::ParseComponents(a.ablate, c, "--ablate");
+  if (a.ablation != "mean" && a.ablation != "zero")
+    Fail("--ablation: expected mean or zero, got '{}'", a.ablation);
+  a.options.ablation = a.ablation == "zero" ? explain::Ablation::kZero : explain::Ablation::kMean;
   const SampleStream input =
       ReadSampleStream(model, a.text_file, a.prompt, a.has_prompt, a.tokens_file, a.tokenizer);
   const std::vector<int>& stream = input.tokens;
@@ -130,8 +134,11 @@ void RegisterExplain(CLI::App& app) {
                   "Samples the interventions run on (0: all)")->capture_default_str();
   cmd->add_option("--max-components", a->options.max_components,
                   "Largest circuit the greedy search builds")->capture_default_str();
+  cmd->add_option("--ablation", a->ablation,
+                  "How components are knocked out at P0 for the head rows, the search and --ablate: "
+                  "mean (their mean over positions >= 1) or zero")->capture_default_str();
   cmd->add_option("--ablate", a->ablate,
-                  "Also measure zero-ablating this set at P0, e.g. mlp.1,head.0.3");
+                  "Also measure ablating this set at P0, e.g. mlp.1,head.0.3");
   cmd->add_option("--json", a->json, "Write the results as JSON (schema sinkscope.explain/1)");
   cmd->add_option("--html", a->html, "Write a self-contained HTML report");
   cmd->callback([a, prompt] {

@@ -10,6 +10,8 @@
 
 namespace ss::explain {
 
+std::string AblationName(Ablation a) { return a == Ablation::kZero ? "zero" : "mean"; }
+
 std::string Component::Name() const {
   return kind == ComponentKind::kMlp ? "mlp." + std::to_string(layer)
                                      : "head." + std::to_string(layer) + "." + std::to_string(head);
@@ -388,17 +390,28 @@ int OtherFirstToken(int first, const ModelConfig& c) {
   return first;
 }
 
-Hooks AblationHooks(const std::vector<Component>& set, int Dh) {
+Hooks AblationHooks(const std::vector<Component>& set, int Dh, Ablation mode) {
+  // Row 0 of columns [c0, c0 + width) of a (T, row) activation: zero, or the mean of rows >= 1.
+  auto knock_out = [mode](Tensor& t, int64_t c0, int64_t width) {
+    const int64_t T = t.dim(0), row = t.numel() / T;
+    float* x = t.data();
+    for (int64_t c = c0; c < c0 + width; ++c) {
+      double mean = 0;
+      if (mode == Ablation::kMean)
+        for (int64_t i = 1; i < T; ++i) mean += x[i * row + c] / double(T - 1);
+      x[c] = static_cast<float>(mean);
+    }
+  };
   Hooks hooks;
   for (const Component& comp : set) {
     if (comp.kind == ComponentKind::kMlp) {
-      hooks.Add(HookPoint::kMlpOut, comp.layer, [](const HookContext& ctx, Tensor& t) {
-        if (ctx.start == 0) std::fill(t.data(), t.data() + t.dim(1), 0.0f);
+      hooks.Add(HookPoint::kMlpOut, comp.layer, [knock_out](const HookContext& ctx, Tensor& t) {
+        if (ctx.start == 0 && t.dim(0) > 1) knock_out(t, 0, t.numel() / t.dim(0));
       });
     } else {
       const int h = comp.head;
-      hooks.Add(HookPoint::kZ, comp.layer, [h, Dh](const HookContext& ctx, Tensor& t) {
-        if (ctx.start == 0) std::fill(t.data() + h * Dh, t.data() + (h + 1) * Dh, 0.0f);
+      hooks.Add(HookPoint::kZ, comp.layer, [knock_out, h, Dh](const HookContext& ctx, Tensor& t) {
+        if (ctx.start == 0 && t.dim(0) > 1) knock_out(t, int64_t(h) * Dh, Dh);
       });
     }
   }
@@ -524,10 +537,12 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
     ++a.e.samples;
   };
   std::vector<EffectAcc> effects;
+  const std::string mlp_kind = "mlp-" + AblationName(options.ablation);
+  const std::string head_kind = "head-" + AblationName(options.ablation);
   for (int l = 0; l < L; ++l) {
     effects.push_back(make("mlp-zero", l, -1));
     effects.push_back(make("mlp-mean", l, -1));
-    for (int h = 0; h < H; ++h) effects.push_back(make("head-zero", l, h));
+    for (int h = 0; h < H; ++h) effects.push_back(make(head_kind, l, h));
   }
   for (int l = 0; l + 1 < L; ++l) effects.push_back(make("patch-p0", l, -1));
   effects.push_back(make("first-token", -1, -1));
@@ -562,20 +577,10 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
       return options.resume_at_block && L > 1 && l > 0 ? &resume[l] : nullptr;
     };
     for (int l = 0; l < L; ++l) {
-      add(effects[e++], clean[n], runner.Run(tokens, AblationHooks({{ComponentKind::kMlp, l, -1}}, Dh), at(l)));
-      Hooks mean_hooks;
-      mean_hooks.Add(HookPoint::kMlpOut, l, [](const HookContext& ctx, Tensor& t) {
-        if (ctx.start != 0) return;
-        const int64_t Tn = t.dim(0), D = t.dim(1);
-        for (int64_t d = 0; d < D; ++d) {
-          double s = 0;
-          for (int64_t i = 1; i < Tn; ++i) s += t.data()[i * D + d];
-          t.data()[d] = static_cast<float>(s / (Tn - 1));
-        }
-      });
-      add(effects[e++], clean[n], runner.Run(tokens, mean_hooks, at(l)));
+      add(effects[e++], clean[n], runner.Run(tokens, AblationHooks({{ComponentKind::kMlp, l, -1}}, Dh, Ablation::kZero), at(l)));
+      add(effects[e++], clean[n], runner.Run(tokens, AblationHooks({{ComponentKind::kMlp, l, -1}}, Dh, Ablation::kMean), at(l)));
       for (int h = 0; h < H; ++h)
-        add(effects[e++], clean[n], runner.Run(tokens, AblationHooks({{ComponentKind::kHead, l, h}}, Dh), at(l)));
+        add(effects[e++], clean[n], runner.Run(tokens, AblationHooks({{ComponentKind::kHead, l, h}}, Dh, options.ablation), at(l)));
       report();
     }
     // Donor: the same sample with another first token; keep its h_0 after every block.
@@ -611,7 +616,7 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
     if (!options.ablate.empty()) {
       int first = L - 1;
       for (const Component& comp : options.ablate) first = std::min(first, comp.layer);
-      add(effects[e++], clean[n], runner.Run(tokens, AblationHooks(options.ablate, Dh), at(first)));
+      add(effects[e++], clean[n], runner.Run(tokens, AblationHooks(options.ablate, Dh, options.ablation), at(first)));
     }
     report();
   }
@@ -656,7 +661,7 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
       if (target <= 0) return 0.0;
       double after = 0;
       for (int n = 0; n < NI; ++n) {
-        const RunMetrics m = runner.Run(samples[n], AblationHooks(set, Dh));
+        const RunMetrics m = runner.Run(samples[n], AblationHooks(set, Dh, options.ablation));
         for (int l = cs.from_layer; l < L; ++l) after += m.sink0[l];
       }
       report();
@@ -665,12 +670,12 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
     // Single effects on the target, from the zero-ablation rows of the table.
     std::vector<std::pair<double, Component>> singles;
     for (const EffectAcc& a : effects) {
-      if (a.e.kind != "mlp-zero" && a.e.kind != "head-zero") continue;
+      if (a.e.kind != mlp_kind && a.e.kind != head_kind) continue;
       if (a.e.layer + 1 >= L) continue;  // nothing downstream
       double after = 0;
       for (int l = cs.from_layer; l < L; ++l) after += a.after_layer[l];
       const double share = target > 0 ? 1.0 - after / target : 0.0;
-      singles.push_back({share, a.e.kind == "mlp-zero" ? Component{ComponentKind::kMlp, a.e.layer, -1}
+      singles.push_back({share, a.e.kind == mlp_kind ? Component{ComponentKind::kMlp, a.e.layer, -1}
                                                        : Component{ComponentKind::kHead, a.e.layer, a.e.head}});
     }
     std::stable_sort(singles.begin(), singles.end(),

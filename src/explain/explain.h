@@ -45,6 +45,12 @@ struct Component {
   bool operator==(const Component&) const = default;
 };
 
+// How a component's output at position 0 is knocked out: set to zero, or to its mean over the
+// positions >= 1 of the same input (mean-ablation, which keeps the activation on-distribution;
+// zero-ablation can push later layers off it and even strengthen a sink).
+enum class Ablation { kZero, kMean };
+std::string AblationName(Ablation a);  // "zero", "mean"
+
 struct ExplainOptions {
   double eps = 0.3;                      // Sink_k^eps threshold on alpha_k, in (0, 1]
   double amplification_threshold = 3.0;  // P0 norm ratio, > 0
@@ -54,6 +60,7 @@ struct ExplainOptions {
   int greedy_width = 8;                  // candidates (best single effects) tried per later step
   int intervention_samples = 8;          // samples the interventions run on; 0: all
   std::function<void(int64_t, int64_t)> progress;  // (forwards done, forwards planned)
+  Ablation ablation = Ablation::kMean;  // for the head rows, the circuit search and --ablate
   std::vector<Component> ablate;        // a set given by the user (--ablate), measured as "set"
   // Interventions at block l resume the forward at block l from the clean run's residual stream
   // (blocks before l cannot change), keeping the clean metrics of blocks < l. Exact; false runs
@@ -89,7 +96,7 @@ struct LayerDecomposition {
 };
 
 struct InterventionEffect {
-  // "mlp-zero", "mlp-mean", "head-zero", "patch-p0", "first-token", "shift", "set" (--ablate;
+  // "mlp-zero", "mlp-mean", "head-mean" or "head-zero" (options.ablation), "patch-p0", "first-token", "shift", "set" (--ablate;
   // layer = its last layer)
   std::string kind;
   int layer = -1;    // intervened layer (-1: the input)

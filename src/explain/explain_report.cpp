@@ -19,7 +19,7 @@ json Num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 json Layer(int l) { return l >= 0 ? json(l) : json(nullptr); }
 
 std::string EffectName(const InterventionEffect& e) {
-  if (e.kind == "head-zero") return fmt::format("head-zero {}.{}", e.layer, e.head);
+  if (e.kind == "head-zero" || e.kind == "head-mean") return fmt::format("{} {}.{}", e.kind, e.layer, e.head);
   if (e.kind == "set") return "set (--ablate)";
   if (e.layer >= 0) return fmt::format("{} {}", e.kind, e.layer);
   return e.kind;
@@ -30,7 +30,7 @@ std::string EffectName(const InterventionEffect& e) {
 std::vector<const InterventionEffect*> ShownEffects(const ExplainResult& r, size_t max_heads) {
   std::vector<const InterventionEffect*> out, heads;
   for (const auto& e : r.interventions) {
-    if (e.kind == "head-zero") heads.push_back(&e);
+    if (e.kind == "head-zero" || e.kind == "head-mean") heads.push_back(&e);
     else out.push_back(&e);
   }
   std::stable_sort(heads.begin(), heads.end(), [](auto* a, auto* b) {
@@ -77,6 +77,7 @@ json ReportJson(const ExplainReport& rep) {
                    {"amplification_threshold", o.amplification_threshold},
                    {"onset_threshold", o.onset_threshold}, {"share", o.share},
                    {"max_components", o.max_components}, {"greedy_width", o.greedy_width},
+                   {"ablation", AblationName(o.ablation)},
                    {"intervention_samples", std::min(r.samples, o.intervention_samples > 0 ? o.intervention_samples : r.samples)}};
   j["amplification_layer"] = Layer(r.amplification_layer);
   j["onset_layer"] = Layer(r.onset_layer);
@@ -111,10 +112,11 @@ json ReportJson(const ExplainReport& rep) {
   for (const Component& c : r.circuit.components) {
     json cj = {{"name", c.Name()}, {"kind", c.kind == ComponentKind::kMlp ? "mlp" : "head"},
                {"layer", c.layer}, {"head", c.head >= 0 ? json(c.head) : json(nullptr)}};
-    // Its measured effect alone (the zero-ablation row).
+    // Its measured effect alone (the row of the search's ablation).
+    const std::string mode = AblationName(r.options.ablation);
     for (const auto& e : r.interventions)
-      if (e.layer == c.layer && ((c.kind == ComponentKind::kMlp && e.kind == "mlp-zero") ||
-                                 (c.kind == ComponentKind::kHead && e.kind == "head-zero" && e.head == c.head)))
+      if (e.layer == c.layer && ((c.kind == ComponentKind::kMlp && e.kind == "mlp-" + mode) ||
+                                 (c.kind == ComponentKind::kHead && e.kind == "head-" + mode && e.head == c.head)))
         cj["alone"] = {{"sink_clean", Num(e.sink_clean)}, {"sink_after", Num(e.sink_after)},
                        {"removed_share", Num(e.removed_share)},
                        {"norm_ratio_clean", Num(e.norm_ratio_clean)},
