@@ -15,6 +15,7 @@
 #include "train/data.h"
 #include "train/optimizer.h"
 #include "train/train_model.h"
+#include "tokenizer/tokenizer.h"
 #include "train/trainer.h"
 
 namespace ss::train {
@@ -156,6 +157,59 @@ TEST(TrainData, BigramBackcopyCopiesAfterTriggers) {
     std::printf("bigram-backcopy (bos %d): %d triggers in 400 tokens\n", bos, triggers);
     EXPECT_GT(triggers, 10);  // the triggers are the most frequent tokens
   }
+}
+
+// The checkpoint's tokenizer.json (converted from the trained SentencePiece model) encodes every
+// document exactly as SentencePiece did when the corpus was encoded for training. On a real corpus
+// excerpt (War and Peace, with punctuation, digits, accents, indentation and line breaks) when the
+// shared data is present, else on a synthetic text.
+TEST(TrainData, TokenizerJsonReproducesSentencePiece) {
+  const std::string dir = TempDir("spm_json");
+  std::string text;
+  const std::string real = test::SharedDataPath("corpora/war_and_peace.txt");
+  if (FileExists(real)) {
+    text = ReadFile(real).substr(200000, 120000);
+  } else {
+    std::printf("shared corpora not found: using a synthetic text\n");
+    for (int d = 0; d < 80; ++d)
+      text += "  Chapter " + std::to_string(d) + ".\n\"Caf\xC3\xA9,\" she said --  twice;\tthen 3.14 times.\n\n";
+  }
+  TrainConfig c = TinyRun(dir);
+  c.data = DataKind::kText;
+  c.corpus = dir + "/corpus.txt";
+  c.vocab_size = 512;
+  WriteFileAtomic(c.corpus, text);
+  const TextCorpusFiles files = PrepareTextCorpus(c, dir + "/data", 1);
+  bool exact = false;
+  const std::string json = SentencePieceToTokenizerJson(files.tokenizer, &exact);
+  EXPECT_TRUE(exact);
+  const auto tok = ParseTokenizerJson("converted", json);
+  auto map = MapFile(files.tokens);
+  auto docs = MapFile(files.docs);
+  const uint16_t* ids = reinterpret_cast<const uint16_t*>(map->data);
+  const uint32_t* starts = reinterpret_cast<const uint32_t*>(docs->data);
+  const size_t n_docs = docs->size / 4, n_tokens = map->size / 2;
+  // The same documents as training cut them: separated by blank lines.
+  std::vector<std::string> split;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find("\n\n", pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string doc = text.substr(pos, end - pos);
+    if (doc.find_first_not_of(" \t\r\n") != std::string::npos) split.push_back(doc);
+    pos = end;
+    while (pos < text.size() && text[pos] == '\n') ++pos;
+  }
+  ASSERT_EQ(split.size(), n_docs);
+  size_t mismatched = 0, compared = 0;
+  for (size_t d = 0; d < n_docs; ++d) {
+    const size_t end = d + 1 < n_docs ? starts[d + 1] : n_tokens;
+    const std::vector<int> want(ids + starts[d], ids + end);
+    mismatched += tok->Encode(split[d], false) != want;
+    compared += want.size();
+  }
+  std::printf("tokenizer.json vs SentencePiece: %zu of %zu documents differ (%zu tokens)\n",
+              mismatched, n_docs, compared);
+  EXPECT_EQ(mismatched, 0u);
 }
 
 TEST(TrainData, TextWindowsWithAndWithoutBos) {

@@ -1,4 +1,5 @@
 #include "train/checkpoint.h"
+#include "train/data.h"
 
 #include <unistd.h>
 
@@ -156,6 +157,8 @@ std::string SaveCheckpoint(const std::string& run_dir, const TrainConfig& c, con
     if (!tokenizer.empty()) {
       MaybeInjectedFailure(tmp + "/tokenizer.model");
       WriteFileAtomic(tmp + "/tokenizer.model", ReadFile(tokenizer));
+      // tokenizer.json too, so analyze / explain / stream find the tokenizer as in any HF model.
+      WriteText(tmp + "/tokenizer.json", SentencePieceToTokenizerJson(tokenizer));
       nlohmann::ordered_json tc = {{"tokenizer_class", "LlamaTokenizer"},
                                    {"bos_token", "<s>"}, {"eos_token", "</s>"}, {"unk_token", "<unk>"},
                                    {"add_bos_token", c.bos}, {"add_eos_token", false},

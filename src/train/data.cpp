@@ -1,5 +1,8 @@
 #include "train/data.h"
 
+#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/export.h"
+
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
@@ -114,6 +117,38 @@ std::vector<std::string> SplitDocuments(const std::string& text) {
 
 }  // namespace
 
+std::string SentencePieceToTokenizerJson(const std::string& spm_path, bool* exact) {
+  sentencepiece::SentencePieceProcessor sp;
+  if (const auto st = sp.Load(spm_path); !st.ok())
+    Fail("{}: cannot load the SentencePiece model: {}", spm_path, st.ToString());
+  BpeModel m;
+  m.kind = BpeModel::Kind::kSentencePiece;
+  m.name = "sentencepiece-bpe";
+  m.source = spm_path;
+  m.add_space_prefix = true;  // SentencePiece's add_dummy_prefix (the trainer's default)
+  m.bos = sp.bos_id();
+  m.eos = sp.eos_id();
+  m.unk = sp.unk_id();
+  const int n = sp.GetPieceSize();
+  for (int i = 0; i < n; ++i) {
+    m.pieces.push_back(sp.IdToPiece(i));
+    m.scores.push_back(sp.GetScore(i));
+    m.types.push_back(sp.IsUnknown(i)   ? TokenType::kUnknown
+                      : sp.IsControl(i) ? TokenType::kControl
+                      : sp.IsByte(i)    ? TokenType::kByte
+                                        : TokenType::kNormal);
+  }
+  const BpeTokenizer tok(std::move(m));
+  const std::string json = TokenizerJsonText(tok);
+  if (exact) {
+    const std::string probe = "Once upon a time,  there were 1234 \"tiny\" stories.\n\tThe end \xC3\xA9t\xC3\xA9 \xE2\x9C\x93!";
+    std::vector<int> want;
+    (void)sp.Encode(probe, &want);
+    *exact = ParseTokenizerJson(spm_path, json)->Encode(probe, /*add_bos=*/false) == want;
+  }
+  return json;
+}
+
 TextCorpusFiles PrepareTextCorpus(const TrainConfig& c, const std::string& dir, int num_threads) {
   TextCorpusFiles files{c.tokenizer.empty() ? dir + "/tokenizer.model" : c.tokenizer,
                         dir + "/tokens.u16", dir + "/docs.u32"};
@@ -125,12 +160,14 @@ TextCorpusFiles PrepareTextCorpus(const TrainConfig& c, const std::string& dir, 
   fs::create_directories(dir);
   if (c.tokenizer.empty()) {
     // BPE as in Sennrich et al. 2016, via SentencePiece (Kudo & Richardson 2018). Byte fallback
-    // keeps every input encodable; unk 0, bos 1, eos 2 as in Llama 2.
+    // keeps every input encodable; unk 0, bos 1, eos 2, identity normalisation and whitespace kept
+    // as in Llama 2 (so the checkpoint's tokenizer.json reproduces it exactly).
     const std::string prefix = dir + "/tokenizer.tmp";
     const std::string args = fmt::format(
         "--input={} --model_prefix={} --vocab_size={} --model_type=bpe --character_coverage=1.0 "
         "--byte_fallback=true --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=-1 --num_threads={} "
-        "--max_sentence_length=16384 --split_digits=true --minloglevel=2",
+        "--max_sentence_length=16384 --split_digits=true --normalization_rule_name=identity "
+        "--remove_extra_whitespaces=false --minloglevel=2",
         c.corpus, prefix, c.vocab_size, std::max(1, num_threads));
     const auto status = sentencepiece::SentencePieceTrainer::Train(args);
     if (!status.ok())

@@ -62,6 +62,13 @@ class BigramBackcopy : public DataSource {
 struct TextCorpusFiles {
   std::string tokenizer, tokens, docs;
 };
+// The SentencePiece BPE model at `spm_path` as a Hugging Face tokenizer.json (BPE, byte fallback,
+// "\u2581" space marker with a dummy prefix), so checkpoints load like any HF model. Exact for
+// the tokenizers this trainer makes (identity normalisation, whitespace kept, as Llama 2's); a
+// model trained with another normaliser is converted without it, and `exact` says so (checked by
+// encoding a probe text both ways).
+std::string SentencePieceToTokenizerJson(const std::string& spm_path, bool* exact = nullptr);
+
 TextCorpusFiles PrepareTextCorpus(const TrainConfig& config, const std::string& dir,
                                   int num_threads);
 
