@@ -17,4 +17,7 @@ echo
 echo "== sinkscope analyze --model $model --json out/analyze.json --html out/analyze.html"
 $sinkscope analyze --model "$model" --json out/analyze.json --html out/analyze.html
 echo
-echo "Report: out/analyze.html (open it in a browser); data: out/analyze.json"
+echo "== sinkscope explain --model $model --json out/explain.json --html out/explain.html"
+$sinkscope explain --model "$model" --json out/explain.json --html out/explain.html
+echo
+echo "Reports: out/analyze.html, out/explain.html (open them in a browser); data: out/analyze.json, out/explain.json"
