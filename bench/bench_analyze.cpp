@@ -109,7 +109,10 @@ double Analyze(const Args& a, ss::analysis::AttnPath path, int T, double* cpu_se
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   *cpu_seconds = CpuSeconds() - cpu_start;
   std::fprintf(stderr, "  %s T=%d: %.2f s, alpha_0 mean %.4f\n",
-               path == ss::analysis::AttnPath::kFused ? "fused" : "materialised", T, seconds,
+               path == ss::analysis::AttnPath::kFused          ? "fused"
+               : path == ss::analysis::AttnPath::kMaterialised ? "materialised"
+                                                               : "keep-all",
+               T, seconds,
                [&] {
                  double s = 0;
                  const size_t n = static_cast<size_t>(a.shape.n_layers) * a.shape.n_heads;

@@ -17,7 +17,13 @@
 #include <cmath>
 #include <random>
 
+#include <filesystem>
+
+#include "io/hf_config.h"
 #include "io/llama2c.h"
+#include "io/load.h"
+#include "io/safetensors.h"
+#include "naive_hf.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "model/random_init.h"
@@ -255,6 +261,66 @@ TEST(Stream, OneLayerEqualsFreshForwardOverKeptTokens) {
     }
     EXPECT_LT(worst, 1e-5) << stream::PolicyName(policy);
   }
+}
+
+// GPT-2 (learned absolute positions): a token is embedded at its cache position at insertion,
+// min(m, S+W-1), and its cached keys and values keep that position. For one layer the streamed
+// logits therefore equal a fresh non-streaming forward over the kept tokens with exactly those
+// positions (passed explicitly). A model loaded from an HF GPT-2 directory; the test also checks
+// the chosen rule is not vacuous (positions 0 .. S+W-1 would give other logits).
+TEST(Stream, Gpt2LearnedPositionsOneLayer) {
+  const ModelConfig config = ParseHfConfig(
+      R"({"architectures": ["GPT2LMHeadModel"], "n_embd": 32, "n_head": 4, "n_layer": 1,
+          "n_positions": 64, "vocab_size": 61, "layer_norm_epsilon": 1e-5})", "gpt2 test");
+  const test::HfTensors weights = test::RandomHfWeights(config, 9);
+  const std::string dir = test::TempDir("stream_gpt2") + "/hf";
+  std::filesystem::create_directories(dir);
+  WriteHfConfig(dir + "/config.json", config);
+  std::vector<std::pair<std::string, Tensor>> list(weights.begin(), weights.end());
+  WriteSafetensors(dir + "/model.safetensors", list);
+  const Model model = LoadModel(dir);
+  const std::vector<int> tokens = SomeTokens(40, model.config.vocab_size, 8);
+  const int S = 2, W = 6;
+  StreamOptions o;
+  o.policy = Policy::kSinks;
+  o.sinks = S;
+  o.window = W;
+  auto cache = stream::MakeStreamCache(model, o);
+  double worst = 0, apart = 0;
+  for (int n = 0; n < static_cast<int>(tokens.size()); ++n) {
+    Tensor got = cache->Step(tokens[n]);
+    std::vector<int> kept, positions;
+    for (int m = 0; m <= n; ++m) {
+      if (m >= S && m <= n - W) continue;  // evicted
+      kept.push_back(tokens[m]);
+      positions.push_back(std::min(m, S + W - 1));  // its cache position when it was inserted
+    }
+    auto fresh = [&](const std::vector<int>& pos) {
+      KVCache kv = KVCache::Create(model.config, S + W);
+      RunState state;
+      ForwardRequest r;
+      r.tokens = kept;
+      r.positions = pos;
+      r.logits = LogitsMode::kLast;
+      const Tensor t = Forward(model, kv, state, r);
+      return std::vector<float>(t.data(), t.data() + t.numel());
+    };
+    const std::vector<float> g(got.data(), got.data() + got.numel());
+    const std::vector<float> want = fresh(positions);
+    double diff = 0, ref = 0;
+    for (size_t i = 0; i < g.size(); ++i) diff = std::max(diff, double(std::fabs(g[i] - want[i]))), ref = std::max(ref, double(std::fabs(want[i])));
+    worst = std::max(worst, diff / ref);
+    std::vector<int> plain(kept.size());
+    for (size_t i = 0; i < plain.size(); ++i) plain[i] = static_cast<int>(i);
+    const std::vector<float> other = fresh(plain);
+    double d2 = 0;
+    for (size_t i = 0; i < g.size(); ++i) d2 = std::max(d2, double(std::fabs(other[i] - want[i])));
+    apart = std::max(apart, d2 / ref);
+  }
+  std::printf("gpt2 1 layer, sinks %d + %d: streamed vs fresh forward with insertion positions: max rel diff %.3g; "
+              "positions 0..S+W-1 would differ by %.3g\n", S, W, worst, apart);
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_GT(apart, 1e-3);
 }
 
 // recompute re-encodes the S + W most recent tokens each step: equal to the reference run on them.
