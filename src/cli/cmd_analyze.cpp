@@ -124,19 +124,7 @@ void RunAnalyze(AnalyzeArgs a) {
   fmt::print("model {} ({}, {} layers x {} heads); {}\n", model.source, model.format, c.n_layers,
              c.n_heads, source);
   fmt::print("{}", summary);
-  if (!a.json.empty()) {
-    WriteFileAtomic(a.json, json_text);
-    Log("wrote " + a.json);
-  }
-  if (!a.html.empty()) {
-    try {
-      WriteFileAtomic(a.html, html_text);
-    } catch (...) {
-      if (!a.json.empty()) std::filesystem::remove(a.json);
-      throw;
-    }
-    Log("wrote " + a.html);
-  }
+  WriteReports(a.json, json_text, a.html, html_text);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "cli/common.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -100,6 +101,22 @@ SampleStream ReadSampleStream(const Model& model, const std::string& text_file,
   }
   if (s.tokens.empty()) Fail("{}: no tokens to analyse", s.flag);
   return s;
+}
+
+void WriteReports(const std::string& json_path, const std::string& json_text,
+                  const std::string& html_path, const std::string& html_text) {
+  if (!json_path.empty()) {
+    WriteFileAtomic(json_path, json_text);
+    Log("wrote " + json_path);
+  }
+  if (html_path.empty()) return;
+  try {
+    WriteFileAtomic(html_path, html_text);
+  } catch (...) {
+    if (!json_path.empty()) std::filesystem::remove(json_path);
+    throw;
+  }
+  Log("wrote " + html_path);
 }
 
 }  // namespace ss::cli
