@@ -1,8 +1,11 @@
 #include <cstdio>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include "cli/commands.h"
 #include "common/error.h"
+#include "kernels/parallel.h"
 
 namespace ss::cli {
 
@@ -14,7 +17,12 @@ bool StderrIsTerminal() { return isatty(fileno(stderr)); }
 int main(int argc, char** argv) {
   CLI::App app{"sinkscope: find, explain and exploit attention sinks in transformer language models"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "sinkscope 0.1.0");
+  app.set_version_flag("--version", [] {
+    const ss::BlasInfo blas = ss::GetBlasInfo();
+    return fmt::format("sinkscope 0.1.0\nBLAS: {} ({}; {}; core {})\nthreads: {}", blas.config,
+                       blas.openmp() ? "OpenMP" : "not OpenMP", blas.library, blas.core,
+                       ss::ThreadCount());
+  });
   ss::cli::RegisterInspect(app);
   ss::cli::RegisterGenerate(app);
   ss::cli::RegisterPpl(app);
@@ -26,6 +34,17 @@ int main(int argc, char** argv) {
   ss::cli::RegisterChat(app);
   ss::cli::RegisterTrace(app);
   ss::cli::RegisterExplain(app);
+  // --threads on every verb (train declares its own, stored in its config): one OpenMP pool for
+  // our kernels and OpenBLAS, sized before the verb runs.
+  for (CLI::App* verb : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (verb->get_option_no_throw("--threads")) continue;
+    verb->add_option_function<int>(
+            "--threads", [](int n) { ss::SetThreadCount(n); },
+            "Threads for the whole process (default: the cores available)")
+        ->check(CLI::Range(1, 4096));
+  }
+  if (std::string warning = ss::BlasWarning(); !warning.empty())
+    std::fprintf(stderr, "sinkscope: %s\n", warning.c_str());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

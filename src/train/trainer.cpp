@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include "kernels/parallel.h"
+
 #include <cblas.h>
 #include <omp.h>
 
@@ -65,9 +67,7 @@ std::string Join(const std::vector<double>& v, const char* fmt_one) {
 }
 
 void SetThreads(int threads) {
-  if (threads <= 0) return;
-  omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
+  if (threads > 0) SetThreadCount(threads);
 }
 
 }  // namespace

@@ -1,0 +1,42 @@
+#include "kernels/parallel.h"
+
+#include <cblas.h>
+#include <dlfcn.h>
+#include <omp.h>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+namespace ss {
+
+void SetThreadCount(int n) {
+  SS_ASSERT(n >= 1);
+  omp_set_num_threads(n);
+  // The OpenMP build of OpenBLAS runs its work in OpenMP regions but keeps its own limit.
+  openblas_set_num_threads(n);
+}
+
+int ThreadCount() { return omp_get_max_threads(); }
+
+BlasInfo GetBlasInfo() {
+  BlasInfo info;
+  if (const char* c = openblas_get_config()) info.config = c;
+  if (const char* c = openblas_get_corename()) info.core = c;
+  info.parallel = openblas_get_parallel();
+  Dl_info dl{};
+  if (dladdr(reinterpret_cast<void*>(&cblas_sgemm), &dl) && dl.dli_fname) info.library = dl.dli_fname;
+  return info;
+}
+
+std::string BlasWarning() {
+  const BlasInfo info = GetBlasInfo();
+  if (info.openmp()) return "";
+  return fmt::format(
+      "warning: the loaded OpenBLAS ({}) is not the OpenMP build (openblas_get_parallel() = {}); "
+      "its threads will compete with sinkscope's. Unset LD_LIBRARY_PATH/LD_PRELOAD overrides or "
+      "install libopenblas0-openmp and rebuild.",
+      info.library.empty() ? info.config : info.library, info.parallel);
+}
+
+}  // namespace ss

@@ -1,0 +1,29 @@
+// The process's threads: one OpenMP pool shared by our kernels and by OpenBLAS (the build links
+// OpenBLAS's OpenMP variant; see CMakeLists.txt), so there are never two sets of threads competing
+// for the cores.
+#pragma once
+
+#include <string>
+
+namespace ss {
+
+// Sets the thread count for OpenMP and OpenBLAS alike. n >= 1.
+void SetThreadCount(int n);
+// The thread count parallel regions will use now.
+int ThreadCount();
+
+// What the loaded OpenBLAS says of itself.
+struct BlasInfo {
+  std::string config;  // openblas_get_config(), e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY ..."
+  std::string core;    // openblas_get_corename(), the kernel set chosen for this CPU
+  int parallel = 0;    // openblas_get_parallel(): 0 sequential, 1 pthreads, 2 OpenMP
+  std::string library; // path of the shared object that provides cblas_sgemm
+  bool openmp() const { return parallel == 2; }
+};
+BlasInfo GetBlasInfo();
+
+// If the loaded OpenBLAS is not the OpenMP build (a LD_LIBRARY_PATH or LD_PRELOAD override, or a
+// build against another BLAS), returns a one-line warning; otherwise an empty string.
+std::string BlasWarning();
+
+}  // namespace ss

@@ -1,0 +1,54 @@
+// The build links OpenBLAS's OpenMP variant (CMakeLists.txt): with the pthread variant, OpenBLAS's
+// own threads and OpenMP's fight for the cores. These tests fail if any binary loads another one.
+#include <gtest/gtest.h>
+
+#include <cblas.h>
+
+#include "kernels/parallel.h"
+#include "test_util.h"
+
+namespace ss {
+namespace {
+
+TEST(Blas, LoadedOpenBlasIsTheOpenMpBuild) {
+  const BlasInfo info = GetBlasInfo();
+  std::printf("BLAS: %s | core %s | parallel %d | %s\n", info.config.c_str(), info.core.c_str(),
+              info.parallel, info.library.c_str());
+  EXPECT_EQ(info.parallel, 2) << "openblas_get_parallel() must say OpenMP (2), not "
+                              << (info.parallel == 1 ? "pthreads" : "sequential");
+  EXPECT_NE(info.library.find("openblas-openmp"), std::string::npos) << info.library;
+  EXPECT_EQ(BlasWarning(), "");
+}
+
+TEST(Blas, ThreadCountSetsOpenMpAndOpenBlasTogether) {
+  const int before = ThreadCount();
+  SetThreadCount(1);
+  EXPECT_EQ(ThreadCount(), 1);
+  EXPECT_EQ(openblas_get_num_threads(), 1);
+  SetThreadCount(3);
+  EXPECT_EQ(ThreadCount(), 3);
+  EXPECT_EQ(openblas_get_num_threads(), 3);
+  SetThreadCount(before);
+}
+
+TEST(Blas, CliBinaryLoadsTheOpenMpBuild) {
+  test::CliResult r = test::RunCli("--version");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("(OpenMP;"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("openblas-openmp"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+}
+
+TEST(Blas, CliThreadsFlagIsCheckedOnEveryVerb) {
+  for (const char* verb : {"inspect", "generate", "ppl", "analyze", "explain", "stream", "trace"}) {
+    test::CliResult r = test::RunCli(std::string(verb) + " --threads 0 --model x");
+    EXPECT_NE(r.code, 0) << verb;
+    EXPECT_NE((r.out + r.err).find("--threads"), std::string::npos) << verb << ": " << r.err;
+  }
+  test::CliResult r = test::RunCli("inspect --threads 1 --model " +
+                                   test::RepoPath("models/stories260K/stories260K.bin"));
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+}  // namespace
+}  // namespace ss
