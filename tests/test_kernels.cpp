@@ -1,11 +1,13 @@
 // Each kernel against a naive double-precision reference on random inputs (STYLE.md #9, #10).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "kernels/ops.h"
+#include "kernels/vecmath.h"
 #include "test_util.h"
 
 namespace ss {
@@ -168,6 +170,78 @@ TEST(Kernels, AttentionMatchesNaiveWithStatistics) {
     AttentionFromPattern(pattern.data(), v.data(), out2.data(), c.T, c.S, c.H, c.Hkv, c.Dh);
     EXPECT_LT(test::MaxDiff(out2, ref_out, "attention from pattern"), 1e-5);
   }
+}
+
+}  // namespace
+}  // namespace ss
+
+namespace ss {
+namespace {
+
+// Every SIMD path of kernels/vecmath.h against double precision, on values from deep underflow to
+// overflow of exp, with lengths that leave every tail size.
+TEST(VecMath, EveryPathMatchesDouble) {
+  const SimdLevel best = ActiveSimdLevel();
+  std::vector<float> x;
+  for (float v = -120.0f; v <= 120.0f; v += 0.173f) x.push_back(v);
+  for (float v : {0.0f, -0.0f, 1e-8f, -1e-8f, 88.0f, -87.0f, -87.5f, -200.0f, 1e-3f}) x.push_back(v);
+  for (SimdLevel level : {SimdLevel::kPortable, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (level > best) continue;
+    ForceSimdLevel(level);
+    const std::string name = SimdLevelName(level);
+    for (int n : {1, 7, 8, 15, 16, 17, 33, static_cast<int>(x.size())}) {
+      // exp through ExpShiftSum on values <= 0 (softmax's domain) and its sum.
+      std::vector<float> e(x.begin(), x.begin() + n);
+      const float shift = MaxOf(e.data(), n);
+      double ref_max = -INFINITY;
+      for (int i = 0; i < n; ++i) ref_max = std::max<double>(ref_max, x[i]);
+      ASSERT_EQ(shift, static_cast<float>(ref_max)) << name;
+      const float sum = ExpShiftSum(e.data(), n, shift);
+      double ref_sum = 0, worst = 0;
+      for (int i = 0; i < n; ++i) {
+        const double r = std::exp(static_cast<double>(x[i] - shift));  // the kernel's float argument
+        ref_sum += r;
+        worst = std::max(worst, std::abs(e[i] - r) / std::max(r, 1e-30));
+        if (r < 1e-38) worst = std::max(worst, static_cast<double>(e[i]) * 1e30);  // 0 or denormal
+      }
+      EXPECT_LT(worst, 5e-7) << name << " exp n=" << n;
+      EXPECT_LT(std::abs(sum - ref_sum) / ref_sum, 1e-6) << name << " sum n=" << n;
+    }
+    // Activations: error relative to max(|ref|, 1) (absolute below 1, where the negative tails of the
+    // GELUs cancel in float whatever the method).
+    auto check = [&](const char* what, void (*fn)(float*, int64_t), double (*ref)(double), double tol) {
+      std::vector<float> y(x.begin(), x.end());
+      for (float& v : y) v = std::clamp(v, -30.0f, 30.0f);
+      std::vector<float> in = y;
+      fn(y.data(), static_cast<int64_t>(y.size()));
+      double worst = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        const double r = ref(in[i]);
+        worst = std::max(worst, std::abs(y[i] - r) / std::max(std::abs(r), 1.0));
+      }
+      std::printf("vecmath %s %s: max rel diff %.3g over %zu values\n", name.c_str(), what, worst,
+                  y.size());
+      EXPECT_LT(worst, tol) << name << " " << what;
+    };
+    check("silu", SiluInPlace, [](double v) { return v / (1 + std::exp(-v)); }, 1e-6);
+    check("gelu_tanh", GeluTanhInPlace,
+          [](double v) { return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); },
+          2e-6);
+    check("gelu", GeluErfInPlace, [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); },
+          3e-6);
+    std::vector<float> g(x.begin(), x.end()), up(x.size());
+    for (size_t i = 0; i < up.size(); ++i) up[i] = 0.01f * static_cast<float>(i % 97) - 0.3f;
+    for (float& v : g) v = std::clamp(v, -30.0f, 30.0f);
+    std::vector<float> g0 = g;
+    SiluMul(g.data(), up.data(), static_cast<int64_t>(g.size()));
+    double worst = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      const double r = g0[i] / (1 + std::exp(-static_cast<double>(g0[i]))) * up[i];
+      worst = std::max(worst, std::abs(g[i] - r) / std::max(std::abs(r), 1.0));
+    }
+    EXPECT_LT(worst, 1e-6) << name << " silu*up";
+  }
+  ForceSimdLevel(best);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/vecmath.h"
 
 namespace ss {
 
@@ -50,7 +51,11 @@ void MatMul(const float* x, const float* w, const float* bias, float* y, int T, 
   }
 }
 
+// Norms run rows in parallel once there are enough values to pay for the threads.
+constexpr int64_t kParallelValues = int64_t{1} << 16;
+
 void RmsNorm(const float* x, const float* weight, float* out, int T, int D, float eps) {
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(T) * D >= kParallelValues)
   for (int t = 0; t < T; ++t) {
     const float* xr = x + static_cast<int64_t>(t) * D;
     float* orow = out + static_cast<int64_t>(t) * D;
@@ -63,6 +68,7 @@ void RmsNorm(const float* x, const float* weight, float* out, int T, int D, floa
 
 void LayerNorm(const float* x, const float* weight, const float* bias, float* out, int T, int D,
                float eps) {
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(T) * D >= kParallelValues)
   for (int t = 0; t < T; ++t) {
     const float* xr = x + static_cast<int64_t>(t) * D;
     float* orow = out + static_cast<int64_t>(t) * D;
@@ -121,15 +127,9 @@ void SoftCap(float* x, int64_t n, float cap) {
 }
 
 void Softmax(float* x, int n) {
-  float max_v = x[0];
-  for (int i = 1; i < n; ++i) max_v = std::max(max_v, x[i]);
-  float sum = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - max_v);
-    sum += x[i];
-  }
-  float inv = 1.0f / sum;
-  for (int i = 0; i < n; ++i) x[i] *= inv;
+  const float max_v = MaxOf(x, n);
+  const float sum = ExpShiftSum(x, n, max_v);
+  Scale(x, n, 1.0f / sum);
 }
 
 double TokenNll(const float* logits, int n, int target) {
@@ -157,16 +157,40 @@ float Activate(float x, ActKind kind) {
   return x;
 }
 
-void GatedActivation(float* gate, const float* up, int64_t n, ActKind kind) {
-  if (kind == ActKind::kSilu) {
-    for (int64_t i = 0; i < n; ++i) gate[i] = Silu(gate[i]) * up[i];
-  } else {
-    for (int64_t i = 0; i < n; ++i) gate[i] = Activate(gate[i], kind) * up[i];
+// Elementwise work is split into chunks of kChunk values over the OpenMP threads when there is
+// enough of it to pay for the fork (an MLP's (T, F) activations: millions of values).
+namespace {
+constexpr int64_t kChunk = 16384;
+
+template <typename Fn>
+void ForChunks(int64_t n, Fn fn) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) fn(c * kChunk, std::min(n, (c + 1) * kChunk));
+}
+
+void ActivationRange(float* x, int64_t n, ActKind kind) {
+  switch (kind) {
+    case ActKind::kSilu: return SiluInPlace(x, n);
+    case ActKind::kGelu: return GeluErfInPlace(x, n);
+    case ActKind::kGeluTanh: return GeluTanhInPlace(x, n);
+    case ActKind::kRelu:
+      for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0 ? x[i] : 0.0f;
+      return;
   }
+}
+}  // namespace
+
+void GatedActivation(float* gate, const float* up, int64_t n, ActKind kind) {
+  ForChunks(n, [&](int64_t a, int64_t b) {
+    if (kind == ActKind::kSilu) return SiluMul(gate + a, up + a, b - a);
+    ActivationRange(gate + a, b - a, kind);
+    for (int64_t i = a; i < b; ++i) gate[i] *= up[i];
+  });
 }
 
 void ActivationInPlace(float* x, int64_t n, ActKind kind) {
-  for (int64_t i = 0; i < n; ++i) x[i] = Activate(x[i], kind);
+  ForChunks(n, [&](int64_t a, int64_t b) { ActivationRange(x + a, b - a, kind); });
 }
 
 namespace {
