@@ -73,4 +73,38 @@ inline Model RandomLlama(const RandomModelShape& s) {
   return m;
 }
 
+// A GPT-2-family model (LayerNorm with biases, learned positions, ungated gelu_new MLP, biases on
+// every projection, tied head) with random weights: the architecture of GPT-2 small when given its
+// shape, and the same work per token as the PyTorch peers in ../shared/tools.
+inline Model RandomGpt2(const RandomModelShape& s) {
+  Model m = RandomLlama(RandomModelShape{s.n_layers, s.n_heads, s.n_heads, s.dim, s.hidden_dim,
+                                         s.vocab_size, s.max_seq_len, s.seed});
+  ModelConfig& c = m.config;
+  c.arch = "gpt2";
+  c.norm = NormKind::kLayer;
+  c.norm_eps = 1e-5f;
+  c.act = ActKind::kGeluTanh;
+  c.gated_mlp = false;
+  c.rope = RopeKind::kNone;
+  c.rope_theta = 0.0f;
+  c.learned_pos = true;
+  c.qkv_bias = c.attn_out_bias = c.mlp_bias = true;
+  std::mt19937_64 rng(s.seed + 1);
+  auto small = [&](int64_t n) { return RandomTensor({n}, 0.02f, rng); };
+  for (LayerWeights& w : m.weights.layers) {
+    w.w3 = Tensor();
+    w.attn_norm_bias = small(s.dim);
+    w.ffn_norm_bias = small(s.dim);
+    w.bq = small(c.q_dim());
+    w.bk = small(c.kv_dim());
+    w.bv = small(c.kv_dim());
+    w.bo = small(s.dim);
+    w.b1 = small(s.hidden_dim);
+    w.b2 = small(s.dim);
+  }
+  m.weights.final_norm_bias = small(s.dim);
+  m.weights.position_embedding = RandomTensor({s.max_seq_len, s.dim}, 0.1f, rng);
+  return m;
+}
+
 }  // namespace ss::test

@@ -172,6 +172,59 @@ TEST(Kernels, AttentionMatchesNaiveWithStatistics) {
   }
 }
 
+// The tiled online-softmax path (no pattern asked for) against the naive double attention and
+// against the materialised path, with several key tiles, cached prefixes, windows and decode.
+TEST(Kernels, TiledAttentionMatchesNaiveAndMaterialised) {
+  struct Case { int T, S, H, Hkv, Dh, window; };
+  double worst_out = 0, worst_stats = 0, worst_vs_mat = 0;
+  for (Case c : {Case{700, 700, 2, 1, 64, 0}, Case{300, 1100, 4, 2, 16, 0},
+                 Case{600, 600, 2, 2, 32, 200}, Case{1, 1500, 4, 1, 64, 0},
+                 Case{1, 1500, 2, 2, 16, 700}, Case{65, 65, 3, 3, 8, 0},
+                 Case{130, 1200, 2, 1, 8, 513}}) {
+    auto q = Random(c.T * c.H * c.Dh, 11, 2.0f), k = Random(c.S * c.Hkv * c.Dh, 12, 2.0f),
+         v = Random(c.S * c.Hkv * c.Dh, 13);
+    const int K = 4, HT = c.H * c.T;
+    std::vector<float> out(c.T * c.H * c.Dh), fk(HT * K), tp(HT), ss(HT);
+    std::vector<int> tk(HT);
+    AttnStats stats{K, fk.data(), tk.data(), tp.data(), ss.data()};
+    Attention(q.data(), k.data(), v.data(), out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, c.window,
+              nullptr, &stats);
+    std::vector<float> mat_out(out.size()), pattern(static_cast<size_t>(HT) * c.S), mfk(HT * K),
+        mtp(HT), mss(HT);
+    std::vector<int> mtk(HT);
+    AttnStats mstats{K, mfk.data(), mtk.data(), mtp.data(), mss.data()};
+    Attention(q.data(), k.data(), v.data(), mat_out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, c.window,
+              pattern.data(), &mstats);
+    std::vector<float> ref_out, ref_probs;
+    NaiveAttention(q, k, v, c.T, c.S, c.H, c.Hkv, c.Dh, c.window, &ref_out, &ref_probs);
+    const std::string label = "tiled T=" + std::to_string(c.T) + " S=" + std::to_string(c.S) +
+                              " W=" + std::to_string(c.window);
+    worst_out = std::max(worst_out, test::MaxDiff(out, ref_out, label + " out vs naive"));
+    worst_vs_mat = std::max(worst_vs_mat, test::MaxDiff(out, mat_out, label + " out vs materialised"));
+    worst_vs_mat = std::max(worst_vs_mat, test::MaxDiff(fk, mfk, label + " first-K vs materialised"));
+    worst_vs_mat = std::max(worst_vs_mat, test::MaxDiff(tp, mtp, label + " top prob vs materialised"));
+    worst_vs_mat = std::max(worst_vs_mat, test::MaxDiff(ss, mss, label + " sum p^2 vs materialised"));
+    for (int i = 0; i < HT; ++i) {
+      const int h = i / c.T, t = i % c.T;
+      const float* p = &ref_probs[static_cast<size_t>(i) * c.S];
+      int best = 0;
+      double sq = 0;
+      for (int j = 0; j < c.S; ++j) {
+        if (p[j] > p[best]) best = j;
+        sq += static_cast<double>(p[j]) * p[j];
+      }
+      EXPECT_EQ(tk[i], best) << label << " h=" << h << " t=" << t;
+      worst_stats = std::max({worst_stats, static_cast<double>(std::abs(tp[i] - p[best])), std::abs(ss[i] - sq)});
+      for (int j = 0; j < K; ++j) worst_stats = std::max<double>(worst_stats, std::abs(fk[i * K + j] - p[j]));
+    }
+  }
+  std::printf("tiled attention: largest diff out %.3g, statistics %.3g (vs double); vs materialised %.3g\n",
+              worst_out, worst_stats, worst_vs_mat);
+  EXPECT_LT(worst_out, 1e-5);
+  EXPECT_LT(worst_stats, 2e-6);  // probabilities, absolute: float sums over up to 1,500 keys
+  EXPECT_LT(worst_vs_mat, 1e-5);
+}
+
 }  // namespace
 }  // namespace ss
 

@@ -229,9 +229,12 @@ void FinishRow(float* row, int key0, int n, int first, int last, int S, int64_t 
 
 }  // namespace
 
-void Attention(const float* q, const float* k, const float* v, float* out, int T, int S,
-               int n_heads, int n_kv_heads, int head_dim, int window, float* pattern,
-               const AttnStats* stats) {
+// The materialised path: each query block's full score rows (kBlock x keys), softmaxed in place and
+// copied into the (H, T, S) pattern. Used when a pattern is asked for, and as the slow reference
+// that tests hold the tiled path to.
+static void MaterialisedAttention(const float* q, const float* k, const float* v, float* out,
+                                  int T, int S, int n_heads, int n_kv_heads, int head_dim,
+                                  int window, float* pattern, const AttnStats* stats) {
   SS_ASSERT(T <= S && n_heads % n_kv_heads == 0);
   const int group = n_heads / n_kv_heads;
   const int q_row = n_heads * head_dim;
@@ -293,6 +296,132 @@ void Attention(const float* q, const float* k, const float* v, float* out, int T
                     scores.data(), n, vb, kv_row, 0.0f, ob, q_row);
       }
     }
+  }
+}
+
+// Tiled causal attention with an online softmax (Milakov & Gimelshein 2018; FlashAttention-2, Dao
+// 2023, section 3.1): per head and block of kTileQ queries, key tiles of kTileK are scored with one
+// sgemm, each row's running max m, normaliser l and sum of squared exponentials are rescaled as the
+// max grows, and the output accumulates P V with one more sgemm; tiles above the diagonal (and
+// before the window) are never computed. Memory per thread: kTileQ x kTileK scores, not x S.
+// The statistics are exact functions of the final m and l: p_j = exp(s_j - m) / l for the first K
+// logits (kept raw), top_prob = exp(s_max - m) / l, sum_j p_j^2 = sum_j exp(2 (s_j - m)) / l^2.
+static void TiledAttention(const float* q, const float* k, const float* v, float* out, int T,
+                           int S, int n_heads, int n_kv_heads, int head_dim, int window,
+                           const AttnStats* stats) {
+  constexpr int kTileQ = 64, kTileK = 512;
+  const int group = n_heads / n_kv_heads;
+  const int q_row = n_heads * head_dim;
+  const int kv_row = n_kv_heads * head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int K = stats ? stats->first_k : 0;
+  const int n_blocks = (T + kTileQ - 1) / kTileQ;
+  const int64_t work = static_cast<int64_t>(n_heads) * n_blocks;
+  const bool parallel = static_cast<int64_t>(n_heads) * T * S * head_dim > (1 << 17);
+#pragma omp parallel if (parallel)
+  {
+    std::vector<float> sc(static_cast<size_t>(kTileQ) * kTileK);
+    std::vector<float> acc(static_cast<size_t>(kTileQ) * head_dim);
+    std::vector<float> m(kTileQ), l(kTileQ), sq(kTileQ), best(kTileQ), first_logits(kTileQ * K);
+    std::vector<int> best_j(kTileQ);
+    // Later query blocks see more keys: hand them out first so the last items are the short ones.
+#pragma omp for schedule(dynamic)
+    for (int64_t item = 0; item < work; ++item) {
+      const int b = n_blocks - 1 - static_cast<int>(item / n_heads);
+      const int h = static_cast<int>(item % n_heads);
+      const int kvh = h / group;
+      const int t0 = b * kTileQ, rows = std::min(T, t0 + kTileQ) - t0;
+      const int key_end = S - T + t0 + rows;  // exclusive: the last row sees key_end - 1
+      const int key0 = window > 0 ? std::max(0, S - T + t0 - window + 1) : 0;
+      const float* qb = q + static_cast<int64_t>(t0) * q_row + h * head_dim;
+      std::fill(m.begin(), m.end(), -INFINITY);
+      std::fill(best.begin(), best.end(), -INFINITY);
+      std::fill(l.begin(), l.end(), 0.0f);
+      std::fill(sq.begin(), sq.end(), 0.0f);
+      std::fill(first_logits.begin(), first_logits.end(), -INFINITY);
+      std::fill(acc.begin(), acc.begin() + static_cast<int64_t>(rows) * head_dim, 0.0f);
+      for (int j0 = key0; j0 < key_end; j0 += kTileK) {
+        const int nk = std::min(kTileK, key_end - j0);
+        const float* kt = k + static_cast<int64_t>(j0) * kv_row + kvh * head_dim;
+        const float* vt = v + static_cast<int64_t>(j0) * kv_row + kvh * head_dim;
+        if (rows == 1) {  // decode: a BLAS call costs more than one row of dot products
+          for (int j = 0; j < nk; ++j) {
+            const float* kj = kt + static_cast<int64_t>(j) * kv_row;
+            float dot = 0.0f;
+            for (int d = 0; d < head_dim; ++d) dot += qb[d] * kj[d];
+            sc[j] = dot * scale;
+          }
+        } else {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, head_dim, scale, qb,
+                      q_row, kt, kv_row, 0.0f, sc.data(), kTileK);
+        }
+        for (int r = 0; r < rows; ++r) {
+          float* row = sc.data() + static_cast<int64_t>(r) * kTileK;
+          const int last = S - T + t0 + r;
+          const int first = window > 0 ? std::max(0, last - window + 1) : 0;
+          const int a = std::max(j0, first), e = std::min(j0 + nk - 1, last);  // visible in tile
+          if (a > e) {
+            std::fill(row, row + nk, 0.0f);
+            continue;
+          }
+          std::fill(row, row + (a - j0), 0.0f);
+          std::fill(row + (e - j0 + 1), row + nk, 0.0f);
+          for (int j = a; j <= std::min(e, K - 1); ++j) first_logits[r * K + j] = row[j - j0];
+          float* vis = row + (a - j0);
+          const int count = e - a + 1;
+          const float tile_max = MaxOf(vis, count);
+          if (tile_max > best[r]) {  // the first key holding the largest logit so far
+            best[r] = tile_max;
+            best_j[r] = a + static_cast<int>(std::find(vis, vis + count, tile_max) - vis);
+          }
+          const float m_new = std::max(m[r], tile_max);
+          const float corr = std::exp(m[r] - m_new);  // 0 on the first visible tile
+          float tile_sq = 0.0f;
+          const float tile_sum = ExpShiftSum(vis, count, m_new, &tile_sq);
+          l[r] = l[r] * corr + tile_sum;
+          sq[r] = sq[r] * corr * corr + tile_sq;
+          if (corr != 1.0f) Scale(acc.data() + static_cast<int64_t>(r) * head_dim, head_dim, corr);
+          m[r] = m_new;
+        }
+        if (rows == 1) {
+          for (int j = 0; j < nk; ++j) {
+            const float p = sc[j];
+            if (p == 0.0f) continue;
+            const float* vj = vt + static_cast<int64_t>(j) * kv_row;
+            for (int d = 0; d < head_dim; ++d) acc[d] += p * vj[d];
+          }
+        } else {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, nk, 1.0f,
+                      sc.data(), kTileK, vt, kv_row, 1.0f, acc.data(), head_dim);
+        }
+      }
+      float* ob = out + static_cast<int64_t>(t0) * q_row + h * head_dim;
+      for (int r = 0; r < rows; ++r) {
+        const float inv = 1.0f / l[r];
+        const float* ar = acc.data() + static_cast<int64_t>(r) * head_dim;
+        float* orow = ob + static_cast<int64_t>(r) * q_row;
+        for (int d = 0; d < head_dim; ++d) orow[d] = ar[d] * inv;
+        if (!stats) continue;
+        const int64_t ht = static_cast<int64_t>(h) * T + t0 + r;
+        if (stats->first_k_probs)
+          for (int j = 0; j < K; ++j)
+            stats->first_k_probs[ht * K + j] = std::exp(first_logits[r * K + j] - m[r]) * inv;
+        if (stats->top_key) stats->top_key[ht] = best_j[r];
+        if (stats->top_prob) stats->top_prob[ht] = std::exp(best[r] - m[r]) * inv;
+        if (stats->sum_sq) stats->sum_sq[ht] = sq[r] * inv * inv;
+      }
+    }
+  }
+}
+
+void Attention(const float* q, const float* k, const float* v, float* out, int T, int S,
+               int n_heads, int n_kv_heads, int head_dim, int window, float* pattern,
+               const AttnStats* stats) {
+  SS_ASSERT(T <= S && n_heads % n_kv_heads == 0);
+  if (pattern) {
+    MaterialisedAttention(q, k, v, out, T, S, n_heads, n_kv_heads, head_dim, window, pattern, stats);
+  } else {
+    TiledAttention(q, k, v, out, T, S, n_heads, n_kv_heads, head_dim, window, stats);
   }
 }
 

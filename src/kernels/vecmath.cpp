@@ -91,21 +91,25 @@ __attribute__((target("avx512f"))) float MaxOf512(const float* x, int64_t n) {
   return r;
 }
 
-__attribute__((target("avx512f"))) float ExpShiftSum512(float* x, int64_t n, float shift) {
+__attribute__((target("avx512f"))) float ExpShiftSum512(float* x, int64_t n, float shift,
+                                                         float* sum_sq) {
   const __m512 s = _mm512_set1_ps(shift);
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 e = Exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), s));
     _mm512_storeu_ps(x + i, e);
     acc = _mm512_add_ps(acc, e);
+    acc2 = _mm512_fmadd_ps(e, e, acc2);
   }
   if (i < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
     const __m512 e = _mm512_maskz_mov_ps(m, Exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s)));
     _mm512_mask_storeu_ps(x + i, m, e);
     acc = _mm512_add_ps(acc, e);
+    acc2 = _mm512_fmadd_ps(e, e, acc2);
   }
+  if (sum_sq) *sum_sq = _mm512_reduce_add_ps(acc2);
   return _mm512_reduce_add_ps(acc);
 }
 
@@ -231,16 +235,17 @@ SS_AVX2 float MaxOf256(const float* x, int64_t n) {
   return r;
 }
 
-SS_AVX2 float ExpShiftSum256(float* x, int64_t n, float shift) {
+SS_AVX2 float ExpShiftSum256(float* x, int64_t n, float shift, float* sum_sq) {
   const __m256 s = _mm256_set1_ps(shift);
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 e = Exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
     _mm256_storeu_ps(x + i, e);
     acc = _mm256_add_ps(acc, e);
+    acc2 = _mm256_fmadd_ps(e, e, acc2);
   }
-  float sum = Sum256(acc);
+  float sum = Sum256(acc), sq = Sum256(acc2);
   if (i < n) {
     alignas(32) float buf[8];
     for (int k = 0; k < 8; ++k) buf[k] = i + k < n ? x[i + k] - shift : -INFINITY;
@@ -248,8 +253,10 @@ SS_AVX2 float ExpShiftSum256(float* x, int64_t n, float shift) {
     for (int64_t k = 0; i + k < n; ++k) {
       x[i + k] = buf[k];
       sum += buf[k];
+      sq += buf[k] * buf[k];
     }
   }
+  if (sum_sq) *sum_sq = sq;
   return sum;
 }
 
@@ -341,17 +348,19 @@ float MaxOf(const float* x, int64_t n) {
   return r;
 }
 
-float ExpShiftSum(float* x, int64_t n, float shift) {
+float ExpShiftSum(float* x, int64_t n, float shift, float* sum_sq) {
   switch (ActiveSimdLevel()) {
-    case SimdLevel::kAvx512: return ExpShiftSum512(x, n, shift);
-    case SimdLevel::kAvx2: return ExpShiftSum256(x, n, shift);
+    case SimdLevel::kAvx512: return ExpShiftSum512(x, n, shift, sum_sq);
+    case SimdLevel::kAvx2: return ExpShiftSum256(x, n, shift, sum_sq);
     case SimdLevel::kPortable: break;
   }
-  float sum = 0.0f;
+  float sum = 0.0f, sq = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
     x[i] = std::exp(x[i] - shift);
     sum += x[i];
+    sq += x[i] * x[i];
   }
+  if (sum_sq) *sum_sq = sq;
   return sum;
 }
 

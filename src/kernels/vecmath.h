@@ -20,8 +20,9 @@ std::string SimdLevelName(SimdLevel level);
 
 // max_i x[i]; n >= 1.
 float MaxOf(const float* x, int64_t n);
-// x[i] = exp(x[i] - shift); returns the sum of the new values (accumulated in float lanes).
-float ExpShiftSum(float* x, int64_t n, float shift);
+// x[i] = exp(x[i] - shift); returns the sum of the new values (accumulated in float lanes) and,
+// if sum_sq is not null, stores the sum of their squares there.
+float ExpShiftSum(float* x, int64_t n, float shift, float* sum_sq = nullptr);
 // x[i] *= s.
 void Scale(float* x, int64_t n, float s);
 
