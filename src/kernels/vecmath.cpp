@@ -156,6 +156,19 @@ __attribute__((target("avx512f"))) void SiluMul512(float* gate, const float* up,
   }
 }
 
+__attribute__((target("avx512f"))) void Sigmoid512(const float* x, float* out, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  auto sig = [&](__m512 a) __attribute__((target("avx512f"))) {
+    return _mm512_div_ps(one, _mm512_add_ps(one, Exp512(_mm512_sub_ps(_mm512_setzero_ps(), a))));
+  };
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, sig(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(out + i, m, sig(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
 // ---- AVX2 + FMA ----------------------------------------------------------------------------------
 
 #define SS_AVX2 __attribute__((target("avx2,fma")))
@@ -295,6 +308,15 @@ SS_AVX2 void SiluMul256(float* gate, const float* up, int64_t n) {
   for (; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+SS_AVX2 void Sigmoid256(const float* x, float* out, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_div_ps(one, _mm256_add_ps(one, Exp256(_mm256_sub_ps(
+                                                     _mm256_setzero_ps(), _mm256_loadu_ps(x + i))))));
+  for (; i < n; ++i) out[i] = 1.0f / (1.0f + std::exp(-x[i]));
+}
+
 #undef SS_AVX2
 
 // ---- Dispatch ------------------------------------------------------------------------------------
@@ -410,6 +432,15 @@ void SiluMul(float* gate, const float* up, int64_t n) {
     case SimdLevel::kPortable: break;
   }
   for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void Sigmoid(const float* x, float* out, int64_t n) {
+  switch (ActiveSimdLevel()) {
+    case SimdLevel::kAvx512: return Sigmoid512(x, out, n);
+    case SimdLevel::kAvx2: return Sigmoid256(x, out, n);
+    case SimdLevel::kPortable: break;
+  }
+  for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / (1.0f + std::exp(-x[i]));
 }
 
 }  // namespace ss

@@ -32,5 +32,7 @@ void GeluTanhInPlace(float* x, int64_t n);
 void GeluErfInPlace(float* x, int64_t n);
 // gate = silu(gate) * up.
 void SiluMul(float* gate, const float* up, int64_t n);
+// out = 1 / (1 + exp(-x)); out may alias x.
+void Sigmoid(const float* x, float* out, int64_t n);
 
 }  // namespace ss

@@ -14,9 +14,11 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/kinds.h"
+#include "kernels/vecmath.h"
 
 namespace ss::train {
 
@@ -137,6 +139,25 @@ inline void GemmLd(bool ta, bool tb, int M, int N, int K, double alpha, const do
               K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+// Softmax in place over row[0, n): float rows take the vectorised kernels (kernels/vecmath.h),
+// double rows (the finite-difference checks) plain loops.
+template <typename Real>
+void SoftmaxRow(Real* row, int n) {
+  if constexpr (std::is_same_v<Real, float>) {
+    const float mx = MaxOf(row, n);
+    Scale(row, n, 1.0f / ExpShiftSum(row, n, mx));
+  } else {
+    const Real mx = *std::max_element(row, row + n);
+    Real sum = 0;
+    for (int i = 0; i < n; ++i) {
+      row[i] = std::exp(row[i] - mx);
+      sum += row[i];
+    }
+    const Real inv = Real(1) / sum;
+    for (int i = 0; i < n; ++i) row[i] *= inv;
+  }
+}
+
 // ---- Causal grouped-query self-attention over B sequences of T tokens.
 //   q (N, H*Dh) rotated; k, v (N, Hkv*Dh); probs (B, H, T, T) saved (0 above the diagonal);
 //   z (N, H*Dh). Head h reads kv head h / (H / Hkv).
@@ -159,15 +180,7 @@ void AttentionForward(const Real* q, const Real* k, const Real* v, Real* probs, 
     GemmLd(false, true, T, T, Dh, scale, qb, qd, kb, kvd, Real(0), P, T);
     for (int t = 0; t < T; ++t) {
       Real* p = P + int64_t(t) * T;
-      Real mx = p[0];
-      for (int j = 1; j <= t; ++j) mx = std::max(mx, p[j]);
-      Real sum = 0;
-      for (int j = 0; j <= t; ++j) {
-        p[j] = std::exp(p[j] - mx);
-        sum += p[j];
-      }
-      const Real inv = Real(1) / sum;
-      for (int j = 0; j <= t; ++j) p[j] *= inv;
+      SoftmaxRow(p, t + 1);
       for (int j = t + 1; j < T; ++j) p[j] = 0;
     }
     GemmLd(false, false, T, Dh, T, Real(1), P, T, vb, kvd, Real(0), z + int64_t(b) * T * qd + h * Dh, qd);
@@ -215,18 +228,41 @@ void AttentionBackward(const Real* dz, const Real* q, const Real* k, const Real*
 
 // ---- SwiGLU (Shazeer 2020): g = silu(a) * u.  da = dg * u * silu'(a), du = dg * silu(a),
 // silu'(a) = s (1 + a (1 - s)), s = sigmoid(a).
+// Float runs in chunks of kEltChunk through the vectorised kernels, chunks spread over the threads.
+constexpr int64_t kEltChunk = 16384;
+
 template <typename Real>
 void SwigluForward(const Real* a, const Real* u, Real* g, int64_t n) {
+  if constexpr (std::is_same_v<Real, float>) {
+    const int64_t chunks = (n + kEltChunk - 1) / kEltChunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t i0 = c * kEltChunk, len = std::min(kEltChunk, n - i0);
+      std::copy(a + i0, a + i0 + len, g + i0);
+      SiluMul(g + i0, u + i0, len);
+    }
+  } else {
 #pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) g[i] = a[i] / (Real(1) + std::exp(-a[i])) * u[i];
+    for (int64_t i = 0; i < n; ++i) g[i] = a[i] / (Real(1) + std::exp(-a[i])) * u[i];
+  }
 }
 template <typename Real>
 void SwigluBackward(const Real* dg, const Real* a, const Real* u, Real* da, Real* du, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    const Real s = Real(1) / (Real(1) + std::exp(-a[i]));
-    da[i] = dg[i] * u[i] * s * (Real(1) + a[i] * (Real(1) - s));
-    du[i] = dg[i] * a[i] * s;
+  const int64_t chunks = (n + kEltChunk - 1) / kEltChunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t i0 = c * kEltChunk, i1 = std::min(n, i0 + kEltChunk);
+    Real s_buf[kEltChunk];
+    if constexpr (std::is_same_v<Real, float>) {
+      Sigmoid(a + i0, s_buf, i1 - i0);
+    } else {
+      for (int64_t i = i0; i < i1; ++i) s_buf[i - i0] = Real(1) / (Real(1) + std::exp(-a[i]));
+    }
+    for (int64_t i = i0; i < i1; ++i) {
+      const Real s = s_buf[i - i0];
+      da[i] = dg[i] * u[i] * s * (Real(1) + a[i] * (Real(1) - s));
+      du[i] = dg[i] * a[i] * s;
+    }
   }
 }
 
@@ -238,14 +274,7 @@ double CrossEntropyForward(Real* logits, const int* targets, int N, int V) {
 #pragma omp parallel for schedule(static) if (int64_t(N) * V > 65536)
   for (int n = 0; n < N; ++n) {
     Real* row = logits + int64_t(n) * V;
-    const Real mx = *std::max_element(row, row + V);
-    Real sum = 0;
-    for (int i = 0; i < V; ++i) {
-      row[i] = std::exp(row[i] - mx);
-      sum += row[i];
-    }
-    const Real inv = Real(1) / sum;
-    for (int i = 0; i < V; ++i) row[i] *= inv;
+    SoftmaxRow(row, V);
     nll[n] = -std::log(static_cast<double>(row[targets[n]]));
   }
   double total = 0;
