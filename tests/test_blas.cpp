@@ -4,6 +4,9 @@
 
 #include <cblas.h>
 
+#include <cstdio>
+#include <string>
+
 #include "kernels/parallel.h"
 #include "test_util.h"
 
@@ -37,6 +40,22 @@ TEST(Blas, CliBinaryLoadsTheOpenMpBuild) {
   EXPECT_NE(r.out.find("(OpenMP;"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("openblas-openmp"), std::string::npos) << r.out;
   EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+}
+
+TEST(Blas, CliWaitsPassivelyUnlessTheUserChose) {
+  test::CliResult r = test::RunCli("--version");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("wait policy: passive"), std::string::npos) << r.out;
+  // A policy the user set is kept.
+  const std::string cmd = std::string("OMP_WAIT_POLICY=active ") + SINKSCOPE_BINARY_DIR +
+                          "/src/cli/sinkscope --version";
+  std::string out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, n);
+  EXPECT_EQ(pclose(pipe), 0);
+  EXPECT_NE(out.find("wait policy: active"), std::string::npos) << out;
 }
 
 TEST(Blas, CliThreadsFlagIsCheckedOnEveryVerb) {
