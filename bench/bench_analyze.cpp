@@ -11,11 +11,16 @@
 //                  reduced in the hook and dropped (the cheapest materialising path)
 //   keep-all       every layer's pattern kept until the forward ends, as HF output_attentions=True
 //                  does: L x H x T^2 floats; skipped ("does not fit") above --limit-gb.
-// Prints one table (and, with --tsv, tab-separated rows for scripts).
+// Prints one table (and, with --tsv, tab-separated rows for scripts), with GFLOP/s from the useful
+// work of a forward (projections without the LM head, causal attention: ForwardFlops) and the
+// OpenBLAS sgemm ceiling measured in the same process. The default architecture is GPT-2 (the same
+// work per token as the PyTorch peer); --arch llama has a SwiGLU MLP (a third more FLOPs).
+//   --repeat N    the fastest of N analyses in each child;  --print-flops T   print and exit
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -92,6 +97,33 @@ Row RunChild(const std::string& path, int T, Fn work) {
   return row;
 }
 
+// Multiply-adds x 2 of one forward over T tokens: every projection (no LM head: the analysis reads
+// no logits) and causal attention (q k^T and p v over the T (T + 1) / 2 visible pairs).
+double ForwardFlops(const Args& a, int T) {
+  const double D = a.shape.dim, F = a.shape.hidden_dim, L = a.shape.n_layers;
+  const double kv = D * a.shape.n_kv_heads / a.shape.n_heads;
+  const double linear = 2 * D * D + 2 * D * kv + (a.llama ? 3 : 2) * D * F;
+  const double attention = 2.0 * 2.0 * D * (double(T) * (T + 1) / 2);
+  return L * (2.0 * T * linear + attention);
+}
+
+// The machine's sgemm rate in this run: the MLP's up projection shape (T x D times D x F) through
+// the same OpenBLAS and thread count, best of 5 after a warm-up.
+double SgemmGflops(const Args& a, int T) {
+  const int M = T, K = a.shape.dim, N = a.shape.hidden_dim;
+  std::vector<float> x(static_cast<size_t>(M) * K, 0.01f), w(static_cast<size_t>(N) * K, 0.02f),
+      y(static_cast<size_t>(M) * N);
+  double best = 1e30;
+  for (int r = 0; r < 6; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x.data(), K, w.data(), K,
+                0.0f, y.data(), N);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) best = std::min(best, s);
+  }
+  return 2.0 * M * N * K / best / 1e9;
+}
+
 double CpuSeconds() {
   struct rusage u {};
   getrusage(RUSAGE_SELF, &u);
@@ -158,6 +190,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--limit-gb")) a.limit_gb = std::atof(next());
     else if (!std::strcmp(argv[i], "--tsv")) a.tsv = true;
     else if (!std::strcmp(argv[i], "--repeat")) a.repeat = std::max(1, std::atoi(next()));
+    else if (!std::strcmp(argv[i], "--print-flops")) {  // for scripts: the work of one forward
+      std::printf("%.0f\n", ForwardFlops(a, std::atoi(next())));
+      return 0;
+    }
     else if (!std::strcmp(argv[i], "--arch")) {
       const std::string arch = next();
       if (arch != "gpt2" && arch != "llama") {
@@ -178,6 +214,13 @@ int main(int argc, char** argv) {
     a.shape.max_seq_len = longest;
   }
   using ss::analysis::AttnPath;
+  // The sgemm ceiling at each analysed length up to 4096 (larger M runs at the same rate),
+  // measured before the analyses in this same process.
+  std::vector<std::pair<int, double>> peaks;
+  for (int T : a.lengths)
+    if (T <= 4096) peaks.emplace_back(T, SgemmGflops(a, T));
+  for (int T : a.fused_only)
+    if (T <= 4096) peaks.emplace_back(T, SgemmGflops(a, T));
   std::vector<Row> rows;
   rows.push_back(RunChild("model only", 0, [&](double*) {
     ss::Model model = MakeModel(a);
@@ -204,26 +247,34 @@ int main(int argc, char** argv) {
   std::printf("model: %s, %d layers, %d heads, width %d, MLP %d, vocab %d; random weights; "
               "%d OpenMP threads\n", a.llama ? "Llama (SwiGLU MLP)" : "GPT-2 (gelu_new MLP)", a.shape.n_layers, a.shape.n_heads, a.shape.dim,
               a.shape.hidden_dim, a.shape.vocab_size, omp_get_max_threads());
-  std::printf("%-14s %7s %10s %10s %10s %12s %14s  %s\n", "path", "T", "seconds", "cpu s",
-              "tokens/s", "peak MiB", "over model MiB", "note");
+  std::printf("%-14s %7s %10s %10s %10s %9s %12s %14s  %s\n", "path", "T", "seconds", "cpu s",
+              "tokens/s", "GFLOP/s", "peak MiB", "over model MiB", "note");
   for (const Row& r : rows) {
     if (r.T == 0) {
-      std::printf("%-14s %7s %10s %10s %10s %12.0f %14s\n", r.path.c_str(), "-", "-", "-", "-",
-                  r.peak_mib, "-");
+      std::printf("%-14s %7s %10s %10s %10s %9s %12.0f %14s\n", r.path.c_str(), "-", "-", "-", "-",
+                  "-", r.peak_mib, "-");
       continue;
     }
     if (r.seconds < 0) {
-      std::printf("%-14s %7d %10s %10s %10s %12s %14s  %s\n", r.path.c_str(), r.T, "-", "-", "-",
-                  "-", "-", r.note.c_str());
+      std::printf("%-14s %7d %10s %10s %10s %9s %12s %14s  %s\n", r.path.c_str(), r.T, "-", "-",
+                  "-", "-", "-", "-", r.note.c_str());
       continue;
     }
-    std::printf("%-14s %7d %10.2f %10.2f %10.0f %12.0f %14.0f  %s\n", r.path.c_str(), r.T,
-                r.seconds, r.cpu_seconds, r.T / r.seconds, r.peak_mib, r.peak_mib - base,
-                r.note.c_str());
+    std::printf("%-14s %7d %10.2f %10.2f %10.0f %9.1f %12.0f %14.0f  %s\n", r.path.c_str(), r.T,
+                r.seconds, r.cpu_seconds, r.T / r.seconds, ForwardFlops(a, r.T) / r.seconds / 1e9,
+                r.peak_mib, r.peak_mib - base, r.note.c_str());
   }
-  if (a.tsv)
+  for (const auto& [T, gflops] : peaks)
+    std::printf("sgemm ceiling: OpenBLAS %d x %d x %d, %d threads: %.1f GFLOP/s\n", T,
+                a.shape.dim, a.shape.hidden_dim, omp_get_max_threads(), gflops);
+  if (a.tsv) {
     for (const Row& r : rows)
-      std::printf("TSV\tsinkscope\t%s\t%d\t%.3f\t%.3f\t%.0f\t%s\n", r.path.c_str(), r.T,
-                  r.seconds, r.cpu_seconds, r.peak_mib, r.note.c_str());
+      std::printf("TSV\tsinkscope\t%s\t%d\t%.3f\t%.3f\t%.0f\t%.1f\t%s\n", r.path.c_str(), r.T,
+                  r.seconds, r.cpu_seconds, r.peak_mib,
+                  r.seconds > 0 ? ForwardFlops(a, r.T) / r.seconds / 1e9 : -1.0, r.note.c_str());
+    for (const auto& [T, gflops] : peaks)
+      std::printf("TSV\tOpenBLAS\tsgemm ceiling (%d x %d x %d)\t%d\t-1\t-1\t-1\t%.1f\t\n", T,
+                  a.shape.dim, a.shape.hidden_dim, T, gflops);
+  }
   return 0;
 }

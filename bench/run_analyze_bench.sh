@@ -8,9 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
-LENGTHS=${LENGTHS:-512,2048,8192}
-FUSED_ONLY=${FUSED_ONLY:-32768}
-TORCH_LENGTHS=${TORCH_LENGTHS:-512,2048}
+LENGTHS=${LENGTHS:-512,2048,4096}
+FUSED_ONLY=${FUSED_ONLY-32768}
+TORCH_LENGTHS=${TORCH_LENGTHS-512,2048,4096}
 THREADS=${THREADS:-2}
 PEER=${PEER:-../shared/tools/torch_materialized_baseline.py}
 export OMP_NUM_THREADS=$THREADS OMP_WAIT_POLICY=passive
@@ -26,24 +26,27 @@ if [[ -x /usr/bin/python3 && -f "$PEER" ]] && /usr/bin/python3 -c 'import torch'
     line=$(/usr/bin/python3 "$PEER" "$T" --threads "$THREADS" 2>/dev/null | tail -1 || true)
     secs=$(sed -n 's/.*seconds=\([0-9.]*\).*/\1/p' <<< "$line")
     rss=$(sed -n 's/.*peak_rss_MiB=\([0-9]*\).*/\1/p' <<< "$line")
-    rows+=$'\n'"pytorch	keep-all (eager)	$T	${secs:--1}	-1	${rss:--1}	"
+    flops=$("$BUILD/bench/bench_analyze" --print-flops "$T")
+    gf=$(awk -v f="$flops" -v s="${secs:--1}" 'BEGIN { if (s > 0) printf "%.1f", f / s / 1e9; else print -1 }')
+    rows+=$'\n'"pytorch	keep-all (eager)	$T	${secs:--1}	-1	${rss:--1}	$gf	"
   done
   for T in ${LENGTHS//,/ }; do
     if ! grep -qw "$T" <<< "${TORCH_LENGTHS//,/ }"; then
       gb=$(awk -v t="$T" 'BEGIN { printf "%.1f", 12 * 12 * t * t * 4 / 1e9 }')
-      rows+=$'\n'"pytorch	keep-all (eager)	$T	-1	-1	-1	not run: its maps alone need $gb GB"
+      rows+=$'\n'"pytorch	keep-all (eager)	$T	-1	-1	-1	-1	not run: its maps alone need $gb GB"
     fi
   done
 else
-  rows+=$'\n'"pytorch	keep-all (eager)	-	-1	-1	-1	not run: /usr/bin/python3 with torch not found"
+  rows+=$'\n'"pytorch	keep-all (eager)	-	-1	-1	-1	-1	not run: /usr/bin/python3 with torch not found"
 fi
 
-printf '\n| implementation | path | T | seconds | CPU seconds | peak RSS MiB | note |\n'
-printf '| --- | --- | ---: | ---: | ---: | ---: | --- |\n'
-while IFS=$'\t' read -r impl path T secs cpu rss note; do
+printf '\n| implementation | path | T | seconds | CPU seconds | peak RSS MiB | GFLOP/s | note |\n'
+printf '| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |\n'
+while IFS=$'\t' read -r impl path T secs cpu rss gflops note; do
   [[ -z "$impl" ]] && continue
   [[ "$T" == 0 ]] && T="-"
   fmt() { awk -v v="$1" 'BEGIN { if (v < 0) print "-"; else printf "%.2f", v }'; }
-  printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$impl" "$path" "$T" "$(fmt "$secs")" \
-    "$(fmt "$cpu")" "$(awk -v v="$rss" 'BEGIN { if (v < 0) print "-"; else printf "%.0f", v }')" "$note"
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$impl" "$path" "$T" "$(fmt "$secs")" \
+    "$(fmt "$cpu")" "$(awk -v v="$rss" 'BEGIN { if (v < 0) print "-"; else printf "%.0f", v }')" \
+    "$(awk -v v="$gflops" 'BEGIN { if (v < 0) print "-"; else printf "%.1f", v }')" "$note"
 done <<< "$rows"
