@@ -229,6 +229,23 @@ void FinishRow(float* row, int key0, int n, int first, int last, int S, int64_t 
 
 }  // namespace
 
+// Scores (rows, n) = scale q_block k_block^T into out (leading dimension ld): one sgemm, or plain
+// dot products for a single query row (decode), where a BLAS call costs more than its work.
+static void BlockScores(const float* qb, int q_row, const float* kb, int kv_row, int rows, int n,
+                        int head_dim, float scale, float* out, int ld) {
+  if (rows == 1) {
+    for (int j = 0; j < n; ++j) {
+      const float* kj = kb + static_cast<int64_t>(j) * kv_row;
+      float dot = 0.0f;
+      for (int d = 0; d < head_dim; ++d) dot += qb[d] * kj[d];
+      out[j] = dot * scale;
+    }
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, head_dim, scale, qb, q_row, kb,
+              kv_row, 0.0f, out, ld);
+}
+
 // The materialised path: each query block's full score rows (kBlock x keys), softmaxed in place and
 // copied into the (H, T, S) pattern. Used when a pattern is asked for, and as the slow reference
 // that tests hold the tiled path to.
@@ -265,17 +282,7 @@ static void MaterialisedAttention(const float* q, const float* k, const float* v
       const float* kb = k + static_cast<int64_t>(key0) * kv_row + kvh * head_dim;
       const float* vb = v + static_cast<int64_t>(key0) * kv_row + kvh * head_dim;
       float* ob = out + static_cast<int64_t>(t0) * q_row + h * head_dim;
-      if (rows == 1) {
-        for (int j = 0; j < n; ++j) {
-          const float* kj = kb + static_cast<int64_t>(j) * kv_row;
-          float dot = 0.0f;
-          for (int d = 0; d < head_dim; ++d) dot += qb[d] * kj[d];
-          scores[j] = dot * scale;
-        }
-      } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, head_dim, scale, qb, q_row,
-                    kb, kv_row, 0.0f, scores.data(), n);
-      }
+      BlockScores(qb, q_row, kb, kv_row, rows, n, head_dim, scale, scores.data(), n);
       for (int r = 0; r < rows; ++r) {
         const int t = t0 + r;
         const int last = S - T + t;
@@ -344,17 +351,7 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
         const int nk = std::min(kTileK, key_end - j0);
         const float* kt = k + static_cast<int64_t>(j0) * kv_row + kvh * head_dim;
         const float* vt = v + static_cast<int64_t>(j0) * kv_row + kvh * head_dim;
-        if (rows == 1) {  // decode: a BLAS call costs more than one row of dot products
-          for (int j = 0; j < nk; ++j) {
-            const float* kj = kt + static_cast<int64_t>(j) * kv_row;
-            float dot = 0.0f;
-            for (int d = 0; d < head_dim; ++d) dot += qb[d] * kj[d];
-            sc[j] = dot * scale;
-          }
-        } else {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, head_dim, scale, qb,
-                      q_row, kt, kv_row, 0.0f, sc.data(), kTileK);
-        }
+        BlockScores(qb, q_row, kt, kv_row, rows, nk, head_dim, scale, sc.data(), kTileK);
         for (int r = 0; r < rows; ++r) {
           float* row = sc.data() + static_cast<int64_t>(r) * kTileK;
           const int last = S - T + t0 + r;
