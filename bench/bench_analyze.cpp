@@ -214,13 +214,13 @@ int main(int argc, char** argv) {
     a.shape.max_seq_len = longest;
   }
   using ss::analysis::AttnPath;
-  // The sgemm ceiling at each analysed length up to 4096 (larger M runs at the same rate),
-  // measured before the analyses in this same process.
+  // The sgemm ceiling at each analysed length up to 4096 (larger M runs at the same rate), in this
+  // run. Like every measurement it runs in a child: the parent must not start OpenMP's thread pool,
+  // or each forked child would inherit a pool whose threads do not exist and hang on it.
   std::vector<std::pair<int, double>> peaks;
-  for (int T : a.lengths)
-    if (T <= 4096) peaks.emplace_back(T, SgemmGflops(a, T));
-  for (int T : a.fused_only)
-    if (T <= 4096) peaks.emplace_back(T, SgemmGflops(a, T));
+  for (const std::vector<int>* list : {&a.lengths, &a.fused_only})
+    for (int T : *list)
+      if (T <= 4096) peaks.emplace_back(T, RunChild("sgemm", T, [&](double*) { return SgemmGflops(a, T); }).seconds);
   std::vector<Row> rows;
   rows.push_back(RunChild("model only", 0, [&](double*) {
     ss::Model model = MakeModel(a);
