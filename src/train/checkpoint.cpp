@@ -147,7 +147,10 @@ void WriteSafetensorsF32(const std::string& path,
 std::string SaveCheckpoint(const std::string& run_dir, const TrainConfig& c, const ParamLayout& layout,
                            const TrainerState& s, const std::string& tokenizer) {
   const std::string final_dir = fmt::format("{}/step-{}", run_dir, s.step);
-  const std::string tmp = fmt::format("{}/.step-{}.tmp.{}", run_dir, s.step, getpid());
+  const std::string tmp = TemporaryPath(fmt::format("{}/.step-{}", run_dir, s.step));
+  // Temporaries of a run that was killed while saving (its pid no longer runs) go first.
+  RemoveStaleTemporaries(run_dir,
+                         [](std::string_view stem) { return stem.rfind(".step-", 0) == 0; });
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp);
@@ -179,9 +182,12 @@ std::string SaveCheckpoint(const std::string& run_dir, const TrainConfig& c, con
     WriteSafetensorsF32(tmp + "/optimizer.safetensors",
                         {{"adam.m", Tensor::View(m.data(), {int64_t(m.size())}, nullptr)},
                          {"adam.v", Tensor::View(v.data(), {int64_t(v.size())}, nullptr)}});
-    // Replace an older checkpoint of the same step (a resumed run repeating it) only now.
-    if (fs::exists(final_dir)) fs::remove_all(final_dir);
+    // Replace an older checkpoint of the same step (a resumed run repeating it) only now: moved
+    // aside first, so that some complete step-<N> exists at every moment.
+    const std::string old = TemporaryPath(fmt::format("{}/.step-{}.old", run_dir, s.step));
+    if (fs::exists(final_dir)) fs::rename(final_dir, old);
     fs::rename(tmp, final_dir);
+    fs::remove_all(old, ec);
   } catch (const std::exception& e) {
     fs::remove_all(tmp, ec);
     Fail("checkpoint {} not written ({}); earlier checkpoints in {} are untouched", final_dir,
