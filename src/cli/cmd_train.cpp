@@ -104,8 +104,9 @@ void RunTrain(const TrainFlags& f) {
   options.overwrite = f.overwrite;
   const TrainResult r = RunTraining(c, options);
   if (Comm::World().is_root())
-    fmt::print("steps\t{}\nval_loss\t{:.6g}\ntokens_per_s\t{:.0f}\ncheckpoint\t{}\n", r.end_step,
-               r.val_loss, r.tokens_per_second, r.last_checkpoint);
+    fmt::print("steps\t{}\nval_loss\t{}\ntokens_per_s\t{:.0f}\ncheckpoint\t{}\n", r.end_step,
+               r.val_step > 0 ? fmt::format("{:.6g}", r.val_loss) : "none (no evaluation ran)",
+               r.tokens_per_second, r.last_checkpoint);
 }
 
 }  // namespace

@@ -226,6 +226,18 @@ TrainerState ReadCheckpointState(const std::string& dir, const TrainConfig& c, c
     s.adam_t = st.at("adam_t").get<int64_t>();
     s.tokens_seen = st.at("tokens_seen").get<int64_t>();
     for (int i = 0; i < 4; ++i) s.rng[i] = std::stoull(st.at("rng").at(i).get<std::string>(), nullptr, 16);
+    // A checkpoint renamed or edited by hand: resuming would continue from one step and write
+    // over the checkpoint of another.
+    fs::path step_dir = fs::path(dir).lexically_normal();
+    if (!step_dir.has_filename()) step_dir = step_dir.parent_path();  // "run/step-5/"
+    const std::string name = step_dir.filename().string();
+    if (name.rfind("step-", 0) == 0 && name.size() > 5 &&
+        name.find_first_not_of("0123456789", 5) == std::string::npos && name.size() < 15 &&
+        std::stoll(name.substr(5)) != s.step)
+      Fail(
+          "{}: step {} disagrees with its directory name {}; refusing to use a checkpoint whose "
+          "state and name differ",
+          path, s.step, name);
     if (st.at("parameters").get<int64_t>() != layout.total)
       Fail("{}: {} parameters, the config needs {}", path, st.at("parameters").get<int64_t>(), layout.total);
   } catch (const nlohmann::json::exception& e) {

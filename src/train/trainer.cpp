@@ -231,6 +231,7 @@ TrainResult RunTraining(const TrainConfig& config_in, const TrainerOptions& opti
     val /= config.eval_batches;
     comm.AllReduceMean(&val, 1);
     result.val_loss = val;
+    result.val_step = step;
     if (!comm.is_root()) return;
     data->ValBatch(0, B, T, tokens.data(), targets.data());
     std::vector<std::vector<int>> seqs;
@@ -300,8 +301,11 @@ TrainResult RunTraining(const TrainConfig& config_in, const TrainerOptions& opti
   result.end_step = result.start_step + static_cast<int>(result.losses.size());
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   result.tokens_per_second = train_seconds > 0 ? double(result.losses.size()) * B * T / train_seconds : 0;
-  log(fmt::format("train: {} steps in {:.1f} s, {:.0f} tokens/s (training only); last val loss {:.4f}",
-                  result.losses.size(), result.seconds, result.tokens_per_second, result.val_loss));
+  log(fmt::format("train: {} steps in {:.1f} s, {:.0f} tokens/s (training only); {}",
+                  result.losses.size(), result.seconds, result.tokens_per_second,
+                  result.val_step > 0 ? fmt::format("last val loss {:.4f} (step {})",
+                                                    result.val_loss, result.val_step)
+                                      : std::string("no evaluation ran")));
   return result;
 }
 

@@ -35,6 +35,7 @@ struct TrainResult {
   int end_step = 0;
   std::vector<double> losses;     // training loss of steps start_step+1 .. end_step
   double val_loss = 0;            // at the last evaluation
+  int val_step = 0;               // the step of that evaluation; 0: no evaluation ran
   std::string last_checkpoint;
   double tokens_per_second = 0;   // training throughput (excluding evaluation and checkpoints)
   double seconds = 0;
