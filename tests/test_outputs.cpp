@@ -121,9 +121,16 @@ TEST(OutputPolicy, FifoIsWrittenThroughAndStaysAFifo) {
 }
 
 TEST(OutputPolicy, DashIsStandardOutput) {
-  const CliResult r = RunCli(kPpl + "--json -");
+  CliResult r = RunCli(kPpl + "--json -");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("\"schema\": \"sinkscope.ppl/1\""), std::string::npos) << r.out;
+  r = RunCli("convert --model " + kModel + " --to gguf --out -");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.substr(0, 4), "GGUF");
+  r = RunCli("convert --model " + kModel + " --to hf --out -");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--out -: a Hugging Face model is a directory"), std::string::npos)
+      << r.err;
   EXPECT_FALSE(fs::exists("-"));
 }
 

@@ -51,6 +51,9 @@ void WriteHfDirectory(const LoadedModel& loaded, const std::string& out, Safeten
 }
 
 void Run(const ConvertOptions& o) {
+  if (o.to == "hf" && o.out == "-")
+    Fail("--out -: a Hugging Face model is a directory; give a path (--to gguf can go to "
+         "standard output)");
   if (o.to == "hf" && fs::exists(o.out))
     Fail("--out {}: already exists; remove it or choose another path", o.out);
   CheckOutputs({{"--out", o.out}},
