@@ -54,9 +54,8 @@ void Validate(const AnalyzeArgs& a) {
   if (a.attn_path != "fused" && a.attn_path != "materialised")
     Fail("--attention: expected fused or materialised, got '{}'", a.attn_path);
   analysis::ParseConditions(a.conditions, "--conditions");
-  if (!a.json.empty()) CheckWritable(a.json, "--json");
-  if (!a.html.empty()) CheckWritable(a.html, "--html");
-  if (!a.json.empty() && a.json == a.html) Fail("--json and --html name the same file {}", a.json);
+  CheckOutputs({{"--json", a.json}, {"--html", a.html}},
+               SampleInputs(a.model, a.text_file, a.tokens_file, a.tokenizer));
 }
 
 void RunAnalyze(AnalyzeArgs a) {

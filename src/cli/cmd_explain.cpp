@@ -47,9 +47,8 @@ void RunExplain(ExplainArgs a) {
   const auto conditions = analysis::ParseConditions(a.conditions, "--conditions");
   if (conditions.size() != 1)
     Fail("--conditions: explain runs one condition at a time, got '{}'", a.conditions);
-  if (!a.json.empty()) CheckWritable(a.json, "--json");
-  if (!a.html.empty()) CheckWritable(a.html, "--html");
-  if (!a.json.empty() && a.json == a.html) Fail("--json and --html name the same file {}", a.json);
+  CheckOutputs({{"--json", a.json}, {"--html", a.html}},
+               SampleInputs(a.model, a.text_file, a.tokens_file, a.tokenizer));
 
   Model model = LoadModel(a.model);
   const ModelConfig& c = model.config;

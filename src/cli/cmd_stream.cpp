@@ -106,9 +106,8 @@ struct StreamArgs {
 };
 
 void RunStream(const StreamArgs& a) {
-  if (!a.csv.empty()) CheckWritable(a.csv, "--csv");
-  if (!a.json.empty()) CheckWritable(a.json, "--json");
-  if (!a.html.empty()) CheckWritable(a.html, "--html");
+  CheckOutputs({{"--csv", a.csv}, {"--json", a.json}, {"--html", a.html}},
+               SampleInputs(a.model, a.text, a.token_file, a.tokenizer));
   if (a.max_tokens < 0) Fail("--max-tokens: expected 0 (all) or more, got {}", a.max_tokens);
   std::vector<stream::Policy> policies;
   if (!a.compare.empty()) {

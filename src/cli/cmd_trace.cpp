@@ -52,9 +52,10 @@ void Validate(const TraceArgs& a) {
   if (!(a.other_share > 0 && a.other_share <= 1)) Fail("--other-share: expected (0, 1], got {}", a.other_share);
   if (a.stable_window < 1) Fail("--stable-window: expected >= 1, got {}", a.stable_window);
   if (!a.text_file.empty() && !FileExists(a.text_file)) Fail("--text: {}: no such file", a.text_file);
-  if (!a.json.empty()) CheckWritable(a.json, "--json");
-  if (!a.html.empty()) CheckWritable(a.html, "--html");
-  if (!a.json.empty() && a.json == a.html) Fail("--json and --html name the same file {}", a.json);
+  std::vector<FlagPath> inputs = SampleInputs("", a.text_file, "", a.tokenizer);
+  for (const std::string& c : a.checkpoints)
+    for (FlagPath& f : ModelInputs("--checkpoints", c)) inputs.push_back(std::move(f));
+  CheckOutputs({{"--json", a.json}, {"--html", a.html}}, inputs);
 }
 
 // How the samples are made, decided from the flags and the first checkpoint, before any model
@@ -159,14 +160,8 @@ void RunTrace(const TraceArgs& a) {
   fmt::print("{}", trace::TraceTable(results, settings.stage));
   for (const auto& r : results)
     if (!r.ok) fmt::print("FAILED step {}: {}\n", r.ref.step, r.error);
-  if (!a.json.empty()) {
-    report::WriteJson(a.json, trace::TraceJson(results, settings));
-    Log("wrote " + a.json);
-  }
-  if (!a.html.empty()) {
-    WriteFileAtomic(a.html, trace::TraceHtml(results, settings));
-    Log("wrote " + a.html);
-  }
+  WriteReports(a.json, a.json.empty() ? "" : trace::TraceJson(results, settings).dump(2) + "\n",
+               a.html, a.html.empty() ? "" : trace::TraceHtml(results, settings));
   if (failed == static_cast<int>(results.size()))
     Fail("all {} checkpoints failed to load or analyse (first: {})", failed, results.front().error);
   if (failed && !a.keep_going)

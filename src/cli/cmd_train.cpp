@@ -27,7 +27,7 @@ struct TrainFlags {
   double lr = -1;
   int64_t seed = -1;
   std::string corpus;
-  bool bos = false, no_bos = false;
+  bool bos = false, no_bos = false, overwrite = false;
 };
 
 void RunTrain(const TrainFlags& f) {
@@ -83,6 +83,9 @@ void RunTrain(const TrainFlags& f) {
     if (c.data != DataKind::kBigramBackcopy)
       Fail("--write-stream: only for data \"bigram-backcopy\" (stream a text run's corpus with "
            "`sinkscope stream --text`)");
+    CheckOutputs(
+        {{"--write-stream", f.write_stream}},
+        {{"--config", f.config_path}, {"--corpus", c.corpus}, {"--tokenizer", c.tokenizer}});
     if (f.stream_tokens < 2) Fail("--stream-tokens: expected at least 2, got {}", f.stream_tokens);
     const BigramBackcopy source(c.vocab_size, c.bb_triggers, c.bb_seed, c.bos);
     std::vector<int> tokens(f.stream_tokens);
@@ -98,10 +101,12 @@ void RunTrain(const TrainFlags& f) {
   TrainerOptions options;
   options.resume = f.resume;
   options.stop_after = f.stop_after;
+  options.overwrite = f.overwrite;
   const TrainResult r = RunTraining(c, options);
   if (Comm::World().is_root())
-    fmt::print("steps\t{}\nval_loss\t{:.6g}\ntokens_per_s\t{:.0f}\ncheckpoint\t{}\n", r.end_step,
-               r.val_loss, r.tokens_per_second, r.last_checkpoint);
+    fmt::print("steps\t{}\nval_loss\t{}\ntokens_per_s\t{:.0f}\ncheckpoint\t{}\n", r.end_step,
+               r.val_step > 0 ? fmt::format("{:.6g}", r.val_loss) : "none (no evaluation ran)",
+               r.tokens_per_second, r.last_checkpoint);
 }
 
 }  // namespace
@@ -114,6 +119,9 @@ void RegisterTrain(CLI::App& app) {
   cmd->add_option("--preset", flags->preset, "quick | bigram-backcopy | bigram-backcopy-nobos | text | moe-quick");
   cmd->add_option("--out", flags->out, "Run directory (checkpoints step-<N>/, telemetry.jsonl)");
   cmd->add_option("--resume", flags->resume, "Continue from a run directory (newest checkpoint) or step-<N>");
+  cmd->add_flag("--overwrite", flags->overwrite,
+                "Start over in a --out directory that holds an earlier run (its checkpoints, logs "
+                "and prepared data are removed first)");
   cmd->add_option("--set", flags->sets, "Override any config key: --set dim=128 --set data=text");
   cmd->add_option("--steps", flags->steps, "Total optimiser steps");
   cmd->add_option("--lr", flags->lr, "Peak learning rate");

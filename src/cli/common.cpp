@@ -1,6 +1,8 @@
 #include "cli/common.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -105,18 +107,71 @@ SampleStream ReadSampleStream(const Model& model, const std::string& text_file,
 
 void WriteReports(const std::string& json_path, const std::string& json_text,
                   const std::string& html_path, const std::string& html_text) {
-  if (!json_path.empty()) {
-    WriteFileAtomic(json_path, json_text);
-    Log("wrote " + json_path);
+  // Both are written and closed before either is renamed into place, so a failed write (a full
+  // disk) leaves the previous files as they were.
+  std::vector<std::unique_ptr<OutputFile>> outputs;
+  for (const auto& [path, text] :
+       {std::pair{&json_path, &json_text}, std::pair{&html_path, &html_text}}) {
+    if (path->empty()) continue;
+    outputs.push_back(std::make_unique<OutputFile>(*path));
+    if (std::fwrite(text->data(), 1, text->size(), outputs.back()->file()) != text->size())
+      Fail("{}: write failed: {}", *path, std::strerror(errno));
+    outputs.back()->Close();
   }
-  if (html_path.empty()) return;
-  try {
-    WriteFileAtomic(html_path, html_text);
-  } catch (...) {
-    if (!json_path.empty()) std::filesystem::remove(json_path);
-    throw;
+  for (auto& out : outputs) {
+    out->Commit();
+    Log("wrote " + out->target().path);
   }
-  Log("wrote " + html_path);
+}
+
+namespace {
+
+bool IsModelFileName(const std::string& name) {
+  auto ends = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return name == "config.json" || name == "generation_config.json" ||
+         name == "special_tokens_map.json" || name == "vocab.json" || name == "merges.txt" ||
+         name == "train_config.json" || name == "trainer_state.json" ||
+         name.rfind("tokenizer", 0) == 0 || ends(".safetensors") ||
+         ends(".safetensors.index.json") || ends(".gguf") || ends(".bin");
+}
+
+}  // namespace
+
+std::vector<FlagPath> ModelInputs(const std::string& flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<FlagPath> inputs;
+  if (path.empty()) return inputs;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    inputs.push_back({flag, path});
+    // A llama2.c model's tokenizer is found beside it (tokenizer/find.h).
+    const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : ".";
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.rfind("tok", 0) == 0 && IsModelFileName(name))
+        inputs.push_back({flag, it->path().string()});
+    }
+    return inputs;
+  }
+  // A model directory, a checkpoint, or a run directory of checkpoints (step-<N>/...).
+  for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it.depth() >= 1) it.disable_recursion_pending();
+    if (it->is_regular_file(ec) && IsModelFileName(it->path().filename().string()))
+      inputs.push_back({flag, it->path().string()});
+  }
+  return inputs;
+}
+
+std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& text_file,
+                                   const std::string& tokens_file, const std::string& tokenizer) {
+  std::vector<FlagPath> inputs = ModelInputs("--model", model);
+  inputs.push_back({"--text", text_file});
+  inputs.push_back({"--tokens", tokens_file});
+  inputs.push_back({"--tokenizer", tokenizer});
+  return inputs;
 }
 
 }  // namespace ss::cli

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/file_util.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
@@ -47,10 +48,19 @@ SampleStream ReadSampleStream(const Model& model, const std::string& text_file,
                               const std::string& prompt, bool has_prompt,
                               const std::string& tokens_file, const std::string& tokenizer);
 
-// Writes the --json and --html outputs (each skipped when its path is empty), atomically; if the
-// HTML cannot be written the JSON is removed again, so a failed run leaves neither.
+// Writes the --json and --html outputs (each skipped when its path is empty) under the output
+// policy of common/file_util.h; both are written completely before either replaces its target.
 void WriteReports(const std::string& json_path, const std::string& json_text,
                   const std::string& html_path, const std::string& html_text);
+
+// The files a --model or --checkpoints path stands for, as inputs for CheckOutputs (so that no
+// report overwrites them): a model file and the tokenizer files beside it (tok*.bin,
+// tokenizer.*), or the model, tokenizer and trainer files of a directory and of its
+// sub-directories (a run's step-<N>/ checkpoints).
+std::vector<FlagPath> ModelInputs(const std::string& flag, const std::string& path);
+// ModelInputs of --model plus the --text, --tokens and --tokenizer files (each skipped if empty).
+std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& text_file,
+                                   const std::string& tokens_file, const std::string& tokenizer);
 
 // Token ids from a file of whitespace-separated non-negative integers, each in [0, vocab_size)
 // (a pre-tokenized stream for --tokens). Throws ss::Error naming the file, the line and the item.

@@ -13,7 +13,9 @@
 // within each head, (2i, 2i+1) -> (i, i + Dh/2), which leaves every attention score unchanged;
 // the reader applies the inverse.
 // Everything is written into DIR/.step-<N>.tmp.<pid> and renamed to DIR/step-<N> at the end, so a
-// crash or a full disk never leaves a half-written checkpoint and the previous ones survive.
+// crash or a full disk never leaves a half-written checkpoint and the previous ones survive; the
+// next save removes such temporaries of processes that no longer run. Reading a checkpoint named
+// step-<N> whose trainer_state.json says another step is refused.
 #pragma once
 
 #include <array>
