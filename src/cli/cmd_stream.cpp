@@ -130,7 +130,7 @@ void RunStream(const StreamArgs& a) {
   if (a.text.empty() == a.token_file.empty()) Fail("stream: give --text FILE or --tokens FILE (one of them)");
   const std::string input = a.text.empty() ? a.token_file : a.text;
   const std::string input_flag = a.text.empty() ? "--tokens" : "--text";
-  const std::string text = ReadFile(input);
+  const std::string text = ReadInputFile(input, input_flag);
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     Fail("{} {}: the file is empty; expected at least two tokens to score", input_flag, input);
   std::vector<int> tokens;
