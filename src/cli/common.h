@@ -52,8 +52,4 @@ SampleStream ReadSampleStream(const Model& model, const std::string& text_file,
 void WriteReports(const std::string& json_path, const std::string& json_text,
                   const std::string& html_path, const std::string& html_text);
 
-// Token ids from a file of whitespace-separated non-negative integers, each in [0, vocab_size)
-// (a pre-tokenized stream for --tokens). Throws ss::Error naming the file, the line and the item.
-std::vector<int> ReadTokenIds(const std::string& path, int vocab_size);
-
 }  // namespace ss::cli
