@@ -344,6 +344,29 @@ std::string ErrorOf(const std::function<void()>& fn) {
   return "";
 }
 
+// trainer_state.json's rng words went straight to std::stoull, so a damaged word escaped as
+// std::invalid_argument / std::out_of_range instead of an ss::Error naming the file.
+TEST(TrainBadInput, TrainerStateRngWords) {
+  auto state = [](const std::string& word) {
+    return R"({"step": 3, "adam_t": 3, "tokens_seen": 96, "parameters": 10, "rng": [")" + word +
+           R"(", "1", "2", "3"]})";
+  };
+  const TrainerState s = ParseTrainerState(state("00000000000000fF"), "s.json", 10);
+  EXPECT_EQ(s.step, 3);
+  EXPECT_EQ(s.rng[0], 255u);
+  EXPECT_EQ(s.rng[3], 3u);
+  for (const std::string bad : {"zz", "", "-1", "0x10", " 1", "10000000000000000"}) {
+    std::string e;
+    EXPECT_NO_THROW(e = ErrorOf([&] { ParseTrainerState(state(bad), "s.json", 10); })) << bad;
+    EXPECT_NE(e.find("s.json: rng[0] = '" + bad + "' is not a 64-bit hexadecimal word"), std::string::npos)
+        << e;
+  }
+  EXPECT_NE(ErrorOf([&] { ParseTrainerState(state("1"), "s.json", 11); }).find("10 parameters, the config needs 11"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { ParseTrainerState("{\"step\": 1}", "s.json", 10); }).find("malformed trainer state"),
+            std::string::npos);
+}
+
 TEST(TrainBadInput, ImpossibleShapes) {
   TrainConfig c = TinyRun("");
   c.n_heads = 3;

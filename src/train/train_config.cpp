@@ -212,18 +212,19 @@ void ApplyJson(TrainConfig& c, const nlohmann::json& j, const std::string& src) 
   Get(j, "out", c.out, src);
 }
 
-TrainConfig LoadTrainConfig(const std::string& path) {
-  const std::string text = ReadFile(path);
+TrainConfig ParseTrainConfig(std::string_view text, const std::string& source) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    Fail("{}: not valid JSON ({})", path, e.what());
+    Fail("{}: not valid JSON ({})", source, e.what());
   }
   TrainConfig c;
-  ApplyJson(c, j, path);
+  ApplyJson(c, j, source);
   return c;
 }
+
+TrainConfig LoadTrainConfig(const std::string& path) { return ParseTrainConfig(ReadFile(path), path); }
 
 std::vector<std::string> PresetNames() {
   return {"quick", "bigram-backcopy", "bigram-backcopy-nobos", "text", "moe-quick"};
