@@ -216,7 +216,8 @@ TrainConfig ParseTrainConfig(std::string_view text, const std::string& source) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number no double holds (found by fuzz_train_config).
     Fail("{}: not valid JSON ({})", source, e.what());
   }
   TrainConfig c;
