@@ -14,6 +14,7 @@
 #include "cli/common.h"
 #include "common/file_util.h"
 #include "io/load.h"
+#include "io/token_ids.h"
 #include "report/report.h"
 #include "stream/stream.h"
 #include "tokenizer/find.h"

@@ -131,8 +131,4 @@ std::vector<FlagPath> ModelInputs(const std::string& flag, const std::string& pa
 std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& text_file,
                                    const std::string& tokens_file, const std::string& tokenizer);
 
-// Token ids from a file of whitespace-separated non-negative integers, each in [0, vocab_size)
-// (a pre-tokenized stream for --tokens). Throws ss::Error naming the file, the line and the item.
-std::vector<int> ReadTokenIds(const std::string& path, int vocab_size);
-
 }  // namespace ss::cli

@@ -216,33 +216,43 @@ TrainConfig ReadCheckpointConfig(const std::string& step_dir) {
   return LoadTrainConfig(step_dir + "/train_config.json");
 }
 
-TrainerState ReadCheckpointState(const std::string& dir, const TrainConfig& c, const ParamLayout& layout) {
+TrainerState ParseTrainerState(std::string_view text, const std::string& path, int64_t n_params) {
   TrainerState s;
-  const std::string path = dir + "/trainer_state.json";
-  nlohmann::json st;
   try {
-    st = nlohmann::json::parse(ReadFile(path));
+    const nlohmann::json st = nlohmann::json::parse(text);
     s.step = st.at("step").get<int>();
     s.adam_t = st.at("adam_t").get<int64_t>();
     s.tokens_seen = st.at("tokens_seen").get<int64_t>();
-    for (int i = 0; i < 4; ++i) s.rng[i] = std::stoull(st.at("rng").at(i).get<std::string>(), nullptr, 16);
-    // A checkpoint renamed or edited by hand: resuming would continue from one step and write
-    // over the checkpoint of another.
-    fs::path step_dir = fs::path(dir).lexically_normal();
-    if (!step_dir.has_filename()) step_dir = step_dir.parent_path();  // "run/step-5/"
-    const std::string name = step_dir.filename().string();
-    if (name.rfind("step-", 0) == 0 && name.size() > 5 &&
-        name.find_first_not_of("0123456789", 5) == std::string::npos && name.size() < 15 &&
-        std::stoll(name.substr(5)) != s.step)
-      Fail(
-          "{}: step {} disagrees with its directory name {}; refusing to use a checkpoint whose "
-          "state and name differ",
-          path, s.step, name);
-    if (st.at("parameters").get<int64_t>() != layout.total)
-      Fail("{}: {} parameters, the config needs {}", path, st.at("parameters").get<int64_t>(), layout.total);
+    for (int i = 0; i < 4; ++i) {
+      // 64-bit words as hex strings (JSON numbers are doubles to many readers).
+      const std::string word = st.at("rng").at(i).get<std::string>();
+      const bool hex = !word.empty() && word.size() <= 16 &&
+                       word.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+      if (!hex) Fail("{}: rng[{}] = '{}' is not a 64-bit hexadecimal word", path, i, word.substr(0, 40));
+      s.rng[i] = std::stoull(word, nullptr, 16);
+    }
+    const int64_t params = st.at("parameters").get<int64_t>();
+    if (params != n_params) Fail("{}: {} parameters, the config needs {}", path, params, n_params);
   } catch (const nlohmann::json::exception& e) {
     Fail("{}: malformed trainer state: {}", path, e.what());
   }
+  return s;
+}
+
+TrainerState ReadCheckpointState(const std::string& dir, const TrainConfig& c, const ParamLayout& layout) {
+  const std::string path = dir + "/trainer_state.json";
+  TrainerState s = ParseTrainerState(ReadFile(path), path, layout.total);
+  // A checkpoint renamed or edited by hand: resuming would continue from one step and write over
+  // the checkpoint of another.
+  fs::path step_dir = fs::path(dir).lexically_normal();
+  if (!step_dir.has_filename()) step_dir = step_dir.parent_path();  // "run/step-5/"
+  const std::string name = step_dir.filename().string();
+  if (name.rfind("step-", 0) == 0 && name.size() > 5 &&
+      name.find_first_not_of("0123456789", 5) == std::string::npos && name.size() < 15 &&
+      std::stoll(name.substr(5)) != s.step)
+    Fail("{}: step {} disagrees with its directory name {}; refusing to use a checkpoint whose state "
+         "and name differ",
+         path, s.step, name);
   s.params.assign(layout.total, 0.0f);
   const bool permute = c.rope == "interleaved";
   const std::string model_path = dir + "/model.safetensors";
