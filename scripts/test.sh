@@ -6,3 +6,5 @@ scripts/setup.sh
 # A short fuzzing budget for every parser (libFuzzer, ASan + UBSan); longer runs: scripts/fuzz.sh N.
 scripts/fuzz.sh "${SINKSCOPE_FUZZ_SECONDS:-10}"
 ctest --test-dir build --output-on-failure -j"$(nproc)"
+# The same suite built with ASan + UBSan (build-asan/); see docs/GUARANTEES.md.
+scripts/sanitize.sh

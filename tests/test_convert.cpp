@@ -315,5 +315,23 @@ TEST(ModelFiles, VocabularyOnlyGgufIsNotAModel) {
   EXPECT_EQ(Contains(ErrorOf([&] { LoadModel(vocab); }), "holds no tensors"), "");
 }
 
+// A vocabulary piece that is not UTF-8 (a raw byte in a llama2.c tokenizer.bin or a SentencePiece
+// model) cannot be written to tokenizer.json: nlohmann::json threw its own type_error from dump()
+// (found by fuzz_sentencepiece); now the export names the tokenizer and the piece.
+TEST(Convert, NonUtf8PieceIsNamedNotThrownByJson) {
+  const std::string path = test::TempDir("non_utf8_piece") + "/tokenizer.bin";
+  std::string bin;
+  auto i32 = [&](int32_t v) { bin.append(reinterpret_cast<const char*>(&v), 4); };
+  i32(8);  // max_token_length
+  for (const std::string piece : {"<unk>", "<s>", "</s>", "a", "\xe2\x16\x81"}) {
+    i32(0);  // score
+    i32(static_cast<int32_t>(piece.size()));
+    bin += piece;
+  }
+  WriteFileAtomic(path, bin);
+  const auto tok = LoadLlama2cTokenizer(path, 5);
+  EXPECT_EQ(Contains(ErrorOf([&] { TokenizerJsonText(*tok); }), "piece 4 is not valid UTF-8 (at byte 0)"), "");
+}
+
 }  // namespace
 }  // namespace ss

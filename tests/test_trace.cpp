@@ -129,6 +129,7 @@ TEST(TraceFind, StepFromNames) {
   EXPECT_EQ(trace::ReadStep("/runs/x/checkpoint-250"), 250);
   EXPECT_EQ(trace::ReadStep("/pythia/step143000"), 143000);
   EXPECT_EQ(trace::ReadStep("/runs/model-step_7.gguf"), 7);
+  EXPECT_EQ(trace::ReadStep("/runs/step-99999999999999999999"), -1);  // no int64_t: not a step
   EXPECT_EQ(trace::ReadStep("/runs/step-5/final"), -1);  // only the last name counts
   EXPECT_EQ(trace::ReadStep("/runs/final"), -1);
 }

@@ -344,6 +344,55 @@ std::string ErrorOf(const std::function<void()>& fn) {
   return "";
 }
 
+// trainer_state.json's rng words went straight to std::stoull, so a damaged word escaped as
+// std::invalid_argument / std::out_of_range instead of an ss::Error naming the file.
+TEST(TrainBadInput, TrainerStateRngWords) {
+  auto state = [](const std::string& word) {
+    return R"({"step": 3, "adam_t": 3, "tokens_seen": 96, "parameters": 10, "rng": [")" + word +
+           R"(", "1", "2", "3"]})";
+  };
+  const TrainerState s = ParseTrainerState(state("00000000000000fF"), "s.json", 10);
+  EXPECT_EQ(s.step, 3);
+  EXPECT_EQ(s.rng[0], 255u);
+  EXPECT_EQ(s.rng[3], 3u);
+  for (const std::string bad : {"zz", "", "-1", "0x10", " 1", "10000000000000000"}) {
+    std::string e;
+    EXPECT_NO_THROW(e = ErrorOf([&] { ParseTrainerState(state(bad), "s.json", 10); })) << bad;
+    EXPECT_NE(e.find("s.json: rng[0] = '" + bad + "' is not a 64-bit hexadecimal word"), std::string::npos)
+        << e;
+  }
+  EXPECT_NE(ErrorOf([&] { ParseTrainerState(state("1"), "s.json", 11); }).find("10 parameters, the config needs 11"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { ParseTrainerState("{\"step\": 1}", "s.json", 10); }).find("malformed trainer state"),
+            std::string::npos);
+}
+
+// Found by fuzz_train_config: a number no double holds made nlohmann::json throw out_of_range (406),
+// which escaped ParseTrainConfig (it caught parse_error only).
+TEST(TrainBadInput, NumberTooLargeForADouble) {
+  std::string e;
+  EXPECT_NO_THROW(e = ErrorOf([] { ParseTrainConfig(R"({"lr": 11111E11111111191111})", "cfg.json"); }));
+  EXPECT_NE(e.find("cfg.json: malformed training config"), std::string::npos) << e;
+}
+
+// Found by fuzz_sentencepiece (its input, verbatim): a model with an empty piece made
+// libsentencepiece throw Darts' "zero-length key" out of Load, past every ss::Error handler.
+TEST(TrainBadInput, SentencePieceModelWithAnEmptyPiece) {
+  const std::string model(
+      "\x0a\x0e\x0a\x05\x3c\x75\x6e\x6b\x3e\x15\x00\x00\x00\x00\x18\x02\x0a\x0c\x0a\x03\x3c\x73\x3e\x15"
+      "\x00\x00\x00\x00\x18\x03\x0a\x0d\x0a\x04\x3c\x2f\x73\x3e\x15\x00\x00\x00\x00\x18\x03\x0a\x0c\x0a"
+      "\x03\xe2\x96\x81\x15\x00\x00\x80\xbf\x18\x01\x0a\x0a\x0a\x01\x61\x15\x00\x00\x00\xc0\x18\x01\x0a"
+      "\x0a\x0a\x01\x00\x62\x00\x15\x40\xc0\x02\x00\xc8\x02\x01\xd0\x02\x02\xd8\x02\xff\xff\xff\xff\xff"
+      "\xff\xff\xff\xff\x01\x1a\x0e\x0a\x08\x69\x64\x65\x6e\x74\x69\x74\x79\x18\x01\x20\x00",
+      117);
+  const std::string path = test::TempDir("spm_empty_piece") + "/tokenizer.model";
+  WriteFileAtomic(path, model);
+  std::string e;
+  bool exact = false;
+  EXPECT_NO_THROW(e = ErrorOf([&] { SentencePieceToTokenizerJson(path, &exact); }));
+  EXPECT_NE(e.find(path + ": cannot load the SentencePiece model"), std::string::npos) << e;
+}
+
 TEST(TrainBadInput, ImpossibleShapes) {
   TrainConfig c = TinyRun("");
   c.n_heads = 3;

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "io/load.h"
 #include "model/sampler.h"
 #include "stream/stream.h"
@@ -20,15 +21,14 @@ namespace {
 struct ChatArgs {
   std::string model, tokenizer, policy = "sinks";
   int sinks = 4, window = 252, max_reply = 256;
-  float temperature = 0.8f, top_p = 0.9f;
+  SamplingOptions sampling;
   uint64_t seed = 42;
   bool force = false;
 };
 
 void RunChat(const ChatArgs& a) {
   if (a.max_reply < 1) Fail("--max-reply: expected at least 1 token, got {}", a.max_reply);
-  if (!(a.temperature >= 0)) Fail("--temperature: expected 0 (greedy) or more, got {}", a.temperature);
-  if (!(a.top_p > 0 && a.top_p <= 1)) Fail("--top-p: expected a value in (0, 1], got {}", a.top_p);
+  a.sampling.Validate();
   stream::StreamOptions o;
   o.policy = stream::ParsePolicy(a.policy, "--policy");
   o.sinks = a.sinks;
@@ -38,7 +38,7 @@ void RunChat(const ChatArgs& a) {
   stream::ValidateOptions(o, model.config);
   auto tokenizer = FindTokenizer(model, a.tokenizer);
   auto cache = stream::MakeStreamCache(model, o);
-  Sampler sampler(SamplerOptions{a.temperature, a.top_p, a.seed});
+  Sampler sampler(SamplerOptions{a.sampling.temperature, a.sampling.top_p, a.seed});
   const int V = model.config.vocab_size;
   const int bos = tokenizer->bos_id(), eos = tokenizer->eos_id();
   Log(fmt::format("chat: {} cache, {} + {} entries; one turn per line, end of input (Ctrl-D) quits",
@@ -92,8 +92,7 @@ void RegisterChat(CLI::App& app) {
   cmd->add_option("--sinks", a->sinks, "S initial tokens kept")->default_val(4);
   cmd->add_option("--window", a->window, "W most recent tokens kept")->default_val(252);
   cmd->add_option("--max-reply", a->max_reply, "Most tokens per reply")->default_val(256);
-  cmd->add_option("--temperature", a->temperature, "0: greedy")->default_val(0.8f);
-  cmd->add_option("--top-p", a->top_p, "Nucleus sampling mass")->default_val(0.9f);
+  a->sampling.Add(cmd, /*default_temperature=*/0.8f);
   cmd->add_option("--seed", a->seed, "Sampling seed")->default_val(42);
   cmd->add_flag("--force", a->force, "Allow S + W beyond the model's context");
   cmd->callback([a] { RunChat(*a); });

@@ -31,7 +31,11 @@ struct ConvertOptions {
 
 void WriteHfDirectory(const LoadedModel& loaded, const std::string& out, SafetensorsDtype dtype) {
   if (fs::exists(out)) Fail("--out {}: already exists; remove it or choose another path", out);
-  const std::string tmp = fmt::format("{}.tmp.{}", out, getpid());
+  const std::string tmp = TemporaryPath(out);
+  const std::string name = fs::path(out).filename().string();
+  RemoveStaleTemporaries(
+      fs::path(out).has_parent_path() ? fs::path(out).parent_path().string() : ".",
+      [&](std::string_view stem) { return stem == name; });
   std::error_code ec;
   fs::remove_all(tmp, ec);
   if (!fs::create_directory(tmp, ec)) Fail("--out {}: cannot create {}: {}", out, tmp, ec.message());
@@ -47,9 +51,13 @@ void WriteHfDirectory(const LoadedModel& loaded, const std::string& out, Safeten
 }
 
 void Run(const ConvertOptions& o) {
+  if (o.to == "hf" && o.out == "-")
+    Fail("--out -: a Hugging Face model is a directory; give a path (--to gguf can go to "
+         "standard output)");
   if (o.to == "hf" && fs::exists(o.out))
     Fail("--out {}: already exists; remove it or choose another path", o.out);
-  CheckWritable(o.out, "--out");
+  CheckOutputs({{"--out", o.out}},
+               SampleInputs(o.model.model_path, "", "", o.model.tokenizer_path));
   SafetensorsDtype dtype = SafetensorsDtype::kF32;
   uint32_t ggml_type = kGgmlTypeF32;
   if (o.to == "hf") {

@@ -27,49 +27,52 @@ namespace ss::cli {
 namespace {
 
 struct ExplainArgs {
-  std::string model, text_file, prompt, tokens_file, tokenizer;
-  std::string conditions = "bos";
-  int samples = 16;
-  int length = 64;
-  uint64_t seed = 0;
+  std::string model;
+  SampleOptions input;
+  ConditionOptions conditions;
+  SinkOptions sink;
+  LayerThresholdOptions layers;
   explain::ExplainOptions options;
   std::string ablate;
   std::string ablation = "mean";
   std::string json, html;
-  bool has_prompt = false;
 };
 
 void RunExplain(ExplainArgs a) {
+  a.input.Validate(/*conditions=*/1);
+  a.sink.Validate();
+  a.layers.Validate();
+  a.options.eps = a.sink.eps;
+  a.options.onset_threshold = a.layers.onset;
+  a.options.amplification_threshold = a.layers.amplification;
   explain::CheckOptions(a.options);
-  if (a.samples < 1) Fail("--samples: expected at least 1, got {}", a.samples);
-  if (a.length < 4) Fail("--length: expected at least 4 tokens, got {}", a.length);
-  if (a.has_prompt && a.prompt.empty()) Fail("--prompt: the prompt is empty");
-  const auto conditions = analysis::ParseConditions(a.conditions, "--conditions");
-  if (conditions.size() != 1)
-    Fail("--conditions: explain runs one condition at a time, got '{}'", a.conditions);
-  if (!a.json.empty()) CheckWritable(a.json, "--json");
-  if (!a.html.empty()) CheckWritable(a.html, "--html");
-  if (!a.json.empty() && a.json == a.html) Fail("--json and --html name the same file {}", a.json);
+  const auto conditions = a.conditions.Parse(/*single=*/true);
+  CheckOutputs({{"--json", a.json}, {"--html", a.html}},
+               SampleInputs(a.model, a.input.text_file, a.input.tokens_file, a.input.tokenizer));
 
   Model model = LoadModel(a.model);
   const ModelConfig& c = model.config;
+  const bool has_prompt = a.input.has_prompt();
+  if (!has_prompt) CheckLength(c, a.input.length, /*allow_long=*/false, /*has_allow_flag=*/false);
   a.options.ablate = explain::ParseComponents(a.ablate, c, "--ablate");
   if (a.ablation != "mean" && a.ablation != "zero")
     Fail("--ablation: expected mean or zero, got '{}'", a.ablation);
   a.options.ablation = a.ablation == "zero" ? explain::Ablation::kZero : explain::Ablation::kMean;
-  const SampleStream input =
-      ReadSampleStream(model, a.text_file, a.prompt, a.has_prompt, a.tokens_file, a.tokenizer);
+  const SampleStream input = ReadSampleStream(model, a.input.text_file, a.input.prompt, has_prompt,
+                                              a.input.tokens_file, a.input.tokenizer);
   const std::vector<int>& stream = input.tokens;
   const std::string& source = input.source;
   const std::string& flag = input.flag;
-  analysis::SampleSpec spec{a.samples, a.length, a.seed, c.vocab_size, c.bos_id, c.eos_id};
+  analysis::SampleSpec spec{a.input.samples, a.input.length, a.input.seed,
+                            c.vocab_size,    c.bos_id,       c.eos_id};
   const std::vector<std::vector<int>> samples =
-      a.has_prompt ? std::vector<std::vector<int>>{analysis::PromptSample(stream, conditions[0], spec)}
-                   : analysis::BuildSamples(stream, conditions[0], spec, flag);
+      has_prompt
+          ? std::vector<std::vector<int>>{analysis::PromptSample(stream, conditions[0], spec)}
+          : analysis::BuildSamples(stream, conditions[0], spec, flag);
   const int T = static_cast<int>(samples[0].size());
-  if (T < 4) Fail("{}: {} token(s); explain needs at least 4", flag, T);
-  if (c.max_seq_len > 0 && T > c.max_seq_len)
-    Fail("--length: T = {} exceeds the model's context of {} tokens", T, c.max_seq_len);
+  if (T < SampleOptions::kMinLength)
+    Fail("{}: {} token(s); explain needs at least {}", flag, T, SampleOptions::kMinLength);
+  CheckLength(c, T, /*allow_long=*/false, /*has_allow_flag=*/false);
 
   report::Progress progress("explain", 1, "forwards");
   a.options.progress = [&](int64_t done, int64_t) { progress.Update(done); };
@@ -79,7 +82,7 @@ void RunExplain(ExplainArgs a) {
   rep.model = analysis::IdentifyModel(model);
   rep.source = source;
   rep.condition = analysis::ConditionName(conditions[0]);
-  rep.seed = a.seed;
+  rep.seed = a.input.seed;
 
   const std::string summary = explain::ReportSummary(rep);
   std::string json_text, html_text;
@@ -99,23 +102,10 @@ void RegisterExplain(CLI::App& app) {
                  "position 0, greedy circuit search, cone model");
   auto a = std::make_shared<ExplainArgs>();
   cmd->add_option("--model", a->model, "Model file or directory")->required();
-  auto* text = cmd->add_option("--text", a->text_file, "Text file to cut random windows from "
-                                                       "(default: the shipped data/default_text.txt)");
-  auto* prompt = cmd->add_option("--prompt", a->prompt, "One sample: this text");
-  auto* tokens = cmd->add_option("--tokens", a->tokens_file, "Token ids to cut random windows from");
-  text->excludes(prompt)->excludes(tokens);
-  prompt->excludes(tokens);
-  cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer file (default: found beside the model)");
-  cmd->add_option("--conditions", a->conditions, "First-token condition: bos, no-bos, random-p0 or repeat")
-      ->capture_default_str();
-  cmd->add_option("--samples", a->samples, "Samples (N)")->capture_default_str();
-  cmd->add_option("--length", a->length, "Tokens per sample (T)")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Seed for windows and random first tokens")->capture_default_str();
-  cmd->add_option("--eps", a->options.eps, "Sink threshold on alpha_k, in (0, 1]")->capture_default_str();
-  cmd->add_option("--amplification-threshold", a->options.amplification_threshold,
-                  "P0 norm ratio that names the amplification layer (> 0)")->capture_default_str();
-  cmd->add_option("--onset-threshold", a->options.onset_threshold,
-                  "Per-layer Sink_0 rate that names the sink onset layer, in (0, 1]")->capture_default_str();
+  a->input.Add(cmd, /*default_samples=*/16, /*prompt_and_tokens=*/true);
+  a->conditions.Add(cmd, "bos", "First-token condition: bos, no-bos, random-p0 or repeat");
+  a->sink.Add(cmd, /*with_first_k=*/false);
+  a->layers.Add(cmd);
   cmd->add_option("--share", a->options.share,
                   "Share of the downstream sink a circuit must remove, in (0, 1]")->capture_default_str();
   cmd->add_option("--intervention-samples", a->options.intervention_samples,
@@ -129,11 +119,7 @@ void RegisterExplain(CLI::App& app) {
                   "Also measure ablating this set at P0, e.g. mlp.1,head.0.3");
   cmd->add_option("--json", a->json, "Write the results as JSON (schema sinkscope.explain/1)");
   cmd->add_option("--html", a->html, "Write a self-contained HTML report");
-  cmd->callback([a, prompt] {
-    ExplainArgs args = *a;
-    args.has_prompt = prompt->count() > 0;
-    RunExplain(args);
-  });
+  cmd->callback([a] { RunExplain(*a); });
 }
 
 }  // namespace ss::cli

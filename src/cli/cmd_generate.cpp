@@ -20,8 +20,7 @@ void RegisterGenerate(CLI::App& app) {
     std::string prompt;
     bool no_bos = false;
     int steps = 256;
-    float temperature = 1.0f;
-    float top_p = 0.9f;
+    SamplingOptions sampling;
     uint64_t seed = 0;
     std::string policy = "dense";
     int sinks = 4, window = 252;
@@ -31,12 +30,9 @@ void RegisterGenerate(CLI::App& app) {
   a->model.Add(cmd);
   cmd->add_option("--prompt", a->prompt, "Prompt text (default: empty, start from BOS)");
   cmd->add_flag("--no-bos", a->no_bos, "Do not put BOS before the prompt");
-  cmd->add_option("--steps", a->steps, "Total tokens, prompt included, as llama2.c's -n (default 256)")
-      ->check(CLI::Range(1, 1 << 30));
-  cmd->add_option("--temperature", a->temperature, "0 = greedy (default 1.0)")
-      ->check(CLI::Range(0.0f, 100.0f));
-  cmd->add_option("--top-p", a->top_p, "Nucleus sampling mass (default 0.9)")
-      ->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--steps", a->steps,
+                  "Total tokens, prompt included, as llama2.c's -n (default 256)");
+  a->sampling.Add(cmd, /*default_temperature=*/1.0f);
   cmd->add_option("--seed", a->seed, "Random seed (default: time)");
   cmd->add_option("--policy", a->policy,
                   "KV cache: dense (default, up to the context) or sinks | window | recompute, "
@@ -45,14 +41,17 @@ void RegisterGenerate(CLI::App& app) {
   cmd->add_option("--window", a->window, "Recent tokens kept with a streaming policy (default 252)");
   cmd->add_flag("--force", a->force, "Allow --sinks + --window beyond the model's context");
   cmd->callback([a] {
+    // Checked here rather than with CLI11's Range, which lets NaN through.
+    CheckInt("--steps", a->steps, 1, 1 << 30);
+    a->sampling.Validate();
     LoadedModel m = a->model.Load();
     const Tokenizer& tok = *m.tokenizer;
     std::vector<int> prompt = tok.Encode(a->prompt, !a->no_bos);
     if (prompt.empty()) Fail("--prompt is empty and --no-bos leaves nothing to start from");
     GenerateOptions opt;
     opt.steps = a->steps;
-    opt.sampler.temperature = a->temperature;
-    opt.sampler.top_p = a->top_p;
+    opt.sampler.temperature = a->sampling.temperature;
+    opt.sampler.top_p = a->sampling.top_p;
     opt.sampler.seed = a->seed ? a->seed
                                : static_cast<uint64_t>(
                                      std::chrono::system_clock::now().time_since_epoch().count());

@@ -26,7 +26,8 @@ void RegisterPpl(CLI::App& app) {
   cmd->add_flag("--no-bos", a->no_bos, "Do not put BOS first");
   cmd->add_option("--json", a->json, "Write tokens, per-token NLL, mean NLL and perplexity here");
   cmd->callback([a, prompt_opt, text_opt] {
-    if (!a->json.empty()) CheckWritable(a->json, "--json");
+    CheckOutputs({{"--json", a->json}},
+                 SampleInputs(a->model.model_path, a->text, "", a->model.tokenizer_path));
     std::string text = ReadInputText(a->prompt, a->text, prompt_opt->count() > 0, text_opt->count() > 0);
     LoadedModel m = a->model.Load();
     const ModelConfig& c = m.model.config;

@@ -14,6 +14,7 @@
 #include "cli/common.h"
 #include "common/file_util.h"
 #include "io/load.h"
+#include "io/token_ids.h"
 #include "report/report.h"
 #include "stream/stream.h"
 #include "tokenizer/find.h"
@@ -106,9 +107,8 @@ struct StreamArgs {
 };
 
 void RunStream(const StreamArgs& a) {
-  if (!a.csv.empty()) CheckWritable(a.csv, "--csv");
-  if (!a.json.empty()) CheckWritable(a.json, "--json");
-  if (!a.html.empty()) CheckWritable(a.html, "--html");
+  CheckOutputs({{"--csv", a.csv}, {"--json", a.json}, {"--html", a.html}},
+               SampleInputs(a.model, a.text, a.token_file, a.tokenizer));
   if (a.max_tokens < 0) Fail("--max-tokens: expected 0 (all) or more, got {}", a.max_tokens);
   std::vector<stream::Policy> policies;
   if (!a.compare.empty()) {
@@ -131,7 +131,7 @@ void RunStream(const StreamArgs& a) {
   if (a.text.empty() == a.token_file.empty()) Fail("stream: give --text FILE or --tokens FILE (one of them)");
   const std::string input = a.text.empty() ? a.token_file : a.text;
   const std::string input_flag = a.text.empty() ? "--tokens" : "--text";
-  const std::string text = ReadFile(input);
+  const std::string text = ReadInputFile(input, input_flag);
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     Fail("{} {}: the file is empty; expected at least two tokens to score", input_flag, input);
   std::vector<int> tokens;

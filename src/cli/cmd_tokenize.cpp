@@ -1,9 +1,11 @@
 // sinkscope tokenize: the token ids of a prompt, space-separated on stdout.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "common/file_util.h"
 #include "io/gguf.h"
 
 namespace ss::cli {
@@ -22,10 +24,11 @@ void RegisterTokenize(CLI::App& app) {
   cmd->callback([a] {
     std::unique_ptr<Tokenizer> tok;
     // A vocabulary-only GGUF (no tensors) is a tokenizer, not a model.
-    if (std::FILE* f = std::fopen(a->model.model_path.c_str(), "rb")) {
+    if (FileExists(a->model.model_path) && !IsDirectory(a->model.model_path)) {
+      const int fd = OpenRegularFile(a->model.model_path);  // a FIFO fails here, by name
       char magic[4] = {};
-      bool gguf = std::fread(magic, 1, 4, f) == 4 && std::string(magic, 4) == "GGUF";
-      std::fclose(f);
+      bool gguf = read(fd, magic, 4) == 4 && std::string(magic, 4) == "GGUF";
+      close(fd);
       if (gguf && a->model.tokenizer_path.empty()) {
         GgufFile file = GgufFile::Open(a->model.model_path);
         if (file.tensors().empty()) tok = LoadGgufTokenizer(file);

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <memory>
 
 #include "analysis/conditions.h"
@@ -14,6 +15,7 @@
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/sha256.h"
+#include "io/hf_config.h"
 #include "report/report.h"
 #include "tokenizer/find.h"
 #include "trace/trace.h"
@@ -26,14 +28,9 @@ namespace {
 
 struct TraceArgs {
   std::vector<std::string> checkpoints;
-  int samples = 16;
-  int length = 64;
-  uint64_t seed = 0;
-  std::string text_file;
-  std::string tokenizer;
-  double eps = 0.3;
-  double onset_rate = 0.5;
-  double amplification = 3.0;
+  SampleOptions input;
+  SinkOptions sink;
+  LayerThresholdOptions layers;
   int early_blocks = 1;
   double other_share = 0.1;
   int stable_window = 3;
@@ -43,18 +40,16 @@ struct TraceArgs {
 };
 
 void Validate(const TraceArgs& a) {
-  if (a.samples < 1) Fail("--samples: expected at least 1, got {}", a.samples);
-  if (a.length < 4) Fail("--length: expected at least 4 tokens, got {}", a.length);
-  if (!(a.eps > 0 && a.eps <= 1)) Fail("--eps: expected a threshold in (0, 1], got {}", a.eps);
-  if (!(a.onset_rate >= 0 && a.onset_rate < 1)) Fail("--onset-rate: expected [0, 1), got {}", a.onset_rate);
-  if (!(a.amplification > 0)) Fail("--amplification-ratio: expected > 0, got {}", a.amplification);
-  if (a.early_blocks < 0) Fail("--early-blocks: expected >= 0, got {}", a.early_blocks);
-  if (!(a.other_share > 0 && a.other_share <= 1)) Fail("--other-share: expected (0, 1], got {}", a.other_share);
-  if (a.stable_window < 1) Fail("--stable-window: expected >= 1, got {}", a.stable_window);
-  if (!a.text_file.empty() && !FileExists(a.text_file)) Fail("--text: {}: no such file", a.text_file);
-  if (!a.json.empty()) CheckWritable(a.json, "--json");
-  if (!a.html.empty()) CheckWritable(a.html, "--html");
-  if (!a.json.empty() && a.json == a.html) Fail("--json and --html name the same file {}", a.json);
+  a.input.Validate(/*conditions=*/1);
+  a.sink.Validate();
+  a.layers.Validate();
+  CheckInt("--early-blocks", a.early_blocks, 0, std::numeric_limits<int>::max());
+  CheckReal("--other-share", a.other_share, 0, Bound::kOpen, 1, Bound::kClosed);
+  CheckInt("--stable-window", a.stable_window, 1, std::numeric_limits<int>::max());
+  std::vector<FlagPath> inputs = SampleInputs("", a.input.text_file, "", a.input.tokenizer);
+  for (const std::string& c : a.checkpoints)
+    for (FlagPath& f : ModelInputs("--checkpoints", c)) inputs.push_back(std::move(f));
+  CheckOutputs({{"--json", a.json}, {"--html", a.html}}, inputs);
 }
 
 // How the samples are made, decided from the flags and the first checkpoint, before any model
@@ -71,7 +66,7 @@ struct SamplePlan {
 SamplePlan PlanSamples(const TraceArgs& a, const std::string& first_checkpoint) {
   SamplePlan plan;
   const std::string tc = first_checkpoint + "/train_config.json";
-  if (a.text_file.empty() && IsDirectory(first_checkpoint) && FileExists(tc)) {
+  if (a.input.text_file.empty() && IsDirectory(first_checkpoint) && FileExists(tc)) {
     const train::TrainConfig c = train::LoadTrainConfig(tc);
     if (c.data == train::DataKind::kBigramBackcopy) {
       plan.bigram = true;
@@ -81,28 +76,33 @@ SamplePlan PlanSamples(const TraceArgs& a, const std::string& first_checkpoint) 
       return plan;
     }
   }
-  plan.text_name = a.text_file.empty() ? "default text" : a.text_file;
-  plan.text = a.text_file.empty() ? std::string(DefaultText()) : ReadFile(a.text_file);
+  plan.text_name = a.input.text_file.empty() ? "default text" : a.input.text_file;
+  plan.text = a.input.text_file.empty() ? std::string(DefaultText())
+                                        : ReadInputFile(a.input.text_file, "--text");
   plan.source = fmt::format("text {} sha256={}", plan.text_name, Sha256Hex(plan.text).substr(0, 16));
   return plan;
 }
 
 trace::SampleMaker MakeSampleMaker(const SamplePlan& plan, const TraceArgs& a) {
   return [plan, a](const Model& model) {
+    // Each checkpoint's context, as analyze and explain check theirs.
+    CheckLength(model.config, a.input.length, /*allow_long=*/false, /*has_allow_flag=*/false);
     std::vector<std::vector<int>> samples;
     if (plan.bigram) {
       train::BigramBackcopy data(plan.bb.vocab_size, plan.bb.bb_triggers, plan.bb.bb_seed, plan.bb.bos);
-      train::Rng rng(a.seed);
-      for (int i = 0; i < a.samples; ++i) {
-        std::vector<int> s(a.length);
-        data.Sample(rng, a.length, s.data());
+      train::Rng rng(a.input.seed);
+      for (int i = 0; i < a.input.samples; ++i) {
+        std::vector<int> s(a.input.length);
+        data.Sample(rng, a.input.length, s.data());
         samples.push_back(std::move(s));
       }
       return samples;
     }
-    const std::vector<int> stream = FindTokenizer(model, a.tokenizer)->Encode(plan.text, false);
+    const std::vector<int> stream =
+        FindTokenizer(model, a.input.tokenizer)->Encode(plan.text, false);
     const ModelConfig& c = model.config;
-    analysis::SampleSpec spec{a.samples, a.length, a.seed, c.vocab_size, c.bos_id, c.eos_id};
+    analysis::SampleSpec spec{a.input.samples, a.input.length, a.input.seed,
+                              c.vocab_size,    c.bos_id,       c.eos_id};
     return analysis::BuildSamples(stream, analysis::Condition::kBos, spec, "--text " + plan.text_name);
   };
 }
@@ -127,22 +127,28 @@ void RunTrace(const TraceArgs& a) {
   if (a.no_cache) cache_dir.clear();
   trace::CheckSameFamily(refs);
 
+  // --length against the first checkpoint's context before any work (each checkpoint is checked
+  // again when it is analysed).
+  const std::string first_config = refs.front().path + "/config.json";
+  if (IsDirectory(refs.front().path) && FileExists(first_config))
+    CheckLength(ReadHfConfig(first_config), a.input.length, false, false);
   const SamplePlan plan = PlanSamples(a, refs.front().path);
   trace::TraceSettings settings;
   settings.samples_source = plan.source;
-  settings.samples = a.samples;
-  settings.length = a.length;
-  settings.seed = a.seed;
-  settings.profile.eps = a.eps;
-  settings.profile.onset_sink_rate = a.onset_rate;
-  settings.profile.amplification_ratio = a.amplification;
+  settings.samples = a.input.samples;
+  settings.length = a.input.length;
+  settings.seed = a.input.seed;
+  settings.profile.eps = a.sink.eps;
+  settings.profile.onset_sink_rate = a.layers.onset;
+  settings.profile.amplification_ratio = a.layers.amplification;
   settings.stage.early_block_limit = a.early_blocks;
   settings.stage.other_sink_share = a.other_share;
   settings.stage.stable_window = a.stable_window;
   settings.cache_dir = cache_dir;
   if (root)
-    log(fmt::format("{} checkpoints (steps {} .. {}); samples: {} x {} tokens, {}, seed {}{}", refs.size(),
-                    refs.front().step, refs.back().step, a.samples, a.length, plan.source, a.seed,
+    log(fmt::format("{} checkpoints (steps {} .. {}); samples: {} x {} tokens, {}, seed {}{}",
+                    refs.size(), refs.front().step, refs.back().step, a.input.samples,
+                    a.input.length, plan.source, a.input.seed,
                     comm.size() > 1 ? fmt::format("; {} MPI ranks", comm.size()) : ""));
 
   std::vector<trace::CheckpointResult> results = trace::AnalyseCheckpoints(
@@ -159,14 +165,8 @@ void RunTrace(const TraceArgs& a) {
   fmt::print("{}", trace::TraceTable(results, settings.stage));
   for (const auto& r : results)
     if (!r.ok) fmt::print("FAILED step {}: {}\n", r.ref.step, r.error);
-  if (!a.json.empty()) {
-    report::WriteJson(a.json, trace::TraceJson(results, settings));
-    Log("wrote " + a.json);
-  }
-  if (!a.html.empty()) {
-    WriteFileAtomic(a.html, trace::TraceHtml(results, settings));
-    Log("wrote " + a.html);
-  }
+  WriteReports(a.json, a.json.empty() ? "" : trace::TraceJson(results, settings).dump(2) + "\n",
+               a.html, a.html.empty() ? "" : trace::TraceHtml(results, settings));
   if (failed == static_cast<int>(results.size()))
     Fail("all {} checkpoints failed to load or analyse (first: {})", failed, results.front().error);
   if (failed && !a.keep_going)
@@ -184,17 +184,9 @@ void RegisterTrace(CLI::App& app) {
   cmd->add_option("--checkpoints", a->checkpoints,
                   "A run directory (checkpoint sub-directories or *.gguf) or a list of checkpoints")
       ->required();
-  cmd->add_option("--samples", a->samples, "Samples (N), the same for every checkpoint")->capture_default_str();
-  cmd->add_option("--length", a->length, "Tokens per sample (T)")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Seed of the samples")->capture_default_str();
-  cmd->add_option("--text", a->text_file,
-                  "Text to cut samples from (default: a Bigram-Backcopy run's own data, else "
-                  "data/default_text.txt)");
-  cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer for --text (default: found with the model)");
-  cmd->add_option("--eps", a->eps, "Sink threshold on alpha_0")->capture_default_str();
-  cmd->add_option("--onset-rate", a->onset_rate, "Sink rate above which a layer has a sink")->capture_default_str();
-  cmd->add_option("--amplification-ratio", a->amplification, "P0 norm ratio that counts as amplified")
-      ->capture_default_str();
+  a->input.Add(cmd, /*default_samples=*/16, /*prompt_and_tokens=*/false);
+  a->sink.Add(cmd, /*with_first_k=*/false);
+  a->layers.Add(cmd);
   cmd->add_option("--early-blocks", a->early_blocks, "Last block that counts as early (blocks 0..B)")
       ->capture_default_str();
   cmd->add_option("--other-share", a->other_share,

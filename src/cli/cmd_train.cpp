@@ -1,11 +1,15 @@
 // sinkscope train: pretrain a small Llama-style (or Qwen3-MoE-style) model from scratch with sink
 // telemetry (docs/TRAINING.md). Under mpirun it trains data-parallel.
-#include <cstdio>
-#include <filesystem>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <optional>
+
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "train/checkpoint.h"
@@ -22,16 +26,19 @@ struct TrainFlags {
   std::string config_path, preset, out, resume, eval_dir, write_stream;
   int64_t stream_tokens = 200000;
   std::vector<std::string> sets;
-  int steps = -1, threads = -1, batch = -1, seq_len = -1, eval_every = -1, checkpoint_every = -1;
+  // Overrides: absent unless given, and a given value is checked (never taken for "not given").
+  std::optional<int> steps, threads, batch, seq_len, eval_every, checkpoint_every;
   int stop_after = 0, eval_batches = 2;
-  double lr = -1;
-  int64_t seed = -1;
+  std::optional<double> lr;
+  std::optional<int64_t> seed;
   std::string corpus;
-  bool bos = false, no_bos = false;
+  bool bos = false, no_bos = false, overwrite = false;
 };
 
 void RunTrain(const TrainFlags& f) {
   using namespace ss::train;
+  CheckInt("--stop-after", f.stop_after, 0, std::numeric_limits<int>::max());
+  CheckInt("--eval-batches", f.eval_batches, 1, std::numeric_limits<int>::max());
   if (!f.eval_dir.empty()) {
     const std::string dir = FindCheckpoint(f.eval_dir);
     const double loss = EvaluateCheckpoint(dir, f.eval_batches);
@@ -59,14 +66,27 @@ void RunTrain(const TrainFlags& f) {
     auto parsed = nlohmann::json::parse(value, nullptr, false);
     overrides[key] = parsed.is_discarded() ? nlohmann::json(value) : parsed;
   }
-  if (f.steps >= 0) overrides["steps"] = f.steps;
-  if (f.threads >= 0) overrides["threads"] = f.threads;
-  if (f.batch >= 0) overrides["batch_size"] = f.batch;
-  if (f.seq_len >= 0) overrides["seq_len"] = f.seq_len;
-  if (f.eval_every >= 0) overrides["eval_every"] = f.eval_every;
-  if (f.checkpoint_every >= 0) overrides["checkpoint_every"] = f.checkpoint_every;
-  if (f.lr >= 0) overrides["lr"] = f.lr;
-  if (f.seed >= 0) overrides["seed"] = f.seed;
+  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+  auto count = [&](const char* flag, const char* key, const std::optional<int>& v, int64_t lo) {
+    if (!v) return;
+    CheckInt(flag, *v, lo, kMaxInt);
+    overrides[key] = *v;
+  };
+  count("--steps", "steps", f.steps, 1);
+  count("--threads", "threads", f.threads, 0);
+  count("--batch", "batch_size", f.batch, 1);
+  count("--seq-len", "seq_len", f.seq_len, 1);
+  count("--eval-every", "eval_every", f.eval_every, 1);
+  count("--checkpoint-every", "checkpoint_every", f.checkpoint_every, 1);
+  if (f.lr) {
+    CheckReal("--lr", *f.lr, 0, Bound::kOpen, std::numeric_limits<double>::infinity(),
+              Bound::kOpen);
+    overrides["lr"] = *f.lr;
+  }
+  if (f.seed) {
+    CheckInt("--seed", *f.seed, 0, std::numeric_limits<int64_t>::max());
+    overrides["seed"] = *f.seed;
+  }
   if (!f.corpus.empty()) overrides["corpus"] = f.corpus;
   if (f.bos) overrides["bos"] = true;
   if (f.no_bos) overrides["bos"] = false;
@@ -83,7 +103,12 @@ void RunTrain(const TrainFlags& f) {
     if (c.data != DataKind::kBigramBackcopy)
       Fail("--write-stream: only for data \"bigram-backcopy\" (stream a text run's corpus with "
            "`sinkscope stream --text`)");
-    if (f.stream_tokens < 2) Fail("--stream-tokens: expected at least 2, got {}", f.stream_tokens);
+    CheckOutputs(
+        {{"--write-stream", f.write_stream}},
+        {{"--config", f.config_path}, {"--corpus", c.corpus}, {"--tokenizer", c.tokenizer}});
+    CheckInt("--stream-tokens", f.stream_tokens, 2, std::numeric_limits<int>::max());
+    CheckMemory(static_cast<uint64_t>(f.stream_tokens) * sizeof(int),
+                fmt::format("--stream-tokens {}", f.stream_tokens));
     const BigramBackcopy source(c.vocab_size, c.bb_triggers, c.bb_seed, c.bos);
     std::vector<int> tokens(f.stream_tokens);
     Rng rng(c.seed ^ 0x5eedULL);
@@ -98,10 +123,12 @@ void RunTrain(const TrainFlags& f) {
   TrainerOptions options;
   options.resume = f.resume;
   options.stop_after = f.stop_after;
+  options.overwrite = f.overwrite;
   const TrainResult r = RunTraining(c, options);
   if (Comm::World().is_root())
-    fmt::print("steps\t{}\nval_loss\t{:.6g}\ntokens_per_s\t{:.0f}\ncheckpoint\t{}\n", r.end_step,
-               r.val_loss, r.tokens_per_second, r.last_checkpoint);
+    fmt::print("steps\t{}\nval_loss\t{}\ntokens_per_s\t{:.0f}\ncheckpoint\t{}\n", r.end_step,
+               r.val_step > 0 ? fmt::format("{:.6g}", r.val_loss) : "none (no evaluation ran)",
+               r.tokens_per_second, r.last_checkpoint);
 }
 
 }  // namespace
@@ -114,6 +141,9 @@ void RegisterTrain(CLI::App& app) {
   cmd->add_option("--preset", flags->preset, "quick | bigram-backcopy | bigram-backcopy-nobos | text | moe-quick");
   cmd->add_option("--out", flags->out, "Run directory (checkpoints step-<N>/, telemetry.jsonl)");
   cmd->add_option("--resume", flags->resume, "Continue from a run directory (newest checkpoint) or step-<N>");
+  cmd->add_flag("--overwrite", flags->overwrite,
+                "Start over in a --out directory that holds an earlier run (its checkpoints, logs "
+                "and prepared data are removed first)");
   cmd->add_option("--set", flags->sets, "Override any config key: --set dim=128 --set data=text");
   cmd->add_option("--steps", flags->steps, "Total optimiser steps");
   cmd->add_option("--lr", flags->lr, "Peak learning rate");

@@ -1,14 +1,20 @@
 #include "cli/common.h"
 
-#include <algorithm>
-#include <filesystem>
-
 #include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
 
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "io/load.h"
+#include "io/token_ids.h"
 #include "tokenizer/find.h"
 
 namespace ss::cli {
@@ -33,6 +39,139 @@ LoadedModel ModelOptions::Load() const {
   return loaded;
 }
 
+void CheckReal(const std::string& flag, double value, double lo, Bound lo_bound, double hi,
+               Bound hi_bound, const char* what) {
+  const bool above = lo_bound == Bound::kOpen ? value > lo : value >= lo;
+  const bool below = hi_bound == Bound::kOpen ? value < hi : value <= hi;
+  if (std::isfinite(value) && above && below) return;
+  auto end = [](double v) {
+    return std::isinf(v) ? std::string(v < 0 ? "-inf" : "inf") : fmt::format("{}", v);
+  };
+  Fail("{}: expected {} in {}{}, {}{}, got {}", flag, what, lo_bound == Bound::kOpen ? "(" : "[",
+       end(lo), end(hi), hi_bound == Bound::kOpen ? ")" : "]", value);
+}
+
+void CheckInt(const std::string& flag, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi)
+    Fail("{}: expected an integer in [{}, {}], got {}", flag, lo, hi, value);
+}
+
+void SamplingOptions::Add(CLI::App* cmd, float default_temperature) {
+  temperature = default_temperature;
+  cmd->add_option("--temperature", temperature, "0 = greedy, up to 100")->capture_default_str();
+  cmd->add_option("--top-p", top_p, "Nucleus sampling mass, in (0, 1]")->capture_default_str();
+}
+
+void SamplingOptions::Validate() const {
+  CheckReal("--temperature", temperature, 0, Bound::kClosed, 100, Bound::kClosed);
+  CheckReal("--top-p", top_p, 0, Bound::kOpen, 1, Bound::kClosed);
+}
+
+void SampleOptions::Add(CLI::App* cmd, int default_samples, bool prompt_and_tokens) {
+  samples = default_samples;
+  auto* text = cmd->add_option("--text", text_file,
+                               "Text file to cut random windows from (default: the shipped "
+                               "data/default_text.txt)");
+  if (prompt_and_tokens) {
+    prompt_option = cmd->add_option("--prompt", prompt, "One sample: this text");
+    auto* tokens = cmd->add_option("--tokens", tokens_file,
+                                   "Token ids (whitespace-separated) to cut random windows from");
+    text->excludes(prompt_option)->excludes(tokens);
+    prompt_option->excludes(tokens);
+  }
+  cmd->add_option("--tokenizer", tokenizer,
+                  "Tokenizer file (default: found beside or inside the model)");
+  cmd->add_option("--samples", samples, "Samples (N)")->capture_default_str();
+  cmd->add_option("--length", length, "Tokens per sample (T)")->capture_default_str();
+  cmd->add_option("--seed", seed, "Seed for windows and random first tokens")
+      ->capture_default_str();
+}
+
+void SampleOptions::Validate(int conditions) const {
+  CheckInt("--samples", samples, 1, std::numeric_limits<int>::max());
+  CheckInt("--length", length, kMinLength, std::numeric_limits<int>::max());
+  if (has_prompt() && prompt.empty()) Fail("--prompt: the prompt is empty");
+  // The inputs must be regular files within the input cap: checked here, before the model loads.
+  uint64_t size = 0;
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--text", text_file},
+                                   {"--tokens", tokens_file}}) {
+    if (path.empty()) continue;
+    close(OpenRegularFile(path, &size));
+    if (size > kMaxInputTextBytes)
+      Fail("{} {}: the file is {} bytes, more than the {} ({} bytes) an input text may have", flag,
+           path, size, FormatBytes(kMaxInputTextBytes), kMaxInputTextBytes);
+  }
+  // Every sample is a vector of T ids (plus its allocation overhead) per condition.
+  if (!has_prompt()) {
+    const uint64_t bytes = static_cast<uint64_t>(conditions) * static_cast<uint64_t>(samples) *
+                           (static_cast<uint64_t>(length) * sizeof(int) + 64);
+    CheckMemory(bytes,
+                fmt::format("--samples {} x --length {}{}", samples, length,
+                            conditions > 1 ? fmt::format(" x {} conditions", conditions) : ""));
+  }
+}
+
+void SinkOptions::Add(CLI::App* cmd, bool with_first_k) {
+  cmd->add_option("--eps", eps, "Sink threshold on alpha_k, in (0, 1]")->capture_default_str();
+  if (with_first_k)
+    cmd->add_option("--first-k", first_k, "K: alpha_k for k < K (1..64)")->capture_default_str();
+}
+
+void SinkOptions::Validate() const {
+  CheckReal("--eps", eps, 0, Bound::kOpen, 1, Bound::kClosed, "a threshold");
+  CheckInt("--first-k", first_k, 1, 64);
+}
+
+void LayerThresholdOptions::Add(CLI::App* cmd) {
+  cmd->add_option("--onset-threshold,--onset-rate", onset,
+                  "Per-layer sink rate above which a layer has a sink (the onset layer), in (0, 1)")
+      ->capture_default_str();
+  cmd->add_option("--amplification-threshold,--amplification-ratio", amplification,
+                  "P0 norm ratio above which a layer amplifies position 0, > 0")
+      ->capture_default_str();
+}
+
+void LayerThresholdOptions::Validate() const {
+  // Both verbs compare with ">": 1 could never be exceeded, and 0 would call any single sink
+  // head an onset.
+  CheckReal("--onset-threshold", onset, 0, Bound::kOpen, 1, Bound::kOpen, "a sink rate");
+  CheckReal("--amplification-threshold", amplification, 0, Bound::kOpen,
+            std::numeric_limits<double>::infinity(), Bound::kOpen, "a norm ratio");
+}
+
+void ConditionOptions::Add(CLI::App* cmd, const std::string& default_list,
+                           const std::string& help) {
+  list = default_list;
+  cmd->add_option("--conditions", list, help)->capture_default_str();
+}
+
+std::vector<analysis::Condition> ConditionOptions::Parse(bool single) const {
+  std::vector<analysis::Condition> conditions = analysis::ParseConditions(list, "--conditions");
+  if (single && conditions.size() != 1)
+    Fail("--conditions: this verb runs one condition at a time, got '{}'", list);
+  return conditions;
+}
+
+void CheckLength(const ModelConfig& c, int T, bool allow_long, bool has_allow_flag) {
+  if (c.max_seq_len > 0 && T > c.max_seq_len) {
+    if (c.rope == RopeKind::kNone)
+      Fail(
+          "--length: T = {} exceeds the model's context of {} tokens, and its learned position "
+          "embeddings have no entries beyond it",
+          T, c.max_seq_len);
+    if (!allow_long)
+      Fail("--length: T = {} exceeds the model's trained context of {} tokens{}", T, c.max_seq_len,
+           has_allow_flag ? "; pass --allow-long-context to run a RoPE model past it anyway" : "");
+  }
+  // One forward's buffers: the residual and sublayer rows (3 T D), q and z (2 T H Dh), the shared
+  // single-use K/V (2 T Hkv Dh), and the fused statistics (L H T (K + 3), K <= 64 kept as 8 here).
+  const double floats = static_cast<double>(T) * (3.0 * c.dim + 2.0 * c.q_dim() + 2.0 * c.kv_dim() +
+                                                  8.0 * c.n_layers * c.n_heads);
+  const double bytes = floats * sizeof(float);
+  if (bytes >= 1.8e19) Fail("--length: T = {} is far beyond any memory", T);
+  CheckMemory(static_cast<uint64_t>(bytes), fmt::format("--length {}", T));
+}
+
 std::string ReadInputText(const std::string& prompt, const std::string& text_file,
                           bool prompt_given, bool text_given) {
   if (prompt_given && text_given) Fail("give either --prompt or --text, not both");
@@ -41,38 +180,9 @@ std::string ReadInputText(const std::string& prompt, const std::string& text_fil
     if (prompt.empty()) Fail("--prompt: the prompt is empty");
     return prompt;
   }
-  std::string text = ReadFile(text_file);
+  std::string text = ReadInputFile(text_file, "--text");
   if (text.empty()) Fail("--text {}: the file is empty", text_file);
   return text;
-}
-
-std::vector<int> ReadTokenIds(const std::string& path, int vocab_size) {
-  const std::string text = ReadFile(path);
-  std::vector<int> ids;
-  size_t i = 0, line = 1;
-  auto space = [](char ch) { return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n'; };
-  while (i < text.size()) {
-    if (space(text[i])) {
-      line += text[i++] == '\n';
-      continue;
-    }
-    size_t j = i;
-    while (j < text.size() && !space(text[j])) ++j;
-    const std::string item = text.substr(i, j - i);
-    const bool digits = item.size() <= 9 && std::all_of(item.begin(), item.end(), [](char ch) {
-      return ch >= '0' && ch <= '9';
-    });
-    if (!digits)
-      Fail("--tokens {}: line {}: '{}' is not a token id (expected non-negative integers separated "
-           "by whitespace)", path, line, item.substr(0, 24));
-    const int id = std::stoi(item);
-    if (id >= vocab_size)
-      Fail("--tokens {}: line {}: token id {} is outside the model's vocabulary [0, {})", path, line,
-           id, vocab_size);
-    ids.push_back(id);
-    i = j;
-  }
-  return ids;
 }
 
 SampleStream ReadSampleStream(const Model& model, const std::string& text_file,
@@ -92,7 +202,7 @@ SampleStream ReadSampleStream(const Model& model, const std::string& text_file,
     s.source = "prompt";
     s.flag = "--prompt";
   } else if (!text_file.empty()) {
-    s.tokens = encode(ReadFile(text_file));
+    s.tokens = encode(ReadInputFile(text_file, "--text"));
     s.source = "text " + text_file;
     s.flag = "--text " + text_file;
   } else {
@@ -105,18 +215,71 @@ SampleStream ReadSampleStream(const Model& model, const std::string& text_file,
 
 void WriteReports(const std::string& json_path, const std::string& json_text,
                   const std::string& html_path, const std::string& html_text) {
-  if (!json_path.empty()) {
-    WriteFileAtomic(json_path, json_text);
-    Log("wrote " + json_path);
+  // Both are written and closed before either is renamed into place, so a failed write (a full
+  // disk) leaves the previous files as they were.
+  std::vector<std::unique_ptr<OutputFile>> outputs;
+  for (const auto& [path, text] :
+       {std::pair{&json_path, &json_text}, std::pair{&html_path, &html_text}}) {
+    if (path->empty()) continue;
+    outputs.push_back(std::make_unique<OutputFile>(*path));
+    if (std::fwrite(text->data(), 1, text->size(), outputs.back()->file()) != text->size())
+      Fail("{}: write failed: {}", *path, std::strerror(errno));
+    outputs.back()->Close();
   }
-  if (html_path.empty()) return;
-  try {
-    WriteFileAtomic(html_path, html_text);
-  } catch (...) {
-    if (!json_path.empty()) std::filesystem::remove(json_path);
-    throw;
+  for (auto& out : outputs) {
+    out->Commit();
+    Log("wrote " + out->target().path);
   }
-  Log("wrote " + html_path);
+}
+
+namespace {
+
+bool IsModelFileName(const std::string& name) {
+  auto ends = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return name == "config.json" || name == "generation_config.json" ||
+         name == "special_tokens_map.json" || name == "vocab.json" || name == "merges.txt" ||
+         name == "train_config.json" || name == "trainer_state.json" ||
+         name.rfind("tokenizer", 0) == 0 || ends(".safetensors") ||
+         ends(".safetensors.index.json") || ends(".gguf") || ends(".bin");
+}
+
+}  // namespace
+
+std::vector<FlagPath> ModelInputs(const std::string& flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<FlagPath> inputs;
+  if (path.empty()) return inputs;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    inputs.push_back({flag, path});
+    // A llama2.c model's tokenizer is found beside it (tokenizer/find.h).
+    const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : ".";
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.rfind("tok", 0) == 0 && IsModelFileName(name))
+        inputs.push_back({flag, it->path().string()});
+    }
+    return inputs;
+  }
+  // A model directory, a checkpoint, or a run directory of checkpoints (step-<N>/...).
+  for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it.depth() >= 1) it.disable_recursion_pending();
+    if (it->is_regular_file(ec) && IsModelFileName(it->path().filename().string()))
+      inputs.push_back({flag, it->path().string()});
+  }
+  return inputs;
+}
+
+std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& text_file,
+                                   const std::string& tokens_file, const std::string& tokenizer) {
+  std::vector<FlagPath> inputs = ModelInputs("--model", model);
+  inputs.push_back({"--text", text_file});
+  inputs.push_back({"--tokens", tokens_file});
+  inputs.push_back({"--tokenizer", tokenizer});
+  return inputs;
 }
 
 }  // namespace ss::cli

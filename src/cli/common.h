@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "analysis/conditions.h"
+#include "common/file_util.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,6 +27,74 @@ struct ModelOptions {
   void Add(CLI::App* cmd);
   LoadedModel Load() const;  // logs a one-line summary to stderr
 };
+
+// ---- Numeric flags: one check, one message shape ("--eps: expected a number in (0, 1], got nan").
+// A real flag must be finite; NaN fails every range (CLI11's Range lets NaN through).
+enum class Bound { kOpen, kClosed };
+// `what` names the kind of value in the message: "a number", "a threshold", "a sink rate".
+void CheckReal(const std::string& flag, double value, double lo, Bound lo_bound, double hi,
+               Bound hi_bound, const char* what = "a number");
+void CheckInt(const std::string& flag, int64_t value, int64_t lo, int64_t hi);
+
+// --temperature and --top-p of generate and chat.
+struct SamplingOptions {
+  float temperature = 1.0f;
+  float top_p = 0.9f;
+  void Add(CLI::App* cmd, float default_temperature);
+  void Validate() const;  // temperature in [0, 100] (0: greedy), top-p in (0, 1]
+};
+
+// ---- Options that analyze, explain and trace share, each declared and validated here once.
+
+// The samples: how many, how long, from which seed, cut from which input.
+struct SampleOptions {
+  // At least 4 tokens: position 0, the first keys K <= 4 of the sink metrics, and a query after
+  // them (explain's interventions and trace's profiles need them; analyze uses the same rule).
+  static constexpr int kMinLength = 4;
+  std::string text_file, prompt, tokens_file, tokenizer;
+  int samples = 16;
+  int length = 64;
+  uint64_t seed = 0;
+  CLI::Option* prompt_option = nullptr;  // null when the verb has no --prompt
+  // Adds --samples (default `default_samples`), --length, --seed, --text, --tokenizer and, when
+  // `prompt_and_tokens`, --prompt and --tokens (mutually exclusive with --text).
+  void Add(CLI::App* cmd, int default_samples, bool prompt_and_tokens);
+  bool has_prompt() const { return prompt_option && prompt_option->count() > 0; }
+  // Flag domains, the input files (regular files, not over kMaxInputTextBytes) and the memory the
+  // samples of `conditions` conditions take (before anything is read or allocated).
+  void Validate(int conditions) const;
+};
+
+// The sink threshold, and the first keys tracked (analyze's --first-k).
+struct SinkOptions {
+  double eps = 0.3;
+  int first_k = 4;
+  void Add(CLI::App* cmd, bool with_first_k);
+  void Validate() const;
+};
+
+// The layer thresholds of explain and trace: the first layer whose sink rate exceeds
+// --onset-threshold (trace's --onset-rate) is the onset layer; the first whose P0 norm ratio
+// exceeds
+// --amplification-threshold (--amplification-ratio) the amplification layer.
+struct LayerThresholdOptions {
+  double onset = 0.5;
+  double amplification = 3.0;
+  void Add(CLI::App* cmd);
+  void Validate() const;
+};
+
+// --conditions: first-token conditions (analyze: a list; explain: exactly one).
+struct ConditionOptions {
+  std::string list;
+  void Add(CLI::App* cmd, const std::string& default_list, const std::string& help);
+  std::vector<analysis::Condition> Parse(bool single) const;
+};
+
+// T against the model's trained context: beyond it only for a RoPE model and with `allow_long`
+// (analyze's --allow-long-context); a learned position table has no rows past it. Also refuses a
+// T whose forward would need more memory than is available (figure in the message).
+void CheckLength(const ModelConfig& config, int T, bool allow_long, bool has_allow_flag);
 
 // Returns the text of --prompt or the contents of --text FILE (exactly one must be given).
 // Throws ss::Error for an empty result, naming the flag.
@@ -47,13 +117,18 @@ SampleStream ReadSampleStream(const Model& model, const std::string& text_file,
                               const std::string& prompt, bool has_prompt,
                               const std::string& tokens_file, const std::string& tokenizer);
 
-// Writes the --json and --html outputs (each skipped when its path is empty), atomically; if the
-// HTML cannot be written the JSON is removed again, so a failed run leaves neither.
+// Writes the --json and --html outputs (each skipped when its path is empty) under the output
+// policy of common/file_util.h; both are written completely before either replaces its target.
 void WriteReports(const std::string& json_path, const std::string& json_text,
                   const std::string& html_path, const std::string& html_text);
 
-// Token ids from a file of whitespace-separated non-negative integers, each in [0, vocab_size)
-// (a pre-tokenized stream for --tokens). Throws ss::Error naming the file, the line and the item.
-std::vector<int> ReadTokenIds(const std::string& path, int vocab_size);
+// The files a --model or --checkpoints path stands for, as inputs for CheckOutputs (so that no
+// report overwrites them): a model file and the tokenizer files beside it (tok*.bin,
+// tokenizer.*), or the model, tokenizer and trainer files of a directory and of its
+// sub-directories (a run's step-<N>/ checkpoints).
+std::vector<FlagPath> ModelInputs(const std::string& flag, const std::string& path);
+// ModelInputs of --model plus the --text, --tokens and --tokenizer files (each skipped if empty).
+std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& text_file,
+                                   const std::string& tokens_file, const std::string& tokenizer);
 
 }  // namespace ss::cli

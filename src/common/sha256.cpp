@@ -2,12 +2,15 @@
 // 6.2.2 (compression).
 #include "common/sha256.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 
 #include "common/error.h"
+#include "common/file_util.h"
 
 namespace ss {
 namespace {
@@ -93,8 +96,12 @@ std::string Sha256Hex(std::string_view bytes) {
 }
 
 std::string Sha256File(const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
-  if (!f) Fail("{}: cannot open for hashing", path);
+  const int fd = OpenRegularFile(path);  // a FIFO or device would never end
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(fdopen(fd, "rb"), std::fclose);
+  if (!f) {
+    close(fd);
+    Fail("{}: cannot open for hashing", path);
+  }
   Sha256 s;
   std::unique_ptr<uint8_t[]> buf(new uint8_t[1 << 20]);
   size_t n;

@@ -61,8 +61,9 @@ std::vector<Component> ParseComponents(const std::string& spec, const ModelConfi
 void CheckOptions(const ExplainOptions& o) {
   if (!(o.eps > 0 && o.eps <= 1)) Fail("--eps: expected a threshold in (0, 1], got {}", o.eps);
   if (!(o.share > 0 && o.share <= 1)) Fail("--share: expected a share in (0, 1], got {}", o.share);
-  if (!(o.onset_threshold > 0 && o.onset_threshold <= 1))
-    Fail("--onset-threshold: expected a sink rate in (0, 1], got {}", o.onset_threshold);
+  // The onset layer is the first whose sink rate exceeds the threshold: 1 can never be exceeded.
+  if (!(o.onset_threshold > 0 && o.onset_threshold < 1))
+    Fail("--onset-threshold: expected a sink rate in (0, 1), got {}", o.onset_threshold);
   if (!(o.amplification_threshold > 0) || !std::isfinite(o.amplification_threshold))
     Fail("--amplification-threshold: expected a norm ratio > 0, got {}", o.amplification_threshold);
   if (o.max_components < 1) Fail("--max-components: expected at least 1, got {}", o.max_components);

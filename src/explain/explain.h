@@ -54,7 +54,7 @@ std::string AblationName(Ablation a);  // "zero", "mean"
 struct ExplainOptions {
   double eps = 0.3;                      // Sink_k^eps threshold on alpha_k, in (0, 1]
   double amplification_threshold = 3.0;  // P0 norm ratio, > 0
-  double onset_threshold = 0.5;          // per-layer sink rate, in (0, 1]
+  double onset_threshold = 0.5;          // per-layer sink rate, in (0, 1)
   double share = 0.8;                    // share of the downstream sink a circuit must remove, (0, 1]
   int max_components = 6;                // greedy search stops here
   int greedy_width = 8;                  // candidates (best single effects) tried per later step

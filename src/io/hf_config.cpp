@@ -244,6 +244,62 @@ void ParseAttentionBias(const Fields& f, bool fallback, ModelConfig* c) {
   c->qkv_bias = c->attn_out_bias = f.Bool("attention_bias", fallback);
 }
 
+// The config.json key of each ModelConfig field this family sets, for ValidateConfig's messages.
+ConfigKeys HfKeys(const FamilyInfo& info, const json& j) {
+  std::string scaling = j.contains("rope_scaling") && !j["rope_scaling"].is_null()
+                            ? "rope_scaling"
+                            : "rope_parameters";
+  ConfigKeys k = {{"dim", "hidden_size"},
+                  {"hidden_dim", "intermediate_size"},
+                  {"n_layers", "num_hidden_layers"},
+                  {"n_heads", "num_attention_heads"},
+                  {"n_kv_heads", "num_key_value_heads"},
+                  {"vocab_size", "vocab_size"},
+                  {"max_seq_len", "max_position_embeddings"},
+                  {"norm_eps", "rms_norm_eps"},
+                  {"rope_theta", "rope_theta"},
+                  {"rope_scaling_factor", scaling + ".factor"},
+                  {"rope_low_freq_factor", scaling + ".low_freq_factor"},
+                  {"rope_high_freq_factor", scaling + ".high_freq_factor"},
+                  {"rope_original_max_seq_len", scaling + ".original_max_position_embeddings"},
+                  {"attn_logit_softcap", "attn_logit_softcapping"},
+                  {"final_logit_softcap", "final_logit_softcapping"},
+                  {"n_experts", "num_experts"},
+                  {"n_experts_per_tok", "num_experts_per_tok"},
+                  {"dense_hidden_dim", "intermediate_size"},
+                  {"shared_expert_hidden_dim", "shared_expert_intermediate_size"},
+                  {"bos_id", "bos_token_id"},
+                  {"eos_id", "eos_token_id"}};
+  if (j.contains("rope_parameters") && !j.contains("rope_theta"))
+    k["rope_theta"] = "rope_parameters.rope_theta";
+  switch (info.family) {
+    case Family::kMixtral:
+      k["n_experts"] = "num_local_experts";
+      break;
+    case Family::kQwen3Moe:
+      k["hidden_dim"] = "moe_intermediate_size";
+      break;
+    case Family::kGpt2:
+      k["dim"] = "n_embd";
+      k["hidden_dim"] = "n_inner";
+      k["n_layers"] = "n_layer";
+      k["n_heads"] = k["n_kv_heads"] = "n_head";
+      k["max_seq_len"] = "n_positions";
+      k["norm_eps"] = "layer_norm_epsilon";
+      break;
+    case Family::kGptNeox:
+      k["n_kv_heads"] = "num_attention_heads";
+      k["norm_eps"] = "layer_norm_eps";
+      k["rotary_dim"] = "rotary_pct";
+      if (!j.contains("rope_theta") && j.contains("rotary_emb_base"))
+        k["rope_theta"] = "rotary_emb_base";
+      break;
+    default:
+      break;
+  }
+  return k;
+}
+
 }  // namespace
 
 std::vector<std::string> SupportedHfArchitectures() {
@@ -405,6 +461,7 @@ ModelConfig ParseHfConfig(std::string_view json_text, const std::string& source)
   if (c.n_experts > 0 && c.n_experts_per_tok > c.n_experts)
     Fail("{}: num_experts_per_tok {} exceeds the number of experts {}", source,
          c.n_experts_per_tok, c.n_experts);
+  ValidateConfig(c, source, HfKeys(info, j));
   return c;
 }
 

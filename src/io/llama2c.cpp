@@ -1,5 +1,8 @@
 #include "io/llama2c.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <cstring>
 
 #include "common/error.h"
@@ -60,26 +63,35 @@ ModelConfig ConfigFromHeader(const Header& h) {
   return c;
 }
 
-// Hands out consecutive float arrays of the mapped file as tensor views.
+// Hands out consecutive float arrays of the mapped file as tensor views, and checks each for NaN
+// and Inf as it does (one pass over the mapped weights at load).
 class Cursor {
  public:
   Cursor(std::shared_ptr<MappedFile> file, size_t offset) : file_(std::move(file)), offset_(offset) {}
-  Tensor Take(std::vector<int64_t> shape) {
+  Tensor Take(const char* name, std::vector<int64_t> shape) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     SS_ASSERT(offset_ + n * sizeof(float) <= file_->size);  // sizes were validated up front
     float* p = reinterpret_cast<float*>(const_cast<uint8_t*>(file_->data + offset_));
+    if (const int64_t bad = FirstNonFinite(p, n); bad >= 0) {
+      const int64_t per_layer = shape.size() > 1 ? n / shape[0] : n;
+      Fail("{}: weight '{}' holds a non-finite value ({}) {} (byte offset {})", file_->path, name,
+           p[bad],
+           shape.size() > 2
+               ? fmt::format("in layer {} at element {}", bad / per_layer, bad % per_layer)
+               : fmt::format("at element {}", bad),
+           offset_ + bad * sizeof(float));
+    }
     offset_ += n * sizeof(float);
     return Tensor::View(p, std::move(shape), file_);
   }
   // Per-layer views of an (L, rows, cols) array.
-  void TakeLayers(std::vector<LayerWeights>& layers, Tensor LayerWeights::*member,
+  void TakeLayers(const char* name, std::vector<LayerWeights>& layers, Tensor LayerWeights::*member,
                   std::vector<int64_t> per_layer) {
-    Tensor all = [&] {
-      std::vector<int64_t> shape = {static_cast<int64_t>(layers.size())};
-      shape.insert(shape.end(), per_layer.begin(), per_layer.end());
-      return Take(shape);
-    }();
+    std::vector<int64_t> shape = {static_cast<int64_t>(layers.size())};
+    shape.insert(shape.end(), per_layer.begin(), per_layer.end());
+    if (shape.size() == 2) shape.push_back(1);  // (L, D, 1): the layer shows in the error
+    Tensor all = Take(name, shape);
     for (size_t l = 0; l < layers.size(); ++l)
       layers[l].*member = all.Rows(l, 1).Reshaped(per_layer);
   }
@@ -93,12 +105,16 @@ class Cursor {
 }  // namespace
 
 bool LooksLikeLlama2c(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return false;
+  int fd = -1;
+  try {
+    fd = OpenRegularFile(path);  // never blocks on a FIFO
+  } catch (const Error&) {
+    return false;
+  }
   int32_t h[7] = {};
-  size_t n = std::fread(h, sizeof(int32_t), 7, f);
-  std::fclose(f);
-  if (n != 7) return false;
+  const ssize_t n = read(fd, h, sizeof(h));
+  close(fd);
+  if (n != static_cast<ssize_t>(sizeof(h))) return false;
   if (static_cast<uint32_t>(h[0]) == kMagicAk42) return true;
   return h[0] > 0 && h[0] <= (1 << 16) && h[1] > 0 && h[2] > 0 && h[2] <= 1024 && h[3] > 0 &&
          h[4] > 0 && h[5] != 0 && h[6] > 0;
@@ -140,6 +156,14 @@ Model LoadLlama2c(const std::string& path) {
   if (v1) h.vocab_size = shared_classifier ? h.vocab_size : -h.vocab_size;
   Model model;
   model.config = ConfigFromHeader(h);
+  ValidateConfig(model.config, path,
+                 {{"dim", "header dim"},
+                  {"hidden_dim", "header hidden_dim"},
+                  {"n_layers", "header n_layers"},
+                  {"n_heads", "header n_heads"},
+                  {"n_kv_heads", "header n_kv_heads"},
+                  {"vocab_size", "header vocab_size"},
+                  {"max_seq_len", "header seq_len"}});
   model.source = path;
   model.format = v1 ? "llama2c-v1" : "llama2c";
   const ModelConfig& c = model.config;
@@ -160,27 +184,27 @@ Model LoadLlama2c(const std::string& path) {
   w.layers.resize(L);
   Cursor cur(file, data_offset);
   if (v1) {
-    cur.TakeLayers(w.layers, &LayerWeights::attn_norm, {D});
-    cur.TakeLayers(w.layers, &LayerWeights::ffn_norm, {D});
-    w.final_norm = cur.Take({D});
-    w.token_embedding = cur.Take({V, D});
+    cur.TakeLayers("rms_att_weight", w.layers, &LayerWeights::attn_norm, {D});
+    cur.TakeLayers("rms_ffn_weight", w.layers, &LayerWeights::ffn_norm, {D});
+    w.final_norm = cur.Take("rms_final_weight", {D});
+    w.token_embedding = cur.Take("token_embedding_table", {V, D});
   } else {
-    w.token_embedding = cur.Take({V, D});
-    cur.TakeLayers(w.layers, &LayerWeights::attn_norm, {D});
+    w.token_embedding = cur.Take("token_embedding_table", {V, D});
+    cur.TakeLayers("rms_att_weight", w.layers, &LayerWeights::attn_norm, {D});
   }
-  cur.TakeLayers(w.layers, &LayerWeights::wq, {D, D});
-  cur.TakeLayers(w.layers, &LayerWeights::wk, {KV, D});
-  cur.TakeLayers(w.layers, &LayerWeights::wv, {KV, D});
-  cur.TakeLayers(w.layers, &LayerWeights::wo, {D, D});
-  if (!v1) cur.TakeLayers(w.layers, &LayerWeights::ffn_norm, {D});
-  cur.TakeLayers(w.layers, &LayerWeights::w1, {F, D});
-  cur.TakeLayers(w.layers, &LayerWeights::w2, {D, F});
-  cur.TakeLayers(w.layers, &LayerWeights::w3, {F, D});
+  cur.TakeLayers("wq", w.layers, &LayerWeights::wq, {D, D});
+  cur.TakeLayers("wk", w.layers, &LayerWeights::wk, {KV, D});
+  cur.TakeLayers("wv", w.layers, &LayerWeights::wv, {KV, D});
+  cur.TakeLayers("wo", w.layers, &LayerWeights::wo, {D, D});
+  if (!v1) cur.TakeLayers("rms_ffn_weight", w.layers, &LayerWeights::ffn_norm, {D});
+  cur.TakeLayers("w1", w.layers, &LayerWeights::w1, {F, D});
+  cur.TakeLayers("w2", w.layers, &LayerWeights::w2, {D, F});
+  cur.TakeLayers("w3", w.layers, &LayerWeights::w3, {F, D});
   if (!v1) {
-    w.final_norm = cur.Take({D});
+    w.final_norm = cur.Take("rms_final_weight", {D});
     cur.Skip(c.max_seq_len * Dh);  // freq_cis: RoPE is recomputed
   }
-  w.lm_head = shared_classifier ? w.token_embedding : cur.Take({V, D});
+  w.lm_head = shared_classifier ? w.token_embedding : cur.Take("wcls", {V, D});
   return model;
 }
 

@@ -1,5 +1,7 @@
 #include "io/load.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 
@@ -15,13 +17,12 @@ Model LoadModel(const std::string& path) {
   if (IsDirectory(path)) {
     return LoadHfModel(path);
   }
+  // Refuses a FIFO or a device by name before anything reads from it (a read would block).
+  const int fd = OpenRegularFile(path);
   char magic[4] = {};
-  if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
-    size_t n = std::fread(magic, 1, 4, f);
-    std::fclose(f);
-    if (n == 4 && std::memcmp(magic, "GGUF", 4) == 0)
-      return LoadGgufModel(path);
-  }
+  const ssize_t n = read(fd, magic, 4);
+  close(fd);
+  if (n == 4 && std::memcmp(magic, "GGUF", 4) == 0) return LoadGgufModel(path);
   if (LooksLikeLlama2c(path)) return LoadLlama2c(path);
   Fail("{}: unrecognised model format (expected a llama2.c .bin, a GGUF file or a Hugging Face "
        "directory with config.json)",

@@ -24,6 +24,7 @@ class SafetensorsSource : public TensorSource {
   std::vector<int64_t> Shape(const std::string& name) const override {
     return dir_.Info(name).shape;
   }
+  std::vector<std::string> Names() const override { return dir_.names(); }
   Tensor Load(const std::string& name) const override { return dir_.Load(name); }
   const std::string& source() const override { return source_; }
 
@@ -37,6 +38,11 @@ class GgufSource : public TensorSource {
   explicit GgufSource(const GgufFile& gguf) : gguf_(gguf) {}
   bool Has(const std::string& name) const override { return gguf_.FindTensor(name) != nullptr; }
   size_t count() const override { return gguf_.tensors().size(); }
+  std::vector<std::string> Names() const override {
+    std::vector<std::string> names;
+    for (const GgufTensorInfo& t : gguf_.tensors()) names.push_back(t.name);
+    return names;
+  }
   std::vector<int64_t> Shape(const std::string& name) const override {
     const GgufTensorInfo* t = gguf_.FindTensor(name);
     return std::vector<int64_t>(t->shape.rbegin(), t->shape.rend());
@@ -57,7 +63,9 @@ class GgufSource : public TensorSource {
 };
 
 // Binds the family's tensors and finishes the weights (tied head, RoPE order of the file).
-void BindModel(Model& model, TensorNaming naming, const TensorSource& source) {
+// `layers_key` names the config's layer count in errors.
+void BindModel(Model& model, TensorNaming naming, const TensorSource& source,
+               const std::string& layers_key) {
   // Every layer has tensors of its own: a layer count beyond the tensor count is a corrupt or
   // hostile header, refused before anything is sized from it.
   if (model.config.n_layers <= 0 || static_cast<size_t>(model.config.n_layers) > source.count())
@@ -66,11 +74,39 @@ void BindModel(Model& model, TensorNaming naming, const TensorSource& source) {
   TensorMap map = FamilyTensorMap(model.config, naming, model.weights);
   if (model.config.rope != RopeKind::kNone) model.config.rope = map.file_rope;
   BindTensors(map, source, model.config.arch);
+  CheckNoExtraLayers(map, source, model.config.n_layers, layers_key);
   if (model.config.tied_embeddings) model.weights.lm_head = model.weights.token_embedding;
 }
 
 bool IsRmsFamily(const std::string& gguf_arch) {
   return gguf_arch != "gpt2" && gguf_arch != "gptneox";
+}
+
+// The GGUF metadata key of each ModelConfig field, for ValidateConfig's messages.
+ConfigKeys GgufKeys(const std::string& arch) {
+  const std::string p = arch + ".";
+  return {{"dim", p + "embedding_length"},
+          {"hidden_dim", p + "feed_forward_length"},
+          {"n_layers", p + "block_count"},
+          {"n_heads", p + "attention.head_count"},
+          {"n_kv_heads", p + "attention.head_count_kv"},
+          {"head_dim", p + "attention.key_length"},
+          {"vocab_size", "token_embd.weight (rows)"},
+          {"max_seq_len", p + "context_length"},
+          {"norm_eps", p + (IsRmsFamily(arch) ? "attention.layer_norm_rms_epsilon"
+                                              : "attention.layer_norm_epsilon")},
+          {"rope_theta", p + "rope.freq_base"},
+          {"rotary_dim", p + "rope.dimension_count"},
+          {"rope_scaling_factor", p + "rope.scaling.factor"},
+          {"rope_low_freq_factor", "sinkscope.rope_scaling.llama3[1]"},
+          {"rope_high_freq_factor", "sinkscope.rope_scaling.llama3[2]"},
+          {"rope_original_max_seq_len", "sinkscope.rope_scaling.llama3[3]"},
+          {"final_logit_softcap", p + "final_logit_softcapping"},
+          {"sliding_window", p + "attention.sliding_window"},
+          {"n_experts", p + "expert_count"},
+          {"n_experts_per_tok", p + "expert_used_count"},
+          {"bos_id", "tokenizer.ggml.bos_token_id"},
+          {"eos_id", "tokenizer.ggml.eos_token_id"}};
 }
 
 }  // namespace
@@ -83,7 +119,8 @@ Model LoadHfModel(const std::string& dir) {
   if (model.config.n_shared_experts > 0)
     Fail("{}: shared experts (shared_expert_intermediate_size) are not supported", dir);
   SafetensorsSource source(SafetensorsDir::Open(dir), dir);
-  BindModel(model, TensorNaming::kHf, source);
+  BindModel(model, TensorNaming::kHf, source,
+            model.config.arch == "gpt2" ? "n_layer" : "num_hidden_layers");
   return model;
 }
 
@@ -118,7 +155,10 @@ Model LoadGgufModel(const GgufFile& gguf) {
   c.arch = entry->name;
   c.dim = positive("embedding_length", -1);
   c.n_layers = positive("block_count", -1);
-  c.n_experts = static_cast<int>(gguf.GetInt(p + "expert_count", 0));
+  const int64_t experts = gguf.GetInt(p + "expert_count", 0);
+  if (experts < 0 || experts > (int64_t{1} << 20))
+    Fail("{}: {}expert_count is {}, expected 0 (dense) to {}", path, p, experts, int64_t{1} << 20);
+  c.n_experts = static_cast<int>(experts);
   c.hidden_dim = c.n_experts > 0 && gguf.Find(p + "expert_feed_forward_length")
                      ? positive("expert_feed_forward_length", -1)
                      : positive("feed_forward_length", -1);
@@ -208,8 +248,9 @@ Model LoadGgufModel(const GgufFile& gguf) {
     if (c.arch == "llama") c.arch = "mistral";  // Llama with a window: MistralForCausalLM
     c.sliding_window = window;
   }
+  ValidateConfig(c, path, GgufKeys(arch));
   GgufSource source(gguf);
-  BindModel(model, TensorNaming::kGguf, source);
+  BindModel(model, TensorNaming::kGguf, source, p + "block_count");
   if (gguf.Find("sinkscope.rope_scaling.llama3") && !model.weights.rope_freq_factors.empty()) {
     // Written by AddGgufModel: restore the Llama 3 rule if it reproduces rope_freqs.weight.
     std::vector<double> p3 = gguf.GetFloatArray("sinkscope.rope_scaling.llama3");
@@ -226,6 +267,7 @@ Model LoadGgufModel(const GgufFile& gguf) {
     for (size_t i = 0; same && i < from_rule.size(); ++i)
       same = std::abs(from_rule[i] - from_file[i]) <= 1e-6 * from_rule[i];
     if (same) {
+      ValidateConfig(rule, path, GgufKeys(arch));
       c = rule;
       model.weights.rope_freq_factors = Tensor();
     }

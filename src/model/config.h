@@ -3,6 +3,7 @@
 // interpret it.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -76,5 +77,17 @@ struct ModelConfig {
   int q_dim() const { return n_heads * head_dim; }
   int rot_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
 };
+
+// How a file spells the ModelConfig fields it sets, for error messages: {"norm_eps",
+// "rms_norm_eps"}. A field not listed is named as it is in ModelConfig.
+using ConfigKeys = std::map<std::string, std::string>;
+
+// Checks every field of `config` against its domain (sizes positive, epsilons and RoPE bases
+// finite and positive, rotary dims even and within the head, scaling factors, expert counts,
+// soft-caps finite and >= 0). Every reader (config.json, GGUF, llama2.c, training configs) calls it
+// on what it read, so a NaN epsilon or a zero RoPE base fails at load, naming `source` and the
+// key, instead of turning every logit into NaN. Throws ss::Error.
+void ValidateConfig(const ModelConfig& config, const std::string& source,
+                    const ConfigKeys& keys = {});
 
 }  // namespace ss

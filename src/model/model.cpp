@@ -1,10 +1,67 @@
 #include "model/model.h"
 
+#include <fmt/format.h>
+
 #include <numeric>
 
 #include "model/arch.h"
 
 namespace ss {
+
+namespace {
+
+// Called when a forward's output holds NaN or Inf: runs the same call again with observers on
+// every block's residual stream and sublayer outputs (after any hooks of the request, so an
+// intervention's effect is seen) and throws ss::Error naming the first hook point whose activation
+// is non-finite. The failure path costs one more forward; the normal path only the final check.
+[[noreturn]] void FailNonFinite(const Model& model, KVCache& cache, RunState& state,
+                                const ForwardRequest& request, int start_length, const char* what) {
+  const ModelConfig& c = model.config;
+  std::string first;  // hook name of the first non-finite activation
+  int position = -1;
+  Hooks hooks = request.hooks ? *request.hooks : Hooks();
+  auto watch = [&](HookPoint point) {
+    hooks.Add(point, -1, [&](const HookContext& context, Tensor& activation) {
+      if (!first.empty()) return;
+      const int64_t bad = FirstNonFinite(activation.data(), activation.numel());
+      if (bad < 0) return;
+      first = context.Name();
+      position =
+          context.start +
+          static_cast<int>(bad / std::max<int64_t>(1, activation.numel() / activation.dim(0)));
+    });
+  };
+  for (HookPoint point :
+       {HookPoint::kEmbed, HookPoint::kResidPre, HookPoint::kAttnOut, HookPoint::kResidMid,
+        HookPoint::kMlpOut, HookPoint::kResidPost, HookPoint::kLnFinal})
+    watch(point);
+  ForwardRequest rerun = request;
+  rerun.hooks = &hooks;
+  if (rerun.logits == LogitsMode::kNone) rerun.logits = LogitsMode::kLast;
+  cache.length = start_length;
+  ForwardContext ctx{
+      model,        c,  cache, state, rerun, &hooks, static_cast<int>(rerun.tokens.size()),
+      start_length, {}, {}};
+  ctx.positions.resize(ctx.T);
+  for (int t = 0; t < ctx.T; ++t)
+    ctx.positions[t] = request.stream
+                           ? request.stream->CachePosition(request.stream->first_index + t)
+                       : request.positions.empty() ? start_length + t
+                                                   : request.positions[t];
+  if (c.rope != RopeKind::kNone)
+    ctx.rope_inv_freq = RopeInvFrequencies(c, model.weights.rope_freq_factors);
+  FindArchitecture(c.arch).forward(ctx);
+  FinalLogits(ctx);
+  if (first.empty())
+    Fail("{}: the forward pass produced non-finite {} (the output head: lm_head or final norm)",
+         model.source, what);
+  Fail(
+      "{}: the forward pass produced non-finite {}; they first appear in {} at position {} "
+      "(check the model's weights and its norm_eps, rope_theta)",
+      model.source, what, first, position);
+}
+
+}  // namespace
 
 int64_t Model::ParameterCount() const {
   auto count = [](const Tensor& t) { return t.empty() ? 0 : t.numel(); };
@@ -119,6 +176,7 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
   if (c.attn_logit_softcap != 0)
     Fail("{}: attention logit soft-capping is not supported", model.source);
   if (c.rope != RopeKind::kNone) ctx.rope_inv_freq = RopeInvFrequencies(c, model.weights.rope_freq_factors);
+  const int start_length = cache.length;
   FindArchitecture(c.arch).forward(ctx);
   if (stream) {
     cache.length = static_cast<int>(
@@ -126,7 +184,15 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
   } else {
     cache.length += T;
   }
-  return FinalLogits(ctx);
+  Tensor logits = FinalLogits(ctx);
+  // NaN or Inf must stop the run, not become a perplexity of nan or a verdict on a NaN model. The
+  // check reads the (T, D) residual and the logits once: O(T (D + V)) against the forward's
+  // O(T D^2 L), so it costs nothing measurable; locating the cause runs only on failure.
+  if (FirstNonFinite(state.x.data(), static_cast<int64_t>(T) * c.dim) >= 0)
+    FailNonFinite(model, cache, state, request, start_length, "activations");
+  if (!logits.empty() && FirstNonFinite(logits.data(), logits.numel()) >= 0)
+    FailNonFinite(model, cache, state, request, start_length, "logits");
+  return logits;
 }
 
 }  // namespace ss

@@ -1,6 +1,7 @@
 #include "model/tensor_map.h"
 
 #include <cstring>
+#include <set>
 
 #include "common/error.h"
 
@@ -114,6 +115,11 @@ void BindTensors(const TensorMap& map, const TensorSource& source, const std::st
       Fail("{}: tensor '{}' has shape {}, expected {}", source.source(), name,
            ShapeString(found), ShapeString(expected));
     Tensor t = source.Load(name);
+    // One pass over each tensor as it is loaded (memory-mapped or just converted, so in cache): a
+    // NaN or Inf weight would otherwise surface only as NaN logits, far from its cause.
+    if (const int64_t bad = FirstNonFinite(t.data(), t.numel()); bad >= 0)
+      Fail("{}: tensor '{}' holds a non-finite value ({}) at element {}", source.source(), name,
+           t.data()[bad], bad);
     if (spec.transposed) t = Transposed(t);
     if (spec.fused_rows.empty()) {
       SS_ASSERT(spec.targets.size() == 1);
@@ -123,6 +129,53 @@ void BindTensors(const TensorMap& map, const TensorSource& source, const std::st
     }
   }
   for (const auto& step : map.after_bind) step();
+}
+
+namespace {
+
+// Splits a tensor name at its first number between dots: "blk.12.ffn_up.weight" -> ("blk.",
+// 12, ".ffn_up.weight"). Returns false if the name has none.
+bool SplitLayerNumber(const std::string& name, std::string* head, long* layer, std::string* tail) {
+  size_t i = 0;
+  while (i < name.size()) {
+    const size_t start = i;
+    while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+    const bool digits = i > start && i - start <= 6;
+    const bool bounded =
+        digits && (start == 0 || name[start - 1] == '.') && (i == name.size() || name[i] == '.');
+    if (bounded) {
+      *head = name.substr(0, start);
+      *layer = std::stol(name.substr(start, i - start));
+      *tail = name.substr(i);
+      return true;
+    }
+    while (i < name.size() && name[i] != '.') ++i;
+    if (i < name.size()) ++i;
+  }
+  return false;
+}
+
+}  // namespace
+
+void CheckNoExtraLayers(const TensorMap& map, const TensorSource& source, int n_layers,
+                        const std::string& layers_key) {
+  std::set<std::string> bound;
+  for (const TensorSpec& spec : map.specs) {
+    bound.insert(spec.name);
+    for (const std::string& alias : spec.aliases) bound.insert(alias);
+  }
+  for (const std::string& name : source.Names()) {
+    if (bound.count(name)) continue;
+    std::string head, tail;
+    long layer = 0;
+    if (!SplitLayerNumber(name, &head, &layer, &tail) || layer < n_layers) continue;
+    // Only a layer-shaped tensor counts: the same name with layer 0 is one the family binds.
+    if (bound.count(head + "0" + tail))
+      Fail(
+          "{}: tensor '{}' belongs to layer {}, but the config declares {} layers ('{}'); the "
+          "file stores more layers than the config says",
+          source.source(), name, layer, n_layers, layers_key);
+  }
 }
 
 std::vector<std::pair<std::string, Tensor>> ExportTensors(const TensorMap& map, RopeKind model_rope,

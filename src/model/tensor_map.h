@@ -30,6 +30,7 @@ class TensorSource {
   virtual Tensor Load(const std::string& name) const = 0;
   virtual const std::string& source() const = 0;  // file or directory, for error messages
   virtual size_t count() const = 0;                // tensors in the source
+  virtual std::vector<std::string> Names() const = 0;  // every tensor in the source
 };
 
 struct TensorSpec {
@@ -71,6 +72,15 @@ struct TensorMap {
 // ss::Error naming the source and tensor for a missing tensor ("missing tensor 'x'") and a shape
 // mismatch ("tensor 'x' has shape [..], expected [..]").
 void BindTensors(const TensorMap& map, const TensorSource& source, const std::string& family);
+
+// The stored tensors no spec of `map` binds that belong to a layer the config does not declare:
+// a name whose first number (".12." in "model.layers.12.mlp.up_proj.weight",
+// "blk.12.ffn_up.weight") is >= n_layers and that names a bound tensor with a lower layer number.
+// Throws ss::Error naming the source, the tensor and `layers_key` (the config's layer count key): a
+// config that declares fewer layers than the file stores would otherwise drop the extra layers
+// without a word.
+void CheckNoExtraLayers(const TensorMap& map, const TensorSource& source, int n_layers,
+                        const std::string& layers_key);
 
 // The tensors to write for `map` (whose targets point into a model's weights), in map order, as
 // PyTorch-ordered float32 tensors with the file's layout applied (transposed, fused, RoPE rows

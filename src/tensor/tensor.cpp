@@ -67,4 +67,26 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 std::string Tensor::ShapeString() const { return ss::ShapeString(shape_); }
 
+int64_t FirstNonFinite(const float* p, int64_t n) {
+  // An IEEE float is NaN or Inf exactly when its exponent bits are all ones, i.e. when its bits
+  // without the sign are >= 0x7f800000; a max over a block of them vectorises.
+  constexpr int64_t kBlock = 4096;
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t end = std::min(n, start + kBlock);
+    uint32_t largest = 0;
+    for (int64_t i = start; i < end; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, p + i, sizeof(bits));
+      largest = std::max(largest, bits & 0x7fffffffu);
+    }
+    if (largest < 0x7f800000u) continue;
+    for (int64_t i = start; i < end; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, p + i, sizeof(bits));
+      if ((bits & 0x7fffffffu) >= 0x7f800000u) return i;
+    }
+  }
+  return -1;
+}
+
 }  // namespace ss

@@ -61,4 +61,8 @@ class Tensor {
 
 std::string ShapeString(const std::vector<int64_t>& shape);
 
+// Index of the first NaN or Inf among p[0..n), or -1 when all are finite. One vectorised pass
+// (about memory bandwidth): used on weights at load and on a forward pass's output.
+int64_t FirstNonFinite(const float* p, int64_t n);
+
 }  // namespace ss

@@ -138,6 +138,11 @@ std::string TokenizerJsonText(const Tokenizer& tok) {
   std::unordered_map<std::string, int> seen;
   std::string vocab = "{";
   for (int i = 0; i < n; ++i) {
+    // JSON strings are UTF-8: a piece that is not (a damaged or foreign vocabulary) cannot be
+    // written, and nlohmann::json would throw its own type_error from dump().
+    if (const size_t bad = FindInvalidUtf8(pieces[i]); bad != std::string::npos)
+      Fail("tokenizer {}: piece {} is not valid UTF-8 (at byte {}); tokenizer.json cannot hold it",
+           m.source, i, bad);
     auto [it, fresh] = seen.emplace(pieces[i], i);
     if (!fresh)
       Fail("tokenizer {}: piece \"{}\" appears twice (ids {} and {}); tokenizer.json cannot hold it",

@@ -42,8 +42,11 @@ int64_t ReadStep(const std::string& path, std::string* source) {
                                ? fs::path(path).parent_path().filename().string()
                                : fs::path(path).filename().string();
   int64_t step = -1;
-  for (auto it = std::sregex_iterator(name.begin(), name.end(), kStepRe); it != std::sregex_iterator(); ++it)
-    step = std::stoll((*it)[1].str());
+  for (auto it = std::sregex_iterator(name.begin(), name.end(), kStepRe); it != std::sregex_iterator(); ++it) {
+    // At most 18 digits always fit an int64_t; a longer run of digits is not a step number.
+    const std::string digits = (*it)[1].str();
+    step = digits.size() <= 18 ? std::stoll(digits) : -1;
+  }
   if (step >= 0 && source) *source = "name";
   return step;
 }

@@ -147,7 +147,10 @@ void WriteSafetensorsF32(const std::string& path,
 std::string SaveCheckpoint(const std::string& run_dir, const TrainConfig& c, const ParamLayout& layout,
                            const TrainerState& s, const std::string& tokenizer) {
   const std::string final_dir = fmt::format("{}/step-{}", run_dir, s.step);
-  const std::string tmp = fmt::format("{}/.step-{}.tmp.{}", run_dir, s.step, getpid());
+  const std::string tmp = TemporaryPath(fmt::format("{}/.step-{}", run_dir, s.step));
+  // Temporaries of a run that was killed while saving (its pid no longer runs) go first.
+  RemoveStaleTemporaries(run_dir,
+                         [](std::string_view stem) { return stem.rfind(".step-", 0) == 0; });
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp);
@@ -179,9 +182,12 @@ std::string SaveCheckpoint(const std::string& run_dir, const TrainConfig& c, con
     WriteSafetensorsF32(tmp + "/optimizer.safetensors",
                         {{"adam.m", Tensor::View(m.data(), {int64_t(m.size())}, nullptr)},
                          {"adam.v", Tensor::View(v.data(), {int64_t(v.size())}, nullptr)}});
-    // Replace an older checkpoint of the same step (a resumed run repeating it) only now.
-    if (fs::exists(final_dir)) fs::remove_all(final_dir);
+    // Replace an older checkpoint of the same step (a resumed run repeating it) only now: moved
+    // aside first, so that some complete step-<N> exists at every moment.
+    const std::string old = TemporaryPath(fmt::format("{}/.step-{}.old", run_dir, s.step));
+    if (fs::exists(final_dir)) fs::rename(final_dir, old);
     fs::rename(tmp, final_dir);
+    fs::remove_all(old, ec);
   } catch (const std::exception& e) {
     fs::remove_all(tmp, ec);
     Fail("checkpoint {} not written ({}); earlier checkpoints in {} are untouched", final_dir,
@@ -210,21 +216,43 @@ TrainConfig ReadCheckpointConfig(const std::string& step_dir) {
   return LoadTrainConfig(step_dir + "/train_config.json");
 }
 
-TrainerState ReadCheckpointState(const std::string& dir, const TrainConfig& c, const ParamLayout& layout) {
+TrainerState ParseTrainerState(std::string_view text, const std::string& path, int64_t n_params) {
   TrainerState s;
-  const std::string path = dir + "/trainer_state.json";
-  nlohmann::json st;
   try {
-    st = nlohmann::json::parse(ReadFile(path));
+    const nlohmann::json st = nlohmann::json::parse(text);
     s.step = st.at("step").get<int>();
     s.adam_t = st.at("adam_t").get<int64_t>();
     s.tokens_seen = st.at("tokens_seen").get<int64_t>();
-    for (int i = 0; i < 4; ++i) s.rng[i] = std::stoull(st.at("rng").at(i).get<std::string>(), nullptr, 16);
-    if (st.at("parameters").get<int64_t>() != layout.total)
-      Fail("{}: {} parameters, the config needs {}", path, st.at("parameters").get<int64_t>(), layout.total);
+    for (int i = 0; i < 4; ++i) {
+      // 64-bit words as hex strings (JSON numbers are doubles to many readers).
+      const std::string word = st.at("rng").at(i).get<std::string>();
+      const bool hex = !word.empty() && word.size() <= 16 &&
+                       word.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+      if (!hex) Fail("{}: rng[{}] = '{}' is not a 64-bit hexadecimal word", path, i, word.substr(0, 40));
+      s.rng[i] = std::stoull(word, nullptr, 16);
+    }
+    const int64_t params = st.at("parameters").get<int64_t>();
+    if (params != n_params) Fail("{}: {} parameters, the config needs {}", path, params, n_params);
   } catch (const nlohmann::json::exception& e) {
     Fail("{}: malformed trainer state: {}", path, e.what());
   }
+  return s;
+}
+
+TrainerState ReadCheckpointState(const std::string& dir, const TrainConfig& c, const ParamLayout& layout) {
+  const std::string path = dir + "/trainer_state.json";
+  TrainerState s = ParseTrainerState(ReadFile(path), path, layout.total);
+  // A checkpoint renamed or edited by hand: resuming would continue from one step and write over
+  // the checkpoint of another.
+  fs::path step_dir = fs::path(dir).lexically_normal();
+  if (!step_dir.has_filename()) step_dir = step_dir.parent_path();  // "run/step-5/"
+  const std::string name = step_dir.filename().string();
+  if (name.rfind("step-", 0) == 0 && name.size() > 5 &&
+      name.find_first_not_of("0123456789", 5) == std::string::npos && name.size() < 15 &&
+      std::stoll(name.substr(5)) != s.step)
+    Fail("{}: step {} disagrees with its directory name {}; refusing to use a checkpoint whose state "
+         "and name differ",
+         path, s.step, name);
   s.params.assign(layout.total, 0.0f);
   const bool permute = c.rope == "interleaved";
   const std::string model_path = dir + "/model.safetensors";

@@ -13,12 +13,15 @@
 // within each head, (2i, 2i+1) -> (i, i + Dh/2), which leaves every attention score unchanged;
 // the reader applies the inverse.
 // Everything is written into DIR/.step-<N>.tmp.<pid> and renamed to DIR/step-<N> at the end, so a
-// crash or a full disk never leaves a half-written checkpoint and the previous ones survive.
+// crash or a full disk never leaves a half-written checkpoint and the previous ones survive; the
+// next save removes such temporaries of processes that no longer run. Reading a checkpoint named
+// step-<N> whose trainer_state.json says another step is refused.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -56,6 +59,10 @@ std::string FindCheckpoint(const std::string& dir);
 TrainConfig ReadCheckpointConfig(const std::string& step_dir);
 TrainerState ReadCheckpointState(const std::string& step_dir, const TrainConfig& config,
                                  const ParamLayout& layout);
+// The counters of a trainer_state.json text (step, adam_t, tokens_seen, rng; not the tensors),
+// checking its "parameters" against `n_params`. Throws ss::Error naming `source` for malformed
+// JSON, a missing or mistyped field, an rng word that is not hexadecimal, or a parameter mismatch.
+TrainerState ParseTrainerState(std::string_view text, const std::string& source, int64_t n_params);
 // A checkpoint as an owning ss::Model read the Hugging Face way: config.json and the HF tensor
 // names only (the reload path used by tests and `train --eval`).
 Model LoadCheckpointModel(const std::string& step_dir);

@@ -3,8 +3,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
 #include "common/error.h"
 #include "common/file_util.h"
+#include "io/json_util.h"
 
 namespace ss::train {
 
@@ -94,6 +99,14 @@ void TrainConfig::Validate(const std::string& src) const {
   if (val_fraction <= 0 || val_fraction >= 0.5)
     Fail("{}: val_fraction must be in (0, 0.5), found {}", src, val_fraction);
   if (threads < 0) Fail("{}: threads must be >= 0, found {}", src, threads);
+  if (!(adam_eps > 0)) Fail("{}: 'adam_eps' must be positive, found {}", src, adam_eps);
+  if (!(init_std > 0)) Fail("{}: 'init_std' must be positive, found {}", src, init_std);
+  if (!(aux_loss_coef >= 0)) Fail("{}: 'aux_loss_coef' must be >= 0, found {}", src, aux_loss_coef);
+  // The model this run builds, through the same check every model reader applies (norm_eps,
+  // rope_theta, expert counts), with the training config's key names.
+  ValidateConfig(
+      ToModelConfig(), src,
+      {{"hidden_dim", "hidden_dim"}, {"max_seq_len", "seq_len"}, {"head_dim", "dim / n_heads"}});
 }
 
 nlohmann::json ToJson(const TrainConfig& c) {
@@ -142,12 +155,38 @@ nlohmann::json ToJson(const TrainConfig& c) {
 }
 
 namespace {
+// Reads one key into its field. Integer fields take only integers within the field's range
+// (nlohmann would truncate 2.5 to 2 and wrap -1 into a uint64 seed); number fields take any finite
+// number; the others must have the field's JSON type.
 template <typename T>
 void Get(const nlohmann::json& j, const char* key, T& field, const std::string& src) {
   auto it = j.find(key);
   if (it == j.end()) return;
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    if (!it->is_number()) Fail("{}: '{}' has the wrong type ({})", src, key, it->type_name());
+  }
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) Fail("{}: '{}' must be true or false, found {}", src, key, it->dump());
+  } else if constexpr (std::is_integral_v<T>) {
+    const bool fits =
+        it->is_number_unsigned()
+            ? it->template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+        : it->is_number_integer()
+            ? it->template get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                  (std::is_unsigned_v<T> || it->template get<int64_t>() <=
+                                                static_cast<int64_t>(std::numeric_limits<T>::max()))
+            : false;
+    if (!it->is_number_integer())
+      Fail("{}: '{}' must be an integer, found {}", src, key, it->dump());
+    if (!fits)
+      Fail("{}: '{}' must be an integer in [{}, {}], found {}", src, key,
+           std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), it->dump());
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(static_cast<T>(it->template get<double>())))
+      Fail("{}: '{}' must be a finite number, found {}", src, key, it->template get<double>());
+  }
   try {
-    field = it->get<T>();
+    field = it->template get<T>();
   } catch (const nlohmann::json::exception&) {
     Fail("{}: '{}' has the wrong type ({})", src, key, it->type_name());
   }
@@ -212,18 +251,17 @@ void ApplyJson(TrainConfig& c, const nlohmann::json& j, const std::string& src) 
   Get(j, "out", c.out, src);
 }
 
-TrainConfig LoadTrainConfig(const std::string& path) {
-  const std::string text = ReadFile(path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    Fail("{}: not valid JSON ({})", path, e.what());
-  }
+TrainConfig ParseTrainConfig(std::string_view text, const std::string& source) {
+  // Strict: a key given twice is an error (a plain parser keeps the last one without a word).
+  // Every nlohmann::json exception becomes an ss::Error, out_of_range for a number no double holds
+  // included (found by fuzz_train_config).
+  const nlohmann::json j = ParseJsonStrict(text, source, "training config");
   TrainConfig c;
-  ApplyJson(c, j, path);
+  ApplyJson(c, j, source);
   return c;
 }
+
+TrainConfig LoadTrainConfig(const std::string& path) { return ParseTrainConfig(ReadFile(path), path); }
 
 std::vector<std::string> PresetNames() {
   return {"quick", "bigram-backcopy", "bigram-backcopy-nobos", "text", "moe-quick"};

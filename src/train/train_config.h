@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/config.h"
@@ -75,6 +76,9 @@ struct TrainConfig {
 nlohmann::json ToJson(const TrainConfig& config);
 // Applies the keys of `j` onto `config`; unknown keys and wrong types fail naming `source`.
 void ApplyJson(TrainConfig& config, const nlohmann::json& j, const std::string& source);
+// The JSON text of a train config file (keys as in ToJson, plus "preset" and "comment"), applied
+// onto the defaults; `source` names it in errors. LoadTrainConfig reads `path` and parses it.
+TrainConfig ParseTrainConfig(std::string_view text, const std::string& source);
 TrainConfig LoadTrainConfig(const std::string& path);
 // Named presets: "quick", "bigram-backcopy", "bigram-backcopy-nobos", "text", "moe-quick".
 TrainConfig Preset(const std::string& name);

@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -70,7 +71,58 @@ void SetThreads(int threads) {
   if (threads > 0) SetThreadCount(threads);
 }
 
+// What a run writes directly in its directory (trainer.h's list, checkpoint.h's names, the trace
+// cache), which --overwrite may remove.
+bool IsRunOutput(const std::string& name) {
+  if (name == "train_loss.tsv" || name == "telemetry.jsonl" || name == ".sinkscope-trace-cache")
+    return true;
+  if (name.rfind("step-", 0) == 0)
+    return name.size() > 5 && name.find_first_not_of("0123456789", 5) == std::string::npos;
+  return name.rfind(".step-", 0) == 0 && name.find(".tmp.") != std::string::npos;
+}
+
 }  // namespace
+
+void PrepareRunDirectory(const std::string& out, bool resume, bool overwrite,
+                         const TrainConfig& config) {
+  if (resume && overwrite) Fail("--resume and --overwrite: give one, not both");
+  std::error_code ec;
+  if (!fs::exists(out, ec) || resume) return;
+  if (!fs::is_directory(out, ec)) Fail("--out {}: exists and is not a directory", out);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(out, ec))
+    names.push_back(e.path().filename().string());
+  if (ec) Fail("--out {}: cannot list: {}", out, ec.message());
+  if (names.empty()) return;
+  std::sort(names.begin(), names.end());
+  if (!overwrite)
+    Fail(
+        "--out {}: is not empty (holds {}{}); pass --resume {} to continue the run there, or "
+        "--overwrite to replace it",
+        out, fmt::join(names.begin(), names.begin() + std::min<size_t>(names.size(), 3), ", "),
+        names.size() > 3 ? fmt::format(" and {} more", names.size() - 3) : "", out);
+  // Never remove a file the new run reads.
+  auto is_input = [&](const fs::path& p) {
+    for (const std::string& in : {config.corpus, config.tokenizer})
+      if (!in.empty() && fs::equivalent(p, in, ec)) return true;
+    return false;
+  };
+  for (const std::string& name : names) {
+    const fs::path p = fs::path(out) / name;
+    if (IsRunOutput(name) && !is_input(p)) {
+      fs::remove_all(p, ec);
+      if (ec) Fail("--overwrite: cannot remove {}: {}", p.string(), ec.message());
+    }
+  }
+  // data/: the tokenizer and token files PrepareTextCorpus made (it reuses them when present).
+  const fs::path data = fs::path(out) / "data";
+  if (fs::is_directory(data, ec)) {
+    for (const char* name : {"tokenizer.model", "tokens.u16", "docs.u32", "tokenizer.tmp.model",
+                             "tokenizer.tmp.vocab"})
+      if (!is_input(data / name)) fs::remove(data / name, ec);
+    fs::remove(data, ec);  // only if nothing else is left in it
+  }
+}
 
 TrainResult RunTraining(const TrainConfig& config_in, const TrainerOptions& options) {
   const Comm& comm = Comm::World();
@@ -81,6 +133,10 @@ TrainResult RunTraining(const TrainConfig& config_in, const TrainerOptions& opti
          config.batch_size, comm.size());
   SetThreads(config.threads);
   const std::string out = config.out;
+  // Under MPI only rank 0 removes an earlier run (--overwrite); every rank refuses a non-empty
+  // directory alike before the barrier below, after which rank 0 writes into it.
+  if (comm.is_root() || !options.overwrite)
+    PrepareRunDirectory(out, !options.resume.empty(), options.overwrite, config);
   if (comm.is_root()) fs::create_directories(out);
   comm.Barrier();
   CheckWritable(out + "/telemetry.jsonl", "--out");
@@ -175,6 +231,7 @@ TrainResult RunTraining(const TrainConfig& config_in, const TrainerOptions& opti
     val /= config.eval_batches;
     comm.AllReduceMean(&val, 1);
     result.val_loss = val;
+    result.val_step = step;
     if (!comm.is_root()) return;
     data->ValBatch(0, B, T, tokens.data(), targets.data());
     std::vector<std::vector<int>> seqs;
@@ -244,8 +301,11 @@ TrainResult RunTraining(const TrainConfig& config_in, const TrainerOptions& opti
   result.end_step = result.start_step + static_cast<int>(result.losses.size());
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   result.tokens_per_second = train_seconds > 0 ? double(result.losses.size()) * B * T / train_seconds : 0;
-  log(fmt::format("train: {} steps in {:.1f} s, {:.0f} tokens/s (training only); last val loss {:.4f}",
-                  result.losses.size(), result.seconds, result.tokens_per_second, result.val_loss));
+  log(fmt::format("train: {} steps in {:.1f} s, {:.0f} tokens/s (training only); {}",
+                  result.losses.size(), result.seconds, result.tokens_per_second,
+                  result.val_step > 0 ? fmt::format("last val loss {:.4f} (step {})",
+                                                    result.val_loss, result.val_step)
+                                      : std::string("no evaluation ran")));
   return result;
 }
 

@@ -24,6 +24,10 @@ struct TrainerOptions {
   std::string resume;       // a run directory (newest checkpoint) or a step-<N> directory
   int stop_after = 0;       // > 0: return after this step without the final checkpoint (tests)
   bool quiet = false;       // no terminal lines (tests)
+  // A fresh run (no `resume`) refuses an out directory that is not empty, so that an earlier
+  // run's logs are not truncated and its checkpoints not mixed with new ones; `overwrite` removes
+  // the earlier run's files (PrepareRunDirectory) and starts over.
+  bool overwrite = false;
 };
 
 struct TrainResult {
@@ -31,6 +35,7 @@ struct TrainResult {
   int end_step = 0;
   std::vector<double> losses;     // training loss of steps start_step+1 .. end_step
   double val_loss = 0;            // at the last evaluation
+  int val_step = 0;               // the step of that evaluation; 0: no evaluation ran
   std::string last_checkpoint;
   double tokens_per_second = 0;   // training throughput (excluding evaluation and checkpoints)
   double seconds = 0;
@@ -40,6 +45,13 @@ struct TrainResult {
 // non-finite loss or gradient (naming the step and the tensor; the last good checkpoint stays), or
 // a failed checkpoint write (the previous checkpoints stay).
 TrainResult RunTraining(const TrainConfig& config, const TrainerOptions& options);
+
+// Makes `out` ready for a run: refuses a non-empty directory for a fresh run unless `overwrite`,
+// which removes what a run writes there (step-<N>/, train_loss.tsv, telemetry.jsonl, the prepared
+// data/ files, the trace cache, stale temporaries) and leaves anything else alone. A resumed run
+// (`resume`) continues in place. Throws ss::Error naming the directory.
+void PrepareRunDirectory(const std::string& out, bool resume, bool overwrite,
+                         const TrainConfig& config);
 
 // Evaluates a checkpoint through the analysis forward pass (ss::Forward): mean next-token loss on
 // the run's first `batches` validation batches. Used by `sinkscope train --eval` and the tests.

@@ -1,0 +1,76 @@
+#include "model/config.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "common/error.h"
+
+namespace ss {
+
+void ValidateConfig(const ModelConfig& c, const std::string& source, const ConfigKeys& keys) {
+  auto key = [&](const char* field) {
+    auto it = keys.find(field);
+    return it == keys.end() ? std::string(field) : it->second;
+  };
+  auto fail = [&](const char* field, auto value, const char* expected) {
+    Fail("{}: '{}' is {}, expected {}", source, key(field), value, expected);
+  };
+  // Sizes: positive; the readers bound them further where the format has a natural limit.
+  auto positive = [&](const char* field, int v) {
+    if (v <= 0) fail(field, v, "a positive size");
+  };
+  positive("dim", c.dim);
+  positive("hidden_dim", c.hidden_dim);
+  positive("n_layers", c.n_layers);
+  positive("n_heads", c.n_heads);
+  positive("n_kv_heads", c.n_kv_heads);
+  positive("head_dim", c.head_dim);
+  positive("vocab_size", c.vocab_size);
+  positive("max_seq_len", c.max_seq_len);
+  if (c.n_heads % c.n_kv_heads != 0)
+    Fail("{}: '{}' {} is not a multiple of '{}' {}", source, key("n_heads"), c.n_heads,
+         key("n_kv_heads"), c.n_kv_heads);
+  // The norms divide by sqrt(mean + eps): eps <= 0 or NaN gives NaN or Inf on a zero row.
+  if (!(std::isfinite(c.norm_eps) && c.norm_eps > 0))
+    fail("norm_eps", c.norm_eps, "a finite number > 0");
+  if (c.rope != RopeKind::kNone) {
+    // theta^(-2i/d): theta <= 0 gives NaN angles (or none at all), Inf zero angles.
+    if (!(std::isfinite(c.rope_theta) && c.rope_theta > 0))
+      fail("rope_theta", c.rope_theta, "a finite number > 0");
+    if (c.rotary_dim < 0 || c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0)
+      Fail("{}: '{}' gives {} rotated dims, expected an even number up to the head size {}", source,
+           key("rotary_dim"), c.rotary_dim, c.head_dim);
+    if (c.rope_scaling != RopeScalingKind::kNone &&
+        !(std::isfinite(c.rope_scaling_factor) && c.rope_scaling_factor > 0))
+      fail("rope_scaling_factor", c.rope_scaling_factor, "a finite number > 0");
+    if (c.rope_scaling == RopeScalingKind::kLlama3) {
+      if (!(std::isfinite(c.rope_low_freq_factor) && c.rope_low_freq_factor > 0))
+        fail("rope_low_freq_factor", c.rope_low_freq_factor, "a finite number > 0");
+      // The blend between the bands divides by high - low.
+      if (!(std::isfinite(c.rope_high_freq_factor) &&
+            c.rope_high_freq_factor > c.rope_low_freq_factor))
+        Fail("{}: '{}' is {}, expected a finite number above '{}' ({})", source,
+             key("rope_high_freq_factor"), c.rope_high_freq_factor, key("rope_low_freq_factor"),
+             c.rope_low_freq_factor);
+      positive("rope_original_max_seq_len", c.rope_original_max_seq_len);
+    }
+  }
+  if (!(std::isfinite(c.attn_logit_softcap) && c.attn_logit_softcap >= 0))
+    fail("attn_logit_softcap", c.attn_logit_softcap, "a finite number >= 0 (0: off)");
+  if (!(std::isfinite(c.final_logit_softcap) && c.final_logit_softcap >= 0))
+    fail("final_logit_softcap", c.final_logit_softcap, "a finite number >= 0 (0: off)");
+  if (c.sliding_window < 0) fail("sliding_window", c.sliding_window, ">= 0 (0: full attention)");
+  if (c.n_experts < 0) fail("n_experts", c.n_experts, ">= 0 (0: dense)");
+  if (c.n_experts > 0 && (c.n_experts_per_tok < 1 || c.n_experts_per_tok > c.n_experts))
+    Fail("{}: '{}' is {}, expected 1 to '{}' ({})", source, key("n_experts_per_tok"),
+         c.n_experts_per_tok, key("n_experts"), c.n_experts);
+  if (c.n_shared_experts < 0) fail("n_shared_experts", c.n_shared_experts, ">= 0");
+  if (c.shared_expert_hidden_dim < 0)
+    fail("shared_expert_hidden_dim", c.shared_expert_hidden_dim, ">= 0");
+  if (c.dense_hidden_dim < 0) fail("dense_hidden_dim", c.dense_hidden_dim, ">= 0");
+  if (c.bos_id < -1) fail("bos_id", c.bos_id, "a token id or none");
+  if (c.eos_id < -1) fail("eos_id", c.eos_id, "a token id or none");
+}
+
+}  // namespace ss
