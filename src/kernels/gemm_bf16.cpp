@@ -4,6 +4,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
+#include <thread>
 
 #include "common/error.h"
 #include "kernels/vecmath.h"
@@ -61,26 +64,28 @@ SS_BF16 void ConvertRow512(const float* x, int in, uint32_t* row, int stride) {
   }
 }
 
-// y rows [0, rows) x columns (masks m0, m1) of one panel (+)= x micro-panel · W panel over kc
-// pairs.
-//   x: kRows rows of ldx pairs (already offset to the block's first pair)
+// y rows [0, kTileRows) x columns (masks m0, m1) of one panel (+)= x micro-panel · W panel over kc
+// pairs. Tails of T use a smaller kTileRows rather than padding, so a matrix-vector product (T = 1)
+// does no wasted rows.
+//   x: kTileRows rows of ldx pairs (already offset to the block's first pair)
 //   w: kc * kWidth pairs (the panel, offset likewise)
 // init: accumulate onto y if `accumulate`, else start from bias (or zero).
+template <int kTileRows>
 SS_BF16 void MicroKernel(const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
-                         int64_t ldy, int rows, __mmask16 m0, __mmask16 m1, const float* bias,
+                         int64_t ldy, __mmask16 m0, __mmask16 m1, const float* bias,
                          bool accumulate) {
-  __m512 acc0[kRows], acc1[kRows];
+  __m512 acc0[kTileRows], acc1[kTileRows];
   if (accumulate) {
 #pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      acc0[r] = r < rows ? _mm512_maskz_loadu_ps(m0, y + r * ldy) : _mm512_setzero_ps();
-      acc1[r] = r < rows ? _mm512_maskz_loadu_ps(m1, y + r * ldy + 16) : _mm512_setzero_ps();
+    for (int r = 0; r < kTileRows; ++r) {
+      acc0[r] = _mm512_maskz_loadu_ps(m0, y + r * ldy);
+      acc1[r] = _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
     }
   } else {
     const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
     const __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
 #pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kTileRows; ++r) {
       acc0[r] = b0;
       acc1[r] = b1;
     }
@@ -89,7 +94,7 @@ SS_BF16 void MicroKernel(const uint32_t* x, int64_t ldx, const uint32_t* w, int 
     const __m512bh w0 = reinterpret_cast<__m512bh>(_mm512_load_si512(w + k * kWidth));
     const __m512bh w1 = reinterpret_cast<__m512bh>(_mm512_load_si512(w + k * kWidth + 16));
 #pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kTileRows; ++r) {
       const __m512bh xb =
           reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(x[r * ldx + k])));
       acc0[r] = _mm512_dpbf16_ps(acc0[r], xb, w0);
@@ -97,13 +102,18 @@ SS_BF16 void MicroKernel(const uint32_t* x, int64_t ldx, const uint32_t* w, int 
     }
   }
 #pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) {
-    if (r < rows) {
-      _mm512_mask_storeu_ps(y + r * ldy, m0, acc0[r]);
-      _mm512_mask_storeu_ps(y + r * ldy + 16, m1, acc1[r]);
-    }
+  for (int r = 0; r < kTileRows; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, m0, acc0[r]);
+    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, acc1[r]);
   }
 }
+
+using MicroKernelFn = void (*)(const uint32_t*, int64_t, const uint32_t*, int, float*, int64_t,
+                               __mmask16, __mmask16, const float*, bool);
+constexpr MicroKernelFn kMicroKernels[kRows + 1] = {nullptr,        MicroKernel<1>, MicroKernel<2>,
+                                                    MicroKernel<3>, MicroKernel<4>, MicroKernel<5>,
+                                                    MicroKernel<6>};
+static_assert(kRows == 6, "kMicroKernels lists one kernel per tile height");
 
 // A per-calling-thread buffer for x in bf16 pairs, kept between calls so that a model's many
 // products do not allocate (and page-fault) each time.
@@ -120,44 +130,48 @@ uint32_t* Workspace(size_t n) {
 void MatMul512(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
   const int in = w.in, out = w.out, pairs = w.pairs;
   const int ldx = (pairs + 15) / 16 * 16;  // each x row starts on a cache line
-  const int padded_rows = (T + kRows - 1) / kRows * kRows;
-  uint32_t* xb = Workspace(static_cast<size_t>(padded_rows) * ldx);
+  uint32_t* xb = Workspace(static_cast<size_t>(T) * ldx);
   const uint32_t* wdata = reinterpret_cast<const uint32_t*>(w.data.data());
   const int row_items = (T + kRowBlock - 1) / kRowBlock;
   const int column_items = (out + kColumnBlock - 1) / kColumnBlock;
   const int items = row_items * column_items;
+  // x is converted one row block at a time by the first thread whose tile needs it (0: to do,
+  // 1: being converted, 2: ready), not in a pass with a barrier after it: on a busy machine a
+  // barrier waits for a descheduled thread, while tiles taken dynamically let the others go on.
+  std::unique_ptr<std::atomic<int>[]> converted(new std::atomic<int>[row_items]);
+  for (int i = 0; i < row_items; ++i) converted[i].store(0, std::memory_order_relaxed);
   // Threads only when there are several tiles' worth of work.
   const bool parallel = static_cast<int64_t>(T) * in * out >= (int64_t{1} << 20);
-#pragma omp parallel if (parallel)
-  {
-#pragma omp for schedule(static)
-    for (int t = 0; t < padded_rows; ++t) {
-      uint32_t* row = xb + static_cast<int64_t>(t) * ldx;
-      if (t < T)
-        ConvertRow512(x + static_cast<int64_t>(t) * in, in, row, ldx);
-      else
-        std::fill(row, row + ldx, 0u);
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+  for (int item = 0; item < items; ++item) {
+    const int row_item = item / column_items;  // consecutive items share a row block
+    const int row0 = row_item * kRowBlock;
+    const int row1 = std::min(T, row0 + kRowBlock);
+    int expected = 0;
+    if (converted[row_item].compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
+      for (int t = row0; t < row1; ++t)
+        ConvertRow512(x + static_cast<int64_t>(t) * in, in, xb + static_cast<int64_t>(t) * ldx,
+                      ldx);
+      converted[row_item].store(2, std::memory_order_release);
+    } else {
+      while (converted[row_item].load(std::memory_order_acquire) != 2) std::this_thread::yield();
     }
-#pragma omp for schedule(dynamic, 1)
-    for (int item = 0; item < items; ++item) {
-      const int row0 = item / column_items * kRowBlock;
-      const int row1 = std::min(T, row0 + kRowBlock);
-      const int column0 = item % column_items * kColumnBlock;
-      const int column1 = std::min(out, column0 + kColumnBlock);
-      for (int k0 = 0; k0 < pairs; k0 += kPairBlock) {
-        const int kc = std::min(kPairBlock, pairs - k0);
-        for (int r = row0; r < row1; r += kRows) {
-          const uint32_t* xp = xb + static_cast<int64_t>(r) * ldx + k0;
-          for (int c = column0; c < column1; c += kWidth) {
-            const int cols = std::min(kWidth, column1 - c);
-            const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1);
-            const __mmask16 m1 = static_cast<__mmask16>(cols >= 32   ? 0xffff
-                                                        : cols <= 16 ? 0
-                                                                     : (1u << (cols - 16)) - 1);
-            const uint32_t* wp = wdata + (static_cast<int64_t>(c / kWidth) * pairs + k0) * kWidth;
-            MicroKernel(xp, ldx, wp, kc, y + static_cast<int64_t>(r) * out + c, out,
-                        std::min(kRows, row1 - r), m0, m1, bias ? bias + c : nullptr, k0 > 0);
-          }
+    const int column0 = item % column_items * kColumnBlock;
+    const int column1 = std::min(out, column0 + kColumnBlock);
+    for (int k0 = 0; k0 < pairs; k0 += kPairBlock) {
+      const int kc = std::min(kPairBlock, pairs - k0);
+      for (int r = row0; r < row1; r += kRows) {
+        const uint32_t* xp = xb + static_cast<int64_t>(r) * ldx + k0;
+        const MicroKernelFn kernel = kMicroKernels[std::min(kRows, row1 - r)];
+        for (int c = column0; c < column1; c += kWidth) {
+          const int cols = std::min(kWidth, column1 - c);
+          const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1);
+          const __mmask16 m1 = static_cast<__mmask16>(cols >= 32   ? 0xffff
+                                                      : cols <= 16 ? 0
+                                                                   : (1u << (cols - 16)) - 1);
+          const uint32_t* wp = wdata + (static_cast<int64_t>(c / kWidth) * pairs + k0) * kWidth;
+          kernel(xp, ldx, wp, kc, y + static_cast<int64_t>(r) * out + c, out, m0, m1,
+                 bias ? bias + c : nullptr, k0 > 0);
         }
       }
     }
