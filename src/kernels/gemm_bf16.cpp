@@ -27,12 +27,19 @@ PackedBf16 Pack(int out, int in, Bits bits) {
   p.pairs = (in + 1) / 2;
   p.panels = (out + kWidth - 1) / kWidth;
   p.data.assign(static_cast<size_t>(p.panels) * p.pairs * kWidth * 2, 0);
-  for (int o = 0; o < out; ++o) {
-    uint16_t* column =
-        p.data.data() + static_cast<size_t>(o / kWidth) * p.pairs * kWidth * 2 + (o % kWidth) * 2;
-    for (int i = 0; i < in; ++i)
-      column[static_cast<size_t>(i / 2) * kWidth * 2 + (i & 1)] =
-          bits(static_cast<int64_t>(o) * in + i);
+  // Panel by panel, writing in order while reading kWidth rows of W side by side (each row
+  // sequentially). Serial: it runs once per weight.
+  const int64_t panel_size = static_cast<int64_t>(p.pairs) * kWidth * 2;
+  for (int panel = 0; panel < p.panels; ++panel) {
+    uint16_t* dst = p.data.data() + panel * panel_size;
+    const int columns = std::min(kWidth, out - panel * kWidth);
+    for (int k = 0; k < p.pairs; ++k, dst += kWidth * 2) {
+      for (int j = 0; j < columns; ++j) {
+        const int64_t row = static_cast<int64_t>(panel * kWidth + j) * in;
+        dst[2 * j] = bits(row + 2 * k);
+        if (2 * k + 1 < in) dst[2 * j + 1] = bits(row + 2 * k + 1);
+      }
+    }
   }
   return p;
 }
