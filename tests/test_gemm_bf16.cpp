@@ -61,7 +61,7 @@ TEST(GemmBf16, EveryPathMatchesDoubleOnRoundedOperands) {
   const std::vector<Path> paths = Paths();
   std::vector<double> worst(paths.size(), 0.0);  // largest |y - ref| / (sum |products| + |bias|)
   double worst_vs_f32 = 0.0;                     // largest |y - y_f32| / max |y_f32| per shape
-  for (int T : {1, 3, 17, 64, 129})
+  for (int T : {1, 3, 8, 17, 64, 129})  // 8 and 17 leave tiles of 2 and 5 rows
     for (int in : {1, 31, 64, 768, 3071})
       for (int out : {1, 15, 16, 33, 768}) {
         const auto x = Random(static_cast<size_t>(T) * in, 1 + T);
@@ -119,6 +119,27 @@ TEST(GemmBf16, EveryPathMatchesDoubleOnRoundedOperands) {
                 paths[p].name, worst[p]);
   std::printf("gemm_bf16 vs f32 MatMul (bf16 rounding): max diff %.3g of max |y|\n", worst_vs_f32);
   EXPECT_LT(worst_vs_f32, 5e-2);
+  ForceSimdLevel(best);
+}
+
+// Denormal operands count as zero on every path (as VDPBF16PS treats them), whether they come from
+// x, from a float W or from stored bf16 bits.
+TEST(GemmBf16, DenormalOperandsCountAsZero) {
+  const SimdLevel best = ActiveSimdLevel();
+  const float x[2][2] = {{1e-39f, 1.0f}, {1e38f, 1.0f}};  // (T = 2, in = 2)
+  const float w[2] = {1e38f, 0.5f};                        // row 0 meets a denormal x
+  const float w_small[2] = {1e-39f, 0.5f};                 // row 1 meets a denormal W
+  const uint16_t w_bits[2] = {0x0001, F32ToBF16(0.5f)};    // the smallest bf16 denormal
+  for (const Path& path : Paths()) {
+    ForceSimdLevel(path.level);
+    float y[2];
+    MatMulBf16(&x[0][0], PackBf16(w, 1, 2), nullptr, y, 1);
+    EXPECT_EQ(y[0], 0.5f) << path.name;
+    MatMulBf16(&x[1][0], PackBf16(w_small, 1, 2), nullptr, y, 1);
+    EXPECT_EQ(y[0], 0.5f) << path.name;
+    MatMulBf16(&x[1][0], PackBf16Bits(w_bits, 1, 2), nullptr, y, 1);
+    EXPECT_EQ(y[0], 0.5f) << path.name;
+  }
   ForceSimdLevel(best);
 }
 

@@ -18,6 +18,10 @@ namespace {
 
 constexpr int kWidth = kBf16PanelWidth;
 
+// VCVTNE2PS2BF16 and VDPBF16PS treat denormal inputs as zero; both paths do the same, so their
+// results agree: denormal bf16 (exponent field 0) become zero of the same sign.
+inline uint16_t FlushDenormal(uint16_t b) { return (b & 0x7f80) == 0 ? b & 0x8000 : b; }
+
 template <typename Bits>
 PackedBf16 Pack(int out, int in, Bits bits) {
   SS_ASSERT(out >= 1 && in >= 1);
@@ -36,8 +40,8 @@ PackedBf16 Pack(int out, int in, Bits bits) {
     for (int k = 0; k < p.pairs; ++k, dst += kWidth * 2) {
       for (int j = 0; j < columns; ++j) {
         const int64_t row = static_cast<int64_t>(panel * kWidth + j) * in;
-        dst[2 * j] = bits(row + 2 * k);
-        if (2 * k + 1 < in) dst[2 * j + 1] = bits(row + 2 * k + 1);
+        dst[2 * j] = FlushDenormal(bits(row + 2 * k));
+        if (2 * k + 1 < in) dst[2 * j + 1] = FlushDenormal(bits(row + 2 * k + 1));
       }
     }
   }
@@ -195,7 +199,7 @@ void MatMulPortable(const float* x, const PackedBf16& w, const float* bias, floa
 #pragma omp for schedule(static)
     for (int t = 0; t < T; ++t) {
       for (int i = 0; i < in; ++i)
-        row[i] = BF16ToF32(F32ToBF16(x[static_cast<int64_t>(t) * in + i]));
+        row[i] = BF16ToF32(FlushDenormal(F32ToBF16(x[static_cast<int64_t>(t) * in + i])));
       float* yr = y + static_cast<int64_t>(t) * out;
       for (int p = 0; p < w.panels; ++p) {
         const uint16_t* wp = w.data.data() + static_cast<size_t>(p) * pairs * kWidth * 2;

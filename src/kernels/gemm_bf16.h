@@ -8,7 +8,9 @@
 // product by the rounding of x and W to bf16 (8 significant bits: about 1e-2 relative per product,
 // less on sums). Elsewhere a portable path computes the same thing in plain loops. The path is
 // chosen at run time: AVX-512 BF16 when the CPU has it and the SIMD level (kernels/vecmath.h,
-// SINKSCOPE_SIMD=portable, ForceSimdLevel) is avx512; otherwise portable.
+// SINKSCOPE_SIMD=portable, ForceSimdLevel) is avx512; otherwise portable. As VDPBF16PS does,
+// denormal operands (below 1.2e-38 in magnitude) count as zero on both paths; on the AVX-512 path
+// a denormal result is also flushed to zero.
 //
 // Packed layout of W (out, in): the output columns are cut into panels of kBf16PanelWidth (padded
 // with zero columns); the `in` dimension into pairs (padded with a zero when odd). Panel p stores,
