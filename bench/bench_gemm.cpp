@@ -1,11 +1,12 @@
 // bf16 matrix product (kernels/gemm_bf16.h) against the f32 product through OpenBLAS sgemm
-// (MatMul's large-product path) on the transformer shapes it is meant for: y (T, out) = x (T, in) W^T
-// with (in, out) = (768, 3072) MLP up, (3072, 768) MLP down, (768, 2304) fused QKV, T = 512..2048.
+// (MatMul's large-product path), y (T, out) = x (T, in) W^T, on the shapes it is meant for:
+// (in, out) = (768, 3072) MLP up, (3072, 768) MLP down, (768, 2304) fused QKV; T = 512, 1024, 2048.
 // Runs at the process's thread count (OMP_NUM_THREADS or all cores). Each shape's sgemm and bf16
-// runs are adjacent, and a table of bf16 / sgemm throughput ratios is printed at the end, so a
-// machine shared with other work still gives a like-for-like comparison. Pack time (done once per
-// weight) is timed separately.
-//   build/bench/bench_gemm [--benchmark_repetitions=3]
+// runs are adjacent, and a table of bf16 / sgemm throughput ratios (best repetition of each) is
+// printed at the end. Pack time (once per weight) is timed separately. On a busy machine,
+// interleave the repetitions so both kernels see the same load:
+//   OMP_NUM_THREADS=2 build/bench/bench_gemm --benchmark_repetitions=5 \
+//       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -21,8 +22,11 @@
 
 namespace {
 
-struct Shape { int T, in, out; };
+struct Shape {
+  int T, in, out;
+};
 const Shape kShapes[] = {{512, 768, 3072},  {512, 3072, 768},  {512, 768, 2304},
+                         {1024, 768, 3072}, {1024, 3072, 768}, {1024, 768, 2304},
                          {2048, 768, 3072}, {2048, 3072, 768}, {2048, 768, 2304}};
 
 std::vector<float> Random(size_t n, uint32_t seed) {
@@ -38,8 +42,8 @@ std::string ShapeName(const Shape& s) {
 }
 
 void SetFlops(benchmark::State& state, const Shape& s) {
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * s.T * s.in * s.out * state.iterations() / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * s.T * s.in * s.out * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
 void Sgemm(benchmark::State& state, Shape s) {
@@ -102,8 +106,8 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(("bf16/" + ShapeName(s)).c_str(), Bf16, s)->UseRealTime();
   }
   for (const Shape& s : {kShapes[0], kShapes[1]})
-    benchmark::RegisterBenchmark(("pack/in" + std::to_string(s.in) + "/out" + std::to_string(s.out)).c_str(),
-                                 Pack, s)
+    benchmark::RegisterBenchmark(
+        ("pack/in" + std::to_string(s.in) + "/out" + std::to_string(s.out)).c_str(), Pack, s)
         ->UseRealTime();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
@@ -115,7 +119,8 @@ int main(int argc, char** argv) {
   for (const Shape& s : kShapes) {
     const double a = reporter.gflops["sgemm/" + ShapeName(s)];
     const double b = reporter.gflops["bf16/" + ShapeName(s)];
-    if (a > 0 && b > 0) std::printf("%-26s %12.1f %12.1f %8.2f\n", ShapeName(s).c_str(), a, b, b / a);
+    if (a > 0 && b > 0)
+      std::printf("%-26s %12.1f %12.1f %8.2f\n", ShapeName(s).c_str(), a, b, b / a);
   }
   benchmark::Shutdown();
   return 0;
