@@ -126,10 +126,11 @@ constexpr MicroKernelFn kMicroKernels[kRows + 1] = {nullptr,        MicroKernel<
                                                     MicroKernel<6>};
 static_assert(kRows == 6, "kMicroKernels lists one kernel per tile height");
 
-// A per-calling-thread buffer for x in bf16 pairs, kept between calls so that a model's many
-// products do not allocate (and page-fault) each time.
-uint32_t* Workspace(size_t n) {
-  thread_local std::vector<uint32_t, CacheLineAllocator<uint32_t>> buffer;
+// A per-calling-thread buffer (x converted), kept between calls so that a model's many products do
+// not allocate (and page-fault) each time.
+template <typename T>
+T* Workspace(size_t n) {
+  thread_local std::vector<T, CacheLineAllocator<T>> buffer;
   if (buffer.size() < n) {
     buffer.clear();
     buffer.shrink_to_fit();
@@ -141,7 +142,7 @@ uint32_t* Workspace(size_t n) {
 void MatMul512(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
   const int in = w.in, out = w.out, pairs = w.pairs;
   const int ldx = (pairs + 15) / 16 * 16;  // each x row starts on a cache line
-  uint32_t* xb = Workspace(static_cast<size_t>(T) * ldx);
+  uint32_t* xb = Workspace<uint32_t>(static_cast<size_t>(T) * ldx);
   const uint32_t* wdata = reinterpret_cast<const uint32_t*>(w.data.data());
   const int row_items = (T + kRowBlock - 1) / kRowBlock;
   const int column_items = (out + kColumnBlock - 1) / kColumnBlock;
@@ -189,31 +190,49 @@ void MatMul512(const float* x, const PackedBf16& w, const float* bias, float* y,
   }
 }
 
-// The same product in plain loops: per row of x and panel of W, kWidth f32 sums over the pairs.
+// The same product in plain loops. x is rounded once into f32 rows; each panel of W is widened to
+// f32 once (pair k: its kWidth lower halves, then its kWidth upper halves) and then serves every
+// row, kPortableRows rows at a time, with kWidth f32 sums per row that the compiler vectorises.
 void MatMulPortable(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
+  constexpr int kPortableRows = 4;
   const int in = w.in, out = w.out, pairs = w.pairs;
+  const int64_t ldx = 2 * static_cast<int64_t>(pairs);
+  float* xr = Workspace<float>(static_cast<size_t>(T) * ldx);
   const bool parallel = static_cast<int64_t>(T) * in * out >= (int64_t{1} << 20);
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> row(2 * static_cast<size_t>(pairs), 0.0f);
 #pragma omp for schedule(static)
     for (int t = 0; t < T; ++t) {
+      float* row = xr + t * ldx;
       for (int i = 0; i < in; ++i)
         row[i] = BF16ToF32(FlushDenormal(F32ToBF16(x[static_cast<int64_t>(t) * in + i])));
-      float* yr = y + static_cast<int64_t>(t) * out;
-      for (int p = 0; p < w.panels; ++p) {
-        const uint16_t* wp = w.data.data() + static_cast<size_t>(p) * pairs * kWidth * 2;
-        float acc[kWidth] = {};
+      if (in < ldx) row[in] = 0.0f;
+    }
+    std::vector<float> panel_f32(static_cast<size_t>(pairs) * kWidth * 2);
+#pragma omp for schedule(dynamic, 1)
+    for (int p = 0; p < w.panels; ++p) {
+      const uint16_t* wp = w.data.data() + static_cast<size_t>(p) * pairs * kWidth * 2;
+      for (int k = 0; k < pairs; ++k)
+        for (int j = 0; j < kWidth; ++j)
+          for (int h = 0; h < 2; ++h)
+            panel_f32[(static_cast<size_t>(k) * 2 + h) * kWidth + j] =
+                BF16ToF32(wp[(static_cast<size_t>(k) * kWidth + j) * 2 + h]);
+      const int cols = std::min(kWidth, out - p * kWidth);
+      for (int t0 = 0; t0 < T; t0 += kPortableRows) {
+        const int rows = std::min(kPortableRows, T - t0);
+        float acc[kPortableRows][kWidth] = {};
         for (int k = 0; k < pairs; ++k) {
-          const float x0 = row[2 * k], x1 = row[2 * k + 1];
-          const uint16_t* wk = wp + static_cast<size_t>(k) * kWidth * 2;
-          for (int j = 0; j < kWidth; ++j)
-            acc[j] += x0 * BF16ToF32(wk[2 * j]) + x1 * BF16ToF32(wk[2 * j + 1]);
+          const float* w0 = panel_f32.data() + static_cast<size_t>(k) * 2 * kWidth;
+          const float* w1 = w0 + kWidth;
+          for (int r = 0; r < rows; ++r) {
+            const float x0 = xr[(t0 + r) * ldx + 2 * k], x1 = xr[(t0 + r) * ldx + 2 * k + 1];
+            for (int j = 0; j < kWidth; ++j) acc[r][j] += x0 * w0[j] + x1 * w1[j];
+          }
         }
-        const int cols = std::min(kWidth, out - p * kWidth);
-        for (int j = 0; j < cols; ++j) {
-          const int o = p * kWidth + j;
-          yr[o] = bias ? acc[j] + bias[o] : acc[j];
+        for (int r = 0; r < rows; ++r) {
+          float* yr = y + static_cast<int64_t>(t0 + r) * out + p * kWidth;
+          for (int j = 0; j < cols; ++j)
+            yr[j] = bias ? acc[r][j] + bias[p * kWidth + j] : acc[r][j];
         }
       }
     }
