@@ -1,10 +1,10 @@
 // bf16 matrix product (kernels/gemm_bf16.h) against the f32 product through OpenBLAS sgemm
 // (MatMul's large-product path), y (T, out) = x (T, in) W^T, on the shapes it is meant for:
-// (in, out) = (768, 3072) MLP up, (3072, 768) MLP down, (768, 2304) fused QKV; T = 512, 1024, 2048.
-// Runs at the process's thread count (OMP_NUM_THREADS or all cores). Each shape's sgemm and bf16
-// runs are adjacent, and a table of bf16 / sgemm throughput ratios (best repetition of each) is
-// printed at the end. Pack time (once per weight) is timed separately. On a busy machine,
-// interleave the repetitions so both kernels see the same load:
+// (in, out) = (768, 3072) MLP up, (3072, 768) MLP down, (768, 2304) fused QKV; T = 512, 1024, 2048,
+// and 1 (decode). Runs at the process's thread count (OMP_NUM_THREADS or all cores). Each shape's
+// sgemm and bf16 runs are adjacent, and a table of bf16 / sgemm throughput ratios (best repetition
+// of each) is printed at the end. Pack time (once per weight) is timed separately. On a busy
+// machine, interleave the repetitions so both kernels see the same load:
 //   OMP_NUM_THREADS=2 build/bench/bench_gemm --benchmark_repetitions=5 \
 //       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
@@ -25,9 +25,18 @@ namespace {
 struct Shape {
   int T, in, out;
 };
-const Shape kShapes[] = {{512, 768, 3072},  {512, 3072, 768},  {512, 768, 2304},
-                         {1024, 768, 3072}, {1024, 3072, 768}, {1024, 768, 2304},
-                         {2048, 768, 3072}, {2048, 3072, 768}, {2048, 768, 2304}};
+const Shape kShapes[] = {{512, 768, 3072},
+                         {512, 3072, 768},
+                         {512, 768, 2304},
+                         {1024, 768, 3072},
+                         {1024, 3072, 768},
+                         {1024, 768, 2304},
+                         {2048, 768, 3072},
+                         {2048, 3072, 768},
+                         {2048, 768, 2304},
+                         // Decode (one token): memory-bound, sgemv on the f32 side as in MatMul.
+                         {1, 768, 3072},
+                         {1, 3072, 768}};
 
 std::vector<float> Random(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -51,9 +60,14 @@ void Sgemm(benchmark::State& state, Shape s) {
   const auto w = Random(static_cast<size_t>(s.out) * s.in, 2);
   std::vector<float> y(static_cast<size_t>(s.T) * s.out);
   for (auto _ : state) {
-    // As MatMul calls it: W (out, in) row-major, used transposed.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.T, s.out, s.in, 1.0f, x.data(), s.in,
-                w.data(), s.in, 0.0f, y.data(), s.out);
+    // As MatMul calls it: W (out, in) row-major, used transposed; a matrix-vector product for T
+    // = 1.
+    if (s.T == 1)
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, s.out, s.in, 1.0f, w.data(), s.in, x.data(), 1, 0.0f,
+                  y.data(), 1);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.T, s.out, s.in, 1.0f, x.data(), s.in,
+                  w.data(), s.in, 0.0f, y.data(), s.out);
     benchmark::DoNotOptimize(y.data());
   }
   SetFlops(state, s);
