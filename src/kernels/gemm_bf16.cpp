@@ -54,7 +54,7 @@ PackedBf16 Pack(int out, int in, Bits bits) {
 // (kRows * kPairBlock * 4 bytes = 6 KiB) stays in L1 while the W panels stream past it.
 constexpr int kRows = 6;               // rows of the micro-kernel: 6 x 2 zmm accumulators
 constexpr int kPairBlock = 256;        // pairs of `in` per cache block
-constexpr int kColumnBlock = 256;      // output columns per work item (8 panels)
+constexpr int kColumnBlock = 256;      // output columns per work item (8 panels), at most
 constexpr int kRowBlock = 16 * kRows;  // rows per work item
 
 #define SS_BF16 __attribute__((target("avx512f,avx512bf16")))
@@ -145,15 +145,21 @@ void MatMul512(const float* x, const PackedBf16& w, const float* bias, float* y,
   uint32_t* xb = Workspace<uint32_t>(static_cast<size_t>(T) * ldx);
   const uint32_t* wdata = reinterpret_cast<const uint32_t*>(w.data.data());
   const int row_items = (T + kRowBlock - 1) / kRowBlock;
-  const int column_items = (out + kColumnBlock - 1) / kColumnBlock;
+  // Narrower column blocks when there are few rows, so every thread gets several tiles.
+  const bool parallel = static_cast<int64_t>(T) * in * out >= (int64_t{1} << 20);
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  int column_block = kColumnBlock;
+  while (column_block > kWidth &&
+         row_items * ((out + column_block - 1) / column_block) < 4 * threads)
+    column_block /= 2;
+  const int column_items = (out + column_block - 1) / column_block;
   const int items = row_items * column_items;
   // x is converted one row block at a time by the first thread whose tile needs it (0: to do,
   // 1: being converted, 2: ready), not in a pass with a barrier after it: on a busy machine a
   // barrier waits for a descheduled thread, while tiles taken dynamically let the others go on.
   std::unique_ptr<std::atomic<int>[]> converted(new std::atomic<int>[row_items]);
   for (int i = 0; i < row_items; ++i) converted[i].store(0, std::memory_order_relaxed);
-  // Threads only when there are several tiles' worth of work.
-  const bool parallel = static_cast<int64_t>(T) * in * out >= (int64_t{1} << 20);
+    // Threads only when there is enough work (above, `parallel`).
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
   for (int item = 0; item < items; ++item) {
     const int row_item = item / column_items;  // consecutive items share a row block
@@ -168,8 +174,8 @@ void MatMul512(const float* x, const PackedBf16& w, const float* bias, float* y,
     } else {
       while (converted[row_item].load(std::memory_order_acquire) != 2) std::this_thread::yield();
     }
-    const int column0 = item % column_items * kColumnBlock;
-    const int column1 = std::min(out, column0 + kColumnBlock);
+    const int column0 = item % column_items * column_block;
+    const int column1 = std::min(out, column0 + column_block);
     for (int k0 = 0; k0 < pairs; k0 += kPairBlock) {
       const int kc = std::min(kPairBlock, pairs - k0);
       for (int r = row0; r < row1; r += kRows) {
