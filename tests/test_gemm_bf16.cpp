@@ -12,6 +12,7 @@
 
 #include "kernels/gemm_bf16.h"
 #include "kernels/ops.h"
+#include "kernels/parallel.h"
 #include "kernels/vecmath.h"
 #include "tensor/half.h"
 #include "test_util.h"
@@ -61,7 +62,7 @@ TEST(GemmBf16, EveryPathMatchesDoubleOnRoundedOperands) {
   const std::vector<Path> paths = Paths();
   std::vector<double> worst(paths.size(), 0.0);  // largest |y - ref| / (sum |products| + |bias|)
   double worst_vs_f32 = 0.0;                     // largest |y - y_f32| / max |y_f32| per shape
-  for (int T : {1, 3, 8, 17, 64, 129})  // 8 and 17 leave tiles of 2 and 5 rows
+  for (int T : {1, 3, 8, 17, 64, 129})           // 8 and 17 leave tiles of 2 and 5 rows
     for (int in : {1, 31, 64, 768, 3071})
       for (int out : {1, 15, 16, 33, 768}) {
         const auto x = Random(static_cast<size_t>(T) * in, 1 + T);
@@ -127,9 +128,9 @@ TEST(GemmBf16, EveryPathMatchesDoubleOnRoundedOperands) {
 TEST(GemmBf16, DenormalOperandsCountAsZero) {
   const SimdLevel best = ActiveSimdLevel();
   const float x[2][2] = {{1e-39f, 1.0f}, {1e38f, 1.0f}};  // (T = 2, in = 2)
-  const float w[2] = {1e38f, 0.5f};                        // row 0 meets a denormal x
-  const float w_small[2] = {1e-39f, 0.5f};                 // row 1 meets a denormal W
-  const uint16_t w_bits[2] = {0x0001, F32ToBF16(0.5f)};    // the smallest bf16 denormal
+  const float w[2] = {1e38f, 0.5f};                       // row 0 meets a denormal x
+  const float w_small[2] = {1e-39f, 0.5f};                // row 1 meets a denormal W
+  const uint16_t w_bits[2] = {0x0001, F32ToBF16(0.5f)};   // the smallest bf16 denormal
   for (const Path& path : Paths()) {
     ForceSimdLevel(path.level);
     float y[2];
@@ -159,6 +160,23 @@ TEST(GemmBf16, PathsAgreeOnLargeProduct) {
   MatMulBf16(x.data(), packed, bias.data(), slow.data(), T);
   ForceSimdLevel(best);
   EXPECT_LT(test::MaxRelDiff(fast, slow, "gemm_bf16 avx512_bf16 vs portable"), 1e-5);
+}
+
+// Each output sums its products in the same order whatever the thread count (threads split
+// tiles, never the `in` dimension), so results are bitwise reproducible.
+TEST(GemmBf16, SameBitsAtAnyThreadCount) {
+  const int threads = ThreadCount();
+  const int T = 200, in = 900, out = 300;
+  const auto x = Random(static_cast<size_t>(T) * in, 21),
+             w = Random(static_cast<size_t>(out) * in, 22);
+  const PackedBf16 packed = PackBf16(w.data(), out, in);
+  std::vector<float> one(static_cast<size_t>(T) * out), many(one.size());
+  SetThreadCount(1);
+  MatMulBf16(x.data(), packed, nullptr, one.data(), T);
+  SetThreadCount(std::max(threads, 3));
+  MatMulBf16(x.data(), packed, nullptr, many.data(), T);
+  SetThreadCount(threads);
+  EXPECT_TRUE(one == many);
 }
 
 }  // namespace

@@ -68,8 +68,9 @@ PackedBf16 PackBf16Bits(const uint16_t* w, int out, int in);
 
 // y (T, out) = bf16(x) (T, in) · bf16(W)^T (+ bias (out) if not null), accumulated in f32; x is
 // rounded to the nearest bf16 on the fly. Any T >= 0, in >= 1, out >= 1. Runs one OpenMP parallel
-// region over the process's threads (the caller must not be inside one). Keeps a per-calling-thread
-// workspace of T * (in + 1) / 2 * 4 bytes (x converted to bf16 pairs), grown on demand.
+// region over the process's threads (the caller must not be inside one); the result is the same
+// bit for bit at any thread count. Keeps a per-calling-thread workspace for x converted (4 bytes
+// per pair of `in` per row on the AVX-512 path, 8 on the portable one), grown on demand.
 void MatMulBf16(const float* x, const PackedBf16& w, const float* bias, float* y, int T);
 
 }  // namespace ss
