@@ -5,8 +5,8 @@
 // 32 multiply-adds per zmm instruction where an f32 FMA does 16: about twice sgemm's ceiling. Each
 // product of two bf16 values is exact in f32, so the result differs from a double-precision product
 // of the bf16-rounded operands only by the order of the f32 additions; it differs from the f32
-// product by the rounding of x and W to bf16 (8 significant bits: about 1e-2 relative per product,
-// less on sums). Elsewhere a portable path computes the same thing in plain loops. The path is
+// product by the rounding of x and W to bf16 (8 significant bits: each operand within 2^-9
+// relative, so each product within about 2^-8; tests/test_gemm_bf16.cpp prints what it comes to). Elsewhere a portable path computes the same thing in plain loops. The path is
 // chosen at run time: AVX-512 BF16 when the CPU has it and the SIMD level (kernels/vecmath.h,
 // SINKSCOPE_SIMD=portable, ForceSimdLevel) is avx512; otherwise portable. As VDPBF16PS does,
 // denormal operands (below 1.2e-38 in magnitude) count as zero on both paths; on the AVX-512 path
@@ -19,8 +19,8 @@
 //   data[((p * pairs + k) * kBf16PanelWidth + j) * 2 + h] = bf16(W[p * width + j][2k + h])
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <new>
 #include <vector>
 
@@ -36,7 +36,7 @@ bool CpuHasAvx512Bf16();
 // x86-64 baseline flags): a caller after speed should then use MatMul on f32 weights instead.
 bool Bf16KernelActive();
 
-// std::allocator with 64-byte alignment, so every panel row is one cache line.
+// std::allocator with 64-byte alignment, so each pair of a panel (128 bytes) starts a cache line.
 template <typename T>
 struct CacheLineAllocator {
   using value_type = T;
@@ -63,7 +63,7 @@ struct PackedBf16 {
 
 // Packs W (out, in) from f32, rounding to the nearest bf16 (ties to even; as torch's .bfloat16()).
 PackedBf16 PackBf16(const float* w, int out, int in);
-// Packs W (out, in) from stored bf16 bits (a bf16 checkpoint) without rounding.
+// Packs W (out, in) from stored bf16 bits (a bf16 checkpoint) as they are (denormals aside).
 PackedBf16 PackBf16Bits(const uint16_t* w, int out, int in);
 
 // y (T, out) = bf16(x) (T, in) · bf16(W)^T (+ bias (out) if not null), accumulated in f32; x is
