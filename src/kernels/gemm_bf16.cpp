@@ -176,7 +176,14 @@ void MatMul512(const float* x, const PackedBf16& w, const float* bias, float* y,
                       ldx);
       converted[row_item].store(2, std::memory_order_release);
     } else {
-      while (converted[row_item].load(std::memory_order_acquire) != 2) std::this_thread::yield();
+      // Converting a block takes microseconds: spin, and yield only if the converting thread
+      // seems to have been descheduled.
+      for (int spins = 0; converted[row_item].load(std::memory_order_acquire) != 2; ++spins) {
+        if (spins < 4096)
+          _mm_pause();
+        else
+          std::this_thread::yield();
+      }
     }
     const int column0 = item % column_items * column_block;
     const int column1 = std::min(out, column0 + column_block);
