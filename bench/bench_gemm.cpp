@@ -2,9 +2,9 @@
 // (MatMul's large-product path), y (T, out) = x (T, in) W^T, on the shapes it is meant for:
 // (in, out) = (768, 3072) MLP up, (3072, 768) MLP down, (768, 2304) fused QKV; T = 512, 1024, 2048,
 // and 1 (decode). Runs at the process's thread count (OMP_NUM_THREADS or all cores). Each shape's
-// sgemm and bf16 runs are adjacent, and a table of bf16 / sgemm throughput ratios (best repetition
-// of each) is printed at the end. Pack time (once per weight) is timed separately. On a busy
-// machine, interleave the repetitions so both kernels see the same load:
+// sgemm and bf16 runs are adjacent, and a table of bf16 / sgemm throughput ratios (median
+// repetition of each) is printed at the end. Pack time (once per weight) is timed separately. On a
+// busy machine, interleave the repetitions so both kernels see the same load:
 //   OMP_NUM_THREADS=2 build/bench/bench_gemm --benchmark_repetitions=5 \
 //       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
@@ -96,7 +96,9 @@ void Pack(benchmark::State& state, Shape s) {
                                               benchmark::Counter::kIsRate);
 }
 
-// Keeps each run's GFLOP/s (best over repetitions) for the ratio table.
+// Keeps each run's GFLOP/s for the ratio table, which shows the median over repetitions (with
+// interleaved repetitions on a busy machine, less swayed by one lucky or unlucky run than the
+// best).
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
@@ -104,12 +106,17 @@ class RatioReporter : public benchmark::ConsoleReporter {
       if (run.run_type != Run::RT_Iteration) continue;
       auto it = run.counters.find("GFLOP/s");
       if (it == run.counters.end()) continue;
-      double& best = gflops[run.run_name.function_name];
-      best = std::max(best, static_cast<double>(it->second));
+      gflops[run.run_name.function_name].push_back(it->second);
     }
     ConsoleReporter::ReportRuns(runs);
   }
-  std::map<std::string, double> gflops;  // "sgemm/<shape>" or "bf16/<shape>" -> GFLOP/s
+  std::map<std::string, std::vector<double>> gflops;  // "sgemm/<shape>" -> GFLOP/s of each run
+  double Median(const std::string& name) {
+    std::vector<double> v = gflops[name];
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  }
 };
 
 }  // namespace
@@ -131,8 +138,8 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks(&reporter);
   std::printf("\n%-26s %12s %12s %8s\n", "shape", "sgemm GF/s", "bf16 GF/s", "ratio");
   for (const Shape& s : kShapes) {
-    const double a = reporter.gflops["sgemm/" + ShapeName(s)];
-    const double b = reporter.gflops["bf16/" + ShapeName(s)];
+    const double a = reporter.Median("sgemm/" + ShapeName(s));
+    const double b = reporter.Median("bf16/" + ShapeName(s));
     if (a > 0 && b > 0)
       std::printf("%-26s %12.1f %12.1f %8.2f\n", ShapeName(s).c_str(), a, b, b / a);
   }
