@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/file_util.h"
 #include "io/load.h"
+#include "model/precision.h"
 #include "report/report.h"
 #include "tokenizer/find.h"
 
@@ -41,6 +42,7 @@ struct AnalyzeArgs {
   std::string json;
   std::string html;
   std::string attn_path = "fused";
+  std::string precision = "f32";
   bool allow_long_context = false;
   bool has_prompt = false;
 };
@@ -53,6 +55,7 @@ void Validate(const AnalyzeArgs& a) {
   if (a.has_prompt && a.prompt.empty()) Fail("--prompt: the prompt is empty");
   if (a.attn_path != "fused" && a.attn_path != "materialised")
     Fail("--attention: expected fused or materialised, got '{}'", a.attn_path);
+  ParsePrecision(a.precision);
   analysis::ParseConditions(a.conditions, "--conditions");
   if (!a.json.empty()) CheckWritable(a.json, "--json");
   if (!a.html.empty()) CheckWritable(a.html, "--html");
@@ -63,6 +66,7 @@ void RunAnalyze(AnalyzeArgs a) {
   Validate(a);
   const auto conditions = analysis::ParseConditions(a.conditions, "--conditions");
   Model model = LoadModel(a.model);
+  ApplyPrecision(model, a.precision);
   const ModelConfig& c = model.config;
   const auto heads = analysis::ParsePatternSpec(a.patterns, c, "--patterns");
 
@@ -156,6 +160,7 @@ void RegisterAnalyze(CLI::App& app) {
   cmd->add_option("--attention", a->attn_path,
                   "fused (statistics inside the kernel) or materialised (full patterns per layer)")
       ->capture_default_str();
+  AddPrecisionOption(cmd, &a->precision);
   cmd->add_option("--json", a->json, "Write the results as JSON (schema sinkscope.analyze/1)");
   cmd->add_option("--html", a->html, "Write a self-contained HTML report");
   cmd->add_flag("--allow-long-context", a->allow_long_context,

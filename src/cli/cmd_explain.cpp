@@ -20,6 +20,7 @@
 #include "explain/explain.h"
 #include "explain/explain_report.h"
 #include "io/load.h"
+#include "model/precision.h"
 #include "report/report.h"
 #include "tokenizer/find.h"
 
@@ -36,11 +37,13 @@ struct ExplainArgs {
   std::string ablate;
   std::string ablation = "mean";
   std::string json, html;
+  std::string precision = "f32";
   bool has_prompt = false;
 };
 
 void RunExplain(ExplainArgs a) {
   explain::CheckOptions(a.options);
+  ParsePrecision(a.precision);
   if (a.samples < 1) Fail("--samples: expected at least 1, got {}", a.samples);
   if (a.length < 4) Fail("--length: expected at least 4 tokens, got {}", a.length);
   if (a.has_prompt && a.prompt.empty()) Fail("--prompt: the prompt is empty");
@@ -52,6 +55,7 @@ void RunExplain(ExplainArgs a) {
   if (!a.json.empty() && a.json == a.html) Fail("--json and --html name the same file {}", a.json);
 
   Model model = LoadModel(a.model);
+  ApplyPrecision(model, a.precision);
   const ModelConfig& c = model.config;
   a.options.ablate = explain::ParseComponents(a.ablate, c, "--ablate");
   if (a.ablation != "mean" && a.ablation != "zero")
@@ -127,6 +131,7 @@ void RegisterExplain(CLI::App& app) {
                   "mean (their mean over positions >= 1) or zero")->capture_default_str();
   cmd->add_option("--ablate", a->ablate,
                   "Also measure ablating this set at P0, e.g. mlp.1,head.0.3");
+  AddPrecisionOption(cmd, &a->precision);
   cmd->add_option("--json", a->json, "Write the results as JSON (schema sinkscope.explain/1)");
   cmd->add_option("--html", a->html, "Write a self-contained HTML report");
   cmd->callback([a, prompt] {

@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/sha256.h"
+#include "model/precision.h"
 #include "report/report.h"
 #include "tokenizer/find.h"
 #include "trace/trace.h"
@@ -40,9 +41,11 @@ struct TraceArgs {
   bool keep_going = false;
   bool no_cache = false;
   std::string json, html;
+  std::string precision = "f32";
 };
 
 void Validate(const TraceArgs& a) {
+  ParsePrecision(a.precision);
   if (a.samples < 1) Fail("--samples: expected at least 1, got {}", a.samples);
   if (a.length < 4) Fail("--length: expected at least 4 tokens, got {}", a.length);
   if (!(a.eps > 0 && a.eps <= 1)) Fail("--eps: expected a threshold in (0, 1], got {}", a.eps);
@@ -133,6 +136,8 @@ void RunTrace(const TraceArgs& a) {
   settings.samples = a.samples;
   settings.length = a.length;
   settings.seed = a.seed;
+  settings.precision = ParsePrecision(a.precision);
+  if (const std::string note = PrecisionNote(settings.precision); !note.empty()) Log("note: " + note);
   settings.profile.eps = a.eps;
   settings.profile.onset_sink_rate = a.onset_rate;
   settings.profile.amplification_ratio = a.amplification;
@@ -204,6 +209,7 @@ void RegisterTrace(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--keep-going", a->keep_going, "Exit 0 even if some checkpoints failed");
   cmd->add_flag("--no-cache", a->no_cache, "Do not read or write DIR/.sinkscope-trace-cache");
+  AddPrecisionOption(cmd, &a->precision);
   cmd->add_option("--json", a->json, "Write the report as JSON (sinkscope.trace/1)");
   cmd->add_option("--html", a->html, "Write the report as a self-contained HTML page");
   cmd->callback([a] { RunTrace(*a); });

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/file_util.h"
 #include "io/load.h"
+#include "model/precision.h"
 #include "tokenizer/find.h"
 
 namespace ss::cli {
@@ -117,6 +118,19 @@ void WriteReports(const std::string& json_path, const std::string& json_text,
     throw;
   }
   Log("wrote " + html_path);
+}
+
+void AddPrecisionOption(CLI::App* cmd, std::string* precision) {
+  cmd->add_option("--precision", *precision,
+                  "Matrix products in f32 (the reference) or bf16 (bf16 operands, f32 sums; about "
+                  "2x on CPUs with AVX-512 BF16)")
+      ->capture_default_str();
+}
+
+void ApplyPrecision(Model& model, const std::string& precision) {
+  const Precision p = ParsePrecision(precision);
+  if (const std::string note = PrecisionNote(p); !note.empty()) Log("note: " + note);
+  SetPrecision(model, p);
 }
 
 }  // namespace ss::cli

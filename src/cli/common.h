@@ -56,4 +56,10 @@ void WriteReports(const std::string& json_path, const std::string& json_text,
 // (a pre-tokenized stream for --tokens). Throws ss::Error naming the file, the line and the item.
 std::vector<int> ReadTokenIds(const std::string& path, int vocab_size);
 
+// --precision f32|bf16 (default f32) on the verbs that run forwards in bulk: analyze, explain, trace.
+void AddPrecisionOption(CLI::App* cmd, std::string* precision);
+// Sets the loaded model's precision (model/precision.h; the name was checked by ParsePrecision
+// before the load) and logs a note when bf16 runs on the portable path.
+void ApplyPrecision(Model& model, const std::string& precision);
+
 }  // namespace ss::cli
