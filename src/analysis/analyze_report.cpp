@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "common/sha256.h"
+#include "model/precision.h"
 #include "report/report.h"
 
 namespace ss::analysis {
@@ -27,6 +28,7 @@ ModelIdentity IdentifyModel(const Model& model, int64_t hash_limit_bytes) {
   id.vocab_size = c.vocab_size;
   id.max_seq_len = c.max_seq_len;
   id.parameters = model.ParameterCount();
+  id.precision = PrecisionName(model.precision);
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!model.source.empty() && fs::is_regular_file(model.source, ec)) {
@@ -155,7 +157,8 @@ nlohmann::json ReportJson(const AnalyzeReport& report) {
                 {"dim", m.dim},             {"head_dim", m.head_dim},     {"hidden_dim", m.hidden_dim},
                 {"vocab_size", m.vocab_size}, {"max_seq_len", m.max_seq_len},
                 {"parameters", m.parameters}, {"file_bytes", m.file_bytes},
-                {"sha256", m.sha256.empty() ? json(nullptr) : json(m.sha256)}};
+                {"sha256", m.sha256.empty() ? json(nullptr) : json(m.sha256)},
+                {"precision", m.precision}};
   j["settings"] = {{"source", s.source},       {"samples", s.samples},
                    {"length", s.length},       {"seed", s.seed},
                    {"first_k", s.first_k},     {"eps", s.eps},

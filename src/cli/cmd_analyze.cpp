@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/file_util.h"
 #include "io/load.h"
+#include "model/precision.h"
 #include "report/report.h"
 #include "tokenizer/find.h"
 
@@ -34,6 +35,7 @@ struct AnalyzeArgs {
   std::string json;
   std::string html;
   std::string attn_path = "fused";
+  std::string precision = "f32";
   bool allow_long_context = false;
 };
 
@@ -43,6 +45,7 @@ void Validate(const AnalyzeArgs& a) {
   a.sink.Validate();
   if (a.attn_path != "fused" && a.attn_path != "materialised")
     Fail("--attention: expected fused or materialised, got '{}'", a.attn_path);
+  ParsePrecision(a.precision);
   CheckOutputs({{"--json", a.json}, {"--html", a.html}},
                SampleInputs(a.model, a.input.text_file, a.input.tokens_file, a.input.tokenizer));
 }
@@ -51,6 +54,7 @@ void RunAnalyze(AnalyzeArgs a) {
   Validate(a);
   const auto conditions = a.conditions.Parse(/*single=*/false);
   Model model = LoadModel(a.model);
+  ApplyPrecision(model, a.precision);
   const ModelConfig& c = model.config;
   const auto heads = analysis::ParsePatternSpec(a.patterns, c, "--patterns");
   const bool has_prompt = a.input.has_prompt();
@@ -132,6 +136,7 @@ void RegisterAnalyze(CLI::App& app) {
   cmd->add_option("--attention", a->attn_path,
                   "fused (statistics inside the kernel) or materialised (full patterns per layer)")
       ->capture_default_str();
+  AddPrecisionOption(cmd, &a->precision);
   cmd->add_option("--json", a->json, "Write the results as JSON (schema sinkscope.analyze/1)");
   cmd->add_option("--html", a->html, "Write a self-contained HTML report");
   cmd->add_flag("--allow-long-context", a->allow_long_context,

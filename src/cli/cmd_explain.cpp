@@ -20,6 +20,7 @@
 #include "explain/explain.h"
 #include "explain/explain_report.h"
 #include "io/load.h"
+#include "model/precision.h"
 #include "report/report.h"
 #include "tokenizer/find.h"
 
@@ -36,6 +37,7 @@ struct ExplainArgs {
   std::string ablate;
   std::string ablation = "mean";
   std::string json, html;
+  std::string precision = "f32";
 };
 
 void RunExplain(ExplainArgs a) {
@@ -46,11 +48,13 @@ void RunExplain(ExplainArgs a) {
   a.options.onset_threshold = a.layers.onset;
   a.options.amplification_threshold = a.layers.amplification;
   explain::CheckOptions(a.options);
+  ParsePrecision(a.precision);
   const auto conditions = a.conditions.Parse(/*single=*/true);
   CheckOutputs({{"--json", a.json}, {"--html", a.html}},
                SampleInputs(a.model, a.input.text_file, a.input.tokens_file, a.input.tokenizer));
 
   Model model = LoadModel(a.model);
+  ApplyPrecision(model, a.precision);
   const ModelConfig& c = model.config;
   const bool has_prompt = a.input.has_prompt();
   if (!has_prompt) CheckLength(c, a.input.length, /*allow_long=*/false, /*has_allow_flag=*/false);
@@ -117,6 +121,7 @@ void RegisterExplain(CLI::App& app) {
                   "mean (their mean over positions >= 1) or zero")->capture_default_str();
   cmd->add_option("--ablate", a->ablate,
                   "Also measure ablating this set at P0, e.g. mlp.1,head.0.3");
+  AddPrecisionOption(cmd, &a->precision);
   cmd->add_option("--json", a->json, "Write the results as JSON (schema sinkscope.explain/1)");
   cmd->add_option("--html", a->html, "Write a self-contained HTML report");
   cmd->callback([a] { RunExplain(*a); });

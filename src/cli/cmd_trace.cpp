@@ -16,6 +16,7 @@
 #include "common/file_util.h"
 #include "common/sha256.h"
 #include "io/hf_config.h"
+#include "model/precision.h"
 #include "report/report.h"
 #include "tokenizer/find.h"
 #include "trace/trace.h"
@@ -37,9 +38,11 @@ struct TraceArgs {
   bool keep_going = false;
   bool no_cache = false;
   std::string json, html;
+  std::string precision = "f32";
 };
 
 void Validate(const TraceArgs& a) {
+  ParsePrecision(a.precision);
   a.input.Validate(/*conditions=*/1);
   a.sink.Validate();
   a.layers.Validate();
@@ -138,6 +141,8 @@ void RunTrace(const TraceArgs& a) {
   settings.samples = a.input.samples;
   settings.length = a.input.length;
   settings.seed = a.input.seed;
+  settings.precision = ParsePrecision(a.precision);
+  if (const std::string note = PrecisionNote(settings.precision); !note.empty()) Log("note: " + note);
   settings.profile.eps = a.sink.eps;
   settings.profile.onset_sink_rate = a.layers.onset;
   settings.profile.amplification_ratio = a.layers.amplification;
@@ -196,6 +201,7 @@ void RegisterTrace(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--keep-going", a->keep_going, "Exit 0 even if some checkpoints failed");
   cmd->add_flag("--no-cache", a->no_cache, "Do not read or write DIR/.sinkscope-trace-cache");
+  AddPrecisionOption(cmd, &a->precision);
   cmd->add_option("--json", a->json, "Write the report as JSON (sinkscope.trace/1)");
   cmd->add_option("--html", a->html, "Write the report as a self-contained HTML page");
   cmd->callback([a] { RunTrace(*a); });

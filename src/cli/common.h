@@ -131,4 +131,10 @@ std::vector<FlagPath> ModelInputs(const std::string& flag, const std::string& pa
 std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& text_file,
                                    const std::string& tokens_file, const std::string& tokenizer);
 
+// --precision f32|bf16 (default f32) on the verbs that run forwards in bulk: analyze, explain, trace.
+void AddPrecisionOption(CLI::App* cmd, std::string* precision);
+// Sets the loaded model's precision (model/precision.h; the name was checked by ParsePrecision
+// before the load) and logs a note when bf16 runs on the portable path.
+void ApplyPrecision(Model& model, const std::string& precision);
+
 }  // namespace ss::cli

@@ -6,10 +6,21 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/gemm_bf16.h"
 #include "model/config.h"
 #include "tensor/tensor.h"
 
 namespace ss {
+
+// The arithmetic of the forward's matrix products (--precision): f32 (OpenBLAS sgemm, the default)
+// or bf16 operands with f32 accumulation (MatMulBf16 on weights packed once; model/precision.h).
+enum class Precision { kF32, kBf16 };
+
+// A layer's projections rounded to bf16 and packed for MatMulBf16 (SetPrecision). MoE experts and
+// the router stay f32: they run one token at a time, where the product is bound by memory.
+struct LayerBf16 {
+  PackedBf16 wq, wk, wv, wo, w1, w2, w3;
+};
 
 struct LayerWeights {
   Tensor attn_norm;       // (D)  RMSNorm / LayerNorm weight before attention
@@ -38,6 +49,8 @@ struct LayerWeights {
   Tensor b3;              // (F) optional up_proj bias (Llama with mlp_bias)
   Tensor attn_post_norm;  // (D) OLMo 2: RMSNorm of the attention output before the residual add
   Tensor ffn_post_norm;   // (D) OLMo 2: RMSNorm of the MLP output before the residual add
+  // bf16 packs of the projections when the model runs at Precision::kBf16; null at f32.
+  std::shared_ptr<const LayerBf16> bf16;
 };
 
 struct ModelWeights {
@@ -50,6 +63,7 @@ struct ModelWeights {
   Tensor position_embedding;  // (max_seq_len, D) learned absolute positions (GPT-2)
   Tensor rope_freq_factors;   // (rot_dim / 2) optional: pair i turns at inv_freq[i] / factor[i]
                               // (GGUF "rope_freqs.weight", how llama.cpp stores Llama 3 scaling)
+  std::shared_ptr<const PackedBf16> lm_head_bf16;  // at Precision::kBf16; null at f32
 };
 
 // A loaded model: config + weights + whatever keeps mapped storage alive.
@@ -58,6 +72,7 @@ struct Model {
   ModelWeights weights;
   std::string source;  // file or directory it was read from
   std::string format;  // "llama2c", "hf", "gguf"
+  Precision precision = Precision::kF32;  // set by SetPrecision (model/precision.h)
   int64_t ParameterCount() const;
 };
 

@@ -49,12 +49,4 @@ uint16_t F32ToF16(float f) {
   return sign | static_cast<uint16_t>(half);
 }
 
-uint16_t F32ToBF16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((x >> 16) | 0x40);
-  uint32_t rounding = 0x7fff + ((x >> 16) & 1);
-  return static_cast<uint16_t>((x + rounding) >> 16);
-}
-
 }  // namespace ss

@@ -14,6 +14,13 @@ inline float BF16ToF32(uint16_t b) {
   __builtin_memcpy(&f, &u, 4);
   return f;
 }
-uint16_t F32ToBF16(float f);  // round to nearest even; NaN stays NaN
+// Round to nearest even; NaN stays NaN. Inline: packing a weight calls it per element.
+inline uint16_t F32ToBF16(float f) {
+  uint32_t x;
+  __builtin_memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((x >> 16) | 0x40);
+  uint32_t rounding = 0x7fff + ((x >> 16) & 1);
+  return static_cast<uint16_t>((x + rounding) >> 16);
+}
 
 }  // namespace ss

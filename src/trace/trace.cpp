@@ -13,6 +13,7 @@
 #include "common/sha256.h"
 #include "io/load.h"
 #include "model/model.h"
+#include "model/precision.h"
 #include "train/checkpoint.h"
 
 namespace ss::trace {
@@ -353,10 +354,12 @@ void AssignStages(std::vector<CheckpointResult>& results, const StageOptions& op
 std::string CacheKey(const std::string& content_hash, const TraceSettings& s) {
   // Everything that changes a profile: the weights, the samples, the metric thresholds. The stage
   // options are not part of it: stages are recomputed from the profiles on every run.
-  const std::string settings = fmt::format(
+  std::string settings = fmt::format(
       "trace-profile-v1|{}|N={}|T={}|seed={}|eps={:.17g}|K={}|onset={:.17g}|amp={:.17g}", s.samples_source,
       s.samples, s.length, s.seed, s.profile.eps, s.profile.first_k, s.profile.onset_sink_rate,
       s.profile.amplification_ratio);
+  // bf16 profiles are cached apart; f32 keys stay those of earlier versions.
+  if (s.precision == Precision::kBf16) settings += "|precision=bf16";
   return Sha256Hex(content_hash + "|" + settings).substr(0, 32);
 }
 
@@ -414,7 +417,8 @@ std::vector<CheckpointResult> AnalyseCheckpoints(const std::vector<CheckpointRef
           }
         }
       }
-      const Model model = LoadCheckpoint(r.ref.path);
+      Model model = LoadCheckpoint(r.ref.path);
+      SetPrecision(model, settings.precision);
       if (!have_first) {
         samples = make_samples(model);
         first_config = model.config;

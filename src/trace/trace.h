@@ -122,6 +122,7 @@ struct TraceSettings {
   ProfileOptions profile;
   StageOptions stage;
   std::string cache_dir;       // "" = no cache
+  Precision precision = Precision::kF32;  // the forward's products (--precision)
 };
 
 struct CheckpointResult {

@@ -1,0 +1,288 @@
+#include "kernels/gemm_bf16.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "common/error.h"
+#include "kernels/vecmath.h"
+#include "tensor/half.h"
+
+namespace ss {
+
+namespace {
+
+constexpr int kWidth = kBf16PanelWidth;
+
+// VCVTNE2PS2BF16 and VDPBF16PS treat denormal inputs as zero; both paths do the same, so their
+// results agree: denormal bf16 (exponent field 0) become zero of the same sign.
+inline uint16_t FlushDenormal(uint16_t b) { return (b & 0x7f80) == 0 ? b & 0x8000 : b; }
+
+template <typename Bits>
+PackedBf16 Pack(int out, int in, Bits bits) {
+  SS_ASSERT(out >= 1 && in >= 1);
+  PackedBf16 p;
+  p.out = out;
+  p.in = in;
+  p.pairs = (in + 1) / 2;
+  p.panels = (out + kWidth - 1) / kWidth;
+  p.data.assign(static_cast<size_t>(p.panels) * p.pairs * kWidth * 2, 0);
+  // Panel by panel, writing in order while reading kWidth rows of W side by side (each row
+  // sequentially). Serial: it runs once per weight.
+  const int64_t panel_size = static_cast<int64_t>(p.pairs) * kWidth * 2;
+  for (int panel = 0; panel < p.panels; ++panel) {
+    uint16_t* dst = p.data.data() + panel * panel_size;
+    const int columns = std::min(kWidth, out - panel * kWidth);
+    for (int k = 0; k < p.pairs; ++k, dst += kWidth * 2) {
+      for (int j = 0; j < columns; ++j) {
+        const int64_t row = static_cast<int64_t>(panel * kWidth + j) * in;
+        dst[2 * j] = FlushDenormal(bits(row + 2 * k));
+        if (2 * k + 1 < in) dst[2 * j + 1] = FlushDenormal(bits(row + 2 * k + 1));
+      }
+    }
+  }
+  return p;
+}
+
+// Cache blocking of the AVX-512 path. A work item is a tile of kRowBlock rows by kColumnBlock
+// columns of y; it walks `in` in blocks of kPairBlock pairs, so the W block it reuses across its
+// rows (kPairBlock * kColumnBlock * 4 bytes = 256 KiB) stays in L2 and one x micro-panel
+// (kRows * kPairBlock * 4 bytes = 6 KiB) stays in L1 while the W panels stream past it.
+constexpr int kRows = 6;               // rows of the micro-kernel: 6 x 2 zmm accumulators
+constexpr int kPairBlock = 256;        // pairs of `in` per cache block
+constexpr int kColumnBlock = 256;      // output columns per work item (8 panels), at most
+constexpr int kRowBlock = 16 * kRows;  // rows per work item
+// Multiply-adds below which one thread does the product (about 40 us on one Zen 4 core): a
+// decode-sized product (T = 1) is over before a busy machine schedules the second thread, and
+// every parallel region waits for all its threads, even idle ones.
+constexpr int64_t kParallelMacs = int64_t{1} << 22;
+
+#define SS_BF16 __attribute__((target("avx512f,avx512bf16")))
+
+// x (T, in) f32 -> rows of `stride` bf16 pairs (zero past `in`), rounded to nearest even.
+SS_BF16 void ConvertRow512(const float* x, int in, uint32_t* row, int stride) {
+  for (int i = 0; i < 2 * stride; i += 32) {
+    const int left = std::clamp(in - i, 0, 32);
+    const __mmask16 lo = static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1);
+    const __mmask16 hi = static_cast<__mmask16>(left >= 32   ? 0xffff
+                                                : left <= 16 ? 0
+                                                             : (1u << (left - 16)) - 1);
+    const __m512 a = _mm512_maskz_loadu_ps(lo, x + i);
+    const __m512 b = _mm512_maskz_loadu_ps(hi, x + i + 16);
+    // The second operand fills the lower 16 bf16: memory order is kept.
+    const __m512bh packed = _mm512_cvtne2ps_pbh(b, a);
+    _mm512_store_si512(row + i / 2, reinterpret_cast<const __m512i&>(packed));
+  }
+}
+
+// y rows [0, kTileRows) x columns (masks m0, m1) of one panel (+)= x micro-panel · W panel over kc
+// pairs. Tails of T use a smaller kTileRows rather than padding, so a matrix-vector product (T = 1)
+// does no wasted rows.
+//   x: kTileRows rows of ldx pairs (already offset to the block's first pair)
+//   w: kc * kWidth pairs (the panel, offset likewise)
+// init: accumulate onto y if `accumulate`, else start from bias (or zero).
+template <int kTileRows>
+SS_BF16 void MicroKernel(const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
+                         int64_t ldy, __mmask16 m0, __mmask16 m1, const float* bias,
+                         bool accumulate) {
+  __m512 acc0[kTileRows], acc1[kTileRows];
+  if (accumulate) {
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) {
+      acc0[r] = _mm512_maskz_loadu_ps(m0, y + r * ldy);
+      acc1[r] = _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
+    }
+  } else {
+    const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    const __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) {
+      acc0[r] = b0;
+      acc1[r] = b1;
+    }
+  }
+  for (int k = 0; k < kc; ++k) {
+    const __m512bh w0 = reinterpret_cast<__m512bh>(_mm512_load_si512(w + k * kWidth));
+    const __m512bh w1 = reinterpret_cast<__m512bh>(_mm512_load_si512(w + k * kWidth + 16));
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) {
+      const __m512bh xb =
+          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(x[r * ldx + k])));
+      acc0[r] = _mm512_dpbf16_ps(acc0[r], xb, w0);
+      acc1[r] = _mm512_dpbf16_ps(acc1[r], xb, w1);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kTileRows; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, m0, acc0[r]);
+    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, acc1[r]);
+  }
+}
+
+using MicroKernelFn = void (*)(const uint32_t*, int64_t, const uint32_t*, int, float*, int64_t,
+                               __mmask16, __mmask16, const float*, bool);
+constexpr MicroKernelFn kMicroKernels[kRows + 1] = {nullptr,        MicroKernel<1>, MicroKernel<2>,
+                                                    MicroKernel<3>, MicroKernel<4>, MicroKernel<5>,
+                                                    MicroKernel<6>};
+static_assert(kRows == 6, "kMicroKernels lists one kernel per tile height");
+
+// A per-calling-thread buffer (x converted), kept between calls so that a model's many products do
+// not allocate (and page-fault) each time.
+template <typename T>
+T* Workspace(size_t n) {
+  thread_local std::vector<T, CacheLineAllocator<T>> buffer;
+  if (buffer.size() < n) {
+    buffer.clear();
+    buffer.shrink_to_fit();
+    buffer.resize(n);
+  }
+  return buffer.data();
+}
+
+void MatMul512(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
+  const int in = w.in, out = w.out, pairs = w.pairs;
+  const int ldx = (pairs + 15) / 16 * 16;  // each x row starts on a cache line
+  uint32_t* xb = Workspace<uint32_t>(static_cast<size_t>(T) * ldx);
+  const uint32_t* wdata = reinterpret_cast<const uint32_t*>(w.data.data());
+  const int row_items = (T + kRowBlock - 1) / kRowBlock;
+  // Narrower column blocks when there are few rows, so every thread gets several tiles.
+  const bool parallel = static_cast<int64_t>(T) * in * out >= kParallelMacs;
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  int column_block = kColumnBlock;
+  while (column_block > kWidth &&
+         row_items * ((out + column_block - 1) / column_block) < 4 * threads)
+    column_block /= 2;
+  const int column_items = (out + column_block - 1) / column_block;
+  const int items = row_items * column_items;
+  // x is converted one row block at a time by the first thread whose tile needs it (0: to do,
+  // 1: being converted, 2: ready), not in a pass with a barrier after it: on a busy machine a
+  // barrier waits for a descheduled thread, while tiles taken dynamically let the others go on.
+  std::unique_ptr<std::atomic<int>[]> converted(new std::atomic<int>[row_items]);
+  for (int i = 0; i < row_items; ++i) converted[i].store(0, std::memory_order_relaxed);
+    // Threads only when there is enough work (above, `parallel`).
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+  for (int item = 0; item < items; ++item) {
+    const int row_item = item / column_items;  // consecutive items share a row block
+    const int row0 = row_item * kRowBlock;
+    const int row1 = std::min(T, row0 + kRowBlock);
+    int expected = 0;
+    if (converted[row_item].compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
+      for (int t = row0; t < row1; ++t)
+        ConvertRow512(x + static_cast<int64_t>(t) * in, in, xb + static_cast<int64_t>(t) * ldx,
+                      ldx);
+      converted[row_item].store(2, std::memory_order_release);
+    } else {
+      // Converting a block takes microseconds: spin, and yield only if the converting thread
+      // seems to have been descheduled.
+      for (int spins = 0; converted[row_item].load(std::memory_order_acquire) != 2; ++spins) {
+        if (spins < 4096)
+          _mm_pause();
+        else
+          std::this_thread::yield();
+      }
+    }
+    const int column0 = item % column_items * column_block;
+    const int column1 = std::min(out, column0 + column_block);
+    for (int k0 = 0; k0 < pairs; k0 += kPairBlock) {
+      const int kc = std::min(kPairBlock, pairs - k0);
+      for (int r = row0; r < row1; r += kRows) {
+        const uint32_t* xp = xb + static_cast<int64_t>(r) * ldx + k0;
+        const MicroKernelFn kernel = kMicroKernels[std::min(kRows, row1 - r)];
+        for (int c = column0; c < column1; c += kWidth) {
+          const int cols = std::min(kWidth, column1 - c);
+          const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1);
+          const __mmask16 m1 = static_cast<__mmask16>(cols >= 32   ? 0xffff
+                                                      : cols <= 16 ? 0
+                                                                   : (1u << (cols - 16)) - 1);
+          const uint32_t* wp = wdata + (static_cast<int64_t>(c / kWidth) * pairs + k0) * kWidth;
+          kernel(xp, ldx, wp, kc, y + static_cast<int64_t>(r) * out + c, out, m0, m1,
+                 bias ? bias + c : nullptr, k0 > 0);
+        }
+      }
+    }
+  }
+}
+
+// The same product in plain loops. x is rounded once into f32 rows; each panel of W is widened to
+// f32 once (pair k: its kWidth lower halves, then its kWidth upper halves) and then serves every
+// row, kPortableRows rows at a time, with kWidth f32 sums per row that the compiler vectorises.
+void MatMulPortable(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
+  constexpr int kPortableRows = 4;
+  const int in = w.in, out = w.out, pairs = w.pairs;
+  const int64_t ldx = 2 * static_cast<int64_t>(pairs);
+  float* xr = Workspace<float>(static_cast<size_t>(T) * ldx);
+  const bool parallel = static_cast<int64_t>(T) * in * out >= kParallelMacs;
+#pragma omp parallel if (parallel)
+  {
+#pragma omp for schedule(static)
+    for (int t = 0; t < T; ++t) {
+      float* row = xr + t * ldx;
+      for (int i = 0; i < in; ++i)
+        row[i] = BF16ToF32(FlushDenormal(F32ToBF16(x[static_cast<int64_t>(t) * in + i])));
+      if (in < ldx) row[in] = 0.0f;
+    }
+    std::vector<float> panel_f32(static_cast<size_t>(pairs) * kWidth * 2);
+#pragma omp for schedule(dynamic, 1)
+    for (int p = 0; p < w.panels; ++p) {
+      const uint16_t* wp = w.data.data() + static_cast<size_t>(p) * pairs * kWidth * 2;
+      for (int k = 0; k < pairs; ++k)
+        for (int j = 0; j < kWidth; ++j)
+          for (int h = 0; h < 2; ++h)
+            panel_f32[(static_cast<size_t>(k) * 2 + h) * kWidth + j] =
+                BF16ToF32(wp[(static_cast<size_t>(k) * kWidth + j) * 2 + h]);
+      const int cols = std::min(kWidth, out - p * kWidth);
+      for (int t0 = 0; t0 < T; t0 += kPortableRows) {
+        const int rows = std::min(kPortableRows, T - t0);
+        float acc[kPortableRows][kWidth] = {};
+        for (int k = 0; k < pairs; ++k) {
+          const float* w0 = panel_f32.data() + static_cast<size_t>(k) * 2 * kWidth;
+          const float* w1 = w0 + kWidth;
+          for (int r = 0; r < rows; ++r) {
+            const float x0 = xr[(t0 + r) * ldx + 2 * k], x1 = xr[(t0 + r) * ldx + 2 * k + 1];
+            for (int j = 0; j < kWidth; ++j) acc[r][j] += x0 * w0[j] + x1 * w1[j];
+          }
+        }
+        for (int r = 0; r < rows; ++r) {
+          float* yr = y + static_cast<int64_t>(t0 + r) * out + p * kWidth;
+          for (int j = 0; j < cols; ++j)
+            yr[j] = bias ? acc[r][j] + bias[p * kWidth + j] : acc[r][j];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool CpuHasAvx512Bf16() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+  }();
+  return has;
+}
+
+bool Bf16KernelActive() { return CpuHasAvx512Bf16() && ActiveSimdLevel() == SimdLevel::kAvx512; }
+
+PackedBf16 PackBf16(const float* w, int out, int in) {
+  return Pack(out, in, [w](int64_t i) { return F32ToBF16(w[i]); });
+}
+
+PackedBf16 PackBf16Bits(const uint16_t* w, int out, int in) {
+  return Pack(out, in, [w](int64_t i) { return w[i]; });
+}
+
+void MatMulBf16(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
+  SS_ASSERT(T >= 0 && w.out >= 1 && w.in >= 1);
+  if (T == 0) return;
+  if (Bf16KernelActive())
+    MatMul512(x, w, bias, y, T);
+  else
+    MatMulPortable(x, w, bias, y, T);
+}
+
+}  // namespace ss

@@ -1,0 +1,76 @@
+// Matrix product with bf16 operands and f32 accumulation, for the compute-bound products (prefill,
+// analysis, training): y (T, out) = bf16(x) (T, in) · bf16(W)^T (+ bias).
+//
+// On CPUs with AVX-512 BF16 (Zen 4, Sapphire Rapids) the micro-kernel uses VDPBF16PS, which does
+// 32 multiply-adds per zmm instruction where an f32 FMA does 16: about twice sgemm's ceiling. Each
+// product of two bf16 values is exact in f32, so the result differs from a double-precision product
+// of the bf16-rounded operands only by the order of the f32 additions; it differs from the f32
+// product by the rounding of x and W to bf16 (8 significant bits: each operand within 2^-9
+// relative, so each product within about 2^-8; tests/test_gemm_bf16.cpp prints what it comes to). Elsewhere a portable path computes the same thing in plain loops. The path is
+// chosen at run time: AVX-512 BF16 when the CPU has it and the SIMD level (kernels/vecmath.h,
+// SINKSCOPE_SIMD=portable, ForceSimdLevel) is avx512; otherwise portable. As VDPBF16PS does,
+// denormal operands (below 1.2e-38 in magnitude) count as zero on both paths; on the AVX-512 path
+// a denormal result is also flushed to zero.
+//
+// Packed layout of W (out, in): the output columns are cut into panels of kBf16PanelWidth (padded
+// with zero columns); the `in` dimension into pairs (padded with a zero when odd). Panel p stores,
+// for each pair k in order, the kBf16PanelWidth columns' pairs as two bf16 (lower half: element 2k,
+// upper half: 2k + 1), which is the operand layout of VDPBF16PS:
+//   data[((p * pairs + k) * kBf16PanelWidth + j) * 2 + h] = bf16(W[p * width + j][2k + h])
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <vector>
+
+namespace ss {
+
+// Output columns per packed panel: two zmm vectors of 16 f32 accumulators.
+constexpr int kBf16PanelWidth = 32;
+
+// Whether the CPU executes AVX-512 BF16 (VDPBF16PS, VCVTNE2PS2BF16).
+bool CpuHasAvx512Bf16();
+// Whether MatMulBf16 uses the AVX-512 BF16 path now (CPU support and the SIMD level allow it).
+// When it does not, the portable path is correct but slow (about a quarter of sgemm's speed at
+// x86-64 baseline flags): a caller after speed should then use MatMul on f32 weights instead.
+bool Bf16KernelActive();
+
+// std::allocator with 64-byte alignment, so each pair of a panel (128 bytes) starts a cache line.
+template <typename T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <typename U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}
+  T* allocate(size_t n) {
+    return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64}));
+  }
+  void deallocate(T* p, size_t) { ::operator delete (p, std::align_val_t{64}); }
+  template <typename U>
+  bool operator==(const CacheLineAllocator<U>&) const {
+    return true;
+  }
+};
+
+// W (out, in) in the packed layout above. Pack once per weight; reused by every call.
+struct PackedBf16 {
+  int out = 0, in = 0;                                       // the logical shape of W
+  int pairs = 0;                                             // (in + 1) / 2
+  int panels = 0;                                            // ceil(out / kBf16PanelWidth)
+  std::vector<uint16_t, CacheLineAllocator<uint16_t>> data;  // (panels, pairs, kBf16PanelWidth, 2)
+};
+
+// Packs W (out, in) from f32, rounding to the nearest bf16 (ties to even; as torch's .bfloat16()).
+PackedBf16 PackBf16(const float* w, int out, int in);
+// Packs W (out, in) from stored bf16 bits (a bf16 checkpoint) as they are (denormals aside).
+PackedBf16 PackBf16Bits(const uint16_t* w, int out, int in);
+
+// y (T, out) = bf16(x) (T, in) · bf16(W)^T (+ bias (out) if not null), accumulated in f32; x is
+// rounded to the nearest bf16 on the fly. Any T >= 0, in >= 1, out >= 1. Runs one OpenMP parallel
+// region over the process's threads (the caller must not be inside one); the result is the same
+// bit for bit at any thread count. Keeps a per-calling-thread workspace for x converted (4 bytes
+// per pair of `in` per row on the AVX-512 path, 8 on the portable one), grown on demand.
+void MatMulBf16(const float* x, const PackedBf16& w, const float* bias, float* y, int T);
+
+}  // namespace ss

@@ -1,0 +1,183 @@
+// MatMulBf16 (kernels/gemm_bf16.h) on every path against a double-precision product of the
+// bf16-rounded operands: the only difference left is the order of the f32 additions, so the
+// tolerance is tight. The difference to the f32 product (the bf16 rounding itself) is printed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/gemm_bf16.h"
+#include "kernels/ops.h"
+#include "kernels/parallel.h"
+#include "kernels/vecmath.h"
+#include "tensor/half.h"
+#include "test_util.h"
+
+namespace ss {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<float> RoundedToBf16(const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = BF16ToF32(F32ToBF16(v[i]));
+  return r;
+}
+
+// The paths this CPU can run, with the SIMD level that selects each.
+struct Path {
+  const char* name;
+  SimdLevel level;
+};
+std::vector<Path> Paths() {
+  std::vector<Path> paths = {{"portable", SimdLevel::kPortable}};
+  if (CpuHasAvx512Bf16()) paths.push_back({"avx512_bf16", SimdLevel::kAvx512});
+  return paths;
+}
+
+TEST(GemmBf16, PackFromBitsEqualsPackFromFloat) {
+  for (auto [out, in] : {std::pair{1, 1}, std::pair{33, 31}, std::pair{70, 64}}) {
+    auto w = Random(static_cast<size_t>(out) * in, 7);
+    std::vector<uint16_t> bits(w.size());
+    for (size_t i = 0; i < w.size(); ++i) bits[i] = F32ToBF16(w[i]);
+    const PackedBf16 a = PackBf16(w.data(), out, in), b = PackBf16Bits(bits.data(), out, in);
+    EXPECT_EQ(a.pairs, (in + 1) / 2);
+    EXPECT_EQ(a.panels, (out + kBf16PanelWidth - 1) / kBf16PanelWidth);
+    EXPECT_TRUE(a.data == b.data) << out << "x" << in;
+  }
+}
+
+TEST(GemmBf16, EveryPathMatchesDoubleOnRoundedOperands) {
+  const SimdLevel best = ActiveSimdLevel();
+  const std::vector<Path> paths = Paths();
+  std::vector<double> worst(paths.size(), 0.0);  // largest |y - ref| / (sum |products| + |bias|)
+  double worst_vs_f32 = 0.0;                     // largest |y - y_f32| / max |y_f32| per shape
+  for (int T : {1, 3, 8, 17, 64, 129})           // 8 and 17 leave tiles of 2 and 5 rows
+    for (int in : {1, 31, 64, 768, 3071})
+      for (int out : {1, 15, 16, 33, 768}) {
+        const auto x = Random(static_cast<size_t>(T) * in, 1 + T);
+        const auto w = Random(static_cast<size_t>(out) * in, 2 + in);
+        const auto bias = Random(out, 3 + out);
+        const auto xr = RoundedToBf16(x), wr = RoundedToBf16(w);
+        // Reference without bias, and each entry's sum of |products| for the tolerance.
+        std::vector<double> ref(static_cast<size_t>(T) * out), scale(ref.size());
+        for (int t = 0; t < T; ++t)
+          for (int o = 0; o < out; ++o) {
+            double acc = 0, mag = 0;
+            for (int i = 0; i < in; ++i) {
+              const double p =
+                  static_cast<double>(xr[t * in + i]) * wr[static_cast<size_t>(o) * in + i];
+              acc += p;
+              mag += std::abs(p);
+            }
+            ref[t * out + o] = acc;
+            scale[t * out + o] = mag;
+          }
+        const PackedBf16 packed = PackBf16(w.data(), out, in);
+        std::vector<float> y(ref.size());
+        for (size_t p = 0; p < paths.size(); ++p) {
+          ForceSimdLevel(paths[p].level);
+          ASSERT_EQ(Bf16KernelActive(), paths[p].level == SimdLevel::kAvx512);
+          for (bool with_bias : {false, true}) {
+            std::fill(y.begin(), y.end(), NAN);
+            MatMulBf16(x.data(), packed, with_bias ? bias.data() : nullptr, y.data(), T);
+            double shape_worst = 0;
+            for (int t = 0; t < T; ++t)
+              for (int o = 0; o < out; ++o) {
+                const size_t i = static_cast<size_t>(t) * out + o;
+                const double r = ref[i] + (with_bias ? bias[o] : 0.0);
+                const double s = scale[i] + (with_bias ? std::abs(bias[o]) : 0.0) + 1e-30;
+                const double d = std::isfinite(y[i]) ? std::abs(y[i] - r) / s : INFINITY;
+                shape_worst = std::max(shape_worst, d);
+              }
+            EXPECT_LT(shape_worst, 1e-5) << paths[p].name << " T=" << T << " in=" << in
+                                         << " out=" << out << " bias=" << with_bias;
+            worst[p] = std::max(worst[p], shape_worst);
+          }
+        }
+        // The bf16 rounding error: the last result (best path, with bias) against the f32 product.
+        std::vector<float> y32(y.size());
+        MatMul(x.data(), w.data(), bias.data(), y32.data(), T, in, out);
+        double max_ref = 1e-30, max_diff = 0;
+        for (size_t i = 0; i < y.size(); ++i) {
+          max_ref = std::max(max_ref, static_cast<double>(std::abs(y32[i])));
+          max_diff = std::max(max_diff, static_cast<double>(std::abs(y[i] - y32[i])));
+        }
+        worst_vs_f32 = std::max(worst_vs_f32, max_diff / max_ref);
+      }
+  for (size_t p = 0; p < paths.size(); ++p)
+    std::printf("gemm_bf16 %s vs double on bf16 operands: max diff %.3g of the sum of |products|\n",
+                paths[p].name, worst[p]);
+  std::printf("gemm_bf16 vs f32 MatMul (bf16 rounding): max diff %.3g of max |y|\n", worst_vs_f32);
+  EXPECT_LT(worst_vs_f32, 5e-2);
+  ForceSimdLevel(best);
+}
+
+// Denormal operands count as zero on every path (as VDPBF16PS treats them), whether they come from
+// x, from a float W or from stored bf16 bits.
+TEST(GemmBf16, DenormalOperandsCountAsZero) {
+  const SimdLevel best = ActiveSimdLevel();
+  const float x[2][2] = {{1e-39f, 1.0f}, {1e38f, 1.0f}};  // (T = 2, in = 2)
+  const float w[2] = {1e38f, 0.5f};                       // row 0 meets a denormal x
+  const float w_small[2] = {1e-39f, 0.5f};                // row 1 meets a denormal W
+  const uint16_t w_bits[2] = {0x0001, F32ToBF16(0.5f)};   // the smallest bf16 denormal
+  for (const Path& path : Paths()) {
+    ForceSimdLevel(path.level);
+    float y[2];
+    MatMulBf16(&x[0][0], PackBf16(w, 1, 2), nullptr, y, 1);
+    EXPECT_EQ(y[0], 0.5f) << path.name;
+    MatMulBf16(&x[1][0], PackBf16(w_small, 1, 2), nullptr, y, 1);
+    EXPECT_EQ(y[0], 0.5f) << path.name;
+    MatMulBf16(&x[1][0], PackBf16Bits(w_bits, 1, 2), nullptr, y, 1);
+    EXPECT_EQ(y[0], 0.5f) << path.name;
+  }
+  ForceSimdLevel(best);
+}
+
+// Both paths agree with each other on a prefill-sized product run over all threads.
+TEST(GemmBf16, PathsAgreeOnLargeProduct) {
+  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  const SimdLevel best = ActiveSimdLevel();
+  const int T = 300, in = 1024, out = 520;
+  const auto x = Random(static_cast<size_t>(T) * in, 11),
+             w = Random(static_cast<size_t>(out) * in, 12);
+  const auto bias = Random(out, 13);
+  const PackedBf16 packed = PackBf16(w.data(), out, in);
+  std::vector<float> fast(static_cast<size_t>(T) * out), slow(fast.size());
+  ForceSimdLevel(SimdLevel::kAvx512);
+  MatMulBf16(x.data(), packed, bias.data(), fast.data(), T);
+  ForceSimdLevel(SimdLevel::kPortable);
+  MatMulBf16(x.data(), packed, bias.data(), slow.data(), T);
+  ForceSimdLevel(best);
+  EXPECT_LT(test::MaxRelDiff(fast, slow, "gemm_bf16 avx512_bf16 vs portable"), 1e-5);
+}
+
+// Each output sums its products in the same order whatever the thread count (threads split
+// tiles, never the `in` dimension), so results are bitwise reproducible.
+TEST(GemmBf16, SameBitsAtAnyThreadCount) {
+  const int threads = ThreadCount();
+  const int T = 200, in = 900, out = 300;
+  const auto x = Random(static_cast<size_t>(T) * in, 21),
+             w = Random(static_cast<size_t>(out) * in, 22);
+  const PackedBf16 packed = PackBf16(w.data(), out, in);
+  std::vector<float> one(static_cast<size_t>(T) * out), many(one.size());
+  SetThreadCount(1);
+  MatMulBf16(x.data(), packed, nullptr, one.data(), T);
+  SetThreadCount(std::max(threads, 3));
+  MatMulBf16(x.data(), packed, nullptr, many.data(), T);
+  SetThreadCount(threads);
+  EXPECT_TRUE(one == many);
+}
+
+}  // namespace
+}  // namespace ss

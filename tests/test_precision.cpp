@@ -1,0 +1,223 @@
+// --precision bf16: the model's projections through MatMulBf16 on weights packed once. Checks that
+// the bf16 path actually runs (results differ from f32), stays within the bf16 rounding of f32 on
+// the real stories260K model and on a GPT-2-shaped random model (logits and every analysis metric
+// the reports show: alpha, norm ratios, median |x|), that the portable path computes the same
+// numbers as the AVX-512 BF16 one, that switching back to f32 restores the f32 results bit for bit,
+// and the CLI's --precision flag. Each test prints its largest difference.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "analysis/analyze.h"
+#include "common/error.h"
+#include "common/file_util.h"
+#include "io/load.h"
+#include "kernels/gemm_bf16.h"
+#include "kernels/vecmath.h"
+#include "model/model.h"
+#include "model/precision.h"
+#include "random_model.h"
+#include "test_util.h"
+
+namespace ss {
+namespace {
+
+const std::string kStories = test::RepoPath("models/stories260K/stories260K.bin");
+
+std::vector<int> Tokens(int T, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int> t(T);
+  for (int& id : t) id = 3 + static_cast<int>(rng() % (vocab - 3));
+  return t;
+}
+
+std::vector<float> Logits(const Model& model, const std::vector<int>& tokens) {
+  KVCache cache = KVCache::Create(model.config, static_cast<int>(tokens.size()));
+  RunState state;
+  ForwardRequest req;
+  req.tokens = tokens;
+  const Tensor logits = Forward(model, cache, state, req);
+  return std::vector<float>(logits.data(), logits.data() + logits.numel());
+}
+
+TEST(Precision, ParseAndNames) {
+  EXPECT_EQ(ParsePrecision("f32"), Precision::kF32);
+  EXPECT_EQ(ParsePrecision("bf16"), Precision::kBf16);
+  EXPECT_STREQ(PrecisionName(Precision::kBf16), "bf16");
+  EXPECT_STREQ(PrecisionName(Precision::kF32), "f32");
+  for (const char* bad : {"", "fp32", "BF16", "f16", "bf16 "}) {
+    try {
+      ParsePrecision(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--precision: expected f32 or bf16"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Logits of a model at bf16 against f32: different (the bf16 path ran), within bf16 rounding, and
+// back to the f32 logits bit for bit after SetPrecision(kF32).
+void CheckLogits(Model& model, const std::string& label, double tolerance) {
+  const std::vector<int> tokens = Tokens(96, model.config.vocab_size, 7);
+  const std::vector<float> f32 = Logits(model, tokens);
+  SetPrecision(model, Precision::kBf16);
+  ASSERT_TRUE(model.weights.layers[0].bf16);
+  const std::vector<float> bf16 = Logits(model, tokens);
+  // Relative to the largest |logit|.
+  const double rel = test::MaxRelDiff(bf16, f32, label + " logits bf16 vs f32");
+  EXPECT_GT(rel, 0.0) << "bf16 gave the f32 logits exactly: the bf16 path did not run";
+  EXPECT_LT(rel, tolerance);
+  SetPrecision(model, Precision::kF32);
+  EXPECT_FALSE(model.weights.layers[0].bf16);
+  EXPECT_EQ(Logits(model, tokens), f32);
+}
+
+TEST(Precision, LogitsOnStories260K) {
+  Model model = LoadModel(kStories);
+  CheckLogits(model, "stories260K", 3e-2);
+}
+
+TEST(Precision, LogitsOnRandomGpt2) {
+  test::RandomModelShape shape;
+  shape.n_layers = 3;
+  shape.n_heads = shape.n_kv_heads = 4;
+  shape.dim = 64;
+  shape.hidden_dim = 256;
+  shape.vocab_size = 300;
+  shape.max_seq_len = 128;
+  Model model = test::RandomGpt2(shape);
+  CheckLogits(model, "random GPT-2", 3e-2);
+}
+
+// The portable path (SINKSCOPE_SIMD=portable, or a CPU without AVX-512 BF16) rounds the same way;
+// only the order of the f32 additions differs.
+TEST(Precision, PortablePathMatchesTheAvx512Path) {
+  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "this CPU has no AVX-512 BF16: only the portable path runs";
+  Model model = LoadModel(kStories);
+  SetPrecision(model, Precision::kBf16);
+  const std::vector<int> tokens = Tokens(80, model.config.vocab_size, 3);
+  const std::vector<float> fast = Logits(model, tokens);
+  const SimdLevel before = ActiveSimdLevel();
+  ForceSimdLevel(SimdLevel::kPortable);
+  EXPECT_FALSE(Bf16KernelActive());
+  EXPECT_NE(PrecisionNote(Precision::kBf16), "");
+  const std::vector<float> portable = Logits(model, tokens);
+  ForceSimdLevel(before);
+  EXPECT_LT(test::MaxRelDiff(portable, fast, "bf16 portable vs avx512 logits"), 1e-4);
+  EXPECT_EQ(PrecisionNote(Precision::kBf16), "");
+  EXPECT_EQ(PrecisionNote(Precision::kF32), "");
+}
+
+struct MetricDiffs {
+  double alpha = 0, p0_norm_ratio = 0, median_abs = 0, top_share = 0;
+};
+
+// The analysis at bf16 against f32 on the same samples: the largest differences of the metrics
+// the reports show (alpha absolute; norm ratios and median |x| relative).
+MetricDiffs AnalysisDiffs(Model& model, int T) {
+  std::vector<std::vector<int>> samples;
+  for (int i = 0; i < 4; ++i) samples.push_back(Tokens(T, model.config.vocab_size, 100 + i));
+  analysis::AnalyzeOptions options;
+  SetPrecision(model, Precision::kF32);
+  const auto f = analysis::AnalyzeSamples(model, analysis::Condition::kNoBos, samples, options);
+  SetPrecision(model, Precision::kBf16);
+  const auto b = analysis::AnalyzeSamples(model, analysis::Condition::kNoBos, samples, options);
+  SetPrecision(model, Precision::kF32);
+  MetricDiffs d;
+  for (size_t i = 0; i < f.alpha.size(); ++i) d.alpha = std::max(d.alpha, std::abs(b.alpha[i] - f.alpha[i]));
+  for (size_t i = 0; i < f.top_share.size(); ++i)
+    d.top_share = std::max(d.top_share, std::abs(b.top_share[i] - f.top_share[i]));
+  for (size_t l = 0; l < f.p0_norm_ratio.size(); ++l) {
+    d.p0_norm_ratio = std::max(d.p0_norm_ratio, std::abs(b.p0_norm_ratio[l] / f.p0_norm_ratio[l] - 1));
+    d.median_abs = std::max(d.median_abs, std::abs(b.median_abs[l] / f.median_abs[l] - 1));
+  }
+  std::printf("bf16 vs f32 analysis: max |d alpha| %.3g, max |d top share| %.3g, max rel d p0 norm "
+              "ratio %.3g, max rel d median |x| %.3g\n",
+              d.alpha, d.top_share, d.p0_norm_ratio, d.median_abs);
+  return d;
+}
+
+TEST(Precision, AnalysisMetricsOnStories260K) {
+  Model model = LoadModel(kStories);
+  const MetricDiffs d = AnalysisDiffs(model, 128);
+  EXPECT_GT(d.alpha, 0.0);
+  EXPECT_LT(d.alpha, 0.02);
+  EXPECT_LT(d.top_share, 0.02);
+  EXPECT_LT(d.p0_norm_ratio, 0.02);
+  EXPECT_LT(d.median_abs, 0.02);
+}
+
+TEST(Precision, AnalysisMetricsOnRandomGpt2) {
+  test::RandomModelShape shape;
+  shape.n_layers = 4;
+  shape.n_heads = shape.n_kv_heads = 4;
+  shape.dim = 128;
+  shape.hidden_dim = 512;
+  shape.vocab_size = 500;
+  shape.max_seq_len = 256;
+  Model model = test::RandomGpt2(shape);
+  const MetricDiffs d = AnalysisDiffs(model, 256);
+  EXPECT_GT(d.alpha, 0.0);
+  EXPECT_LT(d.alpha, 0.02);
+  EXPECT_LT(d.top_share, 0.02);
+  EXPECT_LT(d.p0_norm_ratio, 0.02);
+  EXPECT_LT(d.median_abs, 0.02);
+}
+
+// ---- the CLI
+
+struct Run {
+  int code = -1;
+  std::string output;
+};
+
+Run Cli(const std::string& args, const std::string& env = "") {
+  const std::string bin = std::string(SINKSCOPE_BINARY_DIR) + "/src/cli/sinkscope";
+  Run r;
+  std::FILE* p = popen((env + " " + bin + " " + args + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(PrecisionCli, UnknownPrecisionIsRefusedOnEveryVerb) {
+  const std::string dir = test::TempDir("precision_cli");
+  for (const std::string verb : {"analyze --model " + kStories, "explain --model " + kStories,
+                                 "trace --checkpoints " + kStories}) {
+    const Run r = Cli(verb + " --precision fp8 --json " + dir + "/out.json");
+    EXPECT_EQ(r.code, 1) << verb << "\n" << r.output;
+    EXPECT_NE(r.output.find("sinkscope: error: --precision: expected f32 or bf16, got 'fp8'"), std::string::npos)
+        << r.output;
+    EXPECT_FALSE(FileExists(dir + "/out.json")) << verb;
+  }
+}
+
+TEST(PrecisionCli, AnalyzeRecordsThePrecisionAndSaysWhenItIsSlow) {
+  const std::string dir = test::TempDir("precision_cli_json");
+  const std::string args = "analyze --model " + kStories + " --samples 2 --length 32 --json " + dir + "/";
+  Run r = Cli(args + "bf16.json --precision bf16");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto j = nlohmann::json::parse(ReadFile(dir + "/bf16.json"));
+  EXPECT_EQ(j["model"]["precision"], "bf16");
+  EXPECT_EQ(r.output.find("portable path"), std::string::npos) << r.output;
+  r = Cli(args + "f32.json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(dir + "/f32.json"))["model"]["precision"], "f32");
+  // Forced onto the portable path: the run goes on, and says why it is slow.
+  r = Cli(args + "portable.json --precision bf16", "SINKSCOPE_SIMD=portable");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("note: --precision bf16:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("portable path"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ss
