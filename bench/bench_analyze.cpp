@@ -16,6 +16,8 @@
 // OpenBLAS sgemm ceiling measured in the same process. The default architecture is GPT-2 (the same
 // work per token as the PyTorch peer); --arch llama has a SwiGLU MLP (a third more FLOPs).
 //   --repeat N    the fastest of N analyses in each child;  --print-flops T   print and exit
+//   --bf16        also "fused bf16" rows (--precision bf16: projections through MatMulBf16 on
+//                 weights packed before the timing starts; the packing time goes to stderr)
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,6 +35,7 @@
 #include <vector>
 
 #include "analysis/analyze.h"
+#include "model/precision.h"
 #include "../tests/random_model.h"
 
 namespace {
@@ -45,7 +48,7 @@ struct Args {
   bool tsv = false;
   bool llama = false;  // --arch llama: SwiGLU MLP (3 matrices), RMSNorm, RoPE; default gpt2
   int repeat = 1;      // --repeat N: time the best of N analyses in the child
-
+  bool bf16 = false;   // --bf16: also the fused path at --precision bf16, at each of --lengths
 };
 
 std::vector<int> ParseList(const char* s) {
@@ -134,8 +137,15 @@ ss::Model MakeModel(const Args& a) {
   return a.llama ? ss::test::RandomLlama(a.shape) : ss::test::RandomGpt2(a.shape);
 }
 
-double Analyze(const Args& a, ss::analysis::AttnPath path, int T, double* cpu_seconds) {
+double Analyze(const Args& a, ss::analysis::AttnPath path, int T, double* cpu_seconds,
+               bool bf16 = false) {
   ss::Model model = MakeModel(a);
+  if (bf16) {
+    const auto start = std::chrono::steady_clock::now();
+    ss::SetPrecision(model, ss::Precision::kBf16);
+    std::fprintf(stderr, "  bf16 packing: %.2f s\n",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
   std::vector<int> tokens(T);
   ss::analysis::SplitMix64 rng(7);
   for (int& t : tokens) t = static_cast<int>(rng.Below(a.shape.vocab_size));
@@ -154,11 +164,11 @@ double Analyze(const Args& a, ss::analysis::AttnPath path, int T, double* cpu_se
       *cpu_seconds = CpuSeconds() - cpu_start;
     }
   }
-  std::fprintf(stderr, "  %s T=%d: %.2f s, alpha_0 mean %.4f\n",
+  std::fprintf(stderr, "  %s%s T=%d: %.2f s, alpha_0 mean %.4f\n",
                path == ss::analysis::AttnPath::kFused          ? "fused"
                : path == ss::analysis::AttnPath::kMaterialised ? "materialised"
                                                                : "keep-all",
-               T, seconds,
+               bf16 ? " bf16" : "", T, seconds,
                [&] {
                  double s = 0;
                  const size_t n = static_cast<size_t>(a.shape.n_layers) * a.shape.n_heads;
@@ -189,6 +199,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hidden")) a.shape.hidden_dim = std::atoi(next());
     else if (!std::strcmp(argv[i], "--limit-gb")) a.limit_gb = std::atof(next());
     else if (!std::strcmp(argv[i], "--tsv")) a.tsv = true;
+    else if (!std::strcmp(argv[i], "--bf16")) a.bf16 = true;
     else if (!std::strcmp(argv[i], "--repeat")) a.repeat = std::max(1, std::atoi(next()));
     else if (!std::strcmp(argv[i], "--print-flops")) {  // for scripts: the work of one forward
       std::printf("%.0f\n", ForwardFlops(a, std::atoi(next())));
@@ -229,6 +240,8 @@ int main(int argc, char** argv) {
   const double L = a.shape.n_layers, H = a.shape.n_heads;
   for (int T : a.lengths) {
     rows.push_back(RunChild("fused", T, [&](double* cpu) { return Analyze(a, AttnPath::kFused, T, cpu); }));
+    if (a.bf16)
+      rows.push_back(RunChild("fused bf16", T, [&](double* cpu) { return Analyze(a, AttnPath::kFused, T, cpu, true); }));
     rows.push_back(RunChild("materialised", T, [&](double* cpu) { return Analyze(a, AttnPath::kMaterialised, T, cpu); }));
     const double keep_all_gb = L * H * double(T) * T * 4 / 1e9;
     if (keep_all_gb <= a.limit_gb * 0.75) {

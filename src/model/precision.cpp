@@ -15,7 +15,7 @@ const char* PrecisionName(Precision p) { return p == Precision::kBf16 ? "bf16" :
 namespace {
 
 PackedBf16 Pack(const Tensor& w) {
-  SS_ASSERT(w.ndim() == 2);
+  SS_ASSERT(w.rank() == 2);
   return PackBf16(w.data(), static_cast<int>(w.dim(0)), static_cast<int>(w.dim(1)));
 }
 
