@@ -6,8 +6,10 @@
 #include <random>
 #include <vector>
 
+#include "kernels/gemm_bf16.h"
 #include "kernels/ops.h"
 #include "kernels/vecmath.h"
+#include "tensor/half.h"
 #include "test_util.h"
 
 namespace ss {
@@ -223,6 +225,69 @@ TEST(Kernels, TiledAttentionMatchesNaiveAndMaterialised) {
   EXPECT_LT(worst_out, 1e-5);
   EXPECT_LT(worst_stats, 2e-6);  // probabilities, absolute: float sums over up to 1,500 keys
   EXPECT_LT(worst_vs_mat, 1e-5);
+}
+
+// The tiled attention at bf16 (--precision bf16) on both paths (AVX-512 BF16 and portable), against
+// naive double-precision attention on the bf16-rounded q, k and v. The head sizes make the scale
+// 1/sqrt(Dh) a power of two, so rounding q * scale equals scaling the rounded q: the scores are then
+// exact products summed in f32, and the statistics (from the scores) must match double as closely as
+// the f32 path does. The output also rounds the unnormalised probabilities to bf16 (2^-9 relative
+// each) and is held to that bound.
+TEST(Kernels, TiledAttentionBf16MatchesDoubleOnRoundedOperands) {
+  struct Case { int T, S, H, Hkv, Dh, window; };
+  auto round_bf16 = [](std::vector<float> x) {
+    for (float& v : x) v = BF16ToF32(F32ToBF16(v));
+    return x;
+  };
+  const SimdLevel best = ActiveSimdLevel();
+  for (SimdLevel level : {SimdLevel::kAvx512, SimdLevel::kPortable}) {
+    if (level == SimdLevel::kAvx512 && !(CpuHasAvx512Bf16() && best == SimdLevel::kAvx512)) continue;
+    ForceSimdLevel(level);
+    double worst_out = 0, worst_stats = 0, worst_f32 = 0;
+    for (Case c : {Case{700, 700, 2, 1, 64, 0}, Case{300, 1100, 4, 2, 16, 0}, Case{600, 600, 2, 2, 64, 200},
+                   Case{1, 1500, 4, 1, 64, 0}, Case{65, 65, 3, 3, 16, 0}, Case{130, 1200, 2, 1, 16, 513}}) {
+      const auto q = Random(c.T * c.H * c.Dh, 21, 2.0f), k = Random(c.S * c.Hkv * c.Dh, 22, 2.0f),
+                 v = Random(c.S * c.Hkv * c.Dh, 23);
+      const int K = 4, HT = c.H * c.T;
+      std::vector<float> out(c.T * c.H * c.Dh), fk(HT * K), tp(HT), ss(HT), f32_out(out.size());
+      std::vector<int> tk(HT);
+      AttnStats stats{K, fk.data(), tk.data(), tp.data(), ss.data()};
+      Attention(q.data(), k.data(), v.data(), out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, c.window, nullptr,
+                &stats, /*bf16=*/true);
+      Attention(q.data(), k.data(), v.data(), f32_out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, c.window,
+                nullptr, nullptr);
+      std::vector<float> ref_out, ref_probs;
+      NaiveAttention(round_bf16(q), round_bf16(k), round_bf16(v), c.T, c.S, c.H, c.Hkv, c.Dh, c.window,
+                     &ref_out, &ref_probs);
+      const std::string label = SimdLevelName(level) + " bf16 T=" + std::to_string(c.T) +
+                                " S=" + std::to_string(c.S) + " W=" + std::to_string(c.window);
+      worst_out = std::max(worst_out, test::MaxRelDiff(out, ref_out, label + " out vs double"));
+      worst_f32 = std::max(worst_f32, test::MaxRelDiff(out, f32_out, label + " out vs f32 path"));
+      for (int i = 0; i < HT; ++i) {
+        const float* p = &ref_probs[static_cast<size_t>(i) * c.S];
+        int top = 0;
+        double sq = 0;
+        for (int j = 0; j < c.S; ++j) {
+          if (p[j] > p[top]) top = j;
+          sq += static_cast<double>(p[j]) * p[j];
+        }
+        // A tie within f32 rounding may pick either key; the probability must agree regardless.
+        if (tk[i] != top) EXPECT_NEAR(p[tk[i]], p[top], 1e-6) << label << " query " << i;
+        worst_stats = std::max({worst_stats, static_cast<double>(std::abs(tp[i] - p[top])), std::abs(ss[i] - sq)});
+        for (int j = 0; j < K; ++j) worst_stats = std::max<double>(worst_stats, std::abs(fk[i * K + j] - p[j]));
+      }
+    }
+    std::printf("%s bf16 tiled attention: largest rel diff of out %.3g vs double on rounded operands, "
+                "%.3g vs the f32 path; statistics %.3g (absolute, vs double)\n",
+                SimdLevelName(level).c_str(), worst_out, worst_f32, worst_stats);
+    EXPECT_LT(worst_out, 8e-3);   // p rounded to bf16: 2^-9 each, over sums of many terms
+    // As the f32 path on AVX-512 (scores: exact products summed in f32 over 16 lanes); the portable
+    // path sums each score in one float sequentially, and uses its own exp.
+    EXPECT_LT(worst_stats, level == SimdLevel::kAvx512 ? 2e-6 : 1e-5);
+    EXPECT_GT(worst_f32, 0.0);    // the bf16 path ran
+    EXPECT_LT(worst_f32, 3e-2);
+  }
+  ForceSimdLevel(best);
 }
 
 }  // namespace

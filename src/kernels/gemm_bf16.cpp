@@ -22,10 +22,10 @@ constexpr int kWidth = kBf16PanelWidth;
 // results agree: denormal bf16 (exponent field 0) become zero of the same sign.
 inline uint16_t FlushDenormal(uint16_t b) { return (b & 0x7f80) == 0 ? b & 0x8000 : b; }
 
+// Packs into `p` (reusing its storage): bits(row, i) is W[row][i] as bf16 bits.
 template <typename Bits>
-PackedBf16 Pack(int out, int in, Bits bits) {
+void PackInto(PackedBf16& p, int out, int in, Bits bits) {
   SS_ASSERT(out >= 1 && in >= 1);
-  PackedBf16 p;
   p.out = out;
   p.in = in;
   p.pairs = (in + 1) / 2;
@@ -39,13 +39,12 @@ PackedBf16 Pack(int out, int in, Bits bits) {
     const int columns = std::min(kWidth, out - panel * kWidth);
     for (int k = 0; k < p.pairs; ++k, dst += kWidth * 2) {
       for (int j = 0; j < columns; ++j) {
-        const int64_t row = static_cast<int64_t>(panel * kWidth + j) * in;
-        dst[2 * j] = FlushDenormal(bits(row + 2 * k));
-        if (2 * k + 1 < in) dst[2 * j + 1] = FlushDenormal(bits(row + 2 * k + 1));
+        const int row = panel * kWidth + j;
+        dst[2 * j] = FlushDenormal(bits(row, 2 * k));
+        if (2 * k + 1 < in) dst[2 * j + 1] = FlushDenormal(bits(row, 2 * k + 1));
       }
     }
   }
-  return p;
 }
 
 // Cache blocking of the AVX-512 path. A work item is a tile of kRowBlock rows by kColumnBlock
@@ -207,6 +206,31 @@ void MatMul512(const float* x, const PackedBf16& w, const float* bias, float* y,
   }
 }
 
+// One thread: y (rows, panels [panel0, panel0 + panels)) (+)= xb (rows, `pairs` pairs) · W^T over W's
+// pairs [pair0, pair0 + pairs)
+// (MatMulBf16Block's AVX-512 path).
+void BlockProduct512(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int panel0, int panels,
+                     int pair0, int pairs, float* y, int64_t ldy, int rows, bool accumulate) {
+  const uint32_t* wdata = reinterpret_cast<const uint32_t*>(w.data.data());
+  for (int k0 = 0; k0 < pairs; k0 += kPairBlock) {
+    const int kc = std::min(kPairBlock, pairs - k0);
+    for (int r = 0; r < rows; r += kRows) {
+      const MicroKernelFn kernel = kMicroKernels[std::min(kRows, rows - r)];
+      for (int p = panel0; p < panel0 + panels; ++p) {
+        const int cols = std::min(kWidth, w.out - p * kWidth);
+        const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1);
+        const __mmask16 m1 = static_cast<__mmask16>(cols >= 32   ? 0xffff
+                                                    : cols <= 16 ? 0
+                                                                 : (1u << (cols - 16)) - 1);
+        const uint32_t* wp = wdata + (static_cast<int64_t>(p) * w.pairs + pair0 + k0) * kWidth;
+        kernel(xb + r * ldx + k0, ldx, wp, kc,
+               y + r * ldy + static_cast<int64_t>(p - panel0) * kWidth, ldy, m0, m1, nullptr,
+               accumulate || k0 > 0);
+      }
+    }
+  }
+}
+
 // The same product in plain loops. x is rounded once into f32 rows; each panel of W is widened to
 // f32 once (pair k: its kWidth lower halves, then its kWidth upper halves) and then serves every
 // row, kPortableRows rows at a time, with kWidth f32 sums per row that the compiler vectorises.
@@ -269,11 +293,69 @@ bool CpuHasAvx512Bf16() {
 bool Bf16KernelActive() { return CpuHasAvx512Bf16() && ActiveSimdLevel() == SimdLevel::kAvx512; }
 
 PackedBf16 PackBf16(const float* w, int out, int in) {
-  return Pack(out, in, [w](int64_t i) { return F32ToBF16(w[i]); });
+  PackedBf16 p;
+  PackBf16Rows(w, out, in, in, &p);
+  return p;
 }
 
 PackedBf16 PackBf16Bits(const uint16_t* w, int out, int in) {
-  return Pack(out, in, [w](int64_t i) { return w[i]; });
+  PackedBf16 p;
+  PackInto(p, out, in, [w, in](int row, int i) { return w[static_cast<int64_t>(row) * in + i]; });
+  return p;
+}
+
+void PackBf16Rows(const float* w, int out, int in, int64_t ld, PackedBf16* p) {
+  PackInto(*p, out, in, [w, ld](int row, int i) { return F32ToBF16(w[row * ld + i]); });
+}
+
+void PackBf16Columns(const float* a, int out, int in, int64_t ld, PackedBf16* p) {
+  PackInto(*p, out, in, [a, ld](int row, int i) { return F32ToBF16(a[i * ld + row]); });
+}
+
+void ConvertBf16Rows(const float* x, int rows, int in, int64_t ld_in, uint32_t* xb, int64_t ldx) {
+  SS_ASSERT(2 * ldx >= in);
+  if (Bf16KernelActive()) {
+    for (int r = 0; r < rows; ++r) ConvertRow512(x + r * ld_in, in, xb + r * ldx, static_cast<int>(ldx));
+    return;
+  }
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + r * ld_in;
+    uint32_t* out = xb + r * ldx;
+    for (int k = 0; k < ldx; ++k) {
+      const uint32_t lo = 2 * k < in ? FlushDenormal(F32ToBF16(xr[2 * k])) : 0;
+      const uint32_t hi = 2 * k + 1 < in ? FlushDenormal(F32ToBF16(xr[2 * k + 1])) : 0;
+      out[k] = lo | hi << 16;
+    }
+  }
+}
+
+void MatMulBf16Block(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int panel0, int panels,
+                     int pair0, int pairs, float* y, int64_t ldy, int rows, bool accumulate) {
+  SS_ASSERT(panel0 >= 0 && panel0 + panels <= w.panels && pair0 >= 0 && pair0 + pairs <= w.pairs);
+  if (rows <= 0 || panels <= 0) return;
+  if (Bf16KernelActive()) {
+    BlockProduct512(xb, ldx, w, panel0, panels, pair0, pairs, y, ldy, rows, accumulate);
+    return;
+  }
+  // Portable: each product of two bf16 values is exact in f32, as in VDPBF16PS.
+  for (int r = 0; r < rows; ++r) {
+    const uint32_t* xr = xb + r * ldx;
+    for (int p = panel0; p < panel0 + panels; ++p) {
+      const int cols = std::min(kWidth, w.out - p * kWidth);
+      const uint16_t* wp = w.data.data() + (static_cast<int64_t>(p) * w.pairs + pair0) * kWidth * 2;
+      float* yr = y + r * ldy + static_cast<int64_t>(p - panel0) * kWidth;
+      for (int j = 0; j < cols; ++j) {
+        float acc = accumulate ? yr[j] : 0.0f;
+        for (int k = 0; k < pairs; ++k) {
+          const float x0 = BF16ToF32(static_cast<uint16_t>(xr[k] & 0xffff));
+          const float x1 = BF16ToF32(static_cast<uint16_t>(xr[k] >> 16));
+          acc += x0 * BF16ToF32(wp[(static_cast<int64_t>(k) * kWidth + j) * 2]) +
+                 x1 * BF16ToF32(wp[(static_cast<int64_t>(k) * kWidth + j) * 2 + 1]);
+        }
+        yr[j] = acc;
+      }
+    }
+  }
 }
 
 void MatMulBf16(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {

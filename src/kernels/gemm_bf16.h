@@ -73,4 +73,22 @@ PackedBf16 PackBf16Bits(const uint16_t* w, int out, int in);
 // per pair of `in` per row on the AVX-512 path, 8 on the portable one), grown on demand.
 void MatMulBf16(const float* x, const PackedBf16& w, const float* bias, float* y, int T);
 
+// ---- Blocks for kernels that run their own parallel loops (the bf16 tiled attention in ops.cpp):
+// one thread each, no allocation, the same rounding and arithmetic as MatMulBf16 on either path.
+
+// Packs W from `out` rows of `in` values, row i at w + i * ld (a head's keys, K (keys, Dh)), into
+// *p, reusing its storage.
+void PackBf16Rows(const float* w, int out, int in, int64_t ld, PackedBf16* p);
+// Packs W = A^T from A's `in` rows of `out` values at stride ld (a head's values V (keys, Dh) as
+// W (Dh, keys)), into *p, reusing its storage.
+void PackBf16Columns(const float* a, int out, int in, int64_t ld, PackedBf16* p);
+// Rounds `rows` rows of `in` floats (row r at x + r * ld_in) to bf16 pairs, row r at xb + r * ldx
+// (ldx pairs, zero past `in`; 2 ldx >= in), as MatMulBf16 rounds x.
+void ConvertBf16Rows(const float* x, int rows, int in, int64_t ld_in, uint32_t* xb, int64_t ldx);
+// y (rows, the columns of w's panels [panel0, panel0 + panels), clipped to w.out) = (or += when
+// `accumulate`) xb (rows of `pairs` pairs, row r at xb + r * ldx) · W^T over W's pairs
+// [pair0, pair0 + pairs); y's column 0 is panel0's first column, rows at stride ldy.
+void MatMulBf16Block(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int panel0, int panels,
+                     int pair0, int pairs, float* y, int64_t ldy, int rows, bool accumulate);
+
 }  // namespace ss

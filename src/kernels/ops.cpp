@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/gemm_bf16.h"
 #include "kernels/vecmath.h"
 
 namespace ss {
@@ -313,10 +314,16 @@ static void MaterialisedAttention(const float* q, const float* k, const float* v
 // before the window) are never computed. Memory per thread: kTileQ x kTileK scores, not x S.
 // The statistics are exact functions of the final m and l: p_j = exp(s_j - m) / l for the first K
 // logits (kept raw), top_prob = exp(s_max - m) / l, sum_j p_j^2 = sum_j exp(2 (s_j - m)) / l^2.
+//
+// bf16 (--precision bf16): each kv head's K and V are packed once per call (PackBf16Rows /
+// PackBf16Columns), each query block is scaled and rounded once, the probabilities of a tile are
+// rounded before p v; both products run MatMulBf16Block. Key tiles then start on multiples of
+// kBf16PanelWidth (the packed panels), which only moves where a windowed tile begins.
 static void TiledAttention(const float* q, const float* k, const float* v, float* out, int T,
                            int S, int n_heads, int n_kv_heads, int head_dim, int window,
-                           const AttnStats* stats) {
+                           const AttnStats* stats, bool bf16) {
   constexpr int kTileQ = 64, kTileK = 512;
+  static_assert(kTileK % kBf16PanelWidth == 0);
   const int group = n_heads / n_kv_heads;
   const int q_row = n_heads * head_dim;
   const int kv_row = n_kv_heads * head_dim;
@@ -325,9 +332,35 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
   const int n_blocks = (T + kTileQ - 1) / kTileQ;
   const int64_t work = static_cast<int64_t>(n_heads) * n_blocks;
   const bool parallel = static_cast<int64_t>(n_heads) * T * S * head_dim > (1 << 17);
+  // bf16 packs of each kv head's keys (S, Dh) and values as (Dh, S), kept between calls.
+  thread_local std::vector<PackedBf16> k_packs, v_packs;
+  const int dh_pairs = (head_dim + 1) / 2;
+  const int64_t ldq = (dh_pairs + 15) / 16 * 16, ldp = kTileK / 2;
+  // (The parallel regions use these pointers: inside them the names would be each worker's own.)
+  PackedBf16* kp = nullptr;
+  PackedBf16* vp = nullptr;
+  if (bf16) {
+    if (static_cast<int>(k_packs.size()) < n_kv_heads) {
+      k_packs.resize(n_kv_heads);
+      v_packs.resize(n_kv_heads);
+    }
+    kp = k_packs.data();
+    vp = v_packs.data();
+#pragma omp parallel for schedule(dynamic) if (parallel)
+    for (int item = 0; item < 2 * n_kv_heads; ++item) {
+      const int h = item / 2;
+      if (item % 2 == 0)
+        PackBf16Rows(k + h * head_dim, S, head_dim, kv_row, &kp[h]);
+      else
+        PackBf16Columns(v + h * head_dim, head_dim, S, kv_row, &vp[h]);
+    }
+  }
 #pragma omp parallel if (parallel)
   {
     std::vector<float> sc(static_cast<size_t>(kTileQ) * kTileK);
+    std::vector<float> q_scaled(bf16 ? static_cast<size_t>(kTileQ) * head_dim : 0);
+    std::vector<uint32_t, CacheLineAllocator<uint32_t>> qb16(bf16 ? kTileQ * ldq : 0),
+        pb16(bf16 ? kTileQ * ldp : 0);
     std::vector<float> acc(static_cast<size_t>(kTileQ) * head_dim);
     std::vector<float> m(kTileQ), l(kTileQ), sq(kTileQ), best(kTileQ), first_logits(kTileQ * K);
     std::vector<int> best_j(kTileQ);
@@ -339,8 +372,15 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
       const int kvh = h / group;
       const int t0 = b * kTileQ, rows = std::min(T, t0 + kTileQ) - t0;
       const int key_end = S - T + t0 + rows;  // exclusive: the last row sees key_end - 1
-      const int key0 = window > 0 ? std::max(0, S - T + t0 - window + 1) : 0;
+      int key0 = window > 0 ? std::max(0, S - T + t0 - window + 1) : 0;
+      if (bf16) key0 -= key0 % kBf16PanelWidth;  // tiles on panel boundaries (masked below)
       const float* qb = q + static_cast<int64_t>(t0) * q_row + h * head_dim;
+      if (bf16) {
+        for (int r = 0; r < rows; ++r)
+          for (int d = 0; d < head_dim; ++d)
+            q_scaled[static_cast<size_t>(r) * head_dim + d] = qb[static_cast<int64_t>(r) * q_row + d] * scale;
+        ConvertBf16Rows(q_scaled.data(), rows, head_dim, head_dim, qb16.data(), ldq);
+      }
       std::fill(m.begin(), m.end(), -INFINITY);
       std::fill(best.begin(), best.end(), -INFINITY);
       std::fill(l.begin(), l.end(), 0.0f);
@@ -351,7 +391,13 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
         const int nk = std::min(kTileK, key_end - j0);
         const float* kt = k + static_cast<int64_t>(j0) * kv_row + kvh * head_dim;
         const float* vt = v + static_cast<int64_t>(j0) * kv_row + kvh * head_dim;
-        BlockScores(qb, q_row, kt, kv_row, rows, nk, head_dim, scale, sc.data(), kTileK);
+        if (bf16) {
+          MatMulBf16Block(qb16.data(), ldq, kp[kvh], j0 / kBf16PanelWidth,
+                          (nk + kBf16PanelWidth - 1) / kBf16PanelWidth, 0, dh_pairs, sc.data(),
+                          kTileK, rows, /*accumulate=*/false);
+        } else {
+          BlockScores(qb, q_row, kt, kv_row, rows, nk, head_dim, scale, sc.data(), kTileK);
+        }
         for (int r = 0; r < rows; ++r) {
           float* row = sc.data() + static_cast<int64_t>(r) * kTileK;
           const int last = S - T + t0 + r;
@@ -380,7 +426,11 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
           if (corr != 1.0f) Scale(acc.data() + static_cast<int64_t>(r) * head_dim, head_dim, corr);
           m[r] = m_new;
         }
-        if (rows == 1) {
+        if (bf16) {
+          ConvertBf16Rows(sc.data(), rows, nk, kTileK, pb16.data(), ldp);
+          MatMulBf16Block(pb16.data(), ldp, vp[kvh], 0, vp[kvh].panels, j0 / 2,
+                          (nk + 1) / 2, acc.data(), head_dim, rows, /*accumulate=*/true);
+        } else if (rows == 1) {
           for (int j = 0; j < nk; ++j) {
             const float p = sc[j];
             if (p == 0.0f) continue;
@@ -413,12 +463,12 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
 
 void Attention(const float* q, const float* k, const float* v, float* out, int T, int S,
                int n_heads, int n_kv_heads, int head_dim, int window, float* pattern,
-               const AttnStats* stats) {
+               const AttnStats* stats, bool bf16) {
   SS_ASSERT(T <= S && n_heads % n_kv_heads == 0);
   if (pattern) {
     MaterialisedAttention(q, k, v, out, T, S, n_heads, n_kv_heads, head_dim, window, pattern, stats);
   } else {
-    TiledAttention(q, k, v, out, T, S, n_heads, n_kv_heads, head_dim, window, stats);
+    TiledAttention(q, k, v, out, T, S, n_heads, n_kv_heads, head_dim, window, stats, bf16);
   }
 }
 

@@ -60,9 +60,12 @@ struct AttnStats {
 // new tokens): query t sees keys [0, S - T + t] (and only the last `window` of those if window > 0).
 //   q (T, H*Dh) rotated;  k, v (S, Hkv*Dh) cache;  out (T, H*Dh)
 //   pattern: if not null, receives the full probabilities (H, T, S), zero where masked.
+//   bf16: the tiled path's two products (q k^T and p v) with bf16 operands and f32 sums
+//         (--precision bf16; kernels/gemm_bf16.h); softmax and statistics stay f32. The
+//         materialised path (pattern != null) is always f32.
 void Attention(const float* q, const float* k, const float* v, float* out, int T, int S,
                int n_heads, int n_kv_heads, int head_dim, int window, float* pattern,
-               const AttnStats* stats);
+               const AttnStats* stats, bool bf16 = false);
 
 // Attention for an attention-sink streaming cache (StreamingLLM, Xiao et al. 2023, section 3.2).
 // The cache holds `sinks` fixed rows (the first tokens of the stream) followed by a ring of `ring`

@@ -218,7 +218,7 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
   const float* k_all = ctx.cache.k[layer].data();
   const float* v_all = ctx.cache.v[layer].data();
   Attention(s.q.data(), k_all, v_all, s.z.data(), T, S, H, Hkv, Dh, c.sliding_window, pattern,
-            stats_ptr);
+            stats_ptr, ctx.model.precision == Precision::kBf16);
   if (want_pattern) {
     // The hook may rewrite the probabilities (an intervention): recompute z from them.
     ctx.RunHook(HookPoint::kPattern, layer, pattern, {H, T, S});
