@@ -198,13 +198,16 @@ CliRun Cli(const std::string& args, const std::string& env = "") {
 
 TEST(PrecisionCli, UnknownPrecisionIsRefusedOnEveryVerb) {
   const std::string dir = test::TempDir("precision_cli");
-  for (const std::string verb : {"analyze --model " + kStories, "explain --model " + kStories,
-                                 "trace --checkpoints " + kStories}) {
-    const CliRun r = Cli(verb + " --precision fp8 --json " + dir + "/out.json");
+  const std::string json = " --json " + dir + "/out.json";
+  for (const std::string verb : {"analyze --model " + kStories + json, "explain --model " + kStories + json,
+                                 "trace --checkpoints " + kStories + json,
+                                 "train --preset quick --steps 2 --out " + dir + "/run"}) {
+    const CliRun r = Cli(verb + " --precision fp8");
     EXPECT_EQ(r.code, 1) << verb << "\n" << r.output;
     EXPECT_NE(r.output.find("sinkscope: error: --precision: expected f32 or bf16, got 'fp8'"), std::string::npos)
         << r.output;
     EXPECT_FALSE(FileExists(dir + "/out.json")) << verb;
+    EXPECT_FALSE(FileExists(dir + "/run")) << verb;
   }
 }
 

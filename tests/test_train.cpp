@@ -280,6 +280,56 @@ TEST(TrainRun, DeterministicLossSequence) {
   EXPECT_LT(a.losses.back(), a.losses.front());  // it learns
 }
 
+// --precision bf16: at the same parameters and batch, the loss and every gradient stay within bf16
+// rounding of f32 (and differ from it: the bf16 products ran); a short run's loss curve follows the
+// f32 run's. Each check prints its largest difference.
+TEST(TrainBf16, LossAndGradientsWithinBf16OfF32) {
+  TrainConfig c = Preset("quick");
+  c.dim = 64; c.n_heads = 4; c.n_kv_heads = 2; c.vocab_size = 96; c.n_layers = 2;
+  const int B = 4, T = 32;
+  TrainModel<float> f32(c, B, T);
+  c.precision = "bf16";
+  TrainModel<float> bf16(c, B, T);
+  f32.InitParams(5);
+  bf16.params = f32.params;
+  std::vector<int> tokens(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    tokens[i] = (i * 37 + 11) % c.vocab_size;
+    targets[i] = (i * 53 + 7) % c.vocab_size;
+  }
+  const double lf = f32.Forward(tokens.data(), targets.data());
+  const double lb = bf16.Forward(tokens.data(), targets.data());
+  f32.Backward();
+  bf16.Backward();
+  std::printf("bf16 training: loss %.6f vs f32 %.6f (rel %.3g)\n", lb, lf, std::abs(lb - lf) / lf);
+  EXPECT_NE(lb, lf);
+  EXPECT_LT(std::abs(lb - lf) / lf, 5e-3);
+  const double g = test::MaxRelDiff(bf16.grads, f32.grads, "bf16 training gradients vs f32");
+  EXPECT_GT(g, 0.0);
+  EXPECT_LT(g, 3e-2);
+}
+
+TEST(TrainBf16, ShortRunFollowsTheF32LossCurve) {
+  const std::string dir = TempDir("bf16_run");
+  TrainConfig c = TinyRun(dir + "/f32");
+  c.steps = 40;
+  const TrainResult a = RunTraining(c, Quiet());
+  c.out = dir + "/bf16";
+  c.precision = "bf16";
+  const TrainResult b = RunTraining(c, Quiet());
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.losses.size(); ++i)
+    worst = std::max(worst, std::abs(b.losses[i] - a.losses[i]) / a.losses[i]);
+  std::printf("bf16 run: %zu steps, largest rel diff of the training loss %.3g; final %.5f vs f32 %.5f; "
+              "val %.5f vs %.5f\n",
+              a.losses.size(), worst, b.losses.back(), a.losses.back(), b.val_loss, a.val_loss);
+  EXPECT_GT(worst, 0.0);
+  EXPECT_LT(worst, 2e-2);
+  EXPECT_LT(b.losses.back(), b.losses.front());  // it learns
+  EXPECT_LT(std::abs(b.val_loss - a.val_loss) / a.val_loss, 2e-2);
+}
+
 TEST(TrainRun, ResumeIsBitExact) {
   const std::string dir = TempDir("resume");
   TrainConfig c = TinyRun(dir + "/full");

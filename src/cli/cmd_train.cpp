@@ -12,6 +12,7 @@
 #include "cli/common.h"
 #include "common/error.h"
 #include "common/file_util.h"
+#include "model/precision.h"
 #include "train/checkpoint.h"
 #include "train/comm.h"
 #include "train/data.h"
@@ -32,6 +33,7 @@ struct TrainFlags {
   std::optional<double> lr;
   std::optional<int64_t> seed;
   std::string corpus;
+  std::string precision;  // empty: the config's
   bool bos = false, no_bos = false, overwrite = false;
 };
 
@@ -88,6 +90,11 @@ void RunTrain(const TrainFlags& f) {
     overrides["seed"] = *f.seed;
   }
   if (!f.corpus.empty()) overrides["corpus"] = f.corpus;
+  if (!f.precision.empty()) {
+    const Precision p = ParsePrecision(f.precision);
+    if (const std::string note = PrecisionNote(p); !note.empty()) Log("note: " + note);
+    overrides["precision"] = f.precision;
+  }
   if (f.bos) overrides["bos"] = true;
   if (f.no_bos) overrides["bos"] = false;
   if (!f.out.empty()) overrides["out"] = f.out;
@@ -149,6 +156,9 @@ void RegisterTrain(CLI::App& app) {
   cmd->add_option("--lr", flags->lr, "Peak learning rate");
   cmd->add_option("--seed", flags->seed, "Seed (init and data order)");
   cmd->add_option("--threads", flags->threads, "Threads for OpenMP and OpenBLAS (0: default)");
+  cmd->add_option("--precision", flags->precision,
+                  "f32 (default) or bf16: the projections' forward and input-gradient products "
+                  "with bf16 operands and f32 sums; weights, optimiser and weight gradients f32");
   cmd->add_option("--batch", flags->batch, "Global batch size B (sequences)");
   cmd->add_option("--seq-len", flags->seq_len, "Sequence length T");
   cmd->add_option("--eval-every", flags->eval_every, "Steps between evaluations");

@@ -32,8 +32,10 @@ void PackInto(PackedBf16& p, int out, int in, Bits bits) {
   p.panels = (out + kWidth - 1) / kWidth;
   p.data.assign(static_cast<size_t>(p.panels) * p.pairs * kWidth * 2, 0);
   // Panel by panel, writing in order while reading kWidth rows of W side by side (each row
-  // sequentially). Serial: it runs once per weight.
+  // sequentially). Panels in parallel when large (training packs its weights every step); inside
+  // another parallel region (the bf16 attention's packs) this runs on the calling thread.
   const int64_t panel_size = static_cast<int64_t>(p.pairs) * kWidth * 2;
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(out) * in >= (1 << 16))
   for (int panel = 0; panel < p.panels; ++panel) {
     uint16_t* dst = p.data.data() + panel * panel_size;
     const int columns = std::min(kWidth, out - panel * kWidth);

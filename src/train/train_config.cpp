@@ -55,6 +55,8 @@ void TrainConfig::Validate(const std::string& src) const {
   auto positive = [&](const char* name, double v) {
     if (!(v > 0)) Fail("{}: '{}' must be positive, found {}", src, name, v);
   };
+  if (precision != "f32" && precision != "bf16")
+    Fail("{}: 'precision' must be f32 or bf16, found '{}'", src, precision);
   positive("dim", dim);
   positive("n_layers", n_layers);
   positive("n_heads", n_heads);
@@ -150,6 +152,7 @@ nlohmann::json ToJson(const TrainConfig& c) {
   j["eval_batches"] = c.eval_batches;
   j["checkpoint_every"] = c.checkpoint_every;
   j["threads"] = c.threads;
+  j["precision"] = c.precision;
   j["out"] = c.out;
   return j;
 }
@@ -248,6 +251,7 @@ void ApplyJson(TrainConfig& c, const nlohmann::json& j, const std::string& src) 
   Get(j, "eval_batches", c.eval_batches, src);
   Get(j, "checkpoint_every", c.checkpoint_every, src);
   Get(j, "threads", c.threads, src);
+  Get(j, "precision", c.precision, src);
   Get(j, "out", c.out, src);
 }
 
@@ -308,13 +312,14 @@ TrainConfig Preset(const std::string& name) {
 }
 
 std::vector<std::string> IncompatibleFields(const TrainConfig& a, const TrainConfig& b) {
-  // Everything but the run's length, cadence, threads and output may not change on resume.
+  // Everything but the run's length, cadence, threads, precision and output may not change on
+  // resume (bf16 products on an f32 run's master weights, or back, continue the same run).
   const nlohmann::json ja = ToJson(a), jb = ToJson(b);
   std::vector<std::string> diff;
   for (auto it = ja.begin(); it != ja.end(); ++it) {
     const std::string& k = it.key();
     if (k == "steps" || k == "eval_every" || k == "eval_batches" || k == "checkpoint_every" ||
-        k == "threads" || k == "out")
+        k == "threads" || k == "precision" || k == "out")
       continue;
     if (!jb.contains(k) || jb[k] != *it) diff.push_back(k);
   }

@@ -64,6 +64,9 @@ struct TrainConfig {
   int eval_batches = 2;        // validation batches of B x T per evaluation
   int checkpoint_every = 100;  // steps between checkpoints; also at the end
   int threads = 0;             // 0: leave OpenMP/OpenBLAS defaults
+  // "f32", or "bf16": the dense projections' forward and input-gradient products with bf16
+  // operands and f32 sums (train/linear_bf16.h); master weights, optimiser and weight gradients f32.
+  std::string precision = "f32";
   std::string out = "runs/train";
 
   // The derived ss::ModelConfig (arch "llama" or "qwen3_moe").

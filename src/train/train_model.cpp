@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 
 #include "common/error.h"
 #include "train/rng.h"
@@ -24,6 +25,27 @@ bool AllFinite(const std::vector<Real>& v) {
 }  // namespace
 
 template <typename Real>
+void TrainModel<Real>::Linear(const Real* x, const Real* w, Real* y, int N, int in, int out) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (bf16_) return bf16_linear_.Forward(x, w, y, N, in, out);
+  }
+  LinearForward(x, w, y, N, in, out);
+}
+
+template <typename Real>
+void TrainModel<Real>::LinearBack(const Real* dy, const Real* x, const Real* w, Real* dx, Real* dw,
+                                  int N, int in, int out, bool accumulate_dx) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (bf16_) {
+      if (dx) bf16_linear_.BackwardInput(dy, w, dx, N, in, out, accumulate_dx);
+      LinearBackward(dy, x, w, static_cast<Real*>(nullptr), dw, N, in, out);
+      return;
+    }
+  }
+  LinearBackward(dy, x, w, dx, dw, N, in, out, accumulate_dx);
+}
+
+template <typename Real>
 TrainModel<Real>::TrainModel(const TrainConfig& config, int batch, int seq_len)
     : config_(config),
       layout_(ParamLayout::Build(config)),
@@ -42,6 +64,7 @@ TrainModel<Real>::TrainModel(const TrainConfig& config, int batch, int seq_len)
       rope_(seq_len, config.dim / config.n_heads, config.rope_theta) {
   Resize(params, layout_.total);
   Resize(grads, layout_.total);
+  bf16_ = std::is_same_v<Real, float> && config.precision == "bf16";
   const int64_t N = N_, qd = int64_t(H_) * Dh_, kvd = int64_t(Hkv_) * Dh_;
   acts_.resize(config.n_layers);
   for (auto& a : acts_) {
@@ -139,27 +162,27 @@ double TrainModel<Real>::Forward(const int* tokens, const int* targets) {
     // Attention sublayer: x_mid = x + Wo Attn(RoPE(norm(Wq xn)), RoPE(norm(Wk xn)), Wv xn).
     RmsNormForward(a.x_in.data(), P + o.attn_norm, a.xn1.data(), a.rstd1.data(), N, D, eps);
     if (config_.qk_norm) {
-      LinearForward(a.xn1.data(), P + o.wq, a.q_pre.data(), N, D, qd);
-      LinearForward(a.xn1.data(), P + o.wk, a.k_pre.data(), N, D, kvd);
+      Linear(a.xn1.data(), P + o.wq, a.q_pre.data(), N, D, qd);
+      Linear(a.xn1.data(), P + o.wk, a.k_pre.data(), N, D, kvd);
       RmsNormForward(a.q_pre.data(), P + o.q_norm, a.q.data(), a.q_rstd.data(), N * H, Dh, eps);
       RmsNormForward(a.k_pre.data(), P + o.k_norm, a.k.data(), a.k_rstd.data(), N * Hkv, Dh, eps);
     } else {
-      LinearForward(a.xn1.data(), P + o.wq, a.q.data(), N, D, qd);
-      LinearForward(a.xn1.data(), P + o.wk, a.k.data(), N, D, kvd);
+      Linear(a.xn1.data(), P + o.wq, a.q.data(), N, D, qd);
+      Linear(a.xn1.data(), P + o.wk, a.k.data(), N, D, kvd);
     }
-    LinearForward(a.xn1.data(), P + o.wv, a.v.data(), N, D, kvd);
+    Linear(a.xn1.data(), P + o.wv, a.v.data(), N, D, kvd);
     RopeApply(a.q.data(), rope_, N, H, Dh, rope_kind_, false);
     RopeApply(a.k.data(), rope_, N, Hkv, Dh, rope_kind_, false);
     AttentionForward(a.q.data(), a.k.data(), a.v.data(), a.probs.data(), a.z.data(), B_, T_, H, Hkv, Dh);
-    LinearForward(a.z.data(), P + o.wo, a.x_mid.data(), N, qd, D);
+    Linear(a.z.data(), P + o.wo, a.x_mid.data(), N, qd, D);
     for (int64_t i = 0; i < int64_t(N) * D; ++i) a.x_mid[i] += a.x_in[i];
     // FFN sublayer: x_out = x_mid + FFN(norm(x_mid)).
     RmsNormForward(a.x_mid.data(), P + o.ffn_norm, a.xn2.data(), a.rstd2.data(), N, D, eps);
     if (E_ == 0) {
-      LinearForward(a.xn2.data(), P + o.w1, a.h1.data(), N, D, F);
-      LinearForward(a.xn2.data(), P + o.w3, a.h3.data(), N, D, F);
+      Linear(a.xn2.data(), P + o.w1, a.h1.data(), N, D, F);
+      Linear(a.xn2.data(), P + o.w3, a.h3.data(), N, D, F);
       SwigluForward(a.h1.data(), a.h3.data(), a.g.data(), int64_t(N) * F);
-      LinearForward(a.g.data(), P + o.w2, x_out, N, F, D);
+      Linear(a.g.data(), P + o.w2, x_out, N, F, D);
     } else {
       MoeForward(l, a.xn2.data(), x_out);
     }
@@ -167,7 +190,7 @@ double TrainModel<Real>::Forward(const int* tokens, const int* targets) {
   }
   // Head: logits = norm(x) W_head^T, mean cross-entropy.
   RmsNormForward(x_final_.data(), P + layout_.final_norm, xnf_.data(), rstdf_.data(), N, D, eps);
-  LinearForward(xnf_.data(), P + layout_.lm_head, probs_.data(), N, D, V);
+  Linear(xnf_.data(), P + layout_.lm_head, probs_.data(), N, D, V);
   ce_loss_ = CrossEntropyForward(probs_.data(), targets, N, V);
   return ce_loss_ + (E_ > 0 ? config_.aux_loss_coef * aux_loss_ : 0.0);
 }
@@ -340,7 +363,7 @@ void TrainModel<Real>::Backward() {
   // Head.
   CrossEntropyBackward(probs_.data(), targets_.data(), N, V, Real(1) / N);
   std::fill(dxn_.begin(), dxn_.end(), Real(0));
-  LinearBackward(probs_.data(), xnf_.data(), P + layout_.lm_head, dxn_.data(), G + layout_.lm_head, N, D, V);
+  LinearBack(probs_.data(), xnf_.data(), P + layout_.lm_head, dxn_.data(), G + layout_.lm_head, N, D, V);
   std::fill(dx_.begin(), dx_.end(), Real(0));
   RmsNormBackward(dxn_.data(), x_final_.data(), P + layout_.final_norm, rstdf_.data(), dx_.data(),
                   G + layout_.final_norm, N, D);
@@ -352,17 +375,17 @@ void TrainModel<Real>::Backward() {
     // FFN: x_out = x_mid + FFN(norm(x_mid)); dx_ flows to x_mid unchanged plus through the FFN.
     std::fill(dxn_.begin(), dxn_.end(), Real(0));
     if (E_ == 0) {
-      LinearBackward(dx_.data(), a.g.data(), P + o.w2, dg_.data(), G + o.w2, N, F, D);
+      LinearBack(dx_.data(), a.g.data(), P + o.w2, dg_.data(), G + o.w2, N, F, D);
       SwigluBackward(dg_.data(), a.h1.data(), a.h3.data(), dh1_.data(), dh3_.data(), int64_t(N) * F);
-      LinearBackward(dh1_.data(), a.xn2.data(), P + o.w1, dxn_.data(), G + o.w1, N, D, F);
-      LinearBackward(dh3_.data(), a.xn2.data(), P + o.w3, dxn_.data(), G + o.w3, N, D, F, true);
+      LinearBack(dh1_.data(), a.xn2.data(), P + o.w1, dxn_.data(), G + o.w1, N, D, F);
+      LinearBack(dh3_.data(), a.xn2.data(), P + o.w3, dxn_.data(), G + o.w3, N, D, F, true);
     } else {
       MoeBackward(l, dx_.data(), dxn_.data());
     }
     RmsNormBackward(dxn_.data(), a.x_mid.data(), P + o.ffn_norm, a.rstd2.data(), dx_.data(),
                     G + o.ffn_norm, N, D);
     // Attention: x_mid = x_in + Wo z.
-    LinearBackward(dx_.data(), a.z.data(), P + o.wo, dz_.data(), G + o.wo, N, qd, D);
+    LinearBack(dx_.data(), a.z.data(), P + o.wo, dz_.data(), G + o.wo, N, qd, D);
     AttentionBackward(dz_.data(), a.q.data(), a.k.data(), a.v.data(), a.probs.data(), dq_.data(),
                       dk_.data(), dv_.data(), B_, T_, H, Hkv, Dh);
     RopeApply(dq_.data(), rope_, N, H, Dh, rope_kind_, true);
@@ -373,16 +396,16 @@ void TrainModel<Real>::Backward() {
       std::fill(dtmp_.begin(), dtmp_.begin() + int64_t(N) * qd, Real(0));
       RmsNormBackward(dq_.data(), a.q_pre.data(), P + o.q_norm, a.q_rstd.data(), dtmp_.data(),
                       G + o.q_norm, N * H, Dh);
-      LinearBackward(dtmp_.data(), a.xn1.data(), P + o.wq, dxn_.data(), G + o.wq, N, D, qd, true);
+      LinearBack(dtmp_.data(), a.xn1.data(), P + o.wq, dxn_.data(), G + o.wq, N, D, qd, true);
       std::fill(dtmp_.begin(), dtmp_.begin() + int64_t(N) * kvd, Real(0));
       RmsNormBackward(dk_.data(), a.k_pre.data(), P + o.k_norm, a.k_rstd.data(), dtmp_.data(),
                       G + o.k_norm, N * Hkv, Dh);
-      LinearBackward(dtmp_.data(), a.xn1.data(), P + o.wk, dxn_.data(), G + o.wk, N, D, kvd, true);
+      LinearBack(dtmp_.data(), a.xn1.data(), P + o.wk, dxn_.data(), G + o.wk, N, D, kvd, true);
     } else {
-      LinearBackward(dq_.data(), a.xn1.data(), P + o.wq, dxn_.data(), G + o.wq, N, D, qd, true);
-      LinearBackward(dk_.data(), a.xn1.data(), P + o.wk, dxn_.data(), G + o.wk, N, D, kvd, true);
+      LinearBack(dq_.data(), a.xn1.data(), P + o.wq, dxn_.data(), G + o.wq, N, D, qd, true);
+      LinearBack(dk_.data(), a.xn1.data(), P + o.wk, dxn_.data(), G + o.wk, N, D, kvd, true);
     }
-    LinearBackward(dv_.data(), a.xn1.data(), P + o.wv, dxn_.data(), G + o.wv, N, D, kvd, true);
+    LinearBack(dv_.data(), a.xn1.data(), P + o.wv, dxn_.data(), G + o.wv, N, D, kvd, true);
     RmsNormBackward(dxn_.data(), a.x_in.data(), P + o.attn_norm, a.rstd1.data(), dx_.data(),
                     G + o.attn_norm, N, D);
   }

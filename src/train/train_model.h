@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "train/grad_ops.h"
+#include "train/linear_bf16.h"
 #include "train/params.h"
 
 namespace ss::train {
@@ -58,6 +59,11 @@ class TrainModel {
   const Real* probs() const { return probs_.data(); }
 
  private:
+  // The dense projections and the LM head: LinearForward / LinearBackward, or at --precision bf16
+  // (float only) the forward and the input gradient through Bf16Linear (weight gradients f32).
+  void Linear(const Real* x, const Real* w, Real* y, int N, int in, int out);
+  void LinearBack(const Real* dy, const Real* x, const Real* w, Real* dx, Real* dw, int N, int in,
+                  int out, bool accumulate_dx = false);
   struct LayerActs {
     std::vector<Real> x_in;                 // (N, D) residual entering the layer
     std::vector<Real> xn1, rstd1;           // (N, D), (N)
@@ -93,6 +99,8 @@ class TrainModel {
   // backward scratch
   std::vector<Real> dx_, dxn_, dq_, dk_, dv_, dz_, dh1_, dh3_, dg_, dtmp_;
   double ce_loss_ = 0, aux_loss_ = 0;
+  bool bf16_ = false;  // config.precision == "bf16" (TrainModel<float> only)
+  Bf16Linear bf16_linear_;
 };
 
 extern template class TrainModel<float>;

@@ -194,11 +194,12 @@ TrainResult RunTraining(const TrainConfig& config_in, const TrainerOptions& opti
     if (comm.is_root() && !options.quiet) std::fprintf(stderr, "%s\n", line.c_str());
   };
   log(fmt::format("train: {} | {} params | {} layers x {} wide, {} heads ({} kv){} | batch {} x {} "
-                  "| {} steps{}{}",
+                  "| {} steps{}{}{}",
                   data->Describe(), model.layout().total, config.n_layers, config.dim,
                   config.n_heads, config.n_kv_heads,
                   config.n_experts ? fmt::format(", {} experts top-{}", config.n_experts, config.n_experts_per_tok) : "",
                   B, T, config.steps, comm.size() > 1 ? fmt::format(" | {} MPI ranks", comm.size()) : "",
+                  config.precision == "bf16" ? " | bf16 products" : "",
                   resume_dir.empty() ? "" : " | resumed from " + resume_dir));
 
   std::vector<int> tokens(size_t(B) * T), targets(size_t(B) * T);
