@@ -1,7 +1,8 @@
 // Training throughput against the machine's sgemm ceiling, measured in the same run:
 //   BM_SgemmCeiling   a square sgemm (n = 512) through the same OpenBLAS: the GFLOP/s ceiling
-//   BM_TrainStep      one optimiser step (forward, backward, AdamW) of the trainer on a config:
-//                     tokens/s and achieved GFLOP/s
+//   BM_TrainStep/0    one optimiser step (forward, backward, AdamW) of the trainer on a config:
+//                     tokens/s and achieved GFLOP/s, per second of wall time
+//   BM_TrainStep/1    the same at --precision bf16 (train/linear_bf16.h)
 // Training FLOPs per token follow the usual count (Kaplan et al. 2020; Chowdhery et al. 2022,
 // appendix B): 6 * (matmul parameters, LM head included) + 12 * L * D * T for attention scores and
 // values (full T x T, as the trainer computes it). The configuration (bench/run_train_bench.sh
@@ -51,7 +52,8 @@ BENCHMARK(BM_SgemmCeiling)->Arg(512)->MeasureProcessCPUTime()->MinTime(2.0);
 
 void BM_TrainStep(benchmark::State& state) {
   using namespace ss::train;
-  const TrainConfig c = BenchConfig();
+  TrainConfig c = BenchConfig();
+  if (state.range(0) == 1) c.precision = "bf16";
   const int B = c.batch_size, T = c.seq_len;
   TrainModel<float> model(c, B, T);
   model.InitParams(1);
@@ -77,11 +79,11 @@ void BM_TrainStep(benchmark::State& state) {
   state.counters["tokens/s"] = benchmark::Counter(n_tokens, benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] = benchmark::Counter(n_tokens * flops_per_token / 1e9, benchmark::Counter::kIsRate);
   state.counters["params"] = double(model.layout().total);
-  state.SetLabel("D" + std::to_string(c.dim) + " L" + std::to_string(c.n_layers) + " H" +
+  state.SetLabel(c.precision + " D" + std::to_string(c.dim) + " L" + std::to_string(c.n_layers) + " H" +
                  std::to_string(c.n_heads) + " V" + std::to_string(c.vocab_size) + " B" +
                  std::to_string(B) + " T" + std::to_string(T));
 }
-BENCHMARK(BM_TrainStep)->MeasureProcessCPUTime()->MinTime(3.0)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TrainStep)->Arg(0)->Arg(1)->MeasureProcessCPUTime()->UseRealTime()->MinTime(3.0)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -5,7 +5,7 @@
 // numbers as the AVX-512 BF16 one, that switching back to f32 restores the f32 results bit for bit,
 // and the CLI's --precision flag. Each test prints its largest difference.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <cmath>
@@ -82,15 +82,20 @@ TEST(Precision, LogitsOnStories260K) {
   CheckLogits(model, "stories260K", 3e-2);
 }
 
-TEST(Precision, LogitsOnRandomGpt2) {
+// A small random GPT-2 (4 heads, MLP 4 x dim).
+Model SmallGpt2(int layers, int dim, int vocab, int context) {
   test::RandomModelShape shape;
-  shape.n_layers = 3;
+  shape.n_layers = layers;
   shape.n_heads = shape.n_kv_heads = 4;
-  shape.dim = 64;
-  shape.hidden_dim = 256;
-  shape.vocab_size = 300;
-  shape.max_seq_len = 128;
-  Model model = test::RandomGpt2(shape);
+  shape.dim = dim;
+  shape.hidden_dim = 4 * dim;
+  shape.vocab_size = vocab;
+  shape.max_seq_len = context;
+  return test::RandomGpt2(shape);
+}
+
+TEST(Precision, LogitsOnRandomGpt2) {
+  Model model = SmallGpt2(3, 64, 300, 128);
   CheckLogits(model, "random GPT-2", 3e-2);
 }
 
@@ -160,14 +165,7 @@ TEST(Precision, AnalysisMetricsOnStories260K) {
 }
 
 TEST(Precision, AnalysisMetricsOnRandomGpt2) {
-  test::RandomModelShape shape;
-  shape.n_layers = 4;
-  shape.n_heads = shape.n_kv_heads = 4;
-  shape.dim = 128;
-  shape.hidden_dim = 512;
-  shape.vocab_size = 500;
-  shape.max_seq_len = 256;
-  Model model = test::RandomGpt2(shape);
+  Model model = SmallGpt2(4, 128, 500, 256);
   const MetricDiffs d = AnalysisDiffs(model, 256);
   EXPECT_GT(d.alpha, 0.0);
   EXPECT_LT(d.alpha, 0.02);
@@ -178,22 +176,18 @@ TEST(Precision, AnalysisMetricsOnRandomGpt2) {
 
 // ---- the CLI
 
+// Runs the CLI with stdout and stderr together (test::RunCli), with SINKSCOPE_SIMD set for it when
+// `simd` is not empty.
 struct CliRun {
   int code = -1;
   std::string output;
 };
 
-CliRun Cli(const std::string& args, const std::string& env = "") {
-  const std::string bin = std::string(SINKSCOPE_BINARY_DIR) + "/src/cli/sinkscope";
-  CliRun r;
-  std::FILE* p = popen((env + " " + bin + " " + args + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+CliRun Cli(const std::string& args, const std::string& simd = "") {
+  if (!simd.empty()) setenv("SINKSCOPE_SIMD", simd.c_str(), 1);
+  const test::CliResult r = test::RunCli(args);
+  if (!simd.empty()) unsetenv("SINKSCOPE_SIMD");
+  return {r.code, r.out + r.err};
 }
 
 TEST(PrecisionCli, UnknownPrecisionIsRefusedOnEveryVerb) {
@@ -223,7 +217,7 @@ TEST(PrecisionCli, AnalyzeRecordsThePrecisionAndSaysWhenItIsSlow) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(nlohmann::json::parse(ReadFile(dir + "/f32.json"))["model"]["precision"], "f32");
   // Forced onto the portable path: the run goes on, and says why it is slow.
-  r = Cli(args + "portable.json --precision bf16", "SINKSCOPE_SIMD=portable");
+  r = Cli(args + "portable.json --precision bf16", "portable");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("note: --precision bf16:"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("portable path"), std::string::npos) << r.output;
