@@ -113,11 +113,23 @@ class Accumulator {
   }
 
   // Residual stream after block l for the current sample: x (T, D).
+  // Per-layer hidden-state metrics of one sample. Rows, and blocks of the width, run in parallel
+  // (this was serial work between the parallel matrix products); every sum keeps the order of the
+  // serial loops, so results do not depend on the thread count.
   void AddResidual(int l, const float* x) {
+    const int64_t n = static_cast<int64_t>(T_) * D_;
+    const bool parallel = n >= (int64_t{1} << 16);
     std::vector<double> norms(T_);
+    std::vector<float> mags(n);
+#pragma omp parallel for schedule(static) if (parallel)
     for (int i = 0; i < T_; ++i) {
+      const float* xr = x + static_cast<int64_t>(i) * D_;
+      float* mr = mags.data() + static_cast<int64_t>(i) * D_;
       double s = 0;
-      for (int d = 0; d < D_; ++d) s += static_cast<double>(x[i * D_ + d]) * x[i * D_ + d];
+      for (int d = 0; d < D_; ++d) {
+        s += static_cast<double>(xr[d]) * xr[d];
+        mr[d] = std::fabs(xr[d]);
+      }
       norms[i] = std::sqrt(s);
     }
     {
@@ -128,34 +140,59 @@ class Accumulator {
       max_other_sum_[l] += *std::max_element(norms.begin() + 1, norms.end()) / med;
     }
     // Massive activations (Sun et al. 2024): |x| > 100 and > 1000 x the median |x| of the layer.
-    const int64_t n = static_cast<int64_t>(T_) * D_;
-    std::vector<float> mags(n);
-    for (int64_t i = 0; i < n; ++i) mags[i] = std::fabs(x[i]);
+    // The three largest |x| (the earliest index on ties) are picked per thread, then merged.
     const double med_abs = Median(mags);
     median_sum_[l] += med_abs;
-    std::vector<Activation>& top = top_acts_[l];
-    for (int64_t i = 0; i < n; ++i) {
-      const float a = std::fabs(x[i]);
-      const bool massive = a > kMassiveAbsolute && a > kMassiveRelative * med_abs;
-      massive_count_[l] += massive;
-      if (top.size() == 3 && a <= std::fabs(top.back().value)) continue;
-      Activation act{l, sample_, static_cast<int>(i / D_), static_cast<int>(i % D_), x[i], med_abs,
-                     massive};
-      top.push_back(act);
-      std::sort(top.begin(), top.end(), [](const Activation& p, const Activation& q) {
-        return std::fabs(p.value) > std::fabs(q.value);
-      });
-      if (top.size() > 3) top.pop_back();
+    auto before = [](const std::pair<float, int64_t>& p, const std::pair<float, int64_t>& q) {
+      return p.first != q.first ? p.first > q.first : p.second < q.second;
+    };
+    std::vector<std::pair<float, int64_t>> best;  // (|x|, index)
+    int64_t massive = 0;
+#pragma omp parallel if (parallel) reduction(+ : massive)
+    {
+      std::vector<std::pair<float, int64_t>> local;
+#pragma omp for schedule(static) nowait
+      for (int64_t i = 0; i < n; ++i) {
+        const float a = std::fabs(x[i]);
+        massive += a > kMassiveAbsolute && a > kMassiveRelative * med_abs;
+        if (local.size() == 3 && a <= local.back().first) continue;
+        local.emplace_back(a, i);
+        std::sort(local.begin(), local.end(), before);
+        if (local.size() > 3) local.pop_back();
+      }
+#pragma omp critical
+      best.insert(best.end(), local.begin(), local.end());
     }
+    massive_count_[l] += massive;
+    std::sort(best.begin(), best.end(), before);
+    std::vector<Activation>& top = top_acts_[l];
+    for (size_t j = 0; j < std::min<size_t>(3, best.size()); ++j) {
+      const int64_t i = best[j].second;
+      const float a = best[j].first;
+      top.push_back(Activation{l, sample_, static_cast<int>(i / D_), static_cast<int>(i % D_), x[i],
+                               med_abs, a > kMassiveAbsolute && a > kMassiveRelative * med_abs});
+    }
+    // Stable: on a tie the earlier sample's activation stays ahead, as in a serial scan.
+    std::stable_sort(top.begin(), top.end(), [](const Activation& p, const Activation& q) {
+      return std::fabs(p.value) > std::fabs(q.value);
+    });
+    if (top.size() > 3) top.resize(3);
     // Direction consistency: sums of unit vectors. The mean pairwise cosine over N vectors u_a is
-    // (||sum_a u_a||^2 - N) / (N (N - 1)), so no vector has to be kept.
+    // (||sum_a u_a||^2 - N) / (N (N - 1)), so no vector has to be kept. Blocks of the width in
+    // parallel, each summing over positions in order.
     double* u0 = &u0_sum_[static_cast<size_t>(l) * D_];
     double* uo = &uo_sum_[static_cast<size_t>(l) * D_];
     std::vector<double> U(D_, 0.0);
-    for (int i = 0; i < T_; ++i) {
-      const double inv = norms[i] > 0 ? 1.0 / norms[i] : 0.0;
-      double* dst = i == 0 ? u0 : U.data();
-      for (int d = 0; d < D_; ++d) dst[d] += x[i * D_ + d] * inv;
+    constexpr int kBlock = 64;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int d0 = 0; d0 < D_; d0 += kBlock) {
+      const int d1 = std::min(D_, d0 + kBlock);
+      for (int i = 0; i < T_; ++i) {
+        const double inv = norms[i] > 0 ? 1.0 / norms[i] : 0.0;
+        double* dst = i == 0 ? u0 : U.data();
+        const float* xr = x + static_cast<int64_t>(i) * D_;
+        for (int d = d0; d < d1; ++d) dst[d] += xr[d] * inv;
+      }
     }
     double sq = 0;
     for (int d = 0; d < D_; ++d) {

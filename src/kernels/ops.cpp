@@ -41,8 +41,16 @@ void MatMul(const float* x, const float* w, const float* bias, float* y, int T, 
     // Matrix-vector: W (out, in) row-major times x.
     cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
   } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, in, w, in, 0.0f, y,
-                out);
+    // The bias goes in as C with beta = 1: the kernel adds it where it writes y, instead of a
+    // serial pass over (T, out) afterwards.
+    if (bias) {
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(T) * out >= (1 << 16))
+      for (int t = 0; t < T; ++t)
+        std::copy(bias, bias + out, y + static_cast<int64_t>(t) * out);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, in, w, in,
+                bias ? 1.0f : 0.0f, y, out);
+    return;
   }
   if (bias) {
     for (int t = 0; t < T; ++t) {
