@@ -2,7 +2,8 @@
 # Fused vs materialised analysis on a GPT-2-small-shaped random model, with the PyTorch peer
 # (../shared/tools/torch_materialized_baseline.py: eager PyTorch keeping every attention map, as
 # HF output_attentions=True does) beside it in the same run. Prints one table.
-#   bench/run_analyze_bench.sh [BUILD_DIR]      (env: LENGTHS, FUSED_ONLY, TORCH_LENGTHS, THREADS)
+#   bench/run_analyze_bench.sh [BUILD_DIR]      (env: LENGTHS, FUSED_ONLY, TORCH_LENGTHS, THREADS, BF16)
+# BF16=1 (default) adds "fused bf16" rows (--precision bf16) beside the f32 ones at each of LENGTHS.
 # The PyTorch peer needs Debian's python3-torch (/usr/bin/python3); it is skipped when missing, and
 # at lengths where its maps alone exceed 24 GB (12 x 12 x T^2 x 4 bytes: 38.7 GB at T = 8192).
 set -euo pipefail
@@ -12,12 +13,15 @@ LENGTHS=${LENGTHS:-512,2048,4096}
 FUSED_ONLY=${FUSED_ONLY-32768}
 TORCH_LENGTHS=${TORCH_LENGTHS-512,2048,4096}
 THREADS=${THREADS:-2}
+BF16=${BF16:-1}
 PEER=${PEER:-../shared/tools/torch_materialized_baseline.py}
 export OMP_NUM_THREADS=$THREADS OMP_WAIT_POLICY=passive
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-"$BUILD/bench/bench_analyze" --lengths "$LENGTHS" --fused-only "$FUSED_ONLY" --tsv > "$out"
+bf16_flag=()
+[[ "$BF16" == 1 ]] && bf16_flag=(--bf16)
+"$BUILD/bench/bench_analyze" --lengths "$LENGTHS" --fused-only "$FUSED_ONLY" "${bf16_flag[@]}" --tsv > "$out"
 grep -v '^TSV' "$out" >&2
 
 rows=$(grep '^TSV' "$out" | cut -f2-)
