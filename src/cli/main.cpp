@@ -6,7 +6,9 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "kernels/gemm_bf16.h"
 #include "kernels/parallel.h"
+#include "kernels/vecmath.h"
 
 namespace ss::cli {
 
@@ -35,9 +37,11 @@ int main(int argc, char** argv) {
     const ss::BlasInfo blas = ss::GetBlasInfo();
     const char* policy = std::getenv("OMP_WAIT_POLICY");
     return fmt::format("sinkscope 0.1.0\nBLAS: {} ({}; {}; core {})\nthreads: {} (OpenMP wait "
-                       "policy: {})", blas.config, blas.openmp() ? "OpenMP" : "not OpenMP",
-                       blas.library, blas.core, ss::ThreadCount(),
-                       policy ? policy : "libgomp default, GOMP_SPINCOUNT set");
+                       "policy: {})\nSIMD: {}; bf16 products: {}", blas.config,
+                       blas.openmp() ? "OpenMP" : "not OpenMP", blas.library, blas.core,
+                       ss::ThreadCount(), policy ? policy : "libgomp default, GOMP_SPINCOUNT set",
+                       ss::SimdLevelName(ss::ActiveSimdLevel()),
+                       ss::Bf16KernelActive() ? "AVX-512 BF16" : "portable path (slower than f32)");
   });
   ss::cli::RegisterInspect(app);
   ss::cli::RegisterGenerate(app);

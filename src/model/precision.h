@@ -1,10 +1,10 @@
 // --precision: which arithmetic the forward's matrix products use (weights.h, Precision).
 //
 // bf16 rounds x and W to bf16 (8 significant bits) and accumulates in f32 (kernels/gemm_bf16.h):
-// on CPUs with AVX-512 BF16 about twice sgemm's rate on the projections. Only the projections
-// (q, k, v, o, MLP, LM head) change; norms, RoPE, softmax and attention stay f32, so the analysis
-// metrics move by the bf16 rounding of the projections' operands (docs/PERFORMANCE.md gives the
-// measured differences). f32 is the default and the reference.
+// on CPUs with AVX-512 BF16 about twice sgemm's rate. The projections (q, k, v, o, MLP, LM head)
+// and the tiled attention's two products change; norms, RoPE, softmax and statistics stay f32, so
+// the analysis metrics move by the bf16 rounding of the products' operands (README and
+// docs/DESIGN.md give the measured differences). f32 is the default and the reference.
 #pragma once
 
 #include <string>
