@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/file_util.h"
 #include "io/json_util.h"
+#include "model/precision.h"
 
 namespace ss::train {
 
@@ -55,8 +56,7 @@ void TrainConfig::Validate(const std::string& src) const {
   auto positive = [&](const char* name, double v) {
     if (!(v > 0)) Fail("{}: '{}' must be positive, found {}", src, name, v);
   };
-  if (precision != "f32" && precision != "bf16")
-    Fail("{}: 'precision' must be f32 or bf16, found '{}'", src, precision);
+  ParsePrecision(precision, fmt::format("{}: 'precision'", src));  // the one domain check
   positive("dim", dim);
   positive("n_layers", n_layers);
   positive("n_heads", n_heads);
