@@ -13,7 +13,7 @@ if ((${#targets[@]} == 0)); then
   for f in fuzz/fuzz_*.cpp; do targets+=("$(basename "$f" .cpp)"); done
 fi
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_COMPILER=clang++-14 -DSINKSCOPE_FUZZ=ON -DSINKSCOPE_TESTS=OFF -DSINKSCOPE_BENCH=OFF >/dev/null
+  -DCMAKE_CXX_COMPILER=clang++-14 -DSINKSCOPE_FUZZ=ON -DSINKSCOPE_TESTS=OFF -DSINKSCOPE_BENCH=OFF -DSINKSCOPE_PYTHON=OFF >/dev/null
 ninja -C build-fuzz -j"$(nproc)" "${targets[@]}"
 
 for target in "${targets[@]}"; do

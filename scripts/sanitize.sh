@@ -10,7 +10,7 @@ flags="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_COMPILER=clang++-14 \
   -DCMAKE_CXX_FLAGS_SANITIZE="$flags" -DCMAKE_EXE_LINKER_FLAGS_SANITIZE="-fsanitize=address,undefined" \
   -DCMAKE_SHARED_LINKER_FLAGS_SANITIZE="-fsanitize=address,undefined" \
-  -DSINKSCOPE_BENCH=OFF -DSINKSCOPE_TESTS=ON >/dev/null
+  -DSINKSCOPE_BENCH=OFF -DSINKSCOPE_TESTS=ON -DSINKSCOPE_PYTHON=OFF >/dev/null
 ninja -C build-asan -j"$(nproc)"
 export ASAN_OPTIONS="abort_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"

@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/verbs.h"
 #include "common/file_util.h"
 #include "io/load.h"
 #include "io/token_ids.h"
@@ -25,70 +26,6 @@ namespace ss::cli {
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr int kBlock = 1000;  // tokens per perplexity block
-
-struct RunResult {
-  stream::Policy policy;
-  int sinks = 0, window = 0, budget = 0;
-  int64_t scored = 0;
-  double sum_nll = 0;
-  std::vector<double> block_sum;
-  std::vector<int64_t> block_count;
-  double seconds = 0;
-  int64_t peak_kv_bytes = 0;
-  double MeanNll() const { return scored ? sum_nll / scored : NAN; }
-};
-
-// Sinks and window actually used by a policy (window and recompute spend the S + W budget on
-// recent tokens; dense keeps everything).
-void EffectiveShape(const stream::StreamOptions& o, const Model& m, RunResult* r) {
-  switch (o.policy) {
-    case stream::Policy::kSinks: r->sinks = o.sinks, r->window = o.window; break;
-    case stream::Policy::kWindow:
-    case stream::Policy::kRecompute: r->sinks = 0, r->window = o.sinks + o.window; break;
-    case stream::Policy::kDense: r->sinks = 0, r->window = m.config.max_seq_len; break;
-  }
-  r->budget = r->sinks + r->window;
-}
-
-// csv: null, or the open CSV; with_policy adds the policy column (--compare).
-RunResult RunPolicy(const Model& model, const stream::StreamOptions& options,
-                    const std::vector<int>& tokens, std::FILE* csv, bool with_policy) {
-  RunResult r;
-  r.policy = options.policy;
-  EffectiveShape(options, model, &r);
-  auto cache = stream::MakeStreamCache(model, options);
-  const int V = model.config.vocab_size;
-  const int64_t n = static_cast<int64_t>(tokens.size()) - 1;  // tokens scored
-  report::Progress progress(fmt::format("stream {}", stream::PolicyName(options.policy)), n, "tok");
-  const auto start = std::chrono::steady_clock::now();
-  const char* name = stream::PolicyName(options.policy);
-  for (int64_t i = 0; i < n; ++i) {
-    Tensor logits = cache->Step(tokens[i]);
-    const int64_t position = i + 1;  // position of the predicted token in the stream
-    const double nll = stream::TokenNll(logits.data(), V, tokens[i + 1]);
-    r.sum_nll += nll;
-    const size_t block = static_cast<size_t>(position / kBlock);
-    if (block >= r.block_sum.size()) {
-      r.block_sum.push_back(0);
-      r.block_count.push_back(0);
-    }
-    r.block_sum[block] += nll;
-    r.block_count[block] += 1;
-    if (csv) {
-      if (with_policy) std::fprintf(csv, "%s,", name);
-      std::fprintf(csv, "%lld,%d,%.6f\n", static_cast<long long>(position), tokens[i + 1], nll);
-    }
-    if ((i & 63) == 0) progress.Update(i);
-  }
-  progress.Update(n);
-  progress.Finish();
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  r.scored = n;
-  r.peak_kv_bytes = cache->peak_kv_bytes();
-  return r;
-}
 
 std::vector<std::string> SplitList(const std::string& text) {
   std::vector<std::string> out;
@@ -159,12 +96,13 @@ void RunStream(const StreamArgs& a) {
   Log(fmt::format("streaming {} tokens of {} through {} ({})", tokens.size(), input, a.model,
                   fmt::join(SplitList(a.compare.empty() ? a.policy : a.compare), ", ")));
 
-  std::vector<RunResult> results;
+  std::vector<StreamRun> results;
   auto run_all = [&](std::FILE* csv) {
     results.clear();
     const bool with_policy = !a.compare.empty();
     if (csv) std::fprintf(csv, "%sposition,token,nll\n", with_policy ? "policy," : "");
-    for (const auto& o : options) results.push_back(RunPolicy(model, o, tokens, csv, with_policy));
+    for (const auto& o : options)
+      results.push_back(RunStreamPolicy(model, o, tokens, csv, with_policy, /*keep_nll=*/false));
   };
   if (!a.csv.empty()) {
     WriteFileAtomic(a.csv, [&](std::FILE* f) { run_all(f); });
@@ -185,43 +123,16 @@ void RunStream(const StreamArgs& a) {
   std::fputs(report::FormatTable(rows).c_str(), stdout);
 
   if (!a.json.empty()) {
-    nlohmann::json doc;
-    doc["schema"] = "sinkscope.stream/1";
-    doc["model"] = a.model;
-    doc["text"] = input;
-    doc["tokens"] = tokens.size();
-    doc["bos"] = !a.no_bos;
-    doc["block_size"] = kBlock;
-    doc["settings"] = {{"sinks", a.sinks}, {"window", a.window}, {"force", a.force},
-                       {"max_tokens", a.max_tokens}};
-    doc["runs"] = nlohmann::json::array();
-    for (const auto& r : results) {
-      nlohmann::json blocks = nlohmann::json::array();
-      for (size_t b = 0; b < r.block_sum.size(); ++b)
-        blocks.push_back({{"first_position", std::max<int64_t>(1, b * kBlock)},
-                          {"tokens", r.block_count[b]},
-                          {"mean_nll", r.block_sum[b] / r.block_count[b]},
-                          {"perplexity", std::exp(r.block_sum[b] / r.block_count[b])}});
-      doc["runs"].push_back({{"policy", stream::PolicyName(r.policy)},
-                             {"sinks", r.sinks},
-                             {"window", r.window},
-                             {"cache_entries", r.budget},
-                             {"tokens_scored", r.scored},
-                             {"mean_nll", r.MeanNll()},
-                             {"perplexity", std::exp(r.MeanNll())},
-                             {"blocks", blocks},
-                             {"seconds", r.seconds},
-                             {"tokens_per_second", r.scored / std::max(r.seconds, 1e-9)},
-                             {"peak_kv_cache_bytes", r.peak_kv_bytes}});
-    }
-    report::WriteJson(a.json, doc);
+    const StreamDocument doc{a.model, input,   static_cast<int64_t>(tokens.size()), !a.no_bos,
+                             a.sinks, a.window, a.force, a.max_tokens};
+    report::WriteJson(a.json, StreamJson(doc, results));
   }
   if (!a.html.empty()) {
     report::HtmlPage page("sinkscope stream");
     page.Heading("Streaming perplexity", 1);
     page.Paragraph(fmt::format("Model {}, text {} ({} tokens), sinks {}, window {}. Perplexity of "
                                "each {}-token block as the text streams through the cache.",
-                               a.model, input, tokens.size(), a.sinks, a.window, kBlock));
+                               a.model, input, tokens.size(), a.sinks, a.window, kStreamBlock));
     page.Table(rows);
     std::vector<report::Series> series;
     double lo = INFINITY, hi = 0;
@@ -230,7 +141,7 @@ void RunStream(const StreamArgs& a) {
       s.name = fmt::format("{} ({}+{})", stream::PolicyName(r.policy), r.sinks, r.window);
       for (size_t b = 0; b < r.block_sum.size(); ++b) {
         const double ppl = std::exp(r.block_sum[b] / r.block_count[b]);
-        s.x.push_back(static_cast<double>(b * kBlock + r.block_count[b]));
+        s.x.push_back(static_cast<double>(b * kStreamBlock + r.block_count[b]));
         s.y.push_back(ppl);
         lo = std::min(lo, ppl);
         hi = std::max(hi, ppl);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -19,6 +20,9 @@
 #include "tokenizer/find.h"
 
 namespace ss::cli {
+
+void Log(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
+bool StderrIsTerminal() { return isatty(fileno(stderr)); }
 
 void ModelOptions::Add(CLI::App* cmd) {
   cmd->add_option("--model", model_path,

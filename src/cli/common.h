@@ -56,10 +56,11 @@ struct SampleOptions {
   int length = 64;
   uint64_t seed = 0;
   CLI::Option* prompt_option = nullptr;  // null when the verb has no --prompt
+  bool prompt_given = false;             // set by front ends without flags (the Python module)
   // Adds --samples (default `default_samples`), --length, --seed, --text, --tokenizer and, when
   // `prompt_and_tokens`, --prompt and --tokens (mutually exclusive with --text).
   void Add(CLI::App* cmd, int default_samples, bool prompt_and_tokens);
-  bool has_prompt() const { return prompt_option && prompt_option->count() > 0; }
+  bool has_prompt() const { return prompt_given || (prompt_option && prompt_option->count() > 0); }
   // Flag domains, the input files (regular files, not over kMaxInputTextBytes) and the memory the
   // samples of `conditions` conditions take (before anything is read or allocated).
   void Validate(int conditions) const;

@@ -10,13 +10,6 @@
 #include "kernels/parallel.h"
 #include "kernels/vecmath.h"
 
-namespace ss::cli {
-
-void Log(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
-bool StderrIsTerminal() { return isatty(fileno(stderr)); }
-
-}  // namespace ss::cli
-
 // OpenMP threads wait passively (sleep) between parallel regions unless the user chose a policy:
 // spinning threads waste a core whenever they wait, and on a busy machine they steal time from the
 // thread doing the work (measured with load 9 on 2 cores: analyze used 1.95 CPU-s spinning against

@@ -44,7 +44,24 @@ Progress::Progress(std::string label, int64_t total, std::string unit)
     : label_(std::move(label)), unit_(std::move(unit)), total_(total),
       enabled_(isatty(fileno(stderr))), start_(std::chrono::steady_clock::now()), last_draw_() {}
 
+namespace {
+ProgressPoll& InstalledPoll() {
+  static ProgressPoll poll;
+  return poll;
+}
+}  // namespace
+
+ScopedProgressPoll::ScopedProgressPoll(ProgressPoll poll) : previous_(std::move(InstalledPoll())) {
+  InstalledPoll() = std::move(poll);
+}
+ScopedProgressPoll::~ScopedProgressPoll() { InstalledPoll() = std::move(previous_); }
+
+void PollProgress() {
+  if (const ProgressPoll& poll = InstalledPoll()) poll();
+}
+
 void Progress::Update(int64_t done) {
+  PollProgress();
   if (!enabled_) return;
   auto now = std::chrono::steady_clock::now();
   if (done < total_ && now - last_draw_ < std::chrono::milliseconds(100)) return;

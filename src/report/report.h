@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -18,6 +19,24 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
 
 // A progress line on stderr, redrawn in place, shown only when stderr is a terminal (quiet when
 // piped or in CI). Shows done/total, rate and ETA.
+// A check every Progress::Update runs first, drawn or not, on the thread doing the work: the Python
+// module installs one that throws when Ctrl-C is pending, so a long computation stops at its next
+// progress point. Set it before the work starts and clear it after (ScopedProgressPoll); none by
+// default.
+using ProgressPoll = std::function<void()>;
+class ScopedProgressPoll {
+ public:
+  explicit ScopedProgressPoll(ProgressPoll poll);
+  ~ScopedProgressPoll();
+  ScopedProgressPoll(const ScopedProgressPoll&) = delete;
+  ScopedProgressPoll& operator=(const ScopedProgressPoll&) = delete;
+
+ private:
+  ProgressPoll previous_;
+};
+// Runs the installed poll (nothing when none is installed).
+void PollProgress();
+
 class Progress {
  public:
   Progress(std::string label, int64_t total, std::string unit = "it");

@@ -1,0 +1,126 @@
+"""sinkscope: attention sinks in transformer language models, from Python.
+
+The engine is the same C++ code as the ``sinkscope`` command line (the extension module
+``sinkscope._sinkscope``); arrays come back as numpy arrays and every result's ``to_json()`` is the
+JSON document the matching CLI verb writes.
+
+    import sinkscope
+    m = sinkscope.load("models/stories260K/stories260K.bin")
+    ids = m.tokenize("Once upon a time, there was a little girl named Lily.")
+    logits, cache = m.run_with_cache(ids, names=["blocks.0.attn.hook_pattern"])
+    r = sinkscope.analyze(m, conditions="bos,no-bos", samples=16, length=64)
+    print(r.conditions["bos"]["alpha"].shape)   # (K, L, H)
+
+Long calls (analyze, explain, trace, stream, forward) release the GIL; analyze, explain, trace and
+stream stop with KeyboardInterrupt on Ctrl-C at their next sample, forward pass, checkpoint or 64
+tokens. Engine errors raise ``sinkscope.Error`` (a ValueError) with the engine's message; a missing
+path raises FileNotFoundError.
+"""
+
+from __future__ import annotations
+
+import os
+
+# libgomp reads its wait policy once, when it is loaded: threads that sleep between parallel regions
+# instead of spinning (what the CLI sets too; see docs/DESIGN.md "Threads"). Only if the user chose
+# nothing and no other module has loaded libgomp yet.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+from . import _sinkscope  # noqa: E402
+from ._sinkscope import (  # noqa: E402,F401
+    AnalyzeResult,
+    Error,
+    ExplainResult,
+    HookPoint,
+    Model,
+    StreamResult,
+    TraceResult,
+    set_threads,
+    threads,
+)
+
+__all__ = [
+    "load", "analyze", "explain", "trace", "stream", "set_threads", "threads", "Model", "HookPoint",
+    "AnalyzeResult", "ExplainResult", "TraceResult", "StreamResult", "Error",
+]
+__version__ = "0.1.0"
+
+
+def _require_path(path, what):
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{what}: expected a path, got {type(path).__name__}")
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(2, f"{what}: no such file or directory", path)
+    return path
+
+
+def load(path, tokenizer=None, precision="f32"):
+    """Loads a model: a llama2.c ``.bin``, a GGUF file, or a Hugging Face directory (config.json +
+    safetensors). ``tokenizer`` overrides the tokenizer found beside the model; ``precision`` is
+    "f32" (default) or "bf16" for the matrix products (bf16 operands, f32 sums)."""
+    path = _require_path(path, "model")
+    tok = _require_path(tokenizer, "tokenizer") if tokenizer is not None else ""
+    return Model(path, tok, precision)
+
+
+def _conditions(conditions):
+    if isinstance(conditions, str):
+        return conditions
+    return ",".join(conditions)
+
+
+def analyze(model, input=None, *, conditions="bos,no-bos,random-p0,repeat", samples=64, length=64,
+            seed=0, first_k=4, eps=0.3, patterns="", attention="fused", prompt=False,
+            allow_long_context=False):
+    """Measures the model's attention sinks (``sinkscope analyze``).
+
+    ``input``: None (the built-in default text), a text (str) or token ids (without BOS: each
+    condition decides position 0). Samples of ``length`` tokens are cut at random offsets drawn from
+    ``seed``; with ``prompt=True`` the whole input is one sample. ``conditions``: a list or a
+    comma-separated string of bos, no-bos, random-p0, repeat. ``patterns``: heads whose mean (T, T)
+    pattern to keep, e.g. "0:3,1:*".
+
+    Returns an AnalyzeResult: ``conditions[name]`` is a dict of numpy arrays (``alpha`` (K, L, H),
+    ``sink_rate`` (K), ``sink_rate_per_layer`` (K, L), ``p0_norm_ratio`` (L), ...); ``to_json()`` is
+    the CLI's --json document."""
+    return _sinkscope.analyze(model, input, _conditions(conditions), samples, length, seed, first_k,
+                              eps, patterns, attention, prompt, allow_long_context)
+
+
+def explain(model, input=None, *, condition="bos", samples=16, length=64, seed=0, eps=0.3,
+            onset_threshold=0.5, amplification_threshold=3.0, share=0.8, intervention_samples=8,
+            max_components=6, ablation="mean", ablate="", prompt=False):
+    """Locates the P0 sink circuit with interventions at position 0 and fits the cone model
+    (``sinkscope explain``). ``ablate``: also measure knocking out this set at P0, e.g.
+    "mlp.1,head.0.3" (``ablation`` "mean" or "zero"). Returns an ExplainResult (``verdict``,
+    ``p0_norm_ratio``, ``sink_rate_per_layer``, ``to_json()``)."""
+    return _sinkscope.explain(model, input, condition, samples, length, seed, eps, onset_threshold,
+                              amplification_threshold, share, intervention_samples, max_components,
+                              ablation, ablate, prompt)
+
+
+def trace(checkpoints, *, samples=16, length=64, seed=0, text_file=None, tokenizer=None, eps=0.3,
+          onset_threshold=0.5, amplification_threshold=3.0, early_blocks=1, other_share=0.1,
+          stable_window=3, no_cache=False, precision="f32"):
+    """Sink profile and formation stage of every checkpoint of a run (``sinkscope trace``).
+    ``checkpoints``: a run directory, or a list of checkpoint directories / GGUF files. Returns a
+    TraceResult (``steps``, ``stages``, ``table()``, ``to_json()``)."""
+    if isinstance(checkpoints, (str, os.PathLike)):
+        checkpoints = [checkpoints]
+    paths = [_require_path(c, "checkpoints") for c in checkpoints]
+    text = _require_path(text_file, "text_file") if text_file is not None else ""
+    tok = _require_path(tokenizer, "tokenizer") if tokenizer is not None else ""
+    return _sinkscope.trace(paths, samples, length, seed, text, tok, eps, onset_threshold,
+                            amplification_threshold, early_blocks, other_share, stable_window,
+                            no_cache, precision)
+
+
+def stream(model, input, *, policy="sinks", sinks=4, window=252, force=False, max_tokens=0,
+           bos=True):
+    """Streaming perplexity through a bounded KV cache (``sinkscope stream``). ``input``: a text (str,
+    BOS first when ``bos``) or token ids. ``policy``: dense, window, sinks, recompute, or a list of
+    them (the CLI's --compare). Returns a StreamResult whose ``runs`` hold the per-token NLL as a
+    numpy vector (``runs[i]["nll"]``, position 1 onwards) and ``to_json()``."""
+    policies = [policy] if isinstance(policy, str) else list(policy)
+    return _sinkscope.stream(model, input, policies, sinks, window, force, max_tokens, bos)

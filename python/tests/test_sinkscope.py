@@ -1,0 +1,366 @@
+"""The Python module against the numpy reference values and against the CLI's JSON, on the real
+stories260K model; bad input raises Python exceptions and leaves the model usable."""
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import MODEL, REPO, load_json, run_cli
+
+REFERENCES = sorted((REPO / "tests" / "data" / "reference").glob("*.json"))
+TEXT = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park."
+
+
+def without(doc, *paths):
+    """A copy of a JSON document without the given keys ("a.b" for nested keys)."""
+    doc = json.loads(json.dumps(doc))
+    for path in paths:
+        *parents, last = path.split(".")
+        node = doc
+        for p in parents:
+            node = node[p]
+        node.pop(last, None)
+    return doc
+
+
+# ---- The engine against the independent float64 reference (tests/data/reference, numpy).
+
+@pytest.mark.parametrize("ref_path", REFERENCES, ids=lambda p: p.stem)
+def test_run_with_cache_matches_numpy_reference(model, ref_path):
+    ref = load_json(ref_path)
+    ids = np.array(ref["tokens"])
+    L = model.n_layers
+    names = [f"blocks.{l}.hook_resid_post" for l in range(L)] + \
+            [f"blocks.{l}.attn.hook_pattern" for l in range(L)]
+    logits, cache = model.run_with_cache(ids, names=names)
+    assert sorted(cache) == sorted(names)
+    worst = {}
+    # Logits reach about 20 here: compared relative to the largest (f32 holds 7 digits); the
+    # activations asked for, absolutely.
+    ref_logits = np.array(ref["logits"])
+    worst["logits (relative)"] = np.abs(logits - ref_logits).max() / np.abs(ref_logits).max()
+    for l in range(L):
+        hidden = np.array(ref["hidden_after_block"][l])
+        pattern = np.array(ref["attn"][l])
+        assert cache[f"blocks.{l}.hook_resid_post"].shape == hidden.shape
+        assert cache[f"blocks.{l}.attn.hook_pattern"].shape == pattern.shape
+        worst[f"resid_post.{l}"] = np.abs(cache[f"blocks.{l}.hook_resid_post"] - hidden).max()
+        worst[f"pattern.{l}"] = np.abs(cache[f"blocks.{l}.attn.hook_pattern"] - pattern).max()
+    print(f"{ref_path.stem}: largest difference {max(worst.values()):.3g} ({max(worst, key=worst.get)})")
+    for name, diff in worst.items():
+        assert diff < 1e-5, f"{name}: {diff}"
+    # forward() gives the same logits as run_with_cache (without the pattern hooks: fused attention).
+    assert np.abs(model.forward(ids) - logits).max() / np.abs(ref_logits).max() < 1e-5
+
+
+def test_tokenize_matches_reference_tokens(model):
+    for ref_path in REFERENCES:
+        ref = load_json(ref_path)
+        assert model.tokenize(ref["text"], bos=ref["bos"]).tolist() == ref["tokens"]
+        assert model.detokenize(ref["tokens"][1 if ref["bos"] else 0:]).strip() == ref["text"]
+
+
+def test_default_cache_names_exclude_patterns(model):
+    ids = model.tokenize(TEXT)
+    _, cache = model.run_with_cache(ids)
+    assert "hook_embed" in cache and "ln_final.hook_normalized" in cache
+    assert not any(name.endswith("hook_pattern") for name in cache)
+    assert cache["blocks.0.attn.hook_q"].shape == (len(ids), model.n_heads, model.config["head_dim"])
+    # The residual stream adds up: resid_post = resid_mid + mlp_out, resid_mid = resid_pre + attn_out.
+    for l in range(model.n_layers):
+        np.testing.assert_allclose(cache[f"blocks.{l}.hook_resid_post"],
+                                   cache[f"blocks.{l}.hook_resid_mid"] + cache[f"blocks.{l}.hook_mlp_out"],
+                                   atol=1e-5)
+        np.testing.assert_allclose(cache[f"blocks.{l}.hook_resid_mid"],
+                                   cache[f"blocks.{l}.hook_resid_pre"] + cache[f"blocks.{l}.hook_attn_out"],
+                                   atol=1e-5)
+
+
+def test_cache_memory_is_linear_in_length_without_patterns():
+    """T = 8192 with every hook but the patterns: the activations are O(T) (about 110 MB here); one
+    layer's pattern alone would be H x T^2 x 4 bytes = 2.1 GB."""
+    code = f"""
+import resource, numpy as np, sinkscope
+m = sinkscope.load({str(MODEL)!r})
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+ids = np.random.default_rng(0).integers(3, 512, 8192)
+logits, cache = m.run_with_cache(ids, allow_long_context=True)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(len(cache), sum(a.nbytes for a in cache.values()), (after - before) * 1024)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
+    assert out.returncode == 0, out.stderr
+    n, cached, grown = map(int, out.stdout.split())
+    print(f"T=8192: {n} activations, {cached / 2**20:.0f} MiB cached, peak RSS grew {grown / 2**20:.0f} MiB")
+    assert n > 40
+    assert grown < 3 * cached + (200 << 20)
+    assert grown < (1 << 30)
+
+
+# ---- Hooks: read, modify, replace; equal to the CLI's --ablate.
+
+def test_hook_zero_ablation_equals_cli_ablate(model, sinkscope, tmp_path):
+    """Zeroing blocks.1.hook_mlp_out at position 0 from Python gives the numbers explain --ablate
+    mlp.1 --ablation zero reports for that intervention (same sample: BOS + the prompt)."""
+    out = tmp_path / "explain.json"
+    run_cli("explain", "--model", MODEL, "--prompt", TEXT, "--conditions", "bos", "--ablate", "mlp.1",
+            "--ablation", "zero", "--json", out)
+    effect = next(e for e in load_json(out)["interventions"] if e["kind"] == "set")
+    eps = 0.3
+
+    def zero_p0(act, hook):
+        assert hook.name == "blocks.1.hook_mlp_out" and hook.layer == 1
+        act[0, :] = 0
+
+    ids = model.tokenize(TEXT, bos=True)
+    L, H = model.n_layers, model.n_heads
+    names = [f"blocks.{l}.attn.hook_pattern" for l in range(L)] + \
+            [f"blocks.{l}.hook_resid_post" for l in range(L)]
+    _, cache = model.run_with_cache(ids, names=names, hooks=[("blocks.1.hook_mlp_out", zero_p0)])
+    layer_sink = []
+    ratios = []
+    for l in range(L):
+        alpha0 = cache[f"blocks.{l}.attn.hook_pattern"][:, :, 0].mean(axis=1)  # (H): mean over queries
+        layer_sink.append(float((alpha0 > eps).mean()))
+        norms = np.linalg.norm(cache[f"blocks.{l}.hook_resid_post"].astype(np.float64), axis=1)
+        ratios.append(norms[0] / np.median(norms[1:]))
+    # sink_after: Sink_0^eps pooled over the heads of the layers after the intervened one.
+    assert np.mean(layer_sink[2:]) == pytest.approx(effect["sink_after"], abs=1e-12)
+    # norm_ratio_after: the largest P0 norm ratio over the layers from the intervened one on.
+    assert max(ratios[1:]) == pytest.approx(effect["norm_ratio_after"], rel=1e-5)
+    # The ablation changed something the clean run has.
+    _, clean = model.run_with_cache(ids, names=names[L:])
+    clean_ratio = max(np.linalg.norm(clean[f"blocks.{l}.hook_resid_post"][0]) /
+                      np.median(np.linalg.norm(clean[f"blocks.{l}.hook_resid_post"][1:], axis=1))
+                      for l in range(1, L))
+    assert clean_ratio == pytest.approx(effect["norm_ratio_clean"], rel=1e-5)
+    assert abs(clean_ratio - max(ratios[1:])) > 1e-4
+
+
+def test_hook_returning_an_array_replaces_the_activation(model):
+    ids = model.tokenize(TEXT)
+    seen = []
+
+    def patch(act, hook):
+        out = act.copy()
+        out[0] = 0
+        return out
+
+    def observe(act, hook):
+        seen.append(act.copy())
+
+    model.forward(ids, hooks=[("blocks.0.hook_resid_post", patch), ("blocks.0.hook_resid_post", observe)])
+    assert np.all(seen[0][0] == 0) and np.any(seen[0][1] != 0)
+
+
+def test_patching_changes_the_logits_and_clean_runs_are_unchanged(model):
+    ids = model.tokenize(TEXT)
+    clean = model.forward(ids)
+    patched = model.forward(ids, hooks=[("blocks.0.hook_resid_post",
+                                         lambda act, hook: np.zeros_like(act))])
+    assert np.abs(patched - clean).max() > 1e-3
+    assert np.array_equal(model.forward(ids), clean)
+
+
+# ---- The verbs from Python equal the CLI's JSON.
+
+def test_analyze_equals_cli_json(model, sinkscope, tmp_path):
+    out = tmp_path / "analyze.json"
+    args = ["--conditions", "bos,no-bos,random-p0", "--samples", 6, "--length", 48, "--seed", 3,
+            "--patterns", "0:1"]
+    run_cli("analyze", "--model", MODEL, *args, "--json", out)
+    r = sinkscope.analyze(model, conditions=["bos", "no-bos", "random-p0"], samples=6, length=48,
+                          seed=3, patterns="0:1")
+    assert json.loads(r.to_json()) == load_json(out)
+    bos = r.conditions["bos"]
+    assert bos["alpha"].shape == (4, model.n_layers, model.n_heads)
+    cli = load_json(out)
+    assert bos["patterns"][(0, 1)].shape == (48, 48)
+    # The arrays are the JSON's numbers.
+    cli_bos = next(c for c in cli["conditions"] if c["name"] == "bos")
+    assert np.allclose(bos["sink_rate_per_layer"][0], [x for x in cli_bos["sink_rate_per_layer"][0]])
+
+
+def test_analyze_from_ids_equals_cli_tokens_file(model, sinkscope, tmp_path):
+    ids = model.tokenize(TEXT * 8, bos=False)
+    tokens = tmp_path / "ids.txt"
+    tokens.write_text(" ".join(map(str, ids)) + "\n")
+    out = tmp_path / "analyze.json"
+    run_cli("analyze", "--model", MODEL, "--tokens", tokens, "--conditions", "bos", "--samples", 4,
+            "--length", 32, "--json", out)
+    r = sinkscope.analyze(model, ids, conditions="bos", samples=4, length=32)
+    cli = load_json(out)
+    assert cli["settings"]["source"] == f"token ids {tokens}"
+    assert without(json.loads(r.to_json()), "settings.source") == without(cli, "settings.source")
+
+
+def test_explain_equals_cli_json(model, sinkscope, tmp_path):
+    out = tmp_path / "explain.json"
+    run_cli("explain", "--model", MODEL, "--samples", 4, "--length", 32, "--intervention-samples", 2,
+            "--json", out)
+    r = sinkscope.explain(model, samples=4, length=32, intervention_samples=2)
+    assert without(json.loads(r.to_json()), "seconds") == without(load_json(out), "seconds")
+    assert r.verdict == load_json(out)["verdict"]
+    assert r.p0_norm_ratio.shape == (model.n_layers,)
+
+
+def test_stream_equals_cli_json(model, sinkscope, tmp_path):
+    ids = model.tokenize(TEXT * 6, bos=True)
+    tokens = tmp_path / "ids.txt"
+    tokens.write_text(" ".join(map(str, ids)) + "\n")
+    out = tmp_path / "stream.json"
+    csv = tmp_path / "nll.csv"
+    run_cli("stream", "--model", MODEL, "--tokens", tokens, "--compare", "window,sinks",
+            "--sinks", 2, "--window", 30, "--json", out, "--csv", csv)
+    r = sinkscope.stream(model, ids, policy=["window", "sinks"], sinks=2, window=30)
+    timing = [f"runs.{i}.{k}" for i in range(2) for k in ("seconds", "tokens_per_second")]
+    mine, cli = json.loads(r.to_json()), load_json(out)
+    for i in range(2):
+        for k in ("seconds", "tokens_per_second"):
+            mine["runs"][i].pop(k), cli["runs"][i].pop(k)
+    assert without(mine, "text", "model") == without(cli, "text", "model")
+    # The per-token NLL vector is the CLI's CSV column (6 decimals there).
+    rows = [line.split(",") for line in csv.read_text().splitlines()[1:]]
+    sinks_nll = np.array([float(row[3]) for row in rows if row[0] == "sinks"])
+    assert r.runs[1]["policy"] == "sinks" and r.runs[1]["nll"].shape == (len(ids) - 1,)
+    assert np.abs(r.runs[1]["nll"] - sinks_nll).max() < 1e-5
+    assert timing  # the keys compared above exist in both documents
+
+
+def test_trace_equals_cli_json(sinkscope, train_run, tmp_path):
+    out = tmp_path / "trace.json"
+    run_cli("trace", "--checkpoints", train_run, "--samples", 4, "--length", 32, "--no-cache",
+            "--json", out)
+    r = sinkscope.trace(train_run, samples=4, length=32, no_cache=True)
+    assert json.loads(r.to_json()) == load_json(out)
+    assert r.steps.tolist() == [2, 4, 6]
+    assert len(r.stages) == 3 and all(s != "failed" for s in r.stages)
+
+
+# ---- Bad input: Python exceptions with the engine's message; the model stays usable.
+
+def test_bad_input_raises_and_model_stays_usable(model, sinkscope, tmp_path):
+    ids = model.tokenize(TEXT)
+    with pytest.raises(FileNotFoundError):
+        sinkscope.load(tmp_path / "missing.bin")
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"not a model at all")
+    with pytest.raises(ValueError, match="bad.bin"):
+        sinkscope.load(bad)
+    with pytest.raises(sinkscope.Error, match="no tokens|empty"):
+        sinkscope.analyze(model, "", samples=2, length=8)
+    with pytest.raises(ValueError, match="not a hook name"):
+        model.run_with_cache(ids, names=["blocks.0.hook_nothing"])
+    with pytest.raises(ValueError, match="layer 9"):
+        model.run_with_cache(ids, names=["blocks.9.hook_resid_post"])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model.forward([1, 2, 100000])
+    with pytest.raises(ValueError, match="shape"):
+        model.forward(ids, hooks=[("blocks.0.hook_mlp_out", lambda a, h: a[:1])])
+    with pytest.raises(TypeError, match="float32"):
+        model.forward(ids, hooks=[("blocks.0.hook_mlp_out", lambda a, h: a.astype(np.float64))])
+
+    def boom(act, hook):
+        raise RuntimeError("boom from a hook")
+
+    with pytest.raises(RuntimeError, match="boom from a hook"):
+        model.forward(ids, hooks=[("blocks.2.hook_resid_pre", boom)])
+    with pytest.raises(ValueError, match="--eps|eps"):
+        sinkscope.analyze(model, eps=float("nan"), samples=2, length=8)
+    with pytest.raises(ValueError, match="condition"):
+        sinkscope.analyze(model, conditions="bos,nope", samples=2, length=8)
+    with pytest.raises(ValueError, match="policy"):
+        sinkscope.stream(model, ids, policy="nope")
+    with pytest.raises(ValueError, match="context"):
+        model.forward(np.ones(600, dtype=np.int64))
+    # Still usable, with the same results.
+    ref = load_json(REFERENCES[0])
+    logits, ref_logits = model.forward(ref["tokens"]), np.array(ref["logits"])
+    assert np.abs(logits - ref_logits).max() / np.abs(ref_logits).max() < 1e-5
+
+
+def test_long_calls_release_the_gil(model, sinkscope):
+    ticks = 0
+    done = threading.Event()
+
+    def work():
+        sinkscope.analyze(model, conditions="bos", samples=64, length=256)
+        done.set()
+
+    t = threading.Thread(target=work)
+    t.start()
+    while not done.is_set():
+        ticks += 1
+        time.sleep(0.001)
+    t.join()
+    assert ticks > 20
+
+
+def test_ctrl_c_interrupts_analyze():
+    code = f"""
+import sys, sinkscope
+m = sinkscope.load({str(MODEL)!r})
+print("started", flush=True)
+try:
+    sinkscope.analyze(m, conditions="bos", samples=100000, length=256)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    print(m.forward([1, 2, 3]).shape, flush=True)
+    sys.exit(0)
+sys.exit(3)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=os.environ)
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(1.0)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    elapsed = time.monotonic() - sent
+    assert proc.returncode == 0, err
+    assert "interrupted" in out and "(3, 512)" in out
+    print(f"stopped {elapsed:.2f} s after SIGINT")
+    assert elapsed < 20
+
+
+def test_plots_render(model, sinkscope, tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    matplotlib.use("Agg")
+    from sinkscope import plots
+    r = sinkscope.analyze(model, conditions="bos,no-bos", samples=2, length=32)
+    s = sinkscope.stream(model, model.tokenize(TEXT * 4), policy=["window", "sinks"], sinks=2,
+                         window=20)
+    for name, fig in [("heatmap", plots.alpha_heatmap(r, "bos")),
+                      ("rate", plots.sink_rate_per_layer(r)),
+                      ("norm", plots.p0_norm_ratio(r)),
+                      ("nll", plots.stream_nll(s))]:
+        path = tmp_path / f"{name}.png"
+        fig.savefig(path)
+        assert path.stat().st_size > 5000, name
+
+
+def test_type_stub_covers_the_api(sinkscope):
+    """Every public name and every public method or property of the classes has a type hint in
+    __init__.pyi (shipped with the package)."""
+    import ast
+    import pathlib
+    stub = ast.parse((pathlib.Path(sinkscope.__file__).parent / "__init__.pyi").read_text())
+    top = {n.name: n for n in stub.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    missing = [name for name in sinkscope.__all__ if name not in top]
+    for name, node in top.items():
+        if isinstance(node, ast.ClassDef) and hasattr(sinkscope, name):
+            members = {n.name for n in node.body if isinstance(n, ast.FunctionDef)} | \
+                      {n.target.id for n in node.body if isinstance(n, ast.AnnAssign)}
+            cls = getattr(sinkscope, name)
+            if isinstance(cls, type) and not issubclass(cls, BaseException):
+                missing += [f"{name}.{a}" for a in dir(cls) if not a.startswith("_") and a not in members]
+    assert not missing, missing
