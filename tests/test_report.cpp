@@ -30,6 +30,17 @@ TEST(Report, ChartsAndPageAreSelfContained) {
   EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // no remote resources
 }
 
+// Fuzz finding: x values near 1.6e16 that differ by a few units made the tick loop step by less
+// than the values' spacing (v += step left v unchanged) and grow until memory ran out.
+TEST(Report, ChartTicksOnAHugeNarrowRangeEnd) {
+  const double x0 = 15552777777777777.0;
+  const std::string chart = LineChart({{"s", {x0, x0 + 2, x0 + 4}, {1, 2, 3}}}, {.title = "t"});
+  EXPECT_NE(chart.find("</svg>"), std::string::npos);
+  EXPECT_LT(chart.size(), 100000u);
+  const std::string wide = LineChart({{"s", {1, 2, 1.5e16}, {0, 1e300, -1e300}}}, {.title = "t"});
+  EXPECT_NE(wide.find("</svg>"), std::string::npos);
+}
+
 TEST(Report, WriteJsonIsAtomicAndFailsClearly) {
   auto path = (std::filesystem::temp_directory_path() / "sinkscope_report_test.json").string();
   WriteJson(path, {{"schema", "x/1"}});

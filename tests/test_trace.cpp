@@ -124,6 +124,29 @@ TEST(TraceStages, ProfileJsonRoundTrip) {
   EXPECT_THROW(trace::ProfileFromJson(bad, "bad"), Error);
 }
 
+// Fuzz findings (fuzz/seeds/fuzz_trace_cache/regression-*): a float where an integer belongs was
+// converted with undefined behaviour (3.3e44 to int), and a layer outside the profile was accepted.
+TEST(TraceStages, ProfileJsonIntegersAreCheckedIntegers) {
+  const nlohmann::json good = trace::ProfileJson(MakeProfile({0.1, 0.9}, {1.5, 30.25}, 0.125));
+  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"n_layers", 3.33333e44}, {"n_layers", 2.5}, {"n_heads", -1}, {"n_layers", "2"},
+           {"onset_layer", 91}, {"amplification_layer", -2}, {"n_layers", 18446744073709551615ull}}) {
+    nlohmann::json bad = good;
+    bad[key] = value;
+    try {
+      trace::ProfileFromJson(bad, "cache.json");
+      ADD_FAILURE() << key << " = " << value.dump() << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cache.json: '" + key + "'"), std::string::npos) << e.what();
+    }
+  }
+  nlohmann::json result = {{"path", "run/step-100"}, {"step", 1.00778e47}, {"step_source", "name"},
+                           {"ok", true}, {"profile", good}};
+  EXPECT_THROW(trace::ResultFromJson(result), Error);
+  result["step"] = 100;
+  EXPECT_EQ(trace::ResultFromJson(result).ref.step, 100);
+}
+
 TEST(TraceFind, StepFromNames) {
   EXPECT_EQ(trace::ReadStep("/runs/x/step-1000"), 1000);
   EXPECT_EQ(trace::ReadStep("/runs/x/checkpoint-250"), 250);

@@ -413,8 +413,18 @@ TEST(TrainBadInput, TrainerStateRngWords) {
   }
   EXPECT_NE(ErrorOf([&] { ParseTrainerState(state("1"), "s.json", 11); }).find("10 parameters, the config needs 11"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] { ParseTrainerState("{\"step\": 1}", "s.json", 10); }).find("malformed trainer state"),
+  EXPECT_NE(ErrorOf([&] { ParseTrainerState("{\"step\": 1}", "s.json", 10); }).find("s.json: missing 'adam_t'"),
             std::string::npos);
+  EXPECT_NE(ErrorOf([&] { ParseTrainerState("{\"step\": 1", "s.json", 10); }).find("malformed trainer state"),
+            std::string::npos);
+  // Integers must be JSON integers in range (a float was converted silently, out of range with
+  // undefined behaviour).
+  for (const std::string step : {"2.5", "3.3e44", "-1", "4294967296"}) {
+    std::string text = state("1");
+    text.replace(text.find("\"step\": 3"), 9, "\"step\": " + step);
+    EXPECT_NE(ErrorOf([&] { ParseTrainerState(text, "s.json", 10); }).find("s.json: 'step' must be an integer"),
+              std::string::npos) << step;
+  }
 }
 
 // Found by fuzz_train_config: a number no double holds made nlohmann::json throw out_of_range (406),

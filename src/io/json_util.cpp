@@ -1,5 +1,7 @@
 #include "io/json_util.h"
 
+#include <limits>
+
 #include <set>
 #include <vector>
 
@@ -34,6 +36,17 @@ nlohmann::json ParseJsonStrict(std::string_view text, const std::string& source,
   } catch (const json::exception& e) {
     Fail("{}: malformed {}: {}", source, what, e.what());
   }
+}
+
+int64_t JsonInteger(const nlohmann::json& j, const char* key, int64_t lo, int64_t hi,
+                    const std::string& source) {
+  if (!j.is_object() || !j.contains(key)) Fail("{}: missing '{}'", source, key);
+  const nlohmann::json& v = j[key];
+  const bool too_large = v.is_number_unsigned() &&
+                         v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  if (!v.is_number_integer() || too_large || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+    Fail("{}: '{}' must be an integer in [{}, {}], got {}", source, key, lo, hi, v.dump().substr(0, 40));
+  return v.get<int64_t>();
 }
 
 }  // namespace ss

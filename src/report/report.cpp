@@ -221,7 +221,12 @@ std::vector<double> Ticks(double lo, double hi, int target) {
       step = m * mag;
       break;
     }
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) ticks.push_back(v);
+  // Counted, not stepped: with a range far below the magnitude (steps near 1e16) v += step would
+  // not move v, and the loop would never end (found by fuzzing the trace report).
+  const double first = std::ceil(lo / step) * step;
+  const double count = std::floor((hi - first) / step + 1e-9) + 1;
+  if (!(count >= 1 && count <= 4.0 * target + 4) || first + step == first) return {lo, hi};
+  for (int i = 0; i < static_cast<int>(count); ++i) ticks.push_back(first + i * step);
   return ticks;
 }
 

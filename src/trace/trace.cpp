@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <regex>
 
 #include "common/error.h"
+#include "io/json_util.h"
 #include "common/file_util.h"
 #include "common/sha256.h"
 #include "io/load.h"
@@ -278,8 +280,9 @@ nlohmann::json ProfileJson(const Profile& p) {
 Profile ProfileFromJson(const nlohmann::json& j, const std::string& source) {
   Profile p;
   try {
-    p.n_layers = j.at("n_layers").get<int>();
-    p.n_heads = j.at("n_heads").get<int>();
+    // Layer and head counts as a model can have them (far below what the arrays could allocate).
+    p.n_layers = static_cast<int>(JsonInteger(j, "n_layers", 0, 1 << 20, source));
+    p.n_heads = static_cast<int>(JsonInteger(j, "n_heads", 0, 1 << 20, source));
     p.sink_rate = j.at("sink_rate").get<std::vector<double>>();
     p.alpha0 = j.at("alpha0").get<std::vector<double>>();
     p.alpha1 = j.at("alpha1").get<std::vector<double>>();
@@ -287,8 +290,9 @@ Profile ProfileFromJson(const nlohmann::json& j, const std::string& source) {
     p.p0_norm_ratio = j.at("p0_norm_ratio").get<std::vector<double>>();
     p.other_sink_share = j.at("other_sink_share").get<double>();
     p.alpha1_share = j.at("alpha1_share").get<double>();
-    p.onset_layer = j.at("onset_layer").get<int>();
-    p.amplification_layer = j.at("amplification_layer").get<int>();
+    const int last = std::max(-1, p.n_layers - 1);  // -1: none
+    p.onset_layer = static_cast<int>(JsonInteger(j, "onset_layer", -1, last, source));
+    p.amplification_layer = static_cast<int>(JsonInteger(j, "amplification_layer", -1, last, source));
     p.loss = j.at("loss").get<double>();
   } catch (const nlohmann::json::exception& e) {
     Fail("{}: not a sinkscope trace profile ({})", source, e.what());
@@ -379,7 +383,7 @@ nlohmann::json ResultJson(const CheckpointResult& r) {
 CheckpointResult ResultFromJson(const nlohmann::json& j) {
   CheckpointResult r;
   r.ref.path = j.at("path").get<std::string>();
-  r.ref.step = j.at("step").get<int64_t>();
+  r.ref.step = JsonInteger(j, "step", -1, std::numeric_limits<int64_t>::max(), r.ref.path);
   r.ref.step_source = j.at("step_source").get<std::string>();
   r.ok = j.at("ok").get<bool>();
   if (r.ok) r.profile = ProfileFromJson(j.at("profile"), r.ref.path);

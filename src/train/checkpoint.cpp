@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "io/json_util.h"
 #include "common/file_util.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
@@ -220,9 +222,9 @@ TrainerState ParseTrainerState(std::string_view text, const std::string& path, i
   TrainerState s;
   try {
     const nlohmann::json st = nlohmann::json::parse(text);
-    s.step = st.at("step").get<int>();
-    s.adam_t = st.at("adam_t").get<int64_t>();
-    s.tokens_seen = st.at("tokens_seen").get<int64_t>();
+    s.step = static_cast<int>(JsonInteger(st, "step", 0, std::numeric_limits<int>::max(), path));
+    s.adam_t = JsonInteger(st, "adam_t", 0, std::numeric_limits<int64_t>::max(), path);
+    s.tokens_seen = JsonInteger(st, "tokens_seen", 0, std::numeric_limits<int64_t>::max(), path);
     for (int i = 0; i < 4; ++i) {
       // 64-bit words as hex strings (JSON numbers are doubles to many readers).
       const std::string word = st.at("rng").at(i).get<std::string>();
@@ -231,7 +233,7 @@ TrainerState ParseTrainerState(std::string_view text, const std::string& path, i
       if (!hex) Fail("{}: rng[{}] = '{}' is not a 64-bit hexadecimal word", path, i, word.substr(0, 40));
       s.rng[i] = std::stoull(word, nullptr, 16);
     }
-    const int64_t params = st.at("parameters").get<int64_t>();
+    const int64_t params = JsonInteger(st, "parameters", 0, std::numeric_limits<int64_t>::max(), path);
     if (params != n_params) Fail("{}: {} parameters, the config needs {}", path, params, n_params);
   } catch (const nlohmann::json::exception& e) {
     Fail("{}: malformed trainer state: {}", path, e.what());

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <limits>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -42,7 +44,9 @@ void TruncateLog(const std::string& path, int max_step, bool json) {
     int step = -1;
     if (json) {
       const auto j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.contains("step")) step = j["step"].get<int>();
+      if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() &&
+          std::abs(j["step"].get<int64_t>()) <= std::numeric_limits<int>::max())
+        step = static_cast<int>(j["step"].get<int64_t>());
     } else {
       step = std::atoi(line.c_str());
       if (line.rfind("step", 0) == 0) step = 0;  // header
