@@ -64,6 +64,13 @@ def load(path, tokenizer=None, precision="f32"):
     return Model(path, tok, precision)
 
 
+def _input(input):
+    """A list of texts becomes one text (joined by blank lines): the stream samples are cut from."""
+    if isinstance(input, (list, tuple)) and input and all(isinstance(t, str) for t in input):
+        return "\n\n".join(input)
+    return input
+
+
 def _conditions(conditions):
     if isinstance(conditions, str):
         return conditions
@@ -75,8 +82,8 @@ def analyze(model, input=None, *, conditions="bos,no-bos,random-p0,repeat", samp
             allow_long_context=False):
     """Measures the model's attention sinks (``sinkscope analyze``).
 
-    ``input``: None (the built-in default text), a text (str) or token ids (without BOS: each
-    condition decides position 0). Samples of ``length`` tokens are cut at random offsets drawn from
+    ``input``: None (the built-in default text), a text (str), a list of texts (joined by blank
+    lines) or token ids (without BOS: each condition decides position 0). Samples of ``length`` tokens are cut at random offsets drawn from
     ``seed``; with ``prompt=True`` the whole input is one sample. ``conditions``: a list or a
     comma-separated string of bos, no-bos, random-p0, repeat. ``patterns``: heads whose mean (T, T)
     pattern to keep, e.g. "0:3,1:*".
@@ -84,7 +91,7 @@ def analyze(model, input=None, *, conditions="bos,no-bos,random-p0,repeat", samp
     Returns an AnalyzeResult: ``conditions[name]`` is a dict of numpy arrays (``alpha`` (K, L, H),
     ``sink_rate`` (K), ``sink_rate_per_layer`` (K, L), ``p0_norm_ratio`` (L), ...); ``to_json()`` is
     the CLI's --json document."""
-    return _sinkscope.analyze(model, input, _conditions(conditions), samples, length, seed, first_k,
+    return _sinkscope.analyze(model, _input(input), _conditions(conditions), samples, length, seed, first_k,
                               eps, patterns, attention, prompt, allow_long_context)
 
 
@@ -95,7 +102,7 @@ def explain(model, input=None, *, condition="bos", samples=16, length=64, seed=0
     (``sinkscope explain``). ``ablate``: also measure knocking out this set at P0, e.g.
     "mlp.1,head.0.3" (``ablation`` "mean" or "zero"). Returns an ExplainResult (``verdict``,
     ``p0_norm_ratio``, ``sink_rate_per_layer``, ``to_json()``)."""
-    return _sinkscope.explain(model, input, condition, samples, length, seed, eps, onset_threshold,
+    return _sinkscope.explain(model, _input(input), condition, samples, length, seed, eps, onset_threshold,
                               amplification_threshold, share, intervention_samples, max_components,
                               ablation, ablate, prompt)
 

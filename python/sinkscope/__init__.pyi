@@ -10,7 +10,7 @@ __version__: str
 
 PathLike = Union[str, os.PathLike[str]]
 Ids = Union[Sequence[int], npt.NDArray[np.integer[Any]]]
-Input = Union[None, str, Ids]
+Input = Union[None, str, Sequence[str], Ids]
 # A hook gets a float32 copy of the activation (change it in place, or return a replacement of the
 # same shape and dtype) and the HookPoint it runs at.
 HookFunction = Callable[[npt.NDArray[np.float32], "HookPoint"], Optional[npt.NDArray[np.float32]]]

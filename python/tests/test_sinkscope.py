@@ -202,6 +202,13 @@ def test_analyze_from_ids_equals_cli_tokens_file(model, sinkscope, tmp_path):
     assert without(json.loads(r.to_json()), "settings.source") == without(cli, "settings.source")
 
 
+def test_analyze_list_of_texts_is_one_stream(model, sinkscope):
+    parts = [TEXT, "The dog ran to the park.", TEXT]
+    a = sinkscope.analyze(model, parts, conditions="bos", samples=3, length=16, seed=1)
+    b = sinkscope.analyze(model, "\n\n".join(parts), conditions="bos", samples=3, length=16, seed=1)
+    assert a.to_json() == b.to_json()
+
+
 def test_explain_equals_cli_json(model, sinkscope, tmp_path):
     out = tmp_path / "explain.json"
     run_cli("explain", "--model", MODEL, "--samples", 4, "--length", 32, "--intervention-samples", 2,
