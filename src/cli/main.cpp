@@ -9,6 +9,7 @@
 #include "kernels/gemm_bf16.h"
 #include "kernels/parallel.h"
 #include "kernels/vecmath.h"
+#include "serve/serve.h"
 
 // OpenMP threads wait passively (sleep) between parallel regions unless the user chose a policy:
 // spinning threads waste a core whenever they wait, and on a busy machine they steal time from the
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   ss::cli::RegisterChat(app);
   ss::cli::RegisterTrace(app);
   ss::cli::RegisterExplain(app);
+  ss::serve::RegisterServe(app);
   // --threads on every verb (train declares its own, stored in its config): one OpenMP pool for
   // our kernels and OpenBLAS, sized before the verb runs.
   for (CLI::App* verb : app.get_subcommands([](CLI::App*) { return true; })) {

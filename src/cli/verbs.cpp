@@ -32,6 +32,15 @@ void ValidateAnalyze(const AnalyzeRequest& r) {
     Fail("--attention: expected fused or materialised, got '{}'", r.attn_path);
 }
 
+std::vector<std::vector<int>> AnalysisSamples(const Model& model, const SampleStream& input,
+                                              const AnalyzeRequest& r, analysis::Condition condition) {
+  const ModelConfig& c = model.config;
+  analysis::SampleSpec spec{r.input.samples, r.input.length, r.input.seed,
+                            c.vocab_size,    c.bos_id,       c.eos_id};
+  if (r.input.has_prompt()) return {analysis::PromptSample(input.tokens, condition, spec)};
+  return analysis::BuildSamples(input.tokens, condition, spec, input.flag);
+}
+
 analysis::AnalyzeReport RunAnalysis(const Model& model, const SampleStream& input,
                                     const AnalyzeRequest& r) {
   ValidateAnalyze(r);
@@ -42,16 +51,8 @@ analysis::AnalyzeReport RunAnalysis(const Model& model, const SampleStream& inpu
   // comes from the prompt and is checked below).
   if (!has_prompt) CheckLength(c, r.input.length, r.allow_long_context, /*has_allow_flag=*/true);
 
-  analysis::SampleSpec spec{r.input.samples, r.input.length, r.input.seed,
-                            c.vocab_size,    c.bos_id,       c.eos_id};
   std::vector<std::vector<std::vector<int>>> samples;
-  for (analysis::Condition cond : r.conditions) {
-    if (has_prompt) {
-      samples.push_back({analysis::PromptSample(input.tokens, cond, spec)});
-    } else {
-      samples.push_back(analysis::BuildSamples(input.tokens, cond, spec, input.flag));
-    }
-  }
+  for (analysis::Condition cond : r.conditions) samples.push_back(AnalysisSamples(model, input, r, cond));
   int T = 0;
   for (const auto& s : samples) T = std::max(T, static_cast<int>(s[0].size()));
   if (T < 2) Fail("{}: {} token(s); the analysis needs at least 2", input.flag, T);

@@ -33,6 +33,10 @@ struct AnalyzeRequest {
 
 // Checks the settings that need no model (flag domains, the condition list, the attention path).
 void ValidateAnalyze(const AnalyzeRequest& request);
+// The samples analyze cuts from `input` for one condition (a single sample with a prompt).
+std::vector<std::vector<int>> AnalysisSamples(const Model& model, const SampleStream& input,
+                                              const AnalyzeRequest& request,
+                                              analysis::Condition condition);
 // Cuts the samples of every condition from `input`, runs them and returns the report (model identity
 // and settings filled in). Progress lines per condition (report::Progress, which also runs the
 // installed poll).
