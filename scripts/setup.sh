@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs sinkscope's build and test dependencies from Debian packages (Debian 12), then configures
 # and builds into ./build. Safe to run again. Usage: scripts/setup.sh [--with-extras]
-#   --with-extras also installs what the benchmarks' peers and the HTML-report test use
-#   (python3-torch, chromium).
+#   --with-extras also installs what the benchmarks' PyTorch peers use (python3-torch).
+# Chromium is part of the base set: the viewer's browser tests and the HTML-report render test run
+# in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,9 +12,9 @@ packages=(build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev libsentencepiece-dev
   libopenmpi-dev openmpi-bin clang-14 libclang-rt-14-dev
   python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib python3-setuptools
-  python3-wheel python3-venv)
+  python3-wheel python3-venv libcpp-httplib-dev chromium)
 if [[ "${1:-}" == "--with-extras" ]]; then
-  packages+=(python3-torch chromium)
+  packages+=(python3-torch)
 fi
 
 missing=()

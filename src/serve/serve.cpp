@@ -247,7 +247,12 @@ class Server {
     return it->second;
   }
 
-  // The queries and keys of one layer on the run's first sample of `condition` (cached).
+  // Thrown by the last hook a pattern request needs: the blocks after it would change nothing.
+  struct StopForward {};
+
+  // The queries and keys of one layer on the run's first sample of `condition`. One forward pass
+  // captures every layer up to `layer` that is not cached yet and stops there (a T = 8192 pass of
+  // all blocks is the slow part of the first click).
   std::pair<const Tensor*, const Tensor*> QueryKeys(Run& run, const std::string& condition, int layer) {
     auto it = run.first_sample.find(condition);
     if (it == run.first_sample.end()) Fail("condition '{}' is not in this run", condition);
@@ -257,15 +262,25 @@ class Server {
       const std::vector<int>& ids = it->second;
       const ModelConfig& c = model_.config;
       Hooks hooks;
-      hooks.Add(HookPoint::kQ, layer, [&](const HookContext&, Tensor& a) { slot.first = a.Copy(); });
-      hooks.Add(HookPoint::kK, layer, [&](const HookContext&, Tensor& a) { slot.second = a.Copy(); });
+      for (int l = 0; l <= layer; ++l) {
+        auto& s = run.qk[{condition, l}];
+        if (!s.first.empty()) continue;
+        hooks.Add(HookPoint::kQ, l, [&s](const HookContext&, Tensor& a) { s.first = a.Copy(); });
+        hooks.Add(HookPoint::kK, l, [&s, l, layer](const HookContext&, Tensor& a) {
+          s.second = a.Copy();
+          if (l == layer) throw StopForward{};
+        });
+      }
       KVCache cache = KVCache::CreateSingleUse(c, static_cast<int>(ids.size()));
       RunState state;
       ForwardRequest fr;
       fr.tokens = ids;
       fr.logits = LogitsMode::kNone;
       fr.hooks = &hooks;
-      Forward(model_, cache, state, fr);
+      try {
+        Forward(model_, cache, state, fr);
+      } catch (const StopForward&) {
+      }
     }
     return {&slot.first, &slot.second};
   }
@@ -426,9 +441,13 @@ class Server {
     http_.Post("/api/stream", Handle([this](const httplib::Request& r) { return Stream(r); }));
     // Anything else, including any path that looks like a file: 404 (nothing is served from disk).
     http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (res.body.empty())
-        res.set_content(Dump({{"error", fmt::format("{} {}: not found", req.method, req.path)}}),
-                        "application/json");
+      if (!res.body.empty()) return;
+      std::string message = fmt::format("{} {}: HTTP {}", req.method, req.path, res.status);
+      if (res.status == 404) message = fmt::format("{} {}: not found", req.method, req.path);
+      if (res.status == 413)
+        message = fmt::format("{} {}: the request body is too large (at most {} bytes of JSON, sent "
+                              "with Content-Type: application/json)", req.method, req.path, kMaxBodyBytes);
+      res.set_content(Dump({{"error", message}}), "application/json");
     });
   }
 
