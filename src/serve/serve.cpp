@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "analysis/analyze_report.h"
@@ -319,14 +320,32 @@ class Server {
     return {{"run", id}, {"report", analysis::ReportJson(rep)}, {"tokens", tokens}};
   }
 
-  json Pattern(const httplib::Request& req) {
-    auto run = FindRun(req);
+  // The head a pattern or row request names, with its layer's queries and keys.
+  struct HeadRequest {
+    std::shared_ptr<Run> run;
+    std::string condition;
+    int layer = 0, head = 0, T = 0;
+    const Tensor* q = nullptr;
+    const Tensor* k = nullptr;
+  };
+  HeadRequest ParseHead(const httplib::Request& req) {
+    HeadRequest h;
+    h.run = FindRun(req);
     const ModelConfig& c = model_.config;
-    const std::string condition = req.get_param_value("condition");
-    const int layer = QueryInt(req, "layer", -1, 0, c.n_layers - 1);
-    const int head = QueryInt(req, "head", -1, 0, c.n_heads - 1);
-    auto [q, k] = QueryKeys(*run, condition, layer);
-    const int T = static_cast<int>(q->dim(0));
+    h.condition = req.get_param_value("condition");
+    h.layer = QueryInt(req, "layer", -1, 0, c.n_layers - 1);
+    h.head = QueryInt(req, "head", -1, 0, c.n_heads - 1);
+    std::tie(h.q, h.k) = QueryKeys(*h.run, h.condition, h.layer);
+    h.T = static_cast<int>(h.q->dim(0));
+    return h;
+  }
+
+  json Pattern(const httplib::Request& req) {
+    const HeadRequest h = ParseHead(req);
+    const ModelConfig& c = model_.config;
+    const std::string& condition = h.condition;
+    const int layer = h.layer, head = h.head, T = h.T;
+    const Tensor *q = h.q, *k = h.k;
     const int q0 = QueryInt(req, "q0", 0, 0, T - 1), q1 = QueryInt(req, "q1", T, q0 + 1, T);
     const int k0 = QueryInt(req, "k0", 0, 0, T - 1), k1 = QueryInt(req, "k1", T, k0 + 1, T);
     const int bins = QueryInt(req, "bins", 256, 1, kMaxBins);
@@ -338,13 +357,13 @@ class Server {
   }
 
   json Row(const httplib::Request& req) {
-    auto run = FindRun(req);
+    const HeadRequest h = ParseHead(req);
     const ModelConfig& c = model_.config;
-    const std::string condition = req.get_param_value("condition");
-    const int layer = QueryInt(req, "layer", -1, 0, c.n_layers - 1);
-    const int head = QueryInt(req, "head", -1, 0, c.n_heads - 1);
-    auto [q, k] = QueryKeys(*run, condition, layer);
-    const int T = static_cast<int>(q->dim(0));
+    const int T = h.T;
+    const auto& run = h.run;
+    const std::string& condition = h.condition;
+    const int head = h.head;
+    const Tensor *q = h.q, *k = h.k;
     const int query = QueryInt(req, "query", -1, 0, T - 1);
     const int top = QueryInt(req, "top", 10, 1, 100);
     const std::vector<float> p = ComputePatternRow(c, q->data(), k->data(), T, head, query);
