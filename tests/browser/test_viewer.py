@@ -235,6 +235,12 @@ def test_analyze_heatmap_and_pattern_match_the_json(page, server):
                     ".getImageData(0, 0, c.width, c.height).data; let n = 0; for (let i = 0; i < d.length; i += 4)"
                     " if (d[i] > 120) n++; return n; })()")
     assert lit > 1000  # the diagonal and the bright cells are drawn
+    # Hovering names the real tokens of the query and key under the pointer.
+    rect = page.eval("(() => { const r = document.getElementById('pattern-canvas').getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()")
+    page.send("Input.dispatchMouseEvent", type="mouseMoved", x=rect[0] + rect[2] * 0.01, y=rect[1] + rect[3] * 0.99)
+    tokens = page.eval("window.viewer.tokens['no-bos']")
+    hover = page.wait_for("document.getElementById('hover').textContent.startsWith('query 47')")
+    assert json.dumps(tokens[47]) in page.eval("document.getElementById('hover').textContent") and hover
     # Click a query row: its top keys.
     page.click("#pattern-canvas", dx=0.2, dy=0.8)
     page.wait_for("window.viewer.row")
