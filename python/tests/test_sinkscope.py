@@ -311,6 +311,23 @@ def test_long_calls_release_the_gil(model, sinkscope):
     assert ticks > 20
 
 
+def test_concurrent_calls_from_two_threads_equal_serial_ones(model, sinkscope):
+    kwargs = [dict(conditions="bos", samples=8, length=64, seed=1),
+              dict(conditions="no-bos,repeat", samples=6, length=48, seed=2)]
+    serial = [sinkscope.analyze(model, **k).to_json() for k in kwargs]
+    out = [None, None]
+
+    def work(i):
+        out[i] = sinkscope.analyze(model, **kwargs[i]).to_json()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == serial
+
+
 def test_ctrl_c_interrupts_analyze():
     code = f"""
 import sys, sinkscope

@@ -45,8 +45,10 @@ Progress::Progress(std::string label, int64_t total, std::string unit)
       enabled_(isatty(fileno(stderr))), start_(std::chrono::steady_clock::now()), last_draw_() {}
 
 namespace {
+// Per thread: the work and its progress points run on the thread that installed the poll, and two
+// threads (two Python threads, each in its own analyze) must not see each other's.
 ProgressPoll& InstalledPoll() {
-  static ProgressPoll poll;
+  thread_local ProgressPoll poll;
   return poll;
 }
 }  // namespace

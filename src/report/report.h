@@ -21,7 +21,7 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
 // piped or in CI). Shows done/total, rate and ETA.
 // A check every Progress::Update runs first, drawn or not, on the thread doing the work: the Python
 // module installs one that throws when Ctrl-C is pending, so a long computation stops at its next
-// progress point. Set it before the work starts and clear it after (ScopedProgressPoll); none by
+// progress point. Installed per thread, for the scope of the work (ScopedProgressPoll); none by
 // default.
 using ProgressPoll = std::function<void()>;
 class ScopedProgressPoll {
