@@ -46,6 +46,16 @@ __all__ = [
 __version__ = "0.1.0"
 
 
+def _data(self):
+    """The result as a Python dict: the parsed to_json() document (the CLI's schema)."""
+    import json
+    return json.loads(self.to_json())
+
+
+for _cls in (AnalyzeResult, ExplainResult, TraceResult, StreamResult):
+    _cls.data = property(_data, doc=_data.__doc__)
+
+
 def _require_path(path, what):
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{what}: expected a path, got {type(path).__name__}")

@@ -215,7 +215,8 @@ def test_explain_equals_cli_json(model, sinkscope, tmp_path):
             "--json", out)
     r = sinkscope.explain(model, samples=4, length=32, intervention_samples=2)
     assert without(json.loads(r.to_json()), "seconds") == without(load_json(out), "seconds")
-    assert r.verdict == load_json(out)["verdict"]
+    assert r.verdict == load_json(out)["verdict"] == r.data["verdict"]
+    assert len(r.data["layers"]) == model.n_layers
     assert r.p0_norm_ratio.shape == (model.n_layers,)
 
 
