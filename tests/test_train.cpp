@@ -464,6 +464,14 @@ TEST(TrainBadInput, ImpossibleShapes) {
   c.n_experts = 4; c.n_experts_per_tok = 5;
   EXPECT_NE(ErrorOf([&] { c.Validate("cfg.json"); }).find("top-k"), std::string::npos);
   EXPECT_NE(ErrorOf([&] { Preset("nope"); }).find("unknown preset 'nope'"), std::string::npos);
+  // Found by fuzz_train_config (UBSan): 8 * dim overflowed int in the MLP width of a huge dim.
+  c = TinyRun("");
+  c.dim = 651111008;
+  c.n_heads = 1;
+  c.n_kv_heads = 1;
+  EXPECT_GT(c.EffectiveHiddenDim(), c.dim);
+  // Training it is refused before any allocation, with the figures.
+  EXPECT_NE(ErrorOf([&] { RunTraining(c, Quiet()); }).find("parameters, 16 bytes each"), std::string::npos);
   TrainConfig d;
   EXPECT_NE(ErrorOf([&] { ApplyJson(d, nlohmann::json{{"dimm", 3}}, "x.json"); }).find("unknown key 'dimm'"),
             std::string::npos);

@@ -21,9 +21,10 @@ double Clean(float f) { return std::stod(fmt::format("{}", f)); }
 
 int TrainConfig::EffectiveHiddenDim() const {
   if (hidden_dim > 0) return hidden_dim;
-  // SwiGLU keeps the parameter count of a 4*dim MLP with 2/3 of the width (Shazeer 2020).
-  const int h = (8 * dim + 2) / 3;
-  return (h + 7) / 8 * 8;
+  // SwiGLU keeps the parameter count of a 4*dim MLP with 2/3 of the width (Shazeer 2020). In 64
+  // bits: a huge dim overflowed int here before Validate could refuse it (found by fuzzing).
+  const int64_t h = (8 * static_cast<int64_t>(dim) + 2) / 3;
+  return static_cast<int>(std::min<int64_t>((h + 7) / 8 * 8, std::numeric_limits<int>::max()));
 }
 
 ModelConfig TrainConfig::ToModelConfig() const {

@@ -132,6 +132,19 @@ TrainResult RunTraining(const TrainConfig& config_in, const TrainerOptions& opti
   const Comm& comm = Comm::World();
   TrainConfig config = config_in;
   config.Validate("config");
+  {
+    // Weights, gradients and AdamW's two moments: 16 bytes a parameter (activations come on top).
+    // Refused before anything is allocated, rather than failing inside an allocation.
+    const double D = config.dim, Dh = D / config.n_heads, F = config.EffectiveHiddenDim();
+    const double params =
+        2 * D * config.vocab_size +
+        config.n_layers * (D * Dh * 2 * (config.n_heads + config.n_kv_heads) +
+                           3 * D * F * std::max(1, config.n_experts));
+    const double bytes = 16 * params;
+    CheckMemory(bytes < 1.8e19 ? static_cast<uint64_t>(bytes) : std::numeric_limits<uint64_t>::max(),
+                fmt::format("the model of this config (about {:.3g} parameters, 16 bytes each for "
+                            "training)", params));
+  }
   if (config.batch_size % comm.size() != 0)
     Fail("batch_size {} is not divisible by the {} MPI ranks (the global batch is split evenly)",
          config.batch_size, comm.size());
