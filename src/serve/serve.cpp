@@ -226,18 +226,29 @@ class Server {
     return s;
   }
 
+  // The page's label of ids[i]: BOS and EOS decode to nothing, so they are named (position 0 then
+  // has a label); other tokens as printed after the previous one.
+  std::string Label(const std::vector<int>& ids, int i) const {
+    const int id = ids[i];
+    if (id == model_.config.bos_id) return "<bos>";
+    if (id == model_.config.eos_id) return "<eos>";
+    return tokenizer_->DecodeToken(i > 0 ? ids[i - 1] : -1, id);
+  }
+
   std::vector<std::string> Labels(const std::vector<int>& ids) const {
     std::vector<std::string> out;
     out.reserve(ids.size());
-    int prev = -1;
-    for (int id : ids) {
-      // BOS and EOS decode to nothing: named, so position 0 has a label in the page.
-      out.push_back(id == model_.config.bos_id   ? "<bos>"
-                    : id == model_.config.eos_id ? "<eos>"
-                                                 : tokenizer_->DecodeToken(prev, id));
-      prev = id;
-    }
+    for (int i = 0; i < static_cast<int>(ids.size()); ++i) out.push_back(Label(ids, i));
     return out;
+  }
+
+  // samples, length and seed of an analyze or explain request.
+  static cli::SampleOptions SampleOptionsOf(const json& body, int default_samples) {
+    cli::SampleOptions o;
+    o.samples = IntField(body, "samples", default_samples, 1, kMaxSamples);
+    o.length = IntField(body, "length", 64, cli::SampleOptions::kMinLength, 1 << 20);
+    o.seed = static_cast<uint64_t>(IntField(body, "seed", 0, 0, 1 << 30));
+    return o;
   }
 
   std::shared_ptr<Run> FindRun(const httplib::Request& req) {
@@ -289,9 +300,7 @@ class Server {
   json Analyze(const httplib::Request& req) {
     const json body = Body(req);
     cli::AnalyzeRequest r;
-    r.input.samples = IntField(body, "samples", 16, 1, kMaxSamples);
-    r.input.length = IntField(body, "length", 64, cli::SampleOptions::kMinLength, 1 << 20);
-    r.input.seed = static_cast<uint64_t>(IntField(body, "seed", 0, 0, 1 << 30));
+    r.input = SampleOptionsOf(body, 16);
     r.input.prompt_given = body.value("prompt", false);
     if (r.input.prompt_given) r.input.prompt = "given";
     r.conditions = analysis::ParseConditions(
@@ -376,19 +385,15 @@ class Server {
     json keys = json::array();
     for (int i = 0; i < n; ++i) {
       const int j = order[i];
-      keys.push_back({{"position", j}, {"token", tokenizer_->DecodeToken(j > 0 ? ids[j - 1] : -1, ids[j])},
-                      {"p", p[j]}});
+      keys.push_back({{"position", j}, {"token", Label(ids, j)}, {"p", p[j]}});
     }
-    return {{"query", query}, {"token", tokenizer_->DecodeToken(query > 0 ? ids[query - 1] : -1, ids[query])},
-            {"keys", keys}};
+    return {{"query", query}, {"token", Label(ids, query)}, {"keys", keys}};
   }
 
   json Explain(const httplib::Request& req) {
     const json body = Body(req);
     cli::ExplainRequest r;
-    r.input.samples = IntField(body, "samples", 8, 1, kMaxSamples);
-    r.input.length = IntField(body, "length", 64, cli::SampleOptions::kMinLength, 1 << 20);
-    r.input.seed = static_cast<uint64_t>(IntField(body, "seed", 0, 0, 1 << 30));
+    r.input = SampleOptionsOf(body, 8);
     const auto conditions = analysis::ParseConditions(body.value("condition", std::string("bos")), "condition");
     if (conditions.size() != 1) Fail("condition: expected one condition");
     r.condition = conditions[0];
