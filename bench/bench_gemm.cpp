@@ -83,7 +83,7 @@ void Bf16(benchmark::State& state, Shape s) {
     benchmark::DoNotOptimize(y.data());
   }
   SetFlops(state, s);
-  state.SetLabel(ss::Bf16KernelActive() ? "avx512_bf16" : "portable");
+  state.SetLabel(ss::Bf16KernelName());
 }
 
 void Pack(benchmark::State& state, Shape s) {
@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   std::printf("threads: %d; bf16 kernel: %s\n", ss::ThreadCount(),
-              ss::Bf16KernelActive() ? "avx512_bf16" : "portable");
+              ss::Bf16KernelName());
   RatioReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   std::printf("\n%-26s %12s %12s %8s\n", "shape", "sgemm GF/s", "bf16 GF/s", "ratio");

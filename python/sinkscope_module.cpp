@@ -110,8 +110,7 @@ class PyModel {
   PyModel(const std::string& path, const std::string& tokenizer, const std::string& precision)
       : tokenizer_path_(tokenizer) {
     const Precision p = ParsePrecision(precision);
-    model_ = LoadModel(path);
-    SetPrecision(model_, p);
+    model_ = LoadModel(path, p);
   }
 
   const Model& model() const { return model_; }

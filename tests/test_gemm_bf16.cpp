@@ -41,6 +41,9 @@ struct Path {
 };
 std::vector<Path> Paths() {
   std::vector<Path> paths = {{"portable", SimdLevel::kPortable}};
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    paths.push_back({"avx2", SimdLevel::kAvx2});
   if (CpuHasAvx512Bf16()) paths.push_back({"avx512_bf16", SimdLevel::kAvx512});
   return paths;
 }
@@ -62,7 +65,8 @@ TEST(GemmBf16, EveryPathMatchesDoubleOnRoundedOperands) {
   const std::vector<Path> paths = Paths();
   std::vector<double> worst(paths.size(), 0.0);  // largest |y - ref| / (sum |products| + |bias|)
   double worst_vs_f32 = 0.0;                     // largest |y - y_f32| / max |y_f32| per shape
-  for (int T : {1, 3, 8, 17, 64, 129})           // 8 and 17 leave tiles of 2 and 5 rows
+  // 8 and 17 leave tiles of 2 and 5 rows on AVX-512; from 16 rows on, AVX2 widens W for sgemm.
+  for (int T : {1, 3, 8, 15, 17, 64, 129})
     for (int in : {1, 31, 64, 768, 3071})
       for (int out : {1, 15, 16, 33, 768}) {
         const auto x = Random(static_cast<size_t>(T) * in, 1 + T);
@@ -87,7 +91,8 @@ TEST(GemmBf16, EveryPathMatchesDoubleOnRoundedOperands) {
         std::vector<float> y(ref.size());
         for (size_t p = 0; p < paths.size(); ++p) {
           ForceSimdLevel(paths[p].level);
-          ASSERT_EQ(Bf16KernelActive(), paths[p].level == SimdLevel::kAvx512);
+          ASSERT_EQ(std::string(Bf16KernelName()), paths[p].name);
+          ASSERT_EQ(Bf16KernelActive(), paths[p].level != SimdLevel::kPortable);
           for (bool with_bias : {false, true}) {
             std::fill(y.begin(), y.end(), NAN);
             MatMulBf16(x.data(), packed, with_bias ? bias.data() : nullptr, y.data(), T);
@@ -144,22 +149,31 @@ TEST(GemmBf16, DenormalOperandsCountAsZero) {
   ForceSimdLevel(best);
 }
 
-// Both paths agree with each other on a prefill-sized product run over all threads.
+// Every vector path agrees with the portable one on a prefill-sized product run over all threads
+// and on a decode-sized one (T = 1, 2: the AVX2 micro-kernel rather than sgemm).
 TEST(GemmBf16, PathsAgreeOnLargeProduct) {
-  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  const std::vector<Path> paths = Paths();
+  if (paths.size() < 2) GTEST_SKIP() << "no vector bf16 path on this CPU";
   const SimdLevel best = ActiveSimdLevel();
-  const int T = 300, in = 1024, out = 520;
-  const auto x = Random(static_cast<size_t>(T) * in, 11),
-             w = Random(static_cast<size_t>(out) * in, 12);
-  const auto bias = Random(out, 13);
-  const PackedBf16 packed = PackBf16(w.data(), out, in);
-  std::vector<float> fast(static_cast<size_t>(T) * out), slow(fast.size());
-  ForceSimdLevel(SimdLevel::kAvx512);
-  MatMulBf16(x.data(), packed, bias.data(), fast.data(), T);
-  ForceSimdLevel(SimdLevel::kPortable);
-  MatMulBf16(x.data(), packed, bias.data(), slow.data(), T);
+  for (int T : {1, 2, 300}) {
+    const int in = 1024, out = 520;
+    const auto x = Random(static_cast<size_t>(T) * in, 11),
+               w = Random(static_cast<size_t>(out) * in, 12);
+    const auto bias = Random(out, 13);
+    const PackedBf16 packed = PackBf16(w.data(), out, in);
+    std::vector<float> fast(static_cast<size_t>(T) * out), slow(fast.size());
+    ForceSimdLevel(SimdLevel::kPortable);
+    MatMulBf16(x.data(), packed, bias.data(), slow.data(), T);
+    for (size_t p = 1; p < paths.size(); ++p) {
+      ForceSimdLevel(paths[p].level);
+      MatMulBf16(x.data(), packed, bias.data(), fast.data(), T);
+      EXPECT_LT(test::MaxRelDiff(fast, slow,
+                                 std::string("gemm_bf16 ") + paths[p].name + " vs portable T=" +
+                                     std::to_string(T)),
+                1e-5);
+    }
+  }
   ForceSimdLevel(best);
-  EXPECT_LT(test::MaxRelDiff(fast, slow, "gemm_bf16 avx512_bf16 vs portable"), 1e-5);
 }
 
 // Each output sums its products in the same order whatever the thread count (threads split

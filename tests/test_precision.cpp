@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -17,6 +18,7 @@
 #include "common/error.h"
 #include "common/file_util.h"
 #include "io/load.h"
+#include "io/model_files.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/vecmath.h"
 #include "model/model.h"
@@ -99,13 +101,98 @@ TEST(Precision, LogitsOnRandomGpt2) {
   CheckLogits(model, "random GPT-2", 3e-2);
 }
 
+// Loading at bf16 (LoadModel's precision) holds the projections in bf16 only: the same packs as
+// loading in f32 and calling SetPrecision, so the logits are the same bit for bit, while the f32
+// tensors of q, k, v, o, the MLP and an untied LM head are never kept.
+void ExpectBf16OnlyMatchesPacked(const std::string& path, const std::string& label) {
+  Model packed = LoadModel(path);
+  SetPrecision(packed, Precision::kBf16);
+  Model only = LoadModel(path, Precision::kBf16);
+  EXPECT_TRUE(only.bf16_only) << label;
+  EXPECT_FALSE(packed.bf16_only) << label;
+  EXPECT_EQ(only.precision, Precision::kBf16);
+  for (const LayerWeights& l : only.weights.layers) {
+    ASSERT_TRUE(l.bf16) << label;
+    for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3})
+      EXPECT_TRUE(t->empty()) << label << ": a projection kept its f32 tensor";
+  }
+  ASSERT_TRUE(only.weights.lm_head_bf16);
+  if (!only.config.tied_embeddings) EXPECT_TRUE(only.weights.lm_head.empty()) << label;
+  EXPECT_EQ(only.ParameterCount(), packed.ParameterCount()) << label;
+  const std::vector<int> tokens = Tokens(64, only.config.vocab_size, 5);
+  EXPECT_EQ(Logits(only, tokens), Logits(packed, tokens)) << label;
+  SetPrecision(only, Precision::kBf16);  // a no-op: the packs are there
+  EXPECT_EQ(Logits(only, tokens), Logits(packed, tokens)) << label;
+  try {
+    SetPrecision(only, Precision::kF32);
+    ADD_FAILURE() << label << ": went back to f32 without f32 weights";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("loaded with its projections in bf16 only"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Precision, Bf16OnlyLoadOfEveryFormat) {
+  const std::string dir = test::TempDir("bf16_only");
+  // llama2.c (f32 file, tied head), and the same model as HF BF16 safetensors and as GGUF F32.
+  ExpectBf16OnlyMatchesPacked(kStories, "stories260K llama2.c");
+  const Model stories = LoadModel(kStories);
+  std::filesystem::create_directories(dir + "/hf_bf16");
+  WriteHfModel(stories, dir + "/hf_bf16", SafetensorsDtype::kBF16);
+  ExpectBf16OnlyMatchesPacked(dir + "/hf_bf16", "stories260K HF BF16");
+  const test::CliResult gguf = test::RunCli("convert --model " + kStories + " --to gguf --out " +
+                                            dir + "/s.gguf --type f16");
+  ASSERT_EQ(gguf.code, 0) << gguf.err;
+  ExpectBf16OnlyMatchesPacked(dir + "/s.gguf", "stories260K GGUF F16");
+  // GPT-2: fused, transposed c_attn split into q, k, v as it is bound; an untied head.
+  Model gpt2 = SmallGpt2(2, 64, 300, 128);
+  gpt2.config.tied_embeddings = false;
+  gpt2.weights.lm_head = gpt2.weights.token_embedding.Copy();
+  std::filesystem::create_directories(dir + "/gpt2_bf16");
+  WriteHfModel(gpt2, dir + "/gpt2_bf16", SafetensorsDtype::kBF16);
+  ExpectBf16OnlyMatchesPacked(dir + "/gpt2_bf16", "random GPT-2 HF BF16");
+}
+
+// explain reads W_O directly (per-head output directions): from the packs when the model is held
+// in bf16 only, with the same result as the packed f32 model.
+TEST(Precision, ExplainOnBf16OnlyModel) {
+  const std::string dir = test::TempDir("bf16_only_explain");
+  const std::string common = " --model " + kStories + " --samples 2 --length 32 --seed 3";
+  const test::CliResult a =
+      test::RunCli("explain" + common + " --precision bf16 --json " + dir + "/a.json");
+  ASSERT_EQ(a.code, 0) << a.err;
+  const test::CliResult b = test::RunCli("explain" + common + " --json " + dir + "/b.json");
+  ASSERT_EQ(b.code, 0) << b.err;
+  const auto ja = nlohmann::json::parse(ReadFile(dir + "/a.json"));
+  const auto jb = nlohmann::json::parse(ReadFile(dir + "/b.json"));
+  EXPECT_EQ(ja["model"]["precision"], "bf16");
+  // Per-head terms against the f32 run: within the bf16 rounding of W_O and the activations.
+  double worst = 0;
+  size_t terms = 0;
+  ASSERT_EQ(ja["layers"].size(), jb["layers"].size());
+  for (size_t l = 0; l < ja["layers"].size(); ++l)
+    for (const char* where : {"p0", "others"}) {
+      const auto& ha = ja["layers"][l][where]["heads"];
+      const auto& hb = jb["layers"][l][where]["heads"];
+      ASSERT_EQ(ha.size(), hb.size());
+      for (size_t h = 0; h < ha.size(); ++h, ++terms)
+        worst = std::max(worst, std::abs(ha[h].get<double>() - hb[h].get<double>()));
+    }
+  std::printf("explain per-head terms, bf16-only vs f32: max abs diff %.3g over %zu terms\n", worst,
+              terms);
+  EXPECT_GT(terms, 0u);
+  EXPECT_LT(worst, 5e-2);
+  EXPECT_EQ(ja["verdict"], jb["verdict"]);
+}
+
 // The portable path (SINKSCOPE_SIMD=portable, or a CPU without AVX-512 BF16) rounds the operands
 // the same way and differs only in the order of the f32 sums (tests/test_gemm_bf16.cpp compares the
 // two products directly). Through a whole forward the SIMD level also changes exp and GELU, and a
 // last-bit change in an activation can move its bf16 rounding, so here both are held to the same
 // bound against f32 instead.
 TEST(Precision, PortablePathStaysWithinBf16OfF32) {
-  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "this CPU has no AVX-512 BF16: only the portable path runs";
+  if (!Bf16KernelActive()) GTEST_SKIP() << "no vector bf16 path on this CPU: only the portable path runs";
   Model model = LoadModel(kStories);
   const std::vector<int> tokens = Tokens(80, model.config.vocab_size, 3);
   const std::vector<float> f32 = Logits(model, tokens);
@@ -117,7 +204,7 @@ TEST(Precision, PortablePathStaysWithinBf16OfF32) {
   EXPECT_NE(PrecisionNote(Precision::kBf16), "");
   const std::vector<float> portable = Logits(model, tokens);
   ForceSimdLevel(before);
-  test::MaxRelDiff(portable, fast, "bf16 portable vs avx512 logits");
+  test::MaxRelDiff(portable, fast, "bf16 portable vs vector-path logits");
   const double rel = test::MaxRelDiff(portable, f32, "bf16 portable vs f32 logits");
   EXPECT_GT(rel, 0.0);
   EXPECT_LT(rel, 3e-2);

@@ -43,8 +43,7 @@ void RunAnalyze(AnalyzeArgs a) {
   const SampleOptions& in = a.request.input;
   CheckOutputs({{"--json", a.json}, {"--html", a.html}},
                SampleInputs(a.model, in.text_file, in.tokens_file, in.tokenizer));
-  Model model = LoadModel(a.model);
-  ApplyPrecision(model, a.precision);
+  Model model = LoadModelAt(a.model, a.precision);
   // --length against the context before the input is read (RunAnalysis checks it again).
   if (!in.has_prompt())
     CheckLength(model.config, in.length, a.request.allow_long_context, /*has_allow_flag=*/true);

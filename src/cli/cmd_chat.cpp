@@ -19,7 +19,7 @@ namespace ss::cli {
 namespace {
 
 struct ChatArgs {
-  std::string model, tokenizer, policy = "sinks";
+  std::string model, tokenizer, policy = "sinks", precision = "f32";
   int sinks = 4, window = 252, max_reply = 256;
   SamplingOptions sampling;
   uint64_t seed = 42;
@@ -34,7 +34,7 @@ void RunChat(const ChatArgs& a) {
   o.sinks = a.sinks;
   o.window = a.window;
   o.force = a.force;
-  Model model = LoadModel(a.model);
+  Model model = LoadModelAt(a.model, a.precision);
   stream::ValidateOptions(o, model.config);
   auto tokenizer = FindTokenizer(model, a.tokenizer);
   auto cache = stream::MakeStreamCache(model, o);
@@ -88,6 +88,7 @@ void RegisterChat(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
   cmd->add_option("--model", a->model, "Model file or directory")->required();
   cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer (default: found beside the model)");
+  AddPrecisionOption(cmd, &a->precision);
   cmd->add_option("--policy", a->policy, "sinks | window | recompute | dense")->default_val("sinks");
   cmd->add_option("--sinks", a->sinks, "S initial tokens kept")->default_val(4);
   cmd->add_option("--window", a->window, "W most recent tokens kept")->default_val(252);

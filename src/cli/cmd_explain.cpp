@@ -52,8 +52,7 @@ void RunExplain(ExplainArgs a) {
   CheckOutputs({{"--json", a.json}, {"--html", a.html}},
                SampleInputs(a.model, in.text_file, in.tokens_file, in.tokenizer));
 
-  Model model = LoadModel(a.model);
-  ApplyPrecision(model, a.precision);
+  Model model = LoadModelAt(a.model, a.precision);
   const ModelConfig& c = model.config;
   // --length and --ablate against the model before the input is read (RunExplanation checks
   // them again).

@@ -28,6 +28,7 @@ void RegisterGenerate(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   a->model.Add(cmd);
+  AddPrecisionOption(cmd, &a->model.precision);
   cmd->add_option("--prompt", a->prompt, "Prompt text (default: empty, start from BOS)");
   cmd->add_flag("--no-bos", a->no_bos, "Do not put BOS before the prompt");
   cmd->add_option("--steps", a->steps,

@@ -21,6 +21,7 @@ void RegisterPpl(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   a->model.Add(cmd);
+  AddPrecisionOption(cmd, &a->model.precision);
   auto* prompt_opt = cmd->add_option("--prompt", a->prompt, "Text to score");
   auto* text_opt = cmd->add_option("--text", a->text, "File whose text to score");
   cmd->add_flag("--no-bos", a->no_bos, "Do not put BOS first");

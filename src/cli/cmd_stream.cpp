@@ -38,6 +38,7 @@ std::vector<std::string> SplitList(const std::string& text) {
 
 struct StreamArgs {
   std::string model, text, token_file, tokenizer, policy = "sinks", compare, csv, json, html;
+  std::string precision = "f32";
   int sinks = 4, window = 252;
   int64_t max_tokens = 0;
   bool force = false, no_bos = false;
@@ -54,7 +55,7 @@ void RunStream(const StreamArgs& a) {
   } else {
     policies.push_back(stream::ParsePolicy(a.policy, "--policy"));
   }
-  Model model = LoadModel(a.model);
+  Model model = LoadModelAt(a.model, a.precision);
   std::vector<stream::StreamOptions> options;
   for (auto p : policies) {
     stream::StreamOptions o;
@@ -170,6 +171,7 @@ void RegisterStream(CLI::App& app) {
   cmd->add_option("--tokens", a->token_file,
                   "Token ids to stream instead of a text (whitespace-separated, e.g. from `train --write-stream`)");
   cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer (default: found beside the model)");
+  AddPrecisionOption(cmd, &a->precision);
   cmd->add_option("--policy", a->policy, "dense | window | sinks | recompute")->default_val("sinks");
   cmd->add_option("--sinks", a->sinks, "S initial tokens kept (window/recompute use S + W recent)")
       ->default_val(4);

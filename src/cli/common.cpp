@@ -33,7 +33,7 @@ void ModelOptions::Add(CLI::App* cmd) {
 
 LoadedModel ModelOptions::Load() const {
   LoadedModel loaded;
-  loaded.model = LoadModel(model_path);
+  loaded.model = LoadModelAt(model_path, precision);
   loaded.tokenizer = FindTokenizer(loaded.model, tokenizer_path);
   const ModelConfig& c = loaded.model.config;
   Log(fmt::format("loaded {} ({}, {}, {} layers, width {}, {:.2f} M parameters; tokenizer {}, {} "
@@ -289,15 +289,15 @@ std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& 
 
 void AddPrecisionOption(CLI::App* cmd, std::string* precision) {
   cmd->add_option("--precision", *precision,
-                  "Matrix products in f32 (the reference) or bf16 (bf16 operands, f32 sums; about "
-                  "2x on CPUs with AVX-512 BF16)")
+                  "Weights and matrix products in f32 (the reference) or bf16 (weights held in "
+                  "bf16 only: half the memory; bf16 operands, f32 sums)")
       ->capture_default_str();
 }
 
-void ApplyPrecision(Model& model, const std::string& precision) {
+Model LoadModelAt(const std::string& path, const std::string& precision) {
   const Precision p = ParsePrecision(precision);
   if (const std::string note = PrecisionNote(p); !note.empty()) Log("note: " + note);
-  SetPrecision(model, p);
+  return LoadModel(path, p);
 }
 
 }  // namespace ss::cli

@@ -24,6 +24,7 @@ struct LoadedModel {
 struct ModelOptions {
   std::string model_path;
   std::string tokenizer_path;
+  std::string precision = "f32";  // --precision where the verb registers it (AddPrecisionOption)
   void Add(CLI::App* cmd);
   LoadedModel Load() const;  // logs a one-line summary to stderr
 };
@@ -132,10 +133,11 @@ std::vector<FlagPath> ModelInputs(const std::string& flag, const std::string& pa
 std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& text_file,
                                    const std::string& tokens_file, const std::string& tokenizer);
 
-// --precision f32|bf16 (default f32) on the verbs that run forwards in bulk: analyze, explain, trace.
+// --precision f32|bf16 (default f32) on the verbs that run forwards: analyze, explain, trace,
+// stream, ppl, generate, chat.
 void AddPrecisionOption(CLI::App* cmd, std::string* precision);
-// Sets the loaded model's precision (model/precision.h; the name was checked by ParsePrecision
-// before the load) and logs a note when bf16 runs on the portable path.
-void ApplyPrecision(Model& model, const std::string& precision);
+// Loads the model at that precision (io/load.h: at bf16 the projections are held in bf16 only,
+// never in f32) and logs a note when bf16 runs on the portable path.
+Model LoadModelAt(const std::string& path, const std::string& precision);
 
 }  // namespace ss::cli

@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
                        blas.openmp() ? "OpenMP" : "not OpenMP", blas.library, blas.core,
                        ss::ThreadCount(), policy ? policy : "libgomp default, GOMP_SPINCOUNT set",
                        ss::SimdLevelName(ss::ActiveSimdLevel()),
-                       ss::Bf16KernelActive() ? "AVX-512 BF16" : "portable path (slower than f32)");
+                       ss::Bf16KernelName());
   });
   ss::cli::RegisterInspect(app);
   ss::cli::RegisterGenerate(app);

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "common/error.h"
+#include "model/precision.h"
 
 namespace ss::explain {
 
@@ -245,6 +246,8 @@ void CleanPass(Runner& runner, const Model& model, const std::vector<int>& token
     const int l = ctx.layer;
     const float* post = post_t.data();
     const LayerWeights& w = model.weights.layers[l];
+    // W_O in f32 (unpacked from bf16 for a model held in bf16 only).
+    const Tensor wo = ProjectionF32(w.wo, w.bf16 ? &w.bf16->wo : nullptr);
     LayerDecomposition& dec = acc.layers[l];
     if (dec.p0_head.empty()) {
       dec.p0_head.assign(H, 0.0);
@@ -301,7 +304,7 @@ void CleanPass(Runner& runner, const Model& model, const std::vector<int>& token
       std::fill(g.begin(), g.end(), 0.0);
       for (int d = 0; d < D; ++d) {
         const double ud = hq[d] / n_post;
-        const float* wrow = w.wo.data() + static_cast<int64_t>(d) * HD;
+        const float* wrow = wo.data() + static_cast<int64_t>(d) * HD;
         for (int j = 0; j < HD; ++j) g[j] += ud * wrow[j];
       }
       const float* z = &s.z[static_cast<int64_t>(i) * HD];

@@ -9,21 +9,33 @@
 #include "common/file_util.h"
 #include "io/llama2c.h"
 #include "io/model_files.h"
+#include "model/precision.h"
 
 namespace ss {
 
-Model LoadModel(const std::string& path) {
+Model LoadModel(const std::string& path, Precision precision) {
   if (!FileExists(path)) Fail("{}: no such file or directory", path);
   if (IsDirectory(path)) {
-    return LoadHfModel(path);
+    return LoadHfModel(path, precision);
   }
   // Refuses a FIFO or a device by name before anything reads from it (a read would block).
   const int fd = OpenRegularFile(path);
   char magic[4] = {};
   const ssize_t n = read(fd, magic, 4);
   close(fd);
-  if (n == 4 && std::memcmp(magic, "GGUF", 4) == 0) return LoadGgufModel(path);
-  if (LooksLikeLlama2c(path)) return LoadLlama2c(path);
+  if (n == 4 && std::memcmp(magic, "GGUF", 4) == 0) return LoadGgufModel(path, precision);
+  if (LooksLikeLlama2c(path)) {
+    // llama2.c files are f32 and small: pack after loading, then free the f32 projections.
+    Model model = LoadLlama2c(path);
+    if (precision == Precision::kBf16) {
+      Bf16Packer packer(model.weights);
+      for (LayerWeights& l : model.weights.layers)
+        for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) packer.Bound(t);
+      if (!model.config.tied_embeddings) packer.Bound(&model.weights.lm_head);
+      packer.Finish(model);
+    }
+    return model;
+  }
   Fail("{}: unrecognised model format (expected a llama2.c .bin, a GGUF file or a Hugging Face "
        "directory with config.json)",
        path);

@@ -10,6 +10,8 @@
 
 namespace ss {
 
-Model LoadModel(const std::string& path);
+// At Precision::kBf16 the dense projections and the LM head are held only as bf16 packs, never as
+// f32 (Model::bf16_only): a BF16 checkpoint needs about its file size in memory.
+Model LoadModel(const std::string& path, Precision precision = Precision::kF32);
 
 }  // namespace ss

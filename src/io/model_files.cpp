@@ -11,6 +11,7 @@
 #include "io/hf_config.h"
 #include "kernels/dequant.h"
 #include "model/arch.h"
+#include "model/precision.h"
 
 namespace ss {
 namespace {
@@ -65,7 +66,7 @@ class GgufSource : public TensorSource {
 // Binds the family's tensors and finishes the weights (tied head, RoPE order of the file).
 // `layers_key` names the config's layer count in errors.
 void BindModel(Model& model, TensorNaming naming, const TensorSource& source,
-               const std::string& layers_key) {
+               const std::string& layers_key, Precision precision) {
   // Every layer has tensors of its own: a layer count beyond the tensor count is a corrupt or
   // hostile header, refused before anything is sized from it.
   if (model.config.n_layers <= 0 || static_cast<size_t>(model.config.n_layers) > source.count())
@@ -73,9 +74,13 @@ void BindModel(Model& model, TensorNaming naming, const TensorSource& source,
          model.config.n_layers, source.count());
   TensorMap map = FamilyTensorMap(model.config, naming, model.weights);
   if (model.config.rope != RopeKind::kNone) model.config.rope = map.file_rope;
-  BindTensors(map, source, model.config.arch);
   CheckNoExtraLayers(map, source, model.config.n_layers, layers_key);
+  std::unique_ptr<Bf16Packer> packer;
+  if (precision == Precision::kBf16) packer = std::make_unique<Bf16Packer>(model.weights);
+  BindTensors(map, source, model.config.arch,
+              packer ? [&packer](Tensor* t) { packer->Bound(t); } : std::function<void(Tensor*)>());
   if (model.config.tied_embeddings) model.weights.lm_head = model.weights.token_embedding;
+  if (packer) packer->Finish(model);
 }
 
 bool IsRmsFamily(const std::string& gguf_arch) {
@@ -111,7 +116,7 @@ ConfigKeys GgufKeys(const std::string& arch) {
 
 }  // namespace
 
-Model LoadHfModel(const std::string& dir) {
+Model LoadHfModel(const std::string& dir, Precision precision) {
   Model model;
   model.config = ReadHfConfig(dir);
   model.source = dir;
@@ -120,13 +125,15 @@ Model LoadHfModel(const std::string& dir) {
     Fail("{}: shared experts (shared_expert_intermediate_size) are not supported", dir);
   SafetensorsSource source(SafetensorsDir::Open(dir), dir);
   BindModel(model, TensorNaming::kHf, source,
-            model.config.arch == "gpt2" ? "n_layer" : "num_hidden_layers");
+            model.config.arch == "gpt2" ? "n_layer" : "num_hidden_layers", precision);
   return model;
 }
 
-Model LoadGgufModel(const std::string& path) { return LoadGgufModel(GgufFile::Open(path)); }
+Model LoadGgufModel(const std::string& path, Precision precision) {
+  return LoadGgufModel(GgufFile::Open(path), precision);
+}
 
-Model LoadGgufModel(const GgufFile& gguf) {
+Model LoadGgufModel(const GgufFile& gguf, Precision precision) {
   const std::string& path = gguf.path();
   if (gguf.tensors().empty())
     Fail("{}: the GGUF file holds no tensors (a vocabulary-only file?): it is not a model", path);
@@ -250,7 +257,7 @@ Model LoadGgufModel(const GgufFile& gguf) {
   }
   ValidateConfig(c, path, GgufKeys(arch));
   GgufSource source(gguf);
-  BindModel(model, TensorNaming::kGguf, source, p + "block_count");
+  BindModel(model, TensorNaming::kGguf, source, p + "block_count", precision);
   if (gguf.Find("sinkscope.rope_scaling.llama3") && !model.weights.rope_freq_factors.empty()) {
     // Written by AddGgufModel: restore the Llama 3 rule if it reproduces rope_freqs.weight.
     std::vector<double> p3 = gguf.GetFloatArray("sinkscope.rope_scaling.llama3");

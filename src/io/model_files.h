@@ -22,11 +22,13 @@
 
 namespace ss {
 
-Model LoadHfModel(const std::string& dir);
-Model LoadGgufModel(const std::string& path);
+// At Precision::kBf16 the projections are packed as they load and never held in f32 as a whole
+// (Model::bf16_only, model/precision.h); at kF32 every weight is f32.
+Model LoadHfModel(const std::string& dir, Precision precision = Precision::kF32);
+Model LoadGgufModel(const std::string& path, Precision precision = Precision::kF32);
 // From an already opened GGUF file (the model keeps the file's map alive only through the
 // tensors it copies: dequantisation always copies).
-Model LoadGgufModel(const GgufFile& gguf);
+Model LoadGgufModel(const GgufFile& gguf, Precision precision = Precision::kF32);
 
 // The config a model gets when written in Hugging Face layout: config.rope becomes rotate-half
 // (the q/k rows are permuted by WriteHfModel), torch_dtype follows `dtype`. Throws ss::Error if

@@ -1,5 +1,6 @@
 #include "kernels/gemm_bf16.h"
 
+#include <cblas.h>
 #include <immintrin.h>
 #include <omp.h>
 
@@ -49,20 +50,43 @@ void PackInto(PackedBf16& p, int out, int in, Bits bits) {
   }
 }
 
-// Cache blocking of the AVX-512 path. A work item is a tile of kRowBlock rows by kColumnBlock
-// columns of y; it walks `in` in blocks of kPairBlock pairs, so the W block it reuses across its
-// rows (kPairBlock * kColumnBlock * 4 bytes = 256 KiB) stays in L2 and one x micro-panel
-// (kRows * kPairBlock * 4 bytes = 6 KiB) stays in L1 while the W panels stream past it.
-constexpr int kRows = 6;               // rows of the micro-kernel: 6 x 2 zmm accumulators
-constexpr int kPairBlock = 256;        // pairs of `in` per cache block
-constexpr int kColumnBlock = 256;      // output columns per work item (8 panels), at most
-constexpr int kRowBlock = 16 * kRows;  // rows per work item
+// A per-calling-thread buffer, kept between calls so that a model's many products do not allocate
+// (and page-fault) each time. kTag tells apart buffers of one type that are live at once.
+template <typename T, int kTag = 0>
+T* Workspace(size_t n) {
+  thread_local std::vector<T, CacheLineAllocator<T>> buffer;
+  if (buffer.size() < n) {
+    buffer.clear();
+    buffer.shrink_to_fit();
+    buffer.resize(n);
+  }
+  return buffer.data();
+}
+
+// x row (in floats) -> `stride` bf16 pairs (zero past `in`), rounded to nearest even with
+// denormals flushed, in plain code (the AVX2 and portable paths; ConvertRow512 on AVX-512).
+void ConvertRowScalar(const float* x, int in, uint32_t* row, int stride) {
+  for (int k = 0; k < stride; ++k) {
+    const uint32_t lo = 2 * k < in ? FlushDenormal(F32ToBF16(x[2 * k])) : 0;
+    const uint32_t hi = 2 * k + 1 < in ? FlushDenormal(F32ToBF16(x[2 * k + 1])) : 0;
+    row[k] = lo | hi << 16;
+  }
+}
+
+// Cache blocking of the tiled paths (AVX-512 BF16, AVX2). A work item is a tile of
+// Path::kRowBlock rows by kColumnBlock columns of y; it walks `in` in blocks of kPairBlock pairs,
+// so the W block it reuses across its rows (kPairBlock * kColumnBlock * 4 bytes = 256 KiB) stays
+// in L2 and one x micro-panel (kRows * kPairBlock * 4 bytes, 6 KiB at most) stays in L1 while the
+// W panels stream past it.
+constexpr int kPairBlock = 256;    // pairs of `in` per cache block
+constexpr int kColumnBlock = 256;  // output columns per work item (8 panels), at most
 // Multiply-adds below which one thread does the product (about 40 us on one Zen 4 core): a
 // decode-sized product (T = 1) is over before a busy machine schedules the second thread, and
 // every parallel region waits for all its threads, even idle ones.
 constexpr int64_t kParallelMacs = int64_t{1} << 22;
 
 #define SS_BF16 __attribute__((target("avx512f,avx512bf16")))
+#define SS_AVX2 __attribute__((target("avx2,fma")))
 
 // x (T, in) f32 -> rows of `stride` bf16 pairs (zero past `in`), rounded to nearest even.
 SS_BF16 void ConvertRow512(const float* x, int in, uint32_t* row, int stride) {
@@ -124,27 +148,92 @@ SS_BF16 void MicroKernel(const uint32_t* x, int64_t ldx, const uint32_t* w, int 
   }
 }
 
-using MicroKernelFn = void (*)(const uint32_t*, int64_t, const uint32_t*, int, float*, int64_t,
-                               __mmask16, __mmask16, const float*, bool);
-constexpr MicroKernelFn kMicroKernels[kRows + 1] = {nullptr,        MicroKernel<1>, MicroKernel<2>,
-                                                    MicroKernel<3>, MicroKernel<4>, MicroKernel<5>,
-                                                    MicroKernel<6>};
-static_assert(kRows == 6, "kMicroKernels lists one kernel per tile height");
-
-// A per-calling-thread buffer (x converted), kept between calls so that a model's many products do
-// not allocate (and page-fault) each time.
-template <typename T>
-T* Workspace(size_t n) {
-  thread_local std::vector<T, CacheLineAllocator<T>> buffer;
-  if (buffer.size() < n) {
-    buffer.clear();
-    buffer.shrink_to_fit();
-    buffer.resize(n);
+// The AVX2 + FMA micro-kernel: the same tile, with W widened to f32 in registers (a bf16 is the
+// upper half of an f32: the pair's lower element is bits << 16, its upper element bits & 0xffff0000)
+// and x's pair broadcast the same way. Each product of two bf16 values is exact in f32, so an FMA
+// adds it with one rounding, as VDPBF16PS does. 2 rows x 4 ymm accumulators (32 columns) plus the
+// widened operands fill the 16 ymm registers. Column tails go through a 32-float buffer.
+template <int kTileRows>
+SS_AVX2 void MicroKernelAvx2(const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
+                             int64_t ldy, int cols, const float* bias, bool accumulate) {
+  __m256 acc[kTileRows][4];
+  alignas(32) float edge[kWidth];
+  for (int r = 0; r < kTileRows; ++r) {
+    const float* init = accumulate ? y + r * ldy : bias;
+    if (init && cols < kWidth) {
+      std::fill(edge, edge + kWidth, 0.0f);
+      std::copy(init, init + cols, edge);
+      init = edge;
+    }
+    for (int q = 0; q < 4; ++q) acc[r][q] = init ? _mm256_loadu_ps(init + 8 * q) : _mm256_setzero_ps();
   }
-  return buffer.data();
+  const __m256i upper = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int k = 0; k < kc; ++k) {
+    __m256 x_lo[kTileRows], x_hi[kTileRows];
+#pragma GCC unroll 4
+    for (int r = 0; r < kTileRows; ++r) {
+      const uint32_t pair = x[r * ldx + k];
+      x_lo[r] = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair << 16)));
+      x_hi[r] = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair & 0xffff0000u)));
+    }
+    const uint32_t* wk = w + k * kWidth;
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wk + 8 * q));
+      const __m256 w_lo = _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
+      const __m256 w_hi = _mm256_castsi256_ps(_mm256_and_si256(bits, upper));
+#pragma GCC unroll 4
+      for (int r = 0; r < kTileRows; ++r) {
+        acc[r][q] = _mm256_fmadd_ps(x_lo[r], w_lo, acc[r][q]);
+        acc[r][q] = _mm256_fmadd_ps(x_hi[r], w_hi, acc[r][q]);
+      }
+    }
+  }
+  for (int r = 0; r < kTileRows; ++r) {
+    float* dst = cols < kWidth ? edge : y + r * ldy;
+    for (int q = 0; q < 4; ++q) _mm256_storeu_ps(dst + 8 * q, acc[r][q]);
+    if (cols < kWidth) std::copy(edge, edge + cols, y + r * ldy);
+  }
 }
 
-void MatMul512(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
+// The two tiled paths, as the driver below sees them: rows per micro-kernel, x's conversion, and
+// one tile y (rows <= kRows, cols <= kWidth) (+)= x · W panel over kc pairs.
+struct Avx512Path {
+  static constexpr int kRows = 6;  // 6 x 2 zmm accumulators
+  static void Convert(const float* x, int in, uint32_t* row, int stride) {
+    ConvertRow512(x, in, row, stride);
+  }
+  static void Tile(int rows, const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
+                   int64_t ldy, int cols, const float* bias, bool accumulate) {
+    using Fn = void (*)(const uint32_t*, int64_t, const uint32_t*, int, float*, int64_t, __mmask16,
+                        __mmask16, const float*, bool);
+    static constexpr Fn kKernels[kRows + 1] = {nullptr,        MicroKernel<1>, MicroKernel<2>,
+                                               MicroKernel<3>, MicroKernel<4>, MicroKernel<5>,
+                                               MicroKernel<6>};
+    const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1);
+    const __mmask16 m1 = static_cast<__mmask16>(cols >= 32   ? 0xffff
+                                                : cols <= 16 ? 0
+                                                             : (1u << (cols - 16)) - 1);
+    kKernels[rows](x, ldx, w, kc, y, ldy, m0, m1, bias, accumulate);
+  }
+};
+struct Avx2Path {
+  static constexpr int kRows = 2;
+  static void Convert(const float* x, int in, uint32_t* row, int stride) {
+    ConvertRowScalar(x, in, row, stride);
+  }
+  static void Tile(int rows, const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
+                   int64_t ldy, int cols, const float* bias, bool accumulate) {
+    if (rows == 2)
+      MicroKernelAvx2<2>(x, ldx, w, kc, y, ldy, cols, bias, accumulate);
+    else
+      MicroKernelAvx2<1>(x, ldx, w, kc, y, ldy, cols, bias, accumulate);
+  }
+};
+
+template <typename Path>
+void MatMulTiled(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
+  constexpr int kRows = Path::kRows, kRowBlock = 16 * Path::kRows;
   const int in = w.in, out = w.out, pairs = w.pairs;
   const int ldx = (pairs + 15) / 16 * 16;  // each x row starts on a cache line
   uint32_t* xb = Workspace<uint32_t>(static_cast<size_t>(T) * ldx);
@@ -173,7 +262,7 @@ void MatMul512(const float* x, const PackedBf16& w, const float* bias, float* y,
     int expected = 0;
     if (converted[row_item].compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
       for (int t = row0; t < row1; ++t)
-        ConvertRow512(x + static_cast<int64_t>(t) * in, in, xb + static_cast<int64_t>(t) * ldx,
+        Path::Convert(x + static_cast<int64_t>(t) * in, in, xb + static_cast<int64_t>(t) * ldx,
                       ldx);
       converted[row_item].store(2, std::memory_order_release);
     } else {
@@ -192,43 +281,95 @@ void MatMul512(const float* x, const PackedBf16& w, const float* bias, float* y,
       const int kc = std::min(kPairBlock, pairs - k0);
       for (int r = row0; r < row1; r += kRows) {
         const uint32_t* xp = xb + static_cast<int64_t>(r) * ldx + k0;
-        const MicroKernelFn kernel = kMicroKernels[std::min(kRows, row1 - r)];
         for (int c = column0; c < column1; c += kWidth) {
-          const int cols = std::min(kWidth, column1 - c);
-          const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1);
-          const __mmask16 m1 = static_cast<__mmask16>(cols >= 32   ? 0xffff
-                                                      : cols <= 16 ? 0
-                                                                   : (1u << (cols - 16)) - 1);
           const uint32_t* wp = wdata + (static_cast<int64_t>(c / kWidth) * pairs + k0) * kWidth;
-          kernel(xp, ldx, wp, kc, y + static_cast<int64_t>(r) * out + c, out, m0, m1,
-                 bias ? bias + c : nullptr, k0 > 0);
+          Path::Tile(std::min(kRows, row1 - r), xp, ldx, wp, kc,
+                     y + static_cast<int64_t>(r) * out + c, out, std::min(kWidth, column1 - c),
+                     bias ? bias + c : nullptr, k0 > 0);
         }
       }
     }
   }
 }
 
-// One thread: y (rows, panels [panel0, panel0 + panels)) (+)= xb (rows, `pairs` pairs) · W^T over W's
-// pairs [pair0, pair0 + pairs)
-// (MatMulBf16Block's AVX-512 path).
-void BlockProduct512(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int panel0, int panels,
-                     int pair0, int pairs, float* y, int64_t ldy, int rows, bool accumulate) {
+// One thread: y (rows, panels [panel0, panel0 + panels)) (+)= xb (rows, `pairs` pairs) · W^T over
+// W's pairs [pair0, pair0 + pairs) (MatMulBf16Block on a tiled path).
+template <typename Path>
+void BlockProductTiled(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int panel0,
+                       int panels, int pair0, int pairs, float* y, int64_t ldy, int rows,
+                       bool accumulate) {
   const uint32_t* wdata = reinterpret_cast<const uint32_t*>(w.data.data());
   for (int k0 = 0; k0 < pairs; k0 += kPairBlock) {
     const int kc = std::min(kPairBlock, pairs - k0);
-    for (int r = 0; r < rows; r += kRows) {
-      const MicroKernelFn kernel = kMicroKernels[std::min(kRows, rows - r)];
+    for (int r = 0; r < rows; r += Path::kRows) {
       for (int p = panel0; p < panel0 + panels; ++p) {
-        const int cols = std::min(kWidth, w.out - p * kWidth);
-        const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1);
-        const __mmask16 m1 = static_cast<__mmask16>(cols >= 32   ? 0xffff
-                                                    : cols <= 16 ? 0
-                                                                 : (1u << (cols - 16)) - 1);
         const uint32_t* wp = wdata + (static_cast<int64_t>(p) * w.pairs + pair0 + k0) * kWidth;
-        kernel(xb + r * ldx + k0, ldx, wp, kc,
-               y + r * ldy + static_cast<int64_t>(p - panel0) * kWidth, ldy, m0, m1, nullptr,
-               accumulate || k0 > 0);
+        Path::Tile(std::min(Path::kRows, rows - r), xb + r * ldx + k0, ldx, wp, kc,
+                   y + r * ldy + static_cast<int64_t>(p - panel0) * kWidth, ldy,
+                   std::min(kWidth, w.out - p * kWidth), nullptr, accumulate || k0 > 0);
       }
+    }
+  }
+}
+
+// Rows of x from which the AVX2 path widens W to f32 and hands the product to sgemm rather than
+// running its own micro-kernel: sgemm's register blocking beats the 2-row micro-kernel once
+// widening W (once per call) is small beside the T * in * out multiply-adds.
+constexpr int kWidenRows = 16;
+constexpr int kWidenPanels = 4;  // W is widened 4 panels (128 output columns) at a time
+
+// Widens panels [panel0, panel0 + n) of W into wf as an (in, n * kWidth) f32 matrix (row i holds
+// element i of each output column), the layout sgemm reads as B.
+SS_AVX2 void WidenPanels(const PackedBf16& w, int panel0, int n, float* wf) {
+  const int cols = n * kWidth, in = w.in;
+  const __m256i upper = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int p = 0; p < n; ++p) {
+    const uint32_t* wp = reinterpret_cast<const uint32_t*>(w.data.data()) +
+                         static_cast<int64_t>(panel0 + p) * w.pairs * kWidth;
+    for (int k = 0; k < w.pairs; ++k) {
+      float* lo = wf + static_cast<int64_t>(2 * k) * cols + p * kWidth;
+      float* hi = lo + cols;
+      for (int q = 0; q < 4; ++q) {
+        const __m256i bits =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + k * kWidth + 8 * q));
+        _mm256_storeu_ps(lo + 8 * q, _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16)));
+        if (2 * k + 1 < in)
+          _mm256_storeu_ps(hi + 8 * q, _mm256_castsi256_ps(_mm256_and_si256(bits, upper)));
+      }
+    }
+  }
+}
+
+// The AVX2 path for T >= kWidenRows: x rounded to bf16 (kept as f32), W widened block by block,
+// each block's product by sgemm (one thread per block: OpenBLAS runs single-threaded inside an
+// OpenMP parallel region). The operands are exactly the tiled path's; only the order of the f32
+// additions differs.
+void MatMulWidened(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
+  const int in = w.in, out = w.out;
+  float* xr = Workspace<float, 1>(static_cast<size_t>(T) * in);
+  const int blocks = (w.panels + kWidenPanels - 1) / kWidenPanels;
+#pragma omp parallel if (static_cast<int64_t>(T) * in * out >= kParallelMacs)
+  {
+#pragma omp for schedule(static)
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < in; ++i) {
+        const int64_t at = static_cast<int64_t>(t) * in + i;
+        xr[at] = BF16ToF32(FlushDenormal(F32ToBF16(x[at])));
+      }
+    float* wf = Workspace<float, 2>(static_cast<size_t>(in + 1) * kWidenPanels * kWidth);
+#pragma omp for schedule(dynamic, 1)
+    for (int b = 0; b < blocks; ++b) {
+      const int panel0 = b * kWidenPanels, n = std::min(kWidenPanels, w.panels - panel0);
+      const int column0 = panel0 * kWidth, cols = std::min(n * kWidth, out - column0);
+      WidenPanels(w, panel0, n, wf);
+      float beta = 0.0f;
+      if (bias) {
+        for (int t = 0; t < T; ++t)
+          std::copy(bias + column0, bias + column0 + cols, y + static_cast<int64_t>(t) * out + column0);
+        beta = 1.0f;
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, cols, in, 1.0f, xr, in, wf,
+                  n * kWidth, beta, y + column0, out);
     }
   }
 }
@@ -240,7 +381,7 @@ void MatMulPortable(const float* x, const PackedBf16& w, const float* bias, floa
   constexpr int kPortableRows = 4;
   const int in = w.in, out = w.out, pairs = w.pairs;
   const int64_t ldx = 2 * static_cast<int64_t>(pairs);
-  float* xr = Workspace<float>(static_cast<size_t>(T) * ldx);
+  float* xr = Workspace<float, 3>(static_cast<size_t>(T) * ldx);
   const bool parallel = static_cast<int64_t>(T) * in * out >= kParallelMacs;
 #pragma omp parallel if (parallel)
   {
@@ -292,7 +433,33 @@ bool CpuHasAvx512Bf16() {
   return has;
 }
 
-bool Bf16KernelActive() { return CpuHasAvx512Bf16() && ActiveSimdLevel() == SimdLevel::kAvx512; }
+namespace {
+
+enum class Bf16Path { kPortable, kAvx2, kAvx512 };
+
+Bf16Path ActiveBf16Path() {
+  static const bool has_fma = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  const SimdLevel level = ActiveSimdLevel();
+  if (level == SimdLevel::kAvx512 && CpuHasAvx512Bf16()) return Bf16Path::kAvx512;
+  if (level != SimdLevel::kPortable && has_fma) return Bf16Path::kAvx2;
+  return Bf16Path::kPortable;
+}
+
+}  // namespace
+
+bool Bf16KernelActive() { return ActiveBf16Path() != Bf16Path::kPortable; }
+
+const char* Bf16KernelName() {
+  switch (ActiveBf16Path()) {
+    case Bf16Path::kAvx512: return "avx512_bf16";
+    case Bf16Path::kAvx2: return "avx2";
+    case Bf16Path::kPortable: break;
+  }
+  return "portable";
+}
 
 PackedBf16 PackBf16(const float* w, int out, int in) {
   PackedBf16 p;
@@ -316,18 +483,12 @@ void PackBf16Columns(const float* a, int out, int in, int64_t ld, PackedBf16* p)
 
 void ConvertBf16Rows(const float* x, int rows, int in, int64_t ld_in, uint32_t* xb, int64_t ldx) {
   SS_ASSERT(2 * ldx >= in);
-  if (Bf16KernelActive()) {
-    for (int r = 0; r < rows; ++r) ConvertRow512(x + r * ld_in, in, xb + r * ldx, static_cast<int>(ldx));
-    return;
-  }
+  const bool avx512 = ActiveBf16Path() == Bf16Path::kAvx512;
   for (int r = 0; r < rows; ++r) {
-    const float* xr = x + r * ld_in;
-    uint32_t* out = xb + r * ldx;
-    for (int k = 0; k < ldx; ++k) {
-      const uint32_t lo = 2 * k < in ? FlushDenormal(F32ToBF16(xr[2 * k])) : 0;
-      const uint32_t hi = 2 * k + 1 < in ? FlushDenormal(F32ToBF16(xr[2 * k + 1])) : 0;
-      out[k] = lo | hi << 16;
-    }
+    if (avx512)
+      ConvertRow512(x + r * ld_in, in, xb + r * ldx, static_cast<int>(ldx));
+    else
+      ConvertRowScalar(x + r * ld_in, in, xb + r * ldx, static_cast<int>(ldx));
   }
 }
 
@@ -335,9 +496,16 @@ void MatMulBf16Block(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int p
                      int pair0, int pairs, float* y, int64_t ldy, int rows, bool accumulate) {
   SS_ASSERT(panel0 >= 0 && panel0 + panels <= w.panels && pair0 >= 0 && pair0 + pairs <= w.pairs);
   if (rows <= 0 || panels <= 0) return;
-  if (Bf16KernelActive()) {
-    BlockProduct512(xb, ldx, w, panel0, panels, pair0, pairs, y, ldy, rows, accumulate);
-    return;
+  switch (ActiveBf16Path()) {
+    case Bf16Path::kAvx512:
+      BlockProductTiled<Avx512Path>(xb, ldx, w, panel0, panels, pair0, pairs, y, ldy, rows,
+                                    accumulate);
+      return;
+    case Bf16Path::kAvx2:
+      BlockProductTiled<Avx2Path>(xb, ldx, w, panel0, panels, pair0, pairs, y, ldy, rows,
+                                  accumulate);
+      return;
+    case Bf16Path::kPortable: break;
   }
   // Portable: each product of two bf16 values is exact in f32, as in VDPBF16PS.
   for (int r = 0; r < rows; ++r) {
@@ -363,10 +531,16 @@ void MatMulBf16Block(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int p
 void MatMulBf16(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
   SS_ASSERT(T >= 0 && w.out >= 1 && w.in >= 1);
   if (T == 0) return;
-  if (Bf16KernelActive())
-    MatMul512(x, w, bias, y, T);
-  else
-    MatMulPortable(x, w, bias, y, T);
+  switch (ActiveBf16Path()) {
+    case Bf16Path::kAvx512: MatMulTiled<Avx512Path>(x, w, bias, y, T); return;
+    case Bf16Path::kAvx2:
+      if (T >= kWidenRows)
+        MatMulWidened(x, w, bias, y, T);
+      else
+        MatMulTiled<Avx2Path>(x, w, bias, y, T);
+      return;
+    case Bf16Path::kPortable: MatMulPortable(x, w, bias, y, T); return;
+  }
 }
 
 }  // namespace ss

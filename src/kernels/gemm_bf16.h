@@ -6,11 +6,15 @@
 // product of two bf16 values is exact in f32, so the result differs from a double-precision product
 // of the bf16-rounded operands only by the order of the f32 additions; it differs from the f32
 // product by the rounding of x and W to bf16 (8 significant bits: each operand within 2^-9
-// relative, so each product within about 2^-8; tests/test_gemm_bf16.cpp prints what it comes to). Elsewhere a portable path computes the same thing in plain loops. The path is
-// chosen at run time: AVX-512 BF16 when the CPU has it and the SIMD level (kernels/vecmath.h,
-// SINKSCOPE_SIMD=portable, ForceSimdLevel) is avx512; otherwise portable. As VDPBF16PS does,
-// denormal operands (below 1.2e-38 in magnitude) count as zero on both paths; on the AVX-512 path
-// a denormal result is also flushed to zero.
+// relative, so each product within about 2^-8; tests/test_gemm_bf16.cpp prints what it comes to).
+// On CPUs with AVX2 + FMA but no AVX-512 BF16 (Zen 2/3, most laptops) the same operands are widened
+// to f32 (a bf16 is the upper half of an f32) and multiplied with FMA: one exact product, one
+// rounding per addition, as above; from kWidenRows rows of x on, W is widened a block at a time and
+// OpenBLAS's sgemm multiplies the blocks (same operands, another order of additions). Elsewhere a
+// portable path computes the same thing in plain loops. The path is chosen at run time from the CPU
+// and the SIMD level (kernels/vecmath.h, SINKSCOPE_SIMD=portable|avx2|avx512, ForceSimdLevel). As
+// VDPBF16PS does, denormal operands (below 1.2e-38 in magnitude) count as zero on every path; on
+// the AVX-512 path a denormal result is also flushed to zero.
 //
 // Packed layout of W (out, in): the output columns are cut into panels of kBf16PanelWidth (padded
 // with zero columns); the `in` dimension into pairs (padded with a zero when odd). Panel p stores,
@@ -31,10 +35,13 @@ constexpr int kBf16PanelWidth = 32;
 
 // Whether the CPU executes AVX-512 BF16 (VDPBF16PS, VCVTNE2PS2BF16).
 bool CpuHasAvx512Bf16();
-// Whether MatMulBf16 uses the AVX-512 BF16 path now (CPU support and the SIMD level allow it).
-// When it does not, the portable path is correct but slow (about a quarter of sgemm's speed at
-// x86-64 baseline flags): a caller after speed should then use MatMul on f32 weights instead.
+// Whether MatMulBf16 runs a vector path now: AVX-512 BF16, or AVX2 + FMA (W widened to f32 in
+// registers for small T, a block at a time for sgemm from kWidenRows rows on), as the CPU and the
+// SIMD level (SINKSCOPE_SIMD, ForceSimdLevel) allow. When it does not, the portable path is correct
+// but slow (about a quarter of sgemm's speed at x86-64 baseline flags).
 bool Bf16KernelActive();
+// The path MatMulBf16 runs now: "avx512_bf16", "avx2" or "portable".
+const char* Bf16KernelName();
 
 // std::allocator with 64-byte alignment, so each pair of a panel (128 bytes) starts a cache line.
 template <typename T>

@@ -99,7 +99,8 @@ Tensor PermuteRopeRows(const Tensor& w, int n_heads, int head_dim, int rot_dim, 
   return out;
 }
 
-void BindTensors(const TensorMap& map, const TensorSource& source, const std::string& family) {
+void BindTensors(const TensorMap& map, const TensorSource& source, const std::string& family,
+                 const std::function<void(Tensor*)>& bound) {
   for (const TensorSpec& spec : map.specs) {
     std::string name = spec.name;
     for (const std::string& alias : spec.aliases)
@@ -127,6 +128,9 @@ void BindTensors(const TensorMap& map, const TensorSource& source, const std::st
     } else {
       SplitFused(spec, t);
     }
+    t = Tensor();  // the fused original, before the packs
+    if (bound)
+      for (Tensor* target : spec.targets) bound(target);
   }
   for (const auto& step : map.after_bind) step();
 }

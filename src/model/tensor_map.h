@@ -70,8 +70,10 @@ struct TensorMap {
 
 // Fills `weights` (layers already sized to config.n_layers) from `source` with `map`. Throws
 // ss::Error naming the source and tensor for a missing tensor ("missing tensor 'x'") and a shape
-// mismatch ("tensor 'x' has shape [..], expected [..]").
-void BindTensors(const TensorMap& map, const TensorSource& source, const std::string& family);
+// mismatch ("tensor 'x' has shape [..], expected [..]"). `bound`, if set, is called on each member
+// as soon as it is filled (Bf16Packer packs projections there, one tensor at a time).
+void BindTensors(const TensorMap& map, const TensorSource& source, const std::string& family,
+                 const std::function<void(Tensor*)>& bound = nullptr);
 
 // The stored tensors no spec of `map` binds that belong to a layer the config does not declare:
 // a name whose first number (".12." in "model.layers.12.mlp.up_proj.weight",

@@ -73,6 +73,9 @@ struct Model {
   std::string source;  // file or directory it was read from
   std::string format;  // "llama2c", "hf", "gguf"
   Precision precision = Precision::kF32;  // set by SetPrecision (model/precision.h)
+  // Loaded at Precision::kBf16 (LoadModel's precision): the dense projections and the LM head are
+  // held only as bf16 packs, their f32 tensors empty (model/precision.h, Bf16Packer).
+  bool bf16_only = false;
   int64_t ParameterCount() const;
 };
 

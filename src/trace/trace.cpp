@@ -161,12 +161,12 @@ void CheckSameFamily(const std::vector<CheckpointRef>& checkpoints) {
   }
 }
 
-Model LoadCheckpoint(const std::string& path) {
+Model LoadCheckpoint(const std::string& path, Precision precision) {
   // HF directories are not yet readable by ss::LoadModel in main; the trainer's own checkpoints
   // carry train_config.json and load exactly through its reader.
   if (IsDirectory(path) && FileExists(path + "/train_config.json"))
     return train::LoadCheckpointModel(path);
-  return LoadModel(path);
+  return LoadModel(path, precision);
 }
 
 std::string CheckpointHash(const std::string& path) {
@@ -421,7 +421,7 @@ std::vector<CheckpointResult> AnalyseCheckpoints(const std::vector<CheckpointRef
           }
         }
       }
-      Model model = LoadCheckpoint(r.ref.path);
+      Model model = LoadCheckpoint(r.ref.path, settings.precision);
       SetPrecision(model, settings.precision);
       if (!have_first) {
         samples = make_samples(model);

@@ -54,7 +54,9 @@ void CheckSameFamily(const std::vector<CheckpointRef>& checkpoints);
 // Loads a checkpoint as an ss::Model. Trainer checkpoints (with train_config.json) go through the
 // trainer's reader (train::LoadCheckpointModel) until HF directories load through ss::LoadModel
 // (branch arch); everything else through ss::LoadModel.
-Model LoadCheckpoint(const std::string& path);
+// At Precision::kBf16 a file checkpoint holds its projections in bf16 only (io/load.h); a
+// trainer checkpoint loads in f32 and the caller packs it (SetPrecision).
+Model LoadCheckpoint(const std::string& path, Precision precision = Precision::kF32);
 
 // Content hash of a checkpoint: sha256 over its weight and config files (sorted names and bytes).
 std::string CheckpointHash(const std::string& path);
