@@ -186,6 +186,40 @@ TEST(Precision, ExplainOnBf16OnlyModel) {
   EXPECT_EQ(ja["verdict"], jb["verdict"]);
 }
 
+// A checkpoint whose weights cannot fit is refused before anything is allocated, at either
+// precision, with both figures: here an embedding of 2^31 x 256 F16 values (a 1 TiB sparse file).
+TEST(Precision, ModelLargerThanMemoryIsRefusedBeforeLoading) {
+  const std::string dir = test::TempDir("too_big");
+  WriteFileAtomic(dir + "/config.json", R"({"architectures": ["LlamaForCausalLM"],
+    "model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 1,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1000,
+    "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "tie_word_embeddings": true})");
+  const uint64_t rows = uint64_t{1} << 31, bytes = rows * 256 * 2;
+  const std::string header = "{\"model.embed_tokens.weight\": {\"dtype\": \"F16\", \"shape\": [" +
+                             std::to_string(rows) + ", 256], \"data_offsets\": [0, " +
+                             std::to_string(bytes) + "]}}";
+  const std::string file = dir + "/model.safetensors";
+  {
+    std::FILE* f = std::fopen(file.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const uint64_t n = header.size();
+    std::fwrite(&n, 8, 1, f);
+    std::fwrite(header.data(), 1, header.size(), f);
+    std::fclose(f);
+  }
+  std::filesystem::resize_file(file, 8 + header.size() + bytes);  // sparse: no disk used
+  for (Precision p : {Precision::kF32, Precision::kBf16}) {
+    try {
+      LoadModel(dir, p);
+      ADD_FAILURE() << "loaded a 1 TiB model";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(dir + ": loading the weights"), std::string::npos) << m;
+      EXPECT_NE(m.find("needs 2.0 TiB of memory, but only"), std::string::npos) << m;
+    }
+  }
+}
+
 // The portable path (SINKSCOPE_SIMD=portable, or a CPU without AVX-512 BF16) rounds the operands
 // the same way and differs only in the order of the f32 sums (tests/test_gemm_bf16.cpp compares the
 // two products directly). Through a whole forward the SIMD level also changes exp and GELU, and a

@@ -115,6 +115,25 @@ TEST_F(SafetensorsTest, F16AndBF16ConvertAtLoad) {
   EXPECT_EQ(SafetensorsFile::Open(Path("r.safetensors")).Load("r")[0], 1.0f);
 }
 
+// A converted (BF16) tensor's pages are released from the mapping after the load
+// (ReleaseMappedPages); loading it again reads the same values back from the file, and a buffer
+// given to FromBytes is never released (its bytes would be lost).
+TEST_F(SafetensorsTest, ConvertedTensorsLoadAgainAfterTheirPagesAreReleased) {
+  Tensor t = Tensor::Zeros({3, 4096});  // several pages of bf16
+  for (int64_t i = 0; i < t.numel(); ++i) t[i] = static_cast<float>(i % 251) - 125.0f;
+  WriteSafetensors(Path("big.safetensors"), {{"a", t}, {"b", t}}, SafetensorsDtype::kBF16);
+  SafetensorsFile file = SafetensorsFile::Open(Path("big.safetensors"));
+  auto bytes = std::make_shared<const std::string>(ReadFile(Path("big.safetensors")));
+  SafetensorsFile memory = SafetensorsFile::FromBytes(bytes, "memory");
+  for (int pass = 0; pass < 2; ++pass)
+    for (const SafetensorsFile* f : {&file, &memory})
+      for (const char* name : {"a", "b"}) {
+        const Tensor back = f->Load(name);
+        EXPECT_EQ(test::MaxDiff(back.data(), t.data(), t.numel(), "bf16 reload"), 0.0)
+            << name << " pass " << pass;
+      }
+}
+
 TEST_F(SafetensorsTest, FromBytesMatchesOpen) {
   WriteSafetensors(Path("m.safetensors"), {{"x", Arange({4}, 1.0f)}});
   auto bytes = std::make_shared<const std::string>(ReadFile(Path("m.safetensors")));

@@ -134,6 +134,13 @@ std::shared_ptr<MappedFile> MapFile(const std::string& path) {
   return mapped;
 }
 
+void ReleaseMappedPages(const void* begin, size_t bytes) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(begin) + bytes) / page * page;
+  if (end > start) madvise(reinterpret_cast<void*>(start), end - start, MADV_DONTNEED);
+}
+
 namespace {
 
 namespace fs = std::filesystem;

@@ -45,6 +45,11 @@ struct MappedFile {
   ~MappedFile();
 };
 std::shared_ptr<MappedFile> MapFile(const std::string& path);
+// Drops the pages of [begin, begin + bytes) of a read-only file mapping from this process's
+// memory (madvise MADV_DONTNEED on the whole pages inside the range; a later read maps them
+// again from the file). A loader calls it once a tensor has been converted out of the mapping, so
+// that loading a 13 GB checkpoint does not also keep 13 GB of its pages resident.
+void ReleaseMappedPages(const void* begin, size_t bytes);
 
 // Outputs: one policy for every file a command writes (docs/GUARANTEES.md).
 //  - "-" is standard output, written in place.

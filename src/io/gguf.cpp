@@ -226,7 +226,9 @@ GgufFile GgufFile::Open(const std::string& path) {
   std::shared_ptr<MappedFile> mapped = MapFile(path);
   const uint8_t* data = mapped->data;
   size_t size = mapped->size;
-  return Parse(path, data, size, std::move(mapped));
+  GgufFile f = Parse(path, data, size, std::move(mapped));
+  f.mapped_ = true;
+  return f;
 }
 
 GgufFile GgufFile::Parse(const std::string& path, const uint8_t* data, size_t size,

@@ -78,6 +78,9 @@ class GgufFile {
                         std::shared_ptr<void> keep_alive);
 
   const std::string& path() const { return path_; }
+  // Whether the tensors' bytes are a file mapping (Open), whose pages a loader may release
+  // (ReleaseMappedPages) once it has converted a tensor; false for a buffer given to Parse.
+  bool mapped() const { return mapped_; }
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }
@@ -105,6 +108,7 @@ class GgufFile {
   const GgufValue& Require(const std::string& key, const char* wanted) const;
   std::string path_;
   std::shared_ptr<void> keep_alive_;
+  bool mapped_ = false;  // opened from a file mapping (Open), not parsed from a buffer
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
   uint64_t data_offset_ = 0;

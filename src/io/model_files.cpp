@@ -27,6 +27,9 @@ class SafetensorsSource : public TensorSource {
   }
   std::vector<std::string> Names() const override { return dir_.names(); }
   Tensor Load(const std::string& name) const override { return dir_.Load(name); }
+  bool LoadsAsView(const std::string& name) const override {
+    return dir_.Info(name).dtype == SafetensorsDtype::kF32;
+  }
   const std::string& source() const override { return source_; }
 
  private:
@@ -55,6 +58,7 @@ class GgufSource : public TensorSource {
            "F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)", gguf_.path(), name, GgmlTypeName(t->type));
     Tensor out = Tensor::Zeros(Shape(name));
     Dequantize(t->type, t->data, out.data(), out.numel());
+    if (gguf_.mapped()) ReleaseMappedPages(t->data, t->n_bytes);
     return out;
   }
   const std::string& source() const override { return gguf_.path(); }
@@ -77,6 +81,14 @@ void BindModel(Model& model, TensorNaming naming, const TensorSource& source,
   CheckNoExtraLayers(map, source, model.config.n_layers, layers_key);
   std::unique_ptr<Bf16Packer> packer;
   if (precision == Precision::kBf16) packer = std::make_unique<Bf16Packer>(model.weights);
+  // Refused before anything is allocated when the weights cannot fit.
+  const uint64_t bytes = BindBytes(map, source, [&packer](const Tensor* t) {
+    return packer && packer->Packs(t);
+  });
+  CheckMemory(bytes, fmt::format("{}: loading the weights {}", source.source(),
+                                 packer ? "(projections in bf16)"
+                                        : "in f32 (--precision bf16 holds the projections in half "
+                                          "the memory)"));
   BindTensors(map, source, model.config.arch,
               packer ? [&packer](Tensor* t) { packer->Bound(t); } : std::function<void(Tensor*)>());
   if (model.config.tied_embeddings) model.weights.lm_head = model.weights.token_embedding;

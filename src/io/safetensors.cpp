@@ -188,6 +188,7 @@ SafetensorsFile SafetensorsFile::Open(const std::string& path) {
   file.data_ = map->data;
   file.size_ = map->size;
   file.owner_ = map;
+  file.mapped_ = true;
   file.header_ = ParseSafetensorsHeader(file.data_, file.size_, path);
   for (size_t i = 0; i < file.header_.tensors.size(); ++i)
     file.index_[file.header_.tensors[i].name] = i;
@@ -245,6 +246,7 @@ Tensor SafetensorsFile::Load(const std::string& name) const {
         std::memcpy(&h, bytes + 2 * i, 2);
         t[i] = F16ToF32(h);
       }
+      if (mapped_) ReleaseMappedPages(bytes, static_cast<size_t>(n) * 2);
       return t;
     }
     case SafetensorsDtype::kBF16: {
@@ -254,6 +256,7 @@ Tensor SafetensorsFile::Load(const std::string& name) const {
         std::memcpy(&b, bytes + 2 * i, 2);
         t[i] = BF16ToF32(b);
       }
+      if (mapped_) ReleaseMappedPages(bytes, static_cast<size_t>(n) * 2);
       return t;
     }
     default:

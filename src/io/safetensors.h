@@ -88,6 +88,7 @@ class SafetensorsFile {
  private:
   std::string path_;
   std::shared_ptr<const void> owner_;  // the map or the buffer
+  bool mapped_ = false;                // owner_ is a file mapping (converted tensors release pages)
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   SafetensorsHeader header_;

@@ -36,6 +36,7 @@ class Bf16Packer {
  public:
   explicit Bf16Packer(ModelWeights& weights);  // weights.layers already sized
   void Bound(Tensor* tensor);
+  bool Packs(const Tensor* tensor) const { return slots_.count(tensor) > 0; }
   void Finish(Model& model);
 
  private:

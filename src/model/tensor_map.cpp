@@ -1,5 +1,6 @@
 #include "model/tensor_map.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -97,6 +98,22 @@ Tensor PermuteRopeRows(const Tensor& w, int n_heads, int head_dim, int rot_dim, 
     }
   }
   return out;
+}
+
+uint64_t BindBytes(const TensorMap& map, const TensorSource& source,
+                   const std::function<bool(const Tensor*)>& packed) {
+  uint64_t bytes = 0;
+  for (const TensorSpec& spec : map.specs) {
+    std::string name = spec.name;
+    for (const std::string& alias : spec.aliases)
+      if (!source.Has(name) && source.Has(alias)) name = alias;
+    if (!source.Has(name)) continue;  // BindTensors names it, or it is optional
+    uint64_t n = 1;
+    for (int64_t d : source.Shape(name)) n *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+    const bool packs = packed && !spec.targets.empty() && packed(spec.targets[0]);
+    bytes += packs ? 2 * n : source.LoadsAsView(name) ? 0 : 4 * n;
+  }
+  return bytes;
 }
 
 void BindTensors(const TensorMap& map, const TensorSource& source, const std::string& family,

@@ -31,6 +31,8 @@ class TensorSource {
   virtual const std::string& source() const = 0;  // file or directory, for error messages
   virtual size_t count() const = 0;                // tensors in the source
   virtual std::vector<std::string> Names() const = 0;  // every tensor in the source
+  // Whether Load returns a view of the file's mapping (no allocation): a stored F32 tensor.
+  virtual bool LoadsAsView(const std::string& name) const { (void)name; return false; }
 };
 
 struct TensorSpec {
@@ -74,6 +76,11 @@ struct TensorMap {
 // as soon as it is filled (Bf16Packer packs projections there, one tensor at a time).
 void BindTensors(const TensorMap& map, const TensorSource& source, const std::string& family,
                  const std::function<void(Tensor*)>& bound = nullptr);
+
+// The memory BindTensors will allocate for `map`'s tensors: 4 bytes a value for each tensor that
+// does not load as a view of the file, 2 for a member `packed` says will be packed to bf16.
+uint64_t BindBytes(const TensorMap& map, const TensorSource& source,
+                   const std::function<bool(const Tensor*)>& packed);
 
 // The stored tensors no spec of `map` binds that belong to a layer the config does not declare:
 // a name whose first number (".12." in "model.layers.12.mlp.up_proj.weight",

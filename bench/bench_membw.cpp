@@ -1,0 +1,55 @@
+// Read bandwidth of this machine, the ceiling of memory-bound decode: each thread sums its share of
+// a 1 GiB f32 array (vector loads, the access pattern of a matrix-vector product over weights), and
+// a memcpy of 512 MiB for comparison. Prints GB/s (1e9 bytes) for 1 and 2 threads, best of 5.
+// Used by bench/run_decode_bench.sh, beside the decode rates, in the same run.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+double Seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Sums the array with `threads` threads; returns the best GB/s of 5 passes.
+double ReadGbps(const std::vector<float>& a, int threads) {
+  double best = 0, sink = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const double t0 = Seconds();
+    double total = 0;
+#pragma omp parallel for num_threads(threads) reduction(+ : total) schedule(static)
+    for (size_t block = 0; block < a.size() / 4096; ++block) {
+      float acc[16] = {};
+      const float* p = a.data() + block * 4096;
+      for (int i = 0; i < 4096; i += 16)
+        for (int j = 0; j < 16; ++j) acc[j] += p[i + j];
+      for (float v : acc) total += v;
+    }
+    best = std::max(best, a.size() * sizeof(float) / (Seconds() - t0) / 1e9);
+    sink += total;
+  }
+  if (sink == 1.2345) std::printf(" ");  // keeps the sums live
+  return best;
+}
+
+}  // namespace
+
+int main() {
+  std::vector<float> a(size_t{1} << 28, 1.0f);  // 1 GiB
+  std::printf("read 1 thread: %.1f GB/s\n", ReadGbps(a, 1));
+  std::printf("read 2 threads: %.1f GB/s\n", ReadGbps(a, std::min(2, omp_get_max_threads())));
+  std::vector<char> src(size_t{1} << 29, 1), dst(src.size());
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const double t0 = Seconds();
+    std::memcpy(dst.data(), src.data(), src.size());
+    best = std::max(best, 2.0 * src.size() / (Seconds() - t0) / 1e9);
+  }
+  std::printf("memcpy 1 thread (read + write): %.1f GB/s\n", best);
+  return dst[12345] == 7;
+}
