@@ -29,6 +29,7 @@
 #include "explain/explain_report.h"
 #include "hooks/hooks.h"
 #include "io/load.h"
+#include "kernels/gemm_bf16.h"
 #include "kernels/parallel.h"
 #include "model/model.h"
 #include "model/precision.h"
@@ -403,6 +404,17 @@ PYBIND11_MODULE(_sinkscope, m) {
     SetThreadCount(n);
   }, py::arg("n"), "Threads for the whole process (default: the cores available).");
   m.def("threads", [] { return ThreadCount(); }, "Threads the engine uses.");
+  m.def("blas_info", [] {
+    const BlasInfo b = GetBlasInfo();
+    py::dict d;
+    d["config"] = b.config;
+    d["core"] = b.core;
+    d["library"] = b.library;
+    d["openmp"] = b.openmp();
+    d["bf16_kernel"] = std::string(Bf16KernelName());
+    return d;
+  }, "The OpenBLAS the engine calls (config, core, library path, whether it is the OpenMP build) "
+     "and the bf16 kernel in use.");
 
   py::class_<PyHookContext>(m, "HookPoint", "Where a hook runs: its name, layer (-1 for hook_embed "
                                             "and ln_final) and the position of the call's first token.")

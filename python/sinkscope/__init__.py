@@ -26,6 +26,31 @@ import os
 # nothing and no other module has loaded libgomp yet.
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
+
+def _load_openmp_openblas():
+    """Loads OpenBLAS's OpenMP build by its path into the global symbol scope, before the extension.
+
+    numpy, usually imported first, loads Debian's default libopenblas.so.0 (the alternatives
+    often keep the pthread build); the extension's dependency on that same name would then be met
+    by it: OpenBLAS threads fighting OpenMP's (docs/DESIGN.md "Threads") and sums in another order
+    than the CLI's. A copy loaded by path with RTLD_GLOBAL comes first when the extension's BLAS
+    symbols are resolved (the CMake build links this same file; CMakeLists.txt). numpy keeps its
+    own. blas_info() tells which one the extension uses."""
+    import ctypes
+    import glob
+
+    for path in sorted(glob.glob("/usr/lib/*/openblas-openmp/libopenblas.so.0")) + [
+            "/usr/lib64/openblas-openmp/libopenblas.so.0", "/usr/lib/openblas-openmp/libopenblas.so.0"]:
+        if os.path.exists(path):
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                return
+            except OSError:
+                pass
+
+
+_load_openmp_openblas()
+
 from . import _sinkscope  # noqa: E402
 from ._sinkscope import (  # noqa: E402,F401
     AnalyzeResult,
@@ -35,12 +60,13 @@ from ._sinkscope import (  # noqa: E402,F401
     Model,
     StreamResult,
     TraceResult,
+    blas_info,
     set_threads,
     threads,
 )
 
 __all__ = [
-    "load", "analyze", "explain", "trace", "stream", "set_threads", "threads", "Model", "HookPoint",
+    "load", "analyze", "explain", "trace", "stream", "set_threads", "threads", "blas_info", "Model", "HookPoint",
     "AnalyzeResult", "ExplainResult", "TraceResult", "StreamResult", "Error",
 ]
 __version__ = "0.1.0"

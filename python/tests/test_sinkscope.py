@@ -389,3 +389,17 @@ def test_type_stub_covers_the_api(sinkscope):
             if isinstance(cls, type) and not issubclass(cls, BaseException):
                 missing += [f"{name}.{a}" for a in dir(cls) if not a.startswith("_") and a not in members]
     assert not missing, missing
+
+
+def test_openmp_openblas_even_when_numpy_is_imported_first(tmp_path):
+    """numpy loads Debian's default libopenblas.so.0 (often the pthread build); the extension must
+    still call the OpenMP build, as the CLI does (same threads, same sums)."""
+    code = ("import numpy, sinkscope, json; numpy.ones((64, 64)) @ numpy.ones((64, 64)); "
+            "print(json.dumps(sinkscope.blas_info()))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ})
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["openmp"], info
+    assert "openblas-openmp" in info["library"], info
+    assert info["bf16_kernel"] in ("avx512_bf16", "avx2", "portable")
