@@ -5,7 +5,7 @@
 # its export.py writes), each at 1 and 2 threads; beside them, this machine's read bandwidth
 # (bench_membw) and the bandwidth each decode achieves (weight bytes read per token x tokens/s).
 # run.c / runq.c are built here from LLAMA2C_DIR (default ../shared/tools/peers/llama2c) with
-# gcc -O3 -march=native (-fopenmp for their threads); models are made by
+# gcc -Ofast -march=native -fopenmp (their README's fast build, with its threads); models are made by
 # bench/make_llama2c_model.py into WORK (default /tmp/sinkscope_decode_bench).
 # Usage: bench/run_decode_bench.sh [build dir]
 set -euo pipefail
@@ -21,7 +21,7 @@ ninja -C "$BUILD" sinkscope bench_membw >/dev/null
 SS=$(realpath "$BUILD/src/cli/sinkscope")
 mkdir -p "$WORK"
 for prog in run runq; do
-  [ -x "$WORK/$prog" ] || gcc -O3 -march=native -fopenmp -o "$WORK/$prog" "$PEERS/$prog.c" -lm
+  [ -x "$WORK/$prog" ] || gcc -Ofast -march=native -fopenmp -o "$WORK/$prog" "$PEERS/$prog.c" -lm
 done
 "$BUILD/bench/bench_membw" | tee "$WORK/membw.txt"
 printf '\n%-12s %-26s %8s %10s %10s\n' model engine threads "tokens/s" "GB/s read"

@@ -227,7 +227,7 @@ TEST(Kernels, TiledAttentionMatchesNaiveAndMaterialised) {
   EXPECT_LT(worst_vs_mat, 1e-5);
 }
 
-// The tiled attention at bf16 (--precision bf16) on both paths (AVX-512 BF16 and portable), against
+// The tiled attention at bf16 (--precision bf16) on every path (AVX-512 BF16, AVX2, portable), against
 // naive double-precision attention on the bf16-rounded q, k and v. The head sizes make the scale
 // 1/sqrt(Dh) a power of two, so rounding q * scale equals scaling the rounded q: the scores are then
 // exact products summed in f32, and the statistics (from the scores) must match double as closely as
@@ -240,12 +240,15 @@ TEST(Kernels, TiledAttentionBf16MatchesDoubleOnRoundedOperands) {
     return x;
   };
   const SimdLevel best = ActiveSimdLevel();
-  for (SimdLevel level : {SimdLevel::kAvx512, SimdLevel::kPortable}) {
+  __builtin_cpu_init();
+  const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  for (SimdLevel level : {SimdLevel::kAvx512, SimdLevel::kAvx2, SimdLevel::kPortable}) {
     if (level == SimdLevel::kAvx512 && !(CpuHasAvx512Bf16() && best == SimdLevel::kAvx512)) continue;
+    if (level == SimdLevel::kAvx2 && !(has_avx2 && best != SimdLevel::kPortable)) continue;
     ForceSimdLevel(level);
     double worst_out = 0, worst_stats = 0, worst_f32 = 0;
     for (Case c : {Case{700, 700, 2, 1, 64, 0}, Case{300, 1100, 4, 2, 16, 0}, Case{600, 600, 2, 2, 64, 200},
-                   Case{1, 1500, 4, 1, 64, 0}, Case{65, 65, 3, 3, 16, 0}, Case{130, 1200, 2, 1, 16, 513}}) {
+                   Case{kBf16AttentionRows, 1500, 4, 1, 64, 0}, Case{65, 65, 3, 3, 16, 0}, Case{130, 1200, 2, 1, 16, 513}}) {
       const auto q = Random(c.T * c.H * c.Dh, 21, 2.0f), k = Random(c.S * c.Hkv * c.Dh, 22, 2.0f),
                  v = Random(c.S * c.Hkv * c.Dh, 23);
       const int K = 4, HT = c.H * c.T;
@@ -360,6 +363,20 @@ TEST(VecMath, EveryPathMatchesDouble) {
     EXPECT_LT(worst, 1e-6) << name << " silu*up";
   }
   ForceSimdLevel(best);
+}
+
+// Decode-sized calls (fewer than kBf16AttentionRows queries) run the f32 attention even at bf16:
+// packing the whole cache's K and V for one query would cost more than it saves.
+TEST(Kernels, Bf16AttentionFallsBackToF32ForFewQueries) {
+  const int S = 300, H = 4, Hkv = 2, Dh = 32;
+  for (int T : {1, kBf16AttentionRows - 1}) {
+    const auto q = Random(T * H * Dh, 31, 1.0f), k = Random(S * Hkv * Dh, 32, 1.0f),
+               v = Random(S * Hkv * Dh, 33);
+    std::vector<float> a(T * H * Dh), b(a.size());
+    Attention(q.data(), k.data(), v.data(), a.data(), T, S, H, Hkv, Dh, 0, nullptr, nullptr, true);
+    Attention(q.data(), k.data(), v.data(), b.data(), T, S, H, Hkv, Dh, 0, nullptr, nullptr, false);
+    EXPECT_EQ(a, b) << "T=" << T;
+  }
 }
 
 }  // namespace

@@ -84,6 +84,7 @@ constexpr int kColumnBlock = 256;  // output columns per work item (8 panels), a
 // decode-sized product (T = 1) is over before a busy machine schedules the second thread, and
 // every parallel region waits for all its threads, even idle ones.
 constexpr int64_t kParallelMacs = int64_t{1} << 22;
+constexpr int64_t kParallelMatVec = int64_t{1} << 20;
 
 #define SS_BF16 __attribute__((target("avx512f,avx512bf16")))
 #define SS_AVX2 __attribute__((target("avx2,fma")))
@@ -239,8 +240,11 @@ void MatMulTiled(const float* x, const PackedBf16& w, const float* bias, float* 
   uint32_t* xb = Workspace<uint32_t>(static_cast<size_t>(T) * ldx);
   const uint32_t* wdata = reinterpret_cast<const uint32_t*>(w.data.data());
   const int row_items = (T + kRowBlock - 1) / kRowBlock;
-  // Narrower column blocks when there are few rows, so every thread gets several tiles.
-  const bool parallel = static_cast<int64_t>(T) * in * out >= kParallelMacs;
+  // Narrower column blocks when there are few rows, so every thread gets several tiles. A
+  // matrix-vector product (decode) is memory-bound: threads pay from a smaller W (2 MiB of bf16),
+  // as in MatMul's f32 matrix-vector path.
+  const bool parallel = T == 1 ? static_cast<int64_t>(in) * out >= kParallelMatVec
+                               : static_cast<int64_t>(T) * in * out >= kParallelMacs;
   const int threads = parallel ? omp_get_max_threads() : 1;
   int column_block = kColumnBlock;
   while (column_block > kWidth &&

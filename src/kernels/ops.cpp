@@ -16,7 +16,11 @@ namespace ss {
 // y (T, out) = x W^T in plain loops, for products too small to pay for BLAS's threads: with an
 // OpenMP OpenBLAS a 64-wide matrix-vector product spends more in waking and joining threads than
 // computing, and on a busy machine a descheduled helper thread stalls every call.
-static void SmallMatMul(const float* x, const float* w, float* y, int T, int in, int out) {
+// The loop is compiled twice: at the baseline flags and for AVX2 + FMA (8-wide partial sums, fused
+// multiply-adds), chosen at run time with the SIMD level (kernels/vecmath.h); a small model's
+// decode is mostly these products.
+__attribute__((always_inline)) static inline void SmallMatMulBody(const float* x, const float* w,
+                                                                  float* y, int T, int in, int out) {
   for (int t = 0; t < T; ++t) {
     const float* xr = x + static_cast<int64_t>(t) * in;
     float* yr = y + static_cast<int64_t>(t) * out;
@@ -32,14 +36,38 @@ static void SmallMatMul(const float* x, const float* w, float* y, int T, int in,
     }
   }
 }
+__attribute__((target("avx2,fma"))) static void SmallMatMulAvx2(const float* x, const float* w,
+                                                                 float* y, int T, int in, int out) {
+  SmallMatMulBody(x, w, y, T, in, out);
+}
+static void SmallMatMul(const float* x, const float* w, float* y, int T, int in, int out) {
+  static const bool has_fma = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  if (has_fma && ActiveSimdLevel() != SimdLevel::kPortable)
+    SmallMatMulAvx2(x, w, y, T, in, out);
+  else
+    SmallMatMulBody(x, w, y, T, in, out);
+}
 
 void MatMul(const float* x, const float* w, const float* bias, float* y, int T, int in, int out) {
   constexpr int64_t kSmall = int64_t{1} << 18;  // multiply-adds below which plain loops win
   if (static_cast<int64_t>(T) * in * out <= kSmall) {
     SmallMatMul(x, w, y, T, in, out);
   } else if (T == 1) {
-    // Matrix-vector: W (out, in) row-major times x.
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
+    // Matrix-vector (decode): memory-bound, one pass over W. The plain loop's 8 partial sums per
+    // row stream W at the memory's rate where OpenBLAS's sgemv (Zen kernel) read about 11 GB/s
+    // on one thread here (bench/run_decode_bench.sh); rows are split over the threads when W is
+    // large enough to pay for waking them.
+    const bool parallel = static_cast<int64_t>(in) * out >= (int64_t{1} << 20);
+#pragma omp parallel if (parallel)
+    {
+      const int threads = omp_get_num_threads(), id = omp_get_thread_num();
+      const int first = static_cast<int>(static_cast<int64_t>(out) * id / threads);
+      const int last = static_cast<int>(static_cast<int64_t>(out) * (id + 1) / threads);
+      SmallMatMul(x, w + static_cast<int64_t>(first) * in, y + first, 1, in, last - first);
+    }
   } else {
     // The bias goes in as C with beta = 1: the kernel adds it where it writes y, instead of a
     // serial pass over (T, out) afterwards.
@@ -476,7 +504,8 @@ void Attention(const float* q, const float* k, const float* v, float* out, int T
   if (pattern) {
     MaterialisedAttention(q, k, v, out, T, S, n_heads, n_kv_heads, head_dim, window, pattern, stats);
   } else {
-    TiledAttention(q, k, v, out, T, S, n_heads, n_kv_heads, head_dim, window, stats, bf16);
+    TiledAttention(q, k, v, out, T, S, n_heads, n_kv_heads, head_dim, window, stats,
+                   bf16 && T >= kBf16AttentionRows);
   }
 }
 

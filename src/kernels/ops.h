@@ -62,10 +62,13 @@ struct AttnStats {
 //   pattern: if not null, receives the full probabilities (H, T, S), zero where masked.
 //   bf16: the tiled path's two products (q k^T and p v) with bf16 operands and f32 sums
 //         (--precision bf16; kernels/gemm_bf16.h); softmax and statistics stay f32. The
-//         materialised path (pattern != null) is always f32.
+//         materialised path (pattern != null) is always f32, and so are calls with fewer than
+//         kBf16AttentionRows queries (decode): packing K and V costs O(S) per call, more than
+//         the few queries' products save.
 void Attention(const float* q, const float* k, const float* v, float* out, int T, int S,
                int n_heads, int n_kv_heads, int head_dim, int window, float* pattern,
                const AttnStats* stats, bool bf16 = false);
+inline constexpr int kBf16AttentionRows = 16;
 
 // Attention for an attention-sink streaming cache (StreamingLLM, Xiao et al. 2023, section 3.2).
 // The cache holds `sinks` fixed rows (the first tokens of the stream) followed by a ring of `ring`
