@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import os
 
-# libgomp reads its wait policy once, when it is loaded: threads that sleep between parallel regions
-# instead of spinning (what the CLI sets too; see docs/DESIGN.md "Threads"). Only if the user chose
+# libgomp reads its wait policy once, when it is loaded: threads that spin briefly between parallel
+# regions, then sleep (what the CLI sets too; see docs/DESIGN.md "Threads"). Only if the user chose
 # nothing and no other module has loaded libgomp yet.
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 
 def _load_openmp_openblas():

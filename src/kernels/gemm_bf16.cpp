@@ -1,6 +1,7 @@
 #include "kernels/gemm_bf16.h"
 
 #include <cblas.h>
+#include <sys/mman.h>
 #include <immintrin.h>
 #include <omp.h>
 
@@ -84,7 +85,7 @@ constexpr int kColumnBlock = 256;  // output columns per work item (8 panels), a
 // decode-sized product (T = 1) is over before a busy machine schedules the second thread, and
 // every parallel region waits for all its threads, even idle ones.
 constexpr int64_t kParallelMacs = int64_t{1} << 22;
-constexpr int64_t kParallelMatVec = int64_t{1} << 20;
+constexpr int64_t kParallelMatVec = int64_t{1} << 18;
 
 #define SS_BF16 __attribute__((target("avx512f,avx512bf16")))
 #define SS_AVX2 __attribute__((target("avx2,fma")))
@@ -197,6 +198,40 @@ SS_AVX2 void MicroKernelAvx2(const uint32_t* x, int64_t ldx, const uint32_t* w, 
   }
 }
 
+// One row (decode, memory-bound): the pair's lower and upper halves go to separate accumulators
+// (8 independent FMA chains rather than 4 chains of two), summed at the end.
+SS_AVX2 void MicroKernelAvx2Row(const uint32_t* x, const uint32_t* w, int kc, float* y, int cols,
+                                const float* bias, bool accumulate) {
+  __m256 lo[4], hi[4];
+  alignas(32) float edge[kWidth];
+  const float* init = accumulate ? y : bias;
+  if (init && cols < kWidth) {
+    std::fill(edge, edge + kWidth, 0.0f);
+    std::copy(init, init + cols, edge);
+    init = edge;
+  }
+  for (int q = 0; q < 4; ++q) {
+    lo[q] = init ? _mm256_loadu_ps(init + 8 * q) : _mm256_setzero_ps();
+    hi[q] = _mm256_setzero_ps();
+  }
+  const __m256i upper = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int k = 0; k < kc; ++k) {
+    const uint32_t pair = x[k];
+    const __m256 x_lo = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair << 16)));
+    const __m256 x_hi = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair & 0xffff0000u)));
+    const uint32_t* wk = w + k * kWidth;
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wk + 8 * q));
+      lo[q] = _mm256_fmadd_ps(x_lo, _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16)), lo[q]);
+      hi[q] = _mm256_fmadd_ps(x_hi, _mm256_castsi256_ps(_mm256_and_si256(bits, upper)), hi[q]);
+    }
+  }
+  float* dst = cols < kWidth ? edge : y;
+  for (int q = 0; q < 4; ++q) _mm256_storeu_ps(dst + 8 * q, _mm256_add_ps(lo[q], hi[q]));
+  if (cols < kWidth) std::copy(edge, edge + cols, y);
+}
+
 // The two tiled paths, as the driver below sees them: rows per micro-kernel, x's conversion, and
 // one tile y (rows <= kRows, cols <= kWidth) (+)= x · W panel over kc pairs.
 struct Avx512Path {
@@ -228,7 +263,7 @@ struct Avx2Path {
     if (rows == 2)
       MicroKernelAvx2<2>(x, ldx, w, kc, y, ldy, cols, bias, accumulate);
     else
-      MicroKernelAvx2<1>(x, ldx, w, kc, y, ldy, cols, bias, accumulate);
+      MicroKernelAvx2Row(x, w, kc, y, cols, bias, accumulate);
   }
 };
 
@@ -281,8 +316,11 @@ void MatMulTiled(const float* x, const PackedBf16& w, const float* bias, float* 
     }
     const int column0 = item % column_items * column_block;
     const int column1 = std::min(out, column0 + column_block);
-    for (int k0 = 0; k0 < pairs; k0 += kPairBlock) {
-      const int kc = std::min(kPairBlock, pairs - k0);
+    // One tile of rows (decode): no blocking of `in`, so W streams through once in storage order
+    // (panel after panel) and the x row, a few KiB, stays in L1 anyway.
+    const int pair_block = T <= kRows ? pairs : kPairBlock;
+    for (int k0 = 0; k0 < pairs; k0 += pair_block) {
+      const int kc = std::min(pair_block, pairs - k0);
       for (int r = row0; r < row1; r += kRows) {
         const uint32_t* xp = xb + static_cast<int64_t>(r) * ldx + k0;
         for (int c = column0; c < column1; c += kWidth) {
@@ -428,6 +466,13 @@ void MatMulPortable(const float* x, const PackedBf16& w, const float* bias, floa
 }
 
 }  // namespace
+
+void AdviseHugePages(void* p, size_t bytes) {
+  const uintptr_t huge = uintptr_t{1} << 21;
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(p) + huge - 1) / huge * huge;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / huge * huge;
+  if (end > start) madvise(reinterpret_cast<void*>(start), end - start, MADV_HUGEPAGE);
+}
 
 bool CpuHasAvx512Bf16() {
   static const bool has = [] {

@@ -18,14 +18,15 @@ namespace ss {
 // computing, and on a busy machine a descheduled helper thread stalls every call.
 // The loop is compiled twice: at the baseline flags and for AVX2 + FMA (8-wide partial sums, fused
 // multiply-adds), chosen at run time with the SIMD level (kernels/vecmath.h); a small model's
-// decode is mostly these products.
+// decode is mostly these products. W's rows are ldw floats apart (in, or a kv head's row of keys).
 __attribute__((always_inline)) static inline void SmallMatMulBody(const float* x, const float* w,
-                                                                  float* y, int T, int in, int out) {
+                                                                  float* y, int T, int in, int out,
+                                                                  int64_t ldw) {
   for (int t = 0; t < T; ++t) {
     const float* xr = x + static_cast<int64_t>(t) * in;
     float* yr = y + static_cast<int64_t>(t) * out;
     for (int o = 0; o < out; ++o) {
-      const float* wr = w + static_cast<int64_t>(o) * in;
+      const float* wr = w + static_cast<int64_t>(o) * ldw;
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // 8 partial sums so the loop vectorises
       int i = 0;
       for (; i + 8 <= in; i += 8)
@@ -37,18 +38,21 @@ __attribute__((always_inline)) static inline void SmallMatMulBody(const float* x
   }
 }
 __attribute__((target("avx2,fma"))) static void SmallMatMulAvx2(const float* x, const float* w,
-                                                                 float* y, int T, int in, int out) {
-  SmallMatMulBody(x, w, y, T, in, out);
+                                                                 float* y, int T, int in, int out,
+                                                                 int64_t ldw) {
+  SmallMatMulBody(x, w, y, T, in, out, ldw);
 }
-static void SmallMatMul(const float* x, const float* w, float* y, int T, int in, int out) {
+static void SmallMatMul(const float* x, const float* w, float* y, int T, int in, int out,
+                        int64_t ldw = -1) {
   static const bool has_fma = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   }();
+  if (ldw < 0) ldw = in;
   if (has_fma && ActiveSimdLevel() != SimdLevel::kPortable)
-    SmallMatMulAvx2(x, w, y, T, in, out);
+    SmallMatMulAvx2(x, w, y, T, in, out, ldw);
   else
-    SmallMatMulBody(x, w, y, T, in, out);
+    SmallMatMulBody(x, w, y, T, in, out, ldw);
 }
 
 void MatMul(const float* x, const float* w, const float* bias, float* y, int T, int in, int out) {
@@ -271,12 +275,8 @@ void FinishRow(float* row, int key0, int n, int first, int last, int S, int64_t 
 static void BlockScores(const float* qb, int q_row, const float* kb, int kv_row, int rows, int n,
                         int head_dim, float scale, float* out, int ld) {
   if (rows == 1) {
-    for (int j = 0; j < n; ++j) {
-      const float* kj = kb + static_cast<int64_t>(j) * kv_row;
-      float dot = 0.0f;
-      for (int d = 0; d < head_dim; ++d) dot += qb[d] * kj[d];
-      out[j] = dot * scale;
-    }
+    SmallMatMul(qb, kb, out, 1, head_dim, n, kv_row);  // 8 partial sums: vectorised
+    for (int j = 0; j < n; ++j) out[j] *= scale;
     return;
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, head_dim, scale, qb, q_row, kb,

@@ -7,6 +7,10 @@
 
 namespace ss {
 
+// GOMP_SPINCOUNT the CLI and the Python module set when the user chose no OpenMP wait policy:
+// threads spin about this many iterations (tens of microseconds) before sleeping (src/cli/main.cpp).
+inline constexpr const char* kSpinCount = "10000";
+
 // Sets the thread count for OpenMP and OpenBLAS alike. n >= 1.
 void SetThreadCount(int n);
 // The thread count parallel regions will use now.
