@@ -132,6 +132,8 @@ TEST(Convert, Stories260KReducedPrecisionWithinMeasuredTolerance) {
   ExpectClose(Logits(hfbf16, s.tokens), want, V, 2e-2, 0.95, "stories260K hf bf16");
   Model g16 = LoadModel(WriteGguf(s.model, *s.tokenizer, "gguf_f16", kGgmlTypeF16));
   ExpectClose(Logits(g16, s.tokens), want, V, 2e-3, 1.0, "stories260K gguf f16");
+  Model gbf16 = LoadModel(WriteGguf(s.model, *s.tokenizer, "gguf_bf16", kGgmlTypeBF16));
+  ExpectClose(Logits(gbf16, s.tokens), want, V, 2e-2, 0.95, "stories260K gguf bf16");
   Model q8 = LoadModel(WriteGguf(s.model, *s.tokenizer, "gguf_q8_0", kGgmlTypeQ8_0));
   ExpectClose(Logits(q8, s.tokens), want, V, 3e-2, 0.95, "stories260K gguf q8_0");
 }

@@ -66,8 +66,9 @@ void Run(const ConvertOptions& o) {
     else if (o.type != "f32") Fail("--type {}: Hugging Face output supports f32, f16, bf16", o.type);
   } else {
     if (o.type == "f16") ggml_type = kGgmlTypeF16;
+    else if (o.type == "bf16") ggml_type = kGgmlTypeBF16;
     else if (o.type == "q8_0") ggml_type = kGgmlTypeQ8_0;
-    else if (o.type != "f32") Fail("--type {}: GGUF output supports f32, f16, q8_0", o.type);
+    else if (o.type != "f32") Fail("--type {}: GGUF output supports f32, f16, bf16, q8_0", o.type);
   }
   LoadedModel loaded = o.model.Load();
   if (o.to == "hf") {
@@ -90,7 +91,7 @@ void RegisterConvert(CLI::App& app) {
   o->model.Add(cmd);
   cmd->add_option("--to", o->to, "Output format")->required()->check(CLI::IsMember({"hf", "gguf"}));
   cmd->add_option("--out", o->out, "Output directory (hf) or file (gguf)")->required();
-  cmd->add_option("--type", o->type, "Tensor type: f32, f16, bf16 (hf) or q8_0 (gguf)")
+  cmd->add_option("--type", o->type, "Tensor type: f32, f16, bf16, or q8_0 (gguf only)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
   cmd->callback([o] { Run(*o); });
 }

@@ -97,6 +97,13 @@ void GgufWriter::AddTensor(const std::string& name, const Tensor& tensor, uint32
         std::memcpy(&t.bytes[2 * i], &h, 2);
       }
       break;
+    case kGgmlTypeBF16:  // ggml's GGML_TYPE_BF16: the upper half of the f32, rounded to nearest even
+      t.bytes.resize(2 * n);
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t b = F32ToBF16(src[i]);
+        std::memcpy(&t.bytes[2 * i], &b, 2);
+      }
+      break;
     case kGgmlTypeQ8_0:
       // ggml quantises row by row: each row (ne[0] values) must be whole blocks.
       if (t.ne[0] % 32 != 0)
@@ -106,7 +113,7 @@ void GgufWriter::AddTensor(const std::string& name, const Tensor& tensor, uint32
       QuantizeQ8_0(src, reinterpret_cast<uint8_t*>(t.bytes.data()), n);
       break;
     default:
-      Fail("GGUF writer: tensor '{}': writing type {} is not supported (F32, F16, Q8_0)", name,
+      Fail("GGUF writer: tensor '{}': writing type {} is not supported (F32, F16, BF16, Q8_0)", name,
            GgmlTypeName(ggml_type));
   }
   tensors_.push_back(std::move(t));

@@ -24,7 +24,7 @@ class GgufWriter {
   void SetI32Array(const std::string& key, const std::vector<int32_t>& values);
 
   // Adds `tensor` (PyTorch shape order; ggml's ne is the reverse) encoded as `ggml_type`:
-  // kGgmlTypeF32, kGgmlTypeF16 or kGgmlTypeQ8_0 (which needs the last dimension to be a multiple
+  // kGgmlTypeF32, kGgmlTypeF16, kGgmlTypeBF16 or kGgmlTypeQ8_0 (which needs the last dimension to be a multiple
   // of 32). Throws ss::Error naming the tensor for another type, a duplicate name or a shape that
   // the type cannot hold.
   void AddTensor(const std::string& name, const Tensor& tensor, uint32_t ggml_type);
