@@ -41,9 +41,7 @@ struct Path {
 };
 std::vector<Path> Paths() {
   std::vector<Path> paths = {{"portable", SimdLevel::kPortable}};
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    paths.push_back({"avx2", SimdLevel::kAvx2});
+  if (CpuSimdLevel() != SimdLevel::kPortable) paths.push_back({"avx2", SimdLevel::kAvx2});
   if (CpuHasAvx512Bf16()) paths.push_back({"avx512_bf16", SimdLevel::kAvx512});
   return paths;
 }

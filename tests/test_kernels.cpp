@@ -240,8 +240,7 @@ TEST(Kernels, TiledAttentionBf16MatchesDoubleOnRoundedOperands) {
     return x;
   };
   const SimdLevel best = ActiveSimdLevel();
-  __builtin_cpu_init();
-  const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool has_avx2 = CpuSimdLevel() != SimdLevel::kPortable;
   for (SimdLevel level : {SimdLevel::kAvx512, SimdLevel::kAvx2, SimdLevel::kPortable}) {
     if (level == SimdLevel::kAvx512 && !(CpuHasAvx512Bf16() && best == SimdLevel::kAvx512)) continue;
     if (level == SimdLevel::kAvx2 && !(has_avx2 && best != SimdLevel::kPortable)) continue;

@@ -51,6 +51,11 @@ void PackInto(PackedBf16& p, int out, int in, Bits bits) {
   }
 }
 
+// out[i] = x[i] rounded to bf16 (denormals flushed), kept as f32: the operand every path multiplies.
+void RoundRowBf16(const float* x, int in, float* out) {
+  for (int i = 0; i < in; ++i) out[i] = BF16ToF32(FlushDenormal(F32ToBF16(x[i])));
+}
+
 // A per-calling-thread buffer, kept between calls so that a model's many products do not allocate
 // (and page-fault) each time. kTag tells apart buffers of one type that are live at once.
 template <typename T, int kTag = 0>
@@ -155,12 +160,12 @@ SS_BF16 void MicroKernel(const uint32_t* x, int64_t ldx, const uint32_t* w, int 
 // and x's pair broadcast the same way. Each product of two bf16 values is exact in f32, so an FMA
 // adds it with one rounding, as VDPBF16PS does. 2 rows x 4 ymm accumulators (32 columns) plus the
 // widened operands fill the 16 ymm registers. Column tails go through a 32-float buffer.
-template <int kTileRows>
-SS_AVX2 void MicroKernelAvx2(const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
+SS_AVX2 void MicroKernelAvx2Rows2(const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
                              int64_t ldy, int cols, const float* bias, bool accumulate) {
-  __m256 acc[kTileRows][4];
+  constexpr int kRows2 = 2;
+  __m256 acc[kRows2][4];
   alignas(32) float edge[kWidth];
-  for (int r = 0; r < kTileRows; ++r) {
+  for (int r = 0; r < kRows2; ++r) {
     const float* init = accumulate ? y + r * ldy : bias;
     if (init && cols < kWidth) {
       std::fill(edge, edge + kWidth, 0.0f);
@@ -171,9 +176,9 @@ SS_AVX2 void MicroKernelAvx2(const uint32_t* x, int64_t ldx, const uint32_t* w, 
   }
   const __m256i upper = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   for (int k = 0; k < kc; ++k) {
-    __m256 x_lo[kTileRows], x_hi[kTileRows];
+    __m256 x_lo[kRows2], x_hi[kRows2];
 #pragma GCC unroll 4
-    for (int r = 0; r < kTileRows; ++r) {
+    for (int r = 0; r < kRows2; ++r) {
       const uint32_t pair = x[r * ldx + k];
       x_lo[r] = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair << 16)));
       x_hi[r] = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair & 0xffff0000u)));
@@ -185,13 +190,13 @@ SS_AVX2 void MicroKernelAvx2(const uint32_t* x, int64_t ldx, const uint32_t* w, 
       const __m256 w_lo = _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
       const __m256 w_hi = _mm256_castsi256_ps(_mm256_and_si256(bits, upper));
 #pragma GCC unroll 4
-      for (int r = 0; r < kTileRows; ++r) {
+      for (int r = 0; r < kRows2; ++r) {
         acc[r][q] = _mm256_fmadd_ps(x_lo[r], w_lo, acc[r][q]);
         acc[r][q] = _mm256_fmadd_ps(x_hi[r], w_hi, acc[r][q]);
       }
     }
   }
-  for (int r = 0; r < kTileRows; ++r) {
+  for (int r = 0; r < kRows2; ++r) {
     float* dst = cols < kWidth ? edge : y + r * ldy;
     for (int q = 0; q < 4; ++q) _mm256_storeu_ps(dst + 8 * q, acc[r][q]);
     if (cols < kWidth) std::copy(edge, edge + cols, y + r * ldy);
@@ -261,7 +266,7 @@ struct Avx2Path {
   static void Tile(int rows, const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
                    int64_t ldy, int cols, const float* bias, bool accumulate) {
     if (rows == 2)
-      MicroKernelAvx2<2>(x, ldx, w, kc, y, ldy, cols, bias, accumulate);
+      MicroKernelAvx2Rows2(x, ldx, w, kc, y, ldy, cols, bias, accumulate);
     else
       MicroKernelAvx2Row(x, w, kc, y, cols, bias, accumulate);
   }
@@ -394,10 +399,7 @@ void MatMulWidened(const float* x, const PackedBf16& w, const float* bias, float
   {
 #pragma omp for schedule(static)
     for (int t = 0; t < T; ++t)
-      for (int i = 0; i < in; ++i) {
-        const int64_t at = static_cast<int64_t>(t) * in + i;
-        xr[at] = BF16ToF32(FlushDenormal(F32ToBF16(x[at])));
-      }
+      RoundRowBf16(x + static_cast<int64_t>(t) * in, in, xr + static_cast<int64_t>(t) * in);
     float* wf = Workspace<float, 2>(static_cast<size_t>(in + 1) * kWidenPanels * kWidth);
 #pragma omp for schedule(dynamic, 1)
     for (int b = 0; b < blocks; ++b) {
@@ -430,8 +432,7 @@ void MatMulPortable(const float* x, const PackedBf16& w, const float* bias, floa
 #pragma omp for schedule(static)
     for (int t = 0; t < T; ++t) {
       float* row = xr + t * ldx;
-      for (int i = 0; i < in; ++i)
-        row[i] = BF16ToF32(FlushDenormal(F32ToBF16(x[static_cast<int64_t>(t) * in + i])));
+      RoundRowBf16(x + static_cast<int64_t>(t) * in, in, row);
       if (in < ldx) row[in] = 0.0f;
     }
     std::vector<float> panel_f32(static_cast<size_t>(pairs) * kWidth * 2);
@@ -487,13 +488,8 @@ namespace {
 enum class Bf16Path { kPortable, kAvx2, kAvx512 };
 
 Bf16Path ActiveBf16Path() {
-  static const bool has_fma = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  const SimdLevel level = ActiveSimdLevel();
-  if (level == SimdLevel::kAvx512 && CpuHasAvx512Bf16()) return Bf16Path::kAvx512;
-  if (level != SimdLevel::kPortable && has_fma) return Bf16Path::kAvx2;
+  if (ActiveSimdLevel() == SimdLevel::kAvx512 && CpuHasAvx512Bf16()) return Bf16Path::kAvx512;
+  if (Avx2FmaActive()) return Bf16Path::kAvx2;
   return Bf16Path::kPortable;
 }
 

@@ -44,12 +44,8 @@ __attribute__((target("avx2,fma"))) static void SmallMatMulAvx2(const float* x, 
 }
 static void SmallMatMul(const float* x, const float* w, float* y, int T, int in, int out,
                         int64_t ldw = -1) {
-  static const bool has_fma = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
   if (ldw < 0) ldw = in;
-  if (has_fma && ActiveSimdLevel() != SimdLevel::kPortable)
+  if (Avx2FmaActive())
     SmallMatMulAvx2(x, w, y, T, in, out, ldw);
   else
     SmallMatMulBody(x, w, y, T, in, out, ldw);

@@ -323,9 +323,8 @@ SS_AVX2 void Sigmoid256(const float* x, float* out, int64_t n) {
 
 SimdLevel CpuLevel() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return SimdLevel::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdLevel::kAvx2;
-  return SimdLevel::kPortable;
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return SimdLevel::kPortable;
+  return __builtin_cpu_supports("avx512f") ? SimdLevel::kAvx512 : SimdLevel::kAvx2;
 }
 
 SimdLevel InitialLevel() {
@@ -349,6 +348,7 @@ std::atomic<SimdLevel>& Level() {
 
 SimdLevel ActiveSimdLevel() { return Level().load(std::memory_order_relaxed); }
 void ForceSimdLevel(SimdLevel level) { Level().store(std::min(level, CpuLevel())); }
+SimdLevel CpuSimdLevel() { return CpuLevel(); }
 
 std::string SimdLevelName(SimdLevel level) {
   switch (level) {

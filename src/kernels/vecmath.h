@@ -16,6 +16,10 @@ enum class SimdLevel { kPortable, kAvx2, kAvx512 };
 SimdLevel ActiveSimdLevel();
 // Overrides the level (tests run every path); a level the CPU lacks is clamped to what it has.
 void ForceSimdLevel(SimdLevel level);
+// The best level the CPU supports (kAvx2 and above imply AVX2 + FMA).
+SimdLevel CpuSimdLevel();
+// Whether AVX2 + FMA code may run now (the active level is kAvx2 or above; it never exceeds the CPU).
+inline bool Avx2FmaActive() { return ActiveSimdLevel() != SimdLevel::kPortable; }
 std::string SimdLevelName(SimdLevel level);
 
 // max_i x[i]; n >= 1.
