@@ -1,0 +1,240 @@
+#include "kernels/gemm_q8.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+#include "kernels/dequant.h"
+#include "kernels/vecmath.h"
+#include "tensor/half.h"
+
+namespace ss {
+
+namespace {
+
+#define SS_AVX2 __attribute__((target("avx2,fma")))
+
+constexpr int kQ8BlockBytes = 2 + kQ8Block;  // ggml's block_q8_0
+constexpr int kRowGroup = 4;                 // rows of W that share each load of x
+constexpr int kWidenBlock = 128;             // rows of W dequantised at a time for sgemm
+// Multiply-adds from which the products use every thread (as MatMulBf16: a decode-sized product
+// is over before a second thread would start).
+constexpr int64_t kParallelMatVec = int64_t{1} << 18;
+constexpr int64_t kParallelMacs = int64_t{1} << 22;
+
+template <typename T, int kTag>
+T* Workspace(size_t n) {
+  thread_local std::vector<T, CacheLineAllocator<T>> buffer;
+  if (buffer.size() < n) {
+    buffer.clear();
+    buffer.shrink_to_fit();
+    buffer.resize(n);
+  }
+  return buffer.data();
+}
+
+// Rows [0, R) of a row group: y[r] = sum over blocks of d[r][b] * (q[r][b] · x[b]).
+// The portable body: 8 partial sums per block so that compilers vectorise it.
+template <int R>
+void DotRowsPortable(const float* x, const int8_t* q, const float* d, int64_t ldq, int blocks,
+                     float* y) {
+  for (int r = 0; r < R; ++r) {
+    const int8_t* qr = q + r * ldq;
+    const float* dr = d + static_cast<int64_t>(r) * blocks;
+    float total = 0.0f;
+    for (int b = 0; b < blocks; ++b) {
+      float acc[8] = {};
+      for (int i = 0; i < kQ8Block; i += 8)
+        for (int k = 0; k < 8; ++k) acc[k] += static_cast<float>(qr[b * kQ8Block + i + k]) * x[b * kQ8Block + i + k];
+      const float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+      total += dr[b] * s;
+    }
+    y[r] = total;
+  }
+}
+
+SS_AVX2 inline __m256 Widen8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+SS_AVX2 inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// The AVX2 + FMA body: per block and row, the 32 int8 widened to f32 and multiplied with x in two
+// chains of two, their sum scaled by d into the row's 8-lane total.
+template <int R>
+SS_AVX2 void DotRowsAvx2(const float* x, const int8_t* q, const float* d, int64_t ldq, int blocks,
+                         float* y) {
+  __m256 total[R];
+  for (int r = 0; r < R; ++r) total[r] = _mm256_setzero_ps();
+  for (int b = 0; b < blocks; ++b) {
+    const float* xb = x + b * kQ8Block;
+    const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
+    const __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const int8_t* qb = q + r * ldq + b * kQ8Block;
+      __m256 s0 = _mm256_mul_ps(Widen8(qb), x0);
+      __m256 s1 = _mm256_mul_ps(Widen8(qb + 8), x1);
+      s0 = _mm256_fmadd_ps(Widen8(qb + 16), x2, s0);
+      s1 = _mm256_fmadd_ps(Widen8(qb + 24), x3, s1);
+      total[r] = _mm256_fmadd_ps(_mm256_add_ps(s0, s1),
+                                 _mm256_broadcast_ss(d + static_cast<int64_t>(r) * blocks + b), total[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = HorizontalSum(total[r]);
+}
+
+// y[0 .. rows) = W rows [row0, row0 + rows) · x, rows <= kRowGroup; x holds blocks * 32 values.
+void DotRows(bool avx2, const float* x, const PackedQ8& w, int row0, int rows, float* y) {
+  const int64_t ldq = static_cast<int64_t>(w.blocks) * kQ8Block;
+  const int8_t* q = w.qs.data() + row0 * ldq;
+  const float* d = w.scales.data() + static_cast<int64_t>(row0) * w.blocks;
+  using Fn = void (*)(const float*, const int8_t*, const float*, int64_t, int, float*);
+  static constexpr Fn kAvx2[] = {nullptr, DotRowsAvx2<1>, DotRowsAvx2<2>, DotRowsAvx2<3>,
+                                 DotRowsAvx2<4>};
+  static constexpr Fn kPortable[] = {nullptr, DotRowsPortable<1>, DotRowsPortable<2>,
+                                     DotRowsPortable<3>, DotRowsPortable<4>};
+  (avx2 ? kAvx2 : kPortable)[rows](x, q, d, ldq, w.blocks, y);
+}
+
+// The fused path (T < kQ8WidenRows): row groups of W in parallel, each serving every row of x while
+// it is in cache. x rows are copied into blocks * 32 floats (zero-padded) when `in` is not whole
+// blocks, so that the padding of W meets zeros rather than whatever follows x.
+void MatMulFused(const float* x, const PackedQ8& w, const float* bias, float* y, int T) {
+  const int in = w.in, out = w.out;
+  const int64_t ldx = static_cast<int64_t>(w.blocks) * kQ8Block;
+  const float* xp = x;
+  if (ldx != in) {
+    float* padded = Workspace<float, 0>(static_cast<size_t>(T) * ldx);
+    for (int t = 0; t < T; ++t) {
+      std::copy(x + static_cast<int64_t>(t) * in, x + static_cast<int64_t>(t + 1) * in, padded + t * ldx);
+      std::fill(padded + t * ldx + in, padded + (t + 1) * ldx, 0.0f);
+    }
+    xp = padded;
+  }
+  const bool avx2 = Avx2FmaActive();
+  const int groups = (out + kRowGroup - 1) / kRowGroup;
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(T) * in * out >= kParallelMatVec)
+  for (int g = 0; g < groups; ++g) {
+    const int row0 = g * kRowGroup, rows = std::min(kRowGroup, out - row0);
+    float part[kRowGroup];
+    for (int t = 0; t < T; ++t) {
+      DotRows(avx2, xp + t * ldx, w, row0, rows, part);
+      float* yt = y + static_cast<int64_t>(t) * out + row0;
+      for (int r = 0; r < rows; ++r) yt[r] = bias ? part[r] + bias[row0 + r] : part[r];
+    }
+  }
+}
+
+__attribute__((always_inline)) inline void DequantizeBody(const PackedQ8& w, int row0, int rows,
+                                                          float* dst) {
+  const int64_t ldq = static_cast<int64_t>(w.blocks) * kQ8Block;
+  for (int r = 0; r < rows; ++r) {
+    const int8_t* q = w.qs.data() + (row0 + r) * ldq;
+    const float* d = w.scales.data() + static_cast<int64_t>(row0 + r) * w.blocks;
+    float* out = dst + static_cast<int64_t>(r) * w.in;
+    for (int b = 0; b < w.blocks; ++b) {
+      const int n = std::min(kQ8Block, w.in - b * kQ8Block);
+      for (int i = 0; i < n; ++i) out[b * kQ8Block + i] = d[b] * static_cast<float>(q[b * kQ8Block + i]);
+    }
+  }
+}
+SS_AVX2 void DequantizeAvx2(const PackedQ8& w, int row0, int rows, float* dst) {
+  DequantizeBody(w, row0, rows, dst);
+}
+
+// The sgemm path (T >= kQ8WidenRows): W dequantised kWidenBlock rows at a time, each block's product
+// by sgemm (one thread per block: OpenBLAS runs single-threaded inside an OpenMP parallel region).
+void MatMulDequantised(const float* x, const PackedQ8& w, const float* bias, float* y, int T) {
+  const int in = w.in, out = w.out;
+  const int blocks = (out + kWidenBlock - 1) / kWidenBlock;
+#pragma omp parallel if (static_cast<int64_t>(T) * in * out >= kParallelMacs)
+  {
+    float* wf = Workspace<float, 1>(static_cast<size_t>(kWidenBlock) * in);
+#pragma omp for schedule(dynamic, 1)
+    for (int b = 0; b < blocks; ++b) {
+      const int row0 = b * kWidenBlock, rows = std::min(kWidenBlock, out - row0);
+      DequantizeQ8Rows(w, row0, rows, wf);
+      float beta = 0.0f;
+      if (bias) {
+        for (int t = 0; t < T; ++t)
+          std::copy(bias + row0, bias + row0 + rows, y + static_cast<int64_t>(t) * out + row0);
+        beta = 1.0f;
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, rows, in, 1.0f, x, in, wf, in, beta,
+                  y + row0, out);
+    }
+  }
+}
+
+}  // namespace
+
+PackedQ8 PackQ8_0(const float* w, int out, int in) {
+  SS_ASSERT(out >= 1 && in >= 1);
+  PackedQ8 p;
+  p.out = out;
+  p.in = in;
+  p.blocks = (in + kQ8Block - 1) / kQ8Block;
+  const int64_t ldq = static_cast<int64_t>(p.blocks) * kQ8Block;
+  p.qs.resize(static_cast<size_t>(out) * ldq);
+  p.scales.resize(static_cast<size_t>(out) * p.blocks);
+#pragma omp parallel if (static_cast<int64_t>(out) * in >= (1 << 16))
+  {
+    std::vector<float> row(ldq, 0.0f);
+    std::vector<uint8_t> bytes(static_cast<size_t>(p.blocks) * kQ8BlockBytes);
+#pragma omp for schedule(static)
+    for (int o = 0; o < out; ++o) {
+      std::copy(w + static_cast<int64_t>(o) * in, w + static_cast<int64_t>(o + 1) * in, row.begin());
+      QuantizeQ8_0(row.data(), bytes.data(), ldq);
+      for (int b = 0; b < p.blocks; ++b) {
+        const uint8_t* block = bytes.data() + static_cast<size_t>(b) * kQ8BlockBytes;
+        uint16_t d_bits;
+        std::memcpy(&d_bits, block, 2);
+        p.scales[static_cast<size_t>(o) * p.blocks + b] = F16ToF32(d_bits);
+        std::memcpy(p.qs.data() + o * ldq + b * kQ8Block, block + 2, kQ8Block);
+      }
+    }
+  }
+  return p;
+}
+
+void DequantizeQ8Rows(const PackedQ8& w, int row0, int rows, float* dst) {
+  SS_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= w.out);
+  if (Avx2FmaActive())
+    DequantizeAvx2(w, row0, rows, dst);
+  else
+    DequantizeBody(w, row0, rows, dst);
+}
+
+std::vector<uint8_t> Q8RowBlocks(const PackedQ8& w, int row) {
+  SS_ASSERT(row >= 0 && row < w.out);
+  std::vector<uint8_t> bytes(static_cast<size_t>(w.blocks) * kQ8BlockBytes);
+  for (int b = 0; b < w.blocks; ++b) {
+    uint8_t* block = bytes.data() + static_cast<size_t>(b) * kQ8BlockBytes;
+    const uint16_t d_bits = F32ToF16(w.scales[static_cast<size_t>(row) * w.blocks + b]);
+    std::memcpy(block, &d_bits, 2);
+    std::memcpy(block + 2, w.qs.data() + (static_cast<int64_t>(row) * w.blocks + b) * kQ8Block, kQ8Block);
+  }
+  return bytes;
+}
+
+const char* Q8KernelName() { return Avx2FmaActive() ? "avx2" : "portable"; }
+
+void MatMulQ8(const float* x, const PackedQ8& w, const float* bias, float* y, int T) {
+  SS_ASSERT(T >= 0 && w.out >= 1 && w.in >= 1);
+  if (T == 0) return;
+  if (T >= kQ8WidenRows)
+    MatMulDequantised(x, w, bias, y, T);
+  else
+    MatMulFused(x, w, bias, y, T);
+}
+
+}  // namespace ss

@@ -1,0 +1,58 @@
+// Matrix products with Q8_0 weights kept quantised: y (T, out) = x (T, in) · W^T (+ bias), where W
+// is held in ggml's Q8_0 encoding (kernels/dequant.h: blocks of 32 int8 values sharing one f16
+// scale d, W[o][i] = d * q) and x stays f32. The weights take 1.125 bytes a value here (int8 plus
+// an f32 scale per block) against 2 for bf16 and 4 for f32, which is what decode, bound by reading
+// the weights once per token, is paid in.
+//
+// - Few rows of x (decode, T < kQ8WidenRows): a fused dequantise-and-dot. For each block the 32
+//   int8 are widened to f32 and multiplied with x in f32 (each product exact up to one rounding);
+//   the block's sum is scaled by d and added to the row's total. AVX2 + FMA where the CPU has it
+//   (kernels/vecmath.h, SINKSCOPE_SIMD), plain loops elsewhere; 4 rows of W share each load of x.
+// - Many rows (prefill, analysis): W is dequantised 128 rows at a time into f32 and OpenBLAS sgemm
+//   multiplies the block, so the product is that of f32 arithmetic on the dequantised weights.
+// Either way the result is x times the dequantised W, up to the order of f32 additions:
+// tests/test_gemm_q8.cpp holds each path to a double-precision product and prints the largest
+// difference.
+//
+// Quantisation (PackQ8_0) is ggml's Q8_0 as kernels/dequant.h's QuantizeQ8_0 encodes it (the largest
+// magnitude of a block maps to 127, against the f16-rounded scale that is stored), so a tensor read
+// from a Q8_0 GGUF file and dequantised re-quantises to the blocks the file holds (tested). Rows
+// whose length is not a multiple of 32 are padded with zeros to whole blocks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/gemm_bf16.h"  // CacheLineAllocator
+
+namespace ss {
+
+inline constexpr int kQ8Block = 32;
+// Rows of x from which the product dequantises W into f32 blocks for sgemm.
+inline constexpr int kQ8WidenRows = 16;
+
+struct PackedQ8 {
+  int out = 0, in = 0;  // the logical shape of W
+  int blocks = 0;       // per row: ceil(in / 32)
+  std::vector<int8_t, CacheLineAllocator<int8_t>> qs;    // (out, blocks * 32), zero past `in`
+  std::vector<float, CacheLineAllocator<float>> scales;  // (out, blocks): the f16 scales, exact
+  bool empty() const { return qs.empty(); }
+  size_t bytes() const { return qs.size() + scales.size() * sizeof(float); }
+};
+
+// Quantises W (out, in) from f32 to Q8_0, row by row.
+PackedQ8 PackQ8_0(const float* w, int out, int in);
+// W[row0 .. row0 + rows) dequantised into dst (rows, in), row-major.
+void DequantizeQ8Rows(const PackedQ8& w, int row0, int rows, float* dst);
+// The stored blocks of one row in ggml's byte layout (f16 d | int8 qs[32], 34 bytes a block).
+std::vector<uint8_t> Q8RowBlocks(const PackedQ8& w, int row);
+
+// Whether MatMulQ8 runs its AVX2 + FMA path now; "avx2" or "portable".
+const char* Q8KernelName();
+
+// y (T, out) = x (T, in) · dequant(W)^T (+ bias (out) if not null). Any T >= 0. Runs one OpenMP
+// parallel region over the process's threads when the product is large enough (the caller must
+// not be inside one); the result does not depend on the thread count.
+void MatMulQ8(const float* x, const PackedQ8& w, const float* bias, float* y, int T);
+
+}  // namespace ss

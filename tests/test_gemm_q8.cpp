@@ -1,0 +1,147 @@
+// MatMulQ8 (kernels/gemm_q8.h) on every path against a double-precision product of x and the
+// dequantised weights: what is left is the order of the f32 additions (and, on the fused path, the
+// rounding of each block's sum before it is scaled), so the tolerance is tight. The packing is
+// checked against ggml's byte layout (kernels/dequant.h) both ways.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "kernels/dequant.h"
+#include "kernels/gemm_q8.h"
+#include "kernels/parallel.h"
+#include "kernels/vecmath.h"
+
+namespace ss {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<SimdLevel> Levels() {
+  std::vector<SimdLevel> levels = {SimdLevel::kPortable};
+  if (CpuSimdLevel() != SimdLevel::kPortable) levels.push_back(SimdLevel::kAvx2);
+  return levels;
+}
+
+TEST(GemmQ8, PackedBlocksAreGgmlQ8_0) {
+  const int out = 5, in = 96;
+  const std::vector<float> w = Random(out * in, 1);
+  const PackedQ8 p = PackQ8_0(w.data(), out, in);
+  ASSERT_EQ(p.blocks, 3);
+  EXPECT_EQ(p.bytes(), static_cast<size_t>(out) * in + out * 3 * sizeof(float));
+  std::vector<uint8_t> ggml(GgmlBytes(kGgmlTypeQ8_0, in));
+  std::vector<float> back(in), mine(static_cast<size_t>(out) * in);
+  DequantizeQ8Rows(p, 0, out, mine.data());
+  for (int o = 0; o < out; ++o) {
+    QuantizeQ8_0(w.data() + o * in, ggml.data(), in);
+    EXPECT_EQ(Q8RowBlocks(p, o), ggml) << "row " << o;
+    Dequantize(kGgmlTypeQ8_0, ggml.data(), back.data(), in);
+    for (int i = 0; i < in; ++i) ASSERT_EQ(mine[o * in + i], back[i]) << o << "," << i;
+  }
+}
+
+// A Q8_0 file's tensor reaches the packer dequantised: quantising it again must give the same
+// blocks, or loading a Q8_0 GGUF would quantise twice.
+TEST(GemmQ8, RequantisingDequantisedBlocksIsExact) {
+  for (int in : {32, 100, 4096}) {
+    const int out = 7;
+    std::vector<float> w = Random(static_cast<size_t>(out) * in, in);
+    for (int i = 0; i < in; i += 9) w[i] *= 50.0f;  // blocks with one outlier
+    std::fill(w.begin() + in, w.begin() + 2 * in, 0.0f);  // an all-zero row
+    const PackedQ8 p = PackQ8_0(w.data(), out, in);
+    std::vector<float> deq(static_cast<size_t>(out) * in);
+    DequantizeQ8Rows(p, 0, out, deq.data());
+    const PackedQ8 again = PackQ8_0(deq.data(), out, in);
+    EXPECT_TRUE(again.qs == p.qs) << "in " << in;
+    EXPECT_TRUE(again.scales == p.scales) << "in " << in;
+  }
+}
+
+TEST(GemmQ8, MatchesDoubleProductOfDequantisedWeights) {
+  struct Shape { int out, in; };
+  const SimdLevel best = ActiveSimdLevel();
+  for (SimdLevel level : Levels()) {
+    ForceSimdLevel(level);
+    double worst = 0;
+    for (Shape s : {Shape{1, 32}, Shape{3, 64}, Shape{7, 100}, Shape{130, 256}, Shape{257, 300},
+                    Shape{64, 1000}}) {
+      const std::vector<float> w = Random(static_cast<size_t>(s.out) * s.in, s.out * 31 + s.in);
+      const std::vector<float> bias = Random(s.out, 99);
+      const PackedQ8 p = PackQ8_0(w.data(), s.out, s.in);
+      std::vector<float> wd(static_cast<size_t>(s.out) * s.in);
+      DequantizeQ8Rows(p, 0, s.out, wd.data());
+      for (int T : {1, 2, 3, 5, 15, 16, 17, 40}) {
+        const std::vector<float> x = Random(static_cast<size_t>(T) * s.in, T + 7);
+        for (bool with_bias : {false, true}) {
+          std::vector<float> y(static_cast<size_t>(T) * s.out, NAN);
+          MatMulQ8(x.data(), p, with_bias ? bias.data() : nullptr, y.data(), T);
+          for (int t = 0; t < T; ++t)
+            for (int o = 0; o < s.out; ++o) {
+              double ref = with_bias ? bias[o] : 0.0, mag = std::fabs(ref);
+              for (int i = 0; i < s.in; ++i) {
+                const double prod = static_cast<double>(x[t * s.in + i]) * wd[o * s.in + i];
+                ref += prod;
+                mag += std::fabs(prod);
+              }
+              const double err = std::fabs(y[t * s.out + o] - ref) / std::max(mag, 1e-30);
+              worst = std::max(worst, err);
+              ASSERT_LT(err, 1e-5) << SimdLevelName(level) << " out " << s.out << " in " << s.in
+                                   << " T " << T << " (" << t << "," << o << ") " << y[t * s.out + o]
+                                   << " vs " << ref;
+            }
+        }
+      }
+    }
+    std::printf("MatMulQ8 %s: largest |difference| / sum |products| vs double on dequantised W: %.2e\n",
+                SimdLevelName(level).c_str(), worst);
+  }
+  ForceSimdLevel(best);
+}
+
+TEST(GemmQ8, SameBitsAtAnyThreadCount) {
+  const int threads = ThreadCount();
+  const int out = 1024, in = 512;
+  const std::vector<float> w = Random(static_cast<size_t>(out) * in, 5);
+  const PackedQ8 p = PackQ8_0(w.data(), out, in);
+  for (int T : {1, 4, 64}) {
+    const std::vector<float> x = Random(static_cast<size_t>(T) * in, 6);
+    std::vector<float> one(static_cast<size_t>(T) * out), many(one.size());
+    SetThreadCount(1);
+    MatMulQ8(x.data(), p, nullptr, one.data(), T);
+    SetThreadCount(std::max(threads, 3));
+    MatMulQ8(x.data(), p, nullptr, many.data(), T);
+    SetThreadCount(threads);
+    EXPECT_TRUE(one == many) << "T " << T;
+  }
+}
+
+// The Q8_0 error against the f32 product, printed for the record (the README's accuracy table has
+// what it does to a model's NLL).
+TEST(GemmQ8, QuantisationErrorIsWithinHalfAScaleStep) {
+  const int out = 64, in = 256;
+  const std::vector<float> w = Random(static_cast<size_t>(out) * in, 8);
+  const PackedQ8 p = PackQ8_0(w.data(), out, in);
+  std::vector<float> wd(w.size());
+  DequantizeQ8Rows(p, 0, out, wd.data());
+  double worst = 0;
+  for (int o = 0; o < out; ++o)
+    for (int i = 0; i < in; ++i) {
+      const float d = p.scales[o * p.blocks + i / kQ8Block];
+      const double err = std::fabs(wd[o * in + i] - w[o * in + i]);
+      ASSERT_LE(err, 0.5 * d * (1 + 1e-5)) << o << "," << i;
+      worst = std::max(worst, err / d);
+    }
+  std::printf("Q8_0: largest |w - dequant(w)| / scale = %.3f (bound 0.5)\n", worst);
+}
+
+}  // namespace
+}  // namespace ss
