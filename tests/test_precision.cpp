@@ -17,9 +17,13 @@
 #include "analysis/analyze.h"
 #include "common/error.h"
 #include "common/file_util.h"
+#include "io/gguf.h"
+#include "io/gguf_writer.h"
 #include "io/load.h"
 #include "io/model_files.h"
+#include "kernels/dequant.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/gemm_q8.h"
 #include "kernels/vecmath.h"
 #include "model/model.h"
 #include "model/precision.h"
@@ -52,12 +56,14 @@ TEST(Precision, ParseAndNames) {
   EXPECT_EQ(ParsePrecision("bf16"), Precision::kBf16);
   EXPECT_STREQ(PrecisionName(Precision::kBf16), "bf16");
   EXPECT_STREQ(PrecisionName(Precision::kF32), "f32");
-  for (const char* bad : {"", "fp32", "BF16", "f16", "bf16 "}) {
+  EXPECT_EQ(ParsePrecision("q8_0"), Precision::kQ8_0);
+  EXPECT_STREQ(PrecisionName(Precision::kQ8_0), "q8_0");
+  for (const char* bad : {"", "fp32", "BF16", "f16", "bf16 ", "Q8_0", "q8"}) {
     try {
       ParsePrecision(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("--precision: expected f32 or bf16"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--precision: expected f32, bf16 or q8_0"), std::string::npos) << e.what();
     }
   }
 }
@@ -68,14 +74,14 @@ void CheckLogits(Model& model, const std::string& label, double tolerance) {
   const std::vector<int> tokens = Tokens(96, model.config.vocab_size, 7);
   const std::vector<float> f32 = Logits(model, tokens);
   SetPrecision(model, Precision::kBf16);
-  ASSERT_TRUE(model.weights.layers[0].bf16);
+  ASSERT_TRUE(model.weights.layers[0].packed);
   const std::vector<float> bf16 = Logits(model, tokens);
   // Relative to the largest |logit|.
   const double rel = test::MaxRelDiff(bf16, f32, label + " logits bf16 vs f32");
   EXPECT_GT(rel, 0.0) << "bf16 gave the f32 logits exactly: the bf16 path did not run";
   EXPECT_LT(rel, tolerance);
   SetPrecision(model, Precision::kF32);
-  EXPECT_FALSE(model.weights.layers[0].bf16);
+  EXPECT_FALSE(model.weights.layers[0].packed);
   EXPECT_EQ(Logits(model, tokens), f32);
 }
 
@@ -101,63 +107,174 @@ TEST(Precision, LogitsOnRandomGpt2) {
   CheckLogits(model, "random GPT-2", 3e-2);
 }
 
-// Loading at bf16 (LoadModel's precision) holds the projections in bf16 only: the same packs as
-// loading in f32 and calling SetPrecision, so the logits are the same bit for bit, while the f32
-// tensors of q, k, v, o, the MLP and an untied LM head are never kept.
-void ExpectBf16OnlyMatchesPacked(const std::string& path, const std::string& label) {
+// Loading at bf16 or q8_0 (LoadModel's precision) holds the projections in that form only: the
+// same packs as loading in f32 and calling SetPrecision, so the logits are the same bit for bit,
+// while the f32 tensors of q, k, v, o, the MLP and an untied LM head are never kept.
+void ExpectPackedOnlyMatchesPacked(const std::string& path, const std::string& label,
+                                   Precision p = Precision::kBf16) {
+  SCOPED_TRACE(PrecisionName(p));
   Model packed = LoadModel(path);
-  SetPrecision(packed, Precision::kBf16);
-  Model only = LoadModel(path, Precision::kBf16);
-  EXPECT_TRUE(only.bf16_only) << label;
-  EXPECT_FALSE(packed.bf16_only) << label;
-  EXPECT_EQ(only.precision, Precision::kBf16);
+  SetPrecision(packed, p);
+  Model only = LoadModel(path, p);
+  EXPECT_TRUE(only.packed_only) << label;
+  EXPECT_FALSE(packed.packed_only) << label;
+  EXPECT_EQ(only.precision, p);
   for (const LayerWeights& l : only.weights.layers) {
-    ASSERT_TRUE(l.bf16) << label;
+    ASSERT_TRUE(l.packed) << label;
     for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3})
       EXPECT_TRUE(t->empty()) << label << ": a projection kept its f32 tensor";
   }
-  ASSERT_TRUE(only.weights.lm_head_bf16);
+  ASSERT_TRUE(only.weights.lm_head_packed);
   if (!only.config.tied_embeddings) EXPECT_TRUE(only.weights.lm_head.empty()) << label;
   EXPECT_EQ(only.ParameterCount(), packed.ParameterCount()) << label;
   const std::vector<int> tokens = Tokens(64, only.config.vocab_size, 5);
   EXPECT_EQ(Logits(only, tokens), Logits(packed, tokens)) << label;
-  SetPrecision(only, Precision::kBf16);  // a no-op: the packs are there
+  SetPrecision(only, p);  // a no-op: the packs are there
   EXPECT_EQ(Logits(only, tokens), Logits(packed, tokens)) << label;
-  try {
-    SetPrecision(only, Precision::kF32);
-    ADD_FAILURE() << label << ": went back to f32 without f32 weights";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("loaded with its projections in bf16 only"),
-              std::string::npos)
-        << e.what();
+  for (Precision other : {Precision::kF32, p == Precision::kBf16 ? Precision::kQ8_0 : Precision::kBf16}) {
+    try {
+      SetPrecision(only, other);
+      ADD_FAILURE() << label << ": went to " << PrecisionName(other) << " without f32 weights";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("loaded with its projections in ") +
+                                           PrecisionName(p) + " only"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 
-TEST(Precision, Bf16OnlyLoadOfEveryFormat) {
-  const std::string dir = test::TempDir("bf16_only");
-  // llama2.c (f32 file, tied head), and the same model as HF BF16 safetensors and as GGUF F32.
-  ExpectBf16OnlyMatchesPacked(kStories, "stories260K llama2.c");
+TEST(Precision, PackedOnlyLoadOfEveryFormat) {
+  const std::string dir = test::TempDir("packed_only");
+  // llama2.c (f32 file, tied head), and the same model as HF BF16 safetensors and as GGUF F16 and
+  // Q8_0 (whose 172-wide MLP rows fall back to F16).
   const Model stories = LoadModel(kStories);
   std::filesystem::create_directories(dir + "/hf_bf16");
   WriteHfModel(stories, dir + "/hf_bf16", SafetensorsDtype::kBF16);
-  ExpectBf16OnlyMatchesPacked(dir + "/hf_bf16", "stories260K HF BF16");
-  const test::CliResult gguf = test::RunCli("convert --model " + kStories + " --to gguf --out " +
-                                            dir + "/s.gguf --type f16");
-  ASSERT_EQ(gguf.code, 0) << gguf.err;
-  ExpectBf16OnlyMatchesPacked(dir + "/s.gguf", "stories260K GGUF F16");
+  for (const char* type : {"f16", "q8_0"}) {
+    const test::CliResult gguf = test::RunCli("convert --model " + kStories + " --to gguf --out " +
+                                              dir + "/s_" + type + ".gguf --type " + type);
+    ASSERT_EQ(gguf.code, 0) << gguf.err;
+  }
   // GPT-2: fused, transposed c_attn split into q, k, v as it is bound; an untied head.
   Model gpt2 = SmallGpt2(2, 64, 300, 128);
   gpt2.config.tied_embeddings = false;
   gpt2.weights.lm_head = gpt2.weights.token_embedding.Copy();
   std::filesystem::create_directories(dir + "/gpt2_bf16");
   WriteHfModel(gpt2, dir + "/gpt2_bf16", SafetensorsDtype::kBF16);
-  ExpectBf16OnlyMatchesPacked(dir + "/gpt2_bf16", "random GPT-2 HF BF16");
+  for (Precision p : {Precision::kBf16, Precision::kQ8_0}) {
+    ExpectPackedOnlyMatchesPacked(kStories, "stories260K llama2.c", p);
+    ExpectPackedOnlyMatchesPacked(dir + "/hf_bf16", "stories260K HF BF16", p);
+    ExpectPackedOnlyMatchesPacked(dir + "/s_f16.gguf", "stories260K GGUF F16", p);
+    ExpectPackedOnlyMatchesPacked(dir + "/s_q8_0.gguf", "stories260K GGUF Q8_0", p);
+    ExpectPackedOnlyMatchesPacked(dir + "/gpt2_bf16", "random GPT-2 HF BF16", p);
+  }
+}
+
+// The model with every projection (and the LM head) replaced by its Q8_0-dequantised values, in
+// f32: what --precision q8_0 must compute.
+Model DequantisedQ8Twin(const Model& source) {
+  Model m = source;
+  auto round_trip = [](const Tensor& t) {
+    const PackedQ8 p = PackQ8_0(t.data(), static_cast<int>(t.dim(0)), static_cast<int>(t.dim(1)));
+    Tensor out = Tensor::Zeros({t.dim(0), t.dim(1)});
+    DequantizeQ8Rows(p, 0, p.out, out.data());
+    return out;
+  };
+  for (LayerWeights& l : m.weights.layers)
+    for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3})
+      if (!t->empty()) *t = round_trip(*t);
+  m.weights.lm_head = round_trip(source.weights.lm_head);  // the embedding lookup stays f32
+  return m;
+}
+
+// Logits one token at a time through the KV cache: the decode path (the fused Q8_0 kernel).
+std::vector<float> DecodeLogits(const Model& model, const std::vector<int>& tokens) {
+  KVCache cache = KVCache::Create(model.config, static_cast<int>(tokens.size()));
+  RunState state;
+  std::vector<float> all;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    ForwardRequest req;
+    req.tokens = std::span<const int>(&tokens[t], 1);
+    const Tensor logits = Forward(model, cache, state, req);
+    all.insert(all.end(), logits.data(), logits.data() + logits.numel());
+  }
+  return all;
+}
+
+// --precision q8_0 is the f32 forward on the Q8_0-rounded projections: prefill (the dequantise-
+// then-sgemm path) and decode (the fused kernel) within f32 summation order of it, on the real
+// stories260K (rows of 172, padded to whole blocks) and on random Llama and GPT-2 models; and not
+// the f32 model's logits (the quantisation happened).
+TEST(Precision, Q8_0IsTheF32ForwardOnQuantisedWeights) {
+  Model llama = test::RandomLlama({2, 4, 2, 128, 352, 300, 256, 9});
+  Model gpt2 = SmallGpt2(2, 64, 300, 128);
+  struct Case {
+    const char* label;
+    Model model;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"stories260K", LoadModel(kStories)});
+  cases.push_back({"random Llama", std::move(llama)});
+  cases.push_back({"random GPT-2", std::move(gpt2)});
+  for (Case& c : cases) {
+    const Model twin = DequantisedQ8Twin(c.model);
+    const std::vector<int> tokens = Tokens(40, c.model.config.vocab_size, 11);
+    const std::vector<float> f32 = Logits(c.model, tokens);
+    const std::vector<float> want = Logits(twin, tokens);
+    const std::vector<float> want_decode = DecodeLogits(twin, tokens);
+    SetPrecision(c.model, Precision::kQ8_0);
+    ASSERT_TRUE(c.model.weights.layers[0].packed && !c.model.weights.layers[0].packed->wq.q8.empty());
+    const std::string label = c.label;
+    EXPECT_LT(test::MaxRelDiff(Logits(c.model, tokens), want, label + " q8_0 prefill vs f32 on Q8_0 weights"), 1e-5);
+    EXPECT_LT(test::MaxRelDiff(DecodeLogits(c.model, tokens), want_decode,
+                               label + " q8_0 decode vs f32 on Q8_0 weights"),
+              1e-5);
+    const double moved = test::MaxRelDiff(want, f32, label + " f32 on Q8_0 weights vs f32");
+    EXPECT_GT(moved, 0.0);
+    EXPECT_LT(moved, 3e-2);
+    SetPrecision(c.model, Precision::kF32);
+    EXPECT_EQ(Logits(c.model, tokens), f32) << label;
+  }
+}
+
+// A Q8_0 GGUF file's blocks are what the model holds at --precision q8_0, byte for byte (they reach
+// the packer dequantised and re-quantise exactly), with about a quarter of f32's memory.
+TEST(Precision, Q8_0KeepsTheBlocksOfAQ8_0File) {
+  const std::string dir = test::TempDir("q8_gguf");
+  const Model random = test::RandomLlama({2, 4, 2, 128, 352, 300, 256, 4});
+  GgufWriter writer;
+  AddGgufModel(random, writer, kGgmlTypeQ8_0);
+  writer.Write(dir + "/m.gguf");
+  const GgufFile file = GgufFile::Open(dir + "/m.gguf");
+  const Model model = LoadModel(dir + "/m.gguf", Precision::kQ8_0);
+  ASSERT_TRUE(model.packed_only);
+  int checked = 0;
+  for (int l = 0; l < 2; ++l) {
+    const LayerPacked& p = *model.weights.layers[l].packed;
+    // q and k rows are permuted from GGUF's RoPE order at load; v, o and the MLP are not.
+    for (auto [name, w] : {std::pair{"attn_v", &p.wv}, {"attn_output", &p.wo}, {"ffn_gate", &p.w1},
+                           {"ffn_down", &p.w2}, {"ffn_up", &p.w3}}) {
+      const GgufTensorInfo* t = file.FindTensor("blk." + std::to_string(l) + "." + name + ".weight");
+      ASSERT_NE(t, nullptr) << name;
+      ASSERT_EQ(t->type, kGgmlTypeQ8_0) << name;
+      ASSERT_FALSE(w->q8.empty()) << name;
+      const size_t row_bytes = t->n_bytes / w->q8.out;
+      for (int row = 0; row < w->q8.out; ++row, ++checked) {
+        const std::vector<uint8_t> mine = Q8RowBlocks(w->q8, row);
+        ASSERT_EQ(mine.size(), row_bytes);
+        ASSERT_TRUE(std::equal(mine.begin(), mine.end(), t->data + row * row_bytes))
+            << name << " layer " << l << " row " << row;
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000);
 }
 
 // explain reads W_O directly (per-head output directions): from the packs when the model is held
 // in bf16 only, with the same result as the packed f32 model.
 TEST(Precision, ExplainOnBf16OnlyModel) {
-  const std::string dir = test::TempDir("bf16_only_explain");
+  const std::string dir = test::TempDir("packed_only_explain");
   const std::string common = " --model " + kStories + " --samples 2 --length 32 --seed 3";
   const test::CliResult a =
       test::RunCli("explain" + common + " --precision bf16 --json " + dir + "/a.json");
@@ -318,7 +435,7 @@ TEST(PrecisionCli, UnknownPrecisionIsRefusedOnEveryVerb) {
                                  "train --preset quick --steps 2 --out " + dir + "/run"}) {
     const CliRun r = Cli(verb + " --precision fp8");
     EXPECT_EQ(r.code, 1) << verb << "\n" << r.output;
-    EXPECT_NE(r.output.find("sinkscope: error: --precision: expected f32 or bf16, got 'fp8'"), std::string::npos)
+    EXPECT_NE(r.output.find("sinkscope: error: --precision: expected f32, bf16 or q8_0, got 'fp8'"), std::string::npos)
         << r.output;
     EXPECT_FALSE(FileExists(dir + "/out.json")) << verb;
     EXPECT_FALSE(FileExists(dir + "/run")) << verb;
@@ -341,6 +458,35 @@ TEST(PrecisionCli, AnalyzeRecordsThePrecisionAndSaysWhenItIsSlow) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("note: --precision bf16:"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("portable path"), std::string::npos) << r.output;
+}
+
+// ppl at q8_0 on the shipped model: the per-token NLL of the f32 run within the Q8_0 rounding
+// (printed), the precision recorded; training refuses q8_0 by name and writes nothing.
+TEST(PrecisionCli, PerplexityAtQ8_0AndTrainingRefusesIt) {
+  const std::string dir = test::TempDir("precision_cli_q8");
+  const std::string text = dir + "/text.txt";  // within the model's context of 512
+  WriteFileAtomic(text, ReadFile(test::RepoPath("data/default_text.txt")).substr(0, 1000));
+  const std::string args = "ppl --model " + kStories + " --text " + text + " --json " + dir + "/";
+  CliRun r = Cli(args + "q8.json --precision q8_0");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = Cli(args + "f32.json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto q8 = nlohmann::json::parse(ReadFile(dir + "/q8.json"));
+  const auto f32 = nlohmann::json::parse(ReadFile(dir + "/f32.json"));
+  ASSERT_EQ(q8["nll"].size(), f32["nll"].size());
+  ASSERT_GT(q8["nll"].size(), 100u);
+  double worst = 0;
+  for (size_t i = 0; i < q8["nll"].size(); ++i)
+    worst = std::max(worst, std::abs(q8["nll"][i].get<double>() - f32["nll"][i].get<double>()));
+  std::printf("ppl q8_0 vs f32 on stories260K: mean NLL %.5f vs %.5f, max |d NLL| %.3g over %zu tokens\n",
+              q8["mean_nll"].get<double>(), f32["mean_nll"].get<double>(), worst, q8["nll"].size());
+  EXPECT_GT(worst, 0.0);
+  EXPECT_LT(worst, 0.3);
+  EXPECT_LT(std::abs(q8["mean_nll"].get<double>() - f32["mean_nll"].get<double>()), 0.01);
+  r = Cli("train --preset quick --steps 2 --precision q8_0 --out " + dir + "/run");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("q8_0 holds weights for inference only"), std::string::npos) << r.output;
+  EXPECT_FALSE(FileExists(dir + "/run"));
 }
 
 }  // namespace

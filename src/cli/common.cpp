@@ -289,8 +289,9 @@ std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& 
 
 void AddPrecisionOption(CLI::App* cmd, std::string* precision) {
   cmd->add_option("--precision", *precision,
-                  "Weights and matrix products in f32 (the reference) or bf16 (weights held in "
-                  "bf16 only: half the memory; bf16 operands, f32 sums)")
+                  "Weights and matrix products in f32 (the reference), bf16 (weights held in "
+                  "bf16 only: half the memory; bf16 operands, f32 sums) or q8_0 (weights held "
+                  "as Q8_0 blocks: 28 % of the memory; f32 activations)")
       ->capture_default_str();
 }
 

@@ -133,11 +133,11 @@ std::vector<FlagPath> ModelInputs(const std::string& flag, const std::string& pa
 std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& text_file,
                                    const std::string& tokens_file, const std::string& tokenizer);
 
-// --precision f32|bf16 (default f32) on the verbs that run forwards: analyze, explain, trace,
+// --precision f32|bf16|q8_0 (default f32) on the verbs that run forwards: analyze, explain, trace,
 // stream, ppl, generate, chat.
 void AddPrecisionOption(CLI::App* cmd, std::string* precision);
-// Loads the model at that precision (io/load.h: at bf16 the projections are held in bf16 only,
-// never in f32) and logs a note when bf16 runs on the portable path.
+// Loads the model at that precision (io/load.h: at bf16 or q8_0 the projections are held in that
+// form only, never in f32) and logs a note when the kernel runs on its portable path.
 Model LoadModelAt(const std::string& path, const std::string& precision);
 
 }  // namespace ss::cli

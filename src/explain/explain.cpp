@@ -247,7 +247,7 @@ void CleanPass(Runner& runner, const Model& model, const std::vector<int>& token
     const float* post = post_t.data();
     const LayerWeights& w = model.weights.layers[l];
     // W_O in f32 (unpacked from bf16 for a model held in bf16 only).
-    const Tensor wo = ProjectionF32(w.wo, w.bf16 ? &w.bf16->wo : nullptr);
+    const Tensor wo = ProjectionF32(w.wo, w.packed ? &w.packed->wo : nullptr);
     LayerDecomposition& dec = acc.layers[l];
     if (dec.p0_head.empty()) {
       dec.p0_head.assign(H, 0.0);

@@ -27,13 +27,7 @@ Model LoadModel(const std::string& path, Precision precision) {
   if (LooksLikeLlama2c(path)) {
     // llama2.c files are f32 and small: pack after loading, then free the f32 projections.
     Model model = LoadLlama2c(path);
-    if (precision == Precision::kBf16) {
-      Bf16Packer packer(model.weights);
-      for (LayerWeights& l : model.weights.layers)
-        for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) packer.Bound(t);
-      if (!model.config.tied_embeddings) packer.Bound(&model.weights.lm_head);
-      packer.Finish(model);
-    }
+    if (precision != Precision::kF32) WeightPacker(model.weights, precision).PackLoaded(model);
     return model;
   }
   Fail("{}: unrecognised model format (expected a llama2.c .bin, a GGUF file or a Hugging Face "

@@ -11,7 +11,7 @@
 namespace ss {
 
 // At Precision::kBf16 the dense projections and the LM head are held only as bf16 packs, never as
-// f32 (Model::bf16_only): a BF16 checkpoint needs about its file size in memory.
+// f32 (Model::packed_only): a BF16 checkpoint needs about its file size in memory.
 Model LoadModel(const std::string& path, Precision precision = Precision::kF32);
 
 }  // namespace ss

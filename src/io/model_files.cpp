@@ -79,16 +79,19 @@ void BindModel(Model& model, TensorNaming naming, const TensorSource& source,
   TensorMap map = FamilyTensorMap(model.config, naming, model.weights);
   if (model.config.rope != RopeKind::kNone) model.config.rope = map.file_rope;
   CheckNoExtraLayers(map, source, model.config.n_layers, layers_key);
-  std::unique_ptr<Bf16Packer> packer;
-  if (precision == Precision::kBf16) packer = std::make_unique<Bf16Packer>(model.weights);
+  std::unique_ptr<WeightPacker> packer;
+  if (precision != Precision::kF32)
+    packer = std::make_unique<WeightPacker>(model.weights, precision);
   // Refused before anything is allocated when the weights cannot fit.
-  const uint64_t bytes = BindBytes(map, source, [&packer](const Tensor* t) {
-    return packer && packer->Packs(t);
+  const uint64_t bytes = BindBytes(map, source, [&](const Tensor* t) {
+    return packer && packer->Packs(t) ? BytesPerWeight(precision) : 0.0;
   });
-  CheckMemory(bytes, fmt::format("{}: loading the weights {}", source.source(),
-                                 packer ? "(projections in bf16)"
-                                        : "in f32 (--precision bf16 holds the projections in half "
-                                          "the memory)"));
+  CheckMemory(bytes, packer ? fmt::format("{}: loading the weights (projections in {})",
+                                          source.source(), PrecisionName(precision))
+                            : fmt::format("{}: loading the weights in f32 (--precision bf16 or "
+                                          "q8_0 holds the projections in a half or a quarter of "
+                                          "the memory)",
+                                          source.source()));
   BindTensors(map, source, model.config.arch,
               packer ? [&packer](Tensor* t) { packer->Bound(t); } : std::function<void(Tensor*)>());
   if (model.config.tied_embeddings) model.weights.lm_head = model.weights.token_embedding;

@@ -23,7 +23,7 @@
 namespace ss {
 
 // At Precision::kBf16 the projections are packed as they load and never held in f32 as a whole
-// (Model::bf16_only, model/precision.h); at kF32 every weight is f32.
+// (Model::packed_only, model/precision.h); at kF32 every weight is f32.
 Model LoadHfModel(const std::string& dir, Precision precision = Precision::kF32);
 Model LoadGgufModel(const std::string& path, Precision precision = Precision::kF32);
 // From an already opened GGUF file (the model keeps the file's map alive only through the

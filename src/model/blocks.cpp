@@ -88,18 +88,18 @@ void ApplyNorm(const ForwardContext& ctx, const Tensor& weight, const Tensor& bi
 
 static const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data(); }
 
-// y (T, out) = x (T, in) W^T (+ bias): MatMulBf16 on the packed copy when the model runs at bf16
+// y (T, out) = x (T, in) W^T (+ bias): on the packed form when the model runs at bf16 or Q8_0
 // (packed non-null), OpenBLAS sgemm on the f32 weight otherwise.
-static void Project(const float* x, const Tensor& w, const PackedBf16* packed, const Tensor& bias,
+static void Project(const float* x, const Tensor& w, const PackedWeight* packed, const Tensor& bias,
                     float* y, int T, int in, int out) {
   if (packed) {
-    MatMulBf16(x, *packed, OrNull(bias), y, T);
+    MatMulPacked(x, *packed, OrNull(bias), y, T);
   } else {
     MatMul(x, w.data(), OrNull(bias), y, T, in, out);
   }
 }
-static const PackedBf16* Packed(const LayerWeights& w, PackedBf16 LayerBf16::*member) {
-  return w.bf16 ? &((*w.bf16).*member) : nullptr;
+static const PackedWeight* Packed(const LayerWeights& w, PackedWeight LayerPacked::*member) {
+  return w.packed ? &((*w.packed).*member) : nullptr;
 }
 
 // q/k RMSNorm before RoPE (Qwen3: over each head's Dh values; OLMo 2: over the whole projection,
@@ -130,9 +130,9 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
     s.k_new = Tensor::Zeros({s.capacity, kv_dim});
     s.v_new = Tensor::Zeros({s.capacity, kv_dim});
   }
-  Project(in, w.wq, Packed(w, &LayerBf16::wq), w.bq, s.q.data(), T, D, c.q_dim());
-  Project(in, w.wk, Packed(w, &LayerBf16::wk), w.bk, s.k_new.data(), T, D, kv_dim);
-  Project(in, w.wv, Packed(w, &LayerBf16::wv), w.bv, s.v_new.data(), T, D, kv_dim);
+  Project(in, w.wq, Packed(w, &LayerPacked::wq), w.bq, s.q.data(), T, D, c.q_dim());
+  Project(in, w.wk, Packed(w, &LayerPacked::wk), w.bk, s.k_new.data(), T, D, kv_dim);
+  Project(in, w.wv, Packed(w, &LayerPacked::wv), w.bv, s.v_new.data(), T, D, kv_dim);
   NormalizeQk(c, w, s.q.data(), s.k_new.data(), T);
   const bool has_sinks = layout.sinks > 0;
   if (c.rope != RopeKind::kNone) {
@@ -168,7 +168,7 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
                       ctx.cache.k[layer].data(), ctx.cache.v[layer].data(), s.z.data(), T, H, Hkv,
                       Dh, layout.sinks, layout.window, layout.ring, layout.first_index);
   if (ctx.HookActive(HookPoint::kZ, layer)) ctx.RunHook(HookPoint::kZ, layer, s.z.data(), {T, H, Dh});
-  Project(s.z.data(), w.wo, Packed(w, &LayerBf16::wo), w.bo, out, T, c.q_dim(), D);
+  Project(s.z.data(), w.wo, Packed(w, &LayerPacked::wo), w.bo, out, T, c.q_dim(), D);
   if (ctx.HookActive(HookPoint::kAttnOut, layer))
     ctx.RunHook(HookPoint::kAttnOut, layer, out, {T, D});
 }
@@ -183,9 +183,9 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
   float* k_new = ctx.cache.k[layer].row(ctx.start);
   float* v_new = ctx.cache.v[layer].row(ctx.start);
 
-  Project(in, w.wq, Packed(w, &LayerBf16::wq), w.bq, s.q.data(), T, D, c.q_dim());
-  Project(in, w.wk, Packed(w, &LayerBf16::wk), w.bk, k_new, T, D, c.kv_dim());
-  Project(in, w.wv, Packed(w, &LayerBf16::wv), w.bv, v_new, T, D, c.kv_dim());
+  Project(in, w.wq, Packed(w, &LayerPacked::wq), w.bq, s.q.data(), T, D, c.q_dim());
+  Project(in, w.wk, Packed(w, &LayerPacked::wk), w.bk, k_new, T, D, c.kv_dim());
+  Project(in, w.wv, Packed(w, &LayerPacked::wv), w.bv, v_new, T, D, c.kv_dim());
   NormalizeQk(c, w, s.q.data(), k_new, T);
   if (c.rope != RopeKind::kNone) {
     RopeWithFrequencies(s.q.data(), ctx.positions, H, Dh, c.rot_dim(), ctx.rope_inv_freq.data(), c.rope);
@@ -225,7 +225,7 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
     AttentionFromPattern(pattern, v_all, s.z.data(), T, S, H, Hkv, Dh);
   }
   if (ctx.HookActive(HookPoint::kZ, layer)) ctx.RunHook(HookPoint::kZ, layer, s.z.data(), {T, H, Dh});
-  Project(s.z.data(), w.wo, Packed(w, &LayerBf16::wo), w.bo, out, T, c.q_dim(), D);
+  Project(s.z.data(), w.wo, Packed(w, &LayerPacked::wo), w.bo, out, T, c.q_dim(), D);
   if (ctx.HookActive(HookPoint::kAttnOut, layer))
     ctx.RunHook(HookPoint::kAttnOut, layer, out, {T, D});
 }
@@ -239,14 +239,14 @@ void Mlp(ForwardContext& ctx, int layer, const float* in, float* out) {
   for (int t0 = 0; t0 < T; t0 += kMlpRows) {
     const int rows = std::min(kMlpRows, T - t0);
     const float* x = in + static_cast<int64_t>(t0) * D;
-    Project(x, w.w1, Packed(w, &LayerBf16::w1), w.b1, s.hb.data(), rows, D, F);
+    Project(x, w.w1, Packed(w, &LayerPacked::w1), w.b1, s.hb.data(), rows, D, F);
     if (c.gated_mlp) {
-      Project(x, w.w3, Packed(w, &LayerBf16::w3), w.b3, s.hb2.data(), rows, D, F);
+      Project(x, w.w3, Packed(w, &LayerPacked::w3), w.b3, s.hb2.data(), rows, D, F);
       GatedActivation(s.hb.data(), s.hb2.data(), static_cast<int64_t>(rows) * F, c.act);
     } else {
       ActivationInPlace(s.hb.data(), static_cast<int64_t>(rows) * F, c.act);
     }
-    Project(s.hb.data(), w.w2, Packed(w, &LayerBf16::w2), w.b2, out + static_cast<int64_t>(t0) * D, rows, F, D);
+    Project(s.hb.data(), w.w2, Packed(w, &LayerPacked::w2), w.b2, out + static_cast<int64_t>(t0) * D, rows, F, D);
   }
   if (ctx.HookActive(HookPoint::kMlpOut, layer)) ctx.RunHook(HookPoint::kMlpOut, layer, out, {T, D});
 }
@@ -306,7 +306,7 @@ Tensor FinalLogits(ForwardContext& ctx) {
   const int out_first = mode == LogitsMode::kLast ? T - 1 : 0;
   const int out_rows = T - out_first;
   if (s.logits.empty() || s.logits.dim(0) < out_rows) s.logits = Tensor::Zeros({out_rows, V});
-  Project(s.xb.row(out_first), w.lm_head, w.lm_head_bf16.get(), Tensor(), s.logits.data(), out_rows, D, V);
+  Project(s.xb.row(out_first), w.lm_head, w.lm_head_packed.get(), Tensor(), s.logits.data(), out_rows, D, V);
   if (c.final_logit_softcap != 0)
     SoftCap(s.logits.data(), static_cast<int64_t>(out_rows) * V, c.final_logit_softcap);
   return s.logits.Rows(0, out_rows);

@@ -69,15 +69,15 @@ int64_t Model::ParameterCount() const {
   auto count = [](const Tensor& t) { return t.empty() ? 0 : t.numel(); };
   int64_t n = count(weights.token_embedding) + count(weights.final_norm) +
               count(weights.final_norm_bias) + count(weights.position_embedding);
-  // A model held in bf16 only (bf16_only) counts its projections from their packs.
-  auto packed = [](const PackedBf16& p) { return static_cast<int64_t>(p.out) * p.in; };
+  // A model held packed only (packed_only) counts its projections from their packs.
+  auto packed = [](const PackedWeight& p) { return static_cast<int64_t>(p.out()) * p.in(); };
   if (!config.tied_embeddings)
-    n += weights.lm_head.empty() && weights.lm_head_bf16 ? packed(*weights.lm_head_bf16)
+    n += weights.lm_head.empty() && weights.lm_head_packed ? packed(*weights.lm_head_packed)
                                                          : count(weights.lm_head);
   for (const auto& l : weights.layers) {
-    if (l.bf16 && l.wq.empty())
-      for (const PackedBf16* p : {&l.bf16->wq, &l.bf16->wk, &l.bf16->wv, &l.bf16->wo, &l.bf16->w1,
-                                  &l.bf16->w2, &l.bf16->w3})
+    if (l.packed && l.wq.empty())
+      for (const PackedWeight* p : {&l.packed->wq, &l.packed->wk, &l.packed->wv, &l.packed->wo,
+                                    &l.packed->w1, &l.packed->w2, &l.packed->w3})
         n += packed(*p);
     for (const Tensor* t : {&l.attn_norm, &l.attn_norm_bias, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq,
                             &l.bk, &l.bv, &l.bo, &l.ffn_norm, &l.ffn_norm_bias, &l.w1, &l.w2,

@@ -1,6 +1,7 @@
 #include "model/precision.h"
 
 #include "common/error.h"
+#include "kernels/vecmath.h"
 #include "tensor/half.h"
 
 namespace ss {
@@ -8,67 +9,104 @@ namespace ss {
 Precision ParsePrecision(const std::string& name, const std::string& flag) {
   if (name == "f32") return Precision::kF32;
   if (name == "bf16") return Precision::kBf16;
-  Fail("{}: expected f32 or bf16, got '{}'", flag, name);
+  if (name == "q8_0") return Precision::kQ8_0;
+  Fail("{}: expected f32, bf16 or q8_0, got '{}'", flag, name);
 }
 
-const char* PrecisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "f32"; }
+const char* PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kBf16: return "bf16";
+    case Precision::kQ8_0: return "q8_0";
+    case Precision::kF32: break;
+  }
+  return "f32";
+}
+
+double BytesPerWeight(Precision p) {
+  switch (p) {
+    case Precision::kBf16: return 2.0;
+    case Precision::kQ8_0: return 1.0 + 4.0 / kQ8Block;
+    case Precision::kF32: break;
+  }
+  return 4.0;
+}
+
+PackedWeight PackWeight(const float* w, int out, int in, Precision p) {
+  SS_ASSERT(p != Precision::kF32);
+  PackedWeight packed;
+  if (p == Precision::kQ8_0)
+    packed.q8 = PackQ8_0(w, out, in);
+  else
+    packed.bf16 = PackBf16(w, out, in);
+  return packed;
+}
 
 namespace {
 
-PackedBf16 Pack(const Tensor& w) {
+PackedWeight Pack(const Tensor& w, Precision p) {
   SS_ASSERT(w.rank() == 2);
-  return PackBf16(w.data(), static_cast<int>(w.dim(0)), static_cast<int>(w.dim(1)));
+  return PackWeight(w.data(), static_cast<int>(w.dim(0)), static_cast<int>(w.dim(1)), p);
 }
 
 }  // namespace
 
 void SetPrecision(Model& model, Precision p) {
-  if (p == Precision::kF32 && model.bf16_only)
-    Fail("{}: the model was loaded with its projections in bf16 only (--precision bf16); "
-         "reload it to run at f32",
-         model.source);
-  model.precision = p;
+  if (model.packed_only && p != model.precision)
+    Fail("{}: the model was loaded with its projections in {} only (--precision {}); reload it "
+         "to run at {}",
+         model.source, PrecisionName(model.precision), PrecisionName(model.precision),
+         PrecisionName(p));
   ModelWeights& w = model.weights;
-  if (p == Precision::kF32) {
-    for (LayerWeights& l : w.layers) l.bf16.reset();
-    w.lm_head_bf16.reset();
-    return;
+  if (p != model.precision) {  // the packs, if any, are of another precision
+    for (LayerWeights& l : w.layers) l.packed.reset();
+    w.lm_head_packed.reset();
   }
+  model.precision = p;
+  if (p == Precision::kF32) return;
   for (LayerWeights& l : w.layers) {
-    if (l.bf16) continue;
-    auto b = std::make_shared<LayerBf16>();
-    b->wq = Pack(l.wq);
-    b->wk = Pack(l.wk);
-    b->wv = Pack(l.wv);
-    b->wo = Pack(l.wo);
-    if (!l.w1.empty()) b->w1 = Pack(l.w1);  // MoE layers have no dense MLP
-    if (!l.w2.empty()) b->w2 = Pack(l.w2);
-    if (!l.w3.empty()) b->w3 = Pack(l.w3);
-    l.bf16 = std::move(b);
+    if (l.packed) continue;
+    auto b = std::make_shared<LayerPacked>();
+    b->wq = Pack(l.wq, p);
+    b->wk = Pack(l.wk, p);
+    b->wv = Pack(l.wv, p);
+    b->wo = Pack(l.wo, p);
+    if (!l.w1.empty()) b->w1 = Pack(l.w1, p);  // MoE layers have no dense MLP
+    if (!l.w2.empty()) b->w2 = Pack(l.w2, p);
+    if (!l.w3.empty()) b->w3 = Pack(l.w3, p);
+    l.packed = std::move(b);
   }
-  if (!w.lm_head_bf16 && !w.lm_head.empty()) w.lm_head_bf16 = std::make_shared<PackedBf16>(Pack(w.lm_head));
+  if (!w.lm_head_packed && !w.lm_head.empty())
+    w.lm_head_packed = std::make_shared<PackedWeight>(Pack(w.lm_head, p));
 }
 
-Bf16Packer::Bf16Packer(ModelWeights& weights) {
+WeightPacker::WeightPacker(ModelWeights& weights, Precision precision) : precision_(precision) {
+  SS_ASSERT(precision != Precision::kF32);
   for (LayerWeights& l : weights.layers) {
-    auto b = std::make_shared<LayerBf16>();
+    auto b = std::make_shared<LayerPacked>();
     for (auto [tensor, slot] : {std::pair{&l.wq, &b->wq}, {&l.wk, &b->wk}, {&l.wv, &b->wv},
                                 {&l.wo, &b->wo}, {&l.w1, &b->w1}, {&l.w2, &b->w2}, {&l.w3, &b->w3}})
       slots_[tensor] = slot;
     layers_.push_back(std::move(b));
   }
-  lm_head_ = std::make_shared<PackedBf16>();
+  lm_head_ = std::make_shared<PackedWeight>();
   slots_[&weights.lm_head] = lm_head_.get();
 }
 
-void Bf16Packer::Bound(Tensor* tensor) {
+void WeightPacker::Bound(Tensor* tensor) {
   const auto it = slots_.find(tensor);
   if (it == slots_.end() || tensor->empty()) return;
-  *it->second = Pack(*tensor);
+  *it->second = Pack(*tensor, precision_);
   *tensor = Tensor();
 }
 
-void Bf16Packer::Finish(Model& model) {
+void WeightPacker::PackLoaded(Model& model) {
+  for (LayerWeights& l : model.weights.layers)
+    for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) Bound(t);
+  if (!model.config.tied_embeddings) Bound(&model.weights.lm_head);
+  Finish(model);
+}
+
+void WeightPacker::Finish(Model& model) {
   ModelWeights& w = model.weights;
   SS_ASSERT(layers_.size() == w.layers.size());
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -76,33 +114,41 @@ void Bf16Packer::Finish(Model& model) {
     // Every bound projection was packed (its f32 emptied); an MoE layer has no dense MLP.
     SS_ASSERT(l.wq.empty() && l.wk.empty() && l.wv.empty() && l.wo.empty() && l.w1.empty() &&
               l.w2.empty() && l.w3.empty());
-    w.layers[i].bf16 = layers_[i];
+    w.layers[i].packed = layers_[i];
   }
-  if (lm_head_->data.empty()) {  // tied: the head is the embedding, which stays f32
+  if (lm_head_->empty()) {  // tied: the head is the embedding, which stays f32
     SS_ASSERT(!w.lm_head.empty());
-    *lm_head_ = Pack(w.lm_head);
+    *lm_head_ = Pack(w.lm_head, precision_);
     if (w.lm_head.data() != w.token_embedding.data()) w.lm_head = Tensor();
   }
-  w.lm_head_bf16 = lm_head_;
-  model.precision = Precision::kBf16;
-  model.bf16_only = true;
+  w.lm_head_packed = lm_head_;
+  model.precision = precision_;
+  model.packed_only = true;
 }
 
-Tensor ProjectionF32(const Tensor& f32, const PackedBf16* packed) {
+Tensor ProjectionF32(const Tensor& f32, const PackedWeight* packed) {
   if (!f32.empty() || !packed) return f32;
-  Tensor out = Tensor::Zeros({packed->out, packed->in});
-  const int64_t panel_size = static_cast<int64_t>(packed->pairs) * kBf16PanelWidth * 2;
-  for (int row = 0; row < packed->out; ++row) {
-    const uint16_t* panel = packed->data.data() + row / kBf16PanelWidth * panel_size;
+  Tensor out = Tensor::Zeros({packed->out(), packed->in()});
+  if (!packed->q8.empty()) {
+    DequantizeQ8Rows(packed->q8, 0, packed->q8.out, out.data());
+    return out;
+  }
+  const PackedBf16& p = packed->bf16;
+  const int64_t panel_size = static_cast<int64_t>(p.pairs) * kBf16PanelWidth * 2;
+  for (int row = 0; row < p.out; ++row) {
+    const uint16_t* panel = p.data.data() + row / kBf16PanelWidth * panel_size;
     const int j = row % kBf16PanelWidth;
-    for (int i = 0; i < packed->in; ++i)
-      out[static_cast<int64_t>(row) * packed->in + i] =
+    for (int i = 0; i < p.in; ++i)
+      out[static_cast<int64_t>(row) * p.in + i] =
           BF16ToF32(panel[(static_cast<int64_t>(i / 2) * kBf16PanelWidth + j) * 2 + i % 2]);
   }
   return out;
 }
 
 std::string PrecisionNote(Precision p) {
+  if (p == Precision::kQ8_0 && !Avx2FmaActive())
+    return "--precision q8_0: no vector Q8_0 kernel runs (the CPU lacks AVX2 + FMA, or "
+           "SINKSCOPE_SIMD=portable); the portable path gives the same numbers, slower";
   if (p != Precision::kBf16 || Bf16KernelActive()) return "";
   return "--precision bf16: no vector bf16 kernel runs (the CPU lacks AVX2 + FMA, or SINKSCOPE_SIMD="
          "portable); the portable path gives the same rounding but runs slower than f32";

@@ -101,7 +101,7 @@ Tensor PermuteRopeRows(const Tensor& w, int n_heads, int head_dim, int rot_dim, 
 }
 
 uint64_t BindBytes(const TensorMap& map, const TensorSource& source,
-                   const std::function<bool(const Tensor*)>& packed) {
+                   const std::function<double(const Tensor*)>& packed_bytes) {
   uint64_t bytes = 0;
   for (const TensorSpec& spec : map.specs) {
     std::string name = spec.name;
@@ -110,8 +110,10 @@ uint64_t BindBytes(const TensorMap& map, const TensorSource& source,
     if (!source.Has(name)) continue;  // BindTensors names it, or it is optional
     uint64_t n = 1;
     for (int64_t d : source.Shape(name)) n *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
-    const bool packs = packed && !spec.targets.empty() && packed(spec.targets[0]);
-    bytes += packs ? 2 * n : source.LoadsAsView(name) ? 0 : 4 * n;
+    const double per_value = packed_bytes && !spec.targets.empty() ? packed_bytes(spec.targets[0]) : 0.0;
+    bytes += per_value > 0                ? static_cast<uint64_t>(static_cast<double>(n) * per_value)
+             : source.LoadsAsView(name) ? 0
+                                        : 4 * n;
   }
   return bytes;
 }

@@ -73,14 +73,15 @@ struct TensorMap {
 // Fills `weights` (layers already sized to config.n_layers) from `source` with `map`. Throws
 // ss::Error naming the source and tensor for a missing tensor ("missing tensor 'x'") and a shape
 // mismatch ("tensor 'x' has shape [..], expected [..]"). `bound`, if set, is called on each member
-// as soon as it is filled (Bf16Packer packs projections there, one tensor at a time).
+// as soon as it is filled (WeightPacker packs projections there, one tensor at a time).
 void BindTensors(const TensorMap& map, const TensorSource& source, const std::string& family,
                  const std::function<void(Tensor*)>& bound = nullptr);
 
 // The memory BindTensors will allocate for `map`'s tensors: 4 bytes a value for each tensor that
-// does not load as a view of the file, 2 for a member `packed` says will be packed to bf16.
+// does not load as a view of the file, and for a member that will be packed the bytes a value
+// `packed_bytes` gives (0 for members that are not packed; 2 for bf16, 1.125 for Q8_0).
 uint64_t BindBytes(const TensorMap& map, const TensorSource& source,
-                   const std::function<bool(const Tensor*)>& packed);
+                   const std::function<double(const Tensor*)>& packed_bytes);
 
 // The stored tensors no spec of `map` binds that belong to a layer the config does not declare:
 // a name whose first number (".12." in "model.layers.12.mlp.up_proj.weight",

@@ -7,19 +7,40 @@
 #include <vector>
 
 #include "kernels/gemm_bf16.h"
+#include "kernels/gemm_q8.h"
 #include "model/config.h"
 #include "tensor/tensor.h"
 
 namespace ss {
 
-// The arithmetic of the forward's matrix products (--precision): f32 (OpenBLAS sgemm, the default)
-// or bf16 operands with f32 accumulation (MatMulBf16 on weights packed once; model/precision.h).
-enum class Precision { kF32, kBf16 };
+// How the forward holds and multiplies the projections (--precision; model/precision.h): f32
+// (OpenBLAS sgemm, the default), bf16 operands with f32 accumulation (MatMulBf16 on weights packed
+// once; the tiled attention too), or Q8_0 weights (int8 blocks with a scale, MatMulQ8) with f32
+// activations and attention.
+enum class Precision { kF32, kBf16, kQ8_0 };
 
-// A layer's projections rounded to bf16 and packed for MatMulBf16 (SetPrecision). MoE experts and
+// A projection held in the model's precision rather than f32: a bf16 pack or Q8_0 blocks, one of
+// them non-empty.
+struct PackedWeight {
+  PackedBf16 bf16;
+  PackedQ8 q8;
+  bool empty() const { return bf16.data.empty() && q8.empty(); }
+  int out() const { return q8.empty() ? bf16.out : q8.out; }
+  int in() const { return q8.empty() ? bf16.in : q8.in; }
+};
+
+// y (T, out) = x (T, in) W^T (+ bias) on whichever form w holds.
+inline void MatMulPacked(const float* x, const PackedWeight& w, const float* bias, float* y, int T) {
+  if (!w.q8.empty())
+    MatMulQ8(x, w.q8, bias, y, T);
+  else
+    MatMulBf16(x, w.bf16, bias, y, T);
+}
+
+// A layer's projections in the model's precision (SetPrecision, WeightPacker). MoE experts and
 // the router stay f32: they run one token at a time, where the product is bound by memory.
-struct LayerBf16 {
-  PackedBf16 wq, wk, wv, wo, w1, w2, w3;
+struct LayerPacked {
+  PackedWeight wq, wk, wv, wo, w1, w2, w3;
 };
 
 struct LayerWeights {
@@ -49,8 +70,8 @@ struct LayerWeights {
   Tensor b3;              // (F) optional up_proj bias (Llama with mlp_bias)
   Tensor attn_post_norm;  // (D) OLMo 2: RMSNorm of the attention output before the residual add
   Tensor ffn_post_norm;   // (D) OLMo 2: RMSNorm of the MLP output before the residual add
-  // bf16 packs of the projections when the model runs at Precision::kBf16; null at f32.
-  std::shared_ptr<const LayerBf16> bf16;
+  // The projections in the model's precision (bf16, Q8_0); null at f32.
+  std::shared_ptr<const LayerPacked> packed;
 };
 
 struct ModelWeights {
@@ -63,7 +84,7 @@ struct ModelWeights {
   Tensor position_embedding;  // (max_seq_len, D) learned absolute positions (GPT-2)
   Tensor rope_freq_factors;   // (rot_dim / 2) optional: pair i turns at inv_freq[i] / factor[i]
                               // (GGUF "rope_freqs.weight", how llama.cpp stores Llama 3 scaling)
-  std::shared_ptr<const PackedBf16> lm_head_bf16;  // at Precision::kBf16; null at f32
+  std::shared_ptr<const PackedWeight> lm_head_packed;  // at bf16 or Q8_0; null at f32
 };
 
 // A loaded model: config + weights + whatever keeps mapped storage alive.
@@ -73,9 +94,9 @@ struct Model {
   std::string source;  // file or directory it was read from
   std::string format;  // "llama2c", "hf", "gguf"
   Precision precision = Precision::kF32;  // set by SetPrecision (model/precision.h)
-  // Loaded at Precision::kBf16 (LoadModel's precision): the dense projections and the LM head are
-  // held only as bf16 packs, their f32 tensors empty (model/precision.h, Bf16Packer).
-  bool bf16_only = false;
+  // Loaded at bf16 or Q8_0 (LoadModel's precision): the dense projections and the LM head are held
+  // only in that form, their f32 tensors empty (model/precision.h, WeightPacker).
+  bool packed_only = false;
   int64_t ParameterCount() const;
 };
 

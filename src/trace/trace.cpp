@@ -362,8 +362,8 @@ std::string CacheKey(const std::string& content_hash, const TraceSettings& s) {
       "trace-profile-v1|{}|N={}|T={}|seed={}|eps={:.17g}|K={}|onset={:.17g}|amp={:.17g}", s.samples_source,
       s.samples, s.length, s.seed, s.profile.eps, s.profile.first_k, s.profile.onset_sink_rate,
       s.profile.amplification_ratio);
-  // bf16 profiles are cached apart; f32 keys stay those of earlier versions.
-  if (s.precision == Precision::kBf16) settings += "|precision=bf16";
+  // bf16 and q8_0 profiles are cached apart; f32 keys stay those of earlier versions.
+  if (s.precision != Precision::kF32) settings += std::string("|precision=") + PrecisionName(s.precision);
   return Sha256Hex(content_hash + "|" + settings).substr(0, 32);
 }
 

@@ -57,7 +57,9 @@ void TrainConfig::Validate(const std::string& src) const {
   auto positive = [&](const char* name, double v) {
     if (!(v > 0)) Fail("{}: '{}' must be positive, found {}", src, name, v);
   };
-  ParsePrecision(precision, fmt::format("{}: 'precision'", src));  // the one domain check
+  // The one domain check; q8_0 is a way to hold weights for inference, not to train them.
+  if (ParsePrecision(precision, fmt::format("{}: 'precision'", src)) == Precision::kQ8_0)
+    Fail("{}: 'precision': q8_0 holds weights for inference only; train at f32 or bf16", src);
   positive("dim", dim);
   positive("n_layers", n_layers);
   positive("n_heads", n_heads);
