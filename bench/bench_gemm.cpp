@@ -1,10 +1,12 @@
-// bf16 matrix product (kernels/gemm_bf16.h) against the f32 product through OpenBLAS sgemm
-// (MatMul's large-product path), y (T, out) = x (T, in) W^T, on the shapes it is meant for:
-// (in, out) = (768, 3072) MLP up, (3072, 768) MLP down, (768, 2304) fused QKV; T = 512, 1024, 2048,
-// and 1 (decode). Runs at the process's thread count (OMP_NUM_THREADS or all cores). Each shape's
-// sgemm and bf16 runs are adjacent, and a table of bf16 / sgemm throughput ratios (median
-// repetition of each) is printed at the end. Pack time (once per weight) is timed separately. On a
-// busy machine, interleave the repetitions so both kernels see the same load:
+// bf16 and Q8_0 matrix products (kernels/gemm_bf16.h, kernels/gemm_q8.h) against the f32 product
+// through OpenBLAS sgemm (MatMul's large-product path), y (T, out) = x (T, in) W^T, on the shapes
+// they are meant for: (in, out) = (768, 3072) MLP up, (3072, 768) MLP down, (768, 2304) fused QKV;
+// T = 512, 1024, 2048, and 1 (decode), with two decode shapes too large for the caches (a 32000 x
+// 768 LM head, a 7B model's 11008 x 4096 MLP) where the product is bound by reading W: there the
+// table also gives the bytes of W read per second. Runs at the process's thread count
+// (OMP_NUM_THREADS or all cores). Each shape's runs are adjacent, and a table of throughput ratios
+// to sgemm (median repetition of each) is printed at the end. Pack time (once per weight) is timed
+// separately. On a busy machine, interleave the repetitions so the kernels see the same load:
 //   OMP_NUM_THREADS=2 build/bench/bench_gemm --benchmark_repetitions=5 \
 //       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "kernels/gemm_bf16.h"
+#include "kernels/gemm_q8.h"
 #include "kernels/parallel.h"
 
 namespace {
@@ -36,7 +39,9 @@ const Shape kShapes[] = {{512, 768, 3072},
                          {2048, 768, 2304},
                          // Decode (one token): memory-bound, sgemv on the f32 side as in MatMul.
                          {1, 768, 3072},
-                         {1, 3072, 768}};
+                         {1, 3072, 768},
+                         {1, 768, 32000},
+                         {1, 4096, 11008}};
 
 std::vector<float> Random(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -50,9 +55,13 @@ std::string ShapeName(const Shape& s) {
   return "T" + std::to_string(s.T) + "/in" + std::to_string(s.in) + "/out" + std::to_string(s.out);
 }
 
-void SetFlops(benchmark::State& state, const Shape& s) {
+// GFLOP/s, and for decode the bytes of W read per second (`bytes` per weight).
+void SetFlops(benchmark::State& state, const Shape& s, double bytes) {
   state.counters["GFLOP/s"] = benchmark::Counter(
       2.0 * s.T * s.in * s.out * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  if (s.T == 1)
+    state.counters["GB/s"] = benchmark::Counter(bytes * s.in * s.out * state.iterations() / 1e9,
+                                                benchmark::Counter::kIsRate);
 }
 
 void Sgemm(benchmark::State& state, Shape s) {
@@ -70,7 +79,7 @@ void Sgemm(benchmark::State& state, Shape s) {
                   w.data(), s.in, 0.0f, y.data(), s.out);
     benchmark::DoNotOptimize(y.data());
   }
-  SetFlops(state, s);
+  SetFlops(state, s, 4.0);
 }
 
 void Bf16(benchmark::State& state, Shape s) {
@@ -82,8 +91,21 @@ void Bf16(benchmark::State& state, Shape s) {
     ss::MatMulBf16(x.data(), packed, nullptr, y.data(), s.T);
     benchmark::DoNotOptimize(y.data());
   }
-  SetFlops(state, s);
+  SetFlops(state, s, 2.0);
   state.SetLabel(ss::Bf16KernelName());
+}
+
+void Q8(benchmark::State& state, Shape s) {
+  const auto x = Random(static_cast<size_t>(s.T) * s.in, 1);
+  const auto w = Random(static_cast<size_t>(s.out) * s.in, 2);
+  const ss::PackedQ8 packed = ss::PackQ8_0(w.data(), s.out, s.in);
+  std::vector<float> y(static_cast<size_t>(s.T) * s.out);
+  for (auto _ : state) {
+    ss::MatMulQ8(x.data(), packed, nullptr, y.data(), s.T);
+    benchmark::DoNotOptimize(y.data());
+  }
+  SetFlops(state, s, static_cast<double>(packed.bytes()) / (static_cast<double>(s.in) * s.out));
+  state.SetLabel(ss::Q8KernelName());
 }
 
 void Pack(benchmark::State& state, Shape s) {
@@ -104,15 +126,18 @@ class RatioReporter : public benchmark::ConsoleReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& run : runs) {
       if (run.run_type != Run::RT_Iteration) continue;
-      auto it = run.counters.find("GFLOP/s");
-      if (it == run.counters.end()) continue;
-      gflops[run.run_name.function_name].push_back(it->second);
+      for (const char* counter : {"GFLOP/s", "GB/s"}) {
+        auto it = run.counters.find(counter);
+        if (it != run.counters.end())
+          values[std::string(counter) + " " + run.run_name.function_name].push_back(it->second);
+      }
     }
     ConsoleReporter::ReportRuns(runs);
   }
-  std::map<std::string, std::vector<double>> gflops;  // "sgemm/<shape>" -> GFLOP/s of each run
+  // "GFLOP/s sgemm/<shape>" -> the counter of each run
+  std::map<std::string, std::vector<double>> values;
   double Median(const std::string& name) {
-    std::vector<double> v = gflops[name];
+    std::vector<double> v = values[name];
     if (v.empty()) return 0.0;
     std::sort(v.begin(), v.end());
     return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -125,6 +150,7 @@ int main(int argc, char** argv) {
   for (const Shape& s : kShapes) {
     benchmark::RegisterBenchmark(("sgemm/" + ShapeName(s)).c_str(), Sgemm, s)->UseRealTime();
     benchmark::RegisterBenchmark(("bf16/" + ShapeName(s)).c_str(), Bf16, s)->UseRealTime();
+    benchmark::RegisterBenchmark(("q8_0/" + ShapeName(s)).c_str(), Q8, s)->UseRealTime();
   }
   for (const Shape& s : {kShapes[0], kShapes[1]})
     benchmark::RegisterBenchmark(
@@ -132,16 +158,22 @@ int main(int argc, char** argv) {
         ->UseRealTime();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  std::printf("threads: %d; bf16 kernel: %s\n", ss::ThreadCount(),
-              ss::Bf16KernelName());
+  std::printf("threads: %d; bf16 kernel: %s; q8_0 kernel: %s\n", ss::ThreadCount(),
+              ss::Bf16KernelName(), ss::Q8KernelName());
   RatioReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  std::printf("\n%-26s %12s %12s %8s\n", "shape", "sgemm GF/s", "bf16 GF/s", "ratio");
+  std::printf("\n%-26s %11s %11s %11s %11s %11s  (medians; decode: GB/s of W read)\n", "shape",
+              "sgemm", "bf16", "q8_0", "bf16/sgemm", "q8_0/sgemm");
   for (const Shape& s : kShapes) {
-    const double a = reporter.Median("sgemm/" + ShapeName(s));
-    const double b = reporter.Median("bf16/" + ShapeName(s));
-    if (a > 0 && b > 0)
-      std::printf("%-26s %12.1f %12.1f %8.2f\n", ShapeName(s).c_str(), a, b, b / a);
+    const std::string unit = s.T == 1 ? "GB/s " : "GFLOP/s ";
+    const double a = reporter.Median(unit + "sgemm/" + ShapeName(s));
+    const double b = reporter.Median(unit + "bf16/" + ShapeName(s));
+    const double q = reporter.Median(unit + "q8_0/" + ShapeName(s));
+    const double ta = reporter.Median("GFLOP/s sgemm/" + ShapeName(s));
+    if (a > 0 && b > 0 && q > 0)
+      std::printf("%-26s %11.1f %11.1f %11.1f %10.2fx %10.2fx\n", ShapeName(s).c_str(), a, b, q,
+                  reporter.Median("GFLOP/s bf16/" + ShapeName(s)) / ta,
+                  reporter.Median("GFLOP/s q8_0/" + ShapeName(s)) / ta);
   }
   benchmark::Shutdown();
   return 0;

@@ -37,7 +37,8 @@ TEST(GemmQ8, PackedBlocksAreGgmlQ8_0) {
   const std::vector<float> w = Random(out * in, 1);
   const PackedQ8 p = PackQ8_0(w.data(), out, in);
   ASSERT_EQ(p.blocks, 3);
-  EXPECT_EQ(p.bytes(), static_cast<size_t>(out) * in + out * 3 * sizeof(float));
+  // 5 rows stored as 2 groups of 4 (the last 3 rows zero).
+  EXPECT_EQ(p.bytes(), static_cast<size_t>(8) * in + 8 * 3 * sizeof(float));
   std::vector<uint8_t> ggml(GgmlBytes(kGgmlTypeQ8_0, in));
   std::vector<float> back(in), mine(static_cast<size_t>(out) * in);
   DequantizeQ8Rows(p, 0, out, mine.data());
@@ -135,7 +136,7 @@ TEST(GemmQ8, QuantisationErrorIsWithinHalfAScaleStep) {
   double worst = 0;
   for (int o = 0; o < out; ++o)
     for (int i = 0; i < in; ++i) {
-      const float d = p.scales[o * p.blocks + i / kQ8Block];
+      const float d = p.scales[p.scale_at(o, i / kQ8Block)];
       const double err = std::fabs(wd[o * in + i] - w[o * in + i]);
       ASSERT_LE(err, 0.5 * d * (1 + 1e-5)) << o << "," << i;
       worst = std::max(worst, err / d);

@@ -125,7 +125,9 @@ void ExpectPackedOnlyMatchesPacked(const std::string& path, const std::string& l
       EXPECT_TRUE(t->empty()) << label << ": a projection kept its f32 tensor";
   }
   ASSERT_TRUE(only.weights.lm_head_packed);
-  if (!only.config.tied_embeddings) EXPECT_TRUE(only.weights.lm_head.empty()) << label;
+  if (!only.config.tied_embeddings) {
+    EXPECT_TRUE(only.weights.lm_head.empty()) << label;
+  }
   EXPECT_EQ(only.ParameterCount(), packed.ParameterCount()) << label;
   const std::vector<int> tokens = Tokens(64, only.config.vocab_size, 5);
   EXPECT_EQ(Logits(only, tokens), Logits(packed, tokens)) << label;
@@ -430,7 +432,7 @@ CliRun Cli(const std::string& args, const std::string& simd = "") {
 TEST(PrecisionCli, UnknownPrecisionIsRefusedOnEveryVerb) {
   const std::string dir = test::TempDir("precision_cli");
   const std::string json = " --json " + dir + "/out.json";
-  for (const std::string verb : {"analyze --model " + kStories + json, "explain --model " + kStories + json,
+  for (const std::string& verb : {"analyze --model " + kStories + json, "explain --model " + kStories + json,
                                  "trace --checkpoints " + kStories + json,
                                  "train --preset quick --steps 2 --out " + dir + "/run"}) {
     const CliRun r = Cli(verb + " --precision fp8");

@@ -18,7 +18,7 @@ namespace {
 #define SS_AVX2 __attribute__((target("avx2,fma")))
 
 constexpr int kQ8BlockBytes = 2 + kQ8Block;  // ggml's block_q8_0
-constexpr int kRowGroup = 4;                 // rows of W that share each load of x
+constexpr int kPrefetchBytes = 2048;         // how far ahead the fused kernel prefetches W
 constexpr int kWidenBlock = 128;             // rows of W dequantised at a time for sgemm
 // Multiply-adds from which the products use every thread (as MatMulBf16: a decode-sized product
 // is over before a second thread would start).
@@ -36,21 +36,21 @@ T* Workspace(size_t n) {
   return buffer.data();
 }
 
-// Rows [0, R) of a row group: y[r] = sum over blocks of d[r][b] * (q[r][b] · x[b]).
-// The portable body: 8 partial sums per block so that compilers vectorise it.
+// One group of W (q, d at its first block): y[r] = sum over blocks of d[b][r] * (q[b][r] · x[b]),
+// for the group's first R rows. The portable body: 8 partial sums per block so that compilers
+// vectorise it.
 template <int R>
-void DotRowsPortable(const float* x, const int8_t* q, const float* d, int64_t ldq, int blocks,
-                     float* y) {
+void DotGroupPortable(const float* x, const int8_t* q, const float* d, int blocks, float* y) {
   for (int r = 0; r < R; ++r) {
-    const int8_t* qr = q + r * ldq;
-    const float* dr = d + static_cast<int64_t>(r) * blocks;
     float total = 0.0f;
     for (int b = 0; b < blocks; ++b) {
+      const int8_t* qb = q + (static_cast<int64_t>(b) * kQ8GroupRows + r) * kQ8Block;
+      const float* xb = x + b * kQ8Block;
       float acc[8] = {};
       for (int i = 0; i < kQ8Block; i += 8)
-        for (int k = 0; k < 8; ++k) acc[k] += static_cast<float>(qr[b * kQ8Block + i + k]) * x[b * kQ8Block + i + k];
+        for (int k = 0; k < 8; ++k) acc[k] += static_cast<float>(qb[i + k]) * xb[i + k];
       const float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-      total += dr[b] * s;
+      total += d[b * kQ8GroupRows + r] * s;
     }
     y[r] = total;
   }
@@ -68,41 +68,45 @@ SS_AVX2 inline float HorizontalSum(__m256 v) {
 }
 
 // The AVX2 + FMA body: per block and row, the 32 int8 widened to f32 and multiplied with x in two
-// chains of two, their sum scaled by d into the row's 8-lane total.
+// chains of two, their sum scaled by d into the row's 8-lane total. The group's blocks are read in
+// storage order.
 template <int R>
-SS_AVX2 void DotRowsAvx2(const float* x, const int8_t* q, const float* d, int64_t ldq, int blocks,
-                         float* y) {
+SS_AVX2 void DotGroupAvx2(const float* x, const int8_t* q, const float* d, int blocks, float* y) {
   __m256 total[R];
   for (int r = 0; r < R; ++r) total[r] = _mm256_setzero_ps();
   for (int b = 0; b < blocks; ++b) {
     const float* xb = x + b * kQ8Block;
     const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
     const __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
+    const int8_t* qb = q + static_cast<int64_t>(b) * kQ8GroupRows * kQ8Block;
+    const float* db = d + b * kQ8GroupRows;
+    // W is read once, in storage order: ask for it kPrefetchBytes ahead (past the group's end it
+    // is the next group's, which this thread reads next).
+    _mm_prefetch(reinterpret_cast<const char*>(qb) + kPrefetchBytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(qb) + kPrefetchBytes + 64, _MM_HINT_T0);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      const int8_t* qb = q + r * ldq + b * kQ8Block;
-      __m256 s0 = _mm256_mul_ps(Widen8(qb), x0);
-      __m256 s1 = _mm256_mul_ps(Widen8(qb + 8), x1);
-      s0 = _mm256_fmadd_ps(Widen8(qb + 16), x2, s0);
-      s1 = _mm256_fmadd_ps(Widen8(qb + 24), x3, s1);
-      total[r] = _mm256_fmadd_ps(_mm256_add_ps(s0, s1),
-                                 _mm256_broadcast_ss(d + static_cast<int64_t>(r) * blocks + b), total[r]);
+      const int8_t* qr = qb + r * kQ8Block;
+      __m256 s0 = _mm256_mul_ps(Widen8(qr), x0);
+      __m256 s1 = _mm256_mul_ps(Widen8(qr + 8), x1);
+      s0 = _mm256_fmadd_ps(Widen8(qr + 16), x2, s0);
+      s1 = _mm256_fmadd_ps(Widen8(qr + 24), x3, s1);
+      total[r] = _mm256_fmadd_ps(_mm256_add_ps(s0, s1), _mm256_broadcast_ss(db + r), total[r]);
     }
   }
   for (int r = 0; r < R; ++r) y[r] = HorizontalSum(total[r]);
 }
 
-// y[0 .. rows) = W rows [row0, row0 + rows) · x, rows <= kRowGroup; x holds blocks * 32 values.
-void DotRows(bool avx2, const float* x, const PackedQ8& w, int row0, int rows, float* y) {
-  const int64_t ldq = static_cast<int64_t>(w.blocks) * kQ8Block;
-  const int8_t* q = w.qs.data() + row0 * ldq;
-  const float* d = w.scales.data() + static_cast<int64_t>(row0) * w.blocks;
-  using Fn = void (*)(const float*, const int8_t*, const float*, int64_t, int, float*);
-  static constexpr Fn kAvx2[] = {nullptr, DotRowsAvx2<1>, DotRowsAvx2<2>, DotRowsAvx2<3>,
-                                 DotRowsAvx2<4>};
-  static constexpr Fn kPortable[] = {nullptr, DotRowsPortable<1>, DotRowsPortable<2>,
-                                     DotRowsPortable<3>, DotRowsPortable<4>};
-  (avx2 ? kAvx2 : kPortable)[rows](x, q, d, ldq, w.blocks, y);
+// y[0 .. rows) = the rows of group g · x, rows <= kQ8GroupRows; x holds blocks * 32 values.
+void DotGroup(bool avx2, const float* x, const PackedQ8& w, int g, int rows, float* y) {
+  const int8_t* q = w.qs.data() + w.q_at(g * kQ8GroupRows, 0);
+  const float* d = w.scales.data() + w.scale_at(g * kQ8GroupRows, 0);
+  using Fn = void (*)(const float*, const int8_t*, const float*, int, float*);
+  static constexpr Fn kAvx2[] = {nullptr, DotGroupAvx2<1>, DotGroupAvx2<2>, DotGroupAvx2<3>,
+                                 DotGroupAvx2<4>};
+  static constexpr Fn kPortable[] = {nullptr, DotGroupPortable<1>, DotGroupPortable<2>,
+                                     DotGroupPortable<3>, DotGroupPortable<4>};
+  (avx2 ? kAvx2 : kPortable)[rows](x, q, d, w.blocks, y);
 }
 
 // The fused path (T < kQ8WidenRows): row groups of W in parallel, each serving every row of x while
@@ -121,13 +125,12 @@ void MatMulFused(const float* x, const PackedQ8& w, const float* bias, float* y,
     xp = padded;
   }
   const bool avx2 = Avx2FmaActive();
-  const int groups = (out + kRowGroup - 1) / kRowGroup;
 #pragma omp parallel for schedule(static) if (static_cast<int64_t>(T) * in * out >= kParallelMatVec)
-  for (int g = 0; g < groups; ++g) {
-    const int row0 = g * kRowGroup, rows = std::min(kRowGroup, out - row0);
-    float part[kRowGroup];
+  for (int g = 0; g < w.groups; ++g) {
+    const int row0 = g * kQ8GroupRows, rows = std::min(kQ8GroupRows, out - row0);
+    float part[kQ8GroupRows];
     for (int t = 0; t < T; ++t) {
-      DotRows(avx2, xp + t * ldx, w, row0, rows, part);
+      DotGroup(avx2, xp + t * ldx, w, g, rows, part);
       float* yt = y + static_cast<int64_t>(t) * out + row0;
       for (int r = 0; r < rows; ++r) yt[r] = bias ? part[r] + bias[row0 + r] : part[r];
     }
@@ -136,14 +139,13 @@ void MatMulFused(const float* x, const PackedQ8& w, const float* bias, float* y,
 
 __attribute__((always_inline)) inline void DequantizeBody(const PackedQ8& w, int row0, int rows,
                                                           float* dst) {
-  const int64_t ldq = static_cast<int64_t>(w.blocks) * kQ8Block;
   for (int r = 0; r < rows; ++r) {
-    const int8_t* q = w.qs.data() + (row0 + r) * ldq;
-    const float* d = w.scales.data() + static_cast<int64_t>(row0 + r) * w.blocks;
     float* out = dst + static_cast<int64_t>(r) * w.in;
     for (int b = 0; b < w.blocks; ++b) {
+      const int8_t* q = w.qs.data() + w.q_at(row0 + r, b);
+      const float d = w.scales[w.scale_at(row0 + r, b)];
       const int n = std::min(kQ8Block, w.in - b * kQ8Block);
-      for (int i = 0; i < n; ++i) out[b * kQ8Block + i] = d[b] * static_cast<float>(q[b * kQ8Block + i]);
+      for (int i = 0; i < n; ++i) out[b * kQ8Block + i] = d * static_cast<float>(q[i]);
     }
   }
 }
@@ -183,9 +185,10 @@ PackedQ8 PackQ8_0(const float* w, int out, int in) {
   p.out = out;
   p.in = in;
   p.blocks = (in + kQ8Block - 1) / kQ8Block;
+  p.groups = (out + kQ8GroupRows - 1) / kQ8GroupRows;
   const int64_t ldq = static_cast<int64_t>(p.blocks) * kQ8Block;
-  p.qs.resize(static_cast<size_t>(out) * ldq);
-  p.scales.resize(static_cast<size_t>(out) * p.blocks);
+  p.qs.assign(static_cast<size_t>(p.groups) * kQ8GroupRows * ldq, 0);
+  p.scales.assign(static_cast<size_t>(p.groups) * kQ8GroupRows * p.blocks, 0.0f);
 #pragma omp parallel if (static_cast<int64_t>(out) * in >= (1 << 16))
   {
     std::vector<float> row(ldq, 0.0f);
@@ -198,8 +201,8 @@ PackedQ8 PackQ8_0(const float* w, int out, int in) {
         const uint8_t* block = bytes.data() + static_cast<size_t>(b) * kQ8BlockBytes;
         uint16_t d_bits;
         std::memcpy(&d_bits, block, 2);
-        p.scales[static_cast<size_t>(o) * p.blocks + b] = F16ToF32(d_bits);
-        std::memcpy(p.qs.data() + o * ldq + b * kQ8Block, block + 2, kQ8Block);
+        p.scales[p.scale_at(o, b)] = F16ToF32(d_bits);
+        std::memcpy(p.qs.data() + p.q_at(o, b), block + 2, kQ8Block);
       }
     }
   }
@@ -219,9 +222,9 @@ std::vector<uint8_t> Q8RowBlocks(const PackedQ8& w, int row) {
   std::vector<uint8_t> bytes(static_cast<size_t>(w.blocks) * kQ8BlockBytes);
   for (int b = 0; b < w.blocks; ++b) {
     uint8_t* block = bytes.data() + static_cast<size_t>(b) * kQ8BlockBytes;
-    const uint16_t d_bits = F32ToF16(w.scales[static_cast<size_t>(row) * w.blocks + b]);
+    const uint16_t d_bits = F32ToF16(w.scales[w.scale_at(row, b)]);
     std::memcpy(block, &d_bits, 2);
-    std::memcpy(block + 2, w.qs.data() + (static_cast<int64_t>(row) * w.blocks + b) * kQ8Block, kQ8Block);
+    std::memcpy(block + 2, w.qs.data() + w.q_at(row, b), kQ8Block);
   }
   return bytes;
 }
