@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Decode benchmark, one run: greedy decode (256 tokens, temperature 0) of random models shaped
-# like llama2.c's stories15M and stories110M, by sinkscope with f32 weights and with bf16 weights
-# (--precision bf16), by llama2.c's run.c (f32) and by runq.c (int8 Q8_0 groups of 64, the format
+# like llama2.c's stories15M and stories110M, by sinkscope with f32, bf16 and Q8_0 weights
+# (--precision bf16, q8_0), by llama2.c's run.c (f32) and by runq.c (int8 Q8_0 groups of 64, the format
 # its export.py writes), each at 1 and 2 threads; beside them, this machine's read bandwidth
 # (bench_membw) and the bandwidth each decode achieves (weight bytes read per token x tokens/s).
 # run.c / runq.c are built here from LLAMA2C_DIR (default ../shared/tools/peers/llama2c) with
@@ -44,6 +44,7 @@ print(l*(4*d*d+3*d*f)+abs(v)*d)")
     run "llama2.c run.c (f32)" 4 ./run "$preset.bin" -t 0 -n "$STEPS" -i a
     run "sinkscope f32" 4 "$SS" generate --model "$preset.bin" --tokenizer tokenizer.bin --steps "$STEPS" --temperature 0 --prompt a
     run "sinkscope bf16 weights" 2 "$SS" generate --model "$preset.bin" --tokenizer tokenizer.bin --steps "$STEPS" --temperature 0 --prompt a --precision bf16
+    run "sinkscope q8_0 weights" 1.125 "$SS" generate --model "$preset.bin" --tokenizer tokenizer.bin --steps "$STEPS" --temperature 0 --prompt a --precision q8_0
     run "llama2.c runq.c (Q8_0)" 1.0625 ./runq "$preset.q80.bin" -t 0 -n "$STEPS" -i a
   done
 done
