@@ -16,19 +16,46 @@ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER=clang++-14 -DSINKSCOPE_FUZZ=ON -DSINKSCOPE_TESTS=OFF -DSINKSCOPE_BENCH=OFF -DSINKSCOPE_PYTHON=OFF >/dev/null
 ninja -C build-fuzz -j"$(nproc)" "${targets[@]}"
 
-for target in "${targets[@]}"; do
-  corpus=build-fuzz/corpus/$target
+# One target: its corpus, seeds and dictionary; output to build-fuzz/logs/<target>.log and its exit
+# status to <target>.rc.
+run_one() {
+  local target=$1 corpus=build-fuzz/corpus/$1 extra=()
   mkdir -p "$corpus" build-fuzz/artifacts/$target
   # Seeds: small files under fuzz/seeds/<target> (real models and vocabularies are megabytes, too
   # slow to mutate).
   if [ -d fuzz/seeds/$target ]; then cp -n fuzz/seeds/$target/* "$corpus"/ 2>/dev/null || true; fi
-  extra=()
   if [ "$target" = fuzz_safetensors ]; then
     cp -n fuzz/corpus_safetensors/* "$corpus"/ 2>/dev/null || true
     extra=(-dict=fuzz/safetensors.dict)
   fi
   if [ -f fuzz/$target.dict ]; then extra=(-dict=fuzz/$target.dict); fi
-  echo "== $target for ${seconds}s"
+  local status=0
   ./build-fuzz/fuzz/$target "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=25 \
-    -max_len=65536 -artifact_prefix=build-fuzz/artifacts/$target/ -print_final_stats=1 "${extra[@]}"
+    -max_len=65536 -artifact_prefix=build-fuzz/artifacts/$target/ -print_final_stats=1 "${extra[@]}" \
+    >build-fuzz/logs/$target.log 2>&1 || status=$?
+  echo "$status" >build-fuzz/logs/$target.rc
+}
+
+# Targets run side by side, one per core (SINKSCOPE_FUZZ_JOBS): each is single-threaded.
+jobs_max=${SINKSCOPE_FUZZ_JOBS:-$(nproc)}
+rm -rf build-fuzz/logs
+mkdir -p build-fuzz/logs
+for target in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n || true; done
+  echo "== $target for ${seconds}s"
+  run_one "$target" &
 done
+wait
+failed=0
+for target in "${targets[@]}"; do
+  rc=$(cat build-fuzz/logs/$target.rc 2>/dev/null || echo 1)
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' build-fuzz/logs/$target.log | tail -1)
+  if [ "$rc" != 0 ]; then
+    echo "== $target FAILED (exit $rc); its log:"
+    cat build-fuzz/logs/$target.log
+    failed=1
+  else
+    echo "== $target: ${runs:-?} inputs, no finding"
+  fi
+done
+exit $failed

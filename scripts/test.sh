@@ -2,12 +2,23 @@
 # Sets up, builds and runs every test. This is the command CI runs (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+# Each phase's wall time, printed as it ends and summed up at the end.
+summary=()
+phase() {
+  local name=$1 start=$SECONDS
+  shift
+  echo "==== $name"
+  "$@"
+  summary+=("$(printf '%-34s %4d s' "$name" $((SECONDS - start)))")
+  echo "==== $name: $((SECONDS - start)) s"
+}
+phase "setup and build (scripts/setup.sh)" scripts/setup.sh
 # A short fuzzing budget for every parser (libFuzzer, ASan + UBSan); longer runs: scripts/fuzz.sh N.
-scripts/fuzz.sh "${SINKSCOPE_FUZZ_SECONDS:-10}"
-ctest --test-dir build --output-on-failure -j"$(nproc)"
+phase "fuzzers (scripts/fuzz.sh)" scripts/fuzz.sh "${SINKSCOPE_FUZZ_SECONDS:-10}"
+phase "tests (ctest)" ctest --test-dir build --output-on-failure -j"$(nproc)"
 # The Python package installs with pip from the checkout (into a scratch virtual environment,
 # reusing build/) and imports from outside the source tree.
-scripts/check_pip_install.sh
+phase "pip install (check_pip_install.sh)" scripts/check_pip_install.sh
 # The same suite built with ASan + UBSan (build-asan/); see docs/GUARANTEES.md.
-scripts/sanitize.sh
+phase "ASan + UBSan suite (sanitize.sh)" scripts/sanitize.sh
+printf '%s\n' "==== all passed; wall time per phase:" "${summary[@]}" "total: $SECONDS s"
