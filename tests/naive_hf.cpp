@@ -108,8 +108,10 @@ struct Qkv {
   std::vector<Vec> q, k, v;  // per position: (H*Dh), (Hkv*Dh), (Hkv*Dh)
 };
 
-// Causal softmax attention; returns z (T, H*Dh).
-std::vector<Vec> Attend(const ModelConfig& c, const Qkv& p) {
+// Causal softmax attention in block l; returns z (T, H*Dh). Scores are divided by sqrt(Dh), and
+// for GPT-2 as GPT2Attention._attn does: not by sqrt(Dh) when scale_attn_weights is false, and
+// also by l + 1 with scale_attn_by_inverse_layer_idx.
+std::vector<Vec> Attend(const ModelConfig& c, const Qkv& p, int l) {
   const int T = static_cast<int>(p.q.size()), H = c.n_heads, Dh = c.head_dim;
   const int group = H / c.n_kv_heads;
   std::vector<Vec> z(T, Vec(static_cast<size_t>(H) * Dh, 0.0));
@@ -122,7 +124,8 @@ std::vector<Vec> Attend(const ModelConfig& c, const Qkv& p) {
       for (int j = first; j <= t; ++j) {
         double s = 0;
         for (int d = 0; d < Dh; ++d) s += p.q[t][h * Dh + d] * p.k[j][kvh * Dh + d];
-        s /= std::sqrt(static_cast<double>(Dh));
+        if (c.attn_scale_sqrt_dim) s /= std::sqrt(static_cast<double>(Dh));
+        if (c.attn_scale_inverse_layer) s /= static_cast<double>(l + 1);
         score.push_back(s);
         mx = std::max(mx, s);
       }
@@ -218,7 +221,7 @@ std::vector<float> LlamaLike(const ModelConfig& c, const HfTensors& w, const std
       for (int hh = 0; hh < c.n_kv_heads; ++hh) RopeHalf(k.data() + hh * Dh, inv, t);
       p.q.push_back(q), p.k.push_back(k), p.v.push_back(v);
     }
-    std::vector<Vec> z = Attend(c, p);
+    std::vector<Vec> z = Attend(c, p, l);
     for (int t = 0; t < T; ++t) {
       Vec o = Linear(z[t], W("self_attn.o_proj.weight"), B("self_attn.o_proj.bias"));
       if (olmo2) o = Rms(o, W("post_attention_layernorm.weight"), c.norm_eps);
@@ -260,7 +263,7 @@ std::vector<float> Gpt2(const ModelConfig& c, const HfTensors& w, const std::vec
       p.k.emplace_back(qkv.begin() + D, qkv.begin() + 2 * D);
       p.v.emplace_back(qkv.begin() + 2 * D, qkv.end());
     }
-    std::vector<Vec> z = Attend(c, p);
+    std::vector<Vec> z = Attend(c, p, l);
     for (int t = 0; t < T; ++t) {
       Vec o = Conv1D(z[t], W("attn.c_proj.weight"), W("attn.c_proj.bias"));
       for (int i = 0; i < D; ++i) x[t][i] += o[i];
@@ -311,7 +314,7 @@ std::vector<float> GptNeox(const ModelConfig& c, const HfTensors& w, const std::
       }
       p.q.push_back(q), p.k.push_back(k), p.v.push_back(v);
     }
-    std::vector<Vec> z = Attend(c, p);
+    std::vector<Vec> z = Attend(c, p, l);
     for (int t = 0; t < T; ++t) {
       Vec o = Linear(z[t], W("attention.dense.weight"), Bp("attention.dense.bias"));
       if (c.parallel_residual) {

@@ -60,6 +60,12 @@ const FamilyCase kCases[] = {
      R"({"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
         "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 61,
         "max_position_embeddings": 64, "rotary_pct": 0.5, "use_parallel_residual": true})"},
+    // transformers >= 5 writes rotary_pct as rope_parameters.partial_rotary_factor.
+    {"gpt_neox_v5_rope_parameters",
+     R"({"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 61,
+        "max_position_embeddings": 64, "rope_parameters": {"rope_type": "default",
+        "rope_theta": 5000.0, "partial_rotary_factor": 0.5}, "use_parallel_residual": true})"},
     {"gpt_neox_sequential_no_attention_bias",
      R"({"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
         "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 61,
@@ -185,6 +191,86 @@ TEST_P(Family, HfLayoutMatchesNaiveReferenceAndRoundTripsThroughGguf) {
 
 INSTANTIATE_TEST_SUITE_P(Families, Family, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return info.param.label; });
+
+// GPT-NeoX's rotary fraction from either place, and the two keys that gave wrong numbers without a
+// word before: rope_parameters.partial_rotary_factor was ignored (0.25 used), and partial rotary
+// on a family that rotates whole heads is now refused by name.
+TEST(FamilyConfig, PartialRotaryFactorIsReadOrRefusedByName) {
+  const std::string neox = R"({"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 61)";
+  EXPECT_EQ(ParseHfConfig(neox + "}", "old").rot_dim(), 4);  // GPTNeoXConfig's default 0.25 of 16
+  const ModelConfig v5 = ParseHfConfig(
+      neox + R"(, "rope_parameters": {"rope_type": "default", "rope_theta": 5000.0,
+      "partial_rotary_factor": 0.5}})", "v5");
+  EXPECT_EQ(v5.rot_dim(), 8);
+  EXPECT_EQ(v5.rope_theta, 5000.0f);
+  EXPECT_EQ(ParseHfConfig(neox + R"(, "rotary_pct": 1.0})", "full").rot_dim(), 16);
+  auto error = [](const std::string& json) {
+    try {
+      ParseHfConfig(json, "cfg.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(error(neox + R"(, "rotary_pct": 0.25, "rope_parameters": {"rope_type": "default",
+      "partial_rotary_factor": 0.5}})")
+                .find("cfg.json: rotary_pct 0.25 and rope_parameters.partial_rotary_factor 0.5 disagree"),
+            std::string::npos);
+  EXPECT_NE(error(neox + R"(, "rope_parameters": {"partial_rotary_factor": 0.0}})")
+                .find("cfg.json: rope_parameters.partial_rotary_factor must be in (0, 1], found 0"),
+            std::string::npos);
+  const std::string llama = Llama("LlamaForCausalLM", R"("partial_rotary_factor": 0.5)");
+  EXPECT_NE(error(llama).find("cfg.json: partial_rotary_factor 0.5 (rotating part of each head) is "
+                              "not supported for llama"),
+            std::string::npos)
+      << error(llama);
+  EXPECT_NE(error(Llama("Qwen2ForCausalLM", R"("rope_parameters": {"rope_type": "default",
+      "rope_theta": 10000.0, "partial_rotary_factor": 0.25})"))
+                .find("rope_parameters.partial_rotary_factor 0.25 (rotating part of each head) is "
+                      "not supported for qwen2"),
+            std::string::npos);
+  EXPECT_EQ(ParseHfConfig(Llama("LlamaForCausalLM", R"("partial_rotary_factor": 1.0)"), "one").rot_dim(), 8);
+}
+
+// GPT-2's scale_attn_weights and scale_attn_by_inverse_layer_idx (GPT2Attention._attn), ignored
+// before: the engine (prefill and cached decode) against the naive reference that scales the
+// scores as transformers does, different from the plain GPT-2 (the keys matter), kept through
+// config.json, and refused for GGUF (llama.cpp has no key for them).
+TEST(FamilyConfig, Gpt2AttentionScalingKeys) {
+  const std::string base = R"({"architectures": ["GPT2LMHeadModel"], "n_embd": 32, "n_head": 4,
+      "n_layer": 3, "n_positions": 64, "vocab_size": 61, "layer_norm_epsilon": 1e-5)";
+  const ModelConfig plain = ParseHfConfig(base + "}", "plain");
+  const test::HfTensors weights = test::RandomHfWeights(plain, 5);
+  const std::vector<float> plain_logits = test::NaiveHfForward(plain, weights, kTokens);
+  for (const std::string extra : {R"(, "scale_attn_by_inverse_layer_idx": true)",
+                                  R"(, "scale_attn_weights": false)",
+                                  R"(, "scale_attn_weights": false, "scale_attn_by_inverse_layer_idx": true,
+                                     "reorder_and_upcast_attn": true)"}) {
+    SCOPED_TRACE(extra);
+    const ModelConfig config = ParseHfConfig(base + extra + "}", "gpt2");
+    EXPECT_EQ(config.attn_scale_inverse_layer, extra.find("inverse_layer_idx") != std::string::npos);
+    EXPECT_EQ(config.attn_scale_sqrt_dim, extra.find("scale_attn_weights") == std::string::npos);
+    const std::string dir = test::TempDir("gpt2_scaling") + "/hf";
+    fs::create_directories(dir);
+    WriteHfConfig(dir + "/config.json", config);
+    std::vector<std::pair<std::string, Tensor>> list(weights.begin(), weights.end());
+    WriteSafetensors(dir + "/model.safetensors", list);
+    const Model model = LoadModel(dir);
+    EXPECT_EQ(model.config, config);
+    const std::vector<float> reference = test::NaiveHfForward(config, weights, kTokens);
+    EXPECT_LT(test::MaxRelDiff(RunAll(model, kTokens), reference, "gpt2" + extra + " vs naive"), 1e-5);
+    EXPECT_LT(test::MaxRelDiff(RunIncremental(model, kTokens), reference, "gpt2 cached decode vs naive"), 1e-5);
+    EXPECT_GT(test::MaxRelDiff(reference, plain_logits, "scaled vs plain GPT-2"), 1e-3);
+    GgufWriter writer;
+    try {
+      AddGgufModel(model, writer, kGgmlTypeF32);
+      ADD_FAILURE() << "wrote a GGUF llama.cpp would read with other scores";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot be written to GGUF"), std::string::npos) << e.what();
+    }
+  }
+}
 
 // Damaged GGUF models (every truncation point of the header region, and random byte changes) either
 // load or fail with ss::Error: never a crash or an out-of-range read (run under ASan in the fuzz

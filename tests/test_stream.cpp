@@ -268,10 +268,15 @@ TEST(Stream, OneLayerEqualsFreshForwardOverKeptTokens) {
 // logits therefore equal a fresh non-streaming forward over the kept tokens with exactly those
 // positions (passed explicitly). A model loaded from an HF GPT-2 directory; the test also checks
 // the chosen rule is not vacuous (positions 0 .. S+W-1 would give other logits).
+// Also with scale_attn_weights = false: the streaming attention scales its queries (and the sink
+// queries) as the plain forward does.
 TEST(Stream, Gpt2LearnedPositionsOneLayer) {
+  for (const char* extra : {"", R"(, "scale_attn_weights": false)"}) {
+  SCOPED_TRACE(extra);
   const ModelConfig config = ParseHfConfig(
-      R"({"architectures": ["GPT2LMHeadModel"], "n_embd": 32, "n_head": 4, "n_layer": 1,
-          "n_positions": 64, "vocab_size": 61, "layer_norm_epsilon": 1e-5})", "gpt2 test");
+      std::string(R"({"architectures": ["GPT2LMHeadModel"], "n_embd": 32, "n_head": 4, "n_layer": 1,
+          "n_positions": 64, "vocab_size": 61, "layer_norm_epsilon": 1e-5)") + extra + "}", "gpt2 test");
+  ASSERT_EQ(config.attn_scale_sqrt_dim, *extra == 0);
   const test::HfTensors weights = test::RandomHfWeights(config, 9);
   const std::string dir = test::TempDir("stream_gpt2") + "/hf";
   std::filesystem::create_directories(dir);
@@ -321,6 +326,7 @@ TEST(Stream, Gpt2LearnedPositionsOneLayer) {
               "positions 0..S+W-1 would differ by %.3g\n", S, W, worst, apart);
   EXPECT_LT(worst, 1e-5);
   EXPECT_GT(apart, 1e-3);
+  }
 }
 
 // recompute re-encodes the S + W most recent tokens each step: equal to the reference run on them.

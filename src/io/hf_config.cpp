@@ -195,6 +195,45 @@ void ParseRopeScaling(const json& j, const std::string& source, ModelConfig* c) 
     Fail("{}: {} factor must be positive, found {}", source, key, c->rope_scaling_factor);
 }
 
+// A partial rotary fraction, where a config gives one: top-level "partial_rotary_factor" (Phi,
+// StableLM style) or inside "rope_parameters" (transformers >= 5 writes GPT-NeoX's rotary_pct
+// there). Returns the key that held it ("" if none) and its value (0 if none).
+std::pair<std::string, float> PartialRotaryFactor(const json& j, const Fields& f,
+                                                  const std::string& source) {
+  if (auto it = j.find("rope_parameters"); it != j.end() && it->is_object() &&
+                                           it->contains("partial_rotary_factor"))
+    return {"rope_parameters.partial_rotary_factor",
+            Fields(*it, source + " (rope_parameters)").Float("partial_rotary_factor")};
+  if (f.Has("partial_rotary_factor"))
+    return {"partial_rotary_factor", f.Float("partial_rotary_factor")};
+  return {"", 0.0f};
+}
+
+// GPT-NeoX's rotary fraction: "rotary_pct" (transformers < 5), or "partial_rotary_factor" inside
+// "rope_parameters" (transformers >= 5), default 0.25 (GPTNeoXConfig). Both present and different
+// is refused: one of them would be ignored.
+std::pair<std::string, float> NeoxRotaryFraction(const json& j, const Fields& f,
+                                                 const std::string& source) {
+  const auto [key, factor] = PartialRotaryFactor(j, f, source);
+  if (f.Has("rotary_pct")) {
+    const float pct = f.Float("rotary_pct");
+    if (!key.empty() && factor != pct)
+      Fail("{}: rotary_pct {} and {} {} disagree; give one", source, pct, key, factor);
+    return {"rotary_pct", pct};
+  }
+  if (!key.empty()) return {key, factor};
+  return {"rotary_pct", 0.25f};
+}
+
+// The families that rotate whole heads refuse a partial rotary fraction other than 1 by name,
+// rather than rotating every dimension without a word.
+void RefusePartialRotary(const json& j, const std::string& source, const std::string& arch) {
+  const auto [key, factor] = PartialRotaryFactor(j, Fields(j, source), source);
+  if (!key.empty() && factor != 1.0f)
+    Fail("{}: {} {} (rotating part of each head) is not supported for {}", source, key, factor,
+         arch);
+}
+
 void ParseEos(const json& j, const Fields& f, int fallback, ModelConfig* c) {
   auto it = j.find("eos_token_id");
   if (it != j.end() && it->is_array()) {
@@ -290,7 +329,11 @@ ConfigKeys HfKeys(const FamilyInfo& info, const json& j) {
     case Family::kGptNeox:
       k["n_kv_heads"] = "num_attention_heads";
       k["norm_eps"] = "layer_norm_eps";
-      k["rotary_dim"] = "rotary_pct";
+      k["rotary_dim"] = !j.contains("rotary_pct") && j.contains("rope_parameters") &&
+                                j["rope_parameters"].is_object() &&
+                                j["rope_parameters"].contains("partial_rotary_factor")
+                            ? "rope_parameters.partial_rotary_factor"
+                            : "rotary_pct";
       if (!j.contains("rope_theta") && j.contains("rotary_emb_base"))
         k["rope_theta"] = "rotary_emb_base";
       break;
@@ -413,6 +456,11 @@ ModelConfig ParseHfConfig(std::string_view json_text, const std::string& source)
       c.rope_theta = 0.0f;
       c.learned_pos = true;
       c.qkv_bias = c.attn_out_bias = c.mlp_bias = true;  // Conv1D layers all carry biases
+      // GPT2Attention: scores / sqrt(head_dim) unless scale_attn_weights is false, and / (l + 1)
+      // in block l with scale_attn_by_inverse_layer_idx (reorder_and_upcast_attn changes only
+      // the order and precision of the same product).
+      c.attn_scale_sqrt_dim = f.Bool("scale_attn_weights", true);
+      c.attn_scale_inverse_layer = f.Bool("scale_attn_by_inverse_layer_idx", false);
       break;
     }
     case Family::kGptNeox: {
@@ -434,14 +482,14 @@ ModelConfig ParseHfConfig(std::string_view json_text, const std::string& source)
       c.rope = RopeKind::kHalf;
       // Older configs name the base rotary_emb_base, newer ones rope_theta.
       c.rope_theta = f.Float("rope_theta", f.Float("rotary_emb_base", info.rope_theta_default));
-      float rotary_pct = f.Float("rotary_pct", 0.25f);
+      const auto [pct_key, rotary_pct] = NeoxRotaryFraction(j, f, source);
       if (!(rotary_pct > 0 && rotary_pct <= 1))
-        Fail("{}: rotary_pct must be in (0, 1], found {}", source, rotary_pct);
+        Fail("{}: {} must be in (0, 1], found {}", source, pct_key, rotary_pct);
       // GPTNeoXAttention: rotary_ndims = int(head_size * rotary_pct); the epsilon keeps a pct
       // written as rotary_dim / head_dim from rounding down.
       c.rotary_dim = static_cast<int>(std::floor(c.head_dim * static_cast<double>(rotary_pct) + 1e-4));
       if (c.rotary_dim % 2 != 0)
-        Fail("{}: rotary_pct {} gives an odd rotary dimension {} of head size {}", source,
+        Fail("{}: {} {} gives an odd rotary dimension {} of head size {}", source, pct_key,
              rotary_pct, c.rotary_dim, c.head_dim);
       if (c.rotary_dim == c.head_dim) c.rotary_dim = 0;
       c.parallel_residual = f.Bool("use_parallel_residual", true);
@@ -452,6 +500,7 @@ ModelConfig ParseHfConfig(std::string_view json_text, const std::string& source)
   }
 
   if (c.rope != RopeKind::kNone) ParseRopeScaling(j, source, &c);
+  if (info.family != Family::kGptNeox) RefusePartialRotary(j, source, c.arch);
   c.tied_embeddings = f.Bool("tie_word_embeddings", info.tie_default);
   c.bos_id = f.TokenId("bos_token_id", info.bos_default);
   ParseEos(j, f, info.eos_default, &c);
@@ -505,7 +554,7 @@ std::vector<std::string> DiffFields(const ModelConfig& a, const ModelConfig& b) 
   SS_DIFF(shared_expert_hidden_dim) SS_DIFF(dense_hidden_dim) SS_DIFF(rope_scaling)
   SS_DIFF(rope_scaling_factor) SS_DIFF(rope_low_freq_factor) SS_DIFF(rope_high_freq_factor)
   SS_DIFF(rope_original_max_seq_len) SS_DIFF(attn_logit_softcap) SS_DIFF(final_logit_softcap)
-  SS_DIFF(eos_ids) SS_DIFF(torch_dtype)
+  SS_DIFF(eos_ids) SS_DIFF(torch_dtype) SS_DIFF(attn_scale_sqrt_dim) SS_DIFF(attn_scale_inverse_layer)
 #undef SS_DIFF
   if (out.empty() && !(a == b)) out.push_back("(a field DiffFields does not list)");
   return out;
@@ -587,6 +636,8 @@ ordered_json BuildHfJson(const ModelConfig& c, const FamilyInfo& info) {
       j["n_positions"] = c.max_seq_len;
       j["layer_norm_epsilon"] = FloatJson(c.norm_eps);
       j["activation_function"] = ActName(c.act, info.family);
+      if (!c.attn_scale_sqrt_dim) j["scale_attn_weights"] = false;
+      if (c.attn_scale_inverse_layer) j["scale_attn_by_inverse_layer_idx"] = true;
       break;
     case Family::kGptNeox:
       j["hidden_size"] = c.dim;

@@ -378,6 +378,10 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type) {
   // llama.cpp's key (Gemma 2); readers of other architectures ignore it, sinkscope applies it.
   if (c.final_logit_softcap != 0) w.SetF32(p + "final_logit_softcapping", c.final_logit_softcap);
   if (c.attn_logit_softcap != 0) Fail("attention logit soft-capping cannot be written to GGUF");
+  // llama.cpp's gpt2 has no key for these: a GGUF file would load there with the wrong scores.
+  if (!c.attn_scale_sqrt_dim || c.attn_scale_inverse_layer)
+    Fail("GPT-2 with scale_attn_weights = false or scale_attn_by_inverse_layer_idx cannot be "
+         "written to GGUF (llama.cpp has no key for either)");
   TensorMap map = FamilyTensorMap(c, TensorNaming::kGguf, weights);
   for (const auto& [name, tensor] : ExportTensors(map, c.rope, c.head_dim, c.rot_dim())) {
     uint32_t type = tensor.rank() == 2 ? ggml_type : kGgmlTypeF32;

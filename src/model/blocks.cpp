@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "kernels/ops.h"
+#include "kernels/vecmath.h"
 
 namespace ss {
 
@@ -157,6 +158,10 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
     if (ctx.HookActive(HookPoint::kK, layer)) ctx.RunHook(HookPoint::kK, layer, s.k_new.data(), {T, Hkv, Dh});
     if (ctx.HookActive(HookPoint::kV, layer)) ctx.RunHook(HookPoint::kV, layer, s.v_new.data(), {T, Hkv, Dh});
   }
+  if (const float f = c.QueryScale(layer); f != 1.0f) {
+    Scale(s.q.data(), static_cast<int64_t>(T) * c.q_dim(), f);
+    if (has_sinks) Scale(s.q_sink.data(), static_cast<int64_t>(T) * c.q_dim(), f);
+  }
   // Writing a new entry into its ring row evicts the entry ring tokens older; no query of this
   // call can see that one because ring >= W - 1 + T.
   for (int t = 0; t < T; ++t) {
@@ -196,6 +201,9 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
     if (ctx.HookActive(HookPoint::kK, layer)) ctx.RunHook(HookPoint::kK, layer, k_new, {T, Hkv, Dh});
     if (ctx.HookActive(HookPoint::kV, layer)) ctx.RunHook(HookPoint::kV, layer, v_new, {T, Hkv, Dh});
   }
+  // GPT-2's optional scalings, on the queries after hook_q (which shows them as the model
+  // computes them, before the scores are scaled).
+  if (const float f = c.QueryScale(layer); f != 1.0f) Scale(s.q.data(), static_cast<int64_t>(T) * c.q_dim(), f);
 
   AttnStats stats{};
   const AttnStats* stats_ptr = nullptr;

@@ -3,6 +3,8 @@
 // interpret it.
 #pragma once
 
+#include <cmath>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -67,6 +69,11 @@ struct ModelConfig {
   int rope_original_max_seq_len = 0;   // kLlama3 only: context length before scaling
   float attn_logit_softcap = 0.0f;     // scores = c * tanh(scores / c) before softmax; 0: off
   float final_logit_softcap = 0.0f;    // the same on the output logits; 0: off
+  // GPT-2's attention scaling (modeling_gpt2.py, GPT2Attention): scale_attn_weights = false leaves
+  // the scores undivided by sqrt(head_dim); scale_attn_by_inverse_layer_idx divides block l's
+  // scores also by l + 1.
+  bool attn_scale_sqrt_dim = true;
+  bool attn_scale_inverse_layer = false;
   std::vector<int> eos_ids;     // every end-of-sequence id when a config lists several; eos_id is
                                 // the first. Ids are -1 when the config has none (null).
   std::string torch_dtype;      // dtype the checkpoint was saved in ("bfloat16", ...); "" if unknown
@@ -76,6 +83,13 @@ struct ModelConfig {
   int kv_dim() const { return n_kv_heads * head_dim; }
   int q_dim() const { return n_heads * head_dim; }
   int rot_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  // The factor block `layer` multiplies its queries by so that attention, which divides the
+  // scores by sqrt(head_dim), gives the scaling above; 1 for every family but such a GPT-2.
+  float QueryScale(int layer) const {
+    float f = attn_scale_sqrt_dim ? 1.0f : std::sqrt(static_cast<float>(head_dim));
+    if (attn_scale_inverse_layer) f /= static_cast<float>(layer + 1);
+    return f;
+  }
 };
 
 // How a file spells the ModelConfig fields it sets, for error messages: {"norm_eps",
