@@ -30,6 +30,7 @@
 #include "hooks/hooks.h"
 #include "io/load.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/gemm_q8.h"
 #include "kernels/parallel.h"
 #include "model/model.h"
 #include "model/precision.h"
@@ -412,6 +413,7 @@ PYBIND11_MODULE(_sinkscope, m) {
     d["library"] = b.library;
     d["openmp"] = b.openmp();
     d["bf16_kernel"] = std::string(Bf16KernelName());
+    d["q8_0_kernel"] = std::string(Q8KernelName());
     return d;
   }, "The OpenBLAS the engine calls (config, core, library path, whether it is the OpenMP build) "
      "and the bf16 kernel in use.");

@@ -403,3 +403,20 @@ def test_openmp_openblas_even_when_numpy_is_imported_first(tmp_path):
     assert info["openmp"], info
     assert "openblas-openmp" in info["library"], info
     assert info["bf16_kernel"] in ("avx512_bf16", "avx2", "portable")
+    assert info["q8_0_kernel"] in ("avx2", "portable")
+
+
+def test_precision_q8_0_is_close_to_f32_and_recorded(sinkscope):
+    """load(precision="q8_0") holds the projections as Q8_0 blocks: logits within the Q8_0 rounding
+    of the f32 model's (not equal: the quantisation ran), the precision in the model's info; an
+    unknown precision raises and names the choices."""
+    f32 = sinkscope.load(MODEL)
+    q8 = sinkscope.load(MODEL, precision="q8_0")
+    ids = f32.tokenize(TEXT)
+    a, b = f32.forward(ids), q8.forward(ids)
+    rel = float(np.max(np.abs(a - b)) / np.max(np.abs(a)))
+    print(f"q8_0 vs f32 logits on stories260K: max rel diff {rel:.3g}")
+    assert 0 < rel < 3e-2
+    assert q8.config["precision"] == "q8_0"
+    with pytest.raises(ValueError, match="expected f32, bf16 or q8_0"):
+        sinkscope.load(MODEL, precision="int8")
