@@ -118,6 +118,16 @@ void Pack(benchmark::State& state, Shape s) {
                                               benchmark::Counter::kIsRate);
 }
 
+void PackQ8(benchmark::State& state, Shape s) {
+  const auto w = Random(static_cast<size_t>(s.out) * s.in, 2);
+  for (auto _ : state) {
+    ss::PackedQ8 packed = ss::PackQ8_0(w.data(), s.out, s.in);
+    benchmark::DoNotOptimize(packed.qs.data());
+  }
+  state.counters["MB/s"] = benchmark::Counter(4.0 * s.in * s.out * state.iterations() / 1e6,
+                                              benchmark::Counter::kIsRate);
+}
+
 // Keeps each run's GFLOP/s for the ratio table, which shows the median over repetitions (with
 // interleaved repetitions on a busy machine, less swayed by one lucky or unlucky run than the
 // best).
@@ -155,6 +165,10 @@ int main(int argc, char** argv) {
   for (const Shape& s : {kShapes[0], kShapes[1]})
     benchmark::RegisterBenchmark(
         ("pack/in" + std::to_string(s.in) + "/out" + std::to_string(s.out)).c_str(), Pack, s)
+        ->UseRealTime();
+  for (const Shape& s : {kShapes[0], kShapes[1]})
+    benchmark::RegisterBenchmark(
+        ("pack_q8_0/in" + std::to_string(s.in) + "/out" + std::to_string(s.out)).c_str(), PackQ8, s)
         ->UseRealTime();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -50,6 +50,32 @@ TEST(GemmQ8, PackedBlocksAreGgmlQ8_0) {
   }
 }
 
+// The encoder's AVX2 build rounds as the portable one (nearbyint: to nearest, ties to even), here
+// with ties made exact: a block whose largest value is 127 * 2^-4 has scale 2^-4, and values at
+// (k + 0.5) * 2^-4 sit halfway between two steps.
+TEST(GemmQ8, EncoderGivesTheSameBytesOnEveryPath) {
+  std::vector<float> x = Random(4096, 3);
+  for (int b = 0; b < 16; ++b) {
+    float* block = x.data() + b * kQ8Block;
+    block[0] = 127.0f / 16;
+    for (int i = 1; i < kQ8Block; ++i) block[i] = (static_cast<float>(i - 16) + 0.5f) / 16;
+  }
+  std::vector<uint8_t> want(GgmlBytes(kGgmlTypeQ8_0, 4096)), got(want.size());
+  const SimdLevel best = ActiveSimdLevel();
+  ForceSimdLevel(SimdLevel::kPortable);
+  QuantizeQ8_0(x.data(), want.data(), 4096);
+  // Ties went to the even step: 0.5 -> 0, 1.5 -> 2, -0.5 -> 0, -1.5 -> -2.
+  EXPECT_EQ(static_cast<int8_t>(want[2 + 16]), 0);
+  EXPECT_EQ(static_cast<int8_t>(want[2 + 17]), 2);
+  EXPECT_EQ(static_cast<int8_t>(want[2 + 14]), -2);
+  for (SimdLevel level : Levels()) {
+    ForceSimdLevel(level);
+    QuantizeQ8_0(x.data(), got.data(), 4096);
+    EXPECT_EQ(got, want) << SimdLevelName(level);
+  }
+  ForceSimdLevel(best);
+}
+
 // A Q8_0 file's tensor reaches the packer dequantised: quantising it again must give the same
 // blocks, or loading a Q8_0 GGUF would quantise twice.
 TEST(GemmQ8, RequantisingDequantisedBlocksIsExact) {
