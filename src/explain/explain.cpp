@@ -246,7 +246,9 @@ void CleanPass(Runner& runner, const Model& model, const std::vector<int>& token
     const int l = ctx.layer;
     const float* post = post_t.data();
     const LayerWeights& w = model.weights.layers[l];
-    // W_O in f32 (unpacked from bf16 for a model held in bf16 only).
+    // W_O in f32 (unpacked from its bf16 or Q8_0 pack for a model held packed only). Unpacked
+    // per call rather than kept: keeping every layer's would hold a 7B model's W_O in f32 (2 GiB)
+    // to save a D x D conversion beside a forward of T x (params) multiply-adds.
     const Tensor wo = ProjectionF32(w.wo, w.packed ? &w.packed->wo : nullptr);
     LayerDecomposition& dec = acc.layers[l];
     if (dec.p0_head.empty()) {
