@@ -25,6 +25,25 @@ TEST(Tensor, ZerosRowsReshape) {
   EXPECT_EQ(t.ShapeString(), "[3, 4]");
 }
 
+// The first NaN or Inf, wherever it sits: in a vector lane, in a block's scalar tail, in a later
+// block; the largest finite float and -0 are finite.
+TEST(Tensor, FirstNonFiniteFindsEveryPosition) {
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{13}, int64_t{4096}, int64_t{4099}, int64_t{10000}}) {
+    std::vector<float> v(n, 1.0f);
+    v[0] = 3.4028235e38f;
+    if (n > 1) v[1] = -0.0f;
+    EXPECT_EQ(FirstNonFinite(v.data(), n), -1) << n;
+    for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+      for (float bad : {NAN, INFINITY, -INFINITY}) {
+        std::vector<float> w = v;
+        w[at] = bad;
+        if (at + 1 < n) w[n - 1] = NAN;  // a later one does not hide the first
+        EXPECT_EQ(FirstNonFinite(w.data(), n), at) << "n " << n << " at " << at;
+      }
+    }
+  }
+}
+
 TEST(Half, F16RoundTripsEveryValue) {
   // Every finite binary16 value converts to float and back to the same bits.
   int checked = 0;

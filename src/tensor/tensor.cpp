@@ -68,18 +68,27 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 std::string Tensor::ShapeString() const { return ss::ShapeString(shape_); }
 
 int64_t FirstNonFinite(const float* p, int64_t n) {
-  // An IEEE float is NaN or Inf exactly when its exponent bits are all ones, i.e. when its bits
-  // without the sign are >= 0x7f800000; a max over a block of them vectorises.
+  // An IEEE float is NaN or Inf exactly when its exponent bits are all ones. Whether a block has
+  // one is an OR of equality tests, which vectorises at the baseline flags (SSE2 has no unsigned
+  // 32-bit max: a max over the bits ran one value at a time, 1.3 ns a value, 9 s for a 7B model's
+  // weights at load).
   constexpr int64_t kBlock = 4096;
   for (int64_t start = 0; start < n; start += kBlock) {
     const int64_t end = std::min(n, start + kBlock);
-    uint32_t largest = 0;
-    for (int64_t i = start; i < end; ++i) {
+    uint32_t lanes[8] = {};  // 8 lanes side by side, so that the loop vectorises at -O2
+    int64_t i = start;
+    for (; i + 8 <= end; i += 8)
+      for (int k = 0; k < 8; ++k) {
+        uint32_t bits;
+        std::memcpy(&bits, p + i + k, sizeof(bits));
+        lanes[k] |= (bits & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
+      }
+    for (; i < end; ++i) {
       uint32_t bits;
       std::memcpy(&bits, p + i, sizeof(bits));
-      largest = std::max(largest, bits & 0x7fffffffu);
+      lanes[0] |= (bits & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
     }
-    if (largest < 0x7f800000u) continue;
+    if (!(lanes[0] | lanes[1] | lanes[2] | lanes[3] | lanes[4] | lanes[5] | lanes[6] | lanes[7])) continue;
     for (int64_t i = start; i < end; ++i) {
       uint32_t bits;
       std::memcpy(&bits, p + i, sizeof(bits));
