@@ -20,13 +20,7 @@
 namespace ss {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+std::vector<float> Random(size_t n, uint32_t seed) { return test::NormalVector(n, seed); }
 
 std::vector<float> RoundedToBf16(const std::vector<float>& v) {
   std::vector<float> r(v.size());

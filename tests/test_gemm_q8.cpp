@@ -14,17 +14,12 @@
 #include "kernels/gemm_q8.h"
 #include "kernels/parallel.h"
 #include "kernels/vecmath.h"
+#include "test_util.h"
 
 namespace ss {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+std::vector<float> Random(size_t n, uint32_t seed) { return test::NormalVector(n, seed); }
 
 std::vector<SimdLevel> Levels() {
   std::vector<SimdLevel> levels = {SimdLevel::kPortable};

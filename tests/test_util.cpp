@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -67,6 +68,14 @@ double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b, cons
   double max_ref = 0;
   for (float v : b) max_ref = std::max(max_ref, std::fabs(static_cast<double>(v)));
   return MaxDiff(a.data(), b.data(), a.size(), label) / std::max(max_ref, 1e-30);
+}
+
+std::vector<float> NormalVector(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
 }
 
 }  // namespace ss::test

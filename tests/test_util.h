@@ -1,6 +1,7 @@
 // Helpers shared by the tests: where the data is, and comparisons that print the largest difference.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct CliResult {
   std::string err;  // stderr
 };
 CliResult RunCli(const std::string& args);
+
+// n values drawn from N(0, 1) with std::mt19937(seed).
+std::vector<float> NormalVector(size_t n, uint32_t seed);
 
 // Largest |a - b| over the arrays, divided by max(1e-30, max |b|) when `relative` is set.
 // Prints "<label>: max abs diff X (rel Y) over N values" so every test run shows its margin.

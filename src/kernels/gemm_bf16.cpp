@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "kernels/vecmath.h"
+#include "kernels/workspace.h"
 #include "tensor/half.h"
 
 namespace ss {
@@ -54,19 +55,6 @@ void PackInto(PackedBf16& p, int out, int in, Bits bits) {
 // out[i] = x[i] rounded to bf16 (denormals flushed), kept as f32: the operand every path multiplies.
 void RoundRowBf16(const float* x, int in, float* out) {
   for (int i = 0; i < in; ++i) out[i] = BF16ToF32(FlushDenormal(F32ToBF16(x[i])));
-}
-
-// A per-calling-thread buffer, kept between calls so that a model's many products do not allocate
-// (and page-fault) each time. kTag tells apart buffers of one type that are live at once.
-template <typename T, int kTag = 0>
-T* Workspace(size_t n) {
-  thread_local std::vector<T, CacheLineAllocator<T>> buffer;
-  if (buffer.size() < n) {
-    buffer.clear();
-    buffer.shrink_to_fit();
-    buffer.resize(n);
-  }
-  return buffer.data();
 }
 
 // x row (in floats) -> `stride` bf16 pairs (zero past `in`), rounded to nearest even with
@@ -277,7 +265,7 @@ void MatMulTiled(const float* x, const PackedBf16& w, const float* bias, float* 
   constexpr int kRows = Path::kRows, kRowBlock = 16 * Path::kRows;
   const int in = w.in, out = w.out, pairs = w.pairs;
   const int ldx = (pairs + 15) / 16 * 16;  // each x row starts on a cache line
-  uint32_t* xb = Workspace<uint32_t>(static_cast<size_t>(T) * ldx);
+  uint32_t* xb = Workspace<uint32_t, 0>(static_cast<size_t>(T) * ldx);
   const uint32_t* wdata = reinterpret_cast<const uint32_t*>(w.data.data());
   const int row_items = (T + kRowBlock - 1) / kRowBlock;
   // Narrower column blocks when there are few rows, so every thread gets several tiles. A

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "kernels/dequant.h"
 #include "kernels/vecmath.h"
+#include "kernels/workspace.h"
 #include "tensor/half.h"
 
 namespace ss {
@@ -24,17 +25,6 @@ constexpr int kWidenBlock = 128;             // rows of W dequantised at a time 
 // is over before a second thread would start).
 constexpr int64_t kParallelMatVec = int64_t{1} << 18;
 constexpr int64_t kParallelMacs = int64_t{1} << 22;
-
-template <typename T, int kTag>
-T* Workspace(size_t n) {
-  thread_local std::vector<T, CacheLineAllocator<T>> buffer;
-  if (buffer.size() < n) {
-    buffer.clear();
-    buffer.shrink_to_fit();
-    buffer.resize(n);
-  }
-  return buffer.data();
-}
 
 // One group of W (q, d at its first block): y[r] = sum over blocks of d[b][r] * (q[b][r] · x[b]),
 // for the group's first R rows. The portable body: 8 partial sums per block so that compilers
@@ -117,7 +107,7 @@ void MatMulFused(const float* x, const PackedQ8& w, const float* bias, float* y,
   const int64_t ldx = static_cast<int64_t>(w.blocks) * kQ8Block;
   const float* xp = x;
   if (ldx != in) {
-    float* padded = Workspace<float, 0>(static_cast<size_t>(T) * ldx);
+    float* padded = Workspace<float, 4>(static_cast<size_t>(T) * ldx);
     for (int t = 0; t < T; ++t) {
       std::copy(x + static_cast<int64_t>(t) * in, x + static_cast<int64_t>(t + 1) * in, padded + t * ldx);
       std::fill(padded + t * ldx + in, padded + (t + 1) * ldx, 0.0f);
@@ -160,7 +150,7 @@ void MatMulDequantised(const float* x, const PackedQ8& w, const float* bias, flo
   const int blocks = (out + kWidenBlock - 1) / kWidenBlock;
 #pragma omp parallel if (static_cast<int64_t>(T) * in * out >= kParallelMacs)
   {
-    float* wf = Workspace<float, 1>(static_cast<size_t>(kWidenBlock) * in);
+    float* wf = Workspace<float, 5>(static_cast<size_t>(kWidenBlock) * in);
 #pragma omp for schedule(dynamic, 1)
     for (int b = 0; b < blocks; ++b) {
       const int row0 = b * kWidenBlock, rows = std::min(kWidenBlock, out - row0);
