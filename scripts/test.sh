@@ -13,12 +13,14 @@ phase() {
   echo "==== $name: $((SECONDS - start)) s"
 }
 phase "setup and build (scripts/setup.sh)" scripts/setup.sh
-# A short fuzzing budget for every parser (libFuzzer, ASan + UBSan); longer runs: scripts/fuzz.sh N.
-phase "fuzzers (scripts/fuzz.sh)" scripts/fuzz.sh "${SINKSCOPE_FUZZ_SECONDS:-10}"
 phase "tests (ctest)" ctest --test-dir build --output-on-failure -j"$(nproc)"
 # The Python package installs with pip from the checkout (into a scratch virtual environment,
 # reusing build/) and imports from outside the source tree.
 phase "pip install (check_pip_install.sh)" scripts/check_pip_install.sh
-# The same suite built with ASan + UBSan (build-asan/); see docs/GUARANTEES.md.
-phase "ASan + UBSan suite (sanitize.sh)" scripts/sanitize.sh
+# One clang build with ASan + UBSan (build-asan/) serves the fuzzers and the sanitized suite.
+phase "ASan + UBSan build (sanitize.sh)" scripts/sanitize.sh --build-only
+# A short fuzzing budget for every parser (libFuzzer); longer runs: scripts/fuzz.sh N.
+phase "fuzzers (scripts/fuzz.sh)" env SINKSCOPE_FUZZ_BUILD=build-asan scripts/fuzz.sh "${SINKSCOPE_FUZZ_SECONDS:-10}"
+# The whole suite again under ASan + UBSan; see docs/GUARANTEES.md.
+phase "ASan + UBSan suite (sanitize.sh)" scripts/sanitize.sh --test-only
 printf '%s\n' "==== all passed; wall time per phase:" "${summary[@]}" "total: $SECONDS s"
