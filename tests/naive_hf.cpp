@@ -89,8 +89,30 @@ Vec InvFreq(const ModelConfig& c) {
       const bool medium = !(wavelen < old_len / hi) && !(wavelen > old_len / lo);
       f = medium ? smoothed : scaled;
     }
+  } else if (c.rope_scaling == RopeScalingKind::kYarn) {
+    // _compute_yarn_parameters, written out from its formulas.
+    const double base = c.rope_theta, factor = c.rope_scaling_factor;
+    const double orig = c.rope_original_max_seq_len;
+    auto corr_dim = [&](double rotations) {
+      return rot * std::log(orig / (rotations * 2 * std::numbers::pi)) / (2 * std::log(base));
+    };
+    double lo = corr_dim(c.rope_yarn_beta_fast), hi = corr_dim(c.rope_yarn_beta_slow);
+    if (c.rope_yarn_truncate) lo = std::floor(lo), hi = std::ceil(hi);
+    lo = std::max(lo, 0.0);
+    hi = std::min(hi, rot - 1.0);
+    if (lo == hi) hi += 0.001;
+    for (size_t i = 0; i < inv.size(); ++i) {
+      const double ramp = std::min(1.0, std::max(0.0, (static_cast<double>(i) - lo) / (hi - lo)));
+      const double extrapolation = 1 - ramp;
+      inv[i] = inv[i] / factor * (1 - extrapolation) + inv[i] * extrapolation;
+    }
   }
   return inv;
+}
+// cos and sin are multiplied by YaRN's attention factor (so q and k both are).
+double RopeAttentionFactor(const ModelConfig& c) {
+  if (c.rope_scaling != RopeScalingKind::kYarn || c.rope_scaling_factor <= 1) return 1.0;
+  return 0.1 * std::log(c.rope_scaling_factor) + 1.0;
 }
 
 // rotate_half RoPE on one head (first rot dims) at `pos`.
@@ -111,14 +133,18 @@ struct Qkv {
 // Causal softmax attention in block l; returns z (T, H*Dh). Scores are divided by sqrt(Dh), and
 // for GPT-2 as GPT2Attention._attn does: not by sqrt(Dh) when scale_attn_weights is false, and
 // also by l + 1 with scale_attn_by_inverse_layer_idx.
-std::vector<Vec> Attend(const ModelConfig& c, const Qkv& p, int l) {
+// gpt-oss: `sinks` (H) joins each row's softmax as one more logit whose column is then dropped,
+// and layer_types picks which layers slide.
+std::vector<Vec> Attend(const ModelConfig& c, const Qkv& p, int l, const Tensor* sinks = nullptr) {
   const int T = static_cast<int>(p.q.size()), H = c.n_heads, Dh = c.head_dim;
   const int group = H / c.n_kv_heads;
+  const bool slides = c.sliding_window > 0 &&
+                      (c.layer_attention.empty() || c.layer_attention[l] == LayerAttention::kSliding);
   std::vector<Vec> z(T, Vec(static_cast<size_t>(H) * Dh, 0.0));
   for (int t = 0; t < T; ++t) {
     for (int h = 0; h < H; ++h) {
       const int kvh = h / group;
-      const int first = c.sliding_window > 0 ? std::max(0, t - c.sliding_window + 1) : 0;
+      const int first = slides ? std::max(0, t - c.sliding_window + 1) : 0;
       Vec score;
       double mx = -1e300;
       for (int j = first; j <= t; ++j) {
@@ -129,7 +155,8 @@ std::vector<Vec> Attend(const ModelConfig& c, const Qkv& p, int l) {
         score.push_back(s);
         mx = std::max(mx, s);
       }
-      double sum = 0;
+      if (sinks) mx = std::max(mx, static_cast<double>((*sinks)[h]));
+      double sum = sinks ? std::exp((*sinks)[h] - mx) : 0.0;
       for (double& s : score) sum += (s = std::exp(s - mx));
       for (int j = first; j <= t; ++j)
         for (int d = 0; d < Dh; ++d)
@@ -187,6 +214,55 @@ Vec MoeFfn(const ModelConfig& c, const HfTensors& w, int l, const Vec& h) {
   return out;
 }
 
+// gpt-oss's MoE block (modeling_gpt_oss.py GptOssMLP): router = linear with bias, top-k logits,
+// softmax over those k; each chosen expert reads the fused (in, out) gate_up_proj with gate at
+// even and up at odd columns, clamps (gate above at the limit, up to +-limit), computes
+// (up + 1) * gate * sigmoid(1.702 gate), then down_proj (in, out) plus its bias.
+Vec GptOssMoe(const ModelConfig& c, const HfTensors& w, int l, const Vec& h) {
+  const std::string base = fmt::format("model.layers.{}.mlp.", l);
+  const Vec logits = Linear(h, Get(w, base + "router.weight"), &Get(w, base + "router.bias"));
+  const int E = c.n_experts, F = c.hidden_dim, D = c.dim;
+  std::vector<int> chosen;
+  std::vector<bool> used(E, false);
+  for (int j = 0; j < c.n_experts_per_tok; ++j) {
+    int best = -1;
+    for (int e = 0; e < E; ++e)
+      if (!used[e] && (best < 0 || logits[e] > logits[best])) best = e;
+    used[best] = true;
+    chosen.push_back(best);
+  }
+  double mx = -1e300, sum = 0;
+  for (int e : chosen) mx = std::max(mx, logits[e]);
+  for (int e : chosen) sum += std::exp(logits[e] - mx);
+  const Tensor& gu = Get(w, base + "experts.gate_up_proj");
+  const Tensor& gub = Get(w, base + "experts.gate_up_proj_bias");
+  const Tensor& dn = Get(w, base + "experts.down_proj");
+  const Tensor& dnb = Get(w, base + "experts.down_proj_bias");
+  const double limit = c.swiglu_limit, alpha = 1.702;
+  Vec out(D, 0.0);
+  for (int e : chosen) {
+    const double weight = std::exp(logits[e] - mx) / sum;
+    Vec act(F);
+    for (int f = 0; f < F; ++f) {
+      double gate = gub[static_cast<int64_t>(e) * 2 * F + 2 * f];
+      double up = gub[static_cast<int64_t>(e) * 2 * F + 2 * f + 1];
+      for (int d = 0; d < D; ++d) {
+        gate += h[d] * gu[(static_cast<int64_t>(e) * D + d) * 2 * F + 2 * f];
+        up += h[d] * gu[(static_cast<int64_t>(e) * D + d) * 2 * F + 2 * f + 1];
+      }
+      gate = std::min(gate, limit);
+      up = std::max(-limit, std::min(up, limit));
+      act[f] = (up + 1) * gate / (1 + std::exp(-alpha * gate));
+    }
+    for (int d = 0; d < D; ++d) {
+      double y = dnb[static_cast<int64_t>(e) * D + d];
+      for (int f = 0; f < F; ++f) y += act[f] * dn[(static_cast<int64_t>(e) * F + f) * D + d];
+      out[d] += weight * y;
+    }
+  }
+  return out;
+}
+
 // Llama, Mistral, Qwen2, Qwen3, OLMo 2 (modeling_llama / mistral / qwen2 / qwen3 / olmo2.py).
 std::vector<float> LlamaLike(const ModelConfig& c, const HfTensors& w, const std::vector<int>& tokens) {
   const int T = static_cast<int>(tokens.size()), D = c.dim, Dh = c.head_dim;
@@ -194,6 +270,8 @@ std::vector<float> LlamaLike(const ModelConfig& c, const HfTensors& w, const std
   const bool head_qk_norm = c.qk_norm == QkNormKind::kPerHead;  // Qwen3, Qwen3-MoE
   const bool full_qk_norm = c.qk_norm == QkNormKind::kFull;     // OLMo 2, OLMoE
   const Vec inv = InvFreq(c);
+  const double magnitude = RopeAttentionFactor(c);
+  const bool gpt_oss = c.arch == "gpt_oss";
   std::vector<Vec> x(T);
   const Tensor& emb = Get(w, "model.embed_tokens.weight");
   for (int t = 0; t < T; ++t) x[t].assign(emb.row(tokens[t]), emb.row(tokens[t]) + D);
@@ -219,16 +297,20 @@ std::vector<float> LlamaLike(const ModelConfig& c, const HfTensors& w, const std
       }
       for (int hh = 0; hh < c.n_heads; ++hh) RopeHalf(q.data() + hh * Dh, inv, t);
       for (int hh = 0; hh < c.n_kv_heads; ++hh) RopeHalf(k.data() + hh * Dh, inv, t);
+      for (double& x : q) x *= magnitude;
+      for (double& x : k) x *= magnitude;
       p.q.push_back(q), p.k.push_back(k), p.v.push_back(v);
     }
-    std::vector<Vec> z = Attend(c, p, l);
+    std::vector<Vec> z = Attend(c, p, l, gpt_oss ? &W("self_attn.sinks") : nullptr);
     for (int t = 0; t < T; ++t) {
       Vec o = Linear(z[t], W("self_attn.o_proj.weight"), B("self_attn.o_proj.bias"));
       if (olmo2) o = Rms(o, W("post_attention_layernorm.weight"), c.norm_eps);
       for (int i = 0; i < D; ++i) x[t][i] += o[i];
       Vec h = olmo2 ? x[t] : Rms(x[t], W("post_attention_layernorm.weight"), c.norm_eps);
       Vec m;
-      if (c.n_experts > 0) {
+      if (gpt_oss) {
+        m = GptOssMoe(c, w, l, h);
+      } else if (c.n_experts > 0) {
         m = MoeFfn(c, w, l, h);
       } else {
         Vec g = Linear(h, W("mlp.gate_proj.weight"), B("mlp.gate_proj.bias"));
@@ -408,6 +490,17 @@ HfTensors RandomHfWeights(const ModelConfig& c, uint32_t seed) {
     if (c.attn_out_bias) rnd(n("self_attn.o_proj.bias"), {D});
     if (c.qk_norm == QkNormKind::kPerHead) norm(n("self_attn.q_norm.weight"), Dh), norm(n("self_attn.k_norm.weight"), Dh);
     if (c.qk_norm == QkNormKind::kFull) norm(n("self_attn.q_norm.weight"), qd), norm(n("self_attn.k_norm.weight"), kvd);
+    if (c.arch == "gpt_oss") {
+      // Sink logits spread so that some heads put most of their mass on the slot.
+      Tensor sinks = Tensor::Zeros({c.n_heads});
+      for (int h = 0; h < c.n_heads; ++h) sinks[h] = -3.0f + 3.0f * h + dist(rng);
+      w[n("self_attn.sinks")] = sinks;
+      const int64_t E = c.n_experts;
+      rnd(n("mlp.router.weight"), {E, D}), rnd(n("mlp.router.bias"), {E});
+      rnd(n("mlp.experts.gate_up_proj"), {E, D, 2 * F}), rnd(n("mlp.experts.gate_up_proj_bias"), {E, 2 * F});
+      rnd(n("mlp.experts.down_proj"), {E, F, D}), rnd(n("mlp.experts.down_proj_bias"), {E, D});
+      continue;
+    }
     if (c.n_experts > 0) {
       const bool mixtral = c.arch == "mixtral";
       const std::string base = fmt::format("model.layers.{}.{}", l, mixtral ? "block_sparse_moe." : "mlp.");

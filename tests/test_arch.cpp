@@ -80,6 +80,23 @@ const FamilyCase kCases[] = {
      Llama("OlmoeForCausalLM", R"("num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": false)")},
     {"mixtral_top2_of_4_window", Llama("MixtralForCausalLM",
                                        R"("num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 5)")},
+    // gpt-oss: learned sinks (RandomHfWeights spreads them from about -3 to +6, so one head puts
+    // most of its mass on the slot), 3 layers alternating sliding (window 4, shorter than the 12
+    // tokens) and full, YaRN with truncate false, a clamp low enough to bite.
+    {"gpt_oss_sinks_alternating_window_yarn",
+     R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 32, "intermediate_size": 24,
+        "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+        "vocab_size": 61, "max_position_embeddings": 64, "rms_norm_eps": 1e-5,
+        "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 4,
+        "swiglu_limit": 1.0, "rope_theta": 150000.0, "tie_word_embeddings": false,
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
+        "truncate": false, "original_max_position_embeddings": 16}})"},
+    {"gpt_oss_layer_types_listed",
+     R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 32, "intermediate_size": 16,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 8,
+        "vocab_size": 61, "max_position_embeddings": 64, "num_local_experts": 3,
+        "num_experts_per_tok": 1, "sliding_window": 3,
+        "layer_types": ["full_attention", "sliding_attention"]})"},
 };
 
 const std::vector<int> kTokens = {1, 17, 5, 60, 33, 2, 9, 41, 41, 0, 58, 12};
@@ -191,6 +208,56 @@ TEST_P(Family, HfLayoutMatchesNaiveReferenceAndRoundTripsThroughGguf) {
 
 INSTANTIATE_TEST_SUITE_P(Families, Family, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return info.param.label; });
+
+// gpt-oss's bad inputs: each names the file and the key or tensor.
+TEST(FamilyConfig, GptOssBadInputIsRefusedByName) {
+  const std::string core = R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 32,
+      "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 61, "max_position_embeddings": 64,
+      "num_local_experts": 3, "num_experts_per_tok": 1)";
+  auto error = [&](const std::string& extra) {
+    try {
+      const bool window = extra.find("sliding_window") != std::string::npos;
+      ParseHfConfig(core + ", " + extra + (window ? "" : R"(, "sliding_window": 4)") + "}",
+                    "gptoss/config.json");
+    } catch (const Error& e) {
+      std::printf("error: %s\n", e.what());
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  auto expect = [&](const std::string& extra, const std::string& key) {
+    const std::string e = error(extra);
+    EXPECT_NE(e.find("gptoss/config.json"), std::string::npos) << e;
+    EXPECT_NE(e.find(key), std::string::npos) << e;
+  };
+  expect(R"("layer_types": ["full_attention", "chunked_attention"])", "layer_types[1]");
+  expect(R"("layer_types": ["full_attention"])", "layer_types");
+  expect(R"("sliding_window": 0)", "sliding_window");
+  expect(R"("sliding_window": 65)", "sliding_window");
+  expect(R"("swiglu_limit": -1)", "swiglu_limit");
+  expect(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": 1.0})", "mscale");
+  expect(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32})",
+         "original_max_position_embeddings");
+  expect(R"("quantization_config": {"quant_method": "mxfp4"})", "quantization_config");
+  expect(R"("attn_logit_softcapping": 30.0)", "attn_logit_softcapping");
+
+  // A checkpoint without its sinks: the missing tensor is named.
+  const ModelConfig config = ParseHfConfig(core + R"(, "sliding_window": 4})", "gptoss");
+  test::HfTensors weights = test::RandomHfWeights(config, 3);
+  weights.erase("model.layers.1.self_attn.sinks");
+  const std::string dir = test::TempDir("gpt_oss_no_sinks");
+  WriteHfConfig(dir + "/config.json", config);
+  std::vector<std::pair<std::string, Tensor>> list(weights.begin(), weights.end());
+  WriteSafetensors(dir + "/model.safetensors", list);
+  try {
+    LoadModel(dir);
+    ADD_FAILURE() << "a gpt_oss checkpoint without self_attn.sinks loaded";
+  } catch (const Error& e) {
+    std::printf("error: %s\n", e.what());
+    EXPECT_NE(std::string(e.what()).find("model.layers.1.self_attn.sinks"), std::string::npos) << e.what();
+  }
+}
 
 // GPT-NeoX's rotary fraction from either place, and the two keys that gave wrong numbers without a
 // word before: rope_parameters.partial_rotary_factor was ignored (0.25 used), and partial rotary

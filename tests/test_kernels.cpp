@@ -1,6 +1,8 @@
 // Each kernel against a naive double-precision reference on random inputs (STYLE.md #9, #10).
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -103,10 +105,14 @@ TEST(Kernels, SoftmaxAndActivations) {
   EXPECT_NEAR(GeluTanh(1.0f), 0.8411919906082768, 1e-6);
 }
 
-// Naive causal GQA attention in double, materialising everything.
+// Naive causal GQA attention in double, materialising everything. sinks (H): a learned logit per
+// head appended to each row before the softmax and dropped after it (gpt-oss); softcap: c tanh(s/c).
 void NaiveAttention(const std::vector<float>& q, const std::vector<float>& k,
                     const std::vector<float>& v, int T, int S, int H, int Hkv, int Dh, int window,
-                    std::vector<float>* out, std::vector<float>* probs) {
+                    std::vector<float>* out, std::vector<float>* probs,
+                    const std::vector<float>* sinks = nullptr, double softcap = 0,
+                    std::vector<float>* sink_probs = nullptr) {
+  if (sink_probs) sink_probs->assign(static_cast<size_t>(H) * T, 0.0f);
   out->assign(T * H * Dh, 0.0f);
   probs->assign(static_cast<size_t>(H) * T * S, 0.0f);
   for (int h = 0; h < H; ++h)
@@ -120,10 +126,14 @@ void NaiveAttention(const std::vector<float>& q, const std::vector<float>& k,
         double d = 0;
         for (int e = 0; e < Dh; ++e) d += static_cast<double>(q[(t * H + h) * Dh + e]) * k[(j * Hkv + kvh) * Dh + e];
         sc[j] = d / std::sqrt(static_cast<double>(Dh));
+        if (softcap > 0) sc[j] = softcap * std::tanh(sc[j] / softcap);
         mx = std::max(mx, sc[j]);
       }
-      double z = 0;
+      const double sink = sinks ? (*sinks)[h] : -INFINITY;
+      mx = std::max(mx, sink);
+      double z = std::isinf(sink) ? 0 : std::exp(sink - mx);
       for (int j = 0; j < S; ++j) z += std::isinf(sc[j]) ? 0 : std::exp(sc[j] - mx);
+      if (sink_probs && !std::isinf(sink)) (*sink_probs)[h * T + t] = static_cast<float>(std::exp(sink - mx) / z);
       for (int j = 0; j < S; ++j) {
         double p = std::isinf(sc[j]) ? 0 : std::exp(sc[j] - mx) / z;
         (*probs)[(h * T + t) * S + j] = static_cast<float>(p);
@@ -143,7 +153,7 @@ TEST(Kernels, AttentionMatchesNaiveWithStatistics) {
     std::vector<float> first_k(c.H * c.T * K), top_prob(c.H * c.T), sum_sq(c.H * c.T);
     std::vector<int> top_key(c.H * c.T);
     AttnStats stats{K, first_k.data(), top_key.data(), top_prob.data(), sum_sq.data()};
-    Attention(q.data(), k.data(), v.data(), out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, c.window,
+    Attention(q.data(), k.data(), v.data(), out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, {c.window},
               pattern.data(), &stats);
     std::vector<float> ref_out, ref_probs;
     NaiveAttention(q, k, v, c.T, c.S, c.H, c.Hkv, c.Dh, c.window, &ref_out, &ref_probs);
@@ -174,6 +184,76 @@ TEST(Kernels, AttentionMatchesNaiveWithStatistics) {
   }
 }
 
+// Learned sink logits (gpt-oss) and soft-capping (Gemma 2) on both paths against naive double
+// attention: sink logits from far below to far above the scores (one head's rows almost all on the
+// sink slot), with windows, several key tiles, a cached prefix and decode. The rows then sum to
+// 1 - p_sink, and the statistics report p_sink.
+TEST(Kernels, LearnedSinksAndSoftCapMatchNaiveOnBothPaths) {
+  struct Case { int T, S, H, Hkv, Dh, window; float softcap; };
+  double worst = 0, worst_sink = 0, min_sink = 1, max_sink = 0;
+  for (Case c : {Case{20, 20, 4, 2, 16, 0, 0.0f}, Case{600, 700, 4, 2, 32, 0, 0.0f},
+                 Case{130, 130, 4, 4, 8, 17, 0.0f}, Case{1, 900, 4, 1, 16, 0, 0.0f},
+                 Case{70, 70, 4, 2, 16, 0, 1.5f}, Case{1, 600, 4, 2, 16, 100, 2.0f},
+                 Case{300, 300, 4, 2, 16, 64, 0.7f}}) {
+    auto q = Random(c.T * c.H * c.Dh, 21, 2.0f), k = Random(c.S * c.Hkv * c.Dh, 22, 2.0f),
+         v = Random(c.S * c.Hkv * c.Dh, 23);
+    const std::vector<float> sinks = {-30.0f, 0.0f, 2.5f, 40.0f};  // head 3: nearly all on the slot
+    const int K = 3, HT = c.H * c.T;
+    std::vector<float> ref_out, ref_probs, ref_sink;
+    NaiveAttention(q, k, v, c.T, c.S, c.H, c.Hkv, c.Dh, c.window, &ref_out, &ref_probs, &sinks,
+                   c.softcap, &ref_sink);
+    const AttnOptions opt{c.window, sinks.data(), c.softcap};
+    for (bool materialised : {false, true}) {
+      std::vector<float> out(c.T * c.H * c.Dh), fk(HT * K), tp(HT), ss(HT), sp(HT, -1.0f);
+      std::vector<float> pattern(materialised ? static_cast<size_t>(HT) * c.S : 0);
+      std::vector<int> tk(HT);
+      AttnStats stats{K, fk.data(), tk.data(), tp.data(), ss.data(), sp.data()};
+      Attention(q.data(), k.data(), v.data(), out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, opt,
+                materialised ? pattern.data() : nullptr, &stats);
+      const std::string label = fmt::format("{} T={} S={} W={} cap={}", materialised ? "materialised" : "tiled",
+                                            c.T, c.S, c.window, c.softcap);
+      worst = std::max(worst, test::MaxDiff(out, ref_out, label + " out"));
+      worst_sink = std::max(worst_sink, test::MaxDiff(sp, ref_sink, label + " p_sink"));
+      if (materialised) worst = std::max(worst, test::MaxDiff(pattern, ref_probs, label + " pattern"));
+      for (int i = 0; i < HT; ++i) {
+        const float* p = &ref_probs[static_cast<size_t>(i) * c.S];
+        double sq = 0, total = 0;
+        int best = 0;
+        for (int j = 0; j < c.S; ++j) {
+          if (p[j] > p[best]) best = j;
+          sq += static_cast<double>(p[j]) * p[j];
+          total += p[j];
+        }
+        // The keys' mass and the slot's make one distribution.
+        EXPECT_NEAR(total + ref_sink[i], 1.0, 1e-6) << label;  // probabilities stored as float
+        // Soft-capping saturates scores into float ties: the reported key must hold the top mass.
+        EXPECT_NEAR(p[tk[i]], p[best], 1e-6) << label << " row " << i;
+        worst = std::max({worst, static_cast<double>(std::abs(tp[i] - p[best])), std::abs(ss[i] - sq)});
+        for (int j = 0; j < K; ++j) worst = std::max<double>(worst, std::abs(fk[i * K + j] - p[j]));
+        min_sink = std::min<double>(min_sink, sp[i]);
+        max_sink = std::max<double>(max_sink, sp[i]);
+      }
+    }
+  }
+  std::printf("sink logits + soft-cap: largest diff %.3g (out, pattern, statistics), p_sink %.3g; "
+              "p_sink spans %.3g .. %.6f\n", worst, worst_sink, min_sink, max_sink);
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_LT(worst_sink, 1e-6);
+  EXPECT_LT(min_sink, 1e-9);  // the -30 head: the slot takes nothing
+  EXPECT_GT(max_sink, 0.999);  // the +40 head: the slot takes nearly everything
+  // A -inf logit is plain attention, bit for bit.
+  const int T = 40, S = 40, H = 2, Dh = 16;
+  auto q = Random(T * H * Dh, 24), k = Random(S * H * Dh, 25), v = Random(S * H * Dh, 26);
+  const std::vector<float> off = {-INFINITY, -INFINITY};
+  for (bool materialised : {false, true}) {
+    std::vector<float> a(T * H * Dh), b(a.size()), pattern(materialised ? H * T * S : 0);
+    float* pat = materialised ? pattern.data() : nullptr;
+    Attention(q.data(), k.data(), v.data(), a.data(), T, S, H, H, Dh, {0, off.data()}, pat, nullptr);
+    Attention(q.data(), k.data(), v.data(), b.data(), T, S, H, H, Dh, {}, pat, nullptr);
+    EXPECT_EQ(a, b) << (materialised ? "materialised" : "tiled");
+  }
+}
+
 // The tiled online-softmax path (no pattern asked for) against the naive double attention and
 // against the materialised path, with several key tiles, cached prefixes, windows and decode.
 TEST(Kernels, TiledAttentionMatchesNaiveAndMaterialised) {
@@ -189,13 +269,13 @@ TEST(Kernels, TiledAttentionMatchesNaiveAndMaterialised) {
     std::vector<float> out(c.T * c.H * c.Dh), fk(HT * K), tp(HT), ss(HT);
     std::vector<int> tk(HT);
     AttnStats stats{K, fk.data(), tk.data(), tp.data(), ss.data()};
-    Attention(q.data(), k.data(), v.data(), out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, c.window,
+    Attention(q.data(), k.data(), v.data(), out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, {c.window},
               nullptr, &stats);
     std::vector<float> mat_out(out.size()), pattern(static_cast<size_t>(HT) * c.S), mfk(HT * K),
         mtp(HT), mss(HT);
     std::vector<int> mtk(HT);
     AttnStats mstats{K, mfk.data(), mtk.data(), mtp.data(), mss.data()};
-    Attention(q.data(), k.data(), v.data(), mat_out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, c.window,
+    Attention(q.data(), k.data(), v.data(), mat_out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, {c.window},
               pattern.data(), &mstats);
     std::vector<float> ref_out, ref_probs;
     NaiveAttention(q, k, v, c.T, c.S, c.H, c.Hkv, c.Dh, c.window, &ref_out, &ref_probs);
@@ -254,9 +334,9 @@ TEST(Kernels, TiledAttentionBf16MatchesDoubleOnRoundedOperands) {
       std::vector<float> out(c.T * c.H * c.Dh), fk(HT * K), tp(HT), ss(HT), f32_out(out.size());
       std::vector<int> tk(HT);
       AttnStats stats{K, fk.data(), tk.data(), tp.data(), ss.data()};
-      Attention(q.data(), k.data(), v.data(), out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, c.window, nullptr,
+      Attention(q.data(), k.data(), v.data(), out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, {c.window}, nullptr,
                 &stats, /*bf16=*/true);
-      Attention(q.data(), k.data(), v.data(), f32_out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, c.window,
+      Attention(q.data(), k.data(), v.data(), f32_out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, {c.window},
                 nullptr, nullptr);
       std::vector<float> ref_out, ref_probs;
       NaiveAttention(round_bf16(q), round_bf16(k), round_bf16(v), c.T, c.S, c.H, c.Hkv, c.Dh, c.window,
@@ -372,8 +452,8 @@ TEST(Kernels, Bf16AttentionFallsBackToF32ForFewQueries) {
     const auto q = Random(T * H * Dh, 31, 1.0f), k = Random(S * Hkv * Dh, 32, 1.0f),
                v = Random(S * Hkv * Dh, 33);
     std::vector<float> a(T * H * Dh), b(a.size());
-    Attention(q.data(), k.data(), v.data(), a.data(), T, S, H, Hkv, Dh, 0, nullptr, nullptr, true);
-    Attention(q.data(), k.data(), v.data(), b.data(), T, S, H, Hkv, Dh, 0, nullptr, nullptr, false);
+    Attention(q.data(), k.data(), v.data(), a.data(), T, S, H, Hkv, Dh, {}, nullptr, nullptr, true);
+    Attention(q.data(), k.data(), v.data(), b.data(), T, S, H, Hkv, Dh, {}, nullptr, nullptr, false);
     EXPECT_EQ(a, b) << "T=" << T;
   }
 }

@@ -50,7 +50,7 @@ TEST(ServePattern, TileEqualsHookPatternExactlyAndPooled) {
     for (int head : {0, 5}) {
       auto ref = [&](int i, int j) { return cap.pattern[(static_cast<int64_t>(head) * T + i) * T + j]; };
       const serve::PatternTile exact =
-          serve::ComputePatternTile(c, cap.q.data(), cap.k.data(), T, head, 0, T, 0, T, T);
+          serve::ComputePatternTile(model, layer, cap.q.data(), cap.k.data(), T, head, 0, T, 0, T, T);
       ASSERT_EQ(exact.rows, T);
       ASSERT_EQ(exact.cols, T);
       for (int i = 0; i < T; ++i)
@@ -58,7 +58,7 @@ TEST(ServePattern, TileEqualsHookPatternExactlyAndPooled) {
           worst = std::max(worst, static_cast<double>(std::fabs(exact.values[i * T + j] - ref(i, j))));
       // A zoomed window pooled into 7 x 9 cells: each cell is the max over its block.
       const serve::PatternTile t =
-          serve::ComputePatternTile(c, cap.q.data(), cap.k.data(), T, head, 40, 290, 3, 200, 9);
+          serve::ComputePatternTile(model, layer, cap.q.data(), cap.k.data(), T, head, 40, 290, 3, 200, 9);
       EXPECT_EQ(t.row_step, (250 + 8) / 9);
       for (int r = 0; r < t.rows; ++r)
         for (int col = 0; col < t.cols; ++col) {
@@ -68,7 +68,7 @@ TEST(ServePattern, TileEqualsHookPatternExactlyAndPooled) {
               m = std::max(m, ref(i, j));
           worst = std::max(worst, static_cast<double>(std::fabs(t.values[r * t.cols + col] - m)));
         }
-      const std::vector<float> row = serve::ComputePatternRow(c, cap.q.data(), cap.k.data(), T, head, 123);
+      const std::vector<float> row = serve::ComputePatternRow(model, layer, cap.q.data(), cap.k.data(), T, head, 123);
       for (int j = 0; j < T; ++j) worst = std::max(worst, static_cast<double>(std::fabs(row[j] - ref(123, j))));
     }
   }
@@ -80,11 +80,11 @@ TEST(ServePattern, BadWindowsAreErrors) {
   const Model model = LoadModel(test::RepoPath("models/stories260K/stories260K.bin"));
   const Captured cap = Capture(model, Tokens(20), 1);
   const ModelConfig& c = model.config;
-  EXPECT_THROW(serve::ComputePatternTile(c, cap.q.data(), cap.k.data(), 20, 8, 0, 20, 0, 20, 4), Error);
-  EXPECT_THROW(serve::ComputePatternTile(c, cap.q.data(), cap.k.data(), 20, 0, 5, 5, 0, 20, 4), Error);
-  EXPECT_THROW(serve::ComputePatternTile(c, cap.q.data(), cap.k.data(), 20, 0, 0, 21, 0, 20, 4), Error);
-  EXPECT_THROW(serve::ComputePatternTile(c, cap.q.data(), cap.k.data(), 20, 0, 0, 20, 0, 20, 0), Error);
-  EXPECT_THROW(serve::ComputePatternRow(c, cap.q.data(), cap.k.data(), 20, 0, 20), Error);
+  EXPECT_THROW(serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 8, 0, 20, 0, 20, 4), Error);
+  EXPECT_THROW(serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 0, 5, 5, 0, 20, 4), Error);
+  EXPECT_THROW(serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 0, 0, 21, 0, 20, 4), Error);
+  EXPECT_THROW(serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 0, 0, 20, 0, 20, 0), Error);
+  EXPECT_THROW(serve::ComputePatternRow(model, 1, cap.q.data(), cap.k.data(), 20, 0, 20), Error);
 }
 
 }  // namespace

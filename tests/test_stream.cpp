@@ -424,7 +424,7 @@ TEST(Stream, KernelWithoutSinksEqualsCausalAttention) {
   for (auto* x : {&q, &k, &v})
     for (float& f : *x) f = normal(rng);
   for (int window : {3, 12}) {
-    Attention(q.data(), k.data(), v.data(), a.data(), T, S, H, Hkv, Dh, window, nullptr, nullptr);
+    Attention(q.data(), k.data(), v.data(), a.data(), T, S, H, Hkv, Dh, {window}, nullptr, nullptr);
     // A ring as long as the cache with the stream starting at 0 lays entries out in order.
     SinkWindowAttention(q.data(), q.data(), k.data(), v.data(), b.data(), T, H, Hkv, Dh, 0, window,
                         S, S - T);

@@ -20,7 +20,7 @@ using nlohmann::json;
 using nlohmann::ordered_json;
 
 enum class Family { kLlama, kMistral, kQwen2, kQwen3, kGpt2, kGptNeox, kOlmo2, kQwen3Moe, kOlmoe,
-                    kMixtral };
+                    kMixtral, kGptOss };
 
 // Per-family facts from transformers' configuration_<family>.py defaults.
 struct FamilyInfo {
@@ -46,6 +46,7 @@ constexpr FamilyInfo kFamilies[] = {
     {Family::kQwen3Moe, "qwen3_moe", "Qwen3MoeForCausalLM", false, 1e-6f, 10000.0f, 32768, -1, -1},
     {Family::kOlmoe, "olmoe", "OlmoeForCausalLM", false, 1e-5f, 10000.0f, 4096, -1, 50279},
     {Family::kMixtral, "mixtral", "MixtralForCausalLM", false, 1e-5f, 1e6f, 4096 * 32, 1, 2},
+    {Family::kGptOss, "gpt_oss", "GptOssForCausalLM", false, 1e-5f, 150000.0f, 131072, -1, -1},
 };
 
 std::string SupportedList() {
@@ -187,8 +188,29 @@ void ParseRopeScaling(const json& j, const std::string& source, ModelConfig* c) 
     c->rope_low_freq_factor = s.Float("low_freq_factor");
     c->rope_high_freq_factor = s.Float("high_freq_factor");
     c->rope_original_max_seq_len = s.PositiveInt("original_max_position_embeddings");
+  } else if (type == "yarn") {
+    // transformers' _compute_yarn_parameters. The attention factor is derived from the factor;
+    // the keys that override it (DeepSeek's mscale, an explicit attention_factor) are not
+    // implemented and are refused rather than ignored.
+    for (const char* k : {"attention_factor", "mscale", "mscale_all_dim"})
+      if (s.Has(k)) Fail("{}: {}.{} is not supported (YaRN with the default attention factor only)", source, key, k);
+    c->rope_scaling = RopeScalingKind::kYarn;
+    c->rope_scaling_factor = s.Float("factor");
+    c->rope_yarn_beta_fast = s.Float("beta_fast", 32.0f);
+    c->rope_yarn_beta_slow = s.Float("beta_slow", 1.0f);
+    c->rope_yarn_truncate = s.Bool("truncate", true);
+    c->rope_original_max_seq_len = s.PositiveInt("original_max_position_embeddings", c->max_seq_len);
+    // Newer transformers take the factor as max_position_embeddings / original when the original
+    // length is given, older ones the "factor" key: a config where they differ means different
+    // numbers in different versions.
+    if (s.Has("original_max_position_embeddings") &&
+        std::abs(static_cast<double>(c->max_seq_len) / c->rope_original_max_seq_len -
+                 c->rope_scaling_factor) > 1e-6 * c->rope_scaling_factor)
+      Fail("{}: {}.factor {} differs from max_position_embeddings / original_max_position_embeddings "
+           "= {} / {}; transformers versions disagree on which applies", source, key,
+           c->rope_scaling_factor, c->max_seq_len, c->rope_original_max_seq_len);
   } else {
-    Fail("{}: {} type '{}' is not supported; supported: default, linear, llama3", source, key,
+    Fail("{}: {} type '{}' is not supported; supported: default, linear, llama3, yarn", source, key,
          type);
   }
   if (!(c->rope_scaling_factor > 0))
@@ -256,6 +278,35 @@ void RejectQwenSlidingWindow(const Fields& f) {
     Fail("{}: use_sliding_window=true (per-layer sliding windows) is not supported", f.source());
 }
 
+// Per-layer attention kinds from "layer_types" ("sliding_attention" / "full_attention", one per
+// layer); absent: `fallback(layer)` gives each layer's kind.
+template <typename Fallback>
+std::vector<LayerAttention> ParseLayerTypes(const json& j, const Fields& f, int n_layers,
+                                            Fallback fallback) {
+  std::vector<LayerAttention> kinds(n_layers);
+  const json* types = f.Find("layer_types");
+  if (!types) {
+    for (int l = 0; l < n_layers; ++l) kinds[l] = fallback(l);
+    return kinds;
+  }
+  if (!types->is_array() || static_cast<int>(types->size()) != n_layers)
+    Fail("{}: 'layer_types' must list one attention kind for each of the {} layers, found {}",
+         f.source(), n_layers, types->dump());
+  for (int l = 0; l < n_layers; ++l) {
+    const json& t = (*types)[l];
+    if (t == "sliding_attention") {
+      kinds[l] = LayerAttention::kSliding;
+    } else if (t == "full_attention") {
+      kinds[l] = LayerAttention::kFull;
+    } else {
+      Fail("{}: layer_types[{}] is {}; supported: \"sliding_attention\", \"full_attention\"",
+           f.source(), l, t.dump());
+    }
+  }
+  (void)j;
+  return kinds;
+}
+
 // The Llama-style core shared by every family except GPT-2 and GPT-NeoX.
 void ParseLlamaCore(const Fields& f, const FamilyInfo& info, ModelConfig* c) {
   c->dim = f.PositiveInt("hidden_size");
@@ -264,6 +315,7 @@ void ParseLlamaCore(const Fields& f, const FamilyInfo& info, ModelConfig* c) {
   c->n_kv_heads = f.PositiveInt("num_key_value_heads", c->n_heads);
   int head_dim_default = c->dim / c->n_heads;
   if (info.family == Family::kQwen3 || info.family == Family::kQwen3Moe) head_dim_default = 128;
+  if (info.family == Family::kGptOss) head_dim_default = 64;
   c->head_dim = f.PositiveInt("head_dim", head_dim_default);
   c->vocab_size = f.PositiveInt("vocab_size");
   c->max_seq_len = f.PositiveInt("max_position_embeddings", info.max_pos_default);
@@ -317,6 +369,13 @@ ConfigKeys HfKeys(const FamilyInfo& info, const json& j) {
       break;
     case Family::kQwen3Moe:
       k["hidden_dim"] = "moe_intermediate_size";
+      break;
+    case Family::kGptOss:
+      k["n_experts"] = "num_local_experts";
+      k["layer_attention"] = "layer_types";
+      k["swiglu_limit"] = "swiglu_limit";
+      k["rope_yarn_beta_fast"] = scaling + ".beta_fast";
+      k["rope_yarn_beta_slow"] = scaling + ".beta_slow";
       break;
     case Family::kGpt2:
       k["dim"] = "n_embd";
@@ -437,6 +496,32 @@ ModelConfig ParseHfConfig(std::string_view json_text, const std::string& source)
       if (f.Has("clip_qkv"))
         Fail("{}: clip_qkv={} is not supported", source, f.Find("clip_qkv")->dump());
       break;
+    case Family::kGptOss: {
+      ParseLlamaCore(f, info, &c);
+      c.hidden_dim = f.PositiveInt("intermediate_size");
+      ParseAttentionBias(f, true, &c);
+      c.n_experts = f.PositiveInt("num_local_experts", 128);
+      c.n_experts_per_tok = f.PositiveInt("num_experts_per_tok", f.PositiveInt("experts_per_token", 4));
+      c.norm_topk_prob = true;  // GptOssTopKRouter: softmax over the k chosen logits
+      c.moe_bias = true;
+      c.attn_sinks = true;
+      c.swiglu_limit = f.Float("swiglu_limit", 7.0f);
+      if (!(c.swiglu_limit > 0)) Fail("{}: swiglu_limit must be positive, found {}", source, c.swiglu_limit);
+      c.sliding_window = f.PositiveInt("sliding_window", 128);
+      if (c.sliding_window > c.max_seq_len)
+        Fail("{}: sliding_window {} is beyond the context (max_position_embeddings {})", source,
+             c.sliding_window, c.max_seq_len);
+      // The published checkpoints keep the experts as MXFP4 blocks (*_blocks, *_scales).
+      if (const json* q = f.Find("quantization_config"))
+        Fail("{}: quantization_config {} is not supported: sinkscope reads gpt-oss with BF16, F16 "
+             "or F32 experts (dequantise the MXFP4 checkpoint first, e.g. transformers' "
+             "Mxfp4Config(dequantize=True) then save_pretrained)", source, q->dump());
+      // GptOssConfig's default: layer i slides when (i + 1) % 2 is 1, i.e. even layers.
+      c.layer_attention = ParseLayerTypes(j, f, c.n_layers, [](int l) {
+        return l % 2 == 0 ? LayerAttention::kSliding : LayerAttention::kFull;
+      });
+      break;
+    }
     case Family::kGpt2: {
       c.dim = f.PositiveInt("n_embd");
       c.n_layers = f.PositiveInt("n_layer");
@@ -505,7 +590,11 @@ ModelConfig ParseHfConfig(std::string_view json_text, const std::string& source)
   c.bos_id = f.TokenId("bos_token_id", info.bos_default);
   ParseEos(j, f, info.eos_default, &c);
   c.torch_dtype = f.String("torch_dtype", f.String("dtype", ""));
-  c.attn_logit_softcap = f.Float("attn_logit_softcapping", 0.0f);
+  // Attention soft-capping belongs to Gemma 2, which this reader does not have yet: transformers'
+  // other families ignore the key, and applying it would compute another model.
+  if (f.Has("attn_logit_softcapping"))
+    Fail("{}: attn_logit_softcapping is not part of {} ({} ignores it); remove the key", source,
+         info.model_type, info.architecture);
   c.final_logit_softcap = f.Float("final_logit_softcapping", 0.0f);
   if (c.n_experts > 0 && c.n_experts_per_tok > c.n_experts)
     Fail("{}: num_experts_per_tok {} exceeds the number of experts {}", source,
@@ -555,6 +644,8 @@ std::vector<std::string> DiffFields(const ModelConfig& a, const ModelConfig& b) 
   SS_DIFF(rope_scaling_factor) SS_DIFF(rope_low_freq_factor) SS_DIFF(rope_high_freq_factor)
   SS_DIFF(rope_original_max_seq_len) SS_DIFF(attn_logit_softcap) SS_DIFF(final_logit_softcap)
   SS_DIFF(eos_ids) SS_DIFF(torch_dtype) SS_DIFF(attn_scale_sqrt_dim) SS_DIFF(attn_scale_inverse_layer)
+  SS_DIFF(layer_attention) SS_DIFF(attn_sinks) SS_DIFF(swiglu_limit) SS_DIFF(moe_bias)
+  SS_DIFF(rope_yarn_beta_fast) SS_DIFF(rope_yarn_beta_slow) SS_DIFF(rope_yarn_truncate)
 #undef SS_DIFF
   if (out.empty() && !(a == b)) out.push_back("(a field DiffFields does not list)");
   return out;
@@ -627,6 +718,19 @@ ordered_json BuildHfJson(const ModelConfig& c, const FamilyInfo& info) {
       j["attention_bias"] = c.qkv_bias;
       j["clip_qkv"] = nullptr;
       break;
+    case Family::kGptOss: {
+      llama_core();
+      j["attention_bias"] = c.qkv_bias;
+      j["num_local_experts"] = c.n_experts;
+      j["num_experts_per_tok"] = c.n_experts_per_tok;
+      j["swiglu_limit"] = FloatJson(c.swiglu_limit);
+      j["sliding_window"] = c.sliding_window;
+      ordered_json types = ordered_json::array();
+      for (int l = 0; l < c.n_layers; ++l)
+        types.push_back(c.Window(l) > 0 ? "sliding_attention" : "full_attention");
+      j["layer_types"] = types;
+      break;
+    }
     case Family::kGpt2:
       j["n_embd"] = c.dim;
       j["n_inner"] = c.hidden_dim;
@@ -666,8 +770,15 @@ ordered_json BuildHfJson(const ModelConfig& c, const FamilyInfo& info) {
                            {"high_freq_factor", FloatJson(c.rope_high_freq_factor)},
                            {"original_max_position_embeddings", c.rope_original_max_seq_len}};
       break;
+    case RopeScalingKind::kYarn:
+      j["rope_scaling"] = {{"rope_type", "yarn"},
+                           {"factor", FloatJson(c.rope_scaling_factor)},
+                           {"beta_fast", FloatJson(c.rope_yarn_beta_fast)},
+                           {"beta_slow", FloatJson(c.rope_yarn_beta_slow)},
+                           {"truncate", c.rope_yarn_truncate},
+                           {"original_max_position_embeddings", c.rope_original_max_seq_len}};
+      break;
   }
-  if (c.attn_logit_softcap != 0) j["attn_logit_softcapping"] = FloatJson(c.attn_logit_softcap);
   if (c.final_logit_softcap != 0) j["final_logit_softcapping"] = FloatJson(c.final_logit_softcap);
   j["tie_word_embeddings"] = c.tied_embeddings;
   j["bos_token_id"] = TokenJson(c.bos_id);

@@ -123,6 +123,10 @@ ConfigKeys GgufKeys(const std::string& arch) {
           {"rope_original_max_seq_len", "sinkscope.rope_scaling.llama3[3]"},
           {"final_logit_softcap", p + "final_logit_softcapping"},
           {"sliding_window", p + "attention.sliding_window"},
+          {"rope_yarn_beta_fast", p + "rope.scaling.yarn_beta_fast"},
+          {"rope_yarn_beta_slow", p + "rope.scaling.yarn_beta_slow"},
+          {"swiglu_limit", "sinkscope.swiglu_limit"},
+          {"layer_attention", "sinkscope.sliding_layers"},
           {"n_experts", p + "expert_count"},
           {"n_experts_per_tok", p + "expert_used_count"},
           {"bos_id", "tokenizer.ggml.bos_token_id"},
@@ -257,15 +261,42 @@ Model LoadGgufModel(const GgufFile& gguf, Precision precision) {
     if (scaling == "linear") {
       c.rope_scaling = RopeScalingKind::kLinear;
       c.rope_scaling_factor = static_cast<float>(real("rope.scaling.factor", 1.0));
+    } else if (scaling == "yarn") {
+      c.rope_scaling = RopeScalingKind::kYarn;
+      c.rope_scaling_factor = static_cast<float>(real("rope.scaling.factor", 1.0));
+      c.rope_original_max_seq_len = positive("rope.scaling.original_context_length", -1);
+      c.rope_yarn_beta_fast = static_cast<float>(real("rope.scaling.yarn_beta_fast", 32.0));
+      c.rope_yarn_beta_slow = static_cast<float>(real("rope.scaling.yarn_beta_slow", 1.0));
+      // llama.cpp rounds the ramp's ends (ggml_rope_yarn_corr_dims); a checkpoint whose
+      // config.json said truncate = false (gpt-oss) carries sinkscope's key.
+      c.rope_yarn_truncate = gguf.GetBool("sinkscope.rope_yarn_truncate", true);
     } else if (scaling != "none") {
-      Fail("{}: {}rope.scaling.type '{}' is not supported (supported: none, linear; Llama 3 "
+      Fail("{}: {}rope.scaling.type '{}' is not supported (supported: none, linear, yarn; Llama 3 "
            "scaling comes as rope_freqs.weight)", path, p, scaling);
     }
   }
   c.final_logit_softcap = static_cast<float>(real("final_logit_softcapping", 0.0));
+  if (arch == "gpt-oss") {
+    c.attn_sinks = c.moe_bias = true;
+    c.norm_topk_prob = true;  // llama.cpp: softmax over the chosen experts' logits
+    c.swiglu_limit = static_cast<float>(gguf.Find("sinkscope.swiglu_limit")
+                                            ? gguf.GetFloat("sinkscope.swiglu_limit") : 7.0);
+    // llama.cpp's gpt-oss slides on even layers (swa pattern 2); a file sinkscope wrote lists them.
+    c.layer_attention.assign(c.n_layers, LayerAttention::kFull);
+    if (gguf.Find("sinkscope.sliding_layers")) {
+      const std::vector<int64_t> sliding = gguf.GetIntArray("sinkscope.sliding_layers");
+      if (static_cast<int>(sliding.size()) != c.n_layers)
+        Fail("{}: sinkscope.sliding_layers has {} entries, expected one per layer ({})", path,
+             sliding.size(), c.n_layers);
+      for (int l = 0; l < c.n_layers; ++l)
+        if (sliding[l]) c.layer_attention[l] = LayerAttention::kSliding;
+    } else {
+      for (int l = 0; l < c.n_layers; l += 2) c.layer_attention[l] = LayerAttention::kSliding;
+    }
+  }
   const int window = static_cast<int>(gguf.GetInt(p + "attention.sliding_window", 0));
   if (window > 0) {
-    if (c.arch != "llama" && c.arch != "mixtral")
+    if (c.arch != "llama" && c.arch != "mixtral" && c.arch != "gpt_oss")
       Fail("{}: {}attention.sliding_window is not supported for {}", path, p, arch);
     if (c.arch == "llama") c.arch = "mistral";  // Llama with a window: MistralForCausalLM
     c.sliding_window = window;
@@ -374,6 +405,24 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type) {
     }
   }
   if (c.sliding_window > 0) w.SetU32(p + "attention.sliding_window", c.sliding_window);
+  if (c.rope_scaling == RopeScalingKind::kYarn) {
+    w.SetString(p + "rope.scaling.type", "yarn");
+    w.SetF32(p + "rope.scaling.factor", c.rope_scaling_factor);
+    w.SetU32(p + "rope.scaling.original_context_length", c.rope_original_max_seq_len);
+    w.SetF32(p + "rope.scaling.yarn_beta_fast", c.rope_yarn_beta_fast);
+    w.SetF32(p + "rope.scaling.yarn_beta_slow", c.rope_yarn_beta_slow);
+    w.SetBool("sinkscope.rope_yarn_truncate", c.rope_yarn_truncate);
+  }
+  if (!c.layer_attention.empty()) {
+    if (arch != "gpt-oss") Fail("per-layer sliding windows in GGUF are only defined for gpt-oss");
+    std::vector<int32_t> sliding(c.n_layers);
+    for (int l = 0; l < c.n_layers; ++l) sliding[l] = c.Window(l) > 0;
+    w.SetI32Array("sinkscope.sliding_layers", sliding);
+  }
+  if (c.swiglu_limit > 0) {
+    if (arch != "gpt-oss") Fail("the clamped expert activation in GGUF is only defined for gpt-oss");
+    w.SetF32("sinkscope.swiglu_limit", c.swiglu_limit);
+  }
   if (arch == "gptneox") w.SetBool(p + "use_parallel_residual", c.parallel_residual);
   // llama.cpp's key (Gemma 2); readers of other architectures ignore it, sinkscope applies it.
   if (c.final_logit_softcap != 0) w.SetF32(p + "final_logit_softcapping", c.final_logit_softcap);

@@ -226,6 +226,15 @@ void GatedActivation(float* gate, const float* up, int64_t n, ActKind kind) {
   });
 }
 
+void ClampedGlu(float* gate, const float* up, int64_t n, float limit) {
+  constexpr float kAlpha = 1.702f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    gate[i] = (u + 1.0f) * g / (1.0f + std::exp(-kAlpha * g));
+  }
+}
+
 void ActivationInPlace(float* x, int64_t n, ActKind kind) {
   ForChunks(n, [&](int64_t a, int64_t b) { ActivationRange(x + a, b - a, kind); });
 }
@@ -234,11 +243,24 @@ namespace {
 
 // Softmax over the visible keys of one query row, then the statistics and the pattern row.
 // row: scores for keys [key0, key0 + n) of the block; the query sees [first, last] (absolute).
+// sink_logit: the head's learned sink logit (-inf: none), whose column joins the softmax and is then
+// dropped; softcap > 0 caps the visible scores first.
 void FinishRow(float* row, int key0, int n, int first, int last, int S, int64_t ht,
-               float* pattern_row, const AttnStats* stats) {
+               float* pattern_row, const AttnStats* stats, float sink_logit, float softcap) {
   float* vis = row + (first - key0);
   const int count = last - first + 1;
-  Softmax(vis, count);
+  if (softcap > 0) SoftCap(vis, count, softcap);
+  float sink_p = 0.0f;
+  if (sink_logit == -INFINITY) {
+    Softmax(vis, count);
+  } else {
+    const float mx = std::max(MaxOf(vis, count), sink_logit);
+    const float e_sink = std::exp(sink_logit - mx);
+    const float inv = 1.0f / (ExpShiftSum(vis, count, mx) + e_sink);
+    Scale(vis, count, inv);
+    sink_p = e_sink * inv;
+  }
+  if (stats && stats->sink_prob) stats->sink_prob[ht] = sink_p;
   std::fill(row, vis, 0.0f);
   std::fill(vis + count, row + n, 0.0f);
   if (pattern_row) {
@@ -284,7 +306,8 @@ static void BlockScores(const float* qb, int q_row, const float* kb, int kv_row,
 // that tests hold the tiled path to.
 static void MaterialisedAttention(const float* q, const float* k, const float* v, float* out,
                                   int T, int S, int n_heads, int n_kv_heads, int head_dim,
-                                  int window, float* pattern, const AttnStats* stats) {
+                                  const AttnOptions& opt, float* pattern, const AttnStats* stats) {
+  const int window = opt.window;
   SS_ASSERT(T <= S && n_heads % n_kv_heads == 0);
   const int group = n_heads / n_kv_heads;
   const int q_row = n_heads * head_dim;
@@ -322,7 +345,8 @@ static void MaterialisedAttention(const float* q, const float* k, const float* v
         const int first = window > 0 ? std::max(0, last - window + 1) : 0;
         const int64_t ht = static_cast<int64_t>(h) * T + t;
         FinishRow(scores.data() + static_cast<int64_t>(r) * n, key0, n, first, last, S, ht,
-                  pattern ? pattern + ht * S : nullptr, stats);
+                  pattern ? pattern + ht * S : nullptr, stats,
+                  opt.sink_logits ? opt.sink_logits[h] : -INFINITY, opt.softcap);
       }
       if (rows == 1) {
         std::fill(ob, ob + head_dim, 0.0f);
@@ -352,8 +376,9 @@ static void MaterialisedAttention(const float* q, const float* k, const float* v
 // rounded before p v; both products run MatMulBf16Block. Key tiles then start on multiples of
 // kBf16PanelWidth (the packed panels), which only moves where a windowed tile begins.
 static void TiledAttention(const float* q, const float* k, const float* v, float* out, int T,
-                           int S, int n_heads, int n_kv_heads, int head_dim, int window,
+                           int S, int n_heads, int n_kv_heads, int head_dim, const AttnOptions& opt,
                            const AttnStats* stats, bool bf16) {
+  const int window = opt.window;
   constexpr int kTileQ = 64, kTileK = 512;
   static_assert(kTileK % kBf16PanelWidth == 0);
   const int group = n_heads / n_kv_heads;
@@ -441,9 +466,10 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
           }
           std::fill(row, row + (a - j0), 0.0f);
           std::fill(row + (e - j0 + 1), row + nk, 0.0f);
-          for (int j = a; j <= std::min(e, K - 1); ++j) first_logits[r * K + j] = row[j - j0];
           float* vis = row + (a - j0);
           const int count = e - a + 1;
+          if (opt.softcap > 0) SoftCap(vis, count, opt.softcap);
+          for (int j = a; j <= std::min(e, K - 1); ++j) first_logits[r * K + j] = row[j - j0];
           const float tile_max = MaxOf(vis, count);
           if (tile_max > best[r]) {  // the first key holding the largest logit so far
             best[r] = tile_max;
@@ -474,8 +500,21 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
                       sc.data(), kTileK, vt, kv_row, 1.0f, acc.data(), head_dim);
         }
       }
+      // A learned sink logit is one more column of every row, with no value: it joins the
+      // normaliser (rescaled if it is the new maximum) and adds nothing to P V.
+      const float sink_logit = opt.sink_logits ? opt.sink_logits[h] : -INFINITY;
       float* ob = out + static_cast<int64_t>(t0) * q_row + h * head_dim;
       for (int r = 0; r < rows; ++r) {
+        float sink_e = 0.0f;
+        if (sink_logit != -INFINITY) {
+          const float m_new = std::max(m[r], sink_logit);
+          const float corr = std::exp(m[r] - m_new);
+          sink_e = std::exp(sink_logit - m_new);
+          l[r] = l[r] * corr + sink_e;
+          sq[r] *= corr * corr;
+          if (corr != 1.0f) Scale(acc.data() + static_cast<int64_t>(r) * head_dim, head_dim, corr);
+          m[r] = m_new;
+        }
         const float inv = 1.0f / l[r];
         const float* ar = acc.data() + static_cast<int64_t>(r) * head_dim;
         float* orow = ob + static_cast<int64_t>(r) * q_row;
@@ -488,27 +527,31 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
         if (stats->top_key) stats->top_key[ht] = best_j[r];
         if (stats->top_prob) stats->top_prob[ht] = std::exp(best[r] - m[r]) * inv;
         if (stats->sum_sq) stats->sum_sq[ht] = sq[r] * inv * inv;
+        if (stats->sink_prob) stats->sink_prob[ht] = sink_e * inv;
       }
     }
   }
 }
 
 void Attention(const float* q, const float* k, const float* v, float* out, int T, int S,
-               int n_heads, int n_kv_heads, int head_dim, int window, float* pattern,
+               int n_heads, int n_kv_heads, int head_dim, const AttnOptions& opt, float* pattern,
                const AttnStats* stats, bool bf16) {
-  SS_ASSERT(T <= S && n_heads % n_kv_heads == 0);
+  SS_ASSERT(T <= S && n_heads % n_kv_heads == 0 && opt.window >= 0 && opt.softcap >= 0);
   if (pattern) {
-    MaterialisedAttention(q, k, v, out, T, S, n_heads, n_kv_heads, head_dim, window, pattern, stats);
+    MaterialisedAttention(q, k, v, out, T, S, n_heads, n_kv_heads, head_dim, opt, pattern, stats);
   } else {
-    TiledAttention(q, k, v, out, T, S, n_heads, n_kv_heads, head_dim, window, stats,
+    TiledAttention(q, k, v, out, T, S, n_heads, n_kv_heads, head_dim, opt, stats,
                    bf16 && T >= kBf16AttentionRows);
   }
 }
 
 void SinkWindowAttention(const float* q_recent, const float* q_sink, const float* k,
                          const float* v, float* out, int T, int n_heads, int n_kv_heads,
-                         int head_dim, int sinks, int window, int ring, int64_t first_index) {
+                         int head_dim, int sinks, int window, int ring, int64_t first_index,
+                         const AttnOptions& opt) {
   SS_ASSERT(n_heads % n_kv_heads == 0 && window >= 1 && ring >= 1 && sinks >= 0);
+  // A sliding-window layer (opt.window = W) sees the keys less than W cache positions back.
+  const int64_t layer_window = opt.window > 0 ? opt.window : INT64_MAX;
   const int group = n_heads / n_kv_heads;
   const int q_row = n_heads * head_dim;
   const int kv_row = n_kv_heads * head_dim;
@@ -526,10 +569,15 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const float
       const int kvh = h / group;
       const int64_t m = first_index + t;
       const int n_sink = static_cast<int>(std::min<int64_t>(sinks, m + 1));
-      const int64_t recent_first = std::max<int64_t>(sinks, m - window + 1);
+      int64_t recent_first = std::max<int64_t>(sinks, m - window + 1);
+      if (layer_window != INT64_MAX) recent_first = std::max(recent_first, m - layer_window + 1);
+      // Sink row j is visible while (query cache position - j) < W.
+      const int64_t query_pos = std::min<int64_t>(m, static_cast<int64_t>(sinks) + window - 1);
+      const int first_sink =
+          static_cast<int>(std::clamp<int64_t>(query_pos - layer_window + 1, 0, n_sink));
       int n = 0;
       const float* qs = q_sink + static_cast<int64_t>(t) * q_row + h * head_dim;
-      for (int j = 0; j < n_sink; ++j, ++n) {
+      for (int j = first_sink; j < n_sink; ++j, ++n) {
         const float* kv = k + static_cast<int64_t>(j) * kv_row + kvh * head_dim;
         float dot = 0.0f;
         for (int d = 0; d < head_dim; ++d) dot += qs[d] * kv[d];
@@ -545,7 +593,14 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const float
         scores[n] = dot * scale;
         rows[n] = row;
       }
-      Softmax(scores.data(), n);
+      if (opt.softcap > 0) SoftCap(scores.data(), n, opt.softcap);
+      const float sink_logit = opt.sink_logits ? opt.sink_logits[h] : -INFINITY;
+      if (sink_logit == -INFINITY) {
+        Softmax(scores.data(), n);
+      } else {
+        const float mx = std::max(MaxOf(scores.data(), n), sink_logit);
+        Scale(scores.data(), n, 1.0f / (ExpShiftSum(scores.data(), n, mx) + std::exp(sink_logit - mx)));
+      }
       float* o = out + static_cast<int64_t>(t) * q_row + h * head_dim;
       std::fill(o, o + head_dim, 0.0f);
       for (int j = 0; j < n; ++j) {

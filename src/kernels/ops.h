@@ -45,6 +45,10 @@ float Activate(float x, ActKind kind);
 // gate (n) = act(gate) * up (SwiGLU when act is SiLU). In place on gate.
 void GatedActivation(float* gate, const float* up, int64_t n, ActKind kind);
 void ActivationInPlace(float* x, int64_t n, ActKind kind);
+// gpt-oss's expert activation (modeling_gpt_oss.py GptOssExperts, alpha = 1.702): with
+// g = min(gate, limit) and u = clamp(up, -limit, limit), gate (n) = (u + 1) * g * sigmoid(1.702 g).
+// In place on gate.
+void ClampedGlu(float* gate, const float* up, int64_t n, float limit);
 
 // Statistics of the attention probabilities, accumulated inside the attention kernel so that the
 // (H, T, S) pattern never has to be stored (DESIGN.md "Hook points"). All arrays are optional.
@@ -54,10 +58,26 @@ struct AttnStats {
   int* top_key;              // (H, T) argmax_j A[h][t][j] (cache index)
   float* top_prob;           // (H, T) the max probability
   float* sum_sq;             // (H, T) sum_j A[h][t][j]^2 (the cone model's concentration term)
+  float* sink_prob = nullptr;  // (H, T) the mass on the learned sink slot (0 without sink logits)
+};
+
+// What a layer's attention adds to plain causal softmax attention.
+//   window: the query sees only the last `window` keys (sliding-window layers); 0: all earlier keys.
+//   sink_logits: (H) one learned logit per head that joins every row's softmax as an extra column
+//     with no value (gpt-oss, modeling_gpt_oss.py: softmax over [q.k / sqrt(Dh), s_h], the last
+//     column dropped), so a row's probabilities over the keys sum to 1 - p_sink. Null: none.
+//     A logit of -inf gives plain attention.
+//   softcap: scores = c * tanh(scores / c) before the softmax (Gemma 2's attn_logit_softcapping,
+//     applied after the 1 / sqrt(Dh) scaling); 0: off.
+struct AttnOptions {
+  int window = 0;
+  const float* sink_logits = nullptr;
+  float softcap = 0.0f;
 };
 
 // Causal grouped-query attention of T new queries over S cached keys (the last T of which are the
-// new tokens): query t sees keys [0, S - T + t] (and only the last `window` of those if window > 0).
+// new tokens): query t sees keys [0, S - T + t] (and only the last opt.window of those if it is > 0);
+// learned sink logits and soft-capping as AttnOptions says.
 //   q (T, H*Dh) rotated;  k, v (S, Hkv*Dh) cache;  out (T, H*Dh)
 //   pattern: if not null, receives the full probabilities (H, T, S), zero where masked.
 //   bf16: the tiled path's two products (q k^T and p v) with bf16 operands and f32 sums
@@ -66,7 +86,7 @@ struct AttnStats {
 //         kBf16AttentionRows queries (decode): packing K and V costs O(S) per call, more than
 //         the few queries' products save.
 void Attention(const float* q, const float* k, const float* v, float* out, int T, int S,
-               int n_heads, int n_kv_heads, int head_dim, int window, float* pattern,
+               int n_heads, int n_kv_heads, int head_dim, const AttnOptions& opt, float* pattern,
                const AttnStats* stats, bool bf16 = false);
 inline constexpr int kBf16AttentionRows = 16;
 
@@ -81,9 +101,14 @@ inline constexpr int kBf16AttentionRows = 16;
 // at m (relative distance to a recent key = stream distance), q_sink at the query's cache position.
 //   q_recent, q_sink (T, H*Dh);  k, v (sinks + ring, Hkv*Dh);  out (T, H*Dh)
 // The caller guarantees every visible row holds the right entry (ring >= window - 1 + T).
+// opt: learned sink logits and soft-capping as in Attention; opt.window > 0 (a sliding-window layer)
+// further limits what the query sees to the keys less than opt.window cache positions before it,
+// as a fresh forward over the cache's contents would: sink row j at cache distance
+// (query cache position - j), a recent key at its stream distance (the same inside the cache).
 void SinkWindowAttention(const float* q_recent, const float* q_sink, const float* k,
                          const float* v, float* out, int T, int n_heads, int n_kv_heads,
-                         int head_dim, int sinks, int window, int ring, int64_t first_index);
+                         int head_dim, int sinks, int window, int ring, int64_t first_index,
+                         const AttnOptions& opt = {});
 
 // out (T, H*Dh) = pattern (H, T, S) · V: the second half of attention from given probabilities
 // (used when an intervention rewrote the pattern).

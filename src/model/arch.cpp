@@ -27,6 +27,8 @@ static const ArchEntry kArchitectures[] = {
      &ForwardQwen3Moe, &MoeTensors, "olmoe"},
     {"mixtral", "Mixtral: Llama layout (sliding window optional) with a renormalised top-2 MoE FFN",
      &ForwardQwen3Moe, &MoeTensors, "llama"},
+    {"gpt_oss", "gpt-oss: learned per-head sink logits, alternating sliding / full attention, "
+     "YaRN RoPE, biased top-k MoE with a clamped GLU", &ForwardQwen3Moe, &GptOssTensors, "gpt-oss"},
 };
 
 std::span<const ArchEntry> Architectures() { return kArchitectures; }

@@ -56,5 +56,6 @@ TensorMap LlamaLayoutTensors(const ModelConfig& config, TensorNaming naming, Mod
 std::string LayerTensorName(TensorNaming naming, int layer, const char* hf, const char* gguf);
 void ForwardQwen3Moe(ForwardContext& ctx);
 TensorMap MoeTensors(const ModelConfig& config, TensorNaming naming, ModelWeights& weights);
+TensorMap GptOssTensors(const ModelConfig& config, TensorNaming naming, ModelWeights& weights);
 
 }  // namespace ss

@@ -68,6 +68,30 @@ std::vector<double> RopeInvFrequencies(const ModelConfig& c, const Tensor& facto
         f = (1 - smooth) * f / factor + smooth * f;
       }
     }
+  } else if (c.rope_scaling == RopeScalingKind::kYarn) {
+    // YaRN (Peng et al. 2023, section 3.2; HF _compute_yarn_parameters): dim i's wavelength is
+    // compared with the original context through the dim at which a frequency turns `rotations`
+    // times over it, d(r) = rot ln(original / (2 pi r)) / (2 ln theta). Dims below d(beta_fast)
+    // keep their frequency, dims above d(beta_slow) are divided by the factor, and a linear ramp
+    // blends the ones between (ends rounded out to whole dims unless truncate is false).
+    const double factor = c.rope_scaling_factor, original = c.rope_original_max_seq_len;
+    const double log_theta = std::log(static_cast<double>(c.rope_theta));
+    auto correction_dim = [&](double rotations) {
+      return rot * std::log(original / (rotations * 2 * std::numbers::pi)) / (2 * log_theta);
+    };
+    double low = correction_dim(c.rope_yarn_beta_fast), high = correction_dim(c.rope_yarn_beta_slow);
+    if (c.rope_yarn_truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, static_cast<double>(rot - 1));
+    if (low == high) high += 0.001;  // as HF: no division by zero
+    for (int i = 0; i < half; ++i) {
+      const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+      const double keep = 1 - ramp;  // HF's inv_freq_extrapolation_factor
+      inv[i] = inv[i] / factor * (1 - keep) + inv[i] * keep;
+    }
   }
   if (!factors.empty()) {
     SS_ASSERT(factors.numel() == half);
@@ -116,6 +140,11 @@ static void NormalizeQk(const ModelConfig& c, const LayerWeights& w, float* q, f
   }
 }
 
+// Layer `layer`'s window, learned sink logits and soft-cap.
+static AttnOptions LayerAttnOptions(const ModelConfig& c, const LayerWeights& w, int layer) {
+  return {c.Window(layer), c.attn_sinks ? w.attn_sinks.data() : nullptr, c.attn_logit_softcap};
+}
+
 // Self-attention on a sink + ring streaming cache (ForwardRequest::stream; see model.h).
 static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) {
   const ModelConfig& c = ctx.config;
@@ -150,6 +179,11 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
     }
     RopeWithFrequencies(s.q.data(), stream_pos, H, Dh, c.rot_dim(), ctx.rope_inv_freq.data(), c.rope);
     RopeWithFrequencies(s.k_new.data(), stream_pos, Hkv, Dh, c.rot_dim(), ctx.rope_inv_freq.data(), c.rope);
+    if (const float m = c.RopeMagnitude(); m != 1.0f) {
+      Scale(s.q.data(), static_cast<int64_t>(T) * c.q_dim(), m);
+      Scale(s.k_new.data(), static_cast<int64_t>(T) * kv_dim, m);
+      if (has_sinks) Scale(s.q_sink.data(), static_cast<int64_t>(T) * c.q_dim(), m);
+    }
   } else if (has_sinks) {
     std::copy(s.q.data(), s.q.data() + static_cast<int64_t>(T) * c.q_dim(), s.q_sink.data());
   }
@@ -171,7 +205,8 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
   }
   SinkWindowAttention(s.q.data(), has_sinks ? s.q_sink.data() : s.q.data(),
                       ctx.cache.k[layer].data(), ctx.cache.v[layer].data(), s.z.data(), T, H, Hkv,
-                      Dh, layout.sinks, layout.window, layout.ring, layout.first_index);
+                      Dh, layout.sinks, layout.window, layout.ring, layout.first_index,
+                      LayerAttnOptions(c, w, layer));
   if (ctx.HookActive(HookPoint::kZ, layer)) ctx.RunHook(HookPoint::kZ, layer, s.z.data(), {T, H, Dh});
   Project(s.z.data(), w.wo, Packed(w, &LayerPacked::wo), w.bo, out, T, c.q_dim(), D);
   if (ctx.HookActive(HookPoint::kAttnOut, layer))
@@ -195,6 +230,10 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
   if (c.rope != RopeKind::kNone) {
     RopeWithFrequencies(s.q.data(), ctx.positions, H, Dh, c.rot_dim(), ctx.rope_inv_freq.data(), c.rope);
     RopeWithFrequencies(k_new, ctx.positions, Hkv, Dh, c.rot_dim(), ctx.rope_inv_freq.data(), c.rope);
+    if (const float m = c.RopeMagnitude(); m != 1.0f) {  // YaRN: cos and sin carry the factor
+      Scale(s.q.data(), static_cast<int64_t>(T) * c.q_dim(), m);
+      Scale(k_new, static_cast<int64_t>(T) * c.kv_dim(), m);
+    }
   }
   if (ctx.hooks) {
     if (ctx.HookActive(HookPoint::kQ, layer)) ctx.RunHook(HookPoint::kQ, layer, s.q.data(), {T, H, Dh});
@@ -214,6 +253,7 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
     stats.top_key = b->top_key.data() + offset;
     stats.top_prob = b->top_prob.data() + offset;
     stats.sum_sq = b->sum_sq.data() + offset;
+    stats.sink_prob = b->sink_prob.data() + offset;
     stats_ptr = &stats;
   }
   const bool want_pattern = ctx.HookActive(HookPoint::kPattern, layer);
@@ -225,8 +265,8 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
   }
   const float* k_all = ctx.cache.k[layer].data();
   const float* v_all = ctx.cache.v[layer].data();
-  Attention(s.q.data(), k_all, v_all, s.z.data(), T, S, H, Hkv, Dh, c.sliding_window, pattern,
-            stats_ptr, ctx.model.precision == Precision::kBf16);
+  Attention(s.q.data(), k_all, v_all, s.z.data(), T, S, H, Hkv, Dh, LayerAttnOptions(c, w, layer),
+            pattern, stats_ptr, ctx.model.precision == Precision::kBf16);
   if (want_pattern) {
     // The hook may rewrite the probabilities (an intervention): recompute z from them.
     ctx.RunHook(HookPoint::kPattern, layer, pattern, {H, T, S});
@@ -271,7 +311,7 @@ void MoeFfn(ForwardContext& ctx, int layer, const float* in, float* out) {
     float* o = out + static_cast<int64_t>(t) * D;
     // Router: softmax over all E logits, keep the top k (lower index first on ties), optionally
     // renormalised (Qwen3-MoE's norm_topk_prob).
-    MatMul(x, w.moe_router.data(), nullptr, probs.data(), 1, D, E);
+    MatMul(x, w.moe_router.data(), OrNull(w.moe_router_bias), probs.data(), 1, D, E);
     Softmax(probs.data(), E);
     for (int e = 0; e < E; ++e) order[e] = e;
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return probs[a] > probs[b]; });
@@ -281,11 +321,17 @@ void MoeFfn(ForwardContext& ctx, int layer, const float* in, float* out) {
     for (int j = 0; j < k; ++j) {
       const int e = order[j];
       const float weight = c.norm_topk_prob ? probs[e] / norm : probs[e];
-      MatMul(x, w.moe_w1.data() + static_cast<int64_t>(e) * F * D, nullptr, gate.data(), 1, D, F);
-      MatMul(x, w.moe_w3.data() + static_cast<int64_t>(e) * F * D, nullptr, up.data(), 1, D, F);
-      GatedActivation(gate.data(), up.data(), F, c.act);
-      MatMul(gate.data(), w.moe_w2.data() + static_cast<int64_t>(e) * D * F, nullptr, y.data(), 1,
-             F, D);
+      // Expert biases (gpt-oss): row e of the stacked (E, F) / (E, D) tensors.
+      auto bias = [&](const Tensor& b, int64_t n) { return b.empty() ? nullptr : b.data() + e * n; };
+      MatMul(x, w.moe_w1.data() + static_cast<int64_t>(e) * F * D, bias(w.moe_b1, F), gate.data(), 1, D, F);
+      MatMul(x, w.moe_w3.data() + static_cast<int64_t>(e) * F * D, bias(w.moe_b3, F), up.data(), 1, D, F);
+      if (c.swiglu_limit > 0) {
+        ClampedGlu(gate.data(), up.data(), F, c.swiglu_limit);
+      } else {
+        GatedActivation(gate.data(), up.data(), F, c.act);
+      }
+      MatMul(gate.data(), w.moe_w2.data() + static_cast<int64_t>(e) * D * F, bias(w.moe_b2, D),
+             y.data(), 1, F, D);
       for (int d = 0; d < D; ++d) o[d] += weight * y[d];
     }
   }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
@@ -55,7 +56,28 @@ void ValidateConfig(const ModelConfig& c, const std::string& source, const Confi
              c.rope_low_freq_factor);
       positive("rope_original_max_seq_len", c.rope_original_max_seq_len);
     }
+    if (c.rope_scaling == RopeScalingKind::kYarn) {
+      positive("rope_original_max_seq_len", c.rope_original_max_seq_len);
+      // The correction range takes log(original / (2 pi beta)): betas must be finite and > 0.
+      if (!(std::isfinite(c.rope_yarn_beta_fast) && c.rope_yarn_beta_fast > 0))
+        fail("rope_yarn_beta_fast", c.rope_yarn_beta_fast, "a finite number > 0");
+      if (!(std::isfinite(c.rope_yarn_beta_slow) && c.rope_yarn_beta_slow > 0))
+        fail("rope_yarn_beta_slow", c.rope_yarn_beta_slow, "a finite number > 0");
+    }
   }
+  if (!c.layer_attention.empty() && static_cast<int>(c.layer_attention.size()) != c.n_layers)
+    Fail("{}: '{}' lists {} layers, but the model has {} ('{}')", source, key("layer_attention"),
+         c.layer_attention.size(), c.n_layers, key("n_layers"));
+  if (!c.layer_attention.empty() && c.sliding_window == 0 &&
+      std::find(c.layer_attention.begin(), c.layer_attention.end(), LayerAttention::kSliding) !=
+          c.layer_attention.end())
+    Fail("{}: '{}' has sliding layers but '{}' gives no window", source, key("layer_attention"),
+         key("sliding_window"));
+  if (!(std::isfinite(c.swiglu_limit) && c.swiglu_limit >= 0))
+    fail("swiglu_limit", c.swiglu_limit, "a finite number >= 0 (0: plain gated activation)");
+  if ((c.swiglu_limit > 0 || c.moe_bias) && c.n_experts == 0)
+    Fail("{}: '{}' applies to mixture-of-experts layers, and the model has none", source,
+         key(c.swiglu_limit > 0 ? "swiglu_limit" : "moe_bias"));
   if (!(std::isfinite(c.attn_logit_softcap) && c.attn_logit_softcap >= 0))
     fail("attn_logit_softcap", c.attn_logit_softcap, "a finite number >= 0 (0: off)");
   if (!(std::isfinite(c.final_logit_softcap) && c.final_logit_softcap >= 0))

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include <map>
 #include <string>
@@ -21,7 +22,13 @@ enum class QkNormKind { kNone, kPerHead, kFull };
 //  kLinear: every frequency divided by rope_scaling_factor (position interpolation).
 //  kLlama3: Llama 3.1's piecewise rule: low-frequency bands divided by the factor, high-frequency
 //           bands kept, a smooth blend between, set by low/high_freq_factor and the original length.
-enum class RopeScalingKind { kNone, kLinear, kLlama3 };
+//  kYarn:   YaRN (Peng et al. 2023, "YaRN: Efficient Context Window Extension", section 3.2):
+//           frequencies blended between interpolated (/ factor) and original by a linear ramp over
+//           the dims whose wavelengths fall between beta_fast and beta_slow rotations of the
+//           original context, and q, k scaled by the attention factor 0.1 ln(factor) + 1.
+enum class RopeScalingKind { kNone, kLinear, kLlama3, kYarn };
+// A layer's attention span (HF config.json "layer_types").
+enum class LayerAttention : uint8_t { kFull, kSliding };
 
 struct ModelConfig {
   std::string arch = "llama";  // family name in the architecture registry
@@ -54,6 +61,15 @@ struct ModelConfig {
   bool post_norms = false;      // OLMo 2: norm the attention / MLP output before the residual add,
                                 // and no norm on their inputs
   int sliding_window = 0;       // attention sees only the last W keys (Mistral); 0: full causal
+  // Per-layer attention kind (gpt-oss's layer_types): empty means every layer uses
+  // sliding_window (Mistral); else layer l slides only when layer_attention[l] is kSliding.
+  std::vector<LayerAttention> layer_attention;
+  bool attn_sinks = false;      // one learned sink logit per head in the softmax (gpt-oss "sinks")
+  // gpt-oss's expert activation (modeling_gpt_oss.py GptOssExperts): gate clamped above at the
+  // limit, up clamped to [-limit, limit], out = (up + 1) * gate * sigmoid(1.702 gate). 0: the
+  // plain gated activation act(gate) * up.
+  float swiglu_limit = 0.0f;
+  bool moe_bias = false;        // router and expert projections carry biases (gpt-oss)
   // Mixture of experts (model/arch_moe.cpp). hidden_dim (above) is the width of one expert when
   // n_experts > 0.
   int n_experts = 0;            // E; 0 for dense models
@@ -66,7 +82,10 @@ struct ModelConfig {
   float rope_scaling_factor = 1.0f;
   float rope_low_freq_factor = 1.0f;   // kLlama3 only
   float rope_high_freq_factor = 4.0f;  // kLlama3 only
-  int rope_original_max_seq_len = 0;   // kLlama3 only: context length before scaling
+  int rope_original_max_seq_len = 0;   // kLlama3 and kYarn: context length before scaling
+  float rope_yarn_beta_fast = 32.0f;   // kYarn only
+  float rope_yarn_beta_slow = 1.0f;    // kYarn only
+  bool rope_yarn_truncate = true;      // kYarn: round the ramp's ends to whole dims (HF "truncate")
   float attn_logit_softcap = 0.0f;     // scores = c * tanh(scores / c) before softmax; 0: off
   float final_logit_softcap = 0.0f;    // the same on the output logits; 0: off
   // GPT-2's attention scaling (modeling_gpt2.py, GPT2Attention): scale_attn_weights = false leaves
@@ -83,6 +102,18 @@ struct ModelConfig {
   int kv_dim() const { return n_kv_heads * head_dim; }
   int q_dim() const { return n_heads * head_dim; }
   int rot_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  // The sliding window of layer `layer` (0: it attends to every earlier key).
+  int Window(int layer) const {
+    if (sliding_window == 0) return 0;
+    if (layer_attention.empty()) return sliding_window;
+    return layer_attention[layer] == LayerAttention::kSliding ? sliding_window : 0;
+  }
+  // What RoPE multiplies q and k by after rotating them: YaRN's attention factor
+  // (transformers' _compute_yarn_parameters: 0.1 ln(factor) + 1 for factor > 1), else 1.
+  float RopeMagnitude() const {
+    if (rope_scaling != RopeScalingKind::kYarn || rope_scaling_factor <= 1.0f) return 1.0f;
+    return 0.1f * std::log(rope_scaling_factor) + 1.0f;
+  }
   // The factor block `layer` multiplies its queries by so that attention, which divides the
   // scores by sqrt(head_dim), gives the scaling above; 1 for every family but such a GPT-2.
   float QueryScale(int layer) const {

@@ -125,6 +125,7 @@ void AttnStatsBuffers::Resize(int n_layers, int n_heads, int T, int K) {
   top_key.assign(n, 0);
   if (top_prob.numel() != n) top_prob = Tensor::Zeros({n_layers, n_heads, T});
   if (sum_sq.numel() != n) sum_sq = Tensor::Zeros({n_layers, n_heads, T});
+  if (sink_prob.numel() != n) sink_prob = Tensor::Zeros({n_layers, n_heads, T});
 }
 
 void RunState::Reserve(const ModelConfig& c, int T) {
@@ -207,8 +208,6 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
     else
       ctx.positions[t] = request.positions.empty() ? cache.length + t : request.positions[t];
   }
-  if (c.attn_logit_softcap != 0)
-    Fail("{}: attention logit soft-capping is not supported", model.source);
   if (c.rope != RopeKind::kNone) ctx.rope_inv_freq = RopeInvFrequencies(c, model.weights.rope_freq_factors);
   const int start_length = cache.length;
   FindArchitecture(c.arch).forward(ctx);

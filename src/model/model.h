@@ -44,6 +44,7 @@ struct AttnStatsBuffers {
   std::vector<int> top_key;   // (L, H, T)
   Tensor top_prob;            // (L, H, T)
   Tensor sum_sq;              // (L, H, T)
+  Tensor sink_prob;           // (L, H, T) mass on the learned sink slot (0 without one)
   void Resize(int n_layers, int n_heads, int T, int K);
 };
 

@@ -70,6 +70,10 @@ struct LayerWeights {
   Tensor b3;              // (F) optional up_proj bias (Llama with mlp_bias)
   Tensor attn_post_norm;  // (D) OLMo 2: RMSNorm of the attention output before the residual add
   Tensor ffn_post_norm;   // (D) OLMo 2: RMSNorm of the MLP output before the residual add
+  Tensor attn_sinks;      // (H) gpt-oss: each head's learned sink logit (config.attn_sinks)
+  Tensor moe_router_bias; // (E) gpt-oss: router bias (config.moe_bias)
+  Tensor moe_b1, moe_b3;  // (E, F) gpt-oss: expert gate / up biases
+  Tensor moe_b2;          // (E, D) gpt-oss: expert down bias
   // The projections in the model's precision (bf16, Q8_0); null at f32.
   std::shared_ptr<const LayerPacked> packed;
 };

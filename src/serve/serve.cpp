@@ -40,9 +40,14 @@ constexpr int kQueryBlock = 128;
 // Runs `fn(first_query, rows, probs)` over query blocks of [q0, q1), probs (rows, q0 + rows) with
 // row r holding the probabilities of query q0 + r over keys 0 .. (zero beyond the query).
 template <typename Fn>
-void ForEachQueryBlock(const ModelConfig& c, const float* q, const float* k, int T, int head, int q0,
-                       int q1, Fn fn) {
+void ForEachQueryBlock(const Model& model, int layer, const float* q, const float* k, int T,
+                       int head, int q0, int q1, Fn fn) {
+  const ModelConfig& c = model.config;
   const int Dh = c.head_dim, H = c.n_heads, Hkv = c.n_kv_heads;
+  const Tensor& sinks = model.weights.layers[layer].attn_sinks;
+  const AttnOptions opt{c.Window(layer), c.attn_sinks ? sinks.data() + head : nullptr,
+                        c.attn_logit_softcap};
+  const float query_scale = c.QueryScale(layer);  // hook_q is taken before it
   const int kv_head = head / (H / Hkv);
   std::vector<float> kh(static_cast<size_t>(q1) * Dh), vh(static_cast<size_t>(q1) * Dh, 0.0f);
   for (int j = 0; j < q1; ++j)
@@ -52,12 +57,13 @@ void ForEachQueryBlock(const ModelConfig& c, const float* q, const float* k, int
     const int rows = std::min(kQueryBlock, q1 - b), S = b + rows;
     qh.resize(static_cast<size_t>(rows) * Dh);
     for (int r = 0; r < rows; ++r)
-      std::copy_n(q + (static_cast<size_t>(b + r) * H + head) * Dh, Dh, qh.data() + static_cast<size_t>(r) * Dh);
+      for (int d = 0; d < Dh; ++d)
+        qh[static_cast<size_t>(r) * Dh + d] = q[(static_cast<size_t>(b + r) * H + head) * Dh + d] * query_scale;
     out.resize(static_cast<size_t>(rows) * Dh);
     probs.assign(static_cast<size_t>(rows) * S, 0.0f);
     // One head against its kv head: the same kernel, scaling and window as the forward pass.
-    Attention(qh.data(), kh.data(), vh.data(), out.data(), rows, S, 1, 1, Dh, c.sliding_window,
-              probs.data(), nullptr);
+    Attention(qh.data(), kh.data(), vh.data(), out.data(), rows, S, 1, 1, Dh, opt, probs.data(),
+              nullptr);
     fn(b, rows, S, probs.data());
   }
   (void)T;
@@ -65,8 +71,9 @@ void ForEachQueryBlock(const ModelConfig& c, const float* q, const float* k, int
 
 }  // namespace
 
-PatternTile ComputePatternTile(const ModelConfig& c, const float* q, const float* k, int T, int head,
-                               int q0, int q1, int k0, int k1, int bins) {
+PatternTile ComputePatternTile(const Model& model, int layer, const float* q, const float* k, int T,
+                               int head, int q0, int q1, int k0, int k1, int bins) {
+  const ModelConfig& c = model.config;
   if (head < 0 || head >= c.n_heads) Fail("head {} is outside the model ({} heads)", head, c.n_heads);
   if (!(0 <= q0 && q0 < q1 && q1 <= T && 0 <= k0 && k0 < k1 && k1 <= T))
     Fail("window [{}, {}) x [{}, {}) is outside the {} tokens", q0, q1, k0, k1, T);
@@ -79,7 +86,7 @@ PatternTile ComputePatternTile(const ModelConfig& c, const float* q, const float
   t.cols = (k1 - k0 + t.col_step - 1) / t.col_step;
   t.values.assign(static_cast<size_t>(t.rows) * t.cols, 0.0f);
   // Keys beyond the last query are masked for every query in the window: only keys < q1 matter.
-  ForEachQueryBlock(c, q, k, T, head, q0, q1, [&](int first, int rows, int S, const float* p) {
+  ForEachQueryBlock(model, layer, q, k, T, head, q0, q1, [&](int first, int rows, int S, const float* p) {
     for (int r = 0; r < rows; ++r) {
       const float* row = p + static_cast<size_t>(r) * S;
       float* cell_row = t.values.data() + static_cast<size_t>((first + r - q0) / t.row_step) * t.cols;
@@ -92,12 +99,13 @@ PatternTile ComputePatternTile(const ModelConfig& c, const float* q, const float
   return t;
 }
 
-std::vector<float> ComputePatternRow(const ModelConfig& c, const float* q, const float* k, int T,
+std::vector<float> ComputePatternRow(const Model& model, int layer, const float* q, const float* k, int T,
                                      int head, int query) {
+  const ModelConfig& c = model.config;
   if (head < 0 || head >= c.n_heads) Fail("head {} is outside the model ({} heads)", head, c.n_heads);
   if (query < 0 || query >= T) Fail("query {} is outside the {} tokens", query, T);
   std::vector<float> out(T, 0.0f);
-  ForEachQueryBlock(c, q, k, T, head, query, query + 1,
+  ForEachQueryBlock(model, layer, q, k, T, head, query, query + 1,
                     [&](int, int, int S, const float* p) { std::copy_n(p, S, out.data()); });
   return out;
 }
@@ -351,14 +359,13 @@ class Server {
 
   json Pattern(const httplib::Request& req) {
     const HeadRequest h = ParseHead(req);
-    const ModelConfig& c = model_.config;
     const std::string& condition = h.condition;
     const int layer = h.layer, head = h.head, T = h.T;
     const Tensor *q = h.q, *k = h.k;
     const int q0 = QueryInt(req, "q0", 0, 0, T - 1), q1 = QueryInt(req, "q1", T, q0 + 1, T);
     const int k0 = QueryInt(req, "k0", 0, 0, T - 1), k1 = QueryInt(req, "k1", T, k0 + 1, T);
     const int bins = QueryInt(req, "bins", 256, 1, kMaxBins);
-    const PatternTile t = ComputePatternTile(c, q->data(), k->data(), T, head, q0, q1, k0, k1, bins);
+    const PatternTile t = ComputePatternTile(model_, layer, q->data(), k->data(), T, head, q0, q1, k0, k1, bins);
     return {{"condition", condition}, {"layer", layer}, {"head", head}, {"tokens", T},
             {"q0", t.q0}, {"q1", t.q1}, {"k0", t.k0}, {"k1", t.k1}, {"rows", t.rows},
             {"cols", t.cols}, {"row_step", t.row_step}, {"col_step", t.col_step},
@@ -367,7 +374,6 @@ class Server {
 
   json Row(const httplib::Request& req) {
     const HeadRequest h = ParseHead(req);
-    const ModelConfig& c = model_.config;
     const int T = h.T;
     const auto& run = h.run;
     const std::string& condition = h.condition;
@@ -375,7 +381,7 @@ class Server {
     const Tensor *q = h.q, *k = h.k;
     const int query = QueryInt(req, "query", -1, 0, T - 1);
     const int top = QueryInt(req, "top", 10, 1, 100);
-    const std::vector<float> p = ComputePatternRow(c, q->data(), k->data(), T, head, query);
+    const std::vector<float> p = ComputePatternRow(model_, h.layer, q->data(), k->data(), T, head, query);
     std::vector<int> order(query + 1);
     for (int j = 0; j <= query; ++j) order[j] = j;
     const int n = std::min(top, query + 1);

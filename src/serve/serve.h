@@ -24,6 +24,8 @@
 
 #include "model/weights.h"
 
+#include "model/model.h"
+
 namespace ss::serve {
 
 // One head's attention pattern, max-pooled over a window of queries x keys into at most
@@ -36,10 +38,12 @@ struct PatternTile {
   int row_step = 1, col_step = 1;      // queries / keys per cell (the last cell may hold fewer)
   std::vector<float> values;           // (rows, cols) max probability within each cell
 };
-PatternTile ComputePatternTile(const ModelConfig& config, const float* q, const float* k, int T,
+// The layer's own attention applies: its window, learned sink logits (the rows then sum to
+// 1 - p_sink), soft-cap and query scaling.
+PatternTile ComputePatternTile(const Model& model, int layer, const float* q, const float* k, int T,
                                int head, int q0, int q1, int k0, int k1, int bins);
 // The probabilities of one query row (T keys, zero beyond the query).
-std::vector<float> ComputePatternRow(const ModelConfig& config, const float* q, const float* k,
+std::vector<float> ComputePatternRow(const Model& model, int layer, const float* q, const float* k,
                                      int T, int head, int query);
 
 // Registers the `serve` verb.

@@ -1,0 +1,111 @@
+// gpt-oss (OpenAI 2025; transformers' GptOssForCausalLM, modeling_gpt_oss.py): the pre-norm
+// Llama block with
+//  - a learned sink logit per head (self_attn.sinks): each row's softmax runs over the scores and
+//    s_h, and the sink column is dropped, so a head can put mass on "nothing" (applied by
+//    SelfAttention from config.attn_sinks; analysis reports it as alpha_sink);
+//  - sliding-window (128) and full attention alternating per layer (config.layer_attention);
+//  - biases on q, k, v and o; YaRN RoPE in rotate-half order;
+//  - a top-k mixture of experts with router bias, softmax over the k chosen logits, experts with
+//    biases and the clamped activation (up + 1) * gate * sigmoid(1.702 gate) (config.swiglu_limit),
+//    run by MoeFfn.
+// The forward loop is ForwardQwen3Moe's (pre-norm attention, pre-norm MoE).
+//
+// Tensor names. Hugging Face: model.layers.N.self_attn.sinks (H); mlp.router.weight (E, D) and
+// .bias (E); mlp.experts.gate_up_proj (E, D, 2F), stored (in, out) with gate and up interleaved
+// along the last axis (gate = [..., ::2], up = [..., 1::2]), gate_up_proj_bias (E, 2F) likewise;
+// mlp.experts.down_proj (E, F, D), (in, out), and down_proj_bias (E, D). llama.cpp (GGUF
+// "gpt-oss"): blk.N.attn_sinks.weight, post_attention_norm.weight (the pre-MoE norm),
+// ffn_gate_inp.{weight,bias}, ffn_{gate,up,down}_exps.{weight,bias} stacked per expert.
+// The real checkpoints store the expert weights as MXFP4 blocks (*_blocks, *_scales), which this
+// reader does not decode: it reads BF16 / F16 / F32 experts (a dequantised or random checkpoint).
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "model/arch.h"
+#include "model/blocks.h"
+
+namespace ss {
+
+TensorMap GptOssTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w) {
+  const bool hf = naming == TensorNaming::kHf;
+  TensorMap map = LlamaLayoutTensors(c, naming, w, /*input_norms=*/true);
+  map.file_rope = RopeKind::kHalf;  // rotate-half in both conventions (llama.cpp: NEOX RoPE)
+  std::erase_if(map.specs, [](const TensorSpec& s) {
+    return s.name.find("mlp.") != std::string::npos || s.name.find("ffn_gate") != std::string::npos ||
+           s.name.find("ffn_up") != std::string::npos || s.name.find("ffn_down") != std::string::npos;
+  });
+  for (TensorSpec& s : map.specs) {  // llama.cpp names gpt-oss's pre-MoE norm post_attention_norm
+    const size_t at = s.name.find("ffn_norm.weight");
+    if (!hf && at != std::string::npos) s.name.replace(at, 8, "post_attention_norm");
+  }
+  const int64_t D = c.dim, F = c.hidden_dim, E = c.n_experts, H = c.n_heads;
+  for (int l = 0; l < c.n_layers; ++l) {
+    LayerWeights& lw = w.layers[l];
+    auto name = [&](const char* hf_name, const char* gguf) { return LayerTensorName(naming, l, hf_name, gguf); };
+    map.specs.push_back(Spec(name("self_attn.sinks", "attn_sinks.weight"), {&lw.attn_sinks}, {H}));
+    map.specs.push_back(Spec(name("mlp.router.weight", "ffn_gate_inp.weight"), {&lw.moe_router}, {E, D}));
+    map.specs.push_back(Spec(name("mlp.router.bias", "ffn_gate_inp.bias"), {&lw.moe_router_bias}, {E}));
+    if (!hf) {
+      map.specs.push_back(Spec(name("", "ffn_gate_exps.weight"), {&lw.moe_w1}, {E, F, D}));
+      map.specs.push_back(Spec(name("", "ffn_down_exps.weight"), {&lw.moe_w2}, {E, D, F}));
+      map.specs.push_back(Spec(name("", "ffn_up_exps.weight"), {&lw.moe_w3}, {E, F, D}));
+      map.specs.push_back(Spec(name("", "ffn_gate_exps.bias"), {&lw.moe_b1}, {E, F}));
+      map.specs.push_back(Spec(name("", "ffn_down_exps.bias"), {&lw.moe_b2}, {E, D}));
+      map.specs.push_back(Spec(name("", "ffn_up_exps.bias"), {&lw.moe_b3}, {E, F}));
+      continue;
+    }
+    map.specs.push_back(Spec(name("mlp.experts.down_proj_bias", ""), {&lw.moe_b2}, {E, D}));
+    // The fused, (in, out)-ordered HF tensors. Writing: built from the members. Reading: loaded
+    // into slices that after_bind splits and transposes into the members.
+    const bool writing = !lw.moe_w1.empty();
+    Tensor gate_up = writing ? Tensor::Zeros({E, D, 2 * F}) : Tensor();
+    Tensor gate_up_bias = writing ? Tensor::Zeros({E, 2 * F}) : Tensor();
+    Tensor down = writing ? Tensor::Zeros({E, F, D}) : Tensor();
+    if (writing) {
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t f = 0; f < F; ++f) {
+          for (int64_t d = 0; d < D; ++d) {
+            gate_up[(e * D + d) * 2 * F + 2 * f] = lw.moe_w1[(e * F + f) * D + d];
+            gate_up[(e * D + d) * 2 * F + 2 * f + 1] = lw.moe_w3[(e * F + f) * D + d];
+            down[(e * F + f) * D + d] = lw.moe_w2[(e * D + d) * F + f];
+          }
+          gate_up_bias[e * 2 * F + 2 * f] = lw.moe_b1[e * F + f];
+          gate_up_bias[e * 2 * F + 2 * f + 1] = lw.moe_b3[e * F + f];
+        }
+    }
+    map.slices.push_back(gate_up);
+    Tensor* gu = &map.slices.back();
+    map.specs.push_back(Spec(name("mlp.experts.gate_up_proj", ""), {gu}, {E, D, 2 * F}));
+    map.slices.push_back(gate_up_bias);
+    Tensor* gub = &map.slices.back();
+    map.specs.push_back(Spec(name("mlp.experts.gate_up_proj_bias", ""), {gub}, {E, 2 * F}));
+    map.slices.push_back(down);
+    Tensor* dn = &map.slices.back();
+    map.specs.push_back(Spec(name("mlp.experts.down_proj", ""), {dn}, {E, F, D}));
+    if (writing) continue;
+    map.after_bind.push_back([&lw, gu, gub, dn, E, F, D] {
+      lw.moe_w1 = Tensor::Zeros({E, F, D});
+      lw.moe_w3 = Tensor::Zeros({E, F, D});
+      lw.moe_w2 = Tensor::Zeros({E, D, F});
+      lw.moe_b1 = Tensor::Zeros({E, F});
+      lw.moe_b3 = Tensor::Zeros({E, F});
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t f = 0; f < F; ++f) {
+          for (int64_t d = 0; d < D; ++d) {
+            lw.moe_w1[(e * F + f) * D + d] = (*gu)[(e * D + d) * 2 * F + 2 * f];
+            lw.moe_w3[(e * F + f) * D + d] = (*gu)[(e * D + d) * 2 * F + 2 * f + 1];
+            lw.moe_w2[(e * D + d) * F + f] = (*dn)[(e * F + f) * D + d];
+          }
+          lw.moe_b1[e * F + f] = (*gub)[e * 2 * F + 2 * f];
+          lw.moe_b3[e * F + f] = (*gub)[e * 2 * F + 2 * f + 1];
+        }
+      *gu = Tensor();
+      *gub = Tensor();
+      *dn = Tensor();
+    });
+  }
+  return map;
+}
+
+}  // namespace ss
