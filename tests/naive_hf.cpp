@@ -6,6 +6,10 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "io/hf_config.h"
+#include "io/load.h"
+#include "io/safetensors.h"
+#include "test_util.h"
 
 namespace ss::test {
 namespace {
@@ -524,6 +528,18 @@ HfTensors RandomHfWeights(const ModelConfig& c, uint32_t seed) {
   norm("model.norm.weight", D);
   if (!c.tied_embeddings) rnd("lm_head.weight", {V, D});
   return w;
+}
+
+Model LoadRandomHf(const std::string& config_json, uint32_t seed, const std::string& name,
+                   const std::function<void(HfTensors&)>& edit) {
+  const ModelConfig config = ParseHfConfig(config_json, name);
+  HfTensors weights = RandomHfWeights(config, seed);
+  if (edit) edit(weights);
+  const std::string dir = TempDir(name);
+  WriteHfConfig(dir + "/config.json", config);
+  std::vector<std::pair<std::string, Tensor>> list(weights.begin(), weights.end());
+  WriteSafetensors(dir + "/model.safetensors", list);
+  return LoadModel(dir);
 }
 
 }  // namespace ss::test

@@ -5,12 +5,14 @@
 // loops and uses none of the shared kernels. Tests hold LoadModel + the family forward to it.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "model/config.h"
+#include "model/model.h"
 #include "tensor/tensor.h"
 
 namespace ss::test {
@@ -24,5 +26,10 @@ std::vector<float> NaiveHfForward(const ModelConfig& config, const HfTensors& we
 // Random weights in the family's Hugging Face layout and names for `config` (std 0.2; norm
 // weights near 1).
 HfTensors RandomHfWeights(const ModelConfig& config, uint32_t seed);
+
+// A random model of `config_json`'s family: RandomHfWeights (then `edit`, if given), written as an
+// HF directory under a temporary `name` and loaded back with LoadModel.
+Model LoadRandomHf(const std::string& config_json, uint32_t seed, const std::string& name,
+                   const std::function<void(HfTensors&)>& edit = nullptr);
 
 }  // namespace ss::test

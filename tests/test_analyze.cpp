@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/sha256.h"
 #include "io/llama2c.h"
+#include "naive_hf.h"
 #include "random_model.h"
 #include "test_util.h"
 
@@ -285,6 +286,63 @@ TEST_P(Reference, AlphaAndNormRatiosMatch) {
 INSTANTIATE_TEST_SUITE_P(Cases, Reference, ::testing::Values("lily_bos", "cat_nobos", "park_bos"));
 
 // ---- conditions and sample construction
+
+// ---- learned sink slots (gpt-oss)
+
+// A random gpt_oss model (2 layers: sliding window 8, then global) with every head's sink logit
+// set to `sink`.
+Model RandomGptOss(float sink) {
+  Model model = test::LoadRandomHf(R"({"architectures": ["GptOssForCausalLM"],
+      "hidden_size": 32, "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 61, "max_position_embeddings": 128,
+      "num_local_experts": 3, "num_experts_per_tok": 2, "sliding_window": 8})", 11, "analyze_gpt_oss");
+  for (auto& layer : model.weights.layers) {  // a copy: the loaded tensor views the file
+    layer.attn_sinks = Tensor::Zeros({model.config.n_heads});
+    std::fill_n(layer.attn_sinks.data(), model.config.n_heads, sink);
+  }
+  return model;
+}
+
+// With large sink logits the mass goes to the slot and analyze says so, on both attention paths;
+// with -inf logits the numbers are a plain model's, and the report names no slot sink.
+TEST(Analyze, LearnedSinkSlotIsReportedNotPositionZero) {
+  std::vector<std::vector<int>> samples = {Stream(24, 61, 1), Stream(24, 61, 2)};
+  AnalyzeOptions fused, materialised;
+  materialised.path = AttnPath::kMaterialised;
+  const Model big = RandomGptOss(12.0f);
+  const ConditionResult a = AnalyzeSamples(big, Condition::kBos, samples, fused);
+  const ConditionResult b = AnalyzeSamples(big, Condition::kBos, samples, materialised);
+  ASSERT_TRUE(a.has_sink_slot);
+  EXPECT_LT(test::MaxDiff(ToFloat(a.alpha_sink), ToFloat(b.alpha_sink), "alpha_sink fused vs materialised"), 1e-5);
+  EXPECT_LT(CompareAttention(a, b, "gpt_oss"), 1e-5);
+  double min_slot = 1;
+  for (double v : a.alpha_sink) min_slot = std::min(min_slot, v);
+  std::printf("sink logit 12: alpha_sink >= %.4f, Sink_0 rate %.3f, slot rate %.3f\n", min_slot,
+              a.sink_rate[0], a.sink_slot_rate);
+  EXPECT_GT(min_slot, 0.9);
+  EXPECT_EQ(a.sink_slot_rate, 1.0);
+  EXPECT_EQ(a.sink_rate[0], 0.0);
+  EXPECT_EQ(a.layer_window, (std::vector<int>{8, 0}));
+  AnalyzeReport report;
+  report.conditions = {a};
+  const std::string summary = ReportSummary(report);
+  EXPECT_NE(summary.find("the learned sink slot (100 % of heads), not position 0"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("sliding-window layers"), std::string::npos) << summary;
+  const nlohmann::json j = ReportJson(report);
+  EXPECT_EQ(j["conditions"][0]["sink_slot"]["rate"], 1.0);
+
+  // -inf: the slot takes nothing and every metric is the plain model's, bit for bit.
+  Model off = RandomGptOss(-INFINITY);
+  Model plain = RandomGptOss(-INFINITY);
+  plain.config.attn_sinks = false;
+  const ConditionResult c = AnalyzeSamples(off, Condition::kBos, samples, fused);
+  const ConditionResult d = AnalyzeSamples(plain, Condition::kBos, samples, fused);
+  for (double v : c.alpha_sink) EXPECT_EQ(v, 0.0);
+  EXPECT_EQ(c.alpha, d.alpha);
+  EXPECT_EQ(c.top_share, d.top_share);
+  EXPECT_EQ(c.p0_norm_ratio, d.p0_norm_ratio);
+  EXPECT_FALSE(d.has_sink_slot);
+}
 
 TEST(Conditions, SamplesDifferOnlyInTheFirstToken) {
   std::vector<int> stream = Stream(300, 500, 2);

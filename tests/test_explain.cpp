@@ -10,6 +10,7 @@
 #include "explain/explain.h"
 #include "explain/explain_report.h"
 #include "io/llama2c.h"
+#include "naive_hf.h"
 #include "random_model.h"
 #include "test_util.h"
 
@@ -168,6 +169,30 @@ TEST(Explain, SinkNotAtP0) {
   EXPECT_EQ(r.other_sink_layer, 2);
   EXPECT_FALSE(r.circuit.ran);
   EXPECT_TRUE(r.circuit.components.empty());
+}
+
+// gpt-oss with large learned sink logits: the sink is the slot, the verdict says so and no
+// position-0 circuit is searched for.
+TEST(Explain, LearnedSinkSlotIsTheSink) {
+  Model m = test::LoadRandomHf(R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 32,
+      "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 61, "max_position_embeddings": 128,
+      "num_local_experts": 3, "num_experts_per_tok": 2, "sliding_window": 8})", 5, "explain_gpt_oss",
+      [](test::HfTensors& w) {
+        for (int l = 0; l < 2; ++l)
+          for (int h = 0; h < 4; ++h) w.at("model.layers." + std::to_string(l) + ".self_attn.sinks")[h] = 12.0f;
+      });
+  const ExplainResult r = Explain(m, Samples(3, 32, 1, -1, 4), Quick());
+  std::printf("verdict %s: slot rate %.3f, Sink_0 %.3f\n", r.verdict.c_str(), r.sink_slot_rate, r.sink_rate);
+  EXPECT_EQ(r.verdict, "sink-on-learned-slot");
+  EXPECT_EQ(r.slot_onset_layer, 0);
+  EXPECT_GT(r.layers[1].mean_alpha_sink, 0.9);
+  EXPECT_FALSE(r.circuit.ran);
+  ExplainReport report;
+  report.result = r;
+  const std::string summary = ReportSummary(report);
+  EXPECT_NE(summary.find("learned sink slot"), std::string::npos) << summary;
+  EXPECT_EQ(ReportJson(report)["slot_onset_layer"], 0);
 }
 
 TEST(Explain, RandomModelHasNoSink) {

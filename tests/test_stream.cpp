@@ -329,6 +329,59 @@ TEST(Stream, Gpt2LearnedPositionsOneLayer) {
   }
 }
 
+// gpt-oss (learned sink logits, a sliding-window layer, YaRN): for one layer the streamed logits
+// equal a fresh forward over the kept tokens at positions 0 .. S+W-1 at every step, as for Llama.
+// Layer windows shorter than the stream window (the layer sees only its last W_l tokens, never the
+// kept initial ones once past), longer than it (it sees every kept token), and a global layer;
+// also without kept initial tokens (a learned slot needs none).
+TEST(Stream, GptOssOneLayerEqualsFreshForwardOverKeptTokens) {
+  struct Case { const char* kind; int layer_window, sinks; };
+  for (Case k : {Case{"sliding_attention", 4, 3}, Case{"sliding_attention", 30, 3},
+                 Case{"full_attention", 4, 3}, Case{"sliding_attention", 4, 0}}) {
+    SCOPED_TRACE(fmt::format("{} W_l={} sinks={}", k.kind, k.layer_window, k.sinks));
+    const ModelConfig config = ParseHfConfig(fmt::format(R"({{"architectures": ["GptOssForCausalLM"],
+        "hidden_size": 32, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 61, "max_position_embeddings": 64,
+        "num_local_experts": 3, "num_experts_per_tok": 2, "sliding_window": {},
+        "layer_types": ["{}"], "rope_scaling": {{"rope_type": "yarn", "factor": 4.0,
+        "original_max_position_embeddings": 16}}}})", k.layer_window, k.kind), "gpt_oss test");
+    const test::HfTensors weights = test::RandomHfWeights(config, 21);
+    const std::string dir = test::TempDir("stream_gpt_oss") + "/hf";
+    std::filesystem::create_directories(dir);
+    WriteHfConfig(dir + "/config.json", config);
+    std::vector<std::pair<std::string, Tensor>> list(weights.begin(), weights.end());
+    WriteSafetensors(dir + "/model.safetensors", list);
+    const Model model = LoadModel(dir);
+    const std::vector<int> tokens = SomeTokens(40, model.config.vocab_size, 6);
+    StreamOptions o;
+    o.policy = Policy::kSinks;
+    o.sinks = k.sinks;
+    o.window = 7;
+    const int S = k.sinks, W = 7;
+    auto cache = stream::MakeStreamCache(model, o);
+    double worst = 0;
+    for (int n = 0; n < static_cast<int>(tokens.size()); ++n) {
+      Tensor got = cache->Step(tokens[n]);
+      std::vector<int> kept;
+      if (n < S + W) {
+        kept.assign(tokens.begin(), tokens.begin() + n + 1);
+      } else {
+        kept.assign(tokens.begin(), tokens.begin() + S);
+        kept.insert(kept.end(), tokens.begin() + n - W + 1, tokens.begin() + n + 1);
+      }
+      KVCache fresh = KVCache::Create(model.config, S + W);
+      RunState state;
+      ForwardRequest r;
+      r.tokens = kept;
+      r.logits = LogitsMode::kLast;
+      Tensor want = Forward(model, fresh, state, r);
+      std::vector<float> g(got.data(), got.data() + got.numel()), w(want.data(), want.data() + want.numel());
+      worst = std::max(worst, test::MaxRelDiff(g, w, fmt::format("gpt_oss step {}", n)));
+    }
+    EXPECT_LT(worst, 1e-5);
+  }
+}
+
 // recompute re-encodes the S + W most recent tokens each step: equal to the reference run on them.
 TEST(Stream, RecomputeEqualsFreshReferenceOnRecentTokens) {
   for (bool stories : {true, false}) {

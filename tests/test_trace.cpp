@@ -11,6 +11,7 @@
 #include "analysis/analyze.h"
 #include "common/error.h"
 #include "common/file_util.h"
+#include "naive_hf.h"
 #include "test_util.h"
 #include "trace/trace.h"
 #include "train/checkpoint.h"
@@ -122,6 +123,34 @@ TEST(TraceStages, ProfileJsonRoundTrip) {
   nlohmann::json bad = trace::ProfileJson(p);
   bad["sink_rate"] = {1.0};
   EXPECT_THROW(trace::ProfileFromJson(bad, "bad"), Error);
+}
+
+// A gpt_oss checkpoint with large learned sink logits: the profile carries the slot share per
+// layer, which survives the cache's JSON (and a wrong length is refused).
+TEST(TraceStages, LearnedSinkSlotShareInTheProfile) {
+  const Model m = test::LoadRandomHf(R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 32,
+      "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 61, "max_position_embeddings": 128,
+      "num_local_experts": 3, "num_experts_per_tok": 2, "sliding_window": 8})", 4, "trace_gpt_oss",
+      [](test::HfTensors& w) {
+        for (int l = 0; l < 2; ++l)
+          for (int h = 0; h < 4; ++h) w.at("model.layers." + std::to_string(l) + ".self_attn.sinks")[h] = 12.0f;
+      });
+  std::vector<std::vector<int>> samples(2, std::vector<int>(16));
+  for (int n = 0; n < 2; ++n)
+    for (int t = 0; t < 16; ++t) samples[n][t] = (7 * t + 13 * n + 1) % 61;
+  const Profile p = trace::MeasureProfile(m, samples, {});
+  EXPECT_EQ(p.sink_slot_rate, (std::vector<double>{1.0, 1.0}));
+  EXPECT_EQ(p.onset_layer, -1);  // nothing on position 0
+  const Profile q = trace::ProfileFromJson(nlohmann::json::parse(trace::ProfileJson(p).dump()), "x");
+  EXPECT_EQ(q.sink_slot_rate, p.sink_slot_rate);
+  nlohmann::json bad = trace::ProfileJson(p);
+  bad["sink_slot_rate"] = {1.0};
+  EXPECT_THROW(trace::ProfileFromJson(bad, "bad"), Error);
+  std::vector<trace::CheckpointResult> results(1);
+  results[0].ok = true;
+  results[0].profile = p;
+  EXPECT_NE(trace::TraceTable(results, {}).find("slot share"), std::string::npos);
 }
 
 // Fuzz findings (fuzz/seeds/fuzz_trace_cache/regression-*): a float where an integer belongs was

@@ -68,7 +68,12 @@ double Median(std::vector<T>& v) {
 class Accumulator {
  public:
   Accumulator(const ModelConfig& c, int T, const AnalyzeOptions& o)
-      : L_(c.n_layers), H_(c.n_heads), D_(c.dim), K_(o.first_k), T_(T), eps_(o.eps) {
+      : L_(c.n_layers), H_(c.n_heads), D_(c.dim), K_(o.first_k), T_(T), eps_(o.eps),
+        has_sink_slot_(c.attn_sinks) {
+    for (int l = 0; l < L_; ++l) window_.push_back(c.Window(l));
+    alpha_sink_sum_.assign(static_cast<size_t>(L_) * H_, 0.0);
+    sample_alpha_sink_.assign(alpha_sink_sum_.size(), 0.0);
+    slot_layer_sum_.assign(L_, 0.0);
     alpha_sum_.assign(static_cast<size_t>(K_) * L_ * H_, 0.0);
     sample_alpha_.assign(alpha_sum_.size(), 0.0);
     sink_sum_.assign(K_, 0.0);
@@ -109,6 +114,16 @@ class Accumulator {
         ++counts[key];
       }
       sample_top_share_[static_cast<size_t>(l) * H_ + h] = share / (T_ - 1);
+    }
+  }
+
+  // The mass on the learned sink slot of layer l for the current sample: slot(h, i).
+  template <typename Slot>
+  void AddSinkSlot(int l, Slot slot) {
+    for (int h = 0; h < H_; ++h) {
+      double sum = 0;
+      for (int i = 0; i < T_; ++i) sum += slot(h, i);
+      sample_alpha_sink_[static_cast<size_t>(l) * H_ + h] = sum / T_;
     }
   }
 
@@ -219,6 +234,30 @@ class Accumulator {
       }
       sink_sum_[k] += static_cast<double>(total) / (L_ * H_);
     }
+    // Sink_0^eps over the global and the sliding layers apart.
+    int64_t global_heads = 0, global_sinks = 0, sliding_heads = 0, sliding_sinks = 0;
+    for (int l = 0; l < L_; ++l)
+      for (int h = 0; h < H_; ++h) {
+        const bool sink = sample_alpha_[static_cast<size_t>(l) * H_ + h] > eps_;  // k = 0
+        if (window_[l] > 0) {
+          ++sliding_heads, sliding_sinks += sink;
+        } else {
+          ++global_heads, global_sinks += sink;
+        }
+      }
+    global_sum_ += global_heads ? static_cast<double>(global_sinks) / global_heads : 0.0;
+    sliding_sum_ += sliding_heads ? static_cast<double>(sliding_sinks) / sliding_heads : 0.0;
+    if (has_sink_slot_) {
+      int64_t total = 0;
+      for (int l = 0; l < L_; ++l) {
+        int count = 0;
+        for (int h = 0; h < H_; ++h) count += sample_alpha_sink_[static_cast<size_t>(l) * H_ + h] > eps_;
+        slot_layer_sum_[l] += static_cast<double>(count) / H_;
+        total += count;
+      }
+      slot_sum_ += static_cast<double>(total) / (L_ * H_);
+      for (size_t i = 0; i < alpha_sink_sum_.size(); ++i) alpha_sink_sum_[i] += sample_alpha_sink_[i];
+    }
     for (size_t i = 0; i < alpha_sum_.size(); ++i) alpha_sum_[i] += sample_alpha_[i];
     for (size_t i = 0; i < top_share_sum_.size(); ++i) top_share_sum_[i] += sample_top_share_[i];
     ++sample_;
@@ -240,6 +279,16 @@ class Accumulator {
       return m;
     };
     r.alpha = mean(alpha_sum_);
+    r.layer_window = window_;
+    r.sink_rate_global = global_sum_ / N;
+    const bool any_sliding = std::any_of(window_.begin(), window_.end(), [](int w) { return w > 0; });
+    r.sink_rate_sliding = any_sliding ? sliding_sum_ / N : std::numeric_limits<double>::quiet_NaN();
+    r.has_sink_slot = has_sink_slot_;
+    if (has_sink_slot_) {
+      r.alpha_sink = mean(alpha_sink_sum_);
+      r.sink_slot_rate = slot_sum_ / N;
+      r.sink_slot_rate_per_layer = mean(slot_layer_sum_);
+    }
     r.sink_rate = mean(sink_sum_);
     r.sink_rate_per_layer = mean(sink_layer_sum_);
     r.sink_rate_from_layer = mean(sink_from_sum_);
@@ -287,7 +336,12 @@ class Accumulator {
  private:
   int L_, H_, D_, K_, T_;
   double eps_;
+  bool has_sink_slot_;
+  std::vector<int> window_;                         // (L)
   int sample_ = 0;
+  double global_sum_ = 0, sliding_sum_ = 0, slot_sum_ = 0;
+  std::vector<double> alpha_sink_sum_, sample_alpha_sink_;  // (L, H)
+  std::vector<double> slot_layer_sum_;              // (L)
   std::vector<double> alpha_sum_, sample_alpha_;    // (K, L, H)
   std::vector<double> sink_sum_;                    // (K)
   std::vector<double> sink_layer_sum_, sink_from_sum_;  // (K, L)
@@ -338,6 +392,14 @@ ConditionResult AnalyzeSamples(const Model& model, Condition condition,
     acc.AddAttention(
         l, [&](int h, int i, int k) { return p[(static_cast<int64_t>(h) * T + i) * T + k]; },
         [&](int h, int i) { return RowTop(p + (static_cast<int64_t>(h) * T + i) * T, i); });
+    // The sink slot's mass is what the row lacks (its probabilities sum to 1 - p_sink).
+    if (c.attn_sinks)
+      acc.AddSinkSlot(l, [&](int h, int i) {
+        const float* row = p + (static_cast<int64_t>(h) * T + i) * T;
+        double sum = 0;
+        for (int j = 0; j <= i; ++j) sum += row[j];
+        return 1.0 - sum;
+      });
   };
 
   Hooks hooks;
@@ -381,6 +443,10 @@ ConditionResult AnalyzeSamples(const Model& model, Condition condition,
               const int64_t at = base + static_cast<int64_t>(h) * T + i;
               return std::pair<int, float>(stats.top_key[at], stats.top_prob[at]);
             });
+        if (c.attn_sinks)
+          acc.AddSinkSlot(l, [&](int h, int i) {
+            return static_cast<double>(stats.sink_prob[base + static_cast<int64_t>(h) * T + i]);
+          });
       }
     } else if (keep_all) {
       for (int l = 0; l < L; ++l) reduce_pattern(l, kept[l].data());

@@ -100,6 +100,17 @@ struct ConditionResult {
   std::vector<double> p0_cosine;           // (L) mean pairwise cosine of h_0 across samples
   std::vector<double> other_cosine;        // (L) the same over positions >= 1 (pooled)
   std::vector<CapturedPattern> patterns;
+  // Models with learned sink logits (gpt-oss): the mass each head puts on its sink slot, which
+  // the rows' probabilities over the keys then lack (they sum to 1 - alpha_sink).
+  bool has_sink_slot = false;
+  std::vector<double> alpha_sink;              // (L, H) mean over samples and queries i in [0, T-1]
+  double sink_slot_rate = 0;                   // share of (l, h) with alpha_sink > eps, per sample
+  std::vector<double> sink_slot_rate_per_layer;  // (L)
+  // Each layer's sliding window (0: global). A sliding layer's queries past the window cannot see
+  // position 0, so its alpha_0 is reported apart from the global layers'.
+  std::vector<int> layer_window;               // (L)
+  double sink_rate_global = 0;                 // Sink_0^eps over global layers' heads (per sample)
+  double sink_rate_sliding = 0;                // the same over sliding layers' heads; NaN if none
 
   double Alpha(int k, int l, int h) const { return alpha[(static_cast<size_t>(k) * n_layers + l) * n_heads + h]; }
 };

@@ -105,10 +105,33 @@ json ConditionJson(const ConditionResult& r) {
     patterns.push_back({{"layer", p.head.layer}, {"head", p.head.head}, {"length", p.T}});
   }
   j["patterns"] = patterns;
+  j["layer_window"] = r.layer_window;
+  j["sink_rate_global_layers"] = r.sink_rate_global;
+  j["sink_rate_sliding_layers"] = std::isnan(r.sink_rate_sliding) ? json(nullptr) : json(r.sink_rate_sliding);
+  if (r.has_sink_slot) {
+    j["sink_slot"] = {{"alpha_sink", Nested2(r.alpha_sink, L, H)},
+                      {"rate", r.sink_slot_rate},
+                      {"rate_per_layer", r.sink_slot_rate_per_layer}};
+  }
   return j;
 }
 
+
 std::string F(double v, int precision = 3) { return report::FormatNumber(v, precision); }
+
+// Which carries the sink: position 0 (alpha_0), the learned slot (alpha_sink), both or neither,
+// judged on the share of heads above eps (mean over samples).
+std::string SinkCarrier(const ConditionResult& r) {
+  auto pct = [](double share) { return fmt::format("{:.0f} % of heads", 100 * share); };
+  const double p0 = r.sink_rate[0];
+  if (!r.has_sink_slot)
+    return p0 > 0 ? fmt::format("position 0 ({})", pct(p0)) : "no head sinks on position 0";
+  const double slot = r.sink_slot_rate;
+  if (slot == 0 && p0 == 0) return "neither the learned sink slot nor position 0";
+  if (slot > 0 && p0 == 0) return fmt::format("the learned sink slot ({}), not position 0", pct(slot));
+  if (slot == 0) return fmt::format("position 0 ({}), not the learned sink slot", pct(p0));
+  return fmt::format("both: the learned sink slot ({}) and position 0 ({})", pct(slot), pct(p0));
+}
 
 double LayerMeanAlpha(const ConditionResult& r, int k, int l) {
   double s = 0;
@@ -203,7 +226,26 @@ std::string ReportSummary(const AnalyzeReport& report) {
   std::string of_mean = "all layers (threshold on the mean alpha_0):";
   for (const auto& r : conds)
     of_mean += fmt::format(" {}={}", ConditionName(r.condition), F(r.sink_rate_of_mean_alpha[0]));
-  out += all + "\n" + of_mean + "\n\n";
+  out += all + "\n" + of_mean + "\n";
+  if (!std::isnan(conds[0].sink_rate_sliding)) {
+    // A sliding layer's queries past its window cannot see position 0 at all.
+    std::string split = "global layers:";
+    for (const auto& r : conds) split += fmt::format(" {}={}", ConditionName(r.condition), F(r.sink_rate_global));
+    split += "; sliding-window layers:";
+    for (const auto& r : conds) split += fmt::format(" {}={}", ConditionName(r.condition), F(r.sink_rate_sliding));
+    out += split + " (Sink_0, reported apart: past its window a sliding layer cannot see position 0)\n";
+  }
+  if (conds[0].has_sink_slot) {
+    out += "\n" + per_layer(fmt::format("learned sink slot: share of heads with alpha_sink > {:g} per layer", conds[0].eps),
+                             [](const ConditionResult& r, int l) { return r.sink_slot_rate_per_layer[l]; });
+    out += per_layer("mean alpha_sink over the layer's heads", [](const ConditionResult& r, int l) {
+      double sum = 0;
+      for (int h = 0; h < r.n_heads; ++h) sum += r.alpha_sink[static_cast<size_t>(l) * r.n_heads + h];
+      return sum / r.n_heads;
+    });
+  }
+  for (const auto& r : conds) out += fmt::format("sink carried by ({}): {}\n", ConditionName(r.condition), SinkCarrier(r));
+  out += "\n";
   out += per_layer("mean alpha_0 over the layer's heads",
                    [](const ConditionResult& r, int l) { return LayerMeanAlpha(r, 0, l); });
   out += "\n" + per_layer("P0 norm ratio ||h_0|| / median_{i>=1} ||h_i|| after each block",
@@ -274,6 +316,38 @@ std::string ReportHtml(const AnalyzeReport& report) {
     o.reference_y = 1.0;
     o.reference_label = "all heads";
     page.Raw(report::LineChart(series, o));
+  }
+  if (conds[0].has_sink_slot) {
+    page.Heading("Learned sink slot per head");
+    page.Paragraph(fmt::format(
+        "This model gives every head a learned sink logit (gpt-oss): the softmax runs over the "
+        "keys and the slot, so a row's probabilities over the tokens sum to 1 - alpha_sink. "
+        "alpha_sink: mean mass on the slot over all queries. Sink carried by: {}.",
+        SinkCarrier(conds[0])));
+    for (const auto& r : conds) {
+      std::vector<std::vector<double>> grid(L, std::vector<double>(H));
+      for (int l = 0; l < L; ++l)
+        for (int h = 0; h < H; ++h) grid[l][h] = r.alpha_sink[static_cast<size_t>(l) * H + h];
+      report::HeatmapOptions o;
+      o.title = "alpha_sink, " + ConditionName(r.condition);
+      o.row_label = "layer";
+      o.col_label = "head";
+      page.Raw(report::Heatmap(grid, o));
+    }
+  }
+  if (!std::isnan(conds[0].sink_rate_sliding)) {
+    std::string windows;
+    for (int l = 0; l < L; ++l)
+      windows += fmt::format("{}{}", l ? ", " : "", conds[0].layer_window[l] > 0
+                                                        ? fmt::format("{}: W {}", l, conds[0].layer_window[l])
+                                                        : fmt::format("{}: global", l));
+    std::string rates;
+    for (const auto& r : conds)
+      rates += fmt::format("{}{}: global {}, sliding {}", rates.empty() ? "" : "; ",
+                           ConditionName(r.condition), F(r.sink_rate_global), F(r.sink_rate_sliding));
+    page.Paragraph(fmt::format(
+        "Sliding-window layers ({}). Past its window a sliding layer's queries cannot see position "
+        "0, so its alpha_0 is low by construction; Sink_0 apart: {}.", windows, rates));
   }
   page.Heading("alpha_0 per head");
   for (const auto& r : conds) {

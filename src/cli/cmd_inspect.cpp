@@ -46,7 +46,19 @@ void RegisterInspect(CLI::App& app) {
     if (c.post_norms) features.push_back("norms after attention and MLP");
     if (c.parallel_residual) features.push_back("parallel residual");
     if (c.learned_pos) features.push_back("learned positions");
-    if (c.sliding_window > 0) features.push_back(fmt::format("sliding window {}", c.sliding_window));
+    if (c.sliding_window > 0) {
+      int sliding = 0;
+      for (int l = 0; l < c.n_layers; ++l) sliding += c.Window(l) > 0;
+      features.push_back(sliding == c.n_layers
+                             ? fmt::format("sliding window {}", c.sliding_window)
+                             : fmt::format("sliding window {} on {} of {} layers", c.sliding_window,
+                                           sliding, c.n_layers));
+    }
+    if (c.attn_sinks) features.push_back("learned sink logit per head");
+    if (c.rope_scaling == RopeScalingKind::kYarn)
+      features.push_back(fmt::format("YaRN RoPE scaling x{} (original {})", c.rope_scaling_factor,
+                                     c.rope_original_max_seq_len));
+    if (c.swiglu_limit > 0) features.push_back(fmt::format("clamped expert GLU (limit {})", c.swiglu_limit));
     if (c.rotary_dim > 0) features.push_back(fmt::format("rotary dims {} of {}", c.rotary_dim, c.head_dim));
     if (c.rope_scaling == RopeScalingKind::kLinear)
       features.push_back(fmt::format("linear RoPE scaling x{}", c.rope_scaling_factor));

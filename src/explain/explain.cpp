@@ -104,6 +104,8 @@ struct RunMetrics {
   std::vector<int> sink0;       // (L) heads with alpha_0 > eps
   std::vector<int> sink1;       // (L) heads with alpha_1 > eps
   std::vector<double> p0_ratio; // (L)
+  std::vector<double> slot;     // (L) mean alpha_sink over the layer's heads (learned sink logits)
+  std::vector<int> slot_heads;  // (L) heads with alpha_sink > eps
 };
 
 // Where an intervened forward may start: block `layer`, from the clean residual stream entering
@@ -149,6 +151,17 @@ class Runner {
         m.sink0[l] += Alpha(l, h, 0) > eps_;
         m.sink1[l] += Alpha(l, h, 1) > eps_;
       }
+    if (c_.attn_sinks) {  // the mass on each head's learned sink slot (the blocks run this pass)
+      m.slot.assign(L, 0.0);
+      m.slot_heads.assign(L, 0);
+      for (int l = 0; l < L; ++l)
+        for (int h = 0; h < H; ++h) {
+          const double a = l < first ? 0.0 : SlotMass(l, h);
+          m.slot[l] += a / H;
+          m.slot_heads[l] += a > eps_;
+        }
+      for (int l = 0; l < first; ++l) m.slot[l] = resume->clean->slot[l], m.slot_heads[l] = resume->clean->slot_heads[l];
+    }
     ++passes;
     blocks += L - first;
     return m;
@@ -174,6 +187,13 @@ class Runner {
     double s = 0;
     for (int i = k; i < T_; ++i) s += p[static_cast<int64_t>(i) * 2 + k];
     return s / (T_ - k);
+  }
+  // alpha_sink^{l,h} of the last run: mean over queries of the learned slot's mass.
+  double SlotMass(int l, int h) const {
+    const float* p = stats_.sink_prob.data() + (static_cast<int64_t>(l) * c_.n_heads + h) * T_;
+    double s = 0;
+    for (int i = 0; i < T_; ++i) s += p[i];
+    return s / T_;
   }
   const float* SumSq(int l, int h) const {
     return stats_.sum_sq.data() + (static_cast<int64_t>(l) * c_.n_heads + h) * T_;
@@ -444,6 +464,7 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
   r.length = T;
   r.n_layers = L;
   r.n_heads = H;
+  r.has_sink_slot = model.config.attn_sinks;
   r.options = options;
   r.options.progress = nullptr;
 
@@ -488,6 +509,17 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
     }
     d.p0_norm_ratio = ratio / N;
     d.sink_rate = rate / N;
+    if (model.config.attn_sinks) {
+      double slot = 0, slot_rate = 0;
+      for (int n = 0; n < N; ++n) {
+        slot += clean[n].slot[l];
+        slot_rate += static_cast<double>(clean[n].slot_heads[l]) / H;
+      }
+      d.mean_alpha_sink = slot / N;
+      d.sink_slot_rate = slot_rate / N;
+      r.sink_slot_rate += d.sink_slot_rate / L;
+      if (r.slot_onset_layer < 0 && d.sink_slot_rate > options.onset_threshold) r.slot_onset_layer = l;
+    }
     r.sink_rate += d.sink_rate / L;
     if (r.amplification_layer < 0 && d.p0_norm_ratio > options.amplification_threshold)
       r.amplification_layer = l;
@@ -653,7 +685,11 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
   t_phase = Clock::now();
   // ---- Verdict and circuit search.
   if (r.onset_layer < 0) {
-    r.verdict = r.other_sink_layer >= 0 ? "sink-not-at-p0" : "no-sink";
+    // A learned sink slot (gpt-oss) holding the mass is the model's sink; it is not a position,
+    // so there is no position-0 circuit to look for.
+    r.verdict = r.slot_onset_layer >= 0   ? "sink-on-learned-slot"
+                : r.other_sink_layer >= 0 ? "sink-not-at-p0"
+                                          : "no-sink";
   } else {
     CircuitSearch& cs = r.circuit;
     cs.ran = true;

@@ -78,6 +78,8 @@ std::vector<Component> ParseComponents(const std::string& spec, const ModelConfi
                                        const std::string& flag);
 
 struct LayerDecomposition {
+  // Learned sink logits (gpt-oss): mean alpha_sink over the layer's heads and the share above eps.
+  double mean_alpha_sink = 0, sink_slot_rate = 0;
   // Position 0 (means over samples).
   double p0_norm_pre = 0, p0_norm_post = 0;
   double p0_carry = 0, p0_attn = 0, p0_mlp = 0, p0_unexplained = 0;  // sum = p0_norm_post
@@ -149,11 +151,15 @@ struct ExplainResult {
   int onset_layer = -1;
   int other_sink_layer = -1;  // first layer whose other_sink_rate exceeds the onset threshold
   double sink_rate = 0;       // Sink_0^eps over all layers
+  bool has_sink_slot = false; // the model has learned sink logits (gpt-oss)
+  double sink_slot_rate = 0;  // share of heads with alpha_sink > eps, over all layers
+  int slot_onset_layer = -1;  // first layer whose sink_slot_rate exceeds the onset threshold
   std::vector<InterventionEffect> interventions;
   CircuitSearch circuit;
   std::vector<ConeFit> cones;  // (L * H)
   // "p0-circuit-in-blocks-0-1", "p0-circuit-elsewhere", "p0-sink-no-circuit-found",
-  // "sink-not-at-p0", "no-sink".
+  // "sink-on-learned-slot" (the mass is on learned sink logits, not a position), "sink-not-at-p0",
+  // "no-sink".
   std::string verdict;
   int64_t forward_passes = 0;
   int64_t block_evaluations = 0;  // blocks run over all passes (< passes x L when resuming)

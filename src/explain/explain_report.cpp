@@ -44,6 +44,11 @@ std::string Describe(const ExplainResult& r) {
   if (r.verdict == "no-sink")
     return fmt::format("no layer has Sink_0^{} above {} and no other position draws a sink; "
                        "there is no sink to explain", r.options.eps, r.options.onset_threshold);
+  if (r.verdict == "sink-on-learned-slot")
+    return fmt::format("heads put their sink mass on the learned sink slot (from layer {}; {:.0f}% "
+                       "of heads have alpha_sink > {}), and no layer sinks on position 0: the sink "
+                       "is a parameter, not a position, so there is no position-0 circuit",
+                       r.slot_onset_layer, 100 * r.sink_slot_rate, r.options.eps);
   if (r.verdict == "sink-not-at-p0")
     return fmt::format("heads sink on a position other than 0 (from layer {}), not on position 0",
                        r.other_sink_layer);
@@ -84,6 +89,10 @@ json ReportJson(const ExplainReport& rep) {
   j["onset_layer"] = Layer(r.onset_layer);
   j["other_sink_layer"] = Layer(r.other_sink_layer);
   j["sink_rate"] = Num(r.sink_rate);
+  if (r.has_sink_slot) {
+    j["sink_slot_rate"] = Num(r.sink_slot_rate);
+    j["slot_onset_layer"] = r.slot_onset_layer;
+  }
   j["forward_passes"] = r.forward_passes;
   j["block_evaluations"] = r.block_evaluations;
   j["seconds"] = {{"clean", r.clean_seconds}, {"interventions", r.intervention_seconds},
@@ -96,6 +105,7 @@ json ReportJson(const ExplainReport& rep) {
     for (double v : d.other_head) heads_o.push_back(Num(v));
     layers.push_back({{"layer", l}, {"sink_rate", Num(d.sink_rate)}, {"mean_alpha0", Num(d.mean_alpha0)},
                       {"other_sink_rate", Num(d.other_sink_rate)},
+                      {"mean_alpha_sink", Num(d.mean_alpha_sink)}, {"sink_slot_rate", Num(d.sink_slot_rate)},
                       {"p0_norm_ratio", Num(d.p0_norm_ratio)},
                       {"p0", {{"norm_pre", Num(d.p0_norm_pre)}, {"norm_post", Num(d.p0_norm_post)},
                               {"carry", Num(d.p0_carry)}, {"attn", Num(d.p0_attn)}, {"mlp", Num(d.p0_mlp)},

@@ -233,6 +233,7 @@ Profile MeasureProfile(const Model& model, const std::vector<std::vector<int>>& 
   p.other_sink_share = double(other_sinks) / (double(L) * H);
   p.alpha1_share = K > 1 ? r.sink_rate[1] : 0.0;
   p.p0_norm_ratio = r.p0_norm_ratio;
+  if (r.has_sink_slot) p.sink_slot_rate = r.sink_slot_rate_per_layer;
   ComputeLayers(p, options);
 
   // Validation loss: mean cross-entropy of token t+1 given 0..t over every sample, in double.
@@ -263,7 +264,7 @@ Profile MeasureProfile(const Model& model, const std::vector<std::vector<int>>& 
 }
 
 nlohmann::json ProfileJson(const Profile& p) {
-  return {{"n_layers", p.n_layers},
+  nlohmann::json j = {{"n_layers", p.n_layers},
           {"n_heads", p.n_heads},
           {"sink_rate", p.sink_rate},
           {"alpha0", p.alpha0},
@@ -275,6 +276,8 @@ nlohmann::json ProfileJson(const Profile& p) {
           {"onset_layer", p.onset_layer},
           {"amplification_layer", p.amplification_layer},
           {"loss", p.loss}};
+  if (!p.sink_slot_rate.empty()) j["sink_slot_rate"] = p.sink_slot_rate;
+  return j;
 }
 
 Profile ProfileFromJson(const nlohmann::json& j, const std::string& source) {
@@ -294,12 +297,14 @@ Profile ProfileFromJson(const nlohmann::json& j, const std::string& source) {
     p.onset_layer = static_cast<int>(JsonInteger(j, "onset_layer", -1, last, source));
     p.amplification_layer = static_cast<int>(JsonInteger(j, "amplification_layer", -1, last, source));
     p.loss = j.at("loss").get<double>();
+    if (j.contains("sink_slot_rate")) p.sink_slot_rate = j.at("sink_slot_rate").get<std::vector<double>>();
   } catch (const nlohmann::json::exception& e) {
     Fail("{}: not a sinkscope trace profile ({})", source, e.what());
   }
   const size_t L = static_cast<size_t>(p.n_layers);
   if (p.sink_rate.size() != L || p.alpha0.size() != L || p.alpha1.size() != L ||
-      p.other_top.size() != L || p.p0_norm_ratio.size() != L)
+      p.other_top.size() != L || p.p0_norm_ratio.size() != L ||
+      (!p.sink_slot_rate.empty() && p.sink_slot_rate.size() != L))
     Fail("{}: per-layer arrays do not have n_layers = {} entries", source, L);
   return p;
 }

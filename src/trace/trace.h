@@ -75,6 +75,9 @@ struct Profile {
   int onset_layer = -1;         // first layer with sink_rate > onset threshold; -1 none
   int amplification_layer = -1; // first layer with p0_norm_ratio > amplification threshold; -1 none
   double loss = 0;              // mean next-token cross-entropy (nats) over the samples
+  // Models with learned sink logits (gpt-oss): per layer, the share of heads whose mass on the
+  // sink slot (alpha_sink) exceeds eps. Empty for other models.
+  std::vector<double> sink_slot_rate;
 };
 
 struct ProfileOptions {

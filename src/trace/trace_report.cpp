@@ -53,12 +53,17 @@ nlohmann::json TraceJson(const std::vector<CheckpointResult>& results, const Tra
 }
 
 std::string TraceTable(const std::vector<CheckpointResult>& results, const StageOptions& options) {
+  // Checkpoints with learned sink logits (gpt-oss) add the share of heads on the sink slot.
+  const bool slot = std::any_of(results.begin(), results.end(),
+                                [](const CheckpointResult& r) { return r.ok && !r.profile.sink_slot_rate.empty(); });
   std::vector<std::vector<std::string>> rows = {
       {"step", "loss", "stage", "onset", "amplif", "P0 ratio b0-1", "sink rate b0-1", "alpha1 share",
        "other-pos share"}};
+  if (slot) rows[0].push_back("slot share");
   for (const auto& r : results) {
     if (!r.ok) {
       rows.push_back({std::to_string(r.ref.step), "-", "FAILED", "-", "-", "-", "-", "-", "-"});
+      if (slot) rows.back().push_back("-");
       continue;
     }
     const Profile& p = r.profile;
@@ -68,6 +73,11 @@ std::string TraceTable(const std::vector<CheckpointResult>& results, const Stage
                     fmt::format("{:.2f}", FirstBlocksMax(p.p0_norm_ratio)),
                     fmt::format("{:.2f}", FirstBlocksMax(p.sink_rate)),
                     fmt::format("{:.3f}", p.alpha1_share), fmt::format("{:.3f}", p.other_sink_share)});
+    if (slot) {
+      double mean = 0;
+      for (double v : p.sink_slot_rate) mean += v / std::max<size_t>(1, p.sink_slot_rate.size());
+      rows.back().push_back(p.sink_slot_rate.empty() ? "-" : fmt::format("{:.3f}", mean));
+    }
   }
   return report::FormatTable(rows);
 }
