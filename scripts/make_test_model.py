@@ -8,6 +8,13 @@ in CI; the tests make tiny ones.
     python3 scripts/make_test_model.py --preset llama-2-7b --out /data/llama2-7b-random
     python3 scripts/make_test_model.py --layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 172 \\
         --vocab 512 --out /tmp/tiny --dtype bf16
+    python3 scripts/make_test_model.py --preset gpt-oss-tiny --sink-logit 4 --out /tmp/gptoss
+
+--family gpt_oss (the gpt-oss presets set it) writes transformers' GptOssForCausalLM layout: the
+Llama tensors plus attention biases, one learned sink logit per head (self_attn.sinks, filled with
+--sink-logit, or normal(0, 1) if not given), a biased router and the experts fused as
+mlp.experts.gate_up_proj (E, D, 2F) / down_proj (E, F, D) with their biases; layers alternate
+sliding window (--window) and full attention from layer 0, RoPE is YaRN as gpt-oss's config.json.
 
 Weights: normal(0, 0.02) (norm weights 1), from numpy's PCG64 seeded with --seed, tensor by tensor in
 the order written, so the same arguments give the same bytes. BF16 is rounded to nearest even from
@@ -37,13 +44,22 @@ PRESETS = {
                         rope_theta=10000.0, norm_eps=1e-5),
     "stories15m": dict(layers=6, dim=288, heads=6, kv_heads=6, ffn=768, vocab=32000, ctx=256,
                        rope_theta=10000.0, norm_eps=1e-5),
+    # gpt-oss-20b (openai/gpt-oss-20b config.json): 24 layers, 32 experts of width 2880, top 4.
+    "gpt-oss-20b": dict(family="gpt_oss", layers=24, dim=2880, heads=64, kv_heads=8, head_dim=64,
+                        ffn=2880, experts=32, top_k=4, vocab=201088, ctx=131072, window=128,
+                        rope_theta=150000.0, norm_eps=1e-5),
+    "gpt-oss-tiny": dict(family="gpt_oss", layers=4, dim=64, heads=8, kv_heads=2, head_dim=8,
+                         ffn=32, experts=4, top_k=2, vocab=512, ctx=16384, window=16,
+                         rope_theta=150000.0, norm_eps=1e-5),
 }
 DTYPES = {"bf16": ("BF16", 2, "bfloat16"), "f16": ("F16", 2, "float16"), "f32": ("F32", 4, "float32")}
 CHUNK = 1 << 22  # values drawn at a time
 
 
 def tensors(s):
-    """(name, shape, kind) in the order written; kind "norm" is all ones."""
+    """(name, shape, kind) in the order written; kind "norm" is all ones, "sink" the sink logits."""
+    if s["family"] == "gpt_oss":
+        return gpt_oss_tensors(s)
     d, hd = s["dim"], s["dim"] // s["heads"]
     out = [("model.embed_tokens.weight", (s["vocab"], d), "w")]
     for i in range(s["layers"]):
@@ -61,6 +77,29 @@ def tensors(s):
     return out
 
 
+def gpt_oss_tensors(s):
+    """transformers' GptOssForCausalLM state dict (modeling_gpt_oss.py)."""
+    d, hd, e, f = s["dim"], s["head_dim"], s["experts"], s["ffn"]
+    q, kv = s["heads"] * hd, s["kv_heads"] * hd
+    out = [("model.embed_tokens.weight", (s["vocab"], d), "w")]
+    for i in range(s["layers"]):
+        p = f"model.layers.{i}."
+        out += [(p + "input_layernorm.weight", (d,), "norm"),
+                (p + "self_attn.q_proj.weight", (q, d), "w"), (p + "self_attn.q_proj.bias", (q,), "w"),
+                (p + "self_attn.k_proj.weight", (kv, d), "w"), (p + "self_attn.k_proj.bias", (kv,), "w"),
+                (p + "self_attn.v_proj.weight", (kv, d), "w"), (p + "self_attn.v_proj.bias", (kv,), "w"),
+                (p + "self_attn.o_proj.weight", (d, q), "w"), (p + "self_attn.o_proj.bias", (d,), "w"),
+                (p + "self_attn.sinks", (s["heads"],), "sink"),
+                (p + "post_attention_layernorm.weight", (d,), "norm"),
+                (p + "mlp.router.weight", (e, d), "w"), (p + "mlp.router.bias", (e,), "w"),
+                (p + "mlp.experts.gate_up_proj", (e, d, 2 * f), "w"),
+                (p + "mlp.experts.gate_up_proj_bias", (e, 2 * f), "w"),
+                (p + "mlp.experts.down_proj", (e, f, d), "w"),
+                (p + "mlp.experts.down_proj_bias", (e, d), "w")]
+    out += [("model.norm.weight", (d,), "norm"), ("lm_head.weight", (s["vocab"], d), "w")]
+    return out
+
+
 def encode(x, dtype):
     if dtype == "f32":
         return x.astype("<f4").tobytes()
@@ -71,7 +110,7 @@ def encode(x, dtype):
     return rounded.astype("<u2").tobytes()
 
 
-def write_shard(path, items, dtype, rng):
+def write_shard(path, items, dtype, rng, sink_logit):
     name, width, _ = DTYPES[dtype]
     header, offset = {}, 0
     for tname, shape, _ in items:
@@ -88,7 +127,13 @@ def write_shard(path, items, dtype, rng):
             left = int(np.prod(shape))
             while left:
                 n = min(left, CHUNK)
-                x = np.ones(n, np.float32) if kind == "norm" else rng.normal(0, 0.02, n).astype(np.float32)
+                if kind == "norm":
+                    x = np.ones(n, np.float32)
+                elif kind == "sink":
+                    x = (np.full(n, sink_logit, np.float32) if sink_logit is not None
+                         else rng.normal(0, 1, n).astype(np.float32))
+                else:
+                    x = rng.normal(0, 0.02, n).astype(np.float32)
                 f.write(encode(x, dtype))
                 left -= n
     return offset
@@ -101,6 +146,10 @@ def main():
         ap.add_argument("--" + k.replace("_", "-"), type=int)
     ap.add_argument("--rope-theta", type=float)
     ap.add_argument("--norm-eps", type=float)
+    ap.add_argument("--family", choices=["llama", "gpt_oss"])
+    for k in ("head_dim", "experts", "top_k", "window"):
+        ap.add_argument("--" + k.replace("_", "-"), type=int)
+    ap.add_argument("--sink-logit", type=float, help="gpt_oss: every head's sink logit")
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     ap.add_argument("--shard-gb", type=float, default=4.0, help="largest shard (GB)")
     ap.add_argument("--seed", type=int, default=0)
@@ -108,14 +157,21 @@ def main():
     a = ap.parse_args()
 
     s = dict(PRESETS[a.preset]) if a.preset else dict(ctx=2048, rope_theta=10000.0, norm_eps=1e-5)
-    for k in ("layers", "dim", "heads", "kv_heads", "ffn", "vocab", "ctx", "rope_theta", "norm_eps"):
+    for k in ("layers", "dim", "heads", "kv_heads", "ffn", "vocab", "ctx", "rope_theta", "norm_eps",
+              "family", "head_dim", "experts", "top_k", "window"):
         if getattr(a, k) is not None:
             s[k] = getattr(a, k)
     s.setdefault("kv_heads", s.get("heads"))
-    missing = [k for k in ("layers", "dim", "heads", "ffn", "vocab") if s.get(k) is None]
+    s.setdefault("family", "llama")
+    required = ["layers", "dim", "heads", "ffn", "vocab"]
+    if s["family"] == "gpt_oss":
+        required += ["head_dim", "experts", "top_k", "window"]
+    elif a.sink_logit is not None:
+        sys.exit("make_test_model: --sink-logit needs --family gpt_oss")
+    missing = [k for k in required if s.get(k) is None]
     if missing:
         sys.exit(f"make_test_model: give --preset or every shape flag (missing: {', '.join(missing)})")
-    if s["dim"] % s["heads"] or s["heads"] % s["kv_heads"]:
+    if (s["family"] == "llama" and s["dim"] % s["heads"]) or s["heads"] % s["kv_heads"]:
         sys.exit("make_test_model: dim must be a multiple of heads, and heads of kv-heads")
 
     out = pathlib.Path(a.out)
@@ -141,7 +197,7 @@ def main():
         for i, group in enumerate(shards):
             fname = (f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" if len(shards) > 1
                      else "model.safetensors")
-            total += write_shard(tmp / fname, group, a.dtype, rng)
+            total += write_shard(tmp / fname, group, a.dtype, rng, a.sink_logit)
             weight_map.update({t[0]: fname for t in group})
             print(f"wrote {fname} ({len(group)} tensors)", file=sys.stderr)
         if len(shards) > 1:
@@ -156,6 +212,20 @@ def main():
             "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
             "torch_dtype": DTYPES[a.dtype][2],
         }
+        if s["family"] == "gpt_oss":
+            # gpt-oss's config.json keys (GptOssConfig); YaRN as the published checkpoints.
+            original = min(4096, s["ctx"])
+            config.update({
+                "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
+                "head_dim": s["head_dim"], "attention_bias": True,
+                "num_local_experts": s["experts"], "num_experts_per_tok": s["top_k"],
+                "swiglu_limit": 7.0, "sliding_window": s["window"],
+                "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention"
+                                for i in range(s["layers"])],
+                "rope_scaling": {"rope_type": "yarn", "factor": s["ctx"] / original,
+                                 "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                                 "original_max_position_embeddings": original},
+                "bos_token_id": None, "eos_token_id": None})
         (tmp / "config.json").write_text(json.dumps(config, indent=1) + "\n")
         tmp.rename(out)
     except BaseException:

@@ -530,8 +530,8 @@ HfTensors RandomHfWeights(const ModelConfig& c, uint32_t seed) {
   return w;
 }
 
-Model LoadRandomHf(const std::string& config_json, uint32_t seed, const std::string& name,
-                   const std::function<void(HfTensors&)>& edit) {
+std::string WriteRandomHf(const std::string& config_json, uint32_t seed, const std::string& name,
+                          const std::function<void(HfTensors&)>& edit) {
   const ModelConfig config = ParseHfConfig(config_json, name);
   HfTensors weights = RandomHfWeights(config, seed);
   if (edit) edit(weights);
@@ -539,7 +539,12 @@ Model LoadRandomHf(const std::string& config_json, uint32_t seed, const std::str
   WriteHfConfig(dir + "/config.json", config);
   std::vector<std::pair<std::string, Tensor>> list(weights.begin(), weights.end());
   WriteSafetensors(dir + "/model.safetensors", list);
-  return LoadModel(dir);
+  return dir;
+}
+
+Model LoadRandomHf(const std::string& config_json, uint32_t seed, const std::string& name,
+                   const std::function<void(HfTensors&)>& edit) {
+  return LoadModel(WriteRandomHf(config_json, seed, name, edit));
 }
 
 }  // namespace ss::test

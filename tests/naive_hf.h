@@ -29,6 +29,8 @@ HfTensors RandomHfWeights(const ModelConfig& config, uint32_t seed);
 
 // A random model of `config_json`'s family: RandomHfWeights (then `edit`, if given), written as an
 // HF directory under a temporary `name` and loaded back with LoadModel.
+std::string WriteRandomHf(const std::string& config_json, uint32_t seed, const std::string& name,
+                          const std::function<void(HfTensors&)>& edit = nullptr);  // the directory
 Model LoadRandomHf(const std::string& config_json, uint32_t seed, const std::string& name,
                    const std::function<void(HfTensors&)>& edit = nullptr);
 

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "naive_hf.h"
 #include "test_util.h"
 
 namespace ss {
@@ -201,6 +202,45 @@ TEST_F(AnalyzeCli, WritesJsonAndHtmlThatChromiumRenders) {
   ASSERT_GT(empty, 0);
   EXPECT_GT(page, 20000);
   EXPECT_GT(page, 5 * empty);
+}
+
+// A gpt-oss checkpoint with large learned sink logits, end to end: no BOS id, so the default
+// conditions are refused by name (nothing written); without bos the JSON and the summary report
+// the sink slot, not position 0. Then the same on the tiny preset of scripts/make_test_model.py
+// (BF16, YaRN, 4 layers), when numpy is there to run it.
+TEST_F(AnalyzeCli, GptOssReportsTheLearnedSinkSlot) {
+  const std::string model = test::WriteRandomHf(R"({"architectures": ["GptOssForCausalLM"],
+      "hidden_size": 32, "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 600, "max_position_embeddings": 128,
+      "num_local_experts": 3, "num_experts_per_tok": 2, "sliding_window": 8})", 3, "cli_gpt_oss",
+      [](test::HfTensors& w) {
+        for (int l = 0; l < 2; ++l)
+          for (int h = 0; h < 4; ++h) w.at("model.layers." + std::to_string(l) + ".self_attn.sinks")[h] = 10.0f;
+      });
+  const std::string base = "analyze --model " + model + " --tokens " + Path("tokens.txt") +
+                           " --samples 4 --length 32";
+  ExpectError(base, "declares no BOS token");
+  const std::string json_path = Path("gpt_oss.json");
+  Result r = RunCli(base + " --conditions no-bos,random-p0 --json " + json_path);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("sink carried by (no-bos): the learned sink slot (100 % of heads), not position 0"),
+            std::string::npos) << r.output;
+  std::ifstream in(json_path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const auto& c = j["conditions"][0];
+  EXPECT_EQ(c["sink_slot"]["rate"], 1.0);
+  EXPECT_EQ(c["sink_rate"][0], 0.0);
+  EXPECT_EQ(c["layer_window"], nlohmann::json({8, 0}));
+
+  if (std::system("/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
+    GTEST_SKIP() << "python3-numpy is not installed: scripts/make_test_model.py cannot run (scripts/setup.sh installs it)";
+  const std::string tiny = Path("gpt_oss_tiny");
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + test::RepoPath("scripts/make_test_model.py") +
+                         " --preset gpt-oss-tiny --sink-logit 4 --out " + tiny + " 2>/dev/null").c_str()), 0);
+  r = RunCli("analyze --model " + tiny + " --tokens " + Path("tokens.txt") +
+             " --samples 4 --length 48 --conditions no-bos --json " + json_path);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("sink carried by (no-bos): the learned sink slot"), std::string::npos) << r.output;
 }
 
 }  // namespace

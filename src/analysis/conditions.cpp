@@ -76,8 +76,16 @@ static int RandomToken(SplitMix64& rng, const SampleSpec& spec) {
   }
 }
 
+// The bos condition needs the model's BOS id; gpt-oss, Qwen and others declare none.
+static void CheckBos(Condition condition, const SampleSpec& spec) {
+  if (condition == Condition::kBos && spec.bos_id < 0)
+    Fail("the model declares no BOS token (bos_token_id is null or absent), so the 'bos' condition "
+         "has no first token; use --conditions no-bos,random-p0,repeat");
+}
+
 std::vector<std::vector<int>> BuildSamples(const std::vector<int>& stream, Condition condition,
                                            const SampleSpec& spec, const std::string& source) {
+  CheckBos(condition, spec);
   const std::vector<int64_t> starts =
       DrawWindowStarts(static_cast<int64_t>(stream.size()), spec, source);
   SplitMix64 token_rng(spec.seed + 1);
@@ -111,6 +119,7 @@ std::vector<std::vector<int>> BuildSamples(const std::vector<int>& stream, Condi
 std::vector<int> PromptSample(const std::vector<int>& prompt, Condition condition,
                               const SampleSpec& spec) {
   SS_ASSERT(!prompt.empty());
+  CheckBos(condition, spec);
   std::vector<int> s;
   switch (condition) {
     case Condition::kBos:
