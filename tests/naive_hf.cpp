@@ -154,8 +154,12 @@ std::vector<Vec> Attend(const ModelConfig& c, const Qkv& p, int l, const Tensor*
       for (int j = first; j <= t; ++j) {
         double s = 0;
         for (int d = 0; d < Dh; ++d) s += p.q[t][h * Dh + d] * p.k[j][kvh * Dh + d];
-        if (c.attn_scale_sqrt_dim) s /= std::sqrt(static_cast<double>(Dh));
+        // Gemma: scaling = query_pre_attn_scalar ** -0.5, then c * tanh(s / c).
+        if (c.attn_scale_sqrt_dim)
+          s /= std::sqrt(c.query_pre_attn_scalar > 0 ? static_cast<double>(c.query_pre_attn_scalar)
+                                                     : static_cast<double>(Dh));
         if (c.attn_scale_inverse_layer) s /= static_cast<double>(l + 1);
+        if (c.attn_logit_softcap > 0) s = c.attn_logit_softcap * std::tanh(s / c.attn_logit_softcap);
         score.push_back(s);
         mx = std::max(mx, s);
       }
@@ -331,6 +335,63 @@ std::vector<float> LlamaLike(const ModelConfig& c, const HfTensors& w, const std
   return Logits(x, head, c.final_logit_softcap);
 }
 
+// Gemma 2 and Gemma 3 text (modeling_gemma2.py, modeling_gemma3.py): Gemma's RMSNorm multiplies
+// by (1 + w); embeddings times sqrt(hidden); norms before and after attention and MLP; GeGLU;
+// Gemma 3's per-head q/k norms and its sliding layers' own RoPE base without rope_scaling.
+Vec GemmaRms(const Vec& x, const Tensor& w, double eps, size_t offset = 0, size_t n = 0) {
+  if (n == 0) n = x.size();
+  Vec y = x;
+  double ms = 0;
+  for (size_t i = 0; i < n; ++i) ms += x[offset + i] * x[offset + i];
+  const double inv = 1.0 / std::sqrt(ms / n + eps);
+  for (size_t i = 0; i < n; ++i) y[offset + i] = x[offset + i] * inv * (1.0 + w[i]);
+  return y;
+}
+
+std::vector<float> Gemma(const ModelConfig& c, const HfTensors& w, const std::vector<int>& tokens) {
+  const int T = static_cast<int>(tokens.size()), D = c.dim, Dh = c.head_dim;
+  const bool gemma3 = c.arch == "gemma3_text";
+  const Vec global_inv = InvFreq(c);
+  Vec local_inv;
+  for (int i = 0; i < Dh; i += 2) local_inv.push_back(1.0 / std::pow(c.rope_local_theta, double(i) / Dh));
+  const Tensor& emb = Get(w, "model.embed_tokens.weight");
+  std::vector<Vec> x(T, Vec(D));
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < D; ++i) x[t][i] = emb.row(tokens[t])[i] * std::sqrt(static_cast<double>(D));
+  for (int l = 0; l < c.n_layers; ++l) {
+    auto W = [&](const std::string& s) -> const Tensor& { return Get(w, fmt::format("model.layers.{}.{}", l, s)); };
+    const bool sliding = c.layer_attention.empty() || c.layer_attention[l] == LayerAttention::kSliding;
+    const Vec& inv = gemma3 && sliding ? local_inv : global_inv;
+    Qkv p;
+    for (int t = 0; t < T; ++t) {
+      Vec h = GemmaRms(x[t], W("input_layernorm.weight"), c.norm_eps);
+      Vec q = Linear(h, W("self_attn.q_proj.weight"), nullptr);
+      Vec k = Linear(h, W("self_attn.k_proj.weight"), nullptr);
+      Vec v = Linear(h, W("self_attn.v_proj.weight"), nullptr);
+      if (gemma3) {
+        for (int hh = 0; hh < c.n_heads; ++hh) q = GemmaRms(q, W("self_attn.q_norm.weight"), c.norm_eps, hh * Dh, Dh);
+        for (int hh = 0; hh < c.n_kv_heads; ++hh) k = GemmaRms(k, W("self_attn.k_norm.weight"), c.norm_eps, hh * Dh, Dh);
+      }
+      for (int hh = 0; hh < c.n_heads; ++hh) RopeHalf(q.data() + hh * Dh, inv, t);
+      for (int hh = 0; hh < c.n_kv_heads; ++hh) RopeHalf(k.data() + hh * Dh, inv, t);
+      p.q.push_back(q), p.k.push_back(k), p.v.push_back(v);
+    }
+    const std::vector<Vec> z = Attend(c, p, l);
+    for (int t = 0; t < T; ++t) {
+      Vec o = GemmaRms(Linear(z[t], W("self_attn.o_proj.weight"), nullptr), W("post_attention_layernorm.weight"), c.norm_eps);
+      for (int i = 0; i < D; ++i) x[t][i] += o[i];
+      const Vec h = GemmaRms(x[t], W("pre_feedforward_layernorm.weight"), c.norm_eps);
+      Vec g = Linear(h, W("mlp.gate_proj.weight"), nullptr);
+      const Vec u = Linear(h, W("mlp.up_proj.weight"), nullptr);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = Act(g[i], c.act) * u[i];
+      const Vec m = GemmaRms(Linear(g, W("mlp.down_proj.weight"), nullptr), W("post_feedforward_layernorm.weight"), c.norm_eps);
+      for (int i = 0; i < D; ++i) x[t][i] += m[i];
+    }
+  }
+  for (auto& row : x) row = GemmaRms(row, Get(w, "model.norm.weight"), c.norm_eps);
+  return Logits(x, c.tied_embeddings ? emb : Get(w, "lm_head.weight"), c.final_logit_softcap);
+}
+
 // GPT-2 (modeling_gpt2.py).
 std::vector<float> Gpt2(const ModelConfig& c, const HfTensors& w, const std::vector<int>& tokens) {
   const int T = static_cast<int>(tokens.size()), D = c.dim;
@@ -423,6 +484,7 @@ std::vector<float> GptNeox(const ModelConfig& c, const HfTensors& w, const std::
 std::vector<float> NaiveHfForward(const ModelConfig& c, const HfTensors& w, const std::vector<int>& tokens) {
   if (c.arch == "gpt2") return Gpt2(c, w, tokens);
   if (c.arch == "gpt_neox") return GptNeox(c, w, tokens);
+  if (c.arch == "gemma2" || c.arch == "gemma3_text") return Gemma(c, w, tokens);
   return LlamaLike(c, w, tokens);
 }
 
@@ -473,6 +535,27 @@ HfTensors RandomHfWeights(const ModelConfig& c, uint32_t seed) {
     }
     norm("gpt_neox.final_layer_norm.weight", D), rnd("gpt_neox.final_layer_norm.bias", {D});
     if (!c.tied_embeddings) rnd("embed_out.weight", {V, D});
+    return w;
+  }
+  if (c.arch == "gemma2" || c.arch == "gemma3_text") {
+    rnd("model.embed_tokens.weight", {V, D});
+    for (int l = 0; l < c.n_layers; ++l) {
+      auto n = [&](const char* s) { return fmt::format("model.layers.{}.{}", l, s); };
+      // Norm weights near 0: the model multiplies by 1 + w.
+      for (const char* s : {"input_layernorm.weight", "post_attention_layernorm.weight",
+                            "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight"})
+        rnd(n(s), {D});
+      rnd(n("self_attn.q_proj.weight"), {qd, D});
+      rnd(n("self_attn.k_proj.weight"), {kvd, D});
+      rnd(n("self_attn.v_proj.weight"), {kvd, D});
+      rnd(n("self_attn.o_proj.weight"), {D, qd});
+      if (c.qk_norm == QkNormKind::kPerHead) rnd(n("self_attn.q_norm.weight"), {Dh}), rnd(n("self_attn.k_norm.weight"), {Dh});
+      rnd(n("mlp.gate_proj.weight"), {F, D});
+      rnd(n("mlp.up_proj.weight"), {F, D});
+      rnd(n("mlp.down_proj.weight"), {D, F});
+    }
+    rnd("model.norm.weight", {D});
+    if (!c.tied_embeddings) rnd("lm_head.weight", {V, D});
     return w;
   }
   const bool olmo2 = c.arch == "olmo2";

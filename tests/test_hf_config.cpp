@@ -121,11 +121,35 @@ constexpr const char* kGptOss = R"({
   "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128,
   "swiglu_limit": 7.0, "tie_word_embeddings": false, "transformers_version": "4.55.0.dev0",
   "use_cache": true, "vocab_size": 201088})";
+// Gemma 2 2B (google/gemma-2-2b config.json, 4 layers instead of 26).
+constexpr const char* kGemma2 = R"({
+  "architectures": ["Gemma2ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "attn_logit_softcapping": 50.0, "bos_token_id": 2, "cache_implementation": "hybrid",
+  "eos_token_id": 1, "final_logit_softcapping": 30.0, "head_dim": 256,
+  "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 2304,
+  "initializer_range": 0.02, "intermediate_size": 9216, "max_position_embeddings": 8192,
+  "model_type": "gemma2", "num_attention_heads": 8, "num_hidden_layers": 4,
+  "num_key_value_heads": 4, "pad_token_id": 0, "query_pre_attn_scalar": 256,
+  "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "sliding_window": 4096,
+  "torch_dtype": "float32", "use_cache": true, "vocab_size": 256000})";
+// Gemma 3 1B (google/gemma-3-1b-pt config.json, 7 layers instead of 26).
+constexpr const char* kGemma3 = R"({
+  "architectures": ["Gemma3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "attn_logit_softcapping": null, "bos_token_id": 2, "cache_implementation": "hybrid",
+  "eos_token_id": 1, "final_logit_softcapping": null, "head_dim": 256,
+  "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152, "initializer_range": 0.02,
+  "intermediate_size": 6912, "max_position_embeddings": 32768, "model_type": "gemma3_text",
+  "num_attention_heads": 4, "num_hidden_layers": 7, "num_key_value_heads": 1, "pad_token_id": 0,
+  "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000,
+  "rope_scaling": null, "rope_theta": 1000000, "sliding_window": 512,
+  "sliding_window_pattern": 6, "torch_dtype": "bfloat16", "use_cache": true,
+  "vocab_size": 262144})";
 
 const Sample kSamples[] = {{"llama", kLlama},   {"mistral", kMistral},     {"qwen2", kQwen2},
                            {"qwen3", kQwen3},   {"gpt2", kGpt2},           {"gpt_neox", kNeox},
                            {"olmo2", kOlmo2},   {"qwen3_moe", kQwen3Moe}, {"olmoe", kOlmoe},
-                           {"mixtral", kMixtral}, {"gpt_oss", kGptOss}};
+                           {"mixtral", kMixtral}, {"gpt_oss", kGptOss},
+                           {"gemma2", kGemma2}, {"gemma3_text", kGemma3}};
 
 std::string ErrorOf(const std::string& json) {
   try {
@@ -320,8 +344,22 @@ TEST(HfConfig, RoundTripEveryFamily) {
     ++families;
   }
   std::filesystem::remove_all(dir);
-  EXPECT_EQ(families, 11);
-  EXPECT_EQ(SupportedHfArchitectures().size(), 11u);
+  EXPECT_EQ(families, 13);
+  EXPECT_EQ(SupportedHfArchitectures().size(), 13u);
+  // The published Gemma configs' defaults read as transformers reads them.
+  const ModelConfig g2 = ParseHfConfig(kGemma2, "gemma2"), g3 = ParseHfConfig(kGemma3, "gemma3");
+  EXPECT_EQ(g2.attn_logit_softcap, 50.0f);
+  EXPECT_EQ(g2.final_logit_softcap, 30.0f);
+  EXPECT_EQ(g2.Window(0), 4096);
+  EXPECT_EQ(g2.Window(1), 0);
+  EXPECT_EQ(g3.attn_logit_softcap, 0.0f);
+  EXPECT_EQ(g3.final_logit_softcap, 0.0f);
+  EXPECT_EQ(g3.Window(4), 512);
+  EXPECT_EQ(g3.Window(5), 0);  // every sixth layer is global
+  EXPECT_EQ(g3.Window(6), 512);
+  EXPECT_EQ(g3.rope_local_theta, 10000.0f);
+  EXPECT_EQ(g3.QueryScale(0), 1.0f);  // query_pre_attn_scalar == head_dim
+  EXPECT_EQ(g3.embed_scale, std::sqrt(1152.0f));
 }
 
 TEST(HfConfig, WriterRejectsWhatTheFamilyCannotExpress) {

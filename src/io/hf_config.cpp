@@ -20,7 +20,7 @@ using nlohmann::json;
 using nlohmann::ordered_json;
 
 enum class Family { kLlama, kMistral, kQwen2, kQwen3, kGpt2, kGptNeox, kOlmo2, kQwen3Moe, kOlmoe,
-                    kMixtral, kGptOss };
+                    kMixtral, kGptOss, kGemma2, kGemma3 };
 
 // Per-family facts from transformers' configuration_<family>.py defaults.
 struct FamilyInfo {
@@ -47,6 +47,8 @@ constexpr FamilyInfo kFamilies[] = {
     {Family::kOlmoe, "olmoe", "OlmoeForCausalLM", false, 1e-5f, 10000.0f, 4096, -1, 50279},
     {Family::kMixtral, "mixtral", "MixtralForCausalLM", false, 1e-5f, 1e6f, 4096 * 32, 1, 2},
     {Family::kGptOss, "gpt_oss", "GptOssForCausalLM", false, 1e-5f, 150000.0f, 131072, -1, -1},
+    {Family::kGemma2, "gemma2", "Gemma2ForCausalLM", true, 1e-6f, 10000.0f, 8192, 2, 1},
+    {Family::kGemma3, "gemma3_text", "Gemma3ForCausalLM", true, 1e-6f, 1e6f, 131072, 2, 1},
 };
 
 std::string SupportedList() {
@@ -316,6 +318,7 @@ void ParseLlamaCore(const Fields& f, const FamilyInfo& info, ModelConfig* c) {
   int head_dim_default = c->dim / c->n_heads;
   if (info.family == Family::kQwen3 || info.family == Family::kQwen3Moe) head_dim_default = 128;
   if (info.family == Family::kGptOss) head_dim_default = 64;
+  if (info.family == Family::kGemma2 || info.family == Family::kGemma3) head_dim_default = 256;
   c->head_dim = f.PositiveInt("head_dim", head_dim_default);
   c->vocab_size = f.PositiveInt("vocab_size");
   c->max_seq_len = f.PositiveInt("max_position_embeddings", info.max_pos_default);
@@ -369,6 +372,11 @@ ConfigKeys HfKeys(const FamilyInfo& info, const json& j) {
       break;
     case Family::kQwen3Moe:
       k["hidden_dim"] = "moe_intermediate_size";
+      break;
+    case Family::kGemma2:
+    case Family::kGemma3:
+      k["layer_attention"] = "layer_types";
+      k["rope_local_theta"] = "rope_local_base_freq";
       break;
     case Family::kGptOss:
       k["n_experts"] = "num_local_experts";
@@ -522,6 +530,48 @@ ModelConfig ParseHfConfig(std::string_view json_text, const std::string& source)
       });
       break;
     }
+    case Family::kGemma2:
+    case Family::kGemma3: {
+      const bool gemma3 = info.family == Family::kGemma3;
+      ParseLlamaCore(f, info, &c);
+      c.hidden_dim = f.PositiveInt("intermediate_size");
+      ParseAttentionBias(f, false, &c);
+      if (c.qkv_bias) Fail("{}: attention_bias = true is not supported for {}", source, info.model_type);
+      // Gemma's MLP reads hidden_activation (hidden_act is the older name).
+      c.act = ParseAct(f, f.Has("hidden_activation") ? "hidden_activation" : "hidden_act",
+                       "gelu_pytorch_tanh");
+      c.norm_weight_offset = 1.0f;
+      c.embed_scale = std::sqrt(static_cast<float>(c.dim));
+      c.query_pre_attn_scalar = f.Float("query_pre_attn_scalar", 256.0f);
+      if (!(c.query_pre_attn_scalar > 0))
+        Fail("{}: query_pre_attn_scalar must be positive, found {}", source, c.query_pre_attn_scalar);
+      c.sliding_window = f.PositiveInt("sliding_window", 4096);
+      if (c.sliding_window > c.max_seq_len)
+        Fail("{}: sliding_window {} is beyond the context (max_position_embeddings {})", source,
+             c.sliding_window, c.max_seq_len);
+      if (gemma3) {
+        c.qk_norm = QkNormKind::kPerHead;
+        c.rope_local_theta = f.Float("rope_local_base_freq", 10000.0f);
+        // Gemma3TextConfig: layer i slides unless (i + 1) is a multiple of sliding_window_pattern.
+        const int pattern = f.PositiveInt("sliding_window_pattern", 6);
+        c.layer_attention = ParseLayerTypes(j, f, c.n_layers, [pattern](int l) {
+          return (l + 1) % pattern != 0 ? LayerAttention::kSliding : LayerAttention::kFull;
+        });
+      } else {
+        // Gemma2: layer i slides when i is even (Gemma2DecoderLayer's is_sliding).
+        c.layer_attention = ParseLayerTypes(j, f, c.n_layers, [](int l) {
+          return l % 2 == 0 ? LayerAttention::kSliding : LayerAttention::kFull;
+        });
+      }
+      // Soft-caps: Gemma 2's defaults are 50 and 30; Gemma 3 has none. null turns them off.
+      const float attn_cap = gemma3 ? 0.0f : 50.0f, final_cap = gemma3 ? 0.0f : 30.0f;
+      c.attn_logit_softcap = j.contains("attn_logit_softcapping") ? f.Float("attn_logit_softcapping", 0.0f) : attn_cap;
+      c.final_logit_softcap = j.contains("final_logit_softcapping") ? f.Float("final_logit_softcapping", 0.0f) : final_cap;
+      for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
+        if (f.Has(key) && !(f.Float(key) > 0))
+          Fail("{}: {} must be positive (or null for none), found {}", source, key, f.Float(key));
+      break;
+    }
     case Family::kGpt2: {
       c.dim = f.PositiveInt("n_embd");
       c.n_layers = f.PositiveInt("n_layer");
@@ -590,12 +640,13 @@ ModelConfig ParseHfConfig(std::string_view json_text, const std::string& source)
   c.bos_id = f.TokenId("bos_token_id", info.bos_default);
   ParseEos(j, f, info.eos_default, &c);
   c.torch_dtype = f.String("torch_dtype", f.String("dtype", ""));
-  // Attention soft-capping belongs to Gemma 2, which this reader does not have yet: transformers'
-  // other families ignore the key, and applying it would compute another model.
-  if (f.Has("attn_logit_softcapping"))
+  // Attention soft-capping is Gemma 2's: transformers' other families ignore the key, and applying
+  // it would compute another model.
+  const bool gemma = info.family == Family::kGemma2 || info.family == Family::kGemma3;
+  if (!gemma && f.Has("attn_logit_softcapping"))
     Fail("{}: attn_logit_softcapping is not part of {} ({} ignores it); remove the key", source,
          info.model_type, info.architecture);
-  c.final_logit_softcap = f.Float("final_logit_softcapping", 0.0f);
+  if (!gemma) c.final_logit_softcap = f.Float("final_logit_softcapping", 0.0f);
   if (c.n_experts > 0 && c.n_experts_per_tok > c.n_experts)
     Fail("{}: num_experts_per_tok {} exceeds the number of experts {}", source,
          c.n_experts_per_tok, c.n_experts);
@@ -646,6 +697,7 @@ std::vector<std::string> DiffFields(const ModelConfig& a, const ModelConfig& b) 
   SS_DIFF(eos_ids) SS_DIFF(torch_dtype) SS_DIFF(attn_scale_sqrt_dim) SS_DIFF(attn_scale_inverse_layer)
   SS_DIFF(layer_attention) SS_DIFF(attn_sinks) SS_DIFF(swiglu_limit) SS_DIFF(moe_bias)
   SS_DIFF(rope_yarn_beta_fast) SS_DIFF(rope_yarn_beta_slow) SS_DIFF(rope_yarn_truncate)
+  SS_DIFF(norm_weight_offset) SS_DIFF(embed_scale) SS_DIFF(query_pre_attn_scalar) SS_DIFF(rope_local_theta)
 #undef SS_DIFF
   if (out.empty() && !(a == b)) out.push_back("(a field DiffFields does not list)");
   return out;
@@ -731,6 +783,23 @@ ordered_json BuildHfJson(const ModelConfig& c, const FamilyInfo& info) {
       j["layer_types"] = types;
       break;
     }
+    case Family::kGemma2:
+    case Family::kGemma3: {
+      llama_core();
+      j.erase("hidden_act");
+      j["hidden_activation"] = ActName(c.act, info.family);
+      j["attention_bias"] = false;
+      j["query_pre_attn_scalar"] = FloatJson(c.query_pre_attn_scalar);
+      j["sliding_window"] = c.sliding_window;
+      ordered_json types = ordered_json::array();
+      for (int l = 0; l < c.n_layers; ++l)
+        types.push_back(c.Window(l) > 0 ? "sliding_attention" : "full_attention");
+      j["layer_types"] = types;
+      if (info.family == Family::kGemma3) j["rope_local_base_freq"] = FloatJson(c.rope_local_theta);
+      j["attn_logit_softcapping"] = c.attn_logit_softcap > 0 ? FloatJson(c.attn_logit_softcap) : ordered_json(nullptr);
+      j["final_logit_softcapping"] = c.final_logit_softcap > 0 ? FloatJson(c.final_logit_softcap) : ordered_json(nullptr);
+      break;
+    }
     case Family::kGpt2:
       j["n_embd"] = c.dim;
       j["n_inner"] = c.hidden_dim;
@@ -779,7 +848,8 @@ ordered_json BuildHfJson(const ModelConfig& c, const FamilyInfo& info) {
                            {"original_max_position_embeddings", c.rope_original_max_seq_len}};
       break;
   }
-  if (c.final_logit_softcap != 0) j["final_logit_softcapping"] = FloatJson(c.final_logit_softcap);
+  if (c.final_logit_softcap != 0 && !j.contains("final_logit_softcapping"))
+    j["final_logit_softcapping"] = FloatJson(c.final_logit_softcap);
   j["tie_word_embeddings"] = c.tied_embeddings;
   j["bos_token_id"] = TokenJson(c.bos_id);
   if (c.eos_ids.empty()) {

@@ -126,6 +126,9 @@ ConfigKeys GgufKeys(const std::string& arch) {
           {"rope_yarn_beta_fast", p + "rope.scaling.yarn_beta_fast"},
           {"rope_yarn_beta_slow", p + "rope.scaling.yarn_beta_slow"},
           {"swiglu_limit", "sinkscope.swiglu_limit"},
+          {"attn_logit_softcap", p + "attn_logit_softcapping"},
+          {"query_pre_attn_scalar", "sinkscope.query_pre_attn_scalar"},
+          {"rope_local_theta", "sinkscope.rope_local_theta"},
           {"layer_attention", "sinkscope.sliding_layers"},
           {"n_experts", p + "expert_count"},
           {"n_experts_per_tok", p + "expert_used_count"},
@@ -276,12 +279,26 @@ Model LoadGgufModel(const GgufFile& gguf, Precision precision) {
     }
   }
   c.final_logit_softcap = static_cast<float>(real("final_logit_softcapping", 0.0));
-  if (arch == "gpt-oss") {
-    c.attn_sinks = c.moe_bias = true;
-    c.norm_topk_prob = true;  // llama.cpp: softmax over the chosen experts' logits
-    c.swiglu_limit = static_cast<float>(gguf.Find("sinkscope.swiglu_limit")
-                                            ? gguf.GetFloat("sinkscope.swiglu_limit") : 7.0);
-    // llama.cpp's gpt-oss slides on even layers (swa pattern 2); a file sinkscope wrote lists them.
+  if (arch == "gemma2" || arch == "gemma3") {
+    const bool gemma3 = arch == "gemma3";
+    c.act = ActKind::kGeluTanh;
+    c.norm_weight_offset = 1.0f;  // the file's norms hold 1 + w; the map subtracts the 1
+    c.embed_scale = std::sqrt(static_cast<float>(c.dim));
+    // llama.cpp derives the query scale from the head size; sinkscope writes HF's value.
+    c.query_pre_attn_scalar = static_cast<float>(gguf.Find("sinkscope.query_pre_attn_scalar")
+                                                     ? gguf.GetFloat("sinkscope.query_pre_attn_scalar")
+                                                     : c.head_dim);
+    c.attn_logit_softcap = static_cast<float>(real("attn_logit_softcapping", 0.0));
+    if (gemma3) {
+      c.qk_norm = QkNormKind::kPerHead;
+      c.rope_local_theta = static_cast<float>(gguf.Find("sinkscope.rope_local_theta")
+                                                  ? gguf.GetFloat("sinkscope.rope_local_theta") : 10000.0);
+    }
+  }
+  if (arch == "gpt-oss" || arch == "gemma2" || arch == "gemma3") {
+    // llama.cpp's sliding layers: gpt-oss and Gemma 2 every other one from layer 0, Gemma 3 five
+    // in six; a file sinkscope wrote lists them (sinkscope.sliding_layers).
+    const int pattern = arch == "gemma3" ? 6 : 2;
     c.layer_attention.assign(c.n_layers, LayerAttention::kFull);
     if (gguf.Find("sinkscope.sliding_layers")) {
       const std::vector<int64_t> sliding = gguf.GetIntArray("sinkscope.sliding_layers");
@@ -291,12 +308,19 @@ Model LoadGgufModel(const GgufFile& gguf, Precision precision) {
       for (int l = 0; l < c.n_layers; ++l)
         if (sliding[l]) c.layer_attention[l] = LayerAttention::kSliding;
     } else {
-      for (int l = 0; l < c.n_layers; l += 2) c.layer_attention[l] = LayerAttention::kSliding;
+      for (int l = 0; l < c.n_layers; ++l)
+        if ((l + 1) % pattern != 0) c.layer_attention[l] = LayerAttention::kSliding;
     }
+  }
+  if (arch == "gpt-oss") {
+    c.attn_sinks = c.moe_bias = true;
+    c.norm_topk_prob = true;  // llama.cpp: softmax over the chosen experts' logits
+    c.swiglu_limit = static_cast<float>(gguf.Find("sinkscope.swiglu_limit")
+                                            ? gguf.GetFloat("sinkscope.swiglu_limit") : 7.0);
   }
   const int window = static_cast<int>(gguf.GetInt(p + "attention.sliding_window", 0));
   if (window > 0) {
-    if (c.arch != "llama" && c.arch != "mixtral" && c.arch != "gpt_oss")
+    if (c.arch != "llama" && c.arch != "mixtral" && c.layer_attention.empty())
       Fail("{}: {}attention.sliding_window is not supported for {}", path, p, arch);
     if (c.arch == "llama") c.arch = "mistral";  // Llama with a window: MistralForCausalLM
     c.sliding_window = window;
@@ -414,7 +438,8 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type) {
     w.SetBool("sinkscope.rope_yarn_truncate", c.rope_yarn_truncate);
   }
   if (!c.layer_attention.empty()) {
-    if (arch != "gpt-oss") Fail("per-layer sliding windows in GGUF are only defined for gpt-oss");
+    if (arch != "gpt-oss" && arch != "gemma2" && arch != "gemma3")
+      Fail("per-layer sliding windows in GGUF are only defined for gpt-oss, gemma2 and gemma3");
     std::vector<int32_t> sliding(c.n_layers);
     for (int l = 0; l < c.n_layers; ++l) sliding[l] = c.Window(l) > 0;
     w.SetI32Array("sinkscope.sliding_layers", sliding);
@@ -426,7 +451,9 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type) {
   if (arch == "gptneox") w.SetBool(p + "use_parallel_residual", c.parallel_residual);
   // llama.cpp's key (Gemma 2); readers of other architectures ignore it, sinkscope applies it.
   if (c.final_logit_softcap != 0) w.SetF32(p + "final_logit_softcapping", c.final_logit_softcap);
-  if (c.attn_logit_softcap != 0) Fail("attention logit soft-capping cannot be written to GGUF");
+  if (c.attn_logit_softcap != 0) w.SetF32(p + "attn_logit_softcapping", c.attn_logit_softcap);
+  if (c.query_pre_attn_scalar > 0) w.SetF32("sinkscope.query_pre_attn_scalar", c.query_pre_attn_scalar);
+  if (c.rope_local_theta > 0) w.SetF32("sinkscope.rope_local_theta", c.rope_local_theta);
   // llama.cpp's gpt2 has no key for these: a GGUF file would load there with the wrong scores.
   if (!c.attn_scale_sqrt_dim || c.attn_scale_inverse_layer)
     Fail("GPT-2 with scale_attn_weights = false or scale_attn_by_inverse_layer_idx cannot be "

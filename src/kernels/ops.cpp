@@ -91,7 +91,8 @@ void MatMul(const float* x, const float* w, const float* bias, float* y, int T, 
 // Norms run rows in parallel once there are enough values to pay for the threads.
 constexpr int64_t kParallelValues = int64_t{1} << 16;
 
-void RmsNorm(const float* x, const float* weight, float* out, int T, int D, float eps) {
+void RmsNorm(const float* x, const float* weight, float* out, int T, int D, float eps,
+             float weight_offset) {
 #pragma omp parallel for schedule(static) if (static_cast<int64_t>(T) * D >= kParallelValues)
   for (int t = 0; t < T; ++t) {
     const float* xr = x + static_cast<int64_t>(t) * D;
@@ -99,7 +100,11 @@ void RmsNorm(const float* x, const float* weight, float* out, int T, int D, floa
     float ss = 0.0f;
     for (int i = 0; i < D; ++i) ss += xr[i] * xr[i];
     float scale = 1.0f / std::sqrt(ss / D + eps);
-    for (int i = 0; i < D; ++i) orow[i] = xr[i] * scale * weight[i];
+    if (weight_offset == 0.0f) {
+      for (int i = 0; i < D; ++i) orow[i] = xr[i] * scale * weight[i];
+    } else {
+      for (int i = 0; i < D; ++i) orow[i] = xr[i] * scale * (weight_offset + weight[i]);
+    }
   }
 }
 

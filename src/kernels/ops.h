@@ -14,8 +14,10 @@ namespace ss {
 // y (T, out) = x (T, in) · W^T, W (out, in) as nn.Linear stores it; y += bias if bias != null.
 void MatMul(const float* x, const float* w, const float* bias, float* y, int T, int in, int out);
 
-// out (T, D) = x / sqrt(mean(x^2) + eps) * weight. `out` may alias `x`.
-void RmsNorm(const float* x, const float* weight, float* out, int T, int D, float eps);
+// out (T, D) = x / sqrt(mean(x^2) + eps) * (weight_offset + weight). `out` may alias `x`.
+// weight_offset is 1 for Gemma (Gemma2RMSNorm multiplies by 1 + weight), else 0.
+void RmsNorm(const float* x, const float* weight, float* out, int T, int D, float eps,
+             float weight_offset = 0.0f);
 // out (T, D) = (x - mean) / sqrt(var + eps) * weight + bias (biased variance, as torch.nn.LayerNorm).
 void LayerNorm(const float* x, const float* weight, const float* bias, float* out, int T, int D,
                float eps);

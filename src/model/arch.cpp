@@ -29,6 +29,12 @@ static const ArchEntry kArchitectures[] = {
      &ForwardQwen3Moe, &MoeTensors, "llama"},
     {"gpt_oss", "gpt-oss: learned per-head sink logits, alternating sliding / full attention, "
      "YaRN RoPE, biased top-k MoE with a clamped GLU", &ForwardQwen3Moe, &GptOssTensors, "gpt-oss"},
+    {"gemma2", "Gemma 2: scaled embeddings, (1 + w) RMSNorm before and after attention and MLP, GeGLU, "
+     "soft-capped attention and output logits, alternating sliding / global layers", &ForwardGemma,
+     &GemmaTensors, "gemma2"},
+    {"gemma3_text", "Gemma 3 (text): Gemma 2's block with per-head q/k norms, 5 sliding layers per "
+     "global one, a local RoPE base for sliding layers, no soft-capping", &ForwardGemma,
+     &GemmaTensors, "gemma3"},
 };
 
 std::span<const ArchEntry> Architectures() { return kArchitectures; }

@@ -57,5 +57,7 @@ std::string LayerTensorName(TensorNaming naming, int layer, const char* hf, cons
 void ForwardQwen3Moe(ForwardContext& ctx);
 TensorMap MoeTensors(const ModelConfig& config, TensorNaming naming, ModelWeights& weights);
 TensorMap GptOssTensors(const ModelConfig& config, TensorNaming naming, ModelWeights& weights);
+void ForwardGemma(ForwardContext& ctx);
+TensorMap GemmaTensors(const ModelConfig& config, TensorNaming naming, ModelWeights& weights);
 
 }  // namespace ss

@@ -17,6 +17,18 @@ void ForwardContext::RunHook(HookPoint point, int layer, float* data,
   hooks->Run(point, layer, start, view);
 }
 
+void ForwardContext::InitRope() {
+  if (config.rope == RopeKind::kNone) return;
+  rope_inv_freq = RopeInvFrequencies(config, model.weights.rope_freq_factors);
+  if (config.rope_local_theta > 0) {
+    // Gemma 3's sliding layers: their own base, and the global layers' scaling does not apply.
+    ModelConfig local = config;
+    local.rope_theta = config.rope_local_theta;
+    local.rope_scaling = RopeScalingKind::kNone;
+    rope_inv_freq_local = RopeInvFrequencies(local, Tensor());
+  }
+}
+
 void EmbedTokens(ForwardContext& ctx) {
   const int D = ctx.config.dim;
   if (ctx.request.first_layer > 0) {  // resuming at a later block: its input replaces the embedding
@@ -28,6 +40,8 @@ void EmbedTokens(ForwardContext& ctx) {
     std::memcpy(ctx.state.x.row(t), ctx.model.weights.token_embedding.row(tokens[t]),
                 sizeof(float) * D);
   }
+  // Gemma: embeddings times sqrt(hidden_size) (Gemma2Model's normalizer).
+  if (ctx.config.embed_scale > 0) Scale(ctx.state.x.data(), static_cast<int64_t>(ctx.T) * D, ctx.config.embed_scale);
   if (ctx.HookActive(HookPoint::kEmbed, -1))
     ctx.RunHook(HookPoint::kEmbed, -1, ctx.state.x.data(), {ctx.T, D});
 }
@@ -104,7 +118,7 @@ void ApplyNorm(const ForwardContext& ctx, const Tensor& weight, const Tensor& bi
                float* out) {
   const ModelConfig& c = ctx.config;
   if (c.norm == NormKind::kRms) {
-    RmsNorm(in, weight.data(), out, ctx.T, c.dim, c.norm_eps);
+    RmsNorm(in, weight.data(), out, ctx.T, c.dim, c.norm_eps, c.norm_weight_offset);
   } else {
     LayerNorm(in, weight.data(), bias.empty() ? nullptr : bias.data(), out, ctx.T, c.dim,
               c.norm_eps);
@@ -132,11 +146,11 @@ static const PackedWeight* Packed(const LayerWeights& w, PackedWeight LayerPacke
 static void NormalizeQk(const ModelConfig& c, const LayerWeights& w, float* q, float* k, int T) {
   if (!w.q_norm.empty()) {
     const int n = static_cast<int>(w.q_norm.numel());
-    RmsNorm(q, w.q_norm.data(), q, T * c.q_dim() / n, n, c.norm_eps);
+    RmsNorm(q, w.q_norm.data(), q, T * c.q_dim() / n, n, c.norm_eps, c.norm_weight_offset);
   }
   if (!w.k_norm.empty()) {
     const int n = static_cast<int>(w.k_norm.numel());
-    RmsNorm(k, w.k_norm.data(), k, T * c.kv_dim() / n, n, c.norm_eps);
+    RmsNorm(k, w.k_norm.data(), k, T * c.kv_dim() / n, n, c.norm_eps, c.norm_weight_offset);
   }
 }
 
@@ -175,10 +189,10 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
     }
     if (has_sinks) {
       std::copy(s.q.data(), s.q.data() + static_cast<int64_t>(T) * c.q_dim(), s.q_sink.data());
-      RopeWithFrequencies(s.q_sink.data(), ctx.positions, H, Dh, c.rot_dim(), ctx.rope_inv_freq.data(), c.rope);
+      RopeWithFrequencies(s.q_sink.data(), ctx.positions, H, Dh, c.rot_dim(), ctx.RopeFreq(layer), c.rope);
     }
-    RopeWithFrequencies(s.q.data(), stream_pos, H, Dh, c.rot_dim(), ctx.rope_inv_freq.data(), c.rope);
-    RopeWithFrequencies(s.k_new.data(), stream_pos, Hkv, Dh, c.rot_dim(), ctx.rope_inv_freq.data(), c.rope);
+    RopeWithFrequencies(s.q.data(), stream_pos, H, Dh, c.rot_dim(), ctx.RopeFreq(layer), c.rope);
+    RopeWithFrequencies(s.k_new.data(), stream_pos, Hkv, Dh, c.rot_dim(), ctx.RopeFreq(layer), c.rope);
     if (const float m = c.RopeMagnitude(); m != 1.0f) {
       Scale(s.q.data(), static_cast<int64_t>(T) * c.q_dim(), m);
       Scale(s.k_new.data(), static_cast<int64_t>(T) * kv_dim, m);
@@ -228,8 +242,8 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
   Project(in, w.wv, Packed(w, &LayerPacked::wv), w.bv, v_new, T, D, c.kv_dim());
   NormalizeQk(c, w, s.q.data(), k_new, T);
   if (c.rope != RopeKind::kNone) {
-    RopeWithFrequencies(s.q.data(), ctx.positions, H, Dh, c.rot_dim(), ctx.rope_inv_freq.data(), c.rope);
-    RopeWithFrequencies(k_new, ctx.positions, Hkv, Dh, c.rot_dim(), ctx.rope_inv_freq.data(), c.rope);
+    RopeWithFrequencies(s.q.data(), ctx.positions, H, Dh, c.rot_dim(), ctx.RopeFreq(layer), c.rope);
+    RopeWithFrequencies(k_new, ctx.positions, Hkv, Dh, c.rot_dim(), ctx.RopeFreq(layer), c.rope);
     if (const float m = c.RopeMagnitude(); m != 1.0f) {  // YaRN: cos and sin carry the factor
       Scale(s.q.data(), static_cast<int64_t>(T) * c.q_dim(), m);
       Scale(k_new, static_cast<int64_t>(T) * c.kv_dim(), m);
@@ -350,7 +364,8 @@ Tensor FinalLogits(ForwardContext& ctx) {
   const int first = (mode == LogitsMode::kLast && !hook) ? T - 1 : 0;
   const int rows = T - first;
   if (c.norm == NormKind::kRms) {
-    RmsNorm(s.x.row(first), w.final_norm.data(), s.xb.row(first), rows, D, c.norm_eps);
+    RmsNorm(s.x.row(first), w.final_norm.data(), s.xb.row(first), rows, D, c.norm_eps,
+            c.norm_weight_offset);
   } else {
     LayerNorm(s.x.row(first), w.final_norm.data(), OrNull(w.final_norm_bias), s.xb.row(first),
               rows, D, c.norm_eps);

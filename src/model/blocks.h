@@ -20,6 +20,15 @@ struct ForwardContext {
   int start;                 // cache index of the first new token
   std::vector<int> positions;  // (T) position of each token
   std::vector<double> rope_inv_freq;  // (rot_dim / 2) RoPE angular frequencies, scaling applied
+  std::vector<double> rope_inv_freq_local;  // sliding layers' own (config.rope_local_theta > 0)
+
+  // Fills rope_inv_freq (and rope_inv_freq_local where the config gives a local base).
+  void InitRope();
+  // The RoPE frequencies layer `layer` uses.
+  const double* RopeFreq(int layer) const {
+    return config.rope_local_theta > 0 && config.Window(layer) > 0 ? rope_inv_freq_local.data()
+                                                                    : rope_inv_freq.data();
+  }
 
   bool HookActive(HookPoint point, int layer) const {
     return hooks && hooks->Active(point, layer);

@@ -73,6 +73,12 @@ void ValidateConfig(const ModelConfig& c, const std::string& source, const Confi
           c.layer_attention.end())
     Fail("{}: '{}' has sliding layers but '{}' gives no window", source, key("layer_attention"),
          key("sliding_window"));
+  if (!(std::isfinite(c.query_pre_attn_scalar) && c.query_pre_attn_scalar >= 0))
+    fail("query_pre_attn_scalar", c.query_pre_attn_scalar, "a finite number > 0 (0: head_dim)");
+  if (!(std::isfinite(c.rope_local_theta) && c.rope_local_theta >= 0))
+    fail("rope_local_theta", c.rope_local_theta, "a finite number > 0 (0: rope_theta)");
+  if (!(std::isfinite(c.embed_scale) && c.embed_scale >= 0))
+    fail("embed_scale", c.embed_scale, "a finite number >= 0 (0: none)");
   if (!(std::isfinite(c.swiglu_limit) && c.swiglu_limit >= 0))
     fail("swiglu_limit", c.swiglu_limit, "a finite number >= 0 (0: plain gated activation)");
   if ((c.swiglu_limit > 0 || c.moe_bias) && c.n_experts == 0)

@@ -70,6 +70,12 @@ struct ModelConfig {
   // plain gated activation act(gate) * up.
   float swiglu_limit = 0.0f;
   bool moe_bias = false;        // router and expert projections carry biases (gpt-oss)
+  // ---- Gemma 2 / 3 (modeling_gemma2.py, modeling_gemma3.py).
+  float norm_weight_offset = 0.0f;  // RMSNorm multiplies by (offset + w): 1 for Gemma
+  float embed_scale = 0.0f;         // token embeddings multiplied by this; 0: not scaled
+  float query_pre_attn_scalar = 0;  // scores scaled by 1/sqrt(this) instead of 1/sqrt(head_dim); 0: head_dim
+  float rope_local_theta = 0;       // RoPE base of sliding layers (Gemma 3); 0: rope_theta. The
+                                    // global layers' rope_scaling does not apply to them.
   // Mixture of experts (model/arch_moe.cpp). hidden_dim (above) is the width of one expert when
   // n_experts > 0.
   int n_experts = 0;            // E; 0 for dense models
@@ -115,9 +121,11 @@ struct ModelConfig {
     return 0.1f * std::log(rope_scaling_factor) + 1.0f;
   }
   // The factor block `layer` multiplies its queries by so that attention, which divides the
-  // scores by sqrt(head_dim), gives the scaling above; 1 for every family but such a GPT-2.
+  // scores by sqrt(head_dim), gives the scaling above (and Gemma's 1 / sqrt(query_pre_attn_scalar));
+  // 1 for every other family.
   float QueryScale(int layer) const {
     float f = attn_scale_sqrt_dim ? 1.0f : std::sqrt(static_cast<float>(head_dim));
+    if (query_pre_attn_scalar > 0) f *= std::sqrt(head_dim / query_pre_attn_scalar);
     if (attn_scale_inverse_layer) f /= static_cast<float>(layer + 1);
     return f;
   }

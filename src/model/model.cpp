@@ -50,8 +50,7 @@ namespace {
                            ? request.stream->CachePosition(request.stream->first_index + t)
                        : request.positions.empty() ? start_length + t
                                                    : request.positions[t];
-  if (c.rope != RopeKind::kNone)
-    ctx.rope_inv_freq = RopeInvFrequencies(c, model.weights.rope_freq_factors);
+  ctx.InitRope();
   FindArchitecture(c.arch).forward(ctx);
   FinalLogits(ctx);
   if (first.empty())
@@ -208,7 +207,7 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
     else
       ctx.positions[t] = request.positions.empty() ? cache.length + t : request.positions[t];
   }
-  if (c.rope != RopeKind::kNone) ctx.rope_inv_freq = RopeInvFrequencies(c, model.weights.rope_freq_factors);
+  ctx.InitRope();
   const int start_length = cache.length;
   FindArchitecture(c.arch).forward(ctx);
   if (stream) {

@@ -112,7 +112,7 @@ uint64_t BindBytes(const TensorMap& map, const TensorSource& source,
     for (int64_t d : source.Shape(name)) n *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
     const double per_value = packed_bytes && !spec.targets.empty() ? packed_bytes(spec.targets[0]) : 0.0;
     bytes += per_value > 0                ? static_cast<uint64_t>(static_cast<double>(n) * per_value)
-             : source.LoadsAsView(name) ? 0
+             : source.LoadsAsView(name) && spec.offset == 0.0f ? 0
                                         : 4 * n;
   }
   return bytes;
@@ -141,6 +141,11 @@ void BindTensors(const TensorMap& map, const TensorSource& source, const std::st
       Fail("{}: tensor '{}' holds a non-finite value ({}) at element {}", source.source(), name,
            t.data()[bad], bad);
     if (spec.transposed) t = Transposed(t);
+    if (spec.offset != 0.0f) {  // a copy: t may view the file
+      Tensor shifted = Tensor::Zeros(t.shape());
+      for (int64_t i = 0; i < t.numel(); ++i) shifted[i] = t[i] - spec.offset;
+      t = shifted;
+    }
     if (spec.fused_rows.empty()) {
       SS_ASSERT(spec.targets.size() == 1);
       *spec.targets[0] = t;
@@ -228,6 +233,11 @@ std::vector<std::pair<std::string, Tensor>> ExportTensors(const TensorMap& map, 
     if (spec.rope_heads > 0)
       t = PermuteRopeRows(t, spec.rope_heads, head_dim, rot_dim, model_rope, map.file_rope);
     if (spec.transposed) t = Transposed(t);
+    if (spec.offset != 0.0f) {
+      Tensor shifted = Tensor::Zeros(t.shape());
+      for (int64_t i = 0; i < t.numel(); ++i) shifted[i] = t[i] + spec.offset;
+      t = shifted;
+    }
     out.emplace_back(spec.name, t);
   }
   return out;

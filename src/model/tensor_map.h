@@ -52,6 +52,9 @@ struct TensorSpec {
   // > 0: the rows are q or k rows of this many heads in RoPE pair order; a writer permutes them
   // when the model's RoPE order differs from the file's (TensorMap::file_rope).
   int rope_heads = 0;
+  // The file stores value + offset (llama.cpp's Gemma norms hold 1 + w): subtracted when read,
+  // added when written.
+  float offset = 0.0f;
 };
 
 // A plain spec: one stored tensor, one member, no layout change.
