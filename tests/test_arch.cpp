@@ -284,6 +284,44 @@ TEST(FamilyConfig, GptOssBadInputIsRefusedByName) {
   }
 }
 
+// Gemma's bad inputs: soft-caps of zero or below, unknown layer kinds, windows of zero or beyond
+// the context, a zero query scalar, the multimodal Gemma 3 class: each named with its file and key.
+TEST(FamilyConfig, GemmaBadInputIsRefusedByName) {
+  auto error = [](const std::string& arch, const std::string& extra) {
+    try {
+      ParseHfConfig(R"({"architectures": [")" + arch + R"("], "hidden_size": 32,
+          "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 8,
+          "vocab_size": 61, "max_position_embeddings": 64, "sliding_window": 4)" +
+                        (extra.empty() ? "" : ", " + extra) + "}", "gemma/config.json");
+    } catch (const Error& e) {
+      std::printf("error: %s\n", e.what());
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  auto expect = [&](const std::string& arch, const std::string& extra, const std::string& key) {
+    const std::string e = error(arch, extra);
+    EXPECT_NE(e.find("gemma/config.json"), std::string::npos) << e;
+    EXPECT_NE(e.find(key), std::string::npos) << e;
+  };
+  EXPECT_EQ(error("Gemma2ForCausalLM", ""), "(accepted)");
+  expect("Gemma2ForCausalLM", R"("attn_logit_softcapping": 0)", "attn_logit_softcapping");
+  expect("Gemma2ForCausalLM", R"("final_logit_softcapping": -30)", "final_logit_softcapping");
+  expect("Gemma3ForCausalLM", R"("layer_types": ["sliding_attention", "local"])", "layer_types[1]");
+  expect("Gemma3ForCausalLM", R"("query_pre_attn_scalar": 0)", "query_pre_attn_scalar");
+  expect("Gemma3ForCausalLM", R"("attention_bias": true)", "attention_bias");
+  expect("Gemma3ForConditionalGeneration", "", "Gemma3ForConditionalGeneration");
+  // A window beyond the context (the sliding_window key given twice would be a JSON error).
+  try {
+    ParseHfConfig(R"({"architectures": ["Gemma2ForCausalLM"], "hidden_size": 32, "intermediate_size": 48,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 61,
+        "max_position_embeddings": 64, "sliding_window": 65})", "gemma/config.json");
+    ADD_FAILURE() << "a window beyond the context was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sliding_window 65 is beyond the context"), std::string::npos) << e.what();
+  }
+}
+
 // GPT-NeoX's rotary fraction from either place, and the two keys that gave wrong numbers without a
 // word before: rope_parameters.partial_rotary_factor was ignored (0.25 used), and partial rotary
 // on a family that rotates whole heads is now refused by name.

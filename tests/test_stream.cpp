@@ -334,19 +334,34 @@ TEST(Stream, Gpt2LearnedPositionsOneLayer) {
 // Layer windows shorter than the stream window (the layer sees only its last W_l tokens, never the
 // kept initial ones once past), longer than it (it sees every kept token), and a global layer;
 // also without kept initial tokens (a learned slot needs none).
-TEST(Stream, GptOssOneLayerEqualsFreshForwardOverKeptTokens) {
-  struct Case { const char* kind; int layer_window, sinks; };
-  for (Case k : {Case{"sliding_attention", 4, 3}, Case{"sliding_attention", 30, 3},
-                 Case{"full_attention", 4, 3}, Case{"sliding_attention", 4, 0}}) {
-    SCOPED_TRACE(fmt::format("{} W_l={} sinks={}", k.kind, k.layer_window, k.sinks));
-    const ModelConfig config = ParseHfConfig(fmt::format(R"({{"architectures": ["GptOssForCausalLM"],
+// Gemma 2 (soft-capped attention, sliding layer) and Gemma 3 (local RoPE base on the sliding layer)
+// the same way.
+TEST(Stream, GptOssAndGemmaOneLayerEqualFreshForwardOverKeptTokens) {
+  struct Case { const char* family; const char* kind; int layer_window, sinks; };
+  for (Case k : {Case{"gpt_oss", "sliding_attention", 4, 3}, Case{"gpt_oss", "sliding_attention", 30, 3},
+                 Case{"gpt_oss", "full_attention", 4, 3}, Case{"gpt_oss", "sliding_attention", 4, 0},
+                 Case{"gemma2", "sliding_attention", 4, 3}, Case{"gemma2", "full_attention", 4, 3},
+                 Case{"gemma3", "sliding_attention", 5, 2}}) {
+    SCOPED_TRACE(fmt::format("{} {} W_l={} sinks={}", k.family, k.kind, k.layer_window, k.sinks));
+    const std::string family = k.family;
+    const std::string json =
+        family == "gpt_oss"
+            ? fmt::format(R"({{"architectures": ["GptOssForCausalLM"],
         "hidden_size": 32, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 61, "max_position_embeddings": 64,
         "num_local_experts": 3, "num_experts_per_tok": 2, "sliding_window": {},
         "layer_types": ["{}"], "rope_scaling": {{"rope_type": "yarn", "factor": 4.0,
-        "original_max_position_embeddings": 16}}}})", k.layer_window, k.kind), "gpt_oss test");
+        "original_max_position_embeddings": 16}}}})", k.layer_window, k.kind)
+            : fmt::format(R"({{"architectures": ["{}"], "hidden_size": 32, "intermediate_size": 48,
+        "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+        "vocab_size": 61, "max_position_embeddings": 64, "query_pre_attn_scalar": 12,
+        "sliding_window": {}, "layer_types": ["{}"], "attn_logit_softcapping": 2.0,
+        "final_logit_softcapping": 5.0, "rope_local_base_freq": 100.0}})",
+                          family == "gemma2" ? "Gemma2ForCausalLM" : "Gemma3ForCausalLM",
+                          k.layer_window, k.kind);
+    const ModelConfig config = ParseHfConfig(json, family + " test");
     const test::HfTensors weights = test::RandomHfWeights(config, 21);
-    const std::string dir = test::TempDir("stream_gpt_oss") + "/hf";
+    const std::string dir = test::TempDir("stream_" + family) + "/hf";
     std::filesystem::create_directories(dir);
     WriteHfConfig(dir + "/config.json", config);
     std::vector<std::pair<std::string, Tensor>> list(weights.begin(), weights.end());
@@ -376,7 +391,7 @@ TEST(Stream, GptOssOneLayerEqualsFreshForwardOverKeptTokens) {
       r.logits = LogitsMode::kLast;
       Tensor want = Forward(model, fresh, state, r);
       std::vector<float> g(got.data(), got.data() + got.numel()), w(want.data(), want.data() + want.numel());
-      worst = std::max(worst, test::MaxRelDiff(g, w, fmt::format("gpt_oss step {}", n)));
+      worst = std::max(worst, test::MaxRelDiff(g, w, fmt::format("{} step {}", family, n)));
     }
     EXPECT_LT(worst, 1e-5);
   }

@@ -66,6 +66,11 @@ void RegisterInspect(CLI::App& app) {
       features.push_back(fmt::format("Llama 3 RoPE scaling x{}", c.rope_scaling_factor));
     if (!model.weights.rope_freq_factors.empty()) features.push_back("RoPE frequency factors");
     if (c.final_logit_softcap != 0) features.push_back(fmt::format("logit soft-cap {}", c.final_logit_softcap));
+    if (c.attn_logit_softcap != 0) features.push_back(fmt::format("attention soft-cap {}", c.attn_logit_softcap));
+    if (c.norm_weight_offset != 0) features.push_back("RMSNorm x (1 + w)");
+    if (c.embed_scale > 0) features.push_back(fmt::format("embeddings x {:.4g}", c.embed_scale));
+    if (c.query_pre_attn_scalar > 0) features.push_back(fmt::format("scores / sqrt({})", c.query_pre_attn_scalar));
+    if (c.rope_local_theta > 0) features.push_back(fmt::format("sliding layers' RoPE base {}", c.rope_local_theta));
     if (!features.empty()) fmt::print("features      {}\n", fmt::join(features, ", "));
     fmt::print("embeddings    {}\n", c.tied_embeddings ? "tied (classifier = embedding)" : "untied");
     fmt::print("parameters    {} ({:.2f} M)\n", params, params / 1e6);
