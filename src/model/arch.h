@@ -36,11 +36,9 @@ const ArchEntry* FindGgufArchitecture(const std::string& gguf_arch);
 TensorMap FamilyTensorMap(const ModelConfig& config, TensorNaming naming, ModelWeights& weights);
 
 // Family entry points (one file each).
-void ForwardLlama(ForwardContext& ctx);
 TensorMap LlamaTensors(const ModelConfig& config, TensorNaming naming, ModelWeights& weights);
 TensorMap Qwen2Tensors(const ModelConfig& config, TensorNaming naming, ModelWeights& weights);
 TensorMap Qwen3Tensors(const ModelConfig& config, TensorNaming naming, ModelWeights& weights);
-void ForwardOlmo2(ForwardContext& ctx);
 TensorMap Olmo2Tensors(const ModelConfig& config, TensorNaming naming, ModelWeights& weights);
 void ForwardGpt2(ForwardContext& ctx);
 TensorMap Gpt2Tensors(const ModelConfig& config, TensorNaming naming, ModelWeights& weights);
@@ -54,10 +52,8 @@ TensorMap LlamaLayoutTensors(const ModelConfig& config, TensorNaming naming, Mod
                              bool input_norms);
 // "model.layers.{l}.{hf}" or "blk.{l}.{gguf}".
 std::string LayerTensorName(TensorNaming naming, int layer, const char* hf, const char* gguf);
-void ForwardQwen3Moe(ForwardContext& ctx);
 TensorMap MoeTensors(const ModelConfig& config, TensorNaming naming, ModelWeights& weights);
 TensorMap GptOssTensors(const ModelConfig& config, TensorNaming naming, ModelWeights& weights);
-void ForwardGemma(ForwardContext& ctx);
 TensorMap GemmaTensors(const ModelConfig& config, TensorNaming naming, ModelWeights& weights);
 
 }  // namespace ss

@@ -8,7 +8,7 @@
 //  - a top-k mixture of experts with router bias, softmax over the k chosen logits, experts with
 //    biases and the clamped activation (up + 1) * gate * sigmoid(1.702 gate) (config.swiglu_limit),
 //    run by MoeFfn.
-// The forward loop is ForwardQwen3Moe's (pre-norm attention, pre-norm MoE).
+// The forward loop is ForwardSequential (model/blocks.h): pre-norm attention, pre-norm MoE.
 //
 // Tensor names. Hugging Face: model.layers.N.self_attn.sinks (H); mlp.router.weight (E, D) and
 // .bias (E); mlp.experts.gate_up_proj (E, D, 2F), stored (in, out) with gate and up interleaved

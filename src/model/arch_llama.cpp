@@ -13,25 +13,6 @@
 
 namespace ss {
 
-void ForwardLlama(ForwardContext& ctx) {
-  const ModelConfig& c = ctx.config;
-  RunState& s = ctx.state;
-  const int64_t n = static_cast<int64_t>(ctx.T) * c.dim;
-  EmbedTokens(ctx);
-  for (int l = ctx.request.first_layer; l < c.n_layers; ++l) {
-    const LayerWeights& w = ctx.model.weights.layers[l];
-    if (ctx.HookActive(HookPoint::kResidPre, l)) ctx.RunHook(HookPoint::kResidPre, l, s.x.data(), {ctx.T, c.dim});
-    ApplyNorm(ctx, w.attn_norm, w.attn_norm_bias, s.x.data(), s.xb.data());
-    SelfAttention(ctx, l, s.xb.data(), s.xb2.data());
-    AddInPlace(s.x.data(), s.xb2.data(), n);
-    if (ctx.HookActive(HookPoint::kResidMid, l)) ctx.RunHook(HookPoint::kResidMid, l, s.x.data(), {ctx.T, c.dim});
-    ApplyNorm(ctx, w.ffn_norm, w.ffn_norm_bias, s.x.data(), s.xb.data());
-    Mlp(ctx, l, s.xb.data(), s.xb2.data());
-    AddInPlace(s.x.data(), s.xb2.data(), n);
-    if (ctx.HookActive(HookPoint::kResidPost, l)) ctx.RunHook(HookPoint::kResidPost, l, s.x.data(), {ctx.T, c.dim});
-  }
-}
-
 TensorMap LlamaLayoutTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w,
                              bool input_norms) {
   const bool hf = naming == TensorNaming::kHf;

@@ -12,25 +12,6 @@
 
 namespace ss {
 
-void ForwardOlmo2(ForwardContext& ctx) {
-  const ModelConfig& c = ctx.config;
-  RunState& s = ctx.state;
-  const int64_t n = static_cast<int64_t>(ctx.T) * c.dim;
-  EmbedTokens(ctx);
-  for (int l = ctx.request.first_layer; l < c.n_layers; ++l) {
-    const LayerWeights& w = ctx.model.weights.layers[l];
-    if (ctx.HookActive(HookPoint::kResidPre, l)) ctx.RunHook(HookPoint::kResidPre, l, s.x.data(), {ctx.T, c.dim});
-    SelfAttention(ctx, l, s.x.data(), s.xb2.data());
-    ApplyNorm(ctx, w.attn_post_norm, Tensor(), s.xb2.data(), s.xb2.data());
-    AddInPlace(s.x.data(), s.xb2.data(), n);
-    if (ctx.HookActive(HookPoint::kResidMid, l)) ctx.RunHook(HookPoint::kResidMid, l, s.x.data(), {ctx.T, c.dim});
-    Mlp(ctx, l, s.x.data(), s.xb2.data());
-    ApplyNorm(ctx, w.ffn_post_norm, Tensor(), s.xb2.data(), s.xb2.data());
-    AddInPlace(s.x.data(), s.xb2.data(), n);
-    if (ctx.HookActive(HookPoint::kResidPost, l)) ctx.RunHook(HookPoint::kResidPost, l, s.x.data(), {ctx.T, c.dim});
-  }
-}
-
 TensorMap Olmo2Tensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w) {
   TensorMap map = LlamaLayoutTensors(c, naming, w, /*input_norms=*/false);
   map.file_rope = RopeKind::kHalf;

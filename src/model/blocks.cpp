@@ -385,4 +385,34 @@ void AddInPlace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+void ForwardSequential(ForwardContext& ctx) {
+  const ModelConfig& c = ctx.config;
+  RunState& s = ctx.state;
+  const int64_t n = static_cast<int64_t>(ctx.T) * c.dim;
+  // in -> the sublayer's input: the stream itself, or its norm in xb.
+  auto input = [&](const Tensor& norm, const Tensor& bias) -> const float* {
+    if (norm.empty()) return s.x.data();
+    ApplyNorm(ctx, norm, bias, s.x.data(), s.xb.data());
+    return s.xb.data();
+  };
+  EmbedTokens(ctx);
+  for (int l = ctx.request.first_layer; l < c.n_layers; ++l) {
+    const LayerWeights& w = ctx.model.weights.layers[l];
+    if (ctx.HookActive(HookPoint::kResidPre, l)) ctx.RunHook(HookPoint::kResidPre, l, s.x.data(), {ctx.T, c.dim});
+    SelfAttention(ctx, l, input(w.attn_norm, w.attn_norm_bias), s.xb2.data());
+    if (!w.attn_post_norm.empty()) ApplyNorm(ctx, w.attn_post_norm, Tensor(), s.xb2.data(), s.xb2.data());
+    AddInPlace(s.x.data(), s.xb2.data(), n);
+    if (ctx.HookActive(HookPoint::kResidMid, l)) ctx.RunHook(HookPoint::kResidMid, l, s.x.data(), {ctx.T, c.dim});
+    const float* ffn_in = input(w.ffn_norm, w.ffn_norm_bias);
+    if (c.n_experts > 0) {
+      MoeFfn(ctx, l, ffn_in, s.xb2.data());
+    } else {
+      Mlp(ctx, l, ffn_in, s.xb2.data());
+    }
+    if (!w.ffn_post_norm.empty()) ApplyNorm(ctx, w.ffn_post_norm, Tensor(), s.xb2.data(), s.xb2.data());
+    AddInPlace(s.x.data(), s.xb2.data(), n);
+    if (ctx.HookActive(HookPoint::kResidPost, l)) ctx.RunHook(HookPoint::kResidPost, l, s.x.data(), {ctx.T, c.dim});
+  }
+}
+
 }  // namespace ss

@@ -62,4 +62,13 @@ Tensor FinalLogits(ForwardContext& ctx);
 // x += y over (T, D).
 void AddInPlace(float* x, const float* y, int64_t n);
 
+// The sequential residual loop of every family but GPT-2 and GPT-NeoX: per block, attention and
+// then the FFN (MoeFfn when the model has experts, else Mlp), each reading the residual stream
+// through its input norm where the layer has one (attn_norm / ffn_norm: all but OLMo 2) and
+// passing its output through a post norm where the layer has one (attn_post_norm / ffn_post_norm:
+// OLMo 2, Gemma) before the add:
+//   x = x + post_attn(Attention(in_attn(x)));  x = x + post_ffn(FFN(in_ffn(x)))
+// Which norms exist is the family's tensor map's business; the loop follows the weights.
+void ForwardSequential(ForwardContext& ctx);
+
 }  // namespace ss

@@ -43,7 +43,7 @@ namespace {
   cache.length = start_length;
   ForwardContext ctx{
       model,        c,  cache, state, rerun, &hooks, static_cast<int>(rerun.tokens.size()),
-      start_length, {}, {}};
+      start_length, {}, {}, {}};
   ctx.positions.resize(ctx.T);
   for (int t = 0; t < ctx.T; ++t)
     ctx.positions[t] = request.stream
@@ -199,7 +199,7 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
   if (request.stats && request.stats->first_k > 0)
     request.stats->Resize(c.n_layers, c.n_heads, T, request.stats->first_k);
   const Hooks* hooks = (request.hooks && !request.hooks->empty()) ? request.hooks : nullptr;
-  ForwardContext ctx{model, c, cache, state, request, hooks, T, cache.length, {}, {}};
+  ForwardContext ctx{model, c, cache, state, request, hooks, T, cache.length, {}, {}, {}};
   ctx.positions.resize(T);
   for (int t = 0; t < T; ++t) {
     if (stream)
