@@ -227,6 +227,25 @@ INSTANTIATE_TEST_SUITE_P(Cases, StreamInvariant,
                                            Case{"random_3_3", false, 3, 3}),
                          [](const auto& info) { return info.param.name; });
 
+// The last logits of a fresh dense forward (the engine's ordinary path) over the tokens a sinks +
+// window cache holds after token n: the first S, then the last W (all of them while n < S + W).
+std::vector<float> FreshOverKept(const Model& model, const std::vector<int>& tokens, int n, int S, int W) {
+  std::vector<int> kept;
+  if (n < S + W) {
+    kept.assign(tokens.begin(), tokens.begin() + n + 1);
+  } else {
+    kept.assign(tokens.begin(), tokens.begin() + S);
+    kept.insert(kept.end(), tokens.begin() + n - W + 1, tokens.begin() + n + 1);
+  }
+  KVCache fresh = KVCache::Create(model.config, S + W);
+  RunState state;
+  ForwardRequest r;
+  r.tokens = kept;
+  r.logits = LogitsMode::kLast;
+  const Tensor want = Forward(model, fresh, state, r);
+  return std::vector<float>(want.data(), want.data() + want.numel());
+}
+
 // Block 0's keys and values depend only on the token and its position, so for a one-layer model
 // the invariant holds literally: the streamed logits equal a fresh dense forward pass over the kept
 // tokens with positions 0 .. S+W-1, run by the engine's ordinary (non-streaming) path.
@@ -243,20 +262,8 @@ TEST(Stream, OneLayerEqualsFreshForwardOverKeptTokens) {
     double worst = 0;
     for (int n = 0; n < static_cast<int>(tokens.size()); ++n) {
       Tensor got = cache->Step(tokens[n]);
-      std::vector<int> kept;
-      if (n < S + W) {
-        kept.assign(tokens.begin(), tokens.begin() + n + 1);
-      } else {
-        kept.assign(tokens.begin(), tokens.begin() + S);
-        kept.insert(kept.end(), tokens.begin() + n - W + 1, tokens.begin() + n + 1);
-      }
-      KVCache fresh = KVCache::Create(model.config, S + W);
-      RunState state;
-      ForwardRequest r;
-      r.tokens = kept;
-      r.logits = LogitsMode::kLast;
-      Tensor want = Forward(model, fresh, state, r);
-      std::vector<float> g(got.data(), got.data() + got.numel()), w(want.data(), want.data() + want.numel());
+      const std::vector<float> g(got.data(), got.data() + got.numel());
+      const std::vector<float> w = FreshOverKept(model, tokens, n, S, W);
       worst = std::max(worst, test::MaxRelDiff(g, w, fmt::format("{} step {}", stream::PolicyName(policy), n)));
     }
     EXPECT_LT(worst, 1e-5) << stream::PolicyName(policy);
@@ -377,20 +384,8 @@ TEST(Stream, GptOssAndGemmaOneLayerEqualFreshForwardOverKeptTokens) {
     double worst = 0;
     for (int n = 0; n < static_cast<int>(tokens.size()); ++n) {
       Tensor got = cache->Step(tokens[n]);
-      std::vector<int> kept;
-      if (n < S + W) {
-        kept.assign(tokens.begin(), tokens.begin() + n + 1);
-      } else {
-        kept.assign(tokens.begin(), tokens.begin() + S);
-        kept.insert(kept.end(), tokens.begin() + n - W + 1, tokens.begin() + n + 1);
-      }
-      KVCache fresh = KVCache::Create(model.config, S + W);
-      RunState state;
-      ForwardRequest r;
-      r.tokens = kept;
-      r.logits = LogitsMode::kLast;
-      Tensor want = Forward(model, fresh, state, r);
-      std::vector<float> g(got.data(), got.data() + got.numel()), w(want.data(), want.data() + want.numel());
+      const std::vector<float> g(got.data(), got.data() + got.numel());
+      const std::vector<float> w = FreshOverKept(model, tokens, n, S, W);
       worst = std::max(worst, test::MaxRelDiff(g, w, fmt::format("{} step {}", family, n)));
     }
     EXPECT_LT(worst, 1e-5);
