@@ -613,6 +613,21 @@ HfTensors RandomHfWeights(const ModelConfig& c, uint32_t seed) {
   return w;
 }
 
+std::string SmallGptOssConfig(int vocab_size) {
+  return fmt::format(R"({{"architectures": ["GptOssForCausalLM"], "hidden_size": 32,
+      "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "head_dim": 8, "vocab_size": {}, "max_position_embeddings": 128,
+      "num_local_experts": 3, "num_experts_per_tok": 2, "sliding_window": 8}})", vocab_size);
+}
+
+std::function<void(HfTensors&)> SetSinkLogits(float value) {
+  return [value](HfTensors& w) {
+    for (auto& [name, t] : w)
+      if (name.size() > 15 && name.compare(name.size() - 15, 15, "self_attn.sinks") == 0)
+        for (int64_t i = 0; i < t.numel(); ++i) t[i] = value;
+  };
+}
+
 std::string WriteRandomHf(const std::string& config_json, uint32_t seed, const std::string& name,
                           const std::function<void(HfTensors&)>& edit) {
   const ModelConfig config = ParseHfConfig(config_json, name);

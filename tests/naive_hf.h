@@ -29,6 +29,12 @@ HfTensors RandomHfWeights(const ModelConfig& config, uint32_t seed);
 
 // A random model of `config_json`'s family: RandomHfWeights (then `edit`, if given), written as an
 // HF directory under a temporary `name` and loaded back with LoadModel.
+// A small gpt_oss config.json: 2 layers (sliding window 8, then global), 4 heads over 2 kv heads
+// of 8, width 32, 3 experts top-2, context 128.
+std::string SmallGptOssConfig(int vocab_size = 61);
+// An edit for WriteRandomHf / LoadRandomHf: every head's learned sink logit set to `value`.
+std::function<void(HfTensors&)> SetSinkLogits(float value);
+
 std::string WriteRandomHf(const std::string& config_json, uint32_t seed, const std::string& name,
                           const std::function<void(HfTensors&)>& edit = nullptr);  // the directory
 Model LoadRandomHf(const std::string& config_json, uint32_t seed, const std::string& name,

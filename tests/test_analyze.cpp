@@ -292,10 +292,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, Reference, ::testing::Values("lily_bos", "cat_no
 // A random gpt_oss model (2 layers: sliding window 8, then global) with every head's sink logit
 // set to `sink`.
 Model RandomGptOss(float sink) {
-  Model model = test::LoadRandomHf(R"({"architectures": ["GptOssForCausalLM"],
-      "hidden_size": 32, "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
-      "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 61, "max_position_embeddings": 128,
-      "num_local_experts": 3, "num_experts_per_tok": 2, "sliding_window": 8})", 11, "analyze_gpt_oss");
+  Model model = test::LoadRandomHf(test::SmallGptOssConfig(), 11, "analyze_gpt_oss");
   for (auto& layer : model.weights.layers) {  // a copy: the loaded tensor views the file
     layer.attn_sinks = Tensor::Zeros({model.config.n_heads});
     std::fill_n(layer.attn_sinks.data(), model.config.n_heads, sink);

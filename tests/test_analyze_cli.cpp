@@ -209,14 +209,7 @@ TEST_F(AnalyzeCli, WritesJsonAndHtmlThatChromiumRenders) {
 // the sink slot, not position 0. Then the same on the tiny preset of scripts/make_test_model.py
 // (BF16, YaRN, 4 layers), when numpy is there to run it.
 TEST_F(AnalyzeCli, GptOssReportsTheLearnedSinkSlot) {
-  const std::string model = test::WriteRandomHf(R"({"architectures": ["GptOssForCausalLM"],
-      "hidden_size": 32, "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
-      "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 600, "max_position_embeddings": 128,
-      "num_local_experts": 3, "num_experts_per_tok": 2, "sliding_window": 8})", 3, "cli_gpt_oss",
-      [](test::HfTensors& w) {
-        for (int l = 0; l < 2; ++l)
-          for (int h = 0; h < 4; ++h) w.at("model.layers." + std::to_string(l) + ".self_attn.sinks")[h] = 10.0f;
-      });
+  const std::string model = test::WriteRandomHf(test::SmallGptOssConfig(600), 3, "cli_gpt_oss", test::SetSinkLogits(10.0f));
   const std::string base = "analyze --model " + model + " --tokens " + Path("tokens.txt") +
                            " --samples 4 --length 32";
   ExpectError(base, "declares no BOS token");

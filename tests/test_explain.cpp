@@ -174,14 +174,7 @@ TEST(Explain, SinkNotAtP0) {
 // gpt-oss with large learned sink logits: the sink is the slot, the verdict says so and no
 // position-0 circuit is searched for.
 TEST(Explain, LearnedSinkSlotIsTheSink) {
-  Model m = test::LoadRandomHf(R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 32,
-      "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
-      "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 61, "max_position_embeddings": 128,
-      "num_local_experts": 3, "num_experts_per_tok": 2, "sliding_window": 8})", 5, "explain_gpt_oss",
-      [](test::HfTensors& w) {
-        for (int l = 0; l < 2; ++l)
-          for (int h = 0; h < 4; ++h) w.at("model.layers." + std::to_string(l) + ".self_attn.sinks")[h] = 12.0f;
-      });
+  const Model m = test::LoadRandomHf(test::SmallGptOssConfig(), 5, "explain_gpt_oss", test::SetSinkLogits(12.0f));
   const ExplainResult r = Explain(m, Samples(3, 32, 1, -1, 4), Quick());
   std::printf("verdict %s: slot rate %.3f, Sink_0 %.3f\n", r.verdict.c_str(), r.sink_slot_rate, r.sink_rate);
   EXPECT_EQ(r.verdict, "sink-on-learned-slot");

@@ -246,6 +246,21 @@ std::vector<float> FreshOverKept(const Model& model, const std::vector<int>& tok
   return std::vector<float>(want.data(), want.data() + want.numel());
 }
 
+// Streams `tokens` through a cache built with `o` and returns the largest relative difference, over
+// every step, between its logits and FreshOverKept's (the cache keeps S + W tokens).
+double StreamVsFresh(const Model& model, const std::vector<int>& tokens, const StreamOptions& o,
+                     int S, int W, const std::string& label) {
+  auto cache = stream::MakeStreamCache(model, o);
+  double worst = 0;
+  for (int n = 0; n < static_cast<int>(tokens.size()); ++n) {
+    const Tensor got = cache->Step(tokens[n]);
+    const std::vector<float> g(got.data(), got.data() + got.numel());
+    worst = std::max(worst, test::MaxRelDiff(g, FreshOverKept(model, tokens, n, S, W),
+                                             fmt::format("{} step {}", label, n)));
+  }
+  return worst;
+}
+
 // Block 0's keys and values depend only on the token and its position, so for a one-layer model
 // the invariant holds literally: the streamed logits equal a fresh dense forward pass over the kept
 // tokens with positions 0 .. S+W-1, run by the engine's ordinary (non-streaming) path.
@@ -258,14 +273,7 @@ TEST(Stream, OneLayerEqualsFreshForwardOverKeptTokens) {
     o.sinks = 3;
     o.window = 7;
     const int S = policy == Policy::kSinks ? 3 : 0, W = policy == Policy::kSinks ? 7 : 10;
-    auto cache = stream::MakeStreamCache(model, o);
-    double worst = 0;
-    for (int n = 0; n < static_cast<int>(tokens.size()); ++n) {
-      Tensor got = cache->Step(tokens[n]);
-      const std::vector<float> g(got.data(), got.data() + got.numel());
-      const std::vector<float> w = FreshOverKept(model, tokens, n, S, W);
-      worst = std::max(worst, test::MaxRelDiff(g, w, fmt::format("{} step {}", stream::PolicyName(policy), n)));
-    }
+    const double worst = StreamVsFresh(model, tokens, o, S, W, stream::PolicyName(policy));
     EXPECT_LT(worst, 1e-5) << stream::PolicyName(policy);
   }
 }
@@ -366,28 +374,14 @@ TEST(Stream, GptOssAndGemmaOneLayerEqualFreshForwardOverKeptTokens) {
         "final_logit_softcapping": 5.0, "rope_local_base_freq": 100.0}})",
                           family == "gemma2" ? "Gemma2ForCausalLM" : "Gemma3ForCausalLM",
                           k.layer_window, k.kind);
-    const ModelConfig config = ParseHfConfig(json, family + " test");
-    const test::HfTensors weights = test::RandomHfWeights(config, 21);
-    const std::string dir = test::TempDir("stream_" + family) + "/hf";
-    std::filesystem::create_directories(dir);
-    WriteHfConfig(dir + "/config.json", config);
-    std::vector<std::pair<std::string, Tensor>> list(weights.begin(), weights.end());
-    WriteSafetensors(dir + "/model.safetensors", list);
-    const Model model = LoadModel(dir);
+    const Model model = test::LoadRandomHf(json, 21, "stream_" + family);
     const std::vector<int> tokens = SomeTokens(40, model.config.vocab_size, 6);
     StreamOptions o;
     o.policy = Policy::kSinks;
     o.sinks = k.sinks;
     o.window = 7;
     const int S = k.sinks, W = 7;
-    auto cache = stream::MakeStreamCache(model, o);
-    double worst = 0;
-    for (int n = 0; n < static_cast<int>(tokens.size()); ++n) {
-      Tensor got = cache->Step(tokens[n]);
-      const std::vector<float> g(got.data(), got.data() + got.numel());
-      const std::vector<float> w = FreshOverKept(model, tokens, n, S, W);
-      worst = std::max(worst, test::MaxRelDiff(g, w, fmt::format("{} step {}", family, n)));
-    }
+    const double worst = StreamVsFresh(model, tokens, o, S, W, family);
     EXPECT_LT(worst, 1e-5);
   }
 }

@@ -128,14 +128,7 @@ TEST(TraceStages, ProfileJsonRoundTrip) {
 // A gpt_oss checkpoint with large learned sink logits: the profile carries the slot share per
 // layer, which survives the cache's JSON (and a wrong length is refused).
 TEST(TraceStages, LearnedSinkSlotShareInTheProfile) {
-  const Model m = test::LoadRandomHf(R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 32,
-      "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
-      "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 61, "max_position_embeddings": 128,
-      "num_local_experts": 3, "num_experts_per_tok": 2, "sliding_window": 8})", 4, "trace_gpt_oss",
-      [](test::HfTensors& w) {
-        for (int l = 0; l < 2; ++l)
-          for (int h = 0; h < 4; ++h) w.at("model.layers." + std::to_string(l) + ".self_attn.sinks")[h] = 12.0f;
-      });
+  const Model m = test::LoadRandomHf(test::SmallGptOssConfig(), 4, "trace_gpt_oss", test::SetSinkLogits(12.0f));
   std::vector<std::vector<int>> samples(2, std::vector<int>(16));
   for (int n = 0; n < 2; ++n)
     for (int t = 0; t < 16; ++t) samples[n][t] = (7 * t + 13 * n + 1) % 61;
