@@ -7,13 +7,16 @@
 #include <filesystem>
 #include <fstream>
 
+#include "analysis/analyze.h"
 #include "common/error.h"
 #include "common/file_util.h"
+#include "io/load.h"
 #include "model/model.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/optimizer.h"
+#include "train/telemetry.h"
 #include "train/train_model.h"
 #include "tokenizer/tokenizer.h"
 #include "train/trainer.h"
@@ -380,6 +383,72 @@ TEST(TrainRun, MoeTrainsAndReloads) {
   const double reloaded = EvaluateCheckpoint(r.last_checkpoint, c.eval_batches);
   std::printf("moe reload: trainer val loss %.9f, reloaded %.9f\n", r.val_loss, reloaded);
   EXPECT_LT(std::abs(reloaded - r.val_loss) / r.val_loss, 1e-5);
+}
+
+// attention=sink-logit: the trainer's forward equals the inference engine's on the exported model;
+// a short run's checkpoint carries self_attn.sinks and sinkscope_attn_sinks, reloads through
+// LoadModel to the trainer's validation loss, and analyze reports its sink slot; other variants and
+// a resume with a different variant are refused by name.
+std::string ErrorOfRun(const TrainConfig& c) {
+  try {
+    RunTraining(c, Quiet());
+  } catch (const Error& e) {
+    std::printf("error: %s\n", e.what());
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainRun, SinkLogitTrainsReloadsAndAnalyzes) {
+  TrainConfig c = TinyRun("");
+  c.attention = "sink-logit";
+  ExpectInferenceMatchesTrainer(c, "dense sink-logit");
+  const std::string dir = TempDir("sink_logit");
+  c = TinyRun(dir + "/run");
+  c.attention = "sink-logit";
+  const TrainResult r = RunTraining(c, Quiet());
+  EXPECT_LT(r.losses.back(), r.losses.front());
+  const std::string cfg = ReadFile(r.last_checkpoint + "/config.json");
+  EXPECT_NE(cfg.find("\"sinkscope_attn_sinks\": true"), std::string::npos) << cfg;
+  const double reloaded = EvaluateCheckpoint(r.last_checkpoint, c.eval_batches);
+  EXPECT_LT(std::abs(reloaded - r.val_loss) / r.val_loss, 1e-5);
+  const Model model = LoadModel(r.last_checkpoint);
+  ASSERT_TRUE(model.config.attn_sinks);
+  ASSERT_EQ(model.weights.layers[0].attn_sinks.numel(), c.n_heads);
+  std::vector<std::vector<int>> samples(2, std::vector<int>(16));
+  for (int n = 0; n < 2; ++n)
+    for (int t = 0; t < 16; ++t) samples[n][t] = t == 0 ? 0 : 1 + (5 * t + n) % (c.vocab_size - 1);
+  const analysis::ConditionResult a =
+      analysis::AnalyzeSamples(model, analysis::Condition::kBos, samples, {});
+  ASSERT_TRUE(a.has_sink_slot);
+  double slot = 0;
+  for (double v : a.alpha_sink) slot += v / a.alpha_sink.size();
+  std::printf("sink-logit run: mean alpha_sink %.3f after %d steps\n", slot, c.steps);
+  EXPECT_GT(slot, 0.0);
+  // The in-run telemetry reports the slot's mass too.
+  const SinkProfile probe = MeasureSinkProfile(model, samples);
+  ASSERT_EQ(probe.alpha_sink.size(), static_cast<size_t>(c.n_layers));
+  EXPECT_NEAR(probe.alpha_sink[0] * c.n_layers, [&] {
+    double s = 0;
+    for (int h = 0; h < c.n_heads; ++h) s += a.alpha_sink[h] / c.n_heads;
+    return s * c.n_layers;
+  }(), 1e-5);
+  EXPECT_TRUE(ToJson(probe).contains("alpha_sink"));
+
+  TrainConfig bad = TinyRun(dir + "/bad");
+  bad.attention = "gated";
+  EXPECT_NE(ErrorOfRun(bad).find("attention variant 'gated' is not implemented yet"), std::string::npos);
+  bad.attention = "sofmax";
+  EXPECT_NE(ErrorOfRun(bad).find("unknown attention variant 'sofmax'"), std::string::npos);
+  TrainConfig other = TinyRun(dir + "/run");
+  TrainerOptions resume = Quiet();
+  resume.resume = dir + "/run";
+  try {
+    RunTraining(other, resume);
+    ADD_FAILURE() << "resuming a sink-logit run as softmax was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attention"), std::string::npos) << e.what();
+  }
 }
 
 // ---- bad input

@@ -114,6 +114,29 @@ TEST(TrainGradOps, Attention) {
   EXPECT_LT(CheckGrad("attention dv", v, dv, loss), kOpTol);
 }
 
+// attention=sink-logit: the same op with a learned logit per head (large and small, so some rows put
+// most of their mass on the slot); gradients of q, k, v and the sink logits.
+TEST(TrainGradOps, AttentionWithSinkLogits) {
+  Rng rng(14);
+  const int B = 2, T = 5, H = 4, Hkv = 2, Dh = 4, N = B * T;
+  Vec q = Random(N * H * Dh, rng), k = Random(N * Hkv * Dh, rng), v = Random(N * Hkv * Dh, rng);
+  Vec r = Random(N * H * Dh, rng);
+  Vec sinks = {-2.0, 0.0, 1.5, 4.0};
+  auto loss = [&] {
+    Vec p(B * H * T * T), z(N * H * Dh);
+    AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, sinks.data());
+    return Dot(z, r);
+  };
+  Vec p(B * H * T * T), z(N * H * Dh), dq(q.size()), dk(k.size()), dv(v.size()), ds(H, 0.0);
+  AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, sinks.data());
+  AttentionBackward(r.data(), q.data(), k.data(), v.data(), p.data(), dq.data(), dk.data(), dv.data(),
+                    B, T, H, Hkv, Dh, sinks.data(), ds.data());
+  EXPECT_LT(CheckGrad("sink-logit attention dq", q, dq, loss), kOpTol);
+  EXPECT_LT(CheckGrad("sink-logit attention dk", k, dk, loss), kOpTol);
+  EXPECT_LT(CheckGrad("sink-logit attention dv", v, dv, loss), kOpTol);
+  EXPECT_LT(CheckGrad("sink-logit attention dsinks", sinks, ds, loss), kOpTol);
+}
+
 TEST(TrainGradOps, Swiglu) {
   Rng rng(5);
   const int n = 20;
@@ -189,6 +212,12 @@ TrainConfig Tiny() {
 }
 
 TEST(TrainGradModel, DenseTiedGqaHalfRope) { EXPECT_LT(CheckModel("dense tied gqa half-rope", Tiny(), 2, 5), 1e-5); }
+
+TEST(TrainGradModel, DenseSinkLogit) {
+  TrainConfig c = Tiny();
+  c.attention = "sink-logit";
+  EXPECT_LT(CheckModel("dense sink-logit", c, 2, 5), 1e-5);
+}
 
 TEST(TrainGradModel, DenseUntiedInterleavedQkNorm) {
   TrainConfig c = Tiny();

@@ -328,6 +328,9 @@ void ParseLlamaCore(const Fields& f, const FamilyInfo& info, ModelConfig* c) {
   c->gated_mlp = true;
   c->rope = RopeKind::kHalf;
   c->rope_theta = f.Float("rope_theta", info.rope_theta_default);
+  // sinkscope's extension for models its trainer made with --set attention=sink-logit: a learned
+  // sink logit per head (self_attn.sinks, as gpt-oss stores it) on a Llama / Qwen layout.
+  c->attn_sinks = f.Bool("sinkscope_attn_sinks", false);
   if (c->n_heads % c->n_kv_heads != 0)
     Fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", f.source(),
          c->n_heads, c->n_kv_heads);
@@ -719,6 +722,7 @@ ordered_json BuildHfJson(const ModelConfig& c, const FamilyInfo& info) {
     j["rms_norm_eps"] = FloatJson(c.norm_eps);
     j["hidden_act"] = ActName(c.act, info.family);
     j["rope_theta"] = FloatJson(c.rope_theta);
+    if (c.attn_sinks && info.family != Family::kGptOss) j["sinkscope_attn_sinks"] = true;
   };
   switch (info.family) {
     case Family::kLlama:

@@ -227,6 +227,7 @@ Model LoadGgufModel(const GgufFile& gguf, Precision precision) {
     c.qkv_bias = has("blk.0.attn_q.bias");
     c.attn_out_bias = has("blk.0.attn_output.bias");
     c.mlp_bias = has("blk.0.ffn_gate.bias");
+    c.attn_sinks = has("blk.0.attn_sinks.weight");  // gpt-oss, or sinkscope's sink-logit models
   } else {
     c.norm = NormKind::kLayer;
     c.norm_eps = static_cast<float>(real("attention.layer_norm_epsilon", 1e-5));

@@ -39,11 +39,10 @@ TensorMap GptOssTensors(const ModelConfig& c, TensorNaming naming, ModelWeights&
     const size_t at = s.name.find("ffn_norm.weight");
     if (!hf && at != std::string::npos) s.name.replace(at, 8, "post_attention_norm");
   }
-  const int64_t D = c.dim, F = c.hidden_dim, E = c.n_experts, H = c.n_heads;
+  const int64_t D = c.dim, F = c.hidden_dim, E = c.n_experts;
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& lw = w.layers[l];
     auto name = [&](const char* hf_name, const char* gguf) { return LayerTensorName(naming, l, hf_name, gguf); };
-    map.specs.push_back(Spec(name("self_attn.sinks", "attn_sinks.weight"), {&lw.attn_sinks}, {H}));
     map.specs.push_back(Spec(name("mlp.router.weight", "ffn_gate_inp.weight"), {&lw.moe_router}, {E, D}));
     map.specs.push_back(Spec(name("mlp.router.bias", "ffn_gate_inp.bias"), {&lw.moe_router_bias}, {E}));
     if (!hf) {

@@ -48,6 +48,9 @@ TensorMap LlamaLayoutTensors(const ModelConfig& c, TensorNaming naming, ModelWei
     }
     if (c.attn_out_bias)
       specs.push_back(Spec(name("self_attn.o_proj.bias", "attn_output.bias"), {&lw.bo}, {D}));
+    // Learned sink logits (gpt-oss; sinkscope's trainer with attention=sink-logit).
+    if (c.attn_sinks)
+      specs.push_back(Spec(name("self_attn.sinks", "attn_sinks.weight"), {&lw.attn_sinks}, {c.n_heads}));
     if (input_norms)
       specs.push_back(Spec(name("post_attention_layernorm.weight", "ffn_norm.weight"), {&lw.ffn_norm}, {D}));
     specs.push_back(Spec(name("mlp.gate_proj.weight", "ffn_gate.weight"), {&lw.w1}, {F, D}));

@@ -14,6 +14,7 @@
 #include "io/json_util.h"
 #include "common/file_util.h"
 #include "io/hf_config.h"
+#include "io/load.h"
 #include "io/safetensors.h"
 #include "train/train_config.h"
 
@@ -105,6 +106,7 @@ Model ExportModel(const TrainConfig& c, const ParamLayout& layout, std::vector<f
     w.wk = ViewParam(params, o.wk, {kvd, D});
     w.wv = ViewParam(params, o.wv, {kvd, D});
     w.wo = ViewParam(params, o.wo, {D, qd});
+    if (o.sinks >= 0) w.attn_sinks = ViewParam(params, o.sinks, {c.n_heads});
     if (o.q_norm >= 0) w.q_norm = ViewParam(params, o.q_norm, {Dh});
     if (o.k_norm >= 0) w.k_norm = ViewParam(params, o.k_norm, {Dh});
     w.ffn_norm = ViewParam(params, o.ffn_norm, {D});
@@ -288,59 +290,11 @@ TrainerState ReadCheckpointState(const std::string& dir, const TrainConfig& c, c
 }
 
 Model LoadCheckpointModel(const std::string& step_dir) {
-  // The Hugging Face path only: config.json through io's ParseHfConfig, tensors by their HF
-  // names from model.safetensors; nothing from train_config.json. (To be replaced by LoadModel
-  // once io reads HF directories.)
-  ModelConfig c = ReadHfConfig(step_dir);
-  if (c.arch != "llama" && c.arch != "qwen3" && c.arch != "qwen3_moe")
-    Fail("{}: architecture {} is not one the trainer writes", step_dir, c.arch);
-  // Dense Qwen3 is the Llama block with q/k norm, which the llama loop applies from the weights.
-  if (c.arch == "qwen3") c.arch = "llama";
-  const SafetensorsFile file = SafetensorsFile::Open(step_dir + "/model.safetensors");
-  auto get = [&](const std::string& name) { return file.Load(name).Copy(); };
-  Model m;
-  m.config = c;
-  m.source = step_dir;
-  m.format = "hf";
-  m.weights.token_embedding = get("model.embed_tokens.weight");
-  m.weights.final_norm = get("model.norm.weight");
-  m.weights.lm_head = c.tied_embeddings ? m.weights.token_embedding : get("lm_head.weight");
-  const int64_t E = c.n_experts, F = c.hidden_dim, D = c.dim;
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l);
-    LayerWeights w;
-    w.attn_norm = get(p + "input_layernorm.weight");
-    w.wq = get(p + "self_attn.q_proj.weight");
-    w.wk = get(p + "self_attn.k_proj.weight");
-    w.wv = get(p + "self_attn.v_proj.weight");
-    w.wo = get(p + "self_attn.o_proj.weight");
-    if (c.qk_norm != QkNormKind::kNone) {
-      w.q_norm = get(p + "self_attn.q_norm.weight");
-      w.k_norm = get(p + "self_attn.k_norm.weight");
-    }
-    w.ffn_norm = get(p + "post_attention_layernorm.weight");
-    if (E == 0) {
-      w.w1 = get(p + "mlp.gate_proj.weight");
-      w.w2 = get(p + "mlp.down_proj.weight");
-      w.w3 = get(p + "mlp.up_proj.weight");
-    } else {
-      w.moe_router = get(p + "mlp.gate.weight");
-      w.moe_w1 = Tensor::Zeros({E, F, D});
-      w.moe_w2 = Tensor::Zeros({E, D, F});
-      w.moe_w3 = Tensor::Zeros({E, F, D});
-      for (int e = 0; e < E; ++e) {
-        const std::string ep = fmt::format("{}mlp.experts.{}.", p, e);
-        const Tensor g = file.Load(ep + "gate_proj.weight"), d = file.Load(ep + "down_proj.weight"),
-                     u = file.Load(ep + "up_proj.weight");
-        if (g.numel() != F * D || d.numel() != F * D || u.numel() != F * D)
-          Fail("{}: expert {} of layer {} does not have {} x {} weights", step_dir, e, l, F, D);
-        std::memcpy(w.moe_w1.data() + e * F * D, g.data(), sizeof(float) * F * D);
-        std::memcpy(w.moe_w2.data() + e * F * D, d.data(), sizeof(float) * F * D);
-        std::memcpy(w.moe_w3.data() + e * F * D, u.data(), sizeof(float) * F * D);
-      }
-    }
-    m.weights.layers.push_back(w);
-  }
+  // The Hugging Face directory through the same loader every verb uses (config.json, then the
+  // family's tensor map); nothing from train_config.json.
+  Model m = LoadModel(step_dir);
+  if (m.config.arch != "llama" && m.config.arch != "qwen3" && m.config.arch != "qwen3_moe")
+    Fail("{}: architecture {} is not one the trainer writes", step_dir, m.config.arch);
   return m;
 }
 

@@ -167,7 +167,7 @@ void SoftmaxRow(Real* row, int n) {
 // OpenBLAS (OpenMP build) runs each call single-threaded.
 template <typename Real>
 void AttentionForward(const Real* q, const Real* k, const Real* v, Real* probs, Real* z, int B,
-                      int T, int H, int Hkv, int Dh) {
+                      int T, int H, int Hkv, int Dh, const Real* sinks = nullptr) {
   const int group = H / Hkv, qd = H * Dh, kvd = Hkv * Dh;
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(Dh));
 #pragma omp parallel for schedule(static) if (int64_t(B) * H * T * T * Dh > 65536)
@@ -180,7 +180,17 @@ void AttentionForward(const Real* q, const Real* k, const Real* v, Real* probs, 
     GemmLd(false, true, T, T, Dh, scale, qb, qd, kb, kvd, Real(0), P, T);
     for (int t = 0; t < T; ++t) {
       Real* p = P + int64_t(t) * T;
-      SoftmaxRow(p, t + 1);
+      if (sinks) {
+        // A learned sink logit (gpt-oss; --set attention=sink-logit): one more softmax column
+        // without a value, so the row sums to 1 - p_sink.
+        Real mx = sinks[h];
+        for (int j = 0; j <= t; ++j) mx = std::max(mx, p[j]);
+        Real sum = std::exp(sinks[h] - mx);
+        for (int j = 0; j <= t; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        for (int j = 0; j <= t; ++j) p[j] /= sum;
+      } else {
+        SoftmaxRow(p, t + 1);
+      }
       for (int j = t + 1; j < T; ++j) p[j] = 0;
     }
     GemmLd(false, false, T, Dh, T, Real(1), P, T, vb, kvd, Real(0), z + int64_t(b) * T * qd + h * Dh, qd);
@@ -190,12 +200,17 @@ void AttentionForward(const Real* q, const Real* k, const Real* v, Real* probs, 
 // dk = scale sum_heads dS^T q;  dv = sum_heads P^T dz.  dq, dk, dv are overwritten.
 // Parallel over (sequence, kv head): the heads of one group write the same dk/dv rows, so they
 // run in one task in a fixed order.
+// With sink logits, dS keeps its form (the sink column's dP is 0) and
+// dsink_h += sum over sequences and queries of -p_sink (sum_j' P_ij' dP_ij'), p_sink = 1 - sum_j P_ij.
 template <typename Real>
 void AttentionBackward(const Real* dz, const Real* q, const Real* k, const Real* v,
                        const Real* probs, Real* dq, Real* dk, Real* dv, int B, int T, int H,
-                       int Hkv, int Dh) {
+                       int Hkv, int Dh, const Real* sinks = nullptr, Real* dsinks = nullptr) {
   const int group = H / Hkv, qd = H * Dh, kvd = Hkv * Dh;
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(Dh));
+  // Per (sequence, head) sink gradients, summed over sequences in order below (thread-count
+  // independent).
+  std::vector<Real> dsink_bh(sinks ? size_t(B) * H : 0, Real(0));
 #pragma omp parallel for schedule(static) if (int64_t(B) * H * T * T * Dh > 65536)
   for (int bk = 0; bk < B * Hkv; ++bk) {
     const int b = bk / Hkv, kh = bk % Hkv;
@@ -216,6 +231,11 @@ void AttentionBackward(const Real* dz, const Real* q, const Real* k, const Real*
         Real* ds = dS.data() + int64_t(t) * T;
         Real sum = 0;
         for (int j = 0; j <= t; ++j) sum += p[j] * ds[j];
+        if (sinks) {
+          Real mass = 0;
+          for (int j = 0; j <= t; ++j) mass += p[j];
+          dsink_bh[size_t(b) * H + h] -= (Real(1) - mass) * sum;
+        }
         for (int j = 0; j <= t; ++j) ds[j] = p[j] * (ds[j] - sum);
         for (int j = t + 1; j < T; ++j) ds[j] = 0;
       }
@@ -224,6 +244,9 @@ void AttentionBackward(const Real* dz, const Real* q, const Real* k, const Real*
       GemmLd(true, false, T, Dh, T, scale, dS.data(), T, qb, qd, first, dkb, kvd);
     }
   }
+  if (dsinks)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h) dsinks[h] += dsink_bh[size_t(b) * H + h];
 }
 
 // ---- SwiGLU (Shazeer 2020): g = silu(a) * u.  da = dg * u * silu'(a), du = dg * silu(a),

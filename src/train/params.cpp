@@ -37,6 +37,7 @@ ParamLayout ParamLayout::Build(const TrainConfig& c) {
     p.tensors.back().rope_heads = static_cast<int>(Hkv);
     o.wv = add(pre + "self_attn.v_proj.weight", {Hkv * Dh, D}, true);
     o.wo = add(pre + "self_attn.o_proj.weight", {D, H * Dh}, true);
+    if (c.attention == "sink-logit") o.sinks = add(pre + "self_attn.sinks", {H}, false);
     if (c.qk_norm) {
       o.q_norm = add(pre + "self_attn.q_norm.weight", {Dh}, false);
       o.k_norm = add(pre + "self_attn.k_norm.weight", {Dh}, false);

@@ -13,6 +13,7 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
   p.alpha0_heads.assign(L, std::vector<double>(H, 0.0));
   std::vector<std::vector<double>> alpha1(L, std::vector<double>(H, 0.0));
   p.p0_norm_ratio.assign(L, 0.0);
+  if (c.attn_sinks) p.alpha_sink.assign(L, 0.0);
   RunState state;
   for (const auto& seq : sequences) {
     const int T = static_cast<int>(seq.size());
@@ -52,6 +53,11 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
         }
         p.alpha0_heads[l][h] += a0 / T;
         alpha1[l][h] += T > 1 ? a1 / (T - 1) : 0.0;
+        if (c.attn_sinks) {
+          double slot = 0;
+          for (int t = 0; t < T; ++t) slot += stats.sink_prob[(int64_t(l) * H + h) * T + t];
+          p.alpha_sink[l] += slot / T / H;
+        }
       }
   }
   const double n = std::max<size_t>(1, sequences.size());
@@ -67,13 +73,16 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
     p.alpha0.push_back(m0 / H);
     p.alpha1.push_back(m1 / H);
     p.p0_norm_ratio[l] /= n;
+    if (c.attn_sinks) p.alpha_sink[l] /= n;
   }
   return p;
 }
 
 nlohmann::json ToJson(const SinkProfile& p) {
-  return {{"sink_rate", p.sink_rate}, {"alpha0", p.alpha0}, {"alpha1", p.alpha1},
-          {"p0_norm_ratio", p.p0_norm_ratio}, {"alpha0_heads", p.alpha0_heads}};
+  nlohmann::json j = {{"sink_rate", p.sink_rate}, {"alpha0", p.alpha0}, {"alpha1", p.alpha1},
+                      {"p0_norm_ratio", p.p0_norm_ratio}, {"alpha0_heads", p.alpha0_heads}};
+  if (!p.alpha_sink.empty()) j["alpha_sink"] = p.alpha_sink;
+  return j;
 }
 
 }  // namespace ss::train

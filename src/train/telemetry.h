@@ -22,6 +22,9 @@ struct SinkProfile {
   std::vector<double> alpha1;         // (L)
   std::vector<double> p0_norm_ratio;  // (L)
   std::vector<std::vector<double>> alpha0_heads;  // (L, H)
+  // attention=sink-logit (models with learned sink logits): mean over heads of the mass on the
+  // sink slot, per layer. Empty otherwise.
+  std::vector<double> alpha_sink;     // (L)
 };
 
 SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector<int>>& sequences,

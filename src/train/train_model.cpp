@@ -128,6 +128,10 @@ void TrainModel<Real>::InitParams(uint64_t seed) {
   const double residual_scale = 1.0 / std::sqrt(2.0 * config_.n_layers);
   for (const ParamTensor& t : layout_.tensors) {
     Real* p = params.data() + t.offset;
+    if (t.name.ends_with("self_attn.sinks")) {  // sink logits start at 0 (a key scored 0)
+      std::fill(p, p + t.numel, Real(0));
+      continue;
+    }
     if (t.shape.size() == 1) {  // norm gains
       std::fill(p, p + t.numel, Real(1));
       continue;
@@ -173,7 +177,8 @@ double TrainModel<Real>::Forward(const int* tokens, const int* targets) {
     Linear(a.xn1.data(), P + o.wv, a.v.data(), N, D, kvd);
     RopeApply(a.q.data(), rope_, N, H, Dh, rope_kind_, false);
     RopeApply(a.k.data(), rope_, N, Hkv, Dh, rope_kind_, false);
-    AttentionForward(a.q.data(), a.k.data(), a.v.data(), a.probs.data(), a.z.data(), B_, T_, H, Hkv, Dh);
+    AttentionForward(a.q.data(), a.k.data(), a.v.data(), a.probs.data(), a.z.data(), B_, T_, H, Hkv, Dh,
+                     o.sinks >= 0 ? P + o.sinks : nullptr);
     Linear(a.z.data(), P + o.wo, a.x_mid.data(), N, qd, D);
     for (int64_t i = 0; i < int64_t(N) * D; ++i) a.x_mid[i] += a.x_in[i];
     // FFN sublayer: x_out = x_mid + FFN(norm(x_mid)).
@@ -387,7 +392,8 @@ void TrainModel<Real>::Backward() {
     // Attention: x_mid = x_in + Wo z.
     LinearBack(dx_.data(), a.z.data(), P + o.wo, dz_.data(), G + o.wo, N, qd, D);
     AttentionBackward(dz_.data(), a.q.data(), a.k.data(), a.v.data(), a.probs.data(), dq_.data(),
-                      dk_.data(), dv_.data(), B_, T_, H, Hkv, Dh);
+                      dk_.data(), dv_.data(), B_, T_, H, Hkv, Dh,
+                      o.sinks >= 0 ? P + o.sinks : nullptr, o.sinks >= 0 ? G + o.sinks : nullptr);
     RopeApply(dq_.data(), rope_, N, H, Dh, rope_kind_, true);
     RopeApply(dk_.data(), rope_, N, Hkv, Dh, rope_kind_, true);
     std::fill(dxn_.begin(), dxn_.end(), Real(0));
