@@ -362,6 +362,15 @@ py::dict ConditionDict(const analysis::ConditionResult& r) {
     patterns[py::make_tuple(p.head.layer, p.head.head)] =
         VectorToNumpy(p.mean, {static_cast<py::ssize_t>(p.T), static_cast<py::ssize_t>(p.T)});
   d["patterns"] = patterns;
+  d["layer_window"] = VectorToNumpy(r.layer_window, {L});
+  d["sink_rate_global_layers"] = r.sink_rate_global;
+  d["sink_rate_sliding_layers"] = r.sink_rate_sliding;  // NaN when no layer slides
+  // Learned sink logits (gpt-oss, trainer attention=sink-logit): the mass on each head's slot.
+  if (r.has_sink_slot) {
+    d["alpha_sink"] = VectorToNumpy(r.alpha_sink, {L, H});
+    d["sink_slot_rate"] = r.sink_slot_rate;
+    d["sink_slot_rate_per_layer"] = VectorToNumpy(r.sink_slot_rate_per_layer, {L});
+  }
   return d;
 }
 

@@ -127,7 +127,8 @@ def analyze(model, input=None, *, conditions="bos,no-bos,random-p0,repeat", samp
     pattern to keep, e.g. "0:3,1:*".
 
     Returns an AnalyzeResult: ``conditions[name]`` is a dict of numpy arrays (``alpha`` (K, L, H),
-    ``sink_rate`` (K), ``sink_rate_per_layer`` (K, L), ``p0_norm_ratio`` (L), ...); ``to_json()`` is
+    ``sink_rate`` (K), ``sink_rate_per_layer`` (K, L), ``p0_norm_ratio`` (L), ``layer_window`` (L), ...;
+    with learned sink logits (gpt-oss) also ``alpha_sink`` (L, H) and ``sink_slot_rate``); ``to_json()`` is
     the CLI's --json document."""
     return _sinkscope.analyze(model, _input(input), _conditions(conditions), samples, length, seed, first_k,
                               eps, patterns, attention, prompt, allow_long_context)

@@ -420,3 +420,20 @@ def test_precision_q8_0_is_close_to_f32_and_recorded(sinkscope):
     assert q8.config["precision"] == "q8_0"
     with pytest.raises(ValueError, match="expected f32, bf16 or q8_0"):
         sinkscope.load(MODEL, precision="int8")
+
+
+def test_learned_sink_slot_in_the_analysis_dict(sinkscope, tmp_path):
+    """A gpt-oss directory (scripts/make_test_model.py, sink logits 4): the condition dict carries
+    alpha_sink (layer x head) beside alpha, and the per-layer windows."""
+    out = tmp_path / "gptoss"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "make_test_model.py"), "--preset", "gpt-oss-tiny",
+                    "--sink-logit", "4", "--out", str(out)], check=True, capture_output=True)
+    m = sinkscope.load(str(out))
+    tokens = [3 + (7 * i) % 500 for i in range(200)]
+    r = sinkscope.analyze(m, tokens, conditions="no-bos", samples=2, length=32)
+    c = r.conditions["no-bos"]
+    assert c["alpha_sink"].shape == (4, 8)
+    assert c["sink_slot_rate"] == 1.0  # every head puts more than eps on its slot
+    assert float(c["alpha"][0].max()) < 0.3
+    assert list(c["layer_window"]) == [16, 0, 16, 0]
+    assert "learned sink slot" in r.summary()
