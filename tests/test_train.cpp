@@ -451,6 +451,23 @@ TEST(TrainRun, SinkLogitTrainsReloadsAndAnalyzes) {
   }
 }
 
+// attention=softmax1: the slot with its logit held at 0 (softmax-off-by-one). The trainer equals the
+// engine, the logits stay exactly 0 through a run (frozen: zero gradient, no decay), and the
+// checkpoint loads as a model with learned sinks that happen to be 0.
+TEST(TrainRun, Softmax1KeepsTheSlotLogitAtZero) {
+  TrainConfig c = TinyRun("");
+  c.attention = "softmax1";
+  ExpectInferenceMatchesTrainer(c, "dense softmax1");
+  c = TinyRun(TempDir("softmax1") + "/run");
+  c.attention = "softmax1";
+  const TrainResult r = RunTraining(c, Quiet());
+  EXPECT_LT(r.losses.back(), r.losses.front());
+  const Model model = LoadModel(r.last_checkpoint);
+  ASSERT_TRUE(model.config.attn_sinks);
+  for (const auto& layer : model.weights.layers)
+    for (int h = 0; h < c.n_heads; ++h) EXPECT_EQ(layer.attn_sinks[h], 0.0f);
+}
+
 // ---- bad input
 
 std::string ErrorOf(const std::function<void()>& fn) {

@@ -37,7 +37,11 @@ ParamLayout ParamLayout::Build(const TrainConfig& c) {
     p.tensors.back().rope_heads = static_cast<int>(Hkv);
     o.wv = add(pre + "self_attn.v_proj.weight", {Hkv * Dh, D}, true);
     o.wo = add(pre + "self_attn.o_proj.weight", {D, H * Dh}, true);
-    if (c.attention == "sink-logit") o.sinks = add(pre + "self_attn.sinks", {H}, false);
+    if (c.attention == "sink-logit" || c.attention == "softmax1") {
+      o.sinks = add(pre + "self_attn.sinks", {H}, false);
+      // softmax1 (softmax-off-by-one, Miller 2023): the same slot with its logit held at 0.
+      p.tensors.back().frozen = c.attention == "softmax1";
+    }
     if (c.qk_norm) {
       o.q_norm = add(pre + "self_attn.q_norm.weight", {Dh}, false);
       o.k_norm = add(pre + "self_attn.k_norm.weight", {Dh}, false);

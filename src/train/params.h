@@ -19,6 +19,7 @@ struct ParamTensor {
   bool decay = false;           // AdamW weight decay applies (matrices only)
   bool rope_rows = false;       // q_proj / k_proj: rows permuted on export for interleaved RoPE
   int rope_heads = 0;           // heads in those rows
+  bool frozen = false;          // never trained (its gradient stays 0): softmax1's sink logits
 };
 
 // Offsets of one layer's tensors in the flat array (-1 when absent).

@@ -393,7 +393,8 @@ void TrainModel<Real>::Backward() {
     LinearBack(dx_.data(), a.z.data(), P + o.wo, dz_.data(), G + o.wo, N, qd, D);
     AttentionBackward(dz_.data(), a.q.data(), a.k.data(), a.v.data(), a.probs.data(), dq_.data(),
                       dk_.data(), dv_.data(), B_, T_, H, Hkv, Dh,
-                      o.sinks >= 0 ? P + o.sinks : nullptr, o.sinks >= 0 ? G + o.sinks : nullptr);
+                      o.sinks >= 0 ? P + o.sinks : nullptr,
+                      o.sinks >= 0 && config_.attention == "sink-logit" ? G + o.sinks : nullptr);
     RopeApply(dq_.data(), rope_, N, H, Dh, rope_kind_, true);
     RopeApply(dk_.data(), rope_, N, Hkv, Dh, rope_kind_, true);
     std::fill(dxn_.begin(), dxn_.end(), Real(0));
