@@ -174,6 +174,18 @@ void Softmax(float* x, int n) {
   Scale(x, n, 1.0f / sum);
 }
 
+float SoftmaxWithSink(float* x, int n, float sink) {
+  if (sink == -INFINITY) {
+    Softmax(x, n);
+    return 0.0f;
+  }
+  const float mx = std::max(MaxOf(x, n), sink);
+  const float e_sink = std::exp(sink - mx);
+  const float inv = 1.0f / (ExpShiftSum(x, n, mx) + e_sink);
+  Scale(x, n, inv);
+  return e_sink * inv;
+}
+
 double TokenNll(const float* logits, int n, int target) {
   double max_v = logits[0];
   for (int i = 1; i < n; ++i) max_v = std::max<double>(max_v, logits[i]);
@@ -255,16 +267,7 @@ void FinishRow(float* row, int key0, int n, int first, int last, int S, int64_t 
   float* vis = row + (first - key0);
   const int count = last - first + 1;
   if (softcap > 0) SoftCap(vis, count, softcap);
-  float sink_p = 0.0f;
-  if (sink_logit == -INFINITY) {
-    Softmax(vis, count);
-  } else {
-    const float mx = std::max(MaxOf(vis, count), sink_logit);
-    const float e_sink = std::exp(sink_logit - mx);
-    const float inv = 1.0f / (ExpShiftSum(vis, count, mx) + e_sink);
-    Scale(vis, count, inv);
-    sink_p = e_sink * inv;
-  }
+  const float sink_p = SoftmaxWithSink(vis, count, sink_logit);
   if (stats && stats->sink_prob) stats->sink_prob[ht] = sink_p;
   std::fill(row, vis, 0.0f);
   std::fill(vis + count, row + n, 0.0f);
@@ -599,13 +602,7 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const float
         rows[n] = row;
       }
       if (opt.softcap > 0) SoftCap(scores.data(), n, opt.softcap);
-      const float sink_logit = opt.sink_logits ? opt.sink_logits[h] : -INFINITY;
-      if (sink_logit == -INFINITY) {
-        Softmax(scores.data(), n);
-      } else {
-        const float mx = std::max(MaxOf(scores.data(), n), sink_logit);
-        Scale(scores.data(), n, 1.0f / (ExpShiftSum(scores.data(), n, mx) + std::exp(sink_logit - mx)));
-      }
+      SoftmaxWithSink(scores.data(), n, opt.sink_logits ? opt.sink_logits[h] : -INFINITY);
       float* o = out + static_cast<int64_t>(t) * q_row + h * head_dim;
       std::fill(o, o + head_dim, 0.0f);
       for (int j = 0; j < n; ++j) {

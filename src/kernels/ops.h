@@ -37,6 +37,9 @@ void SoftCap(float* x, int64_t n, float cap);
 
 // In-place numerically stable softmax over n values.
 void Softmax(float* x, int n);
+// The same with one more logit `sink` whose column is dropped after the softmax (a learned sink
+// slot); returns its probability, 1 - sum(x). sink = -inf is Softmax, returning 0.
+float SoftmaxWithSink(float* x, int n, float sink);
 // -log softmax(logits)[target], computed in double: the per-token negative log-likelihood.
 double TokenNll(const float* logits, int n, int target);
 
