@@ -122,7 +122,11 @@ std::string F(double v, int precision = 3) { return report::FormatNumber(v, prec
 // Which carries the sink: position 0 (alpha_0), the learned slot (alpha_sink), both or neither,
 // judged on the share of heads above eps (mean over samples).
 std::string SinkCarrier(const ConditionResult& r) {
-  auto pct = [](double share) { return fmt::format("{:.0f} % of heads", 100 * share); };
+  // Shares below 1 % keep two significant digits, so a rare sink does not read as "0 %".
+  auto pct = [](double share) {
+    return share >= 0.01 ? fmt::format("{:.0f} % of heads", 100 * share)
+                         : fmt::format("{:.2g} % of heads", 100 * share);
+  };
   const double p0 = r.sink_rate[0];
   if (!r.has_sink_slot)
     return p0 > 0 ? fmt::format("position 0 ({})", pct(p0)) : "no head sinks on position 0";
