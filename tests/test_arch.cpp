@@ -318,7 +318,7 @@ TEST(FamilyConfig, GemmaBadInputIsRefusedByName) {
         "max_position_embeddings": 64, "sliding_window": 65})", "gemma/config.json");
     ADD_FAILURE() << "a window beyond the context was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("sliding_window 65 is beyond the context"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'sliding_window' 65 is beyond the context"), std::string::npos) << e.what();
   }
 }
 
@@ -348,7 +348,7 @@ TEST(FamilyConfig, PartialRotaryFactorIsReadOrRefusedByName) {
                 .find("cfg.json: rotary_pct 0.25 and rope_parameters.partial_rotary_factor 0.5 disagree"),
             std::string::npos);
   EXPECT_NE(error(neox + R"(, "rope_parameters": {"partial_rotary_factor": 0.0}})")
-                .find("cfg.json: rope_parameters.partial_rotary_factor must be in (0, 1], found 0"),
+                .find("cfg.json: 'rope_parameters.partial_rotary_factor' must be in (0, 1], found 0"),
             std::string::npos);
   const std::string llama = Llama("LlamaForCausalLM", R"("partial_rotary_factor": 0.5)");
   EXPECT_NE(error(llama).find("cfg.json: partial_rotary_factor 0.5 (rotating part of each head) is "

@@ -439,8 +439,8 @@ TEST(HfConfig, Errors) {
 
   e = ErrorOf(R"({"model_type": "qwen2", "hidden_size": 8, "num_hidden_layers": 1,
                   "num_attention_heads": 2, "intermediate_size": 16, "vocab_size": 10,
-                  "use_sliding_window": true})");
-  EXPECT_NE(e.find("use_sliding_window"), std::string::npos);
+                  "use_sliding_window": true, "max_window_layers": -1})");
+  EXPECT_NE(e.find("'max_window_layers' must be 0 or more"), std::string::npos) << e;
 
   EXPECT_THROW(ReadHfConfig("/nonexistent/sinkscope/config.json"), Error);
 }

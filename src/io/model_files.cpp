@@ -98,11 +98,8 @@ void BindModel(Model& model, TensorNaming naming, const TensorSource& source,
   if (packer) packer->Finish(model);
 }
 
-bool IsRmsFamily(const std::string& gguf_arch) {
-  return gguf_arch != "gpt2" && gguf_arch != "gptneox";
-}
-
-// The GGUF metadata key of each ModelConfig field, for ValidateConfig's messages.
+// The GGUF metadata key of each ModelConfig field the core reads, for ValidateConfig's messages
+// (the family reader adds the ones it spells otherwise).
 ConfigKeys GgufKeys(const std::string& arch) {
   const std::string p = arch + ".";
   return {{"dim", p + "embedding_length"},
@@ -113,8 +110,7 @@ ConfigKeys GgufKeys(const std::string& arch) {
           {"head_dim", p + "attention.key_length"},
           {"vocab_size", "token_embd.weight (rows)"},
           {"max_seq_len", p + "context_length"},
-          {"norm_eps", p + (IsRmsFamily(arch) ? "attention.layer_norm_rms_epsilon"
-                                              : "attention.layer_norm_epsilon")},
+          {"norm_eps", p + "attention.layer_norm_rms_epsilon"},
           {"rope_theta", p + "rope.freq_base"},
           {"rotary_dim", p + "rope.dimension_count"},
           {"rope_scaling_factor", p + "rope.scaling.factor"},
@@ -125,16 +121,94 @@ ConfigKeys GgufKeys(const std::string& arch) {
           {"sliding_window", p + "attention.sliding_window"},
           {"rope_yarn_beta_fast", p + "rope.scaling.yarn_beta_fast"},
           {"rope_yarn_beta_slow", p + "rope.scaling.yarn_beta_slow"},
-          {"swiglu_limit", "sinkscope.swiglu_limit"},
-          {"attn_logit_softcap", p + "attn_logit_softcapping"},
-          {"query_pre_attn_scalar", "sinkscope.query_pre_attn_scalar"},
-          {"rope_local_theta", "sinkscope.rope_local_theta"},
-          {"layer_attention", "sinkscope.sliding_layers"},
-          {"n_experts", p + "expert_count"},
-          {"n_experts_per_tok", p + "expert_used_count"},
           {"bos_id", "tokenizer.ggml.bos_token_id"},
           {"eos_id", "tokenizer.ggml.eos_token_id"}};
 }
+
+// GGUF metadata through the family reader interface (model/family.h): keys under "<arch>."
+// unless they start with "sinkscope.".
+class GgufConfigReader : public ConfigReader {
+ public:
+  GgufConfigReader(const GgufFile& gguf, std::string arch) : gguf_(gguf), arch_(std::move(arch)) {}
+  bool gguf() const override { return true; }
+  const std::string& source() const override { return gguf_.path(); }
+  std::string Name(Key k) const override {
+    if (!k.gguf) return "(no GGUF key)";
+    const std::string_view key = k.gguf;
+    return key.starts_with("sinkscope.") ? std::string(key) : arch_ + "." + std::string(key);
+  }
+  bool Has(Key k) const override { return k.gguf && gguf_.Find(Name(k)); }
+  bool Given(Key k) const override { return Has(k); }
+  int64_t Int(Key k, std::optional<int64_t> fallback) const override {
+    if (!Has(k) && fallback) return *fallback;
+    Present(k);
+    return gguf_.GetInt(Name(k));
+  }
+  double Float(Key k, std::optional<double> fallback) const override {
+    if (!Has(k) && fallback) return *fallback;
+    Present(k);
+    return gguf_.GetFloat(Name(k));
+  }
+  bool Bool(Key k, bool fallback) const override {
+    return Has(k) ? gguf_.GetBool(Name(k)) : fallback;
+  }
+  std::string String(Key k, const std::string& fallback) const override {
+    return Has(k) ? gguf_.GetString(Name(k)) : fallback;
+  }
+  std::vector<std::string> Strings(Key k) const override {
+    Present(k);
+    return gguf_.GetStringArray(Name(k));
+  }
+  std::vector<int64_t> Ints(Key k) const override {
+    Present(k);
+    return gguf_.GetIntArray(Name(k));
+  }
+  std::string Dump(Key k) const override { return Has(k) ? "(set)" : "(absent)"; }
+  bool HasTensor(const std::string& name) const override { return gguf_.FindTensor(name) != nullptr; }
+
+ private:
+  void Present(Key k) const {
+    if (!Has(k)) ss::Fail("{}: missing metadata key '{}'", gguf_.path(), Name(k));
+  }
+  const GgufFile& gguf_;
+  std::string arch_;
+};
+
+// GGUF metadata through the family writer interface.
+class GgufConfigWriter : public ConfigWriter {
+ public:
+  GgufConfigWriter(GgufWriter& w, std::string arch) : w_(w), arch_(std::move(arch)) {}
+  bool gguf() const override { return true; }
+  void Int(Key k, int64_t v) override {
+    if (!k.gguf) return;
+    if (v < 0 || v > UINT32_MAX) Fail("GGUF key {}: {} does not fit a u32", Name(k), v);
+    w_.SetU32(Name(k), static_cast<uint32_t>(v));
+  }
+  void Float(Key k, float v) override {
+    if (k.gguf) w_.SetF32(Name(k), v);
+  }
+  void Bool(Key k, bool v) override {
+    if (k.gguf) w_.SetBool(Name(k), v);
+  }
+  void String(Key k, const std::string& v) override {
+    if (k.gguf) w_.SetString(Name(k), v);
+  }
+  void Null(Key) override {}
+  void Strings(Key k, const std::vector<std::string>& v) override {
+    if (k.gguf) w_.SetStringArray(Name(k), v);
+  }
+  void Ints(Key k, const std::vector<int64_t>& v) override {
+    if (k.gguf) w_.SetI32Array(Name(k), std::vector<int32_t>(v.begin(), v.end()));
+  }
+
+ private:
+  std::string Name(Key k) const {
+    const std::string_view key = k.gguf;
+    return key.starts_with("sinkscope.") ? std::string(key) : arch_ + "." + std::string(key);
+  }
+  GgufWriter& w_;
+  std::string arch_;
+};
 
 }  // namespace
 
@@ -169,11 +243,6 @@ Model LoadGgufModel(const GgufFile& gguf, Precision precision) {
     Fail("{}: GGUF architecture '{}' is not supported (supported: {})", path, arch, supported);
   }
   const std::string p = arch + ".";
-  auto positive = [&](const std::string& key, int64_t fallback) {
-    int64_t v = fallback < 0 ? gguf.GetInt(p + key) : gguf.GetInt(p + key, fallback);
-    if (v <= 0 || v > (int64_t{1} << 30)) Fail("{}: {}{} is {}, expected a positive size", path, p, key, v);
-    return static_cast<int>(v);
-  };
   auto real = [&](const std::string& key, double fallback) {
     return gguf.Find(p + key) ? gguf.GetFloat(p + key) : fallback;
   };
@@ -182,81 +251,20 @@ Model LoadGgufModel(const GgufFile& gguf, Precision precision) {
   model.format = "gguf";
   ModelConfig& c = model.config;
   c.arch = entry->name;
-  c.dim = positive("embedding_length", -1);
-  c.n_layers = positive("block_count", -1);
-  const int64_t experts = gguf.GetInt(p + "expert_count", 0);
-  if (experts < 0 || experts > (int64_t{1} << 20))
-    Fail("{}: {}expert_count is {}, expected 0 (dense) to {}", path, p, experts, int64_t{1} << 20);
-  c.n_experts = static_cast<int>(experts);
-  c.hidden_dim = c.n_experts > 0 && gguf.Find(p + "expert_feed_forward_length")
-                     ? positive("expert_feed_forward_length", -1)
-                     : positive("feed_forward_length", -1);
-  if (c.n_experts > 0) {
-    c.n_experts_per_tok = positive("expert_used_count", -1);
-    if (c.n_experts_per_tok > c.n_experts)
-      Fail("{}: {}expert_used_count {} exceeds expert_count {}", path, p, c.n_experts_per_tok, c.n_experts);
-    // Mixtral (stored as llama) always renormalises; the others say so in expert_weights_norm.
-    c.norm_topk_prob = gguf.GetBool(p + "expert_weights_norm", arch == "llama");
-    // Qwen3-MoE's dense width (config.json intermediate_size) rides in feed_forward_length.
-    const int dense = positive("feed_forward_length", c.hidden_dim);
-    if (arch == "qwen3moe" && dense != c.hidden_dim) c.dense_hidden_dim = dense;
-  }
-  c.n_heads = positive("attention.head_count", -1);
-  c.n_kv_heads = positive("attention.head_count_kv", c.n_heads);
-  c.head_dim = positive("attention.key_length", c.dim / c.n_heads);
-  if (c.n_heads % c.n_kv_heads != 0)
-    Fail("{}: {}attention.head_count {} is not a multiple of head_count_kv {}", path, p, c.n_heads,
-         c.n_kv_heads);
-  c.max_seq_len = positive("context_length", -1);
   const GgufTensorInfo* embd = gguf.FindTensor("token_embd.weight");
   if (!embd) Fail("{}: missing tensor 'token_embd.weight'", path);
   if (embd->shape.size() != 2) Fail("{}: token_embd.weight has {} dimensions, expected 2", path, embd->shape.size());
+  if (embd->shape[1] <= 0 || embd->shape[1] > (int64_t{1} << 30))
+    Fail("{}: token_embd.weight has {} rows, expected a positive vocabulary size", path, embd->shape[1]);
   c.vocab_size = static_cast<int>(embd->shape[1]);
-  c.rope_theta = static_cast<float>(real("rope.freq_base", 10000.0));
+  GgufConfigReader r(gguf, arch);
+  entry->read(r, entry->defaults, &c);
+  const ArchEntry& family = FindArchitecture(c.arch);  // the reader may refine it (llama: Mixtral)
   c.bos_id = static_cast<int>(gguf.GetInt("tokenizer.ggml.bos_token_id", -1));
   c.eos_id = static_cast<int>(gguf.GetInt("tokenizer.ggml.eos_token_id", -1));
   c.tied_embeddings = gguf.FindTensor("output.weight") == nullptr;
-  auto has = [&](const char* name) { return gguf.FindTensor(name) != nullptr; };
-  // Family conventions (llama.cpp's llm_build_* for each architecture).
-  if (IsRmsFamily(arch)) {
-    c.norm = NormKind::kRms;
-    c.norm_eps = static_cast<float>(real("attention.layer_norm_rms_epsilon", 1e-5));
-    c.act = ActKind::kSilu;
-    c.gated_mlp = true;
-    c.rope = RopeKind::kHalf;  // replaced by the family map's file order at bind
-    c.qkv_bias = has("blk.0.attn_q.bias");
-    c.attn_out_bias = has("blk.0.attn_output.bias");
-    c.mlp_bias = has("blk.0.ffn_gate.bias");
-    c.attn_sinks = has("blk.0.attn_sinks.weight");  // gpt-oss, or sinkscope's sink-logit models
-  } else {
-    c.norm = NormKind::kLayer;
-    c.norm_eps = static_cast<float>(real("attention.layer_norm_epsilon", 1e-5));
-    c.gated_mlp = false;
-    c.qkv_bias = has("blk.0.attn_qkv.bias");
-    c.attn_out_bias = has("blk.0.attn_output.bias");
-    c.mlp_bias = true;
-  }
-  if (arch == "qwen2") c.qkv_bias = true;
-  if (arch == "qwen3" || arch == "qwen3moe") c.qk_norm = QkNormKind::kPerHead;
-  if (arch == "olmoe") c.qk_norm = QkNormKind::kFull;
-  if (arch == "llama" && c.n_experts > 0) c.arch = "mixtral";
-  if (arch == "olmo2") {
-    c.qk_norm = QkNormKind::kFull;
-    c.post_norms = true;
-  }
-  if (arch == "gpt2") {
-    c.act = ActKind::kGeluTanh;
-    c.rope = RopeKind::kNone;
-    c.rope_theta = 0.0f;
-    c.learned_pos = true;
-  }
-  if (arch == "gptneox") {
-    c.act = ActKind::kGelu;
-    c.rope = RopeKind::kHalf;
-    c.parallel_residual = gguf.GetBool(p + "use_parallel_residual", true);
-  }
   if (c.rope != RopeKind::kNone) {
-    int rot = positive("rope.dimension_count", c.head_dim);
+    int rot = r.PositiveInt({nullptr, "rope.dimension_count"}, c.head_dim);
     if (rot > c.head_dim || rot % 2 != 0)
       Fail("{}: {}rope.dimension_count {} must be even and at most the head size {}", path, p, rot,
            c.head_dim);
@@ -268,7 +276,7 @@ Model LoadGgufModel(const GgufFile& gguf, Precision precision) {
     } else if (scaling == "yarn") {
       c.rope_scaling = RopeScalingKind::kYarn;
       c.rope_scaling_factor = static_cast<float>(real("rope.scaling.factor", 1.0));
-      c.rope_original_max_seq_len = positive("rope.scaling.original_context_length", -1);
+      c.rope_original_max_seq_len = r.PositiveInt({nullptr, "rope.scaling.original_context_length"});
       c.rope_yarn_beta_fast = static_cast<float>(real("rope.scaling.yarn_beta_fast", 32.0));
       c.rope_yarn_beta_slow = static_cast<float>(real("rope.scaling.yarn_beta_slow", 1.0));
       // llama.cpp rounds the ramp's ends (ggml_rope_yarn_corr_dims); a checkpoint whose
@@ -279,54 +287,17 @@ Model LoadGgufModel(const GgufFile& gguf, Precision precision) {
            "scaling comes as rope_freqs.weight)", path, p, scaling);
     }
   }
-  c.final_logit_softcap = static_cast<float>(real("final_logit_softcapping", 0.0));
-  if (arch == "gemma2" || arch == "gemma3") {
-    const bool gemma3 = arch == "gemma3";
-    c.act = ActKind::kGeluTanh;
-    c.norm_weight_offset = 1.0f;  // the file's norms hold 1 + w; the map subtracts the 1
-    c.embed_scale = std::sqrt(static_cast<float>(c.dim));
-    // llama.cpp derives the query scale from the head size; sinkscope writes HF's value.
-    c.query_pre_attn_scalar = static_cast<float>(gguf.Find("sinkscope.query_pre_attn_scalar")
-                                                     ? gguf.GetFloat("sinkscope.query_pre_attn_scalar")
-                                                     : c.head_dim);
-    c.attn_logit_softcap = static_cast<float>(real("attn_logit_softcapping", 0.0));
-    if (gemma3) {
-      c.qk_norm = QkNormKind::kPerHead;
-      c.rope_local_theta = static_cast<float>(gguf.Find("sinkscope.rope_local_theta")
-                                                  ? gguf.GetFloat("sinkscope.rope_local_theta") : 10000.0);
-    }
+  if (!family.reads_softcaps) {
+    c.final_logit_softcap = static_cast<float>(real("final_logit_softcapping", 0.0));
+    if (gguf.Find(p + "attn_logit_softcapping"))
+      Fail("{}: {}attn_logit_softcapping is not part of {}", path, p, arch);
   }
-  if (arch == "gpt-oss" || arch == "gemma2" || arch == "gemma3") {
-    // llama.cpp's sliding layers: gpt-oss and Gemma 2 every other one from layer 0, Gemma 3 five
-    // in six; a file sinkscope wrote lists them (sinkscope.sliding_layers).
-    const int pattern = arch == "gemma3" ? 6 : 2;
-    c.layer_attention.assign(c.n_layers, LayerAttention::kFull);
-    if (gguf.Find("sinkscope.sliding_layers")) {
-      const std::vector<int64_t> sliding = gguf.GetIntArray("sinkscope.sliding_layers");
-      if (static_cast<int>(sliding.size()) != c.n_layers)
-        Fail("{}: sinkscope.sliding_layers has {} entries, expected one per layer ({})", path,
-             sliding.size(), c.n_layers);
-      for (int l = 0; l < c.n_layers; ++l)
-        if (sliding[l]) c.layer_attention[l] = LayerAttention::kSliding;
-    } else {
-      for (int l = 0; l < c.n_layers; ++l)
-        if ((l + 1) % pattern != 0) c.layer_attention[l] = LayerAttention::kSliding;
-    }
-  }
-  if (arch == "gpt-oss") {
-    c.attn_sinks = c.moe_bias = true;
-    c.norm_topk_prob = true;  // llama.cpp: softmax over the chosen experts' logits
-    c.swiglu_limit = static_cast<float>(gguf.Find("sinkscope.swiglu_limit")
-                                            ? gguf.GetFloat("sinkscope.swiglu_limit") : 7.0);
-  }
-  const int window = static_cast<int>(gguf.GetInt(p + "attention.sliding_window", 0));
-  if (window > 0) {
-    if (c.arch != "llama" && c.arch != "mixtral" && c.layer_attention.empty())
-      Fail("{}: {}attention.sliding_window is not supported for {}", path, p, arch);
-    if (c.arch == "llama") c.arch = "mistral";  // Llama with a window: MistralForCausalLM
-    c.sliding_window = window;
-  }
-  ValidateConfig(c, path, GgufKeys(arch));
+  if (gguf.Find(p + "attention.sliding_window") && c.sliding_window == 0)
+    Fail("{}: {}attention.sliding_window is not supported for {}", path, p, arch);
+  ConfigKeys keys = GgufKeys(arch);
+  if (c.norm == NormKind::kLayer) keys["norm_eps"] = p + "attention.layer_norm_epsilon";
+  for (const auto& [field, key] : r.keys()) keys[field] = key;
+  ValidateConfig(c, path, keys);
   GgufSource source(gguf);
   BindModel(model, TensorNaming::kGguf, source, p + "block_count", precision);
   if (gguf.Find("sinkscope.rope_scaling.llama3") && !model.weights.rope_freq_factors.empty()) {
@@ -345,7 +316,7 @@ Model LoadGgufModel(const GgufFile& gguf, Precision precision) {
     for (size_t i = 0; same && i < from_rule.size(); ++i)
       same = std::abs(from_rule[i] - from_file[i]) <= 1e-6 * from_rule[i];
     if (same) {
-      ValidateConfig(rule, path, GgufKeys(arch));
+      ValidateConfig(rule, path, keys);
       c = rule;
       model.weights.rope_freq_factors = Tensor();
     }
@@ -379,32 +350,15 @@ void WriteHfModel(const Model& model, const std::string& dir, SafetensorsDtype d
 
 void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type) {
   const ModelConfig& c = model.config;
-  const ArchEntry& entry = FindArchitecture(c.arch);
-  if (!entry.gguf_arch) Fail("architecture '{}' has no GGUF naming", c.arch);
-  const std::string arch = entry.gguf_arch;
+  const ArchEntry& family = FindArchitecture(c.arch);
+  if (!family.gguf_arch) Fail("architecture '{}' has no GGUF naming", c.arch);
+  const std::string arch = family.gguf_arch;
   const std::string p = arch + ".";
   w.SetString("general.architecture", arch);
   w.SetString("general.name", std::filesystem::path(model.source).filename().string());
-  w.SetU32(p + "context_length", c.max_seq_len);
-  w.SetU32(p + "embedding_length", c.dim);
-  w.SetU32(p + "block_count", c.n_layers);
-  w.SetU32(p + "feed_forward_length", c.n_experts > 0 && c.dense_hidden_dim > 0 ? c.dense_hidden_dim : c.hidden_dim);
-  if (c.n_experts > 0) {
-    w.SetU32(p + "expert_count", c.n_experts);
-    w.SetU32(p + "expert_used_count", c.n_experts_per_tok);
-    w.SetU32(p + "expert_feed_forward_length", c.hidden_dim);
-    w.SetBool(p + "expert_weights_norm", c.norm_topk_prob);
-  }
-  w.SetU32(p + "attention.head_count", c.n_heads);
-  w.SetU32(p + "attention.head_count_kv", c.n_kv_heads);
-  w.SetU32(p + "attention.key_length", c.head_dim);
-  w.SetU32(p + "attention.value_length", c.head_dim);
+  GgufConfigWriter config_writer(w, arch);
+  family.write(c, config_writer);
   w.SetU32(p + "vocab_size", c.vocab_size);
-  if (c.norm == NormKind::kRms) {
-    w.SetF32(p + "attention.layer_norm_rms_epsilon", c.norm_eps);
-  } else {
-    w.SetF32(p + "attention.layer_norm_epsilon", c.norm_eps);
-  }
   ModelWeights weights = model.weights;
   if (c.rope != RopeKind::kNone) {
     w.SetF32(p + "rope.freq_base", c.rope_theta);
@@ -427,38 +381,20 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type) {
       w.SetF32Array("sinkscope.rope_scaling.llama3",
                     {c.rope_scaling_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
                      static_cast<float>(c.rope_original_max_seq_len)});
+    } else if (c.rope_scaling == RopeScalingKind::kYarn) {
+      w.SetString(p + "rope.scaling.type", "yarn");
+      w.SetF32(p + "rope.scaling.factor", c.rope_scaling_factor);
+      w.SetU32(p + "rope.scaling.original_context_length", c.rope_original_max_seq_len);
+      w.SetF32(p + "rope.scaling.yarn_beta_fast", c.rope_yarn_beta_fast);
+      w.SetF32(p + "rope.scaling.yarn_beta_slow", c.rope_yarn_beta_slow);
+      w.SetBool("sinkscope.rope_yarn_truncate", c.rope_yarn_truncate);
     }
   }
-  if (c.sliding_window > 0) w.SetU32(p + "attention.sliding_window", c.sliding_window);
-  if (c.rope_scaling == RopeScalingKind::kYarn) {
-    w.SetString(p + "rope.scaling.type", "yarn");
-    w.SetF32(p + "rope.scaling.factor", c.rope_scaling_factor);
-    w.SetU32(p + "rope.scaling.original_context_length", c.rope_original_max_seq_len);
-    w.SetF32(p + "rope.scaling.yarn_beta_fast", c.rope_yarn_beta_fast);
-    w.SetF32(p + "rope.scaling.yarn_beta_slow", c.rope_yarn_beta_slow);
-    w.SetBool("sinkscope.rope_yarn_truncate", c.rope_yarn_truncate);
-  }
-  if (!c.layer_attention.empty()) {
-    if (arch != "gpt-oss" && arch != "gemma2" && arch != "gemma3")
-      Fail("per-layer sliding windows in GGUF are only defined for gpt-oss, gemma2 and gemma3");
-    std::vector<int32_t> sliding(c.n_layers);
-    for (int l = 0; l < c.n_layers; ++l) sliding[l] = c.Window(l) > 0;
-    w.SetI32Array("sinkscope.sliding_layers", sliding);
-  }
-  if (c.swiglu_limit > 0) {
-    if (arch != "gpt-oss") Fail("the clamped expert activation in GGUF is only defined for gpt-oss");
-    w.SetF32("sinkscope.swiglu_limit", c.swiglu_limit);
-  }
-  if (arch == "gptneox") w.SetBool(p + "use_parallel_residual", c.parallel_residual);
   // llama.cpp's key (Gemma 2); readers of other architectures ignore it, sinkscope applies it.
-  if (c.final_logit_softcap != 0) w.SetF32(p + "final_logit_softcapping", c.final_logit_softcap);
-  if (c.attn_logit_softcap != 0) w.SetF32(p + "attn_logit_softcapping", c.attn_logit_softcap);
-  if (c.query_pre_attn_scalar > 0) w.SetF32("sinkscope.query_pre_attn_scalar", c.query_pre_attn_scalar);
-  if (c.rope_local_theta > 0) w.SetF32("sinkscope.rope_local_theta", c.rope_local_theta);
-  // llama.cpp's gpt2 has no key for these: a GGUF file would load there with the wrong scores.
-  if (!c.attn_scale_sqrt_dim || c.attn_scale_inverse_layer)
-    Fail("GPT-2 with scale_attn_weights = false or scale_attn_by_inverse_layer_idx cannot be "
-         "written to GGUF (llama.cpp has no key for either)");
+  if (!family.reads_softcaps && c.final_logit_softcap != 0)
+    w.SetF32(p + "final_logit_softcapping", c.final_logit_softcap);
+  if (!family.reads_softcaps && c.attn_logit_softcap != 0)
+    Fail("attention soft-capping in GGUF is only defined for gemma2 / gemma3, not {}", c.arch);
   TensorMap map = FamilyTensorMap(c, TensorNaming::kGguf, weights);
   for (const auto& [name, tensor] : ExportTensors(map, c.rope, c.head_dim, c.rot_dim())) {
     uint32_t type = tensor.rank() == 2 ? ggml_type : kGgmlTypeF32;

@@ -18,10 +18,16 @@
 // ffn_norm (the pre-feed-forward norm), post_ffw_norm, attn_q_norm / attn_k_norm, output_norm; its
 // converter stores every norm weight as 1 + w (convert_hf_to_gguf.py, Gemma2Model), so the GGUF
 // specs carry offset 1 and the model keeps w either way.
+#include <cmath>
+#include <string>
+#include <utility>
+
 #include "model/arch.h"
 #include "model/blocks.h"
 
 namespace ss {
+
+namespace {
 
 TensorMap GemmaTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w) {
   const bool hf = naming == TensorNaming::kHf;
@@ -53,6 +59,90 @@ TensorMap GemmaTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& 
   for (TensorSpec& s : map.specs)
     if (s.name == "output_norm.weight") s.offset = 1.0f;
   return map;
+}
+
+const Key kQueryScalar{"query_pre_attn_scalar", "sinkscope.query_pre_attn_scalar"};
+const Key kLocalBase{"rope_local_base_freq", "sinkscope.rope_local_theta"};
+const Key kAttnCap{"attn_logit_softcapping", "attn_logit_softcapping"};
+const Key kFinalCap{"final_logit_softcapping", "final_logit_softcapping"};
+const Key kWindow{"sliding_window", "attention.sliding_window"};
+
+// Gemma 2: even layers slide (Gemma2DecoderLayer.is_sliding); Gemma 3: layer i slides unless
+// (i + 1) is a multiple of sliding_window_pattern (Gemma3TextConfig). One rule: pattern 2 and 6.
+LayerAttention SlidesUnlessPatternEnd(int l, int pattern) {
+  return (l + 1) % pattern != 0 ? LayerAttention::kSliding : LayerAttention::kFull;
+}
+
+// A soft-cap: config.json's default when absent, off when null; GGUF: off when absent.
+float ReadSoftcap(const ConfigReader& r, Key k, float hf_default) {
+  r.Spelled(k.hf == kAttnCap.hf ? "attn_logit_softcap" : "final_logit_softcap", k);
+  if (!r.Given(k)) return r.gguf() ? 0.0f : hf_default;
+  if (!r.Has(k)) return 0.0f;
+  const float cap = r.Real(k);
+  if (!(cap > 0)) r.Fail(k, "must be positive (or null for none), found {}", cap);
+  return cap;
+}
+
+void ReadGemma(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
+  const bool gemma3 = std::string(c->arch) == "gemma3_text";
+  ReadLlamaCore(r, d, /*head_dim_default=*/256, c);
+  ReadAttentionBias(r, false, c);
+  if (c->qkv_bias) ss::Fail("{}: attention_bias = true is not supported for {}", r.source(), c->arch);
+  // Gemma's MLP reads hidden_activation (hidden_act is the older name).
+  const Key act = r.Has({"hidden_activation", nullptr}) ? Key{"hidden_activation", nullptr} : Key{"hidden_act", nullptr};
+  c->act = ReadAct(r, act, "gelu_pytorch_tanh");
+  c->norm_weight_offset = 1.0f;  // GGUF: the file's norms hold 1 + w; the map subtracts the 1
+  c->embed_scale = std::sqrt(static_cast<float>(c->dim));
+  // llama.cpp derives the query scale from the head size; sinkscope's GGUF carries HF's value.
+  r.Spelled("query_pre_attn_scalar", kQueryScalar);
+  c->query_pre_attn_scalar = r.Real(kQueryScalar, r.gguf() ? c->head_dim : 256.0);
+  if (!(c->query_pre_attn_scalar > 0)) r.Fail(kQueryScalar, "must be positive, found {}", c->query_pre_attn_scalar);
+  c->sliding_window = ReadSlidingWindow(r, r.HfDefault<int64_t>(4096), *c);
+  int pattern = 2;
+  if (gemma3) {
+    c->qk_norm = QkNormKind::kPerHead;
+    r.Spelled("rope_local_theta", kLocalBase);
+    c->rope_local_theta = r.Real(kLocalBase, 10000.0);
+    pattern = r.PositiveInt({"sliding_window_pattern", nullptr}, 6);
+  }
+  c->layer_attention = ReadLayerTypes(r, c->n_layers, &SlidesUnlessPatternEnd, pattern);
+  // Soft-caps: Gemma 2's defaults are 50 and 30; Gemma 3 has none.
+  c->attn_logit_softcap = ReadSoftcap(r, kAttnCap, gemma3 ? 0.0f : 50.0f);
+  c->final_logit_softcap = ReadSoftcap(r, kFinalCap, gemma3 ? 0.0f : 30.0f);
+}
+
+void WriteGemma(const ModelConfig& c, ConfigWriter& w) {
+  WriteLlamaCore(c, w, {.act_key = "hidden_activation"});
+  w.Bool({"attention_bias", nullptr}, false);
+  w.Float(kQueryScalar, c.query_pre_attn_scalar);
+  w.Int(kWindow, c.sliding_window);
+  WriteLayerTypes(c, w);
+  if (c.arch == "gemma3_text") w.Float(kLocalBase, c.rope_local_theta);
+  for (auto [key, cap] : {std::pair{kAttnCap, c.attn_logit_softcap}, std::pair{kFinalCap, c.final_logit_softcap}}) {
+    if (cap > 0) {
+      w.Float(key, cap);
+    } else {
+      w.Null(key);
+    }
+  }
+}
+
+}  // namespace
+
+std::span<const ArchEntry> Families_gemma() {
+  static const ArchEntry families[] = {
+      {"gemma2", "Gemma2ForCausalLM", "gemma2",
+       "Gemma 2: scaled embeddings, (1 + w) RMSNorm before and after attention and MLP, GeGLU, "
+       "soft-capped attention and output logits, alternating sliding / global layers",
+       {true, 1e-6f, 10000.0f, 8192, 2, 1}, &ReadGemma, &WriteGemma, &GemmaTensors,
+       &ForwardSequential, false, /*reads_softcaps=*/true},
+      {"gemma3_text", "Gemma3ForCausalLM", "gemma3",
+       "Gemma 3 (text): Gemma 2's block with per-head q/k norms, 5 sliding layers per global one, "
+       "a local RoPE base for sliding layers, no soft-capping",
+       {true, 1e-6f, 1e6f, 131072, 2, 1}, &ReadGemma, &WriteGemma, &GemmaTensors,
+       &ForwardSequential, false, /*reads_softcaps=*/true},
+  };
+  return families;
 }
 
 }  // namespace ss

@@ -16,6 +16,8 @@
 
 namespace ss {
 
+namespace {
+
 void ForwardGpt2(ForwardContext& ctx) {
   const ModelConfig& c = ctx.config;
   RunState& s = ctx.state;
@@ -81,6 +83,77 @@ TensorMap Gpt2Tensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w
     map.specs.push_back(head);
   }
   return map;
+}
+
+const Key kHeads{"n_head", "attention.head_count"};
+const Key kScaleWeights{"scale_attn_weights", nullptr};
+const Key kScaleInverseLayer{"scale_attn_by_inverse_layer_idx", nullptr};
+
+void ReadGpt2(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
+  r.Spelled("dim", {"n_embd", "embedding_length"});
+  r.Spelled("hidden_dim", {"n_inner", "feed_forward_length"});
+  r.Spelled("n_layers", {"n_layer", "block_count"});
+  r.Spelled("n_heads", kHeads);
+  r.Spelled("n_kv_heads", kHeads);
+  r.Spelled("max_seq_len", {"n_positions", "context_length"});
+  r.Spelled("norm_eps", {"layer_norm_epsilon", "attention.layer_norm_epsilon"});
+  c->dim = r.PositiveInt({"n_embd", "embedding_length"});
+  c->n_layers = r.PositiveInt({"n_layer", "block_count"});
+  c->n_heads = c->n_kv_heads = r.PositiveInt(kHeads);
+  if (c->dim % c->n_heads != 0)
+    ss::Fail("{}: {} {} is not a multiple of {} {}", r.source(), r.Name({"n_embd", "embedding_length"}),
+             c->dim, r.Name(kHeads), c->n_heads);
+  c->head_dim = c->dim / c->n_heads;
+  c->hidden_dim = r.PositiveInt({"n_inner", "feed_forward_length"}, r.HfDefault<int64_t>(4 * c->dim));  // None: 4 D
+  if (!r.gguf()) c->vocab_size = r.PositiveInt({"vocab_size", nullptr});
+  c->max_seq_len = r.PositiveInt({"n_positions", "context_length"}, r.HfDefault<int64_t>(d.max_positions));
+  c->norm_eps = r.Real({"layer_norm_epsilon", "attention.layer_norm_epsilon"}, r.gguf() ? 1e-5 : d.norm_eps);
+  c->norm = NormKind::kLayer;
+  c->act = ReadAct(r, {"activation_function", nullptr}, "gelu_new");
+  c->gated_mlp = false;
+  c->rope = RopeKind::kNone;
+  c->rope_theta = 0.0f;
+  c->learned_pos = true;
+  // Conv1D layers all carry biases (a GGUF file says so by holding them).
+  c->qkv_bias = !r.gguf() || r.HasTensor("blk.0.attn_qkv.bias");
+  c->attn_out_bias = !r.gguf() || r.HasTensor("blk.0.attn_output.bias");
+  c->mlp_bias = true;
+  // GPT2Attention: scores / sqrt(head_dim) unless scale_attn_weights is false, and / (l + 1) in
+  // block l with scale_attn_by_inverse_layer_idx (reorder_and_upcast_attn changes only the order
+  // and precision of the same product).
+  c->attn_scale_sqrt_dim = r.Bool(kScaleWeights, true);
+  c->attn_scale_inverse_layer = r.Bool(kScaleInverseLayer, false);
+}
+
+void WriteGpt2(const ModelConfig& c, ConfigWriter& w) {
+  // llama.cpp's gpt2 has no key for these: a GGUF file would load there with the wrong scores.
+  if (w.gguf() && (!c.attn_scale_sqrt_dim || c.attn_scale_inverse_layer))
+    Fail("GPT-2 with scale_attn_weights = false or scale_attn_by_inverse_layer_idx cannot be "
+         "written to GGUF (llama.cpp has no key for either)");
+  w.Int({"n_embd", "embedding_length"}, c.dim);
+  w.Int({"n_inner", "feed_forward_length"}, c.hidden_dim);
+  w.Int({"n_layer", "block_count"}, c.n_layers);
+  w.Int(kHeads, c.n_heads);
+  w.Int({nullptr, "attention.head_count_kv"}, c.n_kv_heads);
+  w.Int({nullptr, "attention.key_length"}, c.head_dim);
+  w.Int({nullptr, "attention.value_length"}, c.head_dim);
+  w.Int({"vocab_size", nullptr}, c.vocab_size);
+  w.Int({"n_positions", "context_length"}, c.max_seq_len);
+  w.Float({"layer_norm_epsilon", "attention.layer_norm_epsilon"}, c.norm_eps);
+  w.String({"activation_function", nullptr}, ActName(c.act, "gelu_new"));
+  if (!c.attn_scale_sqrt_dim) w.Bool(kScaleWeights, false);
+  if (c.attn_scale_inverse_layer) w.Bool(kScaleInverseLayer, true);
+}
+
+}  // namespace
+
+std::span<const ArchEntry> Families_gpt2() {
+  static const ArchEntry families[] = {
+      {"gpt2", "GPT2LMHeadModel", "gpt2",
+       "GPT-2: learned positions, LayerNorm, GELU MLP, Conv1D layout, tied head",
+       {true, 1e-5f, 0.0f, 1024, 50256, 50256}, &ReadGpt2, &WriteGpt2, &Gpt2Tensors, &ForwardGpt2},
+  };
+  return families;
 }
 
 }  // namespace ss

@@ -8,12 +8,18 @@
 // query_key_value fuses the projections per head: its 3D output rows are [h][q | k | v][Dh]
 // (the module views them as (H, 3 * Dh) and splits the last axis). llama.cpp's converter
 // reorders them to [q | k | v] for GGUF's attn_qkv; both layouts are mapped here.
+#include <cmath>
+#include <optional>
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "model/arch.h"
 #include "model/blocks.h"
 
 namespace ss {
+
+namespace {
 
 void ForwardGptNeox(ForwardContext& ctx) {
   const ModelConfig& c = ctx.config;
@@ -87,6 +93,104 @@ TensorMap GptNeoxTensors(const ModelConfig& c, TensorNaming naming, ModelWeights
   add(hf ? "gpt_neox.final_layer_norm.bias" : "output_norm.bias", {&w.final_norm_bias}, {D});
   if (!c.tied_embeddings) add(hf ? "embed_out.weight" : "output.weight", {&w.lm_head}, {V, D});
   return map;
+}
+
+const Key kHidden{"hidden_size", "embedding_length"};
+const Key kHeads{"num_attention_heads", "attention.head_count"};
+const Key kRotaryPct{"rotary_pct", nullptr};
+const Key kRopeParametersFactor{"rope_parameters.partial_rotary_factor", nullptr};
+const Key kPartialRotaryFactor{"partial_rotary_factor", nullptr};
+
+// The rotary fraction: "rotary_pct" (transformers < 5), or "partial_rotary_factor" inside
+// "rope_parameters" (transformers >= 5) or at the top level; default 0.25 (GPTNeoXConfig). Two of
+// them present and different is refused: one would be ignored.
+std::pair<Key, float> RotaryFraction(const ConfigReader& r) {
+  std::optional<std::pair<Key, float>> other;
+  for (Key k : {kRopeParametersFactor, kPartialRotaryFactor})
+    if (!other && r.Has(k)) other = {k, r.Real(k)};
+  if (r.Has(kRotaryPct)) {
+    const float pct = r.Real(kRotaryPct);
+    if (other && other->second != pct)
+      ss::Fail("{}: rotary_pct {} and {} {} disagree; give one", r.source(), pct,
+               r.Name(other->first), other->second);
+    return {kRotaryPct, pct};
+  }
+  if (other) return *other;
+  return {kRotaryPct, 0.25f};
+}
+
+void ReadGptNeox(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
+  r.Spelled("n_kv_heads", kHeads);
+  r.Spelled("norm_eps", {"layer_norm_eps", "attention.layer_norm_epsilon"});
+  c->dim = r.PositiveInt(kHidden);
+  c->n_layers = r.PositiveInt({"num_hidden_layers", "block_count"});
+  c->n_heads = c->n_kv_heads = r.PositiveInt(kHeads);
+  if (c->dim % c->n_heads != 0)
+    ss::Fail("{}: {} {} is not a multiple of {} {}", r.source(), r.Name(kHidden), c->dim,
+             r.Name(kHeads), c->n_heads);
+  c->head_dim = c->dim / c->n_heads;
+  c->hidden_dim = r.PositiveInt({"intermediate_size", "feed_forward_length"});
+  if (!r.gguf()) c->vocab_size = r.PositiveInt({"vocab_size", nullptr});
+  c->max_seq_len = r.PositiveInt({"max_position_embeddings", "context_length"},
+                                 r.HfDefault<int64_t>(d.max_positions));
+  c->norm_eps = r.Real({"layer_norm_eps", "attention.layer_norm_epsilon"}, r.gguf() ? 1e-5 : d.norm_eps);
+  c->norm = NormKind::kLayer;
+  c->act = r.gguf() ? ActKind::kGelu : ReadAct(r, {"hidden_act", nullptr}, "gelu");
+  c->gated_mlp = false;
+  c->rope = RopeKind::kHalf;
+  // Older configs name the base rotary_emb_base, newer ones rope_theta.
+  const Key base{"rotary_emb_base", nullptr};
+  if (!r.gguf() && !r.Has({"rope_theta", nullptr}) && r.Has(base)) r.Spelled("rope_theta", base);
+  c->rope_theta = r.Real({"rope_theta", "rope.freq_base"}, r.gguf() ? 10000.0 : r.Float(base, d.rope_theta));
+  if (!r.gguf()) {  // GGUF: rope.dimension_count, read with the other RoPE keys
+    const auto [key, fraction] = RotaryFraction(r);
+    r.Spelled("rotary_dim", key);
+    if (!(fraction > 0 && fraction <= 1)) r.Fail(key, "must be in (0, 1], found {}", fraction);
+    // GPTNeoXAttention: rotary_ndims = int(head_size * rotary_pct); the epsilon keeps a pct
+    // written as rotary_dim / head_dim from rounding down.
+    c->rotary_dim = static_cast<int>(std::floor(c->head_dim * static_cast<double>(fraction) + 1e-4));
+    if (c->rotary_dim % 2 != 0)
+      r.Fail(key, "{} gives an odd rotary dimension {} of head size {}", fraction, c->rotary_dim, c->head_dim);
+    if (c->rotary_dim == c->head_dim) c->rotary_dim = 0;
+  }
+  c->parallel_residual = r.Bool({"use_parallel_residual", "use_parallel_residual"}, true);
+  if (r.gguf()) {
+    c->qkv_bias = r.HasTensor("blk.0.attn_qkv.bias");
+    c->attn_out_bias = r.HasTensor("blk.0.attn_output.bias");
+  } else {
+    ReadAttentionBias(r, true, c);
+  }
+  c->mlp_bias = true;
+}
+
+void WriteGptNeox(const ModelConfig& c, ConfigWriter& w) {
+  w.Int(kHidden, c.dim);
+  w.Int({"intermediate_size", "feed_forward_length"}, c.hidden_dim);
+  w.Int({"num_hidden_layers", "block_count"}, c.n_layers);
+  w.Int(kHeads, c.n_heads);
+  w.Int({nullptr, "attention.head_count_kv"}, c.n_kv_heads);
+  w.Int({nullptr, "attention.key_length"}, c.head_dim);
+  w.Int({nullptr, "attention.value_length"}, c.head_dim);
+  w.Int({"vocab_size", nullptr}, c.vocab_size);
+  w.Int({"max_position_embeddings", "context_length"}, c.max_seq_len);
+  w.Float({"layer_norm_eps", "attention.layer_norm_epsilon"}, c.norm_eps);
+  w.String({"hidden_act", nullptr}, ActName(c.act));
+  w.Float(kRotaryPct, c.head_dim > 0 ? static_cast<float>(static_cast<double>(c.rot_dim()) / c.head_dim) : 1.0f);
+  w.Float({"rotary_emb_base", nullptr}, c.rope_theta);
+  w.Bool({"use_parallel_residual", "use_parallel_residual"}, c.parallel_residual);
+  w.Bool({"attention_bias", nullptr}, c.qkv_bias);
+}
+
+}  // namespace
+
+std::span<const ArchEntry> Families_gpt_neox() {
+  static const ArchEntry families[] = {
+      {"gpt_neox", "GPTNeoXForCausalLM", "gptneox",
+       "GPT-NeoX / Pythia: parallel residual, partial rotate-half RoPE, fused QKV",
+       {false, 1e-5f, 10000.0f, 2048, 0, 2}, &ReadGptNeox, &WriteGptNeox, &GptNeoxTensors,
+       &ForwardGptNeox, /*reads_partial_rotary=*/true},
+  };
+  return families;
 }
 
 }  // namespace ss

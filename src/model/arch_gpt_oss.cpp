@@ -27,6 +27,8 @@
 
 namespace ss {
 
+namespace {
+
 TensorMap GptOssTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w) {
   const bool hf = naming == TensorNaming::kHf;
   TensorMap map = LlamaLayoutTensors(c, naming, w, /*input_norms=*/true);
@@ -105,6 +107,55 @@ TensorMap GptOssTensors(const ModelConfig& c, TensorNaming naming, ModelWeights&
     });
   }
   return map;
+}
+
+const Key kSwigluLimit{"swiglu_limit", "sinkscope.swiglu_limit"};
+const Key kWindow{"sliding_window", "attention.sliding_window"};
+
+LayerAttention EvenLayersSlide(int l, int) { return l % 2 == 0 ? LayerAttention::kSliding : LayerAttention::kFull; }
+
+void ReadGptOss(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
+  ReadLlamaCore(r, d, /*head_dim_default=*/64, c);
+  ReadAttentionBias(r, true, c);
+  const int per_tok = static_cast<int>(r.Int({"experts_per_token", nullptr}, 4));  // older name
+  ReadMoe(r, "num_local_experts", 128, per_tok, "intermediate_size", nullptr, true, c);
+  c->norm_topk_prob = true;  // GptOssTopKRouter: softmax over the k chosen logits
+  c->moe_bias = true;
+  c->attn_sinks = true;
+  r.Spelled("swiglu_limit", kSwigluLimit);
+  c->swiglu_limit = r.Real(kSwigluLimit, 7.0);
+  if (!(c->swiglu_limit > 0)) r.Fail(kSwigluLimit, "must be positive, found {}", c->swiglu_limit);
+  c->sliding_window = ReadSlidingWindow(r, r.HfDefault<int64_t>(128), *c);
+  // The published checkpoints keep the experts as MXFP4 blocks (*_blocks, *_scales).
+  const Key quant{"quantization_config", nullptr};
+  if (r.Has(quant))
+    r.Fail(quant, "{} is not supported: sinkscope reads gpt-oss with BF16, F16 or F32 experts "
+           "(dequantise the MXFP4 checkpoint first, e.g. transformers' Mxfp4Config(dequantize=True) "
+           "then save_pretrained)", r.Dump(quant));
+  // GptOssConfig's default (and llama.cpp's): layer i slides when i is even.
+  c->layer_attention = ReadLayerTypes(r, c->n_layers, &EvenLayersSlide, 2);
+}
+
+void WriteGptOss(const ModelConfig& c, ConfigWriter& w) {
+  WriteLlamaCore(c, w, {.sink_extension = false});
+  w.Bool({"attention_bias", nullptr}, c.qkv_bias);
+  WriteMoe(c, w, "num_local_experts", "intermediate_size", nullptr);
+  w.Float(kSwigluLimit, c.swiglu_limit);
+  w.Int(kWindow, c.sliding_window);
+  WriteLayerTypes(c, w);
+}
+
+}  // namespace
+
+std::span<const ArchEntry> Families_gpt_oss() {
+  static const ArchEntry families[] = {
+      {"gpt_oss", "GptOssForCausalLM", "gpt-oss",
+       "gpt-oss: learned per-head sink logits, alternating sliding / full attention, YaRN RoPE, "
+       "biased top-k MoE with a clamped GLU",
+       {false, 1e-5f, 150000.0f, 131072, -1, -1}, &ReadGptOss, &WriteGptOss, &GptOssTensors,
+       &ForwardSequential},
+  };
+  return families;
 }
 
 }  // namespace ss

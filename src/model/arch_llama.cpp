@@ -74,8 +74,64 @@ TensorMap LlamaLayoutTensors(const ModelConfig& c, TensorNaming naming, ModelWei
   return map;
 }
 
+namespace {
+
 TensorMap LlamaTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w) {
   return LlamaLayoutTensors(c, naming, w, /*input_norms=*/true);
+}
+
+const Key kSlidingWindow{"sliding_window", "attention.sliding_window"};
+
+// GGUF writes Llama, Mistral and Mixtral all as "llama": a file with experts is Mixtral, one with
+// a sliding window Mistral (llama.cpp applies the window when the key is there).
+void ReadLlama(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
+  if (r.gguf() && r.Int({nullptr, "expert_count"}, 0) > 0) {
+    const ArchEntry& mixtral = FindArchitecture("mixtral");
+    c->arch = mixtral.name;
+    mixtral.read(r, mixtral.defaults, c);
+    return;
+  }
+  ReadLlamaCore(r, d, 0, c);
+  ReadAttentionBias(r, false, c);
+  if (!r.gguf()) c->mlp_bias = r.Bool({"mlp_bias", nullptr}, false);
+  if (r.gguf() && r.Has(kSlidingWindow)) {
+    c->arch = "mistral";
+    c->sliding_window = r.PositiveInt(kSlidingWindow);
+  }
+}
+
+void WriteLlama(const ModelConfig& c, ConfigWriter& w) {
+  WriteLlamaCore(c, w);
+  w.Bool({"attention_bias", nullptr}, c.qkv_bias);
+  w.Bool({"mlp_bias", nullptr}, c.mlp_bias);
+}
+
+// Mistral: the Llama core and a sliding window (null: full attention); no bias keys.
+void ReadMistral(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
+  ReadLlamaCore(r, d, 0, c);
+  c->sliding_window = r.Has(kSlidingWindow) ? r.PositiveInt(kSlidingWindow) : 0;
+}
+
+void WriteMistral(const ModelConfig& c, ConfigWriter& w) {
+  WriteLlamaCore(c, w);
+  if (c.sliding_window > 0) {
+    w.Int(kSlidingWindow, c.sliding_window);
+  } else {
+    w.Null(kSlidingWindow);
+  }
+}
+
+}  // namespace
+
+std::span<const ArchEntry> Families_llama() {
+  static const ArchEntry families[] = {
+      {"llama", "LlamaForCausalLM", "llama", "Llama 2/3, TinyLlama, llama2.c: RMSNorm, RoPE, GQA, SwiGLU",
+       {false, 1e-6f, 10000.0f, 2048, 1, 2}, &ReadLlama, &WriteLlama, &LlamaTensors, &ForwardSequential},
+      {"mistral", "MistralForCausalLM", "llama", "Mistral: the Llama layout with sliding-window attention",
+       {false, 1e-6f, 10000.0f, 4096 * 32, 1, 2}, &ReadMistral, &WriteMistral, &LlamaTensors,
+       &ForwardSequential},
+  };
+  return families;
 }
 
 }  // namespace ss

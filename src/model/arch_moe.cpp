@@ -21,6 +21,103 @@
 
 namespace ss {
 
+namespace {
+
+const Key kSlidingWindow{"sliding_window", "attention.sliding_window"};
+const Key kDenseWidth{"intermediate_size", "feed_forward_length"};
+
+// Qwen3-MoE: per-head q/k norms, num_experts, moe_intermediate_size per expert, intermediate_size
+// the width of dense MLP layers (llama.cpp: feed_forward_length beside expert_feed_forward_length).
+void ReadQwen3Moe(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
+  ReadLlamaCore(r, d, /*head_dim_default=*/128, c, /*read_ffn_width=*/false);
+  ReadAttentionBias(r, false, c);
+  c->qk_norm = QkNormKind::kPerHead;
+  ReadQwenSlidingWindow(r, c);
+  ReadMoe(r, "num_experts", std::nullopt, std::nullopt, "moe_intermediate_size", "norm_topk_prob",
+          false, c);
+  r.Spelled("dense_hidden_dim", kDenseWidth);
+  if (r.Has(kDenseWidth)) {
+    const int dense = r.PositiveInt(kDenseWidth);
+    if (!r.gguf() || dense != c->hidden_dim) c->dense_hidden_dim = dense;
+  }
+  ReadMoeLayers(r, c);
+  const Key shared{"shared_expert_intermediate_size", nullptr};
+  if (r.Has(shared)) {
+    r.Spelled("shared_expert_hidden_dim", shared);
+    c->shared_expert_hidden_dim = r.PositiveInt(shared);
+    c->n_shared_experts = 1;
+  }
+}
+
+void WriteQwen3Moe(const ModelConfig& c, ConfigWriter& w) {
+  WriteLlamaCore(c, w, {.ffn_width = false});
+  if (w.gguf()) {
+    w.Int(kDenseWidth, c.dense_hidden_dim > 0 ? c.dense_hidden_dim : c.hidden_dim);
+  } else if (c.dense_hidden_dim > 0) {
+    w.Int(kDenseWidth, c.dense_hidden_dim);
+  }
+  WriteMoe(c, w, "num_experts", "moe_intermediate_size", "norm_topk_prob");
+  WriteMoeLayers(c, w);
+  if (c.n_shared_experts > 0) w.Int({"shared_expert_intermediate_size", nullptr}, c.shared_expert_hidden_dim);
+  w.Bool({"attention_bias", nullptr}, c.qkv_bias);
+  WriteQwenSlidingWindow(c, w);
+}
+
+// OLMoE: whole-projection q/k norms, intermediate_size per expert, clip_qkv not implemented.
+void ReadOlmoe(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
+  ReadLlamaCore(r, d, 0, c);
+  ReadAttentionBias(r, false, c);
+  c->qk_norm = QkNormKind::kFull;
+  ReadMoe(r, "num_experts", 64, 8, "intermediate_size", "norm_topk_prob", false, c);
+  const Key clip{"clip_qkv", nullptr};
+  if (r.Has(clip)) r.Fail(clip, "{} is not supported", r.Dump(clip));
+}
+
+void WriteOlmoe(const ModelConfig& c, ConfigWriter& w) {
+  WriteLlamaCore(c, w);
+  WriteMoe(c, w, "num_experts", "intermediate_size", "norm_topk_prob");
+  w.Bool({"attention_bias", nullptr}, c.qkv_bias);
+  w.Null({"clip_qkv", nullptr});
+}
+
+// Mixtral: Mistral's optional window, num_local_experts, always renormalised top-k weights (a
+// softmax over the k kept logits; no config key). GGUF: written as llama with experts.
+void ReadMixtral(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
+  ReadLlamaCore(r, d, 0, c);
+  c->sliding_window = r.Has(kSlidingWindow) ? r.PositiveInt(kSlidingWindow) : 0;
+  ReadMoe(r, "num_local_experts", 8, 2, "intermediate_size", nullptr, true, c);
+}
+
+void WriteMixtral(const ModelConfig& c, ConfigWriter& w) {
+  WriteLlamaCore(c, w);
+  if (c.sliding_window > 0) {
+    w.Int(kSlidingWindow, c.sliding_window);
+  } else {
+    w.Null(kSlidingWindow);
+  }
+  WriteMoe(c, w, "num_local_experts", "intermediate_size", nullptr);
+}
+
+}  // namespace
+
+std::span<const ArchEntry> Families_moe() {
+  static const ArchEntry families[] = {
+      {"qwen3_moe", "Qwen3MoeForCausalLM", "qwen3moe",
+       "Qwen3-MoE: Llama layout with per-head q/k RMSNorm and a top-k mixture-of-experts FFN",
+       {false, 1e-6f, 10000.0f, 32768, -1, -1}, &ReadQwen3Moe, &WriteQwen3Moe, &MoeTensors,
+       &ForwardSequential},
+      {"olmoe", "OlmoeForCausalLM", "olmoe",
+       "OLMoE: Llama layout with whole-projection q/k RMSNorm and a top-k MoE FFN",
+       {false, 1e-5f, 10000.0f, 4096, -1, 50279}, &ReadOlmoe, &WriteOlmoe, &MoeTensors,
+       &ForwardSequential},
+      {"mixtral", "MixtralForCausalLM", "llama",
+       "Mixtral: Llama layout (sliding window optional) with a renormalised top-2 MoE FFN",
+       {false, 1e-5f, 1e6f, 4096 * 32, 1, 2}, &ReadMixtral, &WriteMixtral, &MoeTensors,
+       &ForwardSequential},
+  };
+  return families;
+}
+
 TensorMap MoeTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w) {
   const bool hf = naming == TensorNaming::kHf;
   const bool mixtral = c.arch == "mixtral";

@@ -12,6 +12,8 @@
 
 namespace ss {
 
+namespace {
+
 TensorMap Olmo2Tensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w) {
   TensorMap map = LlamaLayoutTensors(c, naming, w, /*input_norms=*/false);
   map.file_rope = RopeKind::kHalf;
@@ -29,6 +31,30 @@ TensorMap Olmo2Tensors(const ModelConfig& c, TensorNaming naming, ModelWeights& 
     map.specs.push_back(Spec(name("post_feedforward_layernorm.weight", "post_ffw_norm.weight"), {&lw.ffn_post_norm}, {D}));
   }
   return map;
+}
+
+void ReadOlmo2(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
+  ReadLlamaCore(r, d, 0, c);
+  ReadAttentionBias(r, false, c);
+  c->qk_norm = QkNormKind::kFull;
+  c->post_norms = true;
+}
+
+void WriteOlmo2(const ModelConfig& c, ConfigWriter& w) {
+  WriteLlamaCore(c, w);
+  w.Bool({"attention_bias", nullptr}, c.qkv_bias);
+}
+
+}  // namespace
+
+std::span<const ArchEntry> Families_olmo2() {
+  static const ArchEntry families[] = {
+      {"olmo2", "Olmo2ForCausalLM", "olmo2",
+       "OLMo 2: norms after attention and MLP, whole-projection q/k RMSNorm",
+       {false, 1e-5f, 10000.0f, 2048, -1, 50279}, &ReadOlmo2, &WriteOlmo2, &Olmo2Tensors,
+       &ForwardSequential},
+  };
+  return families;
 }
 
 }  // namespace ss

@@ -6,6 +6,8 @@
 
 namespace ss {
 
+namespace {
+
 TensorMap Qwen3Tensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w) {
   TensorMap map = LlamaLayoutTensors(c, naming, w, /*input_norms=*/true);
   map.file_rope = RopeKind::kHalf;
@@ -21,6 +23,30 @@ TensorMap Qwen3Tensors(const ModelConfig& c, TensorNaming naming, ModelWeights& 
     map.specs.push_back(k);
   }
   return map;
+}
+
+void ReadQwen3(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
+  ReadLlamaCore(r, d, /*head_dim_default=*/128, c);
+  ReadAttentionBias(r, false, c);
+  c->qk_norm = QkNormKind::kPerHead;
+  ReadQwenSlidingWindow(r, c);
+}
+
+void WriteQwen3(const ModelConfig& c, ConfigWriter& w) {
+  WriteLlamaCore(c, w);
+  w.Bool({"attention_bias", nullptr}, c.qkv_bias);
+  WriteQwenSlidingWindow(c, w);
+}
+
+}  // namespace
+
+std::span<const ArchEntry> Families_qwen3() {
+  static const ArchEntry families[] = {
+      {"qwen3", "Qwen3ForCausalLM", "qwen3", "Qwen3: the Llama layout with per-head q/k RMSNorm",
+       {false, 1e-6f, 10000.0f, 32768, -1, -1}, &ReadQwen3, &WriteQwen3, &Qwen3Tensors,
+       &ForwardSequential},
+  };
+  return families;
 }
 
 }  // namespace ss
