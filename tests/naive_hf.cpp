@@ -318,7 +318,7 @@ std::vector<float> LlamaLike(const ModelConfig& c, const HfTensors& w, const std
       Vec m;
       if (gpt_oss) {
         m = GptOssMoe(c, w, l, h);
-      } else if (c.n_experts > 0) {
+      } else if (c.n_experts > 0 && (c.dense_layers.empty() || !c.dense_layers[l])) {
         m = MoeFfn(c, w, l, h);
       } else {
         Vec g = Linear(h, W("mlp.gate_proj.weight"), B("mlp.gate_proj.bias"));
@@ -586,6 +586,12 @@ HfTensors RandomHfWeights(const ModelConfig& c, uint32_t seed) {
       rnd(n("mlp.router.weight"), {E, D}), rnd(n("mlp.router.bias"), {E});
       rnd(n("mlp.experts.gate_up_proj"), {E, D, 2 * F}), rnd(n("mlp.experts.gate_up_proj_bias"), {E, 2 * F});
       rnd(n("mlp.experts.down_proj"), {E, F, D}), rnd(n("mlp.experts.down_proj_bias"), {E, D});
+      continue;
+    }
+    if (c.n_experts > 0 && !c.dense_layers.empty() && c.dense_layers[l]) {
+      rnd(n("mlp.gate_proj.weight"), {c.dense_hidden_dim, D});
+      rnd(n("mlp.up_proj.weight"), {c.dense_hidden_dim, D});
+      rnd(n("mlp.down_proj.weight"), {D, c.dense_hidden_dim});
       continue;
     }
     if (c.n_experts > 0) {

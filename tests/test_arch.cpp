@@ -26,6 +26,7 @@ namespace fs = std::filesystem;
 struct FamilyCase {
   std::string label;
   std::string config_json;  // config.json as a user's checkpoint would have it
+  bool gguf = true;         // false: GGUF cannot hold it, and writing one must be refused
 };
 
 std::ostream& operator<<(std::ostream& os, const FamilyCase& c) { return os << c.label; }
@@ -108,6 +109,24 @@ const FamilyCase kCases[] = {
         "sliding_window": 5, "sliding_window_pattern": 2, "rope_theta": 1000000.0,
         "rope_local_base_freq": 100.0, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
         "tie_word_embeddings": false})"},
+    // Qwen2 with use_sliding_window: layers from max_window_layers (1) on slide, window 4 < 12
+    // tokens. llama.cpp has no key for it, so no GGUF.
+    {"qwen2_sliding_from_max_window_layers",
+     Llama("Qwen2ForCausalLM", R"("use_sliding_window": true, "sliding_window": 4, "max_window_layers": 1)"),
+     false},
+    {"qwen3_layer_types_listed",
+     Llama("Qwen3ForCausalLM", R"("head_dim": 8, "use_sliding_window": true, "sliding_window": 3,
+           "max_window_layers": 28, "layer_types": ["sliding_attention", "full_attention"])"),
+     false},
+    // Qwen3-MoE with dense layers among the expert layers: mlp_only_layers [0] and
+    // decoder_sparse_step 2 give dense, experts, dense, with a dense width (40) unlike the experts'.
+    {"qwen3_moe_dense_and_expert_layers",
+     R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 32, "moe_intermediate_size": 24,
+        "intermediate_size": 40, "num_hidden_layers": 3, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 61, "max_position_embeddings": 64,
+        "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": true,
+        "decoder_sparse_step": 2, "mlp_only_layers": [0]})",
+     false},
     {"gpt_oss_layer_types_listed",
      R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 32, "intermediate_size": 16,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 8,
@@ -192,6 +211,11 @@ TEST_P(Family, HfLayoutMatchesNaiveReferenceAndRoundTripsThroughGguf) {
 
   // GGUF (F32) and back to HF: the same logits.
   const std::string gguf = test::TempDir("arch_" + fc.label) + "/model.gguf";
+  if (!fc.gguf) {
+    GgufWriter refused;
+    EXPECT_THROW(AddGgufModel(model, refused, kGgmlTypeF32), Error) << fc.label;
+    return;
+  }
   GgufWriter writer;
   AddGgufModel(model, writer, kGgmlTypeF32);
   writer.Write(gguf);
@@ -325,6 +349,60 @@ TEST(FamilyConfig, GemmaBadInputIsRefusedByName) {
 // GPT-NeoX's rotary fraction from either place, and the two keys that gave wrong numbers without a
 // word before: rope_parameters.partial_rotary_factor was ignored (0.25 used), and partial rotary
 // on a family that rotates whole heads is now refused by name.
+// Per-layer settings as transformers derives them: Qwen's window from max_window_layers on (or as
+// layer_types lists), Qwen-MoE's dense layers from mlp_only_layers and decoder_sparse_step; bad
+// values are refused naming the file and the key.
+TEST(FamilyConfig, QwenPerLayerWindowsAndDenseLayers) {
+  auto parse = [](const std::string& json) { return ParseHfConfig(json, "q/config.json"); };
+  auto error = [&](const std::string& json) {
+    try {
+      parse(json);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  const std::string qwen2 = R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 32,
+      "intermediate_size": 48, "num_attention_heads": 4, "vocab_size": 61, )";
+  const std::string four = R"("num_hidden_layers": 4, "max_position_embeddings": 64, )";
+  ModelConfig c = parse(qwen2 + four + R"("use_sliding_window": true, "sliding_window": 8, "max_window_layers": 2})");
+  EXPECT_EQ(c.sliding_window, 8);
+  EXPECT_EQ((std::vector<int>{c.Window(0), c.Window(1), c.Window(2), c.Window(3)}), (std::vector<int>{0, 0, 8, 8}));
+  // The window applies nowhere: no window at all, and the config says so when written.
+  c = parse(qwen2 + four + R"("use_sliding_window": true, "sliding_window": 8, "max_window_layers": 4})");
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_TRUE(c.layer_attention.empty());
+  // use_sliding_window false: sliding_window is ignored, as transformers ignores it.
+  EXPECT_EQ(parse(qwen2 + four + R"("use_sliding_window": false, "sliding_window": 8})").sliding_window, 0);
+  // Defaults: window 4096 from layer 28 on; written back and read again unchanged.
+  c = parse(qwen2 + R"("use_sliding_window": true, "max_position_embeddings": 8192, "num_hidden_layers": 30})");
+  EXPECT_EQ(c.Window(27), 0);
+  EXPECT_EQ(c.Window(28), 4096);
+  EXPECT_EQ(ParseHfConfig(HfConfigJson(c), "again"), c);
+  EXPECT_NE(error(qwen2 + four + R"("use_sliding_window": true, "sliding_window": 65})").find("'sliding_window' 65 is beyond the context"), std::string::npos);
+  EXPECT_NE(error(qwen2 + four + R"("use_sliding_window": true, "sliding_window": 0})").find("'sliding_window' must be a positive size"), std::string::npos);
+  EXPECT_NE(error(qwen2 + four + R"("use_sliding_window": true, "sliding_window": 8, "layer_types": ["full_attention"]})")
+                .find("q/config.json: 'layer_types' must list one attention kind for each of the 4 layers"), std::string::npos);
+
+  const std::string moe = R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 32,
+      "moe_intermediate_size": 24, "num_hidden_layers": 6, "num_attention_heads": 4, "head_dim": 8,
+      "vocab_size": 61, "num_experts": 4, "num_experts_per_tok": 2, )";
+  c = parse(moe + R"("intermediate_size": 40, "decoder_sparse_step": 3, "mlp_only_layers": [5]})");
+  // Experts where (l + 1) % 3 == 0 and l is not listed: layer 2 only (layer 5 is listed).
+  std::vector<bool> kinds;
+  for (int l = 0; l < 6; ++l) kinds.push_back(c.MoeLayer(l));
+  EXPECT_EQ(kinds, (std::vector<bool>{false, false, true, false, false, false}));
+  EXPECT_EQ(c.FfnWidth(0), 40);
+  EXPECT_EQ(c.FfnWidth(2), 24);
+  EXPECT_EQ(ParseHfConfig(HfConfigJson(c), "again"), c);
+  // Every layer MoE (the published Qwen3-MoE configs): no dense layers recorded.
+  EXPECT_TRUE(parse(moe + R"("decoder_sparse_step": 1, "mlp_only_layers": []})").dense_layers.empty());
+  EXPECT_NE(error(moe + R"("intermediate_size": 40, "mlp_only_layers": [6]})").find("'mlp_only_layers' lists layer 6; the model has layers 0 to 5"), std::string::npos);
+  EXPECT_NE(error(moe + R"("intermediate_size": 40, "decoder_sparse_step": 0})").find("'decoder_sparse_step' must be 1 or more"), std::string::npos);
+  EXPECT_NE(error(moe + R"("mlp_only_layers": [1]})").find("intermediate_size"), std::string::npos);
+  EXPECT_NE(error(moe + R"("intermediate_size": 40, "mlp_only_layers": "1"})").find("'mlp_only_layers' must be a list of integers"), std::string::npos);
+}
+
 TEST(FamilyConfig, PartialRotaryFactorIsReadOrRefusedByName) {
   const std::string neox = R"({"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 64,
       "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 61)";

@@ -146,6 +146,13 @@ TensorMap MoeTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w)
       map.specs.push_back(qn);
       map.specs.push_back(kn);
     }
+    if (!c.MoeLayer(l)) {  // a dense MLP layer among the expert layers (Qwen-MoE mlp_only_layers)
+      const int64_t Fd = c.FfnWidth(l);
+      map.specs.push_back(Spec(name("mlp.gate_proj.weight", "ffn_gate.weight"), {&lw.w1}, {Fd, D}));
+      map.specs.push_back(Spec(name("mlp.down_proj.weight", "ffn_down.weight"), {&lw.w2}, {D, Fd}));
+      map.specs.push_back(Spec(name("mlp.up_proj.weight", "ffn_up.weight"), {&lw.w3}, {Fd, D}));
+      continue;
+    }
     const std::string moe = mixtral ? "block_sparse_moe." : "mlp.";
     map.specs.push_back(Spec(name(moe + "gate.weight", "ffn_gate_inp.weight"), {&lw.moe_router}, {E, D}));
     if (!hf) {

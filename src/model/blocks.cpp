@@ -296,7 +296,7 @@ void Mlp(ForwardContext& ctx, int layer, const float* in, float* out) {
   const ModelConfig& c = ctx.config;
   const LayerWeights& w = ctx.model.weights.layers[layer];
   RunState& s = ctx.state;
-  const int T = ctx.T, D = c.dim, F = c.hidden_dim;
+  const int T = ctx.T, D = c.dim, F = c.FfnWidth(layer);
   // Rows are independent: chunks of kMlpRows keep the (rows, F) activations small at long T.
   for (int t0 = 0; t0 < T; t0 += kMlpRows) {
     const int rows = std::min(kMlpRows, T - t0);
@@ -404,7 +404,7 @@ void ForwardSequential(ForwardContext& ctx) {
     AddInPlace(s.x.data(), s.xb2.data(), n);
     if (ctx.HookActive(HookPoint::kResidMid, l)) ctx.RunHook(HookPoint::kResidMid, l, s.x.data(), {ctx.T, c.dim});
     const float* ffn_in = input(w.ffn_norm, w.ffn_norm_bias);
-    if (c.n_experts > 0) {
+    if (c.MoeLayer(l)) {
       MoeFfn(ctx, l, ffn_in, s.xb2.data());
     } else {
       Mlp(ctx, l, ffn_in, s.xb2.data());

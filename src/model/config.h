@@ -3,6 +3,7 @@
 // interpret it.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -84,6 +85,9 @@ struct ModelConfig {
   int n_shared_experts = 0;     // experts every token goes through (none in the families so far)
   int shared_expert_hidden_dim = 0;
   int dense_hidden_dim = 0;     // Qwen3-MoE "intermediate_size": width of its dense MLP layers
+  // Which layers of a mixture-of-experts model have a dense MLP (width dense_hidden_dim) instead
+  // of experts (Qwen-MoE's mlp_only_layers and decoder_sparse_step): empty means none.
+  std::vector<bool> dense_layers;
   RopeScalingKind rope_scaling = RopeScalingKind::kNone;
   float rope_scaling_factor = 1.0f;
   float rope_low_freq_factor = 1.0f;   // kLlama3 only
@@ -108,6 +112,17 @@ struct ModelConfig {
   int kv_dim() const { return n_kv_heads * head_dim; }
   int q_dim() const { return n_heads * head_dim; }
   int rot_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  // Layer `layer` routes through experts (else it has a dense MLP).
+  bool MoeLayer(int layer) const {
+    return n_experts > 0 && (dense_layers.empty() || !dense_layers[layer]);
+  }
+  // The hidden width of layer `layer`'s FFN: per expert, or its dense MLP's.
+  int FfnWidth(int layer) const { return n_experts > 0 && !MoeLayer(layer) ? dense_hidden_dim : hidden_dim; }
+  int MaxFfnWidth() const {
+    int f = hidden_dim;
+    for (int l = 0; l < static_cast<int>(dense_layers.size()); ++l) f = std::max(f, FfnWidth(l));
+    return f;
+  }
   // The sliding window of layer `layer` (0: it attends to every earlier key).
   int Window(int layer) const {
     if (sliding_window == 0) return 0;

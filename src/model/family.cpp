@@ -203,16 +203,31 @@ void WriteQwenSlidingWindow(const ModelConfig& c, ConfigWriter& w) {
 
 void ReadMoeLayers(const ConfigReader& r, ModelConfig* c) {
   const Key step{"decoder_sparse_step", nullptr}, dense{"mlp_only_layers", nullptr};
-  if (r.Int(step, 1) != 1) r.Fail(step, "{} is not supported (only every layer MoE, 1)", r.Int(step));
-  if (r.Has(dense) && !r.Ints(dense).empty())
-    r.Fail(dense, "{} is not supported (every layer must be MoE)", r.Dump(dense));
-  (void)c;
+  const int64_t every = r.Int(step, 1);
+  if (every < 1) r.Fail(step, "must be 1 or more, found {}", every);
+  // Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer: experts when the layer is not in mlp_only_layers
+  // and (layer + 1) % decoder_sparse_step == 0; otherwise a dense MLP of intermediate_size.
+  std::vector<bool> layers(c->n_layers);
+  for (int l = 0; l < c->n_layers; ++l) layers[l] = (l + 1) % every != 0;
+  if (r.Has(dense))
+    for (int64_t l : r.Ints(dense)) {
+      if (l < 0 || l >= c->n_layers) r.Fail(dense, "lists layer {}; the model has layers 0 to {}", l, c->n_layers - 1);
+      layers[l] = true;
+    }
+  if (std::find(layers.begin(), layers.end(), true) == layers.end()) return;
+  r.Spelled("dense_layers", r.Has(dense) ? dense : step);
+  c->dense_layers = std::move(layers);
 }
 
 void WriteMoeLayers(const ModelConfig& c, ConfigWriter& w) {
-  (void)c;
+  std::vector<int64_t> dense;
+  for (int l = 0; l < static_cast<int>(c.dense_layers.size()); ++l)
+    if (c.dense_layers[l]) dense.push_back(l);
+  if (w.gguf() && !dense.empty())
+    Fail("{} with dense MLP layers among the expert layers cannot be written to GGUF: llama.cpp "
+         "has no key for them", c.arch);
   w.Int({"decoder_sparse_step", nullptr}, 1);
-  w.Ints({"mlp_only_layers", nullptr}, {});
+  w.Ints({"mlp_only_layers", nullptr}, dense);
 }
 
 }  // namespace ss

@@ -137,8 +137,8 @@ void RunState::Reserve(const ModelConfig& c, int T) {
   z = Tensor::Zeros({T, c.q_dim()});
   // The MLP runs over rows in chunks of kMlpRows (blocks.cpp), so its (rows, F) buffers stay small
   // at long T: 2 x 8192 x 3072 floats would be 201 MB for the GPT-2-small shape at T = 8192.
-  hb = Tensor::Zeros({std::min(T, kMlpRows), c.hidden_dim});
-  hb2 = Tensor::Zeros({std::min(T, kMlpRows), c.hidden_dim});
+  hb = Tensor::Zeros({std::min(T, kMlpRows), c.MaxFfnWidth()});
+  hb2 = Tensor::Zeros({std::min(T, kMlpRows), c.MaxFfnWidth()});
   // logits (T, V) are allocated by FinalLogits when a call asks for them: at long T with a large
   // vocabulary they would be the biggest buffer of all (32768 x 50257 floats = 6.6 GB), and the
   // analysis path (LogitsMode::kNone) never needs them.
