@@ -98,26 +98,6 @@ TensorMap GptNeoxTensors(const ModelConfig& c, TensorNaming naming, ModelWeights
 const Key kHidden{"hidden_size", "embedding_length"};
 const Key kHeads{"num_attention_heads", "attention.head_count"};
 const Key kRotaryPct{"rotary_pct", nullptr};
-const Key kRopeParametersFactor{"rope_parameters.partial_rotary_factor", nullptr};
-const Key kPartialRotaryFactor{"partial_rotary_factor", nullptr};
-
-// The rotary fraction: "rotary_pct" (transformers < 5), or "partial_rotary_factor" inside
-// "rope_parameters" (transformers >= 5) or at the top level; default 0.25 (GPTNeoXConfig). Two of
-// them present and different is refused: one would be ignored.
-std::pair<Key, float> RotaryFraction(const ConfigReader& r) {
-  std::optional<std::pair<Key, float>> other;
-  for (Key k : {kRopeParametersFactor, kPartialRotaryFactor})
-    if (!other && r.Has(k)) other = {k, r.Real(k)};
-  if (r.Has(kRotaryPct)) {
-    const float pct = r.Real(kRotaryPct);
-    if (other && other->second != pct)
-      ss::Fail("{}: rotary_pct {} and {} {} disagree; give one", r.source(), pct,
-               r.Name(other->first), other->second);
-    return {kRotaryPct, pct};
-  }
-  if (other) return *other;
-  return {kRotaryPct, 0.25f};
-}
 
 void ReadGptNeox(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
   r.Spelled("n_kv_heads", kHeads);
@@ -142,17 +122,7 @@ void ReadGptNeox(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c)
   const Key base{"rotary_emb_base", nullptr};
   if (!r.gguf() && !r.Has({"rope_theta", nullptr}) && r.Has(base)) r.Spelled("rope_theta", base);
   c->rope_theta = r.Real({"rope_theta", "rope.freq_base"}, r.gguf() ? 10000.0 : r.Float(base, d.rope_theta));
-  if (!r.gguf()) {  // GGUF: rope.dimension_count, read with the other RoPE keys
-    const auto [key, fraction] = RotaryFraction(r);
-    r.Spelled("rotary_dim", key);
-    if (!(fraction > 0 && fraction <= 1)) r.Fail(key, "must be in (0, 1], found {}", fraction);
-    // GPTNeoXAttention: rotary_ndims = int(head_size * rotary_pct); the epsilon keeps a pct
-    // written as rotary_dim / head_dim from rounding down.
-    c->rotary_dim = static_cast<int>(std::floor(c->head_dim * static_cast<double>(fraction) + 1e-4));
-    if (c->rotary_dim % 2 != 0)
-      r.Fail(key, "{} gives an odd rotary dimension {} of head size {}", fraction, c->rotary_dim, c->head_dim);
-    if (c->rotary_dim == c->head_dim) c->rotary_dim = 0;
-  }
+  ReadPartialRotary(r, kRotaryPct, 0.25f, c);  // GPTNeoXConfig's default rotary_pct
   c->parallel_residual = r.Bool({"use_parallel_residual", "use_parallel_residual"}, true);
   if (r.gguf()) {
     c->qkv_bias = r.HasTensor("blk.0.attn_qkv.bias");

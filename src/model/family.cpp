@@ -1,6 +1,8 @@
 #include "model/family.h"
 
 #include <algorithm>
+#include <cmath>
+#include <string_view>
 
 namespace ss {
 
@@ -228,6 +230,33 @@ void WriteMoeLayers(const ModelConfig& c, ConfigWriter& w) {
          "has no key for them", c.arch);
   w.Int({"decoder_sparse_step", nullptr}, 1);
   w.Ints({"mlp_only_layers", nullptr}, dense);
+}
+
+void ReadPartialRotary(const ConfigReader& r, Key primary, float fallback, ModelConfig* c) {
+  if (r.gguf()) return;
+  const Key nested{"rope_parameters.partial_rotary_factor", nullptr}, top{"partial_rotary_factor", nullptr};
+  Key key = primary;
+  std::optional<Key> other;
+  for (Key k : {nested, top})
+    if (!other && std::string_view(k.hf) != primary.hf && r.Has(k)) other = k;
+  float fraction = fallback;
+  if (r.Has(primary)) {
+    fraction = r.Real(primary);
+    if (other && r.Real(*other) != fraction)
+      ss::Fail("{}: {} {} and {} {} disagree; give one", r.source(), r.Name(primary), fraction,
+               r.Name(*other), r.Real(*other));
+  } else if (other) {
+    key = *other;
+    fraction = r.Real(key);
+  }
+  r.Spelled("rotary_dim", key);
+  if (!(fraction > 0 && fraction <= 1)) r.Fail(key, "must be in (0, 1], found {}", fraction);
+  // int(head_dim * fraction) as GPTNeoXAttention and Phi3RotaryEmbedding compute it; the epsilon
+  // keeps a fraction written as rotary_dim / head_dim from rounding down.
+  c->rotary_dim = static_cast<int>(std::floor(c->head_dim * static_cast<double>(fraction) + 1e-4));
+  if (c->rotary_dim % 2 != 0)
+    r.Fail(key, "{} gives an odd rotary dimension {} of head size {}", fraction, c->rotary_dim, c->head_dim);
+  if (c->rotary_dim == c->head_dim) c->rotary_dim = 0;
 }
 
 }  // namespace ss

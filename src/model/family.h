@@ -144,6 +144,13 @@ void ReadMoe(const ConfigReader& r, const char* experts, std::optional<int> expe
 void WriteMoe(const ModelConfig& c, ConfigWriter& w, const char* experts, const char* width,
               const char* norm_key);
 
+// A partial rotary fraction (config.json only; GGUF gives rope.dimension_count): `primary`
+// ("rotary_pct" for GPT-NeoX, "partial_rotary_factor" for Phi-3), else "partial_rotary_factor"
+// inside "rope_parameters" (transformers >= 5) or at the top level, else `fallback`. Two of them
+// present and different is refused (one would be ignored). Sets rotary_dim =
+// floor(head_dim * fraction) (0 when that is the whole head); an odd result is refused.
+void ReadPartialRotary(const ConfigReader& r, Key primary, float fallback, ModelConfig* c);
+
 // Qwen2 / Qwen3 / Qwen3-MoE windows: sliding_window applies only with use_sliding_window, and
 // then to layers from max_window_layers on (transformers' Qwen2Config.layer_types), unless
 // layer_types lists them. llama.cpp has no key for them: GGUF neither reads nor writes them.
