@@ -481,7 +481,32 @@ std::vector<float> GptNeox(const ModelConfig& c, const HfTensors& w, const std::
 
 }  // namespace
 
+// Phi-3's fused projections as modeling_phi3.py slices them: qkv_proj rows [q | k | v]
+// (Phi3Attention: query_pos = H * Dh, then Hkv * Dh each), gate_up_proj rows [gate | up]
+// (Phi3MLP: gate, up = chunk(2)). Split into the Llama names, the rest of the block is Llama's.
+HfTensors SplitPhi3(const ModelConfig& c, const HfTensors& w) {
+  HfTensors out = w;
+  const int64_t qd = static_cast<int64_t>(c.n_heads) * c.head_dim, kvd = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+  auto rows = [](const Tensor& t, int64_t first, int64_t count) {
+    Tensor r = Tensor::Zeros({count, t.dim(1)});
+    for (int64_t i = 0; i < count * t.dim(1); ++i) r[i] = t[first * t.dim(1) + i];
+    return r;
+  };
+  for (int l = 0; l < c.n_layers; ++l) {
+    auto n = [&](const char* s) { return fmt::format("model.layers.{}.{}", l, s); };
+    const Tensor& qkv = Get(w, n("self_attn.qkv_proj.weight"));
+    out[n("self_attn.q_proj.weight")] = rows(qkv, 0, qd);
+    out[n("self_attn.k_proj.weight")] = rows(qkv, qd, kvd);
+    out[n("self_attn.v_proj.weight")] = rows(qkv, qd + kvd, kvd);
+    const Tensor& gu = Get(w, n("mlp.gate_up_proj.weight"));
+    out[n("mlp.gate_proj.weight")] = rows(gu, 0, c.hidden_dim);
+    out[n("mlp.up_proj.weight")] = rows(gu, c.hidden_dim, c.hidden_dim);
+  }
+  return out;
+}
+
 std::vector<float> NaiveHfForward(const ModelConfig& c, const HfTensors& w, const std::vector<int>& tokens) {
+  if (c.arch == "phi3") return LlamaLike(c, SplitPhi3(c, w), tokens);
   if (c.arch == "gpt2") return Gpt2(c, w, tokens);
   if (c.arch == "gpt_neox") return GptNeox(c, w, tokens);
   if (c.arch == "gemma2" || c.arch == "gemma3_text") return Gemma(c, w, tokens);
@@ -616,6 +641,26 @@ HfTensors RandomHfWeights(const ModelConfig& c, uint32_t seed) {
   }
   norm("model.norm.weight", D);
   if (!c.tied_embeddings) rnd("lm_head.weight", {V, D});
+  if (c.arch == "phi3") {  // fuse [q | k | v] and [gate | up] as Phi-3 stores them
+    auto fuse = [&](const std::string& name, std::vector<std::string> parts) {
+      int64_t rows = 0;
+      for (const std::string& p : parts) rows += w.at(p).dim(0);
+      Tensor f = Tensor::Zeros({rows, D});
+      int64_t at = 0;
+      for (const std::string& p : parts) {
+        const Tensor& t = w.at(p);
+        std::copy(t.data(), t.data() + t.numel(), f.data() + at);
+        at += t.numel();
+        w.erase(p);
+      }
+      w[name] = f;
+    };
+    for (int l = 0; l < c.n_layers; ++l) {
+      auto n = [&](const char* s) { return fmt::format("model.layers.{}.{}", l, s); };
+      fuse(n("self_attn.qkv_proj.weight"), {n("self_attn.q_proj.weight"), n("self_attn.k_proj.weight"), n("self_attn.v_proj.weight")});
+      fuse(n("mlp.gate_up_proj.weight"), {n("mlp.gate_proj.weight"), n("mlp.up_proj.weight")});
+    }
+  }
   return w;
 }
 

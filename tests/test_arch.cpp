@@ -127,6 +127,10 @@ const FamilyCase kCases[] = {
         "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": true,
         "decoder_sparse_step": 2, "mlp_only_layers": [0]})",
      false},
+    // Phi-3: fused qkv_proj and gate_up_proj, partial rotary (0.5 of 8: 4 dims), a window of 5
+    // over every layer.
+    {"phi3_fused_partial_rotary_window",
+     Llama("Phi3ForCausalLM", R"("sliding_window": 5, "partial_rotary_factor": 0.5, "tie_word_embeddings": false)")},
     {"gpt_oss_layer_types_listed",
      R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 32, "intermediate_size": 16,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 8,

@@ -145,11 +145,23 @@ constexpr const char* kGemma3 = R"({
   "sliding_window_pattern": 6, "torch_dtype": "bfloat16", "use_cache": true,
   "vocab_size": 262144})";
 
+// microsoft/Phi-3-mini-4k-instruct's config.json (transformers 4.40; auto_map omitted).
+constexpr const char* kPhi3 = R"({
+  "architectures": ["Phi3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu",
+  "hidden_size": 3072, "initializer_range": 0.02, "intermediate_size": 8192,
+  "max_position_embeddings": 4096, "model_type": "phi3", "num_attention_heads": 32,
+  "num_hidden_layers": 32, "num_key_value_heads": 32, "original_max_position_embeddings": 4096,
+  "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05, "rope_scaling": null,
+  "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16", "transformers_version": "4.40.2", "use_cache": true,
+  "vocab_size": 32064})";
+
 const Sample kSamples[] = {{"llama", kLlama},   {"mistral", kMistral},     {"qwen2", kQwen2},
                            {"qwen3", kQwen3},   {"gpt2", kGpt2},           {"gpt_neox", kNeox},
                            {"olmo2", kOlmo2},   {"qwen3_moe", kQwen3Moe}, {"olmoe", kOlmoe},
                            {"mixtral", kMixtral}, {"gpt_oss", kGptOss},
-                           {"gemma2", kGemma2}, {"gemma3_text", kGemma3}};
+                           {"gemma2", kGemma2}, {"gemma3_text", kGemma3}, {"phi3", kPhi3}};
 
 std::string ErrorOf(const std::string& json) {
   try {
@@ -297,6 +309,40 @@ TEST(HfConfig, MixtureOfExperts) {
   EXPECT_EQ(m.qk_norm, QkNormKind::kNone);
 }
 
+// Phi-3-mini as transformers reads it; Phi-4-mini's partial rotary and window beyond the context.
+TEST(HfConfig, Phi3MiniAndPhi4Mini) {
+  const ModelConfig p = ParseHfConfig(kPhi3, "phi3");
+  EXPECT_EQ(p.arch, "phi3");
+  EXPECT_EQ(p.head_dim, 96);
+  EXPECT_EQ(p.rot_dim(), 96);
+  EXPECT_EQ(p.sliding_window, 2047);
+  EXPECT_TRUE(p.layer_attention.empty());  // every layer slides
+  EXPECT_FALSE(p.tied_embeddings);
+  EXPECT_EQ(p.eos_id, 32000);
+  EXPECT_FALSE(p.qkv_bias || p.attn_out_bias || p.mlp_bias);
+  // microsoft/Phi-4-mini-instruct's shape: 0.75 of each 128-dim head rotates; its window (262144)
+  // is beyond the context, so no key is ever out of it.
+  const std::string phi4 = R"({"architectures": ["Phi3ForCausalLM"], "hidden_size": 3072,
+      "intermediate_size": 8192, "num_attention_heads": 24, "num_key_value_heads": 8,
+      "num_hidden_layers": 32, "vocab_size": 200064, "max_position_embeddings": 131072,
+      "partial_rotary_factor": 0.75, "sliding_window": 262144, "tie_word_embeddings": true)";
+  const ModelConfig p4 = ParseHfConfig(phi4 + "}", "phi4");
+  EXPECT_EQ(p4.rot_dim(), 96);
+  EXPECT_EQ(p4.head_dim, 128);
+  EXPECT_EQ(p4.sliding_window, 0);
+  EXPECT_EQ(ParseHfConfig(HfConfigJson(p4), "again"), p4);
+  // Its LongRoPE scaling is not implemented: refused by name.
+  const std::string e = ErrorOf(phi4 + R"(, "rope_scaling": {"type": "longrope", "long_factor": [1.0],
+      "short_factor": [1.0]}})");
+  EXPECT_NE(e.find("longrope"), std::string::npos) << e;
+  const std::string both = ErrorOf(phi4 + R"(, "rope_parameters": {"partial_rotary_factor": 0.5}})");
+  EXPECT_NE(both.find("partial_rotary_factor 0.75 and rope_parameters.partial_rotary_factor 0.5 disagree"), std::string::npos) << both;
+  const std::string odd = ErrorOf(R"({"architectures": ["Phi3ForCausalLM"], "hidden_size": 32,
+      "intermediate_size": 8, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10,
+      "partial_rotary_factor": 0.4})");
+  EXPECT_NE(odd.find("'partial_rotary_factor' 0.4 gives an odd rotary dimension"), std::string::npos) << odd;
+}
+
 TEST(HfConfig, TieDefaultsDifferPerFamily) {
   // Without the field: GPT-2 ties (PretrainedConfig's default True), Llama does not.
   EXPECT_TRUE(ParseHfConfig(R"({"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 2,
@@ -344,8 +390,8 @@ TEST(HfConfig, RoundTripEveryFamily) {
     ++families;
   }
   std::filesystem::remove_all(dir);
-  EXPECT_EQ(families, 13);
-  EXPECT_EQ(SupportedHfArchitectures().size(), 13u);
+  EXPECT_EQ(families, 14);
+  EXPECT_EQ(SupportedHfArchitectures().size(), 14u);
   // The published Gemma configs' defaults read as transformers reads them.
   const ModelConfig g2 = ParseHfConfig(kGemma2, "gemma2"), g3 = ParseHfConfig(kGemma3, "gemma3");
   EXPECT_EQ(g2.attn_logit_softcap, 50.0f);
