@@ -16,6 +16,10 @@ Llama tensors plus attention biases, one learned sink logit per head (self_attn.
 mlp.experts.gate_up_proj (E, D, 2F) / down_proj (E, F, D) with their biases; layers alternate
 sliding window (--window) and full attention from layer 0, RoPE is YaRN as gpt-oss's config.json.
 
+--family phi3 writes transformers' Phi3ForCausalLM layout: the Llama tensors with q, k, v fused in
+self_attn.qkv_proj (rows [q | k | v]) and gate, up in mlp.gate_up_proj (rows [gate | up]); every
+layer slides when --window is given; --partial-rotary sets partial_rotary_factor.
+
 Weights: normal(0, 0.02) (norm weights 1), from numpy's PCG64 seeded with --seed, tensor by tensor in
 the order written, so the same arguments give the same bytes. BF16 is rounded to nearest even from
 the f32 draw, F16 by numpy. Safetensors layout (huggingface/safetensors README): 8-byte
@@ -64,15 +68,21 @@ def tensors(s):
     out = [("model.embed_tokens.weight", (s["vocab"], d), "w")]
     for i in range(s["layers"]):
         p = f"model.layers.{i}."
-        out += [(p + "input_layernorm.weight", (d,), "norm"),
-                (p + "self_attn.q_proj.weight", (s["heads"] * hd, d), "w"),
-                (p + "self_attn.k_proj.weight", (s["kv_heads"] * hd, d), "w"),
-                (p + "self_attn.v_proj.weight", (s["kv_heads"] * hd, d), "w"),
-                (p + "self_attn.o_proj.weight", (d, s["heads"] * hd), "w"),
-                (p + "post_attention_layernorm.weight", (d,), "norm"),
-                (p + "mlp.gate_proj.weight", (s["ffn"], d), "w"),
-                (p + "mlp.up_proj.weight", (s["ffn"], d), "w"),
-                (p + "mlp.down_proj.weight", (d, s["ffn"]), "w")]
+        out.append((p + "input_layernorm.weight", (d,), "norm"))
+        if s["family"] == "phi3":
+            out.append((p + "self_attn.qkv_proj.weight", ((s["heads"] + 2 * s["kv_heads"]) * hd, d), "w"))
+        else:
+            out += [(p + "self_attn.q_proj.weight", (s["heads"] * hd, d), "w"),
+                    (p + "self_attn.k_proj.weight", (s["kv_heads"] * hd, d), "w"),
+                    (p + "self_attn.v_proj.weight", (s["kv_heads"] * hd, d), "w")]
+        out += [(p + "self_attn.o_proj.weight", (d, s["heads"] * hd), "w"),
+                (p + "post_attention_layernorm.weight", (d,), "norm")]
+        if s["family"] == "phi3":
+            out.append((p + "mlp.gate_up_proj.weight", (2 * s["ffn"], d), "w"))
+        else:
+            out += [(p + "mlp.gate_proj.weight", (s["ffn"], d), "w"),
+                    (p + "mlp.up_proj.weight", (s["ffn"], d), "w")]
+        out.append((p + "mlp.down_proj.weight", (d, s["ffn"]), "w"))
     out += [("model.norm.weight", (d,), "norm"), ("lm_head.weight", (s["vocab"], d), "w")]
     return out
 
@@ -146,7 +156,8 @@ def main():
         ap.add_argument("--" + k.replace("_", "-"), type=int)
     ap.add_argument("--rope-theta", type=float)
     ap.add_argument("--norm-eps", type=float)
-    ap.add_argument("--family", choices=["llama", "gpt_oss"])
+    ap.add_argument("--family", choices=["llama", "gpt_oss", "phi3"])
+    ap.add_argument("--partial-rotary", type=float, help="phi3: partial_rotary_factor")
     for k in ("head_dim", "experts", "top_k", "window"):
         ap.add_argument("--" + k.replace("_", "-"), type=int)
     ap.add_argument("--sink-logit", type=float, help="gpt_oss: every head's sink logit")
@@ -171,7 +182,9 @@ def main():
     missing = [k for k in required if s.get(k) is None]
     if missing:
         sys.exit(f"make_test_model: give --preset or every shape flag (missing: {', '.join(missing)})")
-    if (s["family"] == "llama" and s["dim"] % s["heads"]) or s["heads"] % s["kv_heads"]:
+    if a.partial_rotary is not None and s["family"] != "phi3":
+        sys.exit("make_test_model: --partial-rotary needs --family phi3")
+    if (s["family"] != "gpt_oss" and s["dim"] % s["heads"]) or s["heads"] % s["kv_heads"]:
         sys.exit("make_test_model: dim must be a multiple of heads, and heads of kv-heads")
 
     out = pathlib.Path(a.out)
@@ -226,6 +239,11 @@ def main():
                                  "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
                                  "original_max_position_embeddings": original},
                 "bos_token_id": None, "eos_token_id": None})
+        if s["family"] == "phi3":
+            # Phi3Config's keys (Phi-3-mini's config.json).
+            config.update({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+                           "sliding_window": s.get("window"), "eos_token_id": 32000,
+                           "partial_rotary_factor": a.partial_rotary or 1.0})
         (tmp / "config.json").write_text(json.dumps(config, indent=1) + "\n")
         tmp.rename(out)
     except BaseException:

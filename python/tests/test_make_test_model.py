@@ -69,3 +69,49 @@ def test_refuses_an_existing_directory_and_bad_shapes(tmp_path):
                         "--ffn", "8", "--vocab", "16", "--out", str(tmp_path / "y")],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "multiple" in r.stderr and not (tmp_path / "y").exists()
+
+
+def test_phi3_fused_layout_equals_the_same_weights_as_llama(sinkscope, tmp_path):
+    """--family phi3: the fused qkv_proj / gate_up_proj directory gives the logits of the same
+    weights split into Llama's q/k/v and gate/up (rows [q | k | v] and [gate | up], as
+    modeling_phi3.py slices them), written as a plain Llama directory by this test."""
+    phi3 = make(tmp_path / "phi3", "--dtype", "f32", "--family", "phi3")
+    w = read_safetensors(phi3 / "model.safetensors")
+    cfg = json.loads((phi3 / "config.json").read_text())
+    assert cfg["model_type"] == "phi3" and "model.layers.0.self_attn.qkv_proj.weight" in w
+    hd, q, kv, ffn = 16, 4 * 16, 2 * 16, 172
+    split = {}
+    for name, t in w.items():
+        if name.endswith("qkv_proj.weight"):
+            base = name[:-len("qkv_proj.weight")]
+            split[base + "q_proj.weight"], split[base + "k_proj.weight"], split[base + "v_proj.weight"] = (
+                t[:q], t[q:q + kv], t[q + kv:])
+        elif name.endswith("gate_up_proj.weight"):
+            base = name[:-len("gate_up_proj.weight")]
+            split[base + "gate_proj.weight"], split[base + "up_proj.weight"] = t[:ffn], t[ffn:]
+        else:
+            split[name] = t
+    assert hd * 4 == cfg["hidden_size"]
+    llama = tmp_path / "llama"
+    llama.mkdir()
+    header, blobs, offset = {}, [], 0
+    for name, t in split.items():
+        b = np.ascontiguousarray(t, "<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    (llama / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    lcfg = {k: v for k, v in cfg.items() if k not in ("sliding_window", "partial_rotary_factor")}
+    lcfg.update({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+    (llama / "config.json").write_text(json.dumps(lcfg))
+    ids = np.arange(1, 40) * 7 % 512
+    a, b = sinkscope.load(phi3).forward(ids), sinkscope.load(llama).forward(ids)
+    assert sinkscope.load(phi3).config["arch"] == "phi3"
+    rel = np.abs(a - b).max() / np.abs(b).max()
+    print(f"phi3 fused vs llama split: largest logit difference {rel:.3g} of the largest logit")
+    assert rel < 1e-6
+    # A window shorter than the input changes the logits (every layer slides).
+    windowed = make(tmp_path / "phi3w", "--dtype", "f32", "--family", "phi3", "--window", "8")
+    assert np.abs(sinkscope.load(windowed).forward(ids) - a).max() > 1e-3

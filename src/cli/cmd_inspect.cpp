@@ -55,6 +55,13 @@ void RegisterInspect(CLI::App& app) {
                                            sliding, c.n_layers));
     }
     if (c.attn_sinks) features.push_back("learned sink logit per head");
+    if (!c.dense_layers.empty()) {
+      std::vector<int> dense;
+      for (int l = 0; l < c.n_layers; ++l)
+        if (!c.MoeLayer(l)) dense.push_back(l);
+      features.push_back(fmt::format("dense MLP ({}) in layers {} instead of experts", c.dense_hidden_dim,
+                                     fmt::join(dense, " ")));
+    }
     if (c.rope_scaling == RopeScalingKind::kYarn)
       features.push_back(fmt::format("YaRN RoPE scaling x{} (original {})", c.rope_scaling_factor,
                                      c.rope_original_max_seq_len));
