@@ -80,8 +80,6 @@ TensorMap LlamaTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& 
   return LlamaLayoutTensors(c, naming, w, /*input_norms=*/true);
 }
 
-const Key kSlidingWindow{"sliding_window", "attention.sliding_window"};
-
 // GGUF writes Llama, Mistral and Mixtral all as "llama": a file with experts is Mixtral, one with
 // a sliding window Mistral (llama.cpp applies the window when the key is there).
 void ReadLlama(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
@@ -94,9 +92,9 @@ void ReadLlama(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
   ReadLlamaCore(r, d, 0, c);
   ReadAttentionBias(r, false, c);
   if (!r.gguf()) c->mlp_bias = r.Bool({"mlp_bias", nullptr}, false);
-  if (r.gguf() && r.Has(kSlidingWindow)) {
-    c->arch = "mistral";
-    c->sliding_window = r.PositiveInt(kSlidingWindow);
+  if (r.gguf()) {
+    c->sliding_window = ReadOptionalWindow(r);
+    if (c->sliding_window > 0) c->arch = "mistral";
   }
 }
 
@@ -109,16 +107,12 @@ void WriteLlama(const ModelConfig& c, ConfigWriter& w) {
 // Mistral: the Llama core and a sliding window (null: full attention); no bias keys.
 void ReadMistral(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
   ReadLlamaCore(r, d, 0, c);
-  c->sliding_window = r.Has(kSlidingWindow) ? r.PositiveInt(kSlidingWindow) : 0;
+  c->sliding_window = ReadOptionalWindow(r);
 }
 
 void WriteMistral(const ModelConfig& c, ConfigWriter& w) {
   WriteLlamaCore(c, w);
-  if (c.sliding_window > 0) {
-    w.Int(kSlidingWindow, c.sliding_window);
-  } else {
-    w.Null(kSlidingWindow);
-  }
+  WriteOptionalWindow(c, w);
 }
 
 }  // namespace

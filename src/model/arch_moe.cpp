@@ -23,7 +23,6 @@ namespace ss {
 
 namespace {
 
-const Key kSlidingWindow{"sliding_window", "attention.sliding_window"};
 const Key kDenseWidth{"intermediate_size", "feed_forward_length"};
 
 // Qwen3-MoE: per-head q/k norms, num_experts, moe_intermediate_size per expert, intermediate_size
@@ -84,17 +83,13 @@ void WriteOlmoe(const ModelConfig& c, ConfigWriter& w) {
 // softmax over the k kept logits; no config key). GGUF: written as llama with experts.
 void ReadMixtral(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
   ReadLlamaCore(r, d, 0, c);
-  c->sliding_window = r.Has(kSlidingWindow) ? r.PositiveInt(kSlidingWindow) : 0;
+  c->sliding_window = ReadOptionalWindow(r);
   ReadMoe(r, "num_local_experts", 8, 2, "intermediate_size", nullptr, true, c);
 }
 
 void WriteMixtral(const ModelConfig& c, ConfigWriter& w) {
   WriteLlamaCore(c, w);
-  if (c.sliding_window > 0) {
-    w.Int(kSlidingWindow, c.sliding_window);
-  } else {
-    w.Null(kSlidingWindow);
-  }
+  WriteOptionalWindow(c, w);
   WriteMoe(c, w, "num_local_experts", "intermediate_size", nullptr);
 }
 

@@ -17,7 +17,6 @@
 namespace ss {
 namespace {
 
-const Key kWindow{"sliding_window", "attention.sliding_window"};
 const Key kPartialRotary{"partial_rotary_factor", nullptr};
 
 TensorMap Phi3Tensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w) {
@@ -50,18 +49,14 @@ void ReadPhi3(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
   if (c->qkv_bias || c->attn_out_bias || c->mlp_bias)
     ss::Fail("{}: phi3 has no biases, but the file holds bias tensors", r.source());
   // A window as long as the context never drops a key (Phi-4-mini: 262144 of 131072): none.
-  c->sliding_window = r.Has(kWindow) ? r.PositiveInt(kWindow) : 0;
+  c->sliding_window = ReadOptionalWindow(r);
   if (c->sliding_window >= c->max_seq_len) c->sliding_window = 0;
   ReadPartialRotary(r, kPartialRotary, 1.0f, c);
 }
 
 void WritePhi3(const ModelConfig& c, ConfigWriter& w) {
   WriteLlamaCore(c, w);
-  if (c.sliding_window > 0) {
-    w.Int(kWindow, c.sliding_window);
-  } else {
-    w.Null(kWindow);
-  }
+  WriteOptionalWindow(c, w);
   w.Float(kPartialRotary, static_cast<float>(static_cast<double>(c.rot_dim()) / c.head_dim));
 }
 

@@ -135,6 +135,20 @@ void WriteLayerTypes(const ModelConfig& c, ConfigWriter& w) {
   }
 }
 
+int ReadOptionalWindow(const ConfigReader& r) {
+  const Key key{"sliding_window", "attention.sliding_window"};
+  return r.Has(key) ? r.PositiveInt(key) : 0;
+}
+
+void WriteOptionalWindow(const ModelConfig& c, ConfigWriter& w) {
+  const Key key{"sliding_window", "attention.sliding_window"};
+  if (c.sliding_window > 0) {
+    w.Int(key, c.sliding_window);
+  } else {
+    w.Null(key);
+  }
+}
+
 int ReadSlidingWindow(const ConfigReader& r, std::optional<int64_t> fallback, const ModelConfig& c) {
   const Key key{"sliding_window", "attention.sliding_window"};
   const int window = r.PositiveInt(key, fallback);

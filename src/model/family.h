@@ -131,6 +131,10 @@ std::vector<LayerAttention> ReadLayerTypes(const ConfigReader& r, int n_layers,
                                            LayerAttention (*fallback)(int layer, int pattern),
                                            int pattern);
 void WriteLayerTypes(const ModelConfig& c, ConfigWriter& w);
+// Mistral's optional window over every layer: sliding_window (null or absent: none) /
+// attention.sliding_window.
+int ReadOptionalWindow(const ConfigReader& r);
+void WriteOptionalWindow(const ModelConfig& c, ConfigWriter& w);
 // sliding_window / attention.sliding_window: positive and within the context.
 int ReadSlidingWindow(const ConfigReader& r, std::optional<int64_t> fallback, const ModelConfig& c);
 
