@@ -219,6 +219,30 @@ TEST(PreTokenizer, HandCheckedSplits) {
   EXPECT_EQ(Split(PreTokenizer::kLlama3, "x \t\n y"), (Words{"x", " \t\n", " y"}));
 }
 
+// o200k (GPT-4o, gpt-oss): 422 texts split by the `regex` module with tiktoken's pattern
+// (scripts/gen_o200k_vectors.py: hand-picked texts and random strings over every class the regex
+// distinguishes: cased, title-case, modifier and other letters, marks, numbers, contractions).
+TEST(PreTokenizer, O200kMatchesTheRegexModuleOnEveryVector) {
+  std::ifstream in(test::RepoPath("tests/data/tokenizers/o200k_pretokenize.json"));
+  ASSERT_TRUE(in) << "tests/data/tokenizers/o200k_pretokenize.json";
+  const nlohmann::json data = nlohmann::json::parse(in);
+  EXPECT_EQ(data["pattern"].get<std::string>(), PreTokenizerRegex(PreTokenizer::kO200k));
+  EXPECT_EQ(PreTokenizerFromRegex(data["pattern"].get<std::string>()), PreTokenizer::kO200k);
+  int cases = 0, failures = 0;
+  for (const auto& c : data["cases"]) {
+    const std::string text = c["text"].get<std::string>();
+    const Words want = c["words"].get<Words>();
+    const Words got = Split(PreTokenizer::kO200k, text);
+    ++cases;
+    if (got != want && ++failures <= 5) ADD_FAILURE() << "text " << nlohmann::json(text).dump();
+  }
+  EXPECT_EQ(cases, 422);
+  EXPECT_EQ(failures, 0);
+  // The case change splits words; contractions stay on their word; '/' follows punctuation.
+  EXPECT_EQ(Split(PreTokenizer::kO200k, "helloWorld NASA's a/\nb"),
+            (Words{"hello", "World", " NASA's", " a", "/\n", "b"}));
+}
+
 // A tokenizer.json holding exactly the vocabulary and merges of a GGUF byte-level file.
 std::string Gpt2GgufAsTokenizerJson(const GgufFile& gguf, bool merges_as_pairs) {
   nlohmann::json vocab = nlohmann::json::object();

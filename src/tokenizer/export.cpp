@@ -212,6 +212,7 @@ void AddGgufTokenizer(const Tokenizer& tok, GgufWriter& w) {
       case PreTokenizer::kGpt2: pre = "gpt-2"; break;
       case PreTokenizer::kLlama3: pre = "llama-bpe"; break;
       case PreTokenizer::kQwen2: pre = "qwen2"; break;
+      case PreTokenizer::kO200k: pre = "gpt-4o"; break;
       case PreTokenizer::kNone:
         Fail("tokenizer {}: byte-level BPE without a pre-tokenizer regex has no GGUF name", m.source);
     }

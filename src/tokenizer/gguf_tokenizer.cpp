@@ -27,8 +27,9 @@ PreTokenizer PreTokenizerFromGguf(const GgufFile& gguf) {
   for (const char* name : {"llama-bpe", "llama3", "llama-v3", "smaug-bpe", "dbrx"})
     if (pre == name) return PreTokenizer::kLlama3;
   if (pre == "qwen2") return PreTokenizer::kQwen2;
+  if (pre == "gpt-4o") return PreTokenizer::kO200k;  // llama.cpp's name for o200k (GPT-4o, gpt-oss)
   Fail("{}: tokenizer.ggml.pre '{}' is not supported (supported: gpt-2, gpt-neox, olmo, mpt, "
-       "default, llama-bpe/llama3, qwen2)", gguf.path(), pre);
+       "default, llama-bpe/llama3, qwen2, gpt-4o)", gguf.path(), pre);
 }
 
 int OptionalId(const GgufFile& gguf, const std::string& key, int fallback, int n) {

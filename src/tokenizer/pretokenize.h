@@ -22,6 +22,12 @@ enum class PreTokenizer {
   kLlama3,
   // Qwen2: as Llama 3 but single digits: \p{N} instead of \p{N}{1,3}.
   kQwen2,
+  // o200k (tiktoken's o200k_base / o200k_harmony: GPT-4o, gpt-oss; llama.cpp "gpt-4o"): words split
+  // at lower-to-upper case changes, contractions kept on their word, '/' after punctuation:
+  //   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+  //   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+  //   \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  kO200k,
 };
 
 const char* PreTokenizerName(PreTokenizer pre);

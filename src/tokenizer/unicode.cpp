@@ -18,6 +18,16 @@ constexpr ClassRange kClassRanges[] = {
 #include "tokenizer/unicode_tables.inc"
 };
 
+struct CaseRange {
+  uint32_t first;
+  uint32_t last;
+  LetterCase letter_case;
+};
+
+constexpr CaseRange kCaseRanges[] = {
+#include "tokenizer/unicode_case_tables.inc"
+};
+
 }  // namespace
 
 UnicodeClass ClassifyCodePoint(uint32_t cp) {
@@ -31,6 +41,19 @@ UnicodeClass ClassifyCodePoint(uint32_t cp) {
   if (it == std::begin(kClassRanges)) return UnicodeClass::kOther;
   --it;
   return cp <= it->last ? it->cls : UnicodeClass::kOther;
+}
+
+LetterCase CaseOf(uint32_t cp) {
+  if (cp < 0x80) {
+    if (cp >= 'A' && cp <= 'Z') return LetterCase::kUpper;
+    if (cp >= 'a' && cp <= 'z') return LetterCase::kLower;
+    return LetterCase::kUncased;
+  }
+  auto it = std::upper_bound(std::begin(kCaseRanges), std::end(kCaseRanges), cp,
+                             [](uint32_t c, const CaseRange& r) { return c < r.first; });
+  if (it == std::begin(kCaseRanges)) return LetterCase::kUncased;
+  --it;
+  return cp <= it->last ? it->letter_case : LetterCase::kUncased;
 }
 
 bool IsWhitespace(uint32_t cp) {

@@ -22,6 +22,10 @@ enum class UnicodeClass : uint8_t {
 };
 
 UnicodeClass ClassifyCodePoint(uint32_t cp);
+// A letter's case class: Lu and Lt are kUpper, Ll kLower, other letters (Lm, Lo) and non-letters
+// kUncased (unicode_case_tables.inc, from the same database).
+enum class LetterCase : uint8_t { kUncased, kUpper, kLower };
+LetterCase CaseOf(uint32_t cp);
 inline bool IsLetter(uint32_t cp) { return ClassifyCodePoint(cp) == UnicodeClass::kLetter; }
 inline bool IsNumber(uint32_t cp) { return ClassifyCodePoint(cp) == UnicodeClass::kNumber; }
 // Unicode's White_Space property (PropList.txt), which is what regex engines mean by \s.
