@@ -13,7 +13,9 @@
 #include "common/file_util.h"
 #include "gguf_writer.h"
 #include "io/gguf.h"
+#include "io/gguf_writer.h"
 #include "test_util.h"
+#include "tokenizer/export.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -269,6 +271,39 @@ std::string Gpt2GgufAsTokenizerJson(const GgufFile& gguf, bool merges_as_pairs) 
       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
       {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}, {"unk_token", nullptr}}}};
   return j.dump();
+}
+
+// gpt-oss's tokenizer.json shape (o200k_harmony as transformers' TikTokenConverter writes it):
+// Sequence [Split(o200k regex, Isolated), ByteLevel(use_regex false)], here over GPT-2's vocabulary
+// and merges. Words never cross an o200k boundary (the case change in "helloWorld", which GPT-2's
+// regex keeps as one word), and the GGUF export names it gpt-4o and reads back the same ids.
+TEST(TokenizerJson, O200kSplitSequenceAsGptOssWritesIt) {
+  GgufFile gguf = GgufFile::Open(Tok("ggml-vocab-gpt-2.gguf"));
+  nlohmann::json j = nlohmann::json::parse(Gpt2GgufAsTokenizerJson(gguf, false));
+  j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {
+      {{"type", "Split"}, {"pattern", {{"Regex", std::string(PreTokenizerRegex(PreTokenizer::kO200k))}}},
+       {"behavior", "Isolated"}, {"invert", false}},
+      {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
+  auto tok = ParseTokenizerJson("gpt-oss/tokenizer.json", j.dump());
+  EXPECT_EQ(tok->kind(), "bpe/o200k");
+  auto gpt2 = LoadGgufTokenizer(gguf);
+  const std::string text = "helloWorld NASA's GPT-OSS /path/to/file in 2024";
+  std::vector<int> ids = tok->Encode(text, false);
+  EXPECT_EQ(tok->Decode(ids), text);
+  std::vector<std::string> words;
+  for (std::string_view w : PreTokenize(PreTokenizer::kO200k, text)) words.emplace_back(w);
+  std::vector<int> by_words;
+  for (const std::string& w : words)
+    for (int id : gpt2->Encode(w, false)) by_words.push_back(id);
+  EXPECT_EQ(ids, by_words);  // the same as encoding each o200k word on its own
+  EXPECT_NE(ids, gpt2->Encode(text, false));  // and not what GPT-2's regex gives (" 2024" vs " ", "202", "4")
+  ss::GgufWriter w;
+  w.SetString("general.architecture", "gpt-oss");
+  AddGgufTokenizer(*tok, w);
+  const std::string bytes = w.Build();
+  GgufFile exported = GgufFile::Parse("o200k.gguf", reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), nullptr);
+  EXPECT_EQ(exported.GetString("tokenizer.ggml.pre"), "gpt-4o");
+  EXPECT_EQ(LoadGgufTokenizer(exported)->Encode(text, false), ids);
 }
 
 TEST(TokenizerJson, ConvertedGpt2MatchesGguf) {

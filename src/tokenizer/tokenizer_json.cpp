@@ -91,7 +91,7 @@ struct Builder {
       split = PreTokenizerFromRegex(regex);
       if (!split)
         Fail("{}: Split pre-tokenizer regex is not one of the supported ones (gpt-2, llama3, "
-             "qwen2): {}", name, regex);
+             "qwen2, o200k): {}", name, regex);
       if (node.value("behavior", std::string("Isolated")) != "Isolated" || node.value("invert", false))
         Fail("{}: Split pre-tokenizer is only supported with behavior Isolated, invert false", name);
     } else if (type == "Metaspace") {
