@@ -310,6 +310,12 @@ std::vector<float> LlamaLike(const ModelConfig& c, const HfTensors& w, const std
       p.q.push_back(q), p.k.push_back(k), p.v.push_back(v);
     }
     std::vector<Vec> z = Attend(c, p, l, gpt_oss ? &W("self_attn.sinks") : nullptr);
+    if (c.attn_output_gate) {  // gated attention: z *= sigmoid(x_norm W_gate^T), per dimension
+      for (int t = 0; t < T; ++t) {
+        const Vec g = Linear(Rms(x[t], W("input_layernorm.weight"), c.norm_eps), W("self_attn.output_gate.weight"), nullptr);
+        for (size_t i = 0; i < g.size(); ++i) z[t][i] *= 1.0 / (1.0 + std::exp(-g[i]));
+      }
+    }
     for (int t = 0; t < T; ++t) {
       Vec o = Linear(z[t], W("self_attn.o_proj.weight"), B("self_attn.o_proj.bias"));
       if (olmo2) o = Rms(o, W("post_attention_layernorm.weight"), c.norm_eps);
@@ -594,6 +600,7 @@ HfTensors RandomHfWeights(const ModelConfig& c, uint32_t seed) {
     rnd(n("self_attn.k_proj.weight"), {kvd, D});
     rnd(n("self_attn.v_proj.weight"), {kvd, D});
     rnd(n("self_attn.o_proj.weight"), {D, qd});
+    if (c.attn_output_gate) rnd(n("self_attn.output_gate.weight"), {qd, D});
     if (c.qkv_bias) {
       rnd(n("self_attn.q_proj.bias"), {qd});
       rnd(n("self_attn.k_proj.bias"), {kvd});

@@ -51,6 +51,8 @@ const FamilyCase kCases[] = {
            R"("attention_bias": true, "mlp_bias": true, "tie_word_embeddings": true,
            "rope_scaling": {"type": "linear", "factor": 2.0}, "final_logit_softcapping": 3.0)")},
     {"mistral_sliding_window", Llama("MistralForCausalLM", R"("sliding_window": 4)")},
+    // sinkscope's gated-attention extension (the trainer's attention=gated): z * sigmoid(x Wg^T).
+    {"llama_output_gate", Llama("LlamaForCausalLM", R"("sinkscope_attn_output_gate": true)")},
     {"qwen2_qkv_bias_tied", Llama("Qwen2ForCausalLM", R"("tie_word_embeddings": true)")},
     {"qwen3_qk_norm_head_dim16", Llama("Qwen3ForCausalLM", R"("head_dim": 16)")},
     {"olmo2_post_norms", Llama("Olmo2ForCausalLM", "")},

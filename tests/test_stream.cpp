@@ -386,6 +386,21 @@ TEST(Stream, GptOssAndGemmaOneLayerEqualFreshForwardOverKeptTokens) {
   }
 }
 
+// Gated attention (the trainer's attention=gated): the gate is per token, so streaming it equals a
+// fresh computation over the kept tokens as for the plain model.
+TEST(Stream, GatedAttentionOneLayerEqualsFreshForwardOverKeptTokens) {
+  const Model model = test::LoadRandomHf(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 32,
+      "intermediate_size": 48, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "vocab_size": 61, "max_position_embeddings": 64, "sinkscope_attn_output_gate": true})", 23, "stream_gated");
+  ASSERT_TRUE(model.config.attn_output_gate);
+  const std::vector<int> tokens = SomeTokens(40, model.config.vocab_size, 6);
+  StreamOptions o;
+  o.policy = Policy::kSinks;
+  o.sinks = 3;
+  o.window = 7;
+  EXPECT_LT(StreamVsFresh(model, tokens, o, 3, 7, "gated"), 1e-5);
+}
+
 // recompute re-encodes the S + W most recent tokens each step: equal to the reference run on them.
 TEST(Stream, RecomputeEqualsFreshReferenceOnRecentTokens) {
   for (bool stories : {true, false}) {

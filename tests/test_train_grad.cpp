@@ -223,6 +223,12 @@ TEST(TrainGradModel, DenseSinkLogit) {
   EXPECT_LT(CheckModel("dense sink-logit", c, 2, 5), 1e-5);
 }
 
+TEST(TrainGradModel, DenseGated) {
+  TrainConfig c = Tiny();
+  c.attention = "gated";
+  EXPECT_LT(CheckModel("dense gated", c, 2, 5), 1e-5);
+}
+
 TEST(TrainGradModel, DenseSoftmax1) {
   TrainConfig c = Tiny();
   c.attention = "softmax1";

@@ -25,6 +25,7 @@ constexpr PointName kPointNames[] = {
     {HookPoint::kMlpOut, "hook_mlp_out", true},
     {HookPoint::kResidPost, "hook_resid_post", true},
     {HookPoint::kLnFinal, "ln_final.hook_normalized", false},
+    {HookPoint::kAttnGate, "attn.hook_gate", true},
 };
 
 }  // namespace

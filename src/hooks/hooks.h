@@ -29,6 +29,7 @@ enum class HookPoint {
   kMlpOut,      // (T, D)
   kResidPost,   // (T, D)
   kLnFinal,     // (T, D)
+  kAttnGate,    // (T, H, Dh) the output gate sigmoid(x W_gate^T) z is multiplied by (gated attention)
   kCount
 };
 

@@ -51,6 +51,10 @@ TensorMap LlamaLayoutTensors(const ModelConfig& c, TensorNaming naming, ModelWei
     // Learned sink logits (gpt-oss; sinkscope's trainer with attention=sink-logit).
     if (c.attn_sinks)
       specs.push_back(Spec(name("self_attn.sinks", "attn_sinks.weight"), {&lw.attn_sinks}, {c.n_heads}));
+    // Gated attention (sinkscope's trainer with attention=gated): a separate gate projection.
+    // Qwen3-Next stores the same rows inside q_proj, per head [q | gate]; a converter interleaves.
+    if (c.attn_output_gate)
+      specs.push_back(Spec(name("self_attn.output_gate.weight", "attn_output_gate.weight"), {&lw.attn_gate}, {q_dim, D}));
     if (input_norms)
       specs.push_back(Spec(name("post_attention_layernorm.weight", "ffn_norm.weight"), {&lw.ffn_norm}, {D}));
     specs.push_back(Spec(name("mlp.gate_proj.weight", "ffn_gate.weight"), {&lw.w1}, {F, D}));

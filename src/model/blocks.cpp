@@ -141,6 +141,25 @@ static const PackedWeight* Packed(const LayerWeights& w, PackedWeight LayerPacke
   return w.packed ? &((*w.packed).*member) : nullptr;
 }
 
+// Gated attention (config.attn_output_gate): z (T, H*Dh) *= sigmoid(in W_gate^T), in the block's
+// normed input; hook_gate sees the gate, hook_z the gated output W_O reads.
+static void GateAttentionOutput(ForwardContext& ctx, int layer, const float* in) {
+  const LayerWeights& w = ctx.model.weights.layers[layer];
+  if (w.attn_gate.empty()) return;
+  const ModelConfig& c = ctx.config;
+  RunState& s = ctx.state;
+  const int T = ctx.T;
+  const int64_t n = static_cast<int64_t>(T) * c.q_dim();
+  if (s.gate.numel() < n) s.gate = Tensor::Zeros({n});
+  Project(in, w.attn_gate, nullptr, Tensor(), s.gate.data(), T, c.dim, c.q_dim());
+  Sigmoid(s.gate.data(), s.gate.data(), n);
+  if (ctx.HookActive(HookPoint::kAttnGate, layer))
+    ctx.RunHook(HookPoint::kAttnGate, layer, s.gate.data(), {T, c.n_heads, c.head_dim});
+  float* z = s.z.data();
+  const float* g = s.gate.data();
+  for (int64_t i = 0; i < n; ++i) z[i] *= g[i];
+}
+
 // q/k RMSNorm before RoPE (Qwen3: over each head's Dh values; OLMo 2: over the whole projection,
 // recognised by the weight's width). q (T, H*Dh), k (T, Hkv*Dh), in place.
 static void NormalizeQk(const ModelConfig& c, const LayerWeights& w, float* q, float* k, int T) {
@@ -221,6 +240,7 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
                       ctx.cache.k[layer].data(), ctx.cache.v[layer].data(), s.z.data(), T, H, Hkv,
                       Dh, layout.sinks, layout.window, layout.ring, layout.first_index,
                       LayerAttnOptions(c, w, layer));
+  GateAttentionOutput(ctx, layer, in);
   if (ctx.HookActive(HookPoint::kZ, layer)) ctx.RunHook(HookPoint::kZ, layer, s.z.data(), {T, H, Dh});
   Project(s.z.data(), w.wo, Packed(w, &LayerPacked::wo), w.bo, out, T, c.q_dim(), D);
   if (ctx.HookActive(HookPoint::kAttnOut, layer))
@@ -286,6 +306,7 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
     ctx.RunHook(HookPoint::kPattern, layer, pattern, {H, T, S});
     AttentionFromPattern(pattern, v_all, s.z.data(), T, S, H, Hkv, Dh);
   }
+  GateAttentionOutput(ctx, layer, in);
   if (ctx.HookActive(HookPoint::kZ, layer)) ctx.RunHook(HookPoint::kZ, layer, s.z.data(), {T, H, Dh});
   Project(s.z.data(), w.wo, Packed(w, &LayerPacked::wo), w.bo, out, T, c.q_dim(), D);
   if (ctx.HookActive(HookPoint::kAttnOut, layer))

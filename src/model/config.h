@@ -66,6 +66,10 @@ struct ModelConfig {
   // sliding_window (Mistral); else layer l slides only when layer_attention[l] is kSliding.
   std::vector<LayerAttention> layer_attention;
   bool attn_sinks = false;      // one learned sink logit per head in the softmax (gpt-oss "sinks")
+  // Gated attention (Qiu et al. 2025, arXiv 2505.06708, "G1": Qwen3-Next's gate): each head's
+  // output z is multiplied elementwise by sigmoid(x W_gate^T) of the block's normed input before
+  // the output projection (LayerWeights::attn_gate).
+  bool attn_output_gate = false;
   // gpt-oss's expert activation (modeling_gpt_oss.py GptOssExperts): gate clamped above at the
   // limit, up clamped to [-limit, limit], out = (up + 1) * gate * sigmoid(1.702 gate). 0: the
   // plain gated activation act(gate) * up.

@@ -57,10 +57,13 @@ void ReadLlamaCore(const ConfigReader& r, const FamilyDefaults& d, int head_dim_
     c->attn_out_bias = r.HasTensor("blk.0.attn_output.bias");
     c->mlp_bias = r.HasTensor("blk.0.ffn_gate.bias");
     c->attn_sinks = r.HasTensor("blk.0.attn_sinks.weight");  // gpt-oss, or a sink-logit model
+    c->attn_output_gate = r.HasTensor("blk.0.attn_output_gate.weight");
   } else {
     // sinkscope's extension for models its trainer made with --set attention=sink-logit: a
     // learned sink logit per head (self_attn.sinks, as gpt-oss stores it) on a Llama / Qwen layout.
     c->attn_sinks = r.Bool({"sinkscope_attn_sinks", nullptr}, false);
+    // And with --set attention=gated: an output gate per head (self_attn.output_gate.weight).
+    c->attn_output_gate = r.Bool({"sinkscope_attn_output_gate", nullptr}, false);
   }
   if (c->n_heads % c->n_kv_heads != 0)
     ss::Fail("{}: {} {} is not a multiple of {} {}", r.source(), r.Name(heads), c->n_heads,
@@ -81,6 +84,7 @@ void WriteLlamaCore(const ModelConfig& c, ConfigWriter& w, CoreWrite options) {
   w.String({options.act_key, nullptr}, ActName(c.act));
   w.Float({"rope_theta", nullptr}, c.rope_theta);  // GGUF: rope.freq_base with the other RoPE keys
   if (c.attn_sinks && options.sink_extension) w.Bool({"sinkscope_attn_sinks", nullptr}, true);
+  if (c.attn_output_gate) w.Bool({"sinkscope_attn_output_gate", nullptr}, true);
 }
 
 void ReadAttentionBias(const ConfigReader& r, bool fallback, ModelConfig* c) {

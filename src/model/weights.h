@@ -74,6 +74,7 @@ struct LayerWeights {
   Tensor moe_router_bias; // (E) gpt-oss: router bias (config.moe_bias)
   Tensor moe_b1, moe_b3;  // (E, F) gpt-oss: expert gate / up biases
   Tensor moe_b2;          // (E, D) gpt-oss: expert down bias
+  Tensor attn_gate;       // (H*Dh, D) gated attention's gate projection (config.attn_output_gate)
   // The projections in the model's precision (bf16, Q8_0); null at f32.
   std::shared_ptr<const LayerPacked> packed;
 };

@@ -107,6 +107,7 @@ Model ExportModel(const TrainConfig& c, const ParamLayout& layout, std::vector<f
     w.wv = ViewParam(params, o.wv, {kvd, D});
     w.wo = ViewParam(params, o.wo, {D, qd});
     if (o.sinks >= 0) w.attn_sinks = ViewParam(params, o.sinks, {c.n_heads});
+    if (o.gate >= 0) w.attn_gate = ViewParam(params, o.gate, {qd, D});
     if (o.q_norm >= 0) w.q_norm = ViewParam(params, o.q_norm, {Dh});
     if (o.k_norm >= 0) w.k_norm = ViewParam(params, o.k_norm, {Dh});
     w.ffn_norm = ViewParam(params, o.ffn_norm, {D});

@@ -42,6 +42,9 @@ ParamLayout ParamLayout::Build(const TrainConfig& c) {
       // softmax1 (softmax-off-by-one, Miller 2023): the same slot with its logit held at 0.
       p.tensors.back().frozen = c.attention == "softmax1";
     }
+    // Gated attention: z *= sigmoid(xn W_gate^T) before o_proj (a sinkscope extension of the
+    // Llama layout, self_attn.output_gate.weight; Qwen3-Next keeps these rows inside q_proj).
+    if (c.attention == "gated") o.gate = add(pre + "self_attn.output_gate.weight", {H * Dh, D}, true);
     if (c.qk_norm) {
       o.q_norm = add(pre + "self_attn.q_norm.weight", {Dh}, false);
       o.k_norm = add(pre + "self_attn.k_norm.weight", {Dh}, false);

@@ -14,6 +14,10 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
   std::vector<std::vector<double>> alpha1(L, std::vector<double>(H, 0.0));
   p.p0_norm_ratio.assign(L, 0.0);
   if (c.attn_sinks) p.alpha_sink.assign(L, 0.0);
+  if (c.attn_output_gate) {
+    p.gate_p0.assign(L, 0.0);
+    p.gate_rest.assign(L, 0.0);
+  }
   RunState state;
   for (const auto& seq : sequences) {
     const int T = static_cast<int>(seq.size());
@@ -37,6 +41,15 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
       }
       p.p0_norm_ratio[ctx.layer] += norms[0] / std::max(median, 1e-30);
     });
+    if (c.attn_output_gate)
+      hooks.Add(HookPoint::kAttnGate, -1, [&](const HookContext& ctx, Tensor& g) {
+        const int64_t width = static_cast<int64_t>(c.n_heads) * c.head_dim;
+        double p0 = 0, rest = 0;
+        for (int64_t i = 0; i < width; ++i) p0 += g.data()[i];
+        for (int64_t i = width; i < int64_t(T) * width; ++i) rest += g.data()[i];
+        p.gate_p0[ctx.layer] += p0 / width;
+        if (T > 1) p.gate_rest[ctx.layer] += rest / (double(T - 1) * width);
+      });
     ForwardRequest req;
     req.tokens = seq;
     req.logits = LogitsMode::kNone;
@@ -74,6 +87,10 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
     p.alpha1.push_back(m1 / H);
     p.p0_norm_ratio[l] /= n;
     if (c.attn_sinks) p.alpha_sink[l] /= n;
+    if (c.attn_output_gate) {
+      p.gate_p0[l] /= n;
+      p.gate_rest[l] /= n;
+    }
   }
   return p;
 }
@@ -82,6 +99,10 @@ nlohmann::json ToJson(const SinkProfile& p) {
   nlohmann::json j = {{"sink_rate", p.sink_rate}, {"alpha0", p.alpha0}, {"alpha1", p.alpha1},
                       {"p0_norm_ratio", p.p0_norm_ratio}, {"alpha0_heads", p.alpha0_heads}};
   if (!p.alpha_sink.empty()) j["alpha_sink"] = p.alpha_sink;
+  if (!p.gate_p0.empty()) {
+    j["gate_p0"] = p.gate_p0;
+    j["gate_rest"] = p.gate_rest;
+  }
   return j;
 }
 

@@ -25,6 +25,9 @@ struct SinkProfile {
   // attention=sink-logit (models with learned sink logits): mean over heads of the mass on the
   // sink slot, per layer. Empty otherwise.
   std::vector<double> alpha_sink;     // (L)
+  // attention=gated (models with an output gate): the gate's mean (over heads and dimensions) at
+  // position 0 and over positions >= 1, per layer. Empty otherwise.
+  std::vector<double> gate_p0, gate_rest;  // (L)
 };
 
 SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector<int>>& sequences,

@@ -47,6 +47,7 @@ ModelConfig TrainConfig::ToModelConfig() const {
   c.norm_topk_prob = n_experts > 0 && norm_topk_prob;
   if (qk_norm) c.qk_norm = QkNormKind::kPerHead;
   c.attn_sinks = attention == "sink-logit" || attention == "softmax1";
+  c.attn_output_gate = attention == "gated";
   if (data == DataKind::kBigramBackcopy) {
     c.bos_id = 0;  // the synthetic task's BOS (train/data.h)
     c.eos_id = -1;
@@ -82,13 +83,14 @@ void TrainConfig::Validate(const std::string& src) const {
   if (rope != "half" && rope != "interleaved")
     Fail("{}: 'rope' must be \"half\" or \"interleaved\", found \"{}\"", src, rope);
   if (hidden_dim < 0) Fail("{}: 'hidden_dim' must be >= 0, found {}", src, hidden_dim);
-  if (attention != "softmax" && attention != "sink-logit" && attention != "softmax1") {
+  if (attention != "softmax" && attention != "sink-logit" && attention != "softmax1" &&
+      attention != "gated") {
     // The variants of docs/TRAINING.md's plan that have no forward and backward yet, by name.
-    for (const char* planned : {"gated", "kv-bias", "sigmoid"})
+    for (const char* planned : {"kv-bias", "sigmoid"})
       if (attention == planned)
         Fail("{}: attention variant '{}' is not implemented yet (implemented: softmax, softmax1, "
-             "sink-logit)", src, attention);
-    Fail("{}: unknown attention variant '{}' (expected softmax, softmax1 or sink-logit)", src,
+             "sink-logit, gated)", src, attention);
+    Fail("{}: unknown attention variant '{}' (expected softmax, softmax1, sink-logit or gated)", src,
          attention);
   }
   if (n_experts < 0) Fail("{}: 'n_experts' must be >= 0, found {}", src, n_experts);

@@ -82,6 +82,10 @@ TrainModel<Real>::TrainModel(const TrainConfig& config, int batch, int seq_len)
     Resize(a.v, N * kvd);
     Resize(a.probs, int64_t(B_) * H_ * T_ * T_);
     Resize(a.z, N * qd);
+    if (config.attention == "gated") {
+      Resize(a.gate, N * qd);
+      Resize(a.zg, N * qd);
+    }
     Resize(a.x_mid, N * D_);
     Resize(a.xn2, N * D_);
     Resize(a.rstd2, N);
@@ -112,6 +116,7 @@ TrainModel<Real>::TrainModel(const TrainConfig& config, int batch, int seq_len)
   Resize(dk_, N * kvd);
   Resize(dv_, N * kvd);
   Resize(dz_, N * qd);
+  if (config.attention == "gated") Resize(dgate_, N * qd);
   Resize(dtmp_, N * std::max<int64_t>(D_, qd));
   if (E_ == 0) {
     Resize(dh1_, N * F_);
@@ -179,7 +184,16 @@ double TrainModel<Real>::Forward(const int* tokens, const int* targets) {
     RopeApply(a.k.data(), rope_, N, Hkv, Dh, rope_kind_, false);
     AttentionForward(a.q.data(), a.k.data(), a.v.data(), a.probs.data(), a.z.data(), B_, T_, H, Hkv, Dh,
                      o.sinks >= 0 ? P + o.sinks : nullptr);
-    Linear(a.z.data(), P + o.wo, a.x_mid.data(), N, qd, D);
+    const Real* z_out = a.z.data();
+    if (o.gate >= 0) {  // gated attention: z * sigmoid(xn1 Wg^T), elementwise per head dimension
+      Linear(a.xn1.data(), P + o.gate, a.gate.data(), N, D, qd);
+      for (int64_t i = 0; i < int64_t(N) * qd; ++i) {
+        a.gate[i] = Real(1) / (Real(1) + std::exp(-a.gate[i]));
+        a.zg[i] = a.z[i] * a.gate[i];
+      }
+      z_out = a.zg.data();
+    }
+    Linear(z_out, P + o.wo, a.x_mid.data(), N, qd, D);
     for (int64_t i = 0; i < int64_t(N) * D; ++i) a.x_mid[i] += a.x_in[i];
     // FFN sublayer: x_out = x_mid + FFN(norm(x_mid)).
     RmsNormForward(a.x_mid.data(), P + o.ffn_norm, a.xn2.data(), a.rstd2.data(), N, D, eps);
@@ -390,7 +404,14 @@ void TrainModel<Real>::Backward() {
     RmsNormBackward(dxn_.data(), a.x_mid.data(), P + o.ffn_norm, a.rstd2.data(), dx_.data(),
                     G + o.ffn_norm, N, D);
     // Attention: x_mid = x_in + Wo z.
-    LinearBack(dx_.data(), a.z.data(), P + o.wo, dz_.data(), G + o.wo, N, qd, D);
+    LinearBack(dx_.data(), o.gate >= 0 ? a.zg.data() : a.z.data(), P + o.wo, dz_.data(), G + o.wo, N, qd, D);
+    if (o.gate >= 0) {  // d gate_pre = d zg * z * g (1 - g); d z = d zg * g
+      for (int64_t i = 0; i < int64_t(N) * qd; ++i) {
+        const Real g = a.gate[i];
+        dgate_[i] = dz_[i] * a.z[i] * g * (Real(1) - g);
+        dz_[i] *= g;
+      }
+    }
     AttentionBackward(dz_.data(), a.q.data(), a.k.data(), a.v.data(), a.probs.data(), dq_.data(),
                       dk_.data(), dv_.data(), B_, T_, H, Hkv, Dh,
                       o.sinks >= 0 ? P + o.sinks : nullptr,
@@ -413,6 +434,7 @@ void TrainModel<Real>::Backward() {
       LinearBack(dk_.data(), a.xn1.data(), P + o.wk, dxn_.data(), G + o.wk, N, D, kvd, true);
     }
     LinearBack(dv_.data(), a.xn1.data(), P + o.wv, dxn_.data(), G + o.wv, N, D, kvd, true);
+    if (o.gate >= 0) LinearBack(dgate_.data(), a.xn1.data(), P + o.gate, dxn_.data(), G + o.gate, N, D, qd, true);
     RmsNormBackward(dxn_.data(), a.x_in.data(), P + o.attn_norm, a.rstd1.data(), dx_.data(),
                     G + o.attn_norm, N, D);
   }
@@ -430,7 +452,7 @@ std::string TrainModel<Real>::FirstNonFiniteActivation() const {
     const LayerActs& a = acts_[l];
     const std::pair<const char*, const std::vector<Real>*> items[] = {
         {"resid_pre", &a.x_in}, {"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"attn_probs", &a.probs},
-        {"z", &a.z}, {"resid_mid", &a.x_mid}, {"mlp_hidden", &a.g}, {"router_probs", &a.router_probs}};
+        {"z", &a.z}, {"attn_gate", &a.gate}, {"resid_mid", &a.x_mid}, {"mlp_hidden", &a.g}, {"router_probs", &a.router_probs}};
     for (const auto& [name, vec] : items)
       if (!AllFinite(*vec)) return "blocks." + std::to_string(l) + "." + name;
   }

@@ -72,6 +72,7 @@ class TrainModel {
     std::vector<Real> q, k, v;              // (N, H*Dh), (N, Hkv*Dh) x2, after norm and RoPE
     std::vector<Real> probs;                // (B, H, T, T)
     std::vector<Real> z;                    // (N, H*Dh)
+    std::vector<Real> gate, zg;             // attention=gated: sigmoid(xn1 Wg^T) and z * gate
     std::vector<Real> x_mid;                // (N, D)
     std::vector<Real> xn2, rstd2;           // (N, D), (N)
     std::vector<Real> h1, h3, g;            // dense: (N, F) each
@@ -97,7 +98,7 @@ class TrainModel {
   std::vector<Real> x_final_, xnf_, rstdf_;   // (N, D), (N, D), (N)
   std::vector<Real> probs_;                   // (N, V) logits -> probabilities -> dlogits
   // backward scratch
-  std::vector<Real> dx_, dxn_, dq_, dk_, dv_, dz_, dh1_, dh3_, dg_, dtmp_;
+  std::vector<Real> dx_, dxn_, dq_, dk_, dv_, dz_, dh1_, dh3_, dg_, dtmp_, dgate_;
   double ce_loss_ = 0, aux_loss_ = 0;
   bool bf16_ = false;  // config.precision == "bf16" (TrainModel<float> only)
   Bf16Linear bf16_linear_;
