@@ -1,6 +1,7 @@
 // The trainer end to end on tiny configurations: the analysis forward pass reproduces the
 // trainer's loss, runs are deterministic, resume is bit-exact, checkpoints reload, and bad input
 // fails with a clear message while keeping what was saved.
+#include <sstream>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -493,6 +494,23 @@ TEST(TrainRun, GatedTrainsReloadsAndReportsTheGate) {
     EXPECT_LT(probe.gate_p0[l], 1.0);
   }
   EXPECT_TRUE(ToJson(probe).contains("gate_p0"));
+  // The run's telemetry: the gate per layer, and the validation loss split at Bigram-Backcopy's
+  // triggers (the token after a trigger is a copy) and elsewhere; val_loss is their token-weighted
+  // mean, so it lies between them.
+  const std::string last = [&] {
+    std::istringstream in(ReadFile(c.out + "/telemetry.jsonl"));
+    std::string line, back;
+    while (std::getline(in, line))
+      if (!line.empty()) back = line;
+    return back;
+  }();
+  const nlohmann::json t = nlohmann::json::parse(last);
+  ASSERT_TRUE(t.contains("gate_p0") && t.contains("trigger_loss") && t.contains("other_loss")) << last;
+  const double lo = std::min(t["trigger_loss"].get<double>(), t["other_loss"].get<double>());
+  const double hi = std::max(t["trigger_loss"].get<double>(), t["other_loss"].get<double>());
+  EXPECT_LE(lo, t["val_loss"].get<double>() + 1e-9);
+  EXPECT_GE(hi, t["val_loss"].get<double>() - 1e-9);
+  EXPECT_LT(lo, hi);
 }
 
 // attention=softmax1: the slot with its logit held at 0 (softmax-off-by-one). The trainer equals the

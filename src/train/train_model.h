@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <cmath>
 #include <vector>
 
 #include "train/grad_ops.h"
@@ -51,6 +52,10 @@ class TrainModel {
   int ranks = 1;  // the global batch is ranks x this model's B
 
   double ce_loss() const { return ce_loss_; }
+  // After Forward: the cross-entropy of token n (its target's probability under the softmax).
+  double TokenLoss(int n) const {
+    return -std::log(static_cast<double>(probs_[int64_t(n) * V_ + targets_[n]]));
+  }
   double aux_loss() const { return aux_loss_; }  // before the coefficient; 0 for dense
   // Name of the first saved activation holding a NaN or Inf ("" if none), for error messages.
   std::string FirstNonFiniteActivation() const;

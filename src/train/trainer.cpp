@@ -221,6 +221,7 @@ TrainResult RunTraining(const TrainConfig& config_in, const TrainerOptions& opti
 
   std::vector<int> tokens(size_t(B) * T), targets(size_t(B) * T);
   const size_t local_off = size_t(comm.rank()) * local_B * T;
+  const int local_n = local_B * T;  // tokens of this rank in a batch
   auto state_now = [&](int step) {
     TrainerState s;
     s.step = step;
@@ -239,15 +240,26 @@ TrainResult RunTraining(const TrainConfig& config_in, const TrainerOptions& opti
     }
     comm.Barrier();
   };
+  // Bigram-Backcopy: the validation loss split by the input token (Guo et al.): after a trigger the
+  // next token is the copy of the one before it, elsewhere a bigram draw.
+  const auto* backcopy = dynamic_cast<const BigramBackcopy*>(data.get());
   auto evaluate = [&](int step, double train_loss) {
     double val = 0;
+    double split[4] = {0, 0, 0, 0};  // trigger loss sum, trigger count, other sum, other count
     for (int i = 0; i < config.eval_batches; ++i) {
       data->ValBatch(i, B, T, tokens.data(), targets.data());
       model.Forward(tokens.data() + local_off, targets.data() + local_off);
       val += model.ce_loss();
+      if (backcopy)
+        for (int n = 0; n < local_n; ++n) {
+          const bool trigger = backcopy->IsTrigger(tokens[local_off + n]);
+          split[trigger ? 0 : 2] += model.TokenLoss(n);
+          split[trigger ? 1 : 3] += 1;
+        }
     }
     val /= config.eval_batches;
     comm.AllReduceMean(&val, 1);
+    if (backcopy) comm.AllReduceMean(split, 4);
     result.val_loss = val;
     result.val_step = step;
     if (!comm.is_root()) return;
@@ -262,6 +274,10 @@ TrainResult RunTraining(const TrainConfig& config_in, const TrainerOptions& opti
     j["tokens"] = tokens_seen;
     j["train_loss"] = train_loss;
     j["val_loss"] = val;
+    if (backcopy && split[1] > 0 && split[3] > 0) {
+      j["trigger_loss"] = split[0] / split[1];
+      j["other_loss"] = split[2] / split[3];
+    }
     j["lr"] = LearningRate(config, std::max(0, step - 1));
     const nlohmann::json pj = ToJson(profile);
     for (auto it = pj.begin(); it != pj.end(); ++it) j[it.key()] = it.value();
