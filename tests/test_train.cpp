@@ -494,6 +494,13 @@ TEST(TrainRun, GatedTrainsReloadsAndReportsTheGate) {
     EXPECT_LT(probe.gate_p0[l], 1.0);
   }
   EXPECT_TRUE(ToJson(probe).contains("gate_p0"));
+  // analyze reports the same gate means.
+  const analysis::ConditionResult a = analysis::AnalyzeSamples(model, analysis::Condition::kBos, samples, {});
+  ASSERT_TRUE(a.has_output_gate);
+  for (int l = 0; l < c.n_layers; ++l) {
+    EXPECT_NEAR(a.gate_p0[l], probe.gate_p0[l], 1e-6);
+    EXPECT_NEAR(a.gate_rest[l], probe.gate_rest[l], 1e-6);
+  }
   // The run's telemetry: the gate per layer, and the validation loss split at Bigram-Backcopy's
   // triggers (the token after a trigger is a copy) and elsewhere; val_loss is their token-weighted
   // mean, so it lies between them.

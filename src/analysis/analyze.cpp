@@ -69,7 +69,9 @@ class Accumulator {
  public:
   Accumulator(const ModelConfig& c, int T, const AnalyzeOptions& o)
       : L_(c.n_layers), H_(c.n_heads), D_(c.dim), K_(o.first_k), T_(T), eps_(o.eps),
-        has_sink_slot_(c.attn_sinks) {
+        has_sink_slot_(c.attn_sinks), has_gate_(c.attn_output_gate) {
+    gate_p0_sum_.assign(L_, 0.0);
+    gate_rest_sum_.assign(L_, 0.0);
     for (int l = 0; l < L_; ++l) window_.push_back(c.Window(l));
     alpha_sink_sum_.assign(static_cast<size_t>(L_) * H_, 0.0);
     sample_alpha_sink_.assign(alpha_sink_sum_.size(), 0.0);
@@ -125,6 +127,15 @@ class Accumulator {
       for (int i = 0; i < T_; ++i) sum += slot(h, i);
       sample_alpha_sink_[static_cast<size_t>(l) * H_ + h] = sum / T_;
     }
+  }
+
+  // The output gate of layer l for the current sample: g (T, width).
+  void AddGate(int l, const float* g, int64_t width) {
+    double p0 = 0, rest = 0;
+    for (int64_t i = 0; i < width; ++i) p0 += g[i];
+    for (int64_t i = width; i < static_cast<int64_t>(T_) * width; ++i) rest += g[i];
+    gate_p0_sum_[l] += p0 / width;
+    gate_rest_sum_[l] += T_ > 1 ? rest / (static_cast<double>(T_ - 1) * width) : 0.0;
   }
 
   // Residual stream after block l for the current sample: x (T, D).
@@ -283,6 +294,11 @@ class Accumulator {
     r.sink_rate_global = global_sum_ / N;
     const bool any_sliding = std::any_of(window_.begin(), window_.end(), [](int w) { return w > 0; });
     r.sink_rate_sliding = any_sliding ? sliding_sum_ / N : std::numeric_limits<double>::quiet_NaN();
+    r.has_output_gate = has_gate_;
+    if (has_gate_) {
+      r.gate_p0 = mean(gate_p0_sum_);
+      r.gate_rest = mean(gate_rest_sum_);
+    }
     r.has_sink_slot = has_sink_slot_;
     if (has_sink_slot_) {
       r.alpha_sink = mean(alpha_sink_sum_);
@@ -337,6 +353,8 @@ class Accumulator {
   int L_, H_, D_, K_, T_;
   double eps_;
   bool has_sink_slot_;
+  bool has_gate_;
+  std::vector<double> gate_p0_sum_, gate_rest_sum_;  // (L)
   std::vector<int> window_;                         // (L)
   int sample_ = 0;
   double global_sum_ = 0, sliding_sum_ = 0, slot_sum_ = 0;
@@ -405,6 +423,10 @@ ConditionResult AnalyzeSamples(const Model& model, Condition condition,
   Hooks hooks;
   hooks.Add(HookPoint::kResidPost, -1,
             [&](const HookContext& ctx, Tensor& x) { acc.AddResidual(ctx.layer, x.data()); });
+  if (c.attn_output_gate)
+    hooks.Add(HookPoint::kAttnGate, -1, [&](const HookContext& ctx, Tensor& g) {
+      acc.AddGate(ctx.layer, g.data(), static_cast<int64_t>(c.n_heads) * c.head_dim);
+    });
   for (int l = 0; l < L; ++l) {
     if (fused && wanted[l].empty()) continue;  // the fused path never asks for a full pattern
     hooks.Add(HookPoint::kPattern, l, [&, l](const HookContext&, Tensor& p) {

@@ -106,6 +106,11 @@ struct ConditionResult {
   std::vector<double> alpha_sink;              // (L, H) mean over samples and queries i in [0, T-1]
   double sink_slot_rate = 0;                   // share of (l, h) with alpha_sink > eps, per sample
   std::vector<double> sink_slot_rate_per_layer;  // (L)
+  // Models with an output gate (gated attention): the gate's mean over heads and dimensions at
+  // position 0 and over positions >= 1, per layer, averaged over samples (Qiu et al. report the
+  // gate small where a plain model's heads would sink).
+  bool has_output_gate = false;
+  std::vector<double> gate_p0, gate_rest;      // (L)
   // Each layer's sliding window (0: global). A sliding layer's queries past the window cannot see
   // position 0, so its alpha_0 is reported apart from the global layers'.
   std::vector<int> layer_window;               // (L)

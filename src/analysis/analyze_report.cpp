@@ -108,6 +108,7 @@ json ConditionJson(const ConditionResult& r) {
   j["layer_window"] = r.layer_window;
   j["sink_rate_global_layers"] = r.sink_rate_global;
   j["sink_rate_sliding_layers"] = std::isnan(r.sink_rate_sliding) ? json(nullptr) : json(r.sink_rate_sliding);
+  if (r.has_output_gate) j["output_gate"] = {{"p0", r.gate_p0}, {"rest", r.gate_rest}};
   if (r.has_sink_slot) {
     j["sink_slot"] = {{"alpha_sink", Nested2(r.alpha_sink, L, H)},
                       {"rate", r.sink_slot_rate},
@@ -247,6 +248,10 @@ std::string ReportSummary(const AnalyzeReport& report) {
       for (int h = 0; h < r.n_heads; ++h) sum += r.alpha_sink[static_cast<size_t>(l) * r.n_heads + h];
       return sum / r.n_heads;
     });
+  }
+  if (conds[0].has_output_gate) {
+    out += "\n" + per_layer("output gate, mean at position 0", [](const ConditionResult& r, int l) { return r.gate_p0[l]; });
+    out += per_layer("output gate, mean at positions >= 1", [](const ConditionResult& r, int l) { return r.gate_rest[l]; });
   }
   for (const auto& r : conds) out += fmt::format("sink carried by ({}): {}\n", ConditionName(r.condition), SinkCarrier(r));
   out += "\n";
