@@ -10,7 +10,8 @@
 # OUT/comparison.md hold, per variant, the last evaluation's validation loss (and on
 # Bigram-Backcopy the loss after triggers and elsewhere), alpha_0, alpha_1, the sink slot's mass,
 # the output gate at position 0 and elsewhere, and position 0's norm ratio, averaged over layers,
-# plus the first evaluation step at which any layer's sink rate reached 0.5.
+# plus the first evaluation step at which any layer's sink rate reached 0.5; OUT/comparison.html
+# has the table and the variants' curves over the steps overlaid (self-contained, inline SVG).
 # The sinkscope binary: $SINKSCOPE, else `sinkscope` on PATH, else this checkout's build.
 # An OUT that exists and is not empty is refused (nothing is overwritten); a variant that fails
 # stops the script with its log's last lines and no comparison.
@@ -98,5 +99,50 @@ text = "| " + " | ".join(cols) + " |\n|" + " --- |" * len(cols) + "\n"
 for r in rows:
     text += "| " + " | ".join(fmt(r[c]) for c in cols) + " |\n"
 open(os.path.join(out, "comparison.md"), "w").write(text)
+
+# comparison.html: the table and one chart per metric with every variant's curve over the steps
+# (self-contained: inline SVG, no script).
+series = {v: [json.loads(l) for l in open(os.path.join(out, v, "telemetry.jsonl")) if l.strip()]
+          for v in variants}
+colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+def value(t, key):
+    x = t.get(key)
+    return sum(x) / len(x) if isinstance(x, list) and x else x
+def chart(key, title):
+    pts = {v: [(t["step"], value(t, key)) for t in ts if value(t, key) is not None]
+           for v, ts in series.items()}
+    allp = [p for ps in pts.values() for p in ps]
+    if not allp:
+        return ""
+    x0, x1 = min(p[0] for p in allp), max(p[0] for p in allp)
+    y0, y1 = min(p[1] for p in allp), max(p[1] for p in allp)
+    if x1 == x0: x1 = x0 + 1
+    if y1 == y0: y1 = y0 + 1e-9
+    W, H, m = 420, 220, 40
+    sx = lambda x: m + (x - x0) / (x1 - x0) * (W - 2 * m)
+    sy = lambda y: H - m + (y0 - y) / (y1 - y0) * (H - 2 * m)
+    svg = [f'<svg width="{W}" height="{H}" xmlns="http://www.w3.org/2000/svg" font-size="11">',
+           f'<text x="{m}" y="16">{title}</text>',
+           f'<line x1="{m}" y1="{H-m}" x2="{W-m}" y2="{H-m}" stroke="#999"/>',
+           f'<line x1="{m}" y1="{m}" x2="{m}" y2="{H-m}" stroke="#999"/>',
+           f'<text x="{m}" y="{H-m+14}">{x0}</text><text x="{W-m}" y="{H-m+14}" text-anchor="end">{x1} steps</text>',
+           f'<text x="{m-4}" y="{H-m}" text-anchor="end">{y0:.3g}</text><text x="{m-4}" y="{m+4}" text-anchor="end">{y1:.3g}</text>']
+    for i, (v, ps) in enumerate(pts.items()):
+        if ps:
+            path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in ps)
+            svg.append(f'<polyline fill="none" stroke="{colours[i % len(colours)]}" stroke-width="1.5" points="{path}"/>')
+    svg.append("</svg>")
+    return "".join(svg)
+legend = " ".join(f'<span style="color:{colours[i % len(colours)]}">&#9632; {v}</span>' for i, v in enumerate(variants))
+rows_html = "".join("<tr>" + "".join(f"<td>{fmt(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
+charts = "".join(chart(k, t) for k, t in [
+    ("val_loss", "validation loss"), ("trigger_loss", "loss after triggers"),
+    ("alpha0", "alpha_0 (mean over layers)"), ("alpha_sink", "alpha_sink (sink slot)"),
+    ("gate_rest", "output gate at positions >= 1"), ("p0_norm_ratio", "P0 norm ratio")])
+html = f"""<!doctype html><meta charset="utf-8"><title>sinkscope twins: {out}</title>
+<body style="font-family:sans-serif"><h1>Twins: {", ".join(variants)}</h1>
+<table border="1" cellspacing="0" cellpadding="3"><tr>{"".join(f"<th>{c}</th>" for c in cols)}</tr>{rows_html}</table>
+<p>{legend}</p><div>{charts}</div></body>"""
+open(os.path.join(out, "comparison.html"), "w").write(html)
 sys.stdout.write(text)
 EOF

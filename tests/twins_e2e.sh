@@ -25,6 +25,8 @@ assert 0 < runs["gated"]["gate_p0"] < 1 and runs["softmax"]["gate_p0"] is None
 print("twins comparison:", {v: round(r["val_loss"], 4) for v, r in runs.items()})
 PY
 grep -q "| gated |" "$work/t/comparison.md"
+grep -q "<polyline" "$work/t/comparison.html"
+grep -q "loss after triggers" "$work/t/comparison.html"
 if "$here/scripts/twins.sh" "$work/t" softmax -- "${args[@]}" 2> "$work/err"; then
   echo "an existing OUT was accepted" >&2; exit 1
 fi
