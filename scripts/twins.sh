@@ -118,7 +118,7 @@ def chart(key, title):
     y0, y1 = min(p[1] for p in allp), max(p[1] for p in allp)
     if x1 == x0: x1 = x0 + 1
     if y1 == y0: y1 = y0 + 1e-9
-    W, H, m = 420, 220, 40
+    W, H, m = 430, 220, 56
     sx = lambda x: m + (x - x0) / (x1 - x0) * (W - 2 * m)
     sy = lambda y: H - m + (y0 - y) / (y1 - y0) * (H - 2 * m)
     svg = [f'<svg width="{W}" height="{H}" xmlns="http://www.w3.org/2000/svg" font-size="11">',
