@@ -371,6 +371,11 @@ py::dict ConditionDict(const analysis::ConditionResult& r) {
     d["sink_slot_rate"] = r.sink_slot_rate;
     d["sink_slot_rate_per_layer"] = VectorToNumpy(r.sink_slot_rate_per_layer, {L});
   }
+  // Gated attention (trainer attention=gated): the output gate's mean at position 0 / elsewhere.
+  if (r.has_output_gate) {
+    d["gate_p0"] = VectorToNumpy(r.gate_p0, {L});
+    d["gate_rest"] = VectorToNumpy(r.gate_rest, {L});
+  }
   return d;
 }
 

@@ -128,7 +128,8 @@ def analyze(model, input=None, *, conditions="bos,no-bos,random-p0,repeat", samp
 
     Returns an AnalyzeResult: ``conditions[name]`` is a dict of numpy arrays (``alpha`` (K, L, H),
     ``sink_rate`` (K), ``sink_rate_per_layer`` (K, L), ``p0_norm_ratio`` (L), ``layer_window`` (L), ...;
-    with learned sink logits (gpt-oss) also ``alpha_sink`` (L, H) and ``sink_slot_rate``); ``to_json()`` is
+    with learned sink logits (gpt-oss) also ``alpha_sink`` (L, H) and ``sink_slot_rate``; with an
+    output gate ``gate_p0`` and ``gate_rest`` (L)); ``to_json()`` is
     the CLI's --json document."""
     return _sinkscope.analyze(model, _input(input), _conditions(conditions), samples, length, seed, first_k,
                               eps, patterns, attention, prompt, allow_long_context)

@@ -437,3 +437,23 @@ def test_learned_sink_slot_in_the_analysis_dict(sinkscope, tmp_path):
     assert float(c["alpha"][0].max()) < 0.3
     assert list(c["layer_window"]) == [16, 0, 16, 0]
     assert "learned sink slot" in r.summary()
+
+
+def test_gated_attention_model_exposes_its_gate(sinkscope, tmp_path):
+    """A checkpoint of `train --set attention=gated`: hook_gate is the sigmoid gate (T, H, Dh), in
+    (0, 1); zeroing it through a hook zeroes the attention's contribution (hook_attn_out), and
+    analyze's condition dict carries the gate's means."""
+    run = tmp_path / "gated"
+    run_cli("train", "--preset", "quick", "--set", "attention=gated", "--steps", 4, "--checkpoint-every", 4,
+            "--eval-every", 4, "--threads", 1, "--out", run)
+    m = sinkscope.load(run / "step-4")
+    ids = np.arange(1, 17) % 64
+    _, cache = m.run_with_cache(ids, names=["blocks.0.attn.hook_gate", "blocks.0.hook_attn_out"])
+    g = cache["blocks.0.attn.hook_gate"]
+    assert g.shape == (16, 4, 16) and float(g.min()) > 0 and float(g.max()) < 1
+    _, closed = m.run_with_cache(ids, names=["blocks.0.hook_attn_out"],
+                                 hooks=[("blocks.0.attn.hook_gate", lambda a, hook: np.zeros_like(a))])
+    assert np.abs(closed["blocks.0.hook_attn_out"]).max() == 0
+    assert np.abs(cache["blocks.0.hook_attn_out"]).max() > 0
+    c = sinkscope.analyze(m, ids, conditions="bos", samples=1, length=16).conditions["bos"]
+    assert c["gate_p0"].shape == (2,) and 0 < float(c["gate_rest"][0]) < 1
