@@ -46,194 +46,6 @@ const ArchEntry& FamilyOf(const json& j, const std::string& source) {
        SupportedList());
 }
 
-// Typed access to config.json fields with error messages naming the file and the field.
-// A JSON null counts as absent, as transformers' None does.
-class Fields {
- public:
-  Fields(const json& j, const std::string& source) : j_(j), source_(source) {}
-
-  const json* Find(const char* key) const {
-    auto it = j_.find(key);
-    return it == j_.end() || it->is_null() ? nullptr : &*it;
-  }
-  bool Has(const char* key) const { return Find(key) != nullptr; }
-
-  int Int(const char* key, std::optional<int> fallback = std::nullopt) const {
-    const json* v = Find(key);
-    if (!v) {
-      if (fallback) return *fallback;
-      Fail("{}: missing required field '{}'", source_, key);
-    }
-    // Unsigned values above INT64_MAX would wrap in get<int64_t>(); reject them first.
-    if (!v->is_number_integer() || (v->is_number_unsigned() && v->get<uint64_t>() > INT32_MAX) ||
-        v->get<int64_t>() < INT32_MIN || v->get<int64_t>() > INT32_MAX)
-      Fail("{}: field '{}' must be an integer, found {}", source_, key, v->dump());
-    return v->get<int>();
-  }
-  int PositiveInt(const char* key, std::optional<int> fallback = std::nullopt) const {
-    int v = Int(key, fallback);
-    if (v <= 0) Fail("{}: field '{}' must be positive, found {}", source_, key, v);
-    return v;
-  }
-  float Float(const char* key, std::optional<float> fallback = std::nullopt) const {
-    const json* v = Find(key);
-    if (!v) {
-      if (fallback) return *fallback;
-      Fail("{}: missing required field '{}'", source_, key);
-    }
-    if (!v->is_number()) Fail("{}: field '{}' must be a number, found {}", source_, key, v->dump());
-    return static_cast<float>(v->get<double>());
-  }
-  bool Bool(const char* key, bool fallback) const {
-    const json* v = Find(key);
-    if (!v) return fallback;
-    if (!v->is_boolean()) Fail("{}: field '{}' must be true or false, found {}", source_, key, v->dump());
-    return v->get<bool>();
-  }
-  std::string String(const char* key, const std::string& fallback) const {
-    const json* v = Find(key);
-    if (!v) return fallback;
-    if (!v->is_string()) Fail("{}: field '{}' must be a string, found {}", source_, key, v->dump());
-    return v->get<std::string>();
-  }
-  // A token id: an integer, null (-1), or absent (the family default).
-  int TokenId(const char* key, int fallback) const {
-    auto it = j_.find(key);
-    if (it == j_.end()) return fallback;
-    if (it->is_null()) return -1;
-    return Int(key);
-  }
-  const std::string& source() const { return source_; }
-
- private:
-  const json& j_;
-  const std::string& source_;
-};
-
-// rope_scaling: null, or {"rope_type" (or older "type"): "linear" | "llama3" | "default", ...}.
-// transformers >= 4.5x may instead put rope_theta and these keys in "rope_parameters".
-void ParseRopeScaling(const json& j, const std::string& source, ModelConfig* c) {
-  const json* scaling = nullptr;
-  std::string key = "rope_scaling";
-  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) scaling = &*it;
-  if (auto it = j.find("rope_parameters"); !scaling && it != j.end() && !it->is_null()) {
-    scaling = &*it;
-    key = "rope_parameters";
-  }
-  if (!scaling) return;
-  if (!scaling->is_object())
-    Fail("{}: '{}' must be an object or null, found {}", source, key, scaling->dump());
-  std::string where = fmt::format("{} ({})", source, key);
-  Fields s(*scaling, where);
-  if (key == "rope_parameters") c->rope_theta = s.Float("rope_theta", c->rope_theta);
-  std::string type = s.String("rope_type", s.String("type", "default"));
-  if (type == "default") return;
-  if (type == "linear") {
-    c->rope_scaling = RopeScalingKind::kLinear;
-    c->rope_scaling_factor = s.Float("factor");
-  } else if (type == "llama3") {
-    c->rope_scaling = RopeScalingKind::kLlama3;
-    c->rope_scaling_factor = s.Float("factor");
-    c->rope_low_freq_factor = s.Float("low_freq_factor");
-    c->rope_high_freq_factor = s.Float("high_freq_factor");
-    c->rope_original_max_seq_len = s.PositiveInt("original_max_position_embeddings");
-  } else if (type == "yarn") {
-    // transformers' _compute_yarn_parameters. The attention factor is derived from the factor;
-    // the keys that override it (DeepSeek's mscale, an explicit attention_factor) are not
-    // implemented and are refused rather than ignored.
-    for (const char* k : {"attention_factor", "mscale", "mscale_all_dim"})
-      if (s.Has(k)) Fail("{}: {}.{} is not supported (YaRN with the default attention factor only)", source, key, k);
-    c->rope_scaling = RopeScalingKind::kYarn;
-    c->rope_scaling_factor = s.Float("factor");
-    c->rope_yarn_beta_fast = s.Float("beta_fast", 32.0f);
-    c->rope_yarn_beta_slow = s.Float("beta_slow", 1.0f);
-    c->rope_yarn_truncate = s.Bool("truncate", true);
-    c->rope_original_max_seq_len = s.PositiveInt("original_max_position_embeddings", c->max_seq_len);
-    // Newer transformers take the factor as max_position_embeddings / original when the original
-    // length is given, older ones the "factor" key: a config where they differ means different
-    // numbers in different versions.
-    if (s.Has("original_max_position_embeddings") &&
-        std::abs(static_cast<double>(c->max_seq_len) / c->rope_original_max_seq_len -
-                 c->rope_scaling_factor) > 1e-6 * c->rope_scaling_factor)
-      Fail("{}: {}.factor {} differs from max_position_embeddings / original_max_position_embeddings "
-           "= {} / {}; transformers versions disagree on which applies", source, key,
-           c->rope_scaling_factor, c->max_seq_len, c->rope_original_max_seq_len);
-  } else {
-    Fail("{}: {} type '{}' is not supported; supported: default, linear, llama3, yarn", source, key,
-         type);
-  }
-  if (!(c->rope_scaling_factor > 0))
-    Fail("{}: {} factor must be positive, found {}", source, key, c->rope_scaling_factor);
-}
-
-// A partial rotary fraction, where a config gives one: top-level "partial_rotary_factor" (Phi,
-// StableLM style) or inside "rope_parameters" (transformers >= 5 writes GPT-NeoX's rotary_pct
-// there). Returns the key that held it ("" if none) and its value (0 if none).
-std::pair<std::string, float> PartialRotaryFactor(const json& j, const Fields& f,
-                                                  const std::string& source) {
-  if (auto it = j.find("rope_parameters"); it != j.end() && it->is_object() &&
-                                           it->contains("partial_rotary_factor"))
-    return {"rope_parameters.partial_rotary_factor",
-            Fields(*it, source + " (rope_parameters)").Float("partial_rotary_factor")};
-  if (f.Has("partial_rotary_factor"))
-    return {"partial_rotary_factor", f.Float("partial_rotary_factor")};
-  return {"", 0.0f};
-}
-
-// The families that rotate whole heads refuse a partial rotary fraction other than 1 by name,
-// rather than rotating every dimension without a word.
-void RefusePartialRotary(const json& j, const std::string& source, const std::string& arch) {
-  const auto [key, factor] = PartialRotaryFactor(j, Fields(j, source), source);
-  if (!key.empty() && factor != 1.0f)
-    Fail("{}: {} {} (rotating part of each head) is not supported for {}", source, key, factor,
-         arch);
-}
-
-void ParseEos(const json& j, const Fields& f, int fallback, ModelConfig* c) {
-  auto it = j.find("eos_token_id");
-  if (it != j.end() && it->is_array()) {
-    if (it->empty()) Fail("{}: field 'eos_token_id' is an empty list", f.source());
-    for (const json& id : *it) {
-      if (!id.is_number_integer())
-        Fail("{}: field 'eos_token_id' must hold integers, found {}", f.source(), id.dump());
-      c->eos_ids.push_back(id.get<int>());
-    }
-    c->eos_id = c->eos_ids[0];
-    return;
-  }
-  c->eos_id = f.TokenId("eos_token_id", fallback);
-}
-
-// The config.json key of each ModelConfig field this family sets, for ValidateConfig's messages.
-ConfigKeys HfKeys(const json& j) {
-  std::string scaling = j.contains("rope_scaling") && !j["rope_scaling"].is_null()
-                            ? "rope_scaling"
-                            : "rope_parameters";
-  ConfigKeys k = {{"dim", "hidden_size"},
-                  {"hidden_dim", "intermediate_size"},
-                  {"n_layers", "num_hidden_layers"},
-                  {"n_heads", "num_attention_heads"},
-                  {"n_kv_heads", "num_key_value_heads"},
-                  {"vocab_size", "vocab_size"},
-                  {"max_seq_len", "max_position_embeddings"},
-                  {"norm_eps", "rms_norm_eps"},
-                  {"rope_theta", "rope_theta"},
-                  {"rope_scaling_factor", scaling + ".factor"},
-                  {"rope_low_freq_factor", scaling + ".low_freq_factor"},
-                  {"rope_high_freq_factor", scaling + ".high_freq_factor"},
-                  {"rope_original_max_seq_len", scaling + ".original_max_position_embeddings"},
-                  {"rope_yarn_beta_fast", scaling + ".beta_fast"},
-                  {"rope_yarn_beta_slow", scaling + ".beta_slow"},
-                  {"sliding_window", "sliding_window"},
-                  {"attn_logit_softcap", "attn_logit_softcapping"},
-                  {"final_logit_softcap", "final_logit_softcapping"},
-                  {"bos_id", "bos_token_id"},
-                  {"eos_id", "eos_token_id"}};
-  if (j.contains("rope_parameters") && !j.contains("rope_theta"))
-    k["rope_theta"] = "rope_parameters.rope_theta";
-  return k;
-}
-
 // config.json through the family reader interface (model/family.h). Keys may be dotted paths
 // into nested objects; a JSON null counts as absent, as transformers' None does.
 class JsonConfigReader : public ConfigReader {
@@ -329,6 +141,128 @@ class JsonConfigReader : public ConfigReader {
   const std::string& source_;
 };
 
+// A config.json key for the reader (config.json only).
+Key K(const char* key) { return {key, nullptr}; }
+
+// A token id: an integer, null (-1: None), or absent (the family default).
+int TokenId(const JsonConfigReader& r, const char* key, int fallback) {
+  if (!r.Given(K(key))) return fallback;
+  if (!r.Has(K(key))) return -1;
+  return static_cast<int>(r.Int(K(key), std::nullopt));
+}
+
+// rope_scaling: null, or {"rope_type" (or older "type"): "linear" | "llama3" | "default", ...}.
+// transformers >= 4.5x may instead put rope_theta and these keys in "rope_parameters".
+void ParseRopeScaling(const json& j, const std::string& source, ModelConfig* c) {
+  const json* scaling = nullptr;
+  std::string key = "rope_scaling";
+  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) scaling = &*it;
+  if (auto it = j.find("rope_parameters"); !scaling && it != j.end() && !it->is_null()) {
+    scaling = &*it;
+    key = "rope_parameters";
+  }
+  if (!scaling) return;
+  if (!scaling->is_object())
+    Fail("{}: '{}' must be an object or null, found {}", source, key, scaling->dump());
+  std::string where = fmt::format("{} ({})", source, key);
+  JsonConfigReader s(*scaling, where);
+  if (key == "rope_parameters") c->rope_theta = s.Real(K("rope_theta"), c->rope_theta);
+  std::string type = s.String(K("rope_type"), s.String(K("type"), "default"));
+  if (type == "default") return;
+  if (type == "linear") {
+    c->rope_scaling = RopeScalingKind::kLinear;
+    c->rope_scaling_factor = s.Real(K("factor"));
+  } else if (type == "llama3") {
+    c->rope_scaling = RopeScalingKind::kLlama3;
+    c->rope_scaling_factor = s.Real(K("factor"));
+    c->rope_low_freq_factor = s.Real(K("low_freq_factor"));
+    c->rope_high_freq_factor = s.Real(K("high_freq_factor"));
+    c->rope_original_max_seq_len = s.PositiveInt(K("original_max_position_embeddings"));
+  } else if (type == "yarn") {
+    // transformers' _compute_yarn_parameters. The attention factor is derived from the factor;
+    // the keys that override it (DeepSeek's mscale, an explicit attention_factor) are not
+    // implemented and are refused rather than ignored.
+    for (const char* k : {"attention_factor", "mscale", "mscale_all_dim"})
+      if (s.Has(K(k))) Fail("{}: {}.{} is not supported (YaRN with the default attention factor only)", source, key, k);
+    c->rope_scaling = RopeScalingKind::kYarn;
+    c->rope_scaling_factor = s.Real(K("factor"));
+    c->rope_yarn_beta_fast = s.Real(K("beta_fast"), 32.0f);
+    c->rope_yarn_beta_slow = s.Real(K("beta_slow"), 1.0f);
+    c->rope_yarn_truncate = s.Bool(K("truncate"), true);
+    c->rope_original_max_seq_len = s.PositiveInt(K("original_max_position_embeddings"), c->max_seq_len);
+    // Newer transformers take the factor as max_position_embeddings / original when the original
+    // length is given, older ones the "factor" key: a config where they differ means different
+    // numbers in different versions.
+    if (s.Has(K("original_max_position_embeddings")) &&
+        std::abs(static_cast<double>(c->max_seq_len) / c->rope_original_max_seq_len -
+                 c->rope_scaling_factor) > 1e-6 * c->rope_scaling_factor)
+      Fail("{}: {}.factor {} differs from max_position_embeddings / original_max_position_embeddings "
+           "= {} / {}; transformers versions disagree on which applies", source, key,
+           c->rope_scaling_factor, c->max_seq_len, c->rope_original_max_seq_len);
+  } else {
+    Fail("{}: {} type '{}' is not supported; supported: default, linear, llama3, yarn", source, key,
+         type);
+  }
+  if (!(c->rope_scaling_factor > 0))
+    Fail("{}: {} factor must be positive, found {}", source, key, c->rope_scaling_factor);
+}
+
+// The families that rotate whole heads refuse a partial rotary fraction other than 1 (top level,
+// or inside "rope_parameters" as transformers >= 5 writes it) by name, rather than rotating every
+// dimension without a word.
+void RefusePartialRotary(const JsonConfigReader& r, const std::string& arch) {
+  for (const char* key : {"rope_parameters.partial_rotary_factor", "partial_rotary_factor"})
+    if (r.Has(K(key)) && r.Real(K(key)) != 1.0f)
+      Fail("{}: {} {} (rotating part of each head) is not supported for {}", r.source(), key,
+           r.Real(K(key)), arch);
+}
+
+void ParseEos(const json& j, const JsonConfigReader& r, int fallback, ModelConfig* c) {
+  auto it = j.find("eos_token_id");
+  if (it != j.end() && it->is_array()) {
+    if (it->empty()) Fail("{}: field 'eos_token_id' is an empty list", r.source());
+    for (const json& id : *it) {
+      if (!id.is_number_integer())
+        Fail("{}: field 'eos_token_id' must hold integers, found {}", r.source(), id.dump());
+      c->eos_ids.push_back(id.get<int>());
+    }
+    c->eos_id = c->eos_ids[0];
+    return;
+  }
+  c->eos_id = TokenId(r, "eos_token_id", fallback);
+}
+
+// The config.json key of each ModelConfig field this family sets, for ValidateConfig's messages.
+ConfigKeys HfKeys(const json& j) {
+  std::string scaling = j.contains("rope_scaling") && !j["rope_scaling"].is_null()
+                            ? "rope_scaling"
+                            : "rope_parameters";
+  ConfigKeys k = {{"dim", "hidden_size"},
+                  {"hidden_dim", "intermediate_size"},
+                  {"n_layers", "num_hidden_layers"},
+                  {"n_heads", "num_attention_heads"},
+                  {"n_kv_heads", "num_key_value_heads"},
+                  {"vocab_size", "vocab_size"},
+                  {"max_seq_len", "max_position_embeddings"},
+                  {"norm_eps", "rms_norm_eps"},
+                  {"rope_theta", "rope_theta"},
+                  {"rope_scaling_factor", scaling + ".factor"},
+                  {"rope_low_freq_factor", scaling + ".low_freq_factor"},
+                  {"rope_high_freq_factor", scaling + ".high_freq_factor"},
+                  {"rope_original_max_seq_len", scaling + ".original_max_position_embeddings"},
+                  {"rope_yarn_beta_fast", scaling + ".beta_fast"},
+                  {"rope_yarn_beta_slow", scaling + ".beta_slow"},
+                  {"sliding_window", "sliding_window"},
+                  {"attn_logit_softcap", "attn_logit_softcapping"},
+                  {"final_logit_softcap", "final_logit_softcapping"},
+                  {"bos_id", "bos_token_id"},
+                  {"eos_id", "eos_token_id"}};
+  if (j.contains("rope_parameters") && !j.contains("rope_theta"))
+    k["rope_theta"] = "rope_parameters.rope_theta";
+  return k;
+}
+
+
 }  // namespace
 
 std::vector<std::string> SupportedHfArchitectures() {
@@ -347,7 +281,6 @@ ModelConfig ParseHfConfig(std::string_view json_text, const std::string& source)
   json j = ParseJsonStrict(json_text, source, "config.json");
   if (!j.is_object()) Fail("{}: expected a JSON object, found {}", source, j.type_name());
   const ArchEntry& family = FamilyOf(j, source);
-  Fields f(j, source);
   JsonConfigReader r(j, source);
   ModelConfig c;
   c.arch = family.name;
@@ -355,18 +288,18 @@ ModelConfig ParseHfConfig(std::string_view json_text, const std::string& source)
   family.read(r, family.defaults, &c);
 
   if (c.rope != RopeKind::kNone) ParseRopeScaling(j, source, &c);
-  if (!family.reads_partial_rotary) RefusePartialRotary(j, source, c.arch);
-  c.tied_embeddings = f.Bool("tie_word_embeddings", family.defaults.tie_embeddings);
-  c.bos_id = f.TokenId("bos_token_id", family.defaults.bos);
-  ParseEos(j, f, family.defaults.eos, &c);
-  c.torch_dtype = f.String("torch_dtype", f.String("dtype", ""));
+  if (!family.reads_partial_rotary) RefusePartialRotary(r, c.arch);
+  c.tied_embeddings = r.Bool(K("tie_word_embeddings"), family.defaults.tie_embeddings);
+  c.bos_id = TokenId(r, "bos_token_id", family.defaults.bos);
+  ParseEos(j, r, family.defaults.eos, &c);
+  c.torch_dtype = r.String(K("torch_dtype"), r.String(K("dtype"), ""));
   // Attention soft-capping is Gemma 2's: transformers' other families ignore the key, and applying
   // it would compute another model.
   if (!family.reads_softcaps) {
-    if (f.Has("attn_logit_softcapping"))
+    if (r.Has(K("attn_logit_softcapping")))
       Fail("{}: attn_logit_softcapping is not part of {} ({} ignores it); remove the key", source,
            family.name, family.hf_class);
-    c.final_logit_softcap = f.Float("final_logit_softcapping", 0.0f);
+    c.final_logit_softcap = r.Real(K("final_logit_softcapping"), 0.0);
   }
   ConfigKeys keys = HfKeys(j);
   for (const auto& [field, key] : r.keys()) keys[field] = key;
