@@ -365,7 +365,7 @@ py::dict ConditionDict(const analysis::ConditionResult& r) {
   d["layer_window"] = VectorToNumpy(r.layer_window, {L});
   d["sink_rate_global_layers"] = r.sink_rate_global;
   d["sink_rate_sliding_layers"] = r.sink_rate_sliding;  // NaN when no layer slides
-  // Learned sink logits (gpt-oss, trainer attention=sink-logit): the mass on each head's slot.
+  // A sink slot (gpt-oss sink logits, trainer attention=sink-logit or kv-bias): the mass on it.
   if (r.has_sink_slot) {
     d["alpha_sink"] = VectorToNumpy(r.alpha_sink, {L, H});
     d["sink_slot_rate"] = r.sink_slot_rate;

@@ -2,7 +2,7 @@
 # Twins (issue 17): the same training run (data, seed, schedule: every argument after --) under
 # several attention variants, then one comparison of their final telemetry.
 #
-#   scripts/twins.sh OUT softmax,softmax1,sink-logit,gated [--jobs N] -- TRAIN ARGUMENTS...
+#   scripts/twins.sh OUT softmax,softmax1,sink-logit,gated,kv-bias,sigmoid [--jobs N] -- TRAIN ARGUMENTS...
 #
 # Each variant trains into OUT/<variant> (its log in OUT/<variant>.log) with
 # `sinkscope train TRAIN ARGUMENTS --set attention=<variant> --out OUT/<variant>`, N at a time

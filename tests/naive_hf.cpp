@@ -132,6 +132,10 @@ void RopeHalf(double* head, const Vec& inv, int pos) {
 
 struct Qkv {
   std::vector<Vec> q, k, v;  // per position: (H*Dh), (Hkv*Dh), (Hkv*Dh)
+  // sinkscope's kv-bias extension: per position the slot's logit per head (q before RoPE . k* /
+  // sqrt(Dh)), and the slot's value per kv head (Hkv*Dh). Empty: no slot.
+  std::vector<Vec> slot_logit;
+  Vec slot_value;
 };
 
 // Causal softmax attention in block l; returns z (T, H*Dh). Scores are divided by sqrt(Dh), and
@@ -163,12 +167,22 @@ std::vector<Vec> Attend(const ModelConfig& c, const Qkv& p, int l, const Tensor*
         score.push_back(s);
         mx = std::max(mx, s);
       }
-      if (sinks) mx = std::max(mx, static_cast<double>((*sinks)[h]));
-      double sum = sinks ? std::exp((*sinks)[h] - mx) : 0.0;
+      if (c.attn_sigmoid) {  // sinkscope's sigmoid extension: independent weights, no softmax
+        for (int j = first; j <= t; ++j)
+          for (int d = 0; d < Dh; ++d)
+            z[t][h * Dh + d] += 1.0 / (1.0 + std::exp(-score[j - first])) * p.v[j][kvh * Dh + d];
+        continue;
+      }
+      const bool has_slot = sinks || !p.slot_logit.empty();
+      const double slot = sinks ? (*sinks)[h] : has_slot ? p.slot_logit[t][h] : 0.0;
+      if (has_slot) mx = std::max(mx, slot);
+      double sum = has_slot ? std::exp(slot - mx) : 0.0;
       for (double& s : score) sum += (s = std::exp(s - mx));
       for (int j = first; j <= t; ++j)
         for (int d = 0; d < Dh; ++d)
           z[t][h * Dh + d] += score[j - first] / sum * p.v[j][kvh * Dh + d];
+      if (!p.slot_value.empty())
+        for (int d = 0; d < Dh; ++d) z[t][h * Dh + d] += std::exp(slot - mx) / sum * p.slot_value[kvh * Dh + d];
     }
   }
   return z;
@@ -302,6 +316,20 @@ std::vector<float> LlamaLike(const ModelConfig& c, const HfTensors& w, const std
       if (full_qk_norm) {
         q = Rms(q, W("self_attn.q_norm.weight"), c.norm_eps);
         k = Rms(k, W("self_attn.k_norm.weight"), c.norm_eps);
+      }
+      if (c.attn_kv_bias) {  // the slot is scored with the query before RoPE
+        const Tensor& key = W("self_attn.bias_key");
+        Vec logits(c.n_heads, 0.0);
+        for (int hh = 0; hh < c.n_heads; ++hh) {
+          const int kvh = hh / (c.n_heads / c.n_kv_heads);
+          for (int d = 0; d < Dh; ++d) logits[hh] += q[hh * Dh + d] * key[kvh * Dh + d];
+          logits[hh] /= std::sqrt(static_cast<double>(Dh));
+        }
+        p.slot_logit.push_back(logits);
+        if (p.slot_value.empty()) {
+          const Tensor& value = W("self_attn.bias_value");
+          p.slot_value.assign(value.data(), value.data() + value.numel());
+        }
       }
       for (int hh = 0; hh < c.n_heads; ++hh) RopeHalf(q.data() + hh * Dh, inv, t);
       for (int hh = 0; hh < c.n_kv_heads; ++hh) RopeHalf(k.data() + hh * Dh, inv, t);
@@ -601,6 +629,14 @@ HfTensors RandomHfWeights(const ModelConfig& c, uint32_t seed) {
     rnd(n("self_attn.v_proj.weight"), {kvd, D});
     rnd(n("self_attn.o_proj.weight"), {D, qd});
     if (c.attn_output_gate) rnd(n("self_attn.output_gate.weight"), {qd, D});
+    if (c.attn_kv_bias) {  // large enough that the slot holds much of some rows
+      rnd(n("self_attn.bias_key"), {kvd});
+      rnd(n("self_attn.bias_value"), {kvd});
+      for (const char* s : {"self_attn.bias_key", "self_attn.bias_value"}) {
+        Tensor& t = w[n(s)];
+        for (int64_t i = 0; i < t.numel(); ++i) t[i] *= 8.0f;
+      }
+    }
     if (c.qkv_bias) {
       rnd(n("self_attn.q_proj.bias"), {qd});
       rnd(n("self_attn.k_proj.bias"), {kvd});

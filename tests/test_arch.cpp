@@ -53,6 +53,10 @@ const FamilyCase kCases[] = {
     {"mistral_sliding_window", Llama("MistralForCausalLM", R"("sliding_window": 4)")},
     // sinkscope's gated-attention extension (the trainer's attention=gated): z * sigmoid(x Wg^T).
     {"llama_output_gate", Llama("LlamaForCausalLM", R"("sinkscope_attn_output_gate": true)")},
+    // The kv-bias slot (attention=kv-bias) and sigmoid attention (attention=sigmoid).
+    {"llama_kv_bias", Llama("LlamaForCausalLM", R"("sinkscope_attn_kv_bias": true)")},
+    {"qwen3_kv_bias_qk_norm", Llama("Qwen3ForCausalLM", R"("head_dim": 16, "sinkscope_attn_kv_bias": true)")},
+    {"llama_sigmoid", Llama("LlamaForCausalLM", R"("sinkscope_attn_sigmoid": true)")},
     {"qwen2_qkv_bias_tied", Llama("Qwen2ForCausalLM", R"("tie_word_embeddings": true)")},
     {"qwen3_qk_norm_head_dim16", Llama("Qwen3ForCausalLM", R"("head_dim": 16)")},
     {"olmo2_post_norms", Llama("Olmo2ForCausalLM", "")},

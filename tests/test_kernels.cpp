@@ -254,6 +254,107 @@ TEST(Kernels, LearnedSinksAndSoftCapMatchNaiveOnBothPaths) {
   }
 }
 
+// A kv-bias slot (a logit per head and query, a value per kv head; the trainer's attention=kv-bias)
+// and sigmoid attention (no normalisation; attention=sigmoid) on both paths against a naive double
+// computation: outputs, the pattern (sigmoid: the weights), the statistics (sigmoid: over the
+// weights divided by their sum) and the slot's probability, with windows, several key tiles, a
+// cached prefix and decode.
+TEST(Kernels, KvBiasSlotAndSigmoidMatchNaiveOnBothPaths) {
+  struct Case { int T, S, H, Hkv, Dh, window; };
+  double worst = 0, worst_slot = 0, min_slot = 1, max_slot = 0;
+  for (bool sigmoid : {false, true})
+    for (Case c : {Case{20, 20, 4, 2, 16, 0}, Case{600, 700, 4, 2, 32, 0}, Case{130, 130, 4, 4, 8, 17},
+                   Case{1, 900, 4, 1, 16, 0}, Case{300, 300, 4, 2, 16, 64}}) {
+      auto q = Random(c.T * c.H * c.Dh, 31, 2.0f), k = Random(c.S * c.Hkv * c.Dh, 32, 2.0f),
+           v = Random(c.S * c.Hkv * c.Dh, 33);
+      const int K = 3, HT = c.H * c.T;
+      // Slot logits from far below to far above the scores, per query; values per kv head.
+      std::vector<float> slot_logits = Random(HT, 34, 3.0f), slot_values = Random(c.Hkv * c.Dh, 35);
+      for (int t = 0; t < c.T; ++t) slot_logits[t] -= 30.0f, slot_logits[3 * c.T + t] += 40.0f;
+      std::vector<double> ref_out(c.T * c.H * c.Dh, 0.0), ref_abs(ref_out.size(), 0.0), ref_w(static_cast<size_t>(HT) * c.S, 0.0),
+          ref_slot(HT, 0.0);
+      for (int h = 0; h < c.H; ++h)
+        for (int t = 0; t < c.T; ++t) {
+          const int kvh = h / (c.H / c.Hkv), last = c.S - c.T + t;
+          const int first = c.window > 0 ? std::max(0, last - c.window + 1) : 0;
+          std::vector<double> w(c.S, 0.0);
+          double mx = sigmoid ? 0.0 : static_cast<double>(slot_logits[h * c.T + t]);
+          for (int j = first; j <= last; ++j) {
+            double d = 0;
+            for (int e = 0; e < c.Dh; ++e) d += static_cast<double>(q[(t * c.H + h) * c.Dh + e]) * k[(j * c.Hkv + kvh) * c.Dh + e];
+            w[j] = d / std::sqrt(static_cast<double>(c.Dh));
+            mx = std::max(mx, w[j]);
+          }
+          double z = sigmoid ? 0.0 : std::exp(slot_logits[h * c.T + t] - mx);
+          for (int j = first; j <= last; ++j) {
+            w[j] = sigmoid ? 1.0 / (1.0 + std::exp(-w[j])) : std::exp(w[j] - mx);
+            z += w[j];
+          }
+          const double slot = sigmoid ? 0.0 : std::exp(slot_logits[h * c.T + t] - mx) / z;
+          ref_slot[h * c.T + t] = slot;
+          for (int j = first; j <= last; ++j) {
+            if (!sigmoid) w[j] /= z;
+            ref_w[(static_cast<size_t>(h) * c.T + t) * c.S + j] = w[j];
+            for (int e = 0; e < c.Dh; ++e) {
+              ref_out[(t * c.H + h) * c.Dh + e] += w[j] * v[(j * c.Hkv + kvh) * c.Dh + e];
+              ref_abs[(t * c.H + h) * c.Dh + e] += std::abs(w[j] * v[(j * c.Hkv + kvh) * c.Dh + e]);
+            }
+          }
+          for (int e = 0; e < c.Dh; ++e) ref_out[(t * c.H + h) * c.Dh + e] += slot * slot_values[kvh * c.Dh + e];
+        }
+      AttnOptions opt{c.window};
+      if (sigmoid) {
+        opt.sigmoid = true;
+      } else {
+        opt.slot_logits = slot_logits.data();
+        opt.slot_values = slot_values.data();
+      }
+      for (bool materialised : {false, true}) {
+        std::vector<float> out(c.T * c.H * c.Dh), fk(HT * K), tp(HT), ss(HT), sp(HT, -1.0f);
+        std::vector<float> pattern(materialised ? static_cast<size_t>(HT) * c.S : 0);
+        std::vector<int> tk(HT);
+        AttnStats stats{K, fk.data(), tk.data(), tp.data(), ss.data(), sp.data()};
+        Attention(q.data(), k.data(), v.data(), out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, opt,
+                  materialised ? pattern.data() : nullptr, &stats);
+        const std::string label = fmt::format("{} {} T={} S={} W={}", sigmoid ? "sigmoid" : "kv-bias",
+                                              materialised ? "materialised" : "tiled", c.T, c.S, c.window);
+        // Sigmoid outputs are unnormalised sums of up to 900 terms: float rounding grows with the
+        // sum of the terms' magnitudes, so the difference is taken relative to it (when above 1).
+        for (size_t i = 0; i < out.size(); ++i)
+          worst = std::max(worst, std::abs(out[i] - ref_out[i]) / std::max(1.0, ref_abs[i]));
+        if (materialised)
+          for (size_t i = 0; i < pattern.size(); ++i) worst = std::max(worst, std::abs(pattern[i] - ref_w[i]));
+        for (int i = 0; i < HT; ++i) {
+          const double* w = &ref_w[static_cast<size_t>(i) * c.S];
+          double total = 0, sq = 0;
+          int best = 0;
+          for (int j = 0; j < c.S; ++j) {
+            total += w[j];
+            if (w[j] > w[best]) best = j;
+          }
+          const double norm = sigmoid ? 1.0 / total : 1.0;  // sigmoid: statistics of w / sum(w)
+          for (int j = 0; j < c.S; ++j) sq += w[j] * norm * w[j] * norm;
+          if (!sigmoid) EXPECT_NEAR(total + ref_slot[i], 1.0, 1e-9) << label;
+          EXPECT_NEAR(w[tk[i]], w[best], 1e-6) << label << " row " << i;
+          worst = std::max({worst, std::abs(tp[i] - w[best] * norm), std::abs(ss[i] - sq)});
+          for (int j = 0; j < K; ++j) worst = std::max(worst, std::abs(fk[i * K + j] - w[j] * norm));
+          worst_slot = std::max(worst_slot, std::abs(sp[i] - ref_slot[i]));
+          if (!sigmoid) {
+            min_slot = std::min<double>(min_slot, sp[i]);
+            max_slot = std::max<double>(max_slot, sp[i]);
+          }
+        }
+      }
+    }
+  std::printf("kv-bias slot + sigmoid: largest diff %.3g (out relative to max(1, sum |w v|), pattern, "
+              "statistics), p_slot %.3g; "
+              "p_slot spans %.3g .. %.6f\n", worst, worst_slot, min_slot, max_slot);
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_LT(worst_slot, 1e-6);
+  EXPECT_LT(min_slot, 1e-9);   // head 0's logits 30 below: the slot takes nothing
+  EXPECT_GT(max_slot, 0.999);  // head 3's 40 above: the slot takes nearly everything
+}
+
 // The tiled online-softmax path (no pattern asked for) against the naive double attention and
 // against the materialised path, with several key tiles, cached prefixes, windows and decode.
 TEST(Kernels, TiledAttentionMatchesNaiveAndMaterialised) {

@@ -401,6 +401,25 @@ TEST(Stream, GatedAttentionOneLayerEqualsFreshForwardOverKeptTokens) {
   EXPECT_LT(StreamVsFresh(model, tokens, o, 3, 7, "gated"), 1e-5);
 }
 
+// The kv-bias slot (its logit from the query before RoPE, so the same at any stream position) and
+// sigmoid attention (the trainer's attention=kv-bias / sigmoid): streaming equals a fresh forward
+// over the kept tokens, as for the plain model.
+TEST(Stream, KvBiasAndSigmoidOneLayerEqualFreshForwardOverKeptTokens) {
+  for (const char* extension : {"sinkscope_attn_kv_bias", "sinkscope_attn_sigmoid"}) {
+    const Model model = test::LoadRandomHf(fmt::format(R"({{"architectures": ["LlamaForCausalLM"],
+        "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 61, "max_position_embeddings": 64, "{}": true}})", extension),
+        24, std::string("stream_") + extension);
+    ASSERT_TRUE(model.config.attn_kv_bias || model.config.attn_sigmoid);
+    const std::vector<int> tokens = SomeTokens(40, model.config.vocab_size, 6);
+    StreamOptions o;
+    o.policy = Policy::kSinks;
+    o.sinks = 3;
+    o.window = 7;
+    EXPECT_LT(StreamVsFresh(model, tokens, o, 3, 7, extension), 1e-5);
+  }
+}
+
 // recompute re-encodes the S + W most recent tokens each step: equal to the reference run on them.
 TEST(Stream, RecomputeEqualsFreshReferenceOnRecentTokens) {
   for (bool stories : {true, false}) {

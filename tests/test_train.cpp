@@ -57,6 +57,10 @@ void ExpectInferenceMatchesTrainer(TrainConfig c, const std::string& label) {
   m.InitParams(11);
   // Train-like weights: a larger init so the attention is not uniform.
   for (auto& p : m.params) p *= 3.0f;
+  // A kv-bias slot starts at 0: give it a key and a value so that it holds mass and adds a value.
+  for (const ParamTensor& t : m.layout().tensors)
+    if (t.name.ends_with("bias_key") || t.name.ends_with("bias_value"))
+      for (int64_t i = 0; i < t.numel; ++i) m.params[t.offset + i] = 1.5f * std::sin(1.0f + i);
   Rng rng(5);
   std::vector<int> tokens(B * T), targets(B * T);
   for (auto& t : tokens) t = rng.Below(c.vocab_size);
@@ -437,8 +441,6 @@ TEST(TrainRun, SinkLogitTrainsReloadsAndAnalyzes) {
   EXPECT_TRUE(ToJson(probe).contains("alpha_sink"));
 
   TrainConfig bad = TinyRun(dir + "/bad");
-  bad.attention = "kv-bias";
-  EXPECT_NE(ErrorOfRun(bad).find("attention variant 'kv-bias' is not implemented yet"), std::string::npos);
   bad.attention = "sofmax";
   EXPECT_NE(ErrorOfRun(bad).find("unknown attention variant 'sofmax'"), std::string::npos);
   TrainConfig other = TinyRun(dir + "/run");
@@ -449,6 +451,101 @@ TEST(TrainRun, SinkLogitTrainsReloadsAndAnalyzes) {
     ADD_FAILURE() << "resuming a sink-logit run as softmax was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("attention"), std::string::npos) << e.what();
+  }
+}
+
+// attention=kv-bias and attention=sigmoid: the trainer equals the engine on the exported model;
+// checkpoints carry the extension key (and kv-bias its bias_key / bias_value), reload to the
+// trainer's loss, and analyze reports the same on its fused and materialised paths: kv-bias the
+// slot's mass (equal to the telemetry's), sigmoid its weights divided by their sums.
+double LargestDiff(const std::vector<double>& a, const std::vector<double>& b, const std::string& what) {
+  EXPECT_EQ(a.size(), b.size()) << what;
+  double worst = a.size() == b.size() ? 0.0 : 1e30;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  std::printf("%s: largest diff %.3g over %zu values\n", what.c_str(), worst, a.size());
+  return worst;
+}
+
+TEST(TrainRun, KvBiasAndSigmoidTrainReloadAndAnalyze) {
+  for (const char* variant : {"kv-bias", "sigmoid"}) {
+    const std::string v = variant;
+    TrainConfig c = TinyRun("");
+    c.attention = v;
+    ExpectInferenceMatchesTrainer(c, "dense " + v);
+    c.qk_norm = true;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.dim = 32;
+    ExpectInferenceMatchesTrainer(c, "dense qk-norm gqa " + v);
+    c = TinyRun(TempDir(v == "sigmoid" ? "sigmoid" : "kv_bias") + "/run");
+    c.attention = v;
+    // Interleaved RoPE permutes q's dims on export: the slot's key must follow (the reload below).
+    if (v == "kv-bias") c.rope = "interleaved";
+    const TrainResult r = RunTraining(c, Quiet());
+    EXPECT_LT(r.losses.back(), r.losses.front()) << v;
+    const std::string cfg = ReadFile(r.last_checkpoint + "/config.json");
+    const std::string key = v == "sigmoid" ? "\"sinkscope_attn_sigmoid\": true" : "\"sinkscope_attn_kv_bias\": true";
+    EXPECT_NE(cfg.find(key), std::string::npos) << cfg;
+    EXPECT_LT(std::abs(EvaluateCheckpoint(r.last_checkpoint, c.eval_batches) - r.val_loss) / r.val_loss, 1e-5) << v;
+    const Model model = LoadModel(r.last_checkpoint);
+    EXPECT_EQ(model.config.attn_kv_bias, v == "kv-bias");
+    EXPECT_EQ(model.config.attn_sigmoid, v == "sigmoid");
+    if (v == "kv-bias") {
+      ASSERT_EQ(model.weights.layers[0].attn_bias_key.numel(), int64_t(c.n_kv_heads) * c.dim / c.n_heads);
+      ASSERT_EQ(model.weights.layers[0].attn_bias_value.numel(), int64_t(c.n_kv_heads) * c.dim / c.n_heads);
+      // With a large slot key (trained ones start at 0), the saved checkpoint through LoadModel
+      // gives the logits of the trainer's own weights: the key's dims follow q's permutation.
+      const ParamLayout layout = ParamLayout::Build(c);
+      TrainerState st = ReadCheckpointState(r.last_checkpoint, c, layout);
+      for (const ParamTensor& t : layout.tensors)
+        if (t.name.ends_with("bias_key"))
+          for (int64_t i = 0; i < t.numel; ++i) st.params[t.offset + i] = 3.0f * std::sin(0.7f * i);
+      const std::string saved = SaveCheckpoint(TempDir("kv_bias_key"), c, layout, st, "");
+      const Model reloaded = LoadModel(saved), own = ExportModel(c, layout, st.params);
+      std::vector<int> ids(16);
+      for (int t = 0; t < 16; ++t) ids[t] = (7 * t + 3) % c.vocab_size;
+      auto logits = [&](const Model& m) {
+        KVCache cache = KVCache::CreateSingleUse(m.config, 16);
+        RunState state;
+        ForwardRequest req;
+        req.tokens = ids;
+        return Forward(m, cache, state, req);
+      };
+      const Tensor a = logits(reloaded), b = logits(own);
+      EXPECT_LT(test::MaxDiff(a.data(), b.data(), a.numel(), "kv-bias interleaved checkpoint logits"), 1e-4);
+    }
+    std::vector<std::vector<int>> samples(2, std::vector<int>(16));
+    for (int n = 0; n < 2; ++n)
+      for (int t = 0; t < 16; ++t) samples[n][t] = t == 0 ? 0 : 1 + (5 * t + n) % (c.vocab_size - 1);
+    analysis::AnalyzeOptions fused, materialised;
+    materialised.path = analysis::AttnPath::kMaterialisedKeepAll;
+    const analysis::ConditionResult a = analysis::AnalyzeSamples(model, analysis::Condition::kBos, samples, fused);
+    const analysis::ConditionResult b = analysis::AnalyzeSamples(model, analysis::Condition::kBos, samples, materialised);
+    EXPECT_EQ(a.has_sink_slot, v == "kv-bias");
+    EXPECT_LT(LargestDiff(a.alpha, b.alpha, v + " alpha fused vs materialised"), 1e-6);
+    double alpha0 = 0;
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_heads; ++h) {
+        EXPECT_GE(a.Alpha(0, l, h), 0.0);
+        EXPECT_LE(a.Alpha(0, l, h), 1.0 + 1e-6);
+        alpha0 += a.Alpha(0, l, h);
+      }
+    EXPECT_GT(alpha0, 0.0);
+    const SinkProfile probe = MeasureSinkProfile(model, samples);
+    if (v == "kv-bias") {
+      EXPECT_LT(LargestDiff(a.alpha_sink, b.alpha_sink, "kv-bias alpha_sink fused vs materialised"), 1e-6);
+      double slot = 0;
+      for (double x : a.alpha_sink) slot += x / a.alpha_sink.size();
+      EXPECT_GT(slot, 0.0);
+      ASSERT_EQ(probe.alpha_sink.size(), static_cast<size_t>(c.n_layers));
+      for (int l = 0; l < c.n_layers; ++l) {
+        double mean = 0;
+        for (int h = 0; h < c.n_heads; ++h) mean += a.alpha_sink[l * c.n_heads + h] / c.n_heads;
+        EXPECT_NEAR(probe.alpha_sink[l], mean, 1e-6);
+      }
+    } else {
+      EXPECT_TRUE(probe.alpha_sink.empty());
+    }
   }
 }
 

@@ -122,19 +122,89 @@ TEST(TrainGradOps, AttentionWithSinkLogits) {
   Vec q = Random(N * H * Dh, rng), k = Random(N * Hkv * Dh, rng), v = Random(N * Hkv * Dh, rng);
   Vec r = Random(N * H * Dh, rng);
   Vec sinks = {-2.0, 0.0, 1.5, 4.0};
+  Vec slot_p(B * H * T);
+  auto variant = [&] {
+    AttnVariant<double> var;
+    var.sinks = sinks.data();
+    var.slot_probs = slot_p.data();
+    return var;
+  };
   auto loss = [&] {
     Vec p(B * H * T * T), z(N * H * Dh);
-    AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, sinks.data());
+    AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, variant());
     return Dot(z, r);
   };
   Vec p(B * H * T * T), z(N * H * Dh), dq(q.size()), dk(k.size()), dv(v.size()), ds(H, 0.0);
-  AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, sinks.data());
+  AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, variant());
   AttentionBackward(r.data(), q.data(), k.data(), v.data(), p.data(), dq.data(), dk.data(), dv.data(),
-                    B, T, H, Hkv, Dh, sinks.data(), ds.data());
+                    B, T, H, Hkv, Dh, variant(), ds.data());
   EXPECT_LT(CheckGrad("sink-logit attention dq", q, dq, loss), kOpTol);
   EXPECT_LT(CheckGrad("sink-logit attention dk", k, dk, loss), kOpTol);
   EXPECT_LT(CheckGrad("sink-logit attention dv", v, dv, loss), kOpTol);
   EXPECT_LT(CheckGrad("sink-logit attention dsinks", sinks, ds, loss), kOpTol);
+}
+
+// attention=kv-bias: a slot whose logit is given per query and whose value joins the output;
+// gradients of q, k, v, the slot logits (B, H, T) and the slot values (Hkv, Dh).
+TEST(TrainGradOps, AttentionWithKvBiasSlot) {
+  Rng rng(15);
+  const int B = 2, T = 5, H = 4, Hkv = 2, Dh = 4, N = B * T;
+  Vec q = Random(N * H * Dh, rng), k = Random(N * Hkv * Dh, rng), v = Random(N * Hkv * Dh, rng);
+  Vec r = Random(N * H * Dh, rng);
+  Vec logits = Random(B * H * T, rng, 3.0), values = Random(Hkv * Dh, rng, 2.0);
+  Vec slot_p(B * H * T);
+  auto variant = [&] {
+    AttnVariant<double> var;
+    var.slot_logits = logits.data();
+    var.slot_values = values.data();
+    var.slot_probs = slot_p.data();
+    return var;
+  };
+  auto loss = [&] {
+    Vec p(B * H * T * T), z(N * H * Dh);
+    AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, variant());
+    return Dot(z, r);
+  };
+  Vec p(B * H * T * T), z(N * H * Dh), dq(q.size()), dk(k.size()), dv(v.size());
+  Vec dl(logits.size(), 0.0), dval(values.size(), 0.0);
+  AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, variant());
+  double lo = 1, hi = 0;  // the slot holds much of some rows and little of others
+  for (double x : slot_p) lo = std::min(lo, x), hi = std::max(hi, x);
+  EXPECT_LT(lo, 0.1);
+  EXPECT_GT(hi, 0.5);
+  AttentionBackward(r.data(), q.data(), k.data(), v.data(), p.data(), dq.data(), dk.data(), dv.data(),
+                    B, T, H, Hkv, Dh, variant(), static_cast<double*>(nullptr), dl.data(), dval.data());
+  EXPECT_LT(CheckGrad("kv-bias attention dq", q, dq, loss), kOpTol);
+  EXPECT_LT(CheckGrad("kv-bias attention dk", k, dk, loss), kOpTol);
+  EXPECT_LT(CheckGrad("kv-bias attention dv", v, dv, loss), kOpTol);
+  EXPECT_LT(CheckGrad("kv-bias attention dslot_logits", logits, dl, loss), kOpTol);
+  EXPECT_LT(CheckGrad("kv-bias attention dslot_values", values, dval, loss), kOpTol);
+}
+
+// attention=sigmoid: weights sigmoid(q k / sqrt(Dh)) without normalisation.
+TEST(TrainGradOps, SigmoidAttention) {
+  Rng rng(16);
+  const int B = 2, T = 5, H = 4, Hkv = 2, Dh = 4, N = B * T;
+  Vec q = Random(N * H * Dh, rng, 2.0), k = Random(N * Hkv * Dh, rng, 2.0), v = Random(N * Hkv * Dh, rng);
+  Vec r = Random(N * H * Dh, rng);
+  AttnVariant<double> var;
+  var.sigmoid = true;
+  auto loss = [&] {
+    Vec p(B * H * T * T), z(N * H * Dh);
+    AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, var);
+    return Dot(z, r);
+  };
+  Vec p(B * H * T * T), z(N * H * Dh), dq(q.size()), dk(k.size()), dv(v.size());
+  AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, var);
+  // Rows are not normalised: the last row of the first head sums to neither 0 nor 1.
+  double sum = 0;
+  for (int j = 0; j < T; ++j) sum += p[(T - 1) * T + j];
+  EXPECT_GT(std::abs(sum - 1.0), 0.05);
+  AttentionBackward(r.data(), q.data(), k.data(), v.data(), p.data(), dq.data(), dk.data(), dv.data(),
+                    B, T, H, Hkv, Dh, var);
+  EXPECT_LT(CheckGrad("sigmoid attention dq", q, dq, loss), kOpTol);
+  EXPECT_LT(CheckGrad("sigmoid attention dk", k, dk, loss), kOpTol);
+  EXPECT_LT(CheckGrad("sigmoid attention dv", v, dv, loss), kOpTol);
 }
 
 TEST(TrainGradOps, Swiglu) {
@@ -227,6 +297,23 @@ TEST(TrainGradModel, DenseGated) {
   TrainConfig c = Tiny();
   c.attention = "gated";
   EXPECT_LT(CheckModel("dense gated", c, 2, 5), 1e-5);
+}
+
+TEST(TrainGradModel, DenseKvBias) {
+  TrainConfig c = Tiny();
+  c.attention = "kv-bias";
+  EXPECT_LT(CheckModel("dense kv-bias", c, 2, 5), 1e-5);
+  c.qk_norm = true;  // the slot reads the query after its norm, before RoPE
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.dim = 16;
+  EXPECT_LT(CheckModel("dense kv-bias qk-norm gqa", c, 2, 5), 1e-5);
+}
+
+TEST(TrainGradModel, DenseSigmoid) {
+  TrainConfig c = Tiny();
+  c.attention = "sigmoid";
+  EXPECT_LT(CheckModel("dense sigmoid", c, 2, 5), 1e-5);
 }
 
 TEST(TrainGradModel, DenseSoftmax1) {

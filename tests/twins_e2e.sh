@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# scripts/twins.sh end to end on a tiny Bigram-Backcopy run: three variants train, the comparison
+# scripts/twins.sh end to end on a tiny Bigram-Backcopy run: five variants train, the comparison
 # lists them with the fields each variant has (sink slot, gate, trigger / other loss), an existing
-# OUT and an unimplemented variant are refused with a non-zero exit.
+# OUT and an unknown variant are refused with a non-zero exit.
 #   tests/twins_e2e.sh SINKSCOPE_BINARY WORK_DIR
 set -euo pipefail
 bin=$1
@@ -11,16 +11,17 @@ rm -rf "$work"
 mkdir -p "$work"
 export SINKSCOPE=$bin
 args=(--preset quick --set dim=32 --set n_layers=1 --steps 30 --eval-every 10 --checkpoint-every 30 --threads 1)
-"$here/scripts/twins.sh" "$work/t" softmax,sink-logit,gated --jobs 2 -- "${args[@]}" > "$work/table.md"
+"$here/scripts/twins.sh" "$work/t" softmax,sink-logit,gated,kv-bias,sigmoid --jobs 2 -- "${args[@]}" > "$work/table.md"
 python3 - "$work/t/comparison.json" <<'PY'
 import json, sys
 runs = {r["variant"]: r for r in json.load(open(sys.argv[1]))["runs"]}
-assert list(runs) == ["softmax", "sink-logit", "gated"], runs.keys()
+assert list(runs) == ["softmax", "sink-logit", "gated", "kv-bias", "sigmoid"], runs.keys()
 for v, r in runs.items():
     assert r["step"] == 30 and r["val_loss"] > 0, r
     assert r["trigger_loss"] is not None and r["other_loss"] is not None, r
     assert min(r["trigger_loss"], r["other_loss"]) <= r["val_loss"] + 1e-9 <= max(r["trigger_loss"], r["other_loss"]) + 2e-9, r
 assert runs["sink-logit"]["alpha_sink"] is not None and runs["softmax"]["alpha_sink"] is None
+assert runs["kv-bias"]["alpha_sink"] is not None and runs["sigmoid"]["alpha_sink"] is None
 assert 0 < runs["gated"]["gate_p0"] < 1 and runs["softmax"]["gate_p0"] is None
 print("twins comparison:", {v: round(r["val_loss"], 4) for v, r in runs.items()})
 PY
@@ -31,9 +32,9 @@ if "$here/scripts/twins.sh" "$work/t" softmax -- "${args[@]}" 2> "$work/err"; th
   echo "an existing OUT was accepted" >&2; exit 1
 fi
 grep -q "exists and is not empty" "$work/err"
-if "$here/scripts/twins.sh" "$work/u" softmax,kv-bias -- "${args[@]}" 2> "$work/err2"; then
-  echo "an unimplemented variant was accepted" >&2; exit 1
+if "$here/scripts/twins.sh" "$work/u" softmax,softpick -- "${args[@]}" 2> "$work/err2"; then
+  echo "an unknown variant was accepted" >&2; exit 1
 fi
-grep -q "kv-bias" "$work/err2"
+grep -q "softpick" "$work/err2"
 test ! -e "$work/u/comparison.json"
 echo "twins_e2e: ok"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include "common/error.h"
 
@@ -69,7 +70,7 @@ class Accumulator {
  public:
   Accumulator(const ModelConfig& c, int T, const AnalyzeOptions& o)
       : L_(c.n_layers), H_(c.n_heads), D_(c.dim), K_(o.first_k), T_(T), eps_(o.eps),
-        has_sink_slot_(c.attn_sinks), has_gate_(c.attn_output_gate) {
+        has_sink_slot_(c.HasSinkSlot()), has_gate_(c.attn_output_gate) {
     gate_p0_sum_.assign(L_, 0.0);
     gate_rest_sum_.assign(L_, 0.0);
     for (int l = 0; l < L_; ++l) window_.push_back(c.Window(l));
@@ -406,12 +407,23 @@ ConditionResult AnalyzeSamples(const Model& model, Condition condition,
   const bool fused = options.path == AttnPath::kFused;
   const bool keep_all = options.path == AttnPath::kMaterialisedKeepAll;
   std::vector<std::vector<float>> kept(keep_all ? L : 0);  // (L)(H, T, T)
+  std::vector<float> proxy;
   auto reduce_pattern = [&](int l, const float* p) {      // p (H, T, S = T)
+    if (c.attn_sigmoid) {  // sigmoid weights: the statistics read them divided by their row sums
+      proxy.assign(p, p + static_cast<int64_t>(H) * T * T);
+      for (int64_t row = 0; row < static_cast<int64_t>(H) * T; ++row) {
+        float* r = proxy.data() + row * T;
+        const float sum = std::accumulate(r, r + T, 0.0f);
+        if (sum > 0)
+          for (int j = 0; j < T; ++j) r[j] /= sum;
+      }
+      p = proxy.data();
+    }
     acc.AddAttention(
         l, [&](int h, int i, int k) { return p[(static_cast<int64_t>(h) * T + i) * T + k]; },
         [&](int h, int i) { return RowTop(p + (static_cast<int64_t>(h) * T + i) * T, i); });
     // The sink slot's mass is what the row lacks (its probabilities sum to 1 - p_sink).
-    if (c.attn_sinks)
+    if (c.HasSinkSlot())
       acc.AddSinkSlot(l, [&](int h, int i) {
         const float* row = p + (static_cast<int64_t>(h) * T + i) * T;
         double sum = 0;
@@ -465,7 +477,7 @@ ConditionResult AnalyzeSamples(const Model& model, Condition condition,
               const int64_t at = base + static_cast<int64_t>(h) * T + i;
               return std::pair<int, float>(stats.top_key[at], stats.top_prob[at]);
             });
-        if (c.attn_sinks)
+        if (c.HasSinkSlot())
           acc.AddSinkSlot(l, [&](int h, int i) {
             return static_cast<double>(stats.sink_prob[base + static_cast<int64_t>(h) * T + i]);
           });

@@ -55,6 +55,8 @@ void RegisterInspect(CLI::App& app) {
                                            sliding, c.n_layers));
     }
     if (c.attn_sinks) features.push_back("learned sink logit per head");
+    if (c.attn_kv_bias) features.push_back("learnable key/value bias slot per kv head");
+    if (c.attn_sigmoid) features.push_back("sigmoid attention (no normalisation)");
     if (!c.dense_layers.empty()) {
       std::vector<int> dense;
       for (int l = 0; l < c.n_layers; ++l)

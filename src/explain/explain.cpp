@@ -151,7 +151,7 @@ class Runner {
         m.sink0[l] += Alpha(l, h, 0) > eps_;
         m.sink1[l] += Alpha(l, h, 1) > eps_;
       }
-    if (c_.attn_sinks) {  // the mass on each head's learned sink slot (the blocks run this pass)
+    if (c_.HasSinkSlot()) {  // the mass on each head's learned sink slot (the blocks run this pass)
       m.slot.assign(L, 0.0);
       m.slot_heads.assign(L, 0);
       for (int l = 0; l < L; ++l)
@@ -464,7 +464,7 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
   r.length = T;
   r.n_layers = L;
   r.n_heads = H;
-  r.has_sink_slot = model.config.attn_sinks;
+  r.has_sink_slot = model.config.HasSinkSlot();
   r.options = options;
   r.options.progress = nullptr;
 
@@ -509,7 +509,7 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
     }
     d.p0_norm_ratio = ratio / N;
     d.sink_rate = rate / N;
-    if (model.config.attn_sinks) {
+    if (model.config.HasSinkSlot()) {
       double slot = 0, slot_rate = 0;
       for (int n = 0; n < N; ++n) {
         slot += clean[n].slot[l];

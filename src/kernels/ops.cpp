@@ -258,28 +258,51 @@ void ActivationInPlace(float* x, int64_t n, ActKind kind) {
 
 namespace {
 
-// Softmax over the visible keys of one query row, then the statistics and the pattern row.
-// row: scores for keys [key0, key0 + n) of the block; the query sees [first, last] (absolute).
-// sink_logit: the head's learned sink logit (-inf: none), whose column joins the softmax and is then
-// dropped; softcap > 0 caps the visible scores first.
-void FinishRow(float* row, int key0, int n, int first, int last, int S, int64_t ht,
-               float* pattern_row, const AttnStats* stats, float sink_logit, float softcap) {
+// The slot logit of head h's query t (of T): a per-query kv-bias logit, the head's learned sink
+// logit, or -inf (no slot).
+float SlotLogit(const AttnOptions& opt, int h, int T, int64_t t) {
+  if (opt.slot_logits) return opt.slot_logits[static_cast<int64_t>(h) * T + t];
+  return opt.sink_logits ? opt.sink_logits[h] : -INFINITY;
+}
+
+// out (Dh) += p * the kv-bias slot's value of kv head kvh (nothing without one).
+void AddSlotValue(const AttnOptions& opt, int kvh, int head_dim, float p, float* out) {
+  if (!opt.slot_values || p == 0.0f) return;
+  const float* sv = opt.slot_values + static_cast<int64_t>(kvh) * head_dim;
+  for (int d = 0; d < head_dim; ++d) out[d] += p * sv[d];
+}
+
+// Weights over the visible keys of one query row, then the statistics and the pattern row; returns
+// the slot's probability. row: scores for keys [key0, key0 + n) of the block; the query sees
+// [first, last] (absolute). slot_logit (-inf: none) joins the softmax and its column is then
+// dropped; opt.softcap > 0 caps the visible scores first; opt.sigmoid takes sigmoid(score) instead
+// of the softmax, with statistics over the weights divided by their sum.
+float FinishRow(float* row, int key0, int n, int first, int last, int S, int64_t ht,
+                float* pattern_row, const AttnStats* stats, float slot_logit, const AttnOptions& opt) {
   float* vis = row + (first - key0);
   const int count = last - first + 1;
-  if (softcap > 0) SoftCap(vis, count, softcap);
-  const float sink_p = SoftmaxWithSink(vis, count, sink_logit);
-  if (stats && stats->sink_prob) stats->sink_prob[ht] = sink_p;
+  if (opt.softcap > 0) SoftCap(vis, count, opt.softcap);
+  float slot_p = 0.0f, stat_scale = 1.0f;
+  if (opt.sigmoid) {
+    Sigmoid(vis, vis, count);
+    float sum = 0.0f;
+    for (int j = 0; j < count; ++j) sum += vis[j];
+    stat_scale = sum > 0 ? 1.0f / sum : 0.0f;
+  } else {
+    slot_p = SoftmaxWithSink(vis, count, slot_logit);
+  }
+  if (stats && stats->sink_prob) stats->sink_prob[ht] = slot_p;
   std::fill(row, vis, 0.0f);
   std::fill(vis + count, row + n, 0.0f);
   if (pattern_row) {
     std::fill(pattern_row, pattern_row + S, 0.0f);
     std::copy(vis, vis + count, pattern_row + first);
   }
-  if (!stats) return;
+  if (!stats) return slot_p;
   if (stats->first_k_probs) {
     float* fk = stats->first_k_probs + ht * stats->first_k;
     for (int j = 0; j < stats->first_k; ++j)
-      fk[j] = (j >= first && j <= last) ? vis[j - first] : 0.0f;
+      fk[j] = (j >= first && j <= last) ? vis[j - first] * stat_scale : 0.0f;
   }
   if (stats->top_key || stats->top_prob || stats->sum_sq) {
     int best = 0;
@@ -289,9 +312,10 @@ void FinishRow(float* row, int key0, int n, int first, int last, int S, int64_t 
       sum_sq += vis[j] * vis[j];
     }
     if (stats->top_key) stats->top_key[ht] = first + best;
-    if (stats->top_prob) stats->top_prob[ht] = vis[best];
-    if (stats->sum_sq) stats->sum_sq[ht] = sum_sq;
+    if (stats->top_prob) stats->top_prob[ht] = vis[best] * stat_scale;
+    if (stats->sum_sq) stats->sum_sq[ht] = sum_sq * stat_scale * stat_scale;
   }
+  return slot_p;
 }
 
 }  // namespace
@@ -330,7 +354,7 @@ static void MaterialisedAttention(const float* q, const float* k, const float* v
   const bool parallel = static_cast<int64_t>(n_heads) * T * S * head_dim > (1 << 17);
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> scores;
+    std::vector<float> scores, slot_p(kBlock);
 #pragma omp for schedule(dynamic)
     for (int64_t item = 0; item < work; ++item) {
       const int h = static_cast<int>(item / n_blocks);
@@ -352,9 +376,9 @@ static void MaterialisedAttention(const float* q, const float* k, const float* v
         const int last = S - T + t;
         const int first = window > 0 ? std::max(0, last - window + 1) : 0;
         const int64_t ht = static_cast<int64_t>(h) * T + t;
-        FinishRow(scores.data() + static_cast<int64_t>(r) * n, key0, n, first, last, S, ht,
-                  pattern ? pattern + ht * S : nullptr, stats,
-                  opt.sink_logits ? opt.sink_logits[h] : -INFINITY, opt.softcap);
+        slot_p[r] = FinishRow(scores.data() + static_cast<int64_t>(r) * n, key0, n, first, last, S,
+                              ht, pattern ? pattern + ht * S : nullptr, stats,
+                              SlotLogit(opt, h, T, t), opt);
       }
       if (rows == 1) {
         std::fill(ob, ob + head_dim, 0.0f);
@@ -367,6 +391,8 @@ static void MaterialisedAttention(const float* q, const float* k, const float* v
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, n, 1.0f,
                     scores.data(), n, vb, kv_row, 0.0f, ob, q_row);
       }
+      for (int r = 0; r < rows; ++r)
+        AddSlotValue(opt, kvh, head_dim, slot_p[r], ob + static_cast<int64_t>(r) * q_row);
     }
   }
 }
@@ -483,6 +509,14 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
             best[r] = tile_max;
             best_j[r] = a + static_cast<int>(std::find(vis, vis + count, tile_max) - vis);
           }
+          if (opt.sigmoid) {  // independent weights: no running maximum, l is only for statistics
+            Sigmoid(vis, vis, count);
+            for (int j = 0; j < count; ++j) {
+              l[r] += vis[j];
+              sq[r] += vis[j] * vis[j];
+            }
+            continue;
+          }
           const float m_new = std::max(m[r], tile_max);
           const float corr = std::exp(m[r] - m_new);  // 0 on the first visible tile
           float tile_sq = 0.0f;
@@ -508,11 +542,29 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
                       sc.data(), kTileK, vt, kv_row, 1.0f, acc.data(), head_dim);
         }
       }
-      // A learned sink logit is one more column of every row, with no value: it joins the
-      // normaliser (rescaled if it is the new maximum) and adds nothing to P V.
-      const float sink_logit = opt.sink_logits ? opt.sink_logits[h] : -INFINITY;
+      // A slot (learned sink logit, or kv-bias) is one more column of every row: it joins the
+      // normaliser (rescaled if it is the new maximum); a kv-bias slot adds its value below.
       float* ob = out + static_cast<int64_t>(t0) * q_row + h * head_dim;
       for (int r = 0; r < rows; ++r) {
+        const float* ar = acc.data() + static_cast<int64_t>(r) * head_dim;
+        float* orow = ob + static_cast<int64_t>(r) * q_row;
+        const int64_t ht = static_cast<int64_t>(h) * T + t0 + r;
+        if (opt.sigmoid) {  // the output is the weighted sum itself; statistics over w / sum(w)
+          std::copy(ar, ar + head_dim, orow);
+          if (!stats) continue;
+          const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+          auto sig = [](float x) { return 1.0f / (1.0f + std::exp(-x)); };
+          if (stats->first_k_probs)
+            for (int j = 0; j < K; ++j)
+              stats->first_k_probs[ht * K + j] =
+                  first_logits[r * K + j] == -INFINITY ? 0.0f : sig(first_logits[r * K + j]) * inv;
+          if (stats->top_key) stats->top_key[ht] = best_j[r];
+          if (stats->top_prob) stats->top_prob[ht] = sig(best[r]) * inv;
+          if (stats->sum_sq) stats->sum_sq[ht] = sq[r] * inv * inv;
+          if (stats->sink_prob) stats->sink_prob[ht] = 0.0f;
+          continue;
+        }
+        const float sink_logit = SlotLogit(opt, h, T, t0 + r);
         float sink_e = 0.0f;
         if (sink_logit != -INFINITY) {
           const float m_new = std::max(m[r], sink_logit);
@@ -524,11 +576,9 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
           m[r] = m_new;
         }
         const float inv = 1.0f / l[r];
-        const float* ar = acc.data() + static_cast<int64_t>(r) * head_dim;
-        float* orow = ob + static_cast<int64_t>(r) * q_row;
         for (int d = 0; d < head_dim; ++d) orow[d] = ar[d] * inv;
+        AddSlotValue(opt, kvh, head_dim, sink_e * inv, orow);
         if (!stats) continue;
-        const int64_t ht = static_cast<int64_t>(h) * T + t0 + r;
         if (stats->first_k_probs)
           for (int j = 0; j < K; ++j)
             stats->first_k_probs[ht * K + j] = std::exp(first_logits[r * K + j] - m[r]) * inv;
@@ -545,6 +595,7 @@ void Attention(const float* q, const float* k, const float* v, float* out, int T
                int n_heads, int n_kv_heads, int head_dim, const AttnOptions& opt, float* pattern,
                const AttnStats* stats, bool bf16) {
   SS_ASSERT(T <= S && n_heads % n_kv_heads == 0 && opt.window >= 0 && opt.softcap >= 0);
+  SS_ASSERT(!(opt.sigmoid && (opt.sink_logits || opt.slot_logits)));
   if (pattern) {
     MaterialisedAttention(q, k, v, out, T, S, n_heads, n_kv_heads, head_dim, opt, pattern, stats);
   } else {
@@ -602,9 +653,14 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const float
         rows[n] = row;
       }
       if (opt.softcap > 0) SoftCap(scores.data(), n, opt.softcap);
-      SoftmaxWithSink(scores.data(), n, opt.sink_logits ? opt.sink_logits[h] : -INFINITY);
+      float slot_p = 0.0f;
+      if (opt.sigmoid)
+        Sigmoid(scores.data(), scores.data(), n);
+      else
+        slot_p = SoftmaxWithSink(scores.data(), n, SlotLogit(opt, h, T, t));
       float* o = out + static_cast<int64_t>(t) * q_row + h * head_dim;
       std::fill(o, o + head_dim, 0.0f);
+      AddSlotValue(opt, kvh, head_dim, slot_p, o);
       for (int j = 0; j < n; ++j) {
         const float p = scores[j];
         const float* vv = v + static_cast<int64_t>(rows[j]) * kv_row + kvh * head_dim;

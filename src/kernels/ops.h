@@ -74,10 +74,20 @@ struct AttnStats {
 //     A logit of -inf gives plain attention.
 //   softcap: scores = c * tanh(scores / c) before the softmax (Gemma 2's attn_logit_softcapping,
 //     applied after the 1 / sqrt(Dh) scaling); 0: off.
+//   slot_logits, slot_values: a learnable key/value bias (Sun et al. 2024, arXiv 2402.17762,
+//     section 4.3; the trainer's attention=kv-bias): one more softmax column per row whose logit
+//     is given per head and query, slot_logits (H, T) [h * T + t] (it replaces sink_logits), and
+//     whose value slot_values (Hkv, Dh) is added with the slot's probability. Null: none.
+//   sigmoid: the weights are sigmoid(score) with no normalisation (Gu et al. 2024, arXiv
+//     2410.10781, section 7.4); no slot. The statistics then describe the weights divided by their
+//     sum per query (Gu et al.'s "proxy attention scores"); pattern holds the weights themselves.
 struct AttnOptions {
   int window = 0;
   const float* sink_logits = nullptr;
   float softcap = 0.0f;
+  const float* slot_logits = nullptr;
+  const float* slot_values = nullptr;
+  bool sigmoid = false;
 };
 
 // Causal grouped-query attention of T new queries over S cached keys (the last T of which are the

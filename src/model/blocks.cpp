@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <numbers>
+#include <numeric>
 
 #include "kernels/ops.h"
 #include "kernels/vecmath.h"
@@ -173,9 +174,39 @@ static void NormalizeQk(const ModelConfig& c, const LayerWeights& w, float* q, f
   }
 }
 
-// Layer `layer`'s window, learned sink logits and soft-cap.
-static AttnOptions LayerAttnOptions(const ModelConfig& c, const LayerWeights& w, int layer) {
-  return {c.Window(layer), c.attn_sinks ? w.attn_sinks.data() : nullptr, c.attn_logit_softcap};
+// A kv-bias slot (config.attn_kv_bias): each head's slot logit q_t . k*_kvh / sqrt(Dh) for the T
+// queries q (T, H*Dh) before RoPE, into s.slot_logits (H, T). Nothing without one.
+static void KvBiasLogits(ForwardContext& ctx, int layer, const float* q) {
+  const LayerWeights& w = ctx.model.weights.layers[layer];
+  if (w.attn_bias_key.empty()) return;
+  const ModelConfig& c = ctx.config;
+  RunState& s = ctx.state;
+  const int T = ctx.T, H = c.n_heads, Dh = c.head_dim, group = c.n_heads / c.n_kv_heads;
+  if (s.slot_logits.numel() < static_cast<int64_t>(H) * T) s.slot_logits = Tensor::Zeros({int64_t(H) * T});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(Dh));
+  for (int h = 0; h < H; ++h) {
+    const float* key = w.attn_bias_key.data() + static_cast<int64_t>(h / group) * Dh;
+    for (int t = 0; t < T; ++t) {
+      const float* qt = q + static_cast<int64_t>(t) * c.q_dim() + h * Dh;
+      float dot = 0.0f;
+      for (int d = 0; d < Dh; ++d) dot += qt[d] * key[d];
+      s.slot_logits[static_cast<int64_t>(h) * T + t] = dot * scale;
+    }
+  }
+}
+
+// Layer `layer`'s window, sink slot (learned logits or the kv-bias slot KvBiasLogits computed),
+// soft-cap and weighting (softmax or sigmoid).
+static AttnOptions LayerAttnOptions(const ForwardContext& ctx, int layer) {
+  const ModelConfig& c = ctx.config;
+  const LayerWeights& w = ctx.model.weights.layers[layer];
+  AttnOptions o{c.Window(layer), c.attn_sinks ? w.attn_sinks.data() : nullptr, c.attn_logit_softcap};
+  if (c.attn_kv_bias) {
+    o.slot_logits = ctx.state.slot_logits.data();
+    o.slot_values = w.attn_bias_value.data();
+  }
+  o.sigmoid = c.attn_sigmoid;
+  return o;
 }
 
 // Self-attention on a sink + ring streaming cache (ForwardRequest::stream; see model.h).
@@ -197,6 +228,7 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
   Project(in, w.wk, Packed(w, &LayerPacked::wk), w.bk, s.k_new.data(), T, D, kv_dim);
   Project(in, w.wv, Packed(w, &LayerPacked::wv), w.bv, s.v_new.data(), T, D, kv_dim);
   NormalizeQk(c, w, s.q.data(), s.k_new.data(), T);
+  KvBiasLogits(ctx, layer, s.q.data());
   const bool has_sinks = layout.sinks > 0;
   if (c.rope != RopeKind::kNone) {
     // Stream indices fit in int for 2^31 tokens; beyond that the stream must be restarted.
@@ -239,7 +271,7 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
   SinkWindowAttention(s.q.data(), has_sinks ? s.q_sink.data() : s.q.data(),
                       ctx.cache.k[layer].data(), ctx.cache.v[layer].data(), s.z.data(), T, H, Hkv,
                       Dh, layout.sinks, layout.window, layout.ring, layout.first_index,
-                      LayerAttnOptions(c, w, layer));
+                      LayerAttnOptions(ctx, layer));
   GateAttentionOutput(ctx, layer, in);
   if (ctx.HookActive(HookPoint::kZ, layer)) ctx.RunHook(HookPoint::kZ, layer, s.z.data(), {T, H, Dh});
   Project(s.z.data(), w.wo, Packed(w, &LayerPacked::wo), w.bo, out, T, c.q_dim(), D);
@@ -261,6 +293,7 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
   Project(in, w.wk, Packed(w, &LayerPacked::wk), w.bk, k_new, T, D, c.kv_dim());
   Project(in, w.wv, Packed(w, &LayerPacked::wv), w.bv, v_new, T, D, c.kv_dim());
   NormalizeQk(c, w, s.q.data(), k_new, T);
+  KvBiasLogits(ctx, layer, s.q.data());
   if (c.rope != RopeKind::kNone) {
     RopeWithFrequencies(s.q.data(), ctx.positions, H, Dh, c.rot_dim(), ctx.RopeFreq(layer), c.rope);
     RopeWithFrequencies(k_new, ctx.positions, Hkv, Dh, c.rot_dim(), ctx.RopeFreq(layer), c.rope);
@@ -299,12 +332,30 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
   }
   const float* k_all = ctx.cache.k[layer].data();
   const float* v_all = ctx.cache.v[layer].data();
-  Attention(s.q.data(), k_all, v_all, s.z.data(), T, S, H, Hkv, Dh, LayerAttnOptions(c, w, layer),
-            pattern, stats_ptr, ctx.model.precision == Precision::kBf16);
+  const AttnOptions opt = LayerAttnOptions(ctx, layer);
+  Attention(s.q.data(), k_all, v_all, s.z.data(), T, S, H, Hkv, Dh, opt, pattern, stats_ptr,
+            ctx.model.precision == Precision::kBf16);
   if (want_pattern) {
-    // The hook may rewrite the probabilities (an intervention): recompute z from them.
+    // The hook may rewrite the probabilities (an intervention): recompute z from them. A kv-bias
+    // slot keeps the mass it had before the hook (1 - the row's sum over the keys) and its value.
+    std::vector<float> slot_p;
+    if (opt.slot_values) {
+      slot_p.resize(static_cast<size_t>(H) * T);
+      for (int64_t ht = 0; ht < static_cast<int64_t>(H) * T; ++ht) {
+        const float* row = pattern + ht * S;
+        slot_p[ht] = 1.0f - std::accumulate(row, row + S, 0.0f);
+      }
+    }
     ctx.RunHook(HookPoint::kPattern, layer, pattern, {H, T, S});
     AttentionFromPattern(pattern, v_all, s.z.data(), T, S, H, Hkv, Dh);
+    if (opt.slot_values)
+      for (int h = 0; h < H; ++h)
+        for (int t = 0; t < T; ++t) {
+          const float p = slot_p[static_cast<size_t>(h) * T + t];
+          const float* sv = opt.slot_values + static_cast<int64_t>(h / (H / Hkv)) * Dh;
+          float* zt = s.z.data() + static_cast<int64_t>(t) * c.q_dim() + h * Dh;
+          for (int d = 0; d < Dh; ++d) zt[d] += p * sv[d];
+        }
   }
   GateAttentionOutput(ctx, layer, in);
   if (ctx.HookActive(HookPoint::kZ, layer)) ctx.RunHook(HookPoint::kZ, layer, s.z.data(), {T, H, Dh});

@@ -70,6 +70,14 @@ struct ModelConfig {
   // output z is multiplied elementwise by sigmoid(x W_gate^T) of the block's normed input before
   // the output projection (LayerWeights::attn_gate).
   bool attn_output_gate = false;
+  // A learnable key/value bias (Sun et al. 2024, arXiv 2402.17762, section 4.3; the trainer's
+  // attention=kv-bias): one more key k* and value v* per kv head (LayerWeights::attn_bias_key /
+  // attn_bias_value) in every row's softmax. The slot is scored with the query before RoPE
+  // (q . k* / sqrt(Dh)), so it has no position; analysis reports its mass as the sink slot's.
+  bool attn_kv_bias = false;
+  // Sigmoid attention without normalisation (Gu et al. 2024, arXiv 2410.10781, section 7.4; the
+  // trainer's attention=sigmoid): weights sigmoid(q . k / sqrt(Dh)), not a softmax.
+  bool attn_sigmoid = false;
   // gpt-oss's expert activation (modeling_gpt_oss.py GptOssExperts): gate clamped above at the
   // limit, up clamped to [-limit, limit], out = (up + 1) * gate * sigmoid(1.702 gate). 0: the
   // plain gated activation act(gate) * up.
@@ -115,6 +123,8 @@ struct ModelConfig {
 
   int kv_dim() const { return n_kv_heads * head_dim; }
   int q_dim() const { return n_heads * head_dim; }
+  // The softmax has a slot that holds mass without being a key: a learned sink logit or a kv-bias.
+  bool HasSinkSlot() const { return attn_sinks || attn_kv_bias; }
   int rot_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
   // Layer `layer` routes through experts (else it has a dense MLP).
   bool MoeLayer(int layer) const {

@@ -107,6 +107,7 @@ struct RunState {
   Tensor pattern;     // (H, T, S) only when a pattern hook is attached
   Tensor q_sink;      // (T, H * Dh) streaming only: the query rotated at its cache position
   Tensor gate;        // (T * H * Dh) gated attention's gate, allocated when the model has one
+  Tensor slot_logits; // (H * T) the kv-bias slot's logit per head and query, when the model has one
   Tensor k_new;       // (T, Hkv * Dh) streaming only: new keys before they go to their ring rows
   Tensor v_new;       // (T, Hkv * Dh)
   void Reserve(const ModelConfig& config, int T);

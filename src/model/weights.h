@@ -75,6 +75,8 @@ struct LayerWeights {
   Tensor moe_b1, moe_b3;  // (E, F) gpt-oss: expert gate / up biases
   Tensor moe_b2;          // (E, D) gpt-oss: expert down bias
   Tensor attn_gate;       // (H*Dh, D) gated attention's gate projection (config.attn_output_gate)
+  Tensor attn_bias_key;   // (Hkv*Dh) the kv-bias slot's key per kv head (config.attn_kv_bias)
+  Tensor attn_bias_value; // (Hkv*Dh) the kv-bias slot's value per kv head
   // The projections in the model's precision (bf16, Q8_0); null at f32.
   std::shared_ptr<const LayerPacked> packed;
 };

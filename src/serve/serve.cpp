@@ -45,8 +45,12 @@ void ForEachQueryBlock(const Model& model, int layer, const float* q, const floa
   const ModelConfig& c = model.config;
   const int Dh = c.head_dim, H = c.n_heads, Hkv = c.n_kv_heads;
   const Tensor& sinks = model.weights.layers[layer].attn_sinks;
-  const AttnOptions opt{c.Window(layer), c.attn_sinks ? sinks.data() + head : nullptr,
-                        c.attn_logit_softcap};
+  AttnOptions opt{c.Window(layer), c.attn_sinks ? sinks.data() + head : nullptr, c.attn_logit_softcap};
+  opt.sigmoid = c.attn_sigmoid;  // the tiles show sigmoid attention's weights as they are
+  // A kv-bias slot's logits come from the queries before RoPE, which hook_q does not show.
+  if (c.attn_kv_bias)
+    Fail("attention pattern tiles are not available for models with a kv-bias slot yet (use "
+         "analyze, whose statistics include the slot)");
   const float query_scale = c.QueryScale(layer);  // hook_q is taken before it
   const int kv_head = head / (H / Hkv);
   std::vector<float> kh(static_cast<size_t>(q1) * Dh), vh(static_cast<size_t>(q1) * Dh, 0.0f);

@@ -61,6 +61,9 @@ void PermuteRopeRows(const float* in, float* out, int heads, int64_t rows_total,
       }
 }
 
+// Columns of a tensor whose rows RoPE reads (1 for a vector: the kv-bias slot's key).
+int64_t Cols(const ParamTensor& t) { return t.shape.size() > 1 ? t.shape[1] : 1; }
+
 Tensor ViewParam(std::vector<float>& params, int64_t offset, std::vector<int64_t> shape) {
   return Tensor::View(params.data() + offset, std::move(shape), nullptr);
 }
@@ -74,7 +77,7 @@ std::vector<std::pair<std::string, Tensor>> HfTensors(const TrainConfig& c, cons
     Tensor copy = Tensor::Zeros(t.shape);
     const float* src = params.data() + t.offset;
     const bool norm_gain = t.name.find("q_norm") != std::string::npos || t.name.find("k_norm") != std::string::npos;
-    if (permute && t.rope_rows) PermuteRopeRows(src, copy.data(), t.rope_heads, t.shape[0], t.shape[1], true);
+    if (permute && t.rope_rows) PermuteRopeRows(src, copy.data(), t.rope_heads, t.shape[0], Cols(t), true);
     else if (permute && norm_gain) PermuteRopeRows(src, copy.data(), 1, t.shape[0], 1, true);
     else std::memcpy(copy.data(), src, sizeof(float) * t.numel);
     out.emplace_back(t.name, copy);
@@ -108,6 +111,10 @@ Model ExportModel(const TrainConfig& c, const ParamLayout& layout, std::vector<f
     w.wo = ViewParam(params, o.wo, {D, qd});
     if (o.sinks >= 0) w.attn_sinks = ViewParam(params, o.sinks, {c.n_heads});
     if (o.gate >= 0) w.attn_gate = ViewParam(params, o.gate, {qd, D});
+    if (o.bias_key >= 0) {
+      w.attn_bias_key = ViewParam(params, o.bias_key, {kvd});
+      w.attn_bias_value = ViewParam(params, o.bias_value, {kvd});
+    }
     if (o.q_norm >= 0) w.q_norm = ViewParam(params, o.q_norm, {Dh});
     if (o.k_norm >= 0) w.k_norm = ViewParam(params, o.k_norm, {Dh});
     w.ffn_norm = ViewParam(params, o.ffn_norm, {D});
@@ -272,7 +279,7 @@ TrainerState ReadCheckpointState(const std::string& dir, const TrainConfig& c, c
            ShapeString(pt->shape));
     float* dst = s.params.data() + pt->offset;
     const bool norm_gain = name.find("q_norm") != std::string::npos || name.find("k_norm") != std::string::npos;
-    if (permute && pt->rope_rows) PermuteRopeRows(t.data(), dst, pt->rope_heads, pt->shape[0], pt->shape[1], false);
+    if (permute && pt->rope_rows) PermuteRopeRows(t.data(), dst, pt->rope_heads, pt->shape[0], Cols(*pt), false);
     else if (permute && norm_gain) PermuteRopeRows(t.data(), dst, 1, pt->shape[0], 1, false);
     else std::memcpy(dst, t.data(), sizeof(float) * pt->numel);
     seen[pt - layout.tensors.data()] = true;

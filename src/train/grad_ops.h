@@ -165,9 +165,29 @@ void SoftmaxRow(Real* row, int n) {
 // Computing the masked upper triangle too costs 2x the FLOPs of a causal loop but runs at BLAS
 // speed, several times faster than scalar loops at these head sizes. Inside the parallel region
 // OpenBLAS (OpenMP build) runs each call single-threaded.
+//
+// The variants (train_config.h `attention`) beside plain softmax:
+//   sinks (H): a learned sink logit per head (gpt-oss; sink-logit, softmax1): one more softmax
+//     column without a value, so a row sums to 1 - p_slot.
+//   slot_logits (B, H, T) and slot_values (Hkv, Dh): a kv-bias slot (Sun et al. 2024, arXiv
+//     2402.17762): the column's logit is given per query (q . k* / sqrt(Dh), computed by the
+//     caller) and its value v* is added with its probability.
+//   sigmoid: P = sigmoid(S) on and below the diagonal, no normalisation (Gu et al. 2024, arXiv
+//     2410.10781, section 7.4).
+// slot_probs (B, H, T) receives each row's slot probability when there is a slot.
+template <typename Real>
+struct AttnVariant {
+  const Real* sinks = nullptr;
+  const Real* slot_logits = nullptr;
+  const Real* slot_values = nullptr;
+  Real* slot_probs = nullptr;
+  bool sigmoid = false;
+  bool has_slot() const { return sinks || slot_logits; }
+};
+
 template <typename Real>
 void AttentionForward(const Real* q, const Real* k, const Real* v, Real* probs, Real* z, int B,
-                      int T, int H, int Hkv, int Dh, const Real* sinks = nullptr) {
+                      int T, int H, int Hkv, int Dh, const AttnVariant<Real>& var = {}) {
   const int group = H / Hkv, qd = H * Dh, kvd = Hkv * Dh;
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(Dh));
 #pragma omp parallel for schedule(static) if (int64_t(B) * H * T * T * Dh > 65536)
@@ -177,40 +197,57 @@ void AttentionForward(const Real* q, const Real* k, const Real* v, Real* probs, 
     const Real* kb = k + int64_t(b) * T * kvd + kh * Dh;
     const Real* vb = v + int64_t(b) * T * kvd + kh * Dh;
     Real* P = probs + int64_t(bh) * T * T;
+    Real* zb = z + int64_t(b) * T * qd + h * Dh;
     GemmLd(false, true, T, T, Dh, scale, qb, qd, kb, kvd, Real(0), P, T);
     for (int t = 0; t < T; ++t) {
       Real* p = P + int64_t(t) * T;
-      if (sinks) {
-        // A learned sink logit (gpt-oss; --set attention=sink-logit): one more softmax column
-        // without a value, so the row sums to 1 - p_sink.
-        Real mx = sinks[h];
+      if (var.sigmoid) {
+        for (int j = 0; j <= t; ++j) p[j] = Real(1) / (Real(1) + std::exp(-p[j]));
+      } else if (var.has_slot()) {
+        // The slot is one more softmax column: its logit joins the maximum and the normaliser.
+        const Real slot = var.slot_logits ? var.slot_logits[int64_t(bh) * T + t] : var.sinks[h];
+        Real mx = slot;
         for (int j = 0; j <= t; ++j) mx = std::max(mx, p[j]);
-        Real sum = std::exp(sinks[h] - mx);
+        const Real e_slot = std::exp(slot - mx);
+        Real sum = e_slot;
         for (int j = 0; j <= t; ++j) sum += (p[j] = std::exp(p[j] - mx));
         for (int j = 0; j <= t; ++j) p[j] /= sum;
+        if (var.slot_probs) var.slot_probs[int64_t(bh) * T + t] = e_slot / sum;
       } else {
         SoftmaxRow(p, t + 1);
       }
       for (int j = t + 1; j < T; ++j) p[j] = 0;
     }
-    GemmLd(false, false, T, Dh, T, Real(1), P, T, vb, kvd, Real(0), z + int64_t(b) * T * qd + h * Dh, qd);
+    GemmLd(false, false, T, Dh, T, Real(1), P, T, vb, kvd, Real(0), zb, qd);
+    if (var.slot_values) {
+      const Real* sv = var.slot_values + int64_t(kh) * Dh;
+      for (int t = 0; t < T; ++t) {
+        const Real ps = var.slot_probs[int64_t(bh) * T + t];
+        for (int d = 0; d < Dh; ++d) zb[int64_t(t) * qd + d] += ps * sv[d];
+      }
+    }
   }
 }
 // dP = dz v^T;  dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij');  dq = scale dS k;
 // dk = scale sum_heads dS^T q;  dv = sum_heads P^T dz.  dq, dk, dv are overwritten.
 // Parallel over (sequence, kv head): the heads of one group write the same dk/dv rows, so they
 // run in one task in a fixed order.
-// With sink logits, dS keeps its form (the sink column's dP is 0) and
-// dsink_h += sum over sequences and queries of -p_sink (sum_j' P_ij' dP_ij'), p_sink = 1 - sum_j P_ij.
+// With a slot of probability p_s and value v* (0 for sink logits): dp_s = dz . v*, the row's
+// sum includes p_s dp_s, and the slot's logit gets ds_s = p_s (dp_s - sum): summed into
+// dsinks[h] over sequences and queries, or written per row into dslot_logits (B, H, T);
+// dslot_values[kv head] += sum over heads, sequences and queries of p_s dz.
+// Sigmoid: dS_ij = dP_ij P_ij (1 - P_ij).
 template <typename Real>
 void AttentionBackward(const Real* dz, const Real* q, const Real* k, const Real* v,
                        const Real* probs, Real* dq, Real* dk, Real* dv, int B, int T, int H,
-                       int Hkv, int Dh, const Real* sinks = nullptr, Real* dsinks = nullptr) {
+                       int Hkv, int Dh, const AttnVariant<Real>& var = {}, Real* dsinks = nullptr,
+                       Real* dslot_logits = nullptr, Real* dslot_values = nullptr) {
   const int group = H / Hkv, qd = H * Dh, kvd = Hkv * Dh;
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(Dh));
-  // Per (sequence, head) sink gradients, summed over sequences in order below (thread-count
+  // Per (sequence, head) slot gradients, summed over sequences in order below (thread-count
   // independent).
-  std::vector<Real> dsink_bh(sinks ? size_t(B) * H : 0, Real(0));
+  std::vector<Real> dsink_bh(var.sinks ? size_t(B) * H : 0, Real(0));
+  std::vector<Real> dvalue_bh(var.slot_values ? size_t(B) * H * Dh : 0, Real(0));
 #pragma omp parallel for schedule(static) if (int64_t(B) * H * T * T * Dh > 65536)
   for (int bk = 0; bk < B * Hkv; ++bk) {
     const int b = bk / Hkv, kh = bk % Hkv;
@@ -219,8 +256,10 @@ void AttentionBackward(const Real* dz, const Real* q, const Real* k, const Real*
     const Real* vb = v + int64_t(b) * T * kvd + kh * Dh;
     Real* dkb = dk + int64_t(b) * T * kvd + kh * Dh;
     Real* dvb = dv + int64_t(b) * T * kvd + kh * Dh;
+    const Real* sv = var.slot_values ? var.slot_values + int64_t(kh) * Dh : nullptr;
     for (int h = kh * group; h < (kh + 1) * group; ++h) {
-      const Real* P = probs + (int64_t(b) * H + h) * T * T;
+      const int64_t bh = int64_t(b) * H + h;
+      const Real* P = probs + bh * T * T;
       const Real* dzb = dz + int64_t(b) * T * qd + h * Dh;
       const Real* qb = q + int64_t(b) * T * qd + h * Dh;
       const Real first = h == kh * group ? Real(0) : Real(1);  // overwrite, then accumulate
@@ -229,12 +268,27 @@ void AttentionBackward(const Real* dz, const Real* q, const Real* k, const Real*
       for (int t = 0; t < T; ++t) {
         const Real* p = P + int64_t(t) * T;
         Real* ds = dS.data() + int64_t(t) * T;
+        if (var.sigmoid) {
+          for (int j = 0; j <= t; ++j) ds[j] *= p[j] * (Real(1) - p[j]);
+          for (int j = t + 1; j < T; ++j) ds[j] = 0;
+          continue;
+        }
         Real sum = 0;
         for (int j = 0; j <= t; ++j) sum += p[j] * ds[j];
-        if (sinks) {
-          Real mass = 0;
-          for (int j = 0; j <= t; ++j) mass += p[j];
-          dsink_bh[size_t(b) * H + h] -= (Real(1) - mass) * sum;
+        if (var.has_slot()) {
+          const Real ps = var.slot_probs[bh * T + t];
+          const Real* dzt = dzb + int64_t(t) * qd;
+          Real dps = 0;
+          if (sv) {
+            for (int d = 0; d < Dh; ++d) {
+              dps += dzt[d] * sv[d];
+              dvalue_bh[size_t(bh) * Dh + d] += ps * dzt[d];
+            }
+          }
+          sum += ps * dps;
+          const Real dslot = ps * (dps - sum);
+          if (var.sinks) dsink_bh[size_t(bh)] += dslot;
+          if (dslot_logits) dslot_logits[bh * T + t] = dslot;
         }
         for (int j = 0; j <= t; ++j) ds[j] = p[j] * (ds[j] - sum);
         for (int j = t + 1; j < T; ++j) ds[j] = 0;
@@ -247,6 +301,11 @@ void AttentionBackward(const Real* dz, const Real* q, const Real* k, const Real*
   if (dsinks)
     for (int b = 0; b < B; ++b)
       for (int h = 0; h < H; ++h) dsinks[h] += dsink_bh[size_t(b) * H + h];
+  if (dslot_values)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h)
+        for (int d = 0; d < Dh; ++d)
+          dslot_values[int64_t(h / group) * Dh + d] += dvalue_bh[(size_t(b) * H + h) * Dh + d];
 }
 
 // ---- SwiGLU (Shazeer 2020): g = silu(a) * u.  da = dg * u * silu'(a), du = dg * silu(a),

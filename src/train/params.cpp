@@ -45,6 +45,14 @@ ParamLayout ParamLayout::Build(const TrainConfig& c) {
     // Gated attention: z *= sigmoid(xn W_gate^T) before o_proj (a sinkscope extension of the
     // Llama layout, self_attn.output_gate.weight; Qwen3-Next keeps these rows inside q_proj).
     if (c.attention == "gated") o.gate = add(pre + "self_attn.output_gate.weight", {H * Dh, D}, true);
+    // kv-bias: a key and a value slot per kv head (a sinkscope extension, self_attn.bias_key /
+    // bias_value), not decayed (like the sink logits, they are per-head constants).
+    if (c.attention == "kv-bias") {
+      o.bias_key = add(pre + "self_attn.bias_key", {Hkv * Dh}, false);
+      p.tensors.back().rope_rows = true;  // dotted with the query: its dims follow q's layout
+      p.tensors.back().rope_heads = static_cast<int>(Hkv);
+      o.bias_value = add(pre + "self_attn.bias_value", {Hkv * Dh}, false);
+    }
     if (c.qk_norm) {
       o.q_norm = add(pre + "self_attn.q_norm.weight", {Dh}, false);
       o.k_norm = add(pre + "self_attn.k_norm.weight", {Dh}, false);

@@ -13,7 +13,7 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
   p.alpha0_heads.assign(L, std::vector<double>(H, 0.0));
   std::vector<std::vector<double>> alpha1(L, std::vector<double>(H, 0.0));
   p.p0_norm_ratio.assign(L, 0.0);
-  if (c.attn_sinks) p.alpha_sink.assign(L, 0.0);
+  if (c.HasSinkSlot()) p.alpha_sink.assign(L, 0.0);
   if (c.attn_output_gate) {
     p.gate_p0.assign(L, 0.0);
     p.gate_rest.assign(L, 0.0);
@@ -66,7 +66,7 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
         }
         p.alpha0_heads[l][h] += a0 / T;
         alpha1[l][h] += T > 1 ? a1 / (T - 1) : 0.0;
-        if (c.attn_sinks) {
+        if (c.HasSinkSlot()) {
           double slot = 0;
           for (int t = 0; t < T; ++t) slot += stats.sink_prob[(int64_t(l) * H + h) * T + t];
           p.alpha_sink[l] += slot / T / H;
@@ -86,7 +86,7 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
     p.alpha0.push_back(m0 / H);
     p.alpha1.push_back(m1 / H);
     p.p0_norm_ratio[l] /= n;
-    if (c.attn_sinks) p.alpha_sink[l] /= n;
+    if (c.HasSinkSlot()) p.alpha_sink[l] /= n;
     if (c.attn_output_gate) {
       p.gate_p0[l] /= n;
       p.gate_rest[l] /= n;

@@ -48,6 +48,8 @@ ModelConfig TrainConfig::ToModelConfig() const {
   if (qk_norm) c.qk_norm = QkNormKind::kPerHead;
   c.attn_sinks = attention == "sink-logit" || attention == "softmax1";
   c.attn_output_gate = attention == "gated";
+  c.attn_kv_bias = attention == "kv-bias";
+  c.attn_sigmoid = attention == "sigmoid";
   if (data == DataKind::kBigramBackcopy) {
     c.bos_id = 0;  // the synthetic task's BOS (train/data.h)
     c.eos_id = -1;
@@ -84,15 +86,9 @@ void TrainConfig::Validate(const std::string& src) const {
     Fail("{}: 'rope' must be \"half\" or \"interleaved\", found \"{}\"", src, rope);
   if (hidden_dim < 0) Fail("{}: 'hidden_dim' must be >= 0, found {}", src, hidden_dim);
   if (attention != "softmax" && attention != "sink-logit" && attention != "softmax1" &&
-      attention != "gated") {
-    // The variants of docs/TRAINING.md's plan that have no forward and backward yet, by name.
-    for (const char* planned : {"kv-bias", "sigmoid"})
-      if (attention == planned)
-        Fail("{}: attention variant '{}' is not implemented yet (implemented: softmax, softmax1, "
-             "sink-logit, gated)", src, attention);
-    Fail("{}: unknown attention variant '{}' (expected softmax, softmax1, sink-logit or gated)", src,
-         attention);
-  }
+      attention != "gated" && attention != "kv-bias" && attention != "sigmoid")
+    Fail("{}: unknown attention variant '{}' (expected softmax, softmax1, sink-logit, gated, "
+         "kv-bias or sigmoid)", src, attention);
   if (n_experts < 0) Fail("{}: 'n_experts' must be >= 0, found {}", src, n_experts);
   if (n_experts > 0) {
     if (n_experts_per_tok < 1 || n_experts_per_tok > n_experts)

@@ -86,6 +86,13 @@ TrainModel<Real>::TrainModel(const TrainConfig& config, int batch, int seq_len)
       Resize(a.gate, N * qd);
       Resize(a.zg, N * qd);
     }
+    const bool kv_bias = config.attention == "kv-bias";
+    if (kv_bias || config.attention == "sink-logit" || config.attention == "softmax1")
+      Resize(a.slot_p, int64_t(B_) * H_ * T_);
+    if (kv_bias) {
+      Resize(a.slot_logits, int64_t(B_) * H_ * T_);
+      Resize(a.q_unrot, N * qd);
+    }
     Resize(a.x_mid, N * D_);
     Resize(a.xn2, N * D_);
     Resize(a.rstd2, N);
@@ -117,6 +124,7 @@ TrainModel<Real>::TrainModel(const TrainConfig& config, int batch, int seq_len)
   Resize(dv_, N * kvd);
   Resize(dz_, N * qd);
   if (config.attention == "gated") Resize(dgate_, N * qd);
+  if (config.attention == "kv-bias") Resize(dslot_, int64_t(B_) * H_ * T_);
   Resize(dtmp_, N * std::max<int64_t>(D_, qd));
   if (E_ == 0) {
     Resize(dh1_, N * F_);
@@ -133,7 +141,9 @@ void TrainModel<Real>::InitParams(uint64_t seed) {
   const double residual_scale = 1.0 / std::sqrt(2.0 * config_.n_layers);
   for (const ParamTensor& t : layout_.tensors) {
     Real* p = params.data() + t.offset;
-    if (t.name.ends_with("self_attn.sinks")) {  // sink logits start at 0 (a key scored 0)
+    // Sink logits start at 0 (a key scored 0); a kv-bias slot at k* = v* = 0 (softmax1 at init).
+    if (t.name.ends_with("self_attn.sinks") || t.name.ends_with("self_attn.bias_key") ||
+        t.name.ends_with("self_attn.bias_value")) {
       std::fill(p, p + t.numel, Real(0));
       continue;
     }
@@ -146,6 +156,23 @@ void TrainModel<Real>::InitParams(uint64_t seed) {
       std_dev *= residual_scale;
     for (int64_t i = 0; i < t.numel; ++i) p[i] = static_cast<Real>(rng.Normal() * std_dev);
   }
+}
+
+// Layer l's attention variant for AttentionForward / AttentionBackward (grad_ops.h).
+template <typename Real>
+AttnVariant<Real> TrainModel<Real>::Variant(int l) {
+  const LayerOffsets& o = layout_.layers[l];
+  LayerActs& a = acts_[l];
+  const Real* P = params.data();
+  AttnVariant<Real> v;
+  if (o.sinks >= 0) v.sinks = P + o.sinks;
+  if (o.bias_key >= 0) {
+    v.slot_logits = a.slot_logits.data();
+    v.slot_values = P + o.bias_value;
+  }
+  if (v.has_slot()) v.slot_probs = a.slot_p.data();
+  v.sigmoid = config_.attention == "sigmoid";
+  return v;
 }
 
 template <typename Real>
@@ -180,10 +207,22 @@ double TrainModel<Real>::Forward(const int* tokens, const int* targets) {
       Linear(a.xn1.data(), P + o.wk, a.k.data(), N, D, kvd);
     }
     Linear(a.xn1.data(), P + o.wv, a.v.data(), N, D, kvd);
+    if (o.bias_key >= 0) {  // kv-bias: slot logits q . k* / sqrt(Dh) on the query before RoPE
+      std::copy(a.q.begin(), a.q.end(), a.q_unrot.begin());
+      const Real scale = Real(1) / std::sqrt(static_cast<Real>(Dh));
+      for (int n = 0; n < N; ++n)
+        for (int h = 0; h < H; ++h) {
+          const Real* qn = a.q_unrot.data() + int64_t(n) * qd + h * Dh;
+          const Real* key = P + o.bias_key + int64_t(h / (H / Hkv)) * Dh;
+          Real dot = 0;
+          for (int d = 0; d < Dh; ++d) dot += qn[d] * key[d];
+          a.slot_logits[(int64_t(n / T_) * H + h) * T_ + n % T_] = dot * scale;
+        }
+    }
     RopeApply(a.q.data(), rope_, N, H, Dh, rope_kind_, false);
     RopeApply(a.k.data(), rope_, N, Hkv, Dh, rope_kind_, false);
-    AttentionForward(a.q.data(), a.k.data(), a.v.data(), a.probs.data(), a.z.data(), B_, T_, H, Hkv, Dh,
-                     o.sinks >= 0 ? P + o.sinks : nullptr);
+    AttentionForward(a.q.data(), a.k.data(), a.v.data(), a.probs.data(), a.z.data(), B_, T_, H, Hkv,
+                     Dh, Variant(l));
     const Real* z_out = a.z.data();
     if (o.gate >= 0) {  // gated attention: z * sigmoid(xn1 Wg^T), elementwise per head dimension
       Linear(a.xn1.data(), P + o.gate, a.gate.data(), N, D, qd);
@@ -413,11 +452,26 @@ void TrainModel<Real>::Backward() {
       }
     }
     AttentionBackward(dz_.data(), a.q.data(), a.k.data(), a.v.data(), a.probs.data(), dq_.data(),
-                      dk_.data(), dv_.data(), B_, T_, H, Hkv, Dh,
-                      o.sinks >= 0 ? P + o.sinks : nullptr,
-                      o.sinks >= 0 && config_.attention == "sink-logit" ? G + o.sinks : nullptr);
+                      dk_.data(), dv_.data(), B_, T_, H, Hkv, Dh, Variant(l),
+                      o.sinks >= 0 && config_.attention == "sink-logit" ? G + o.sinks : nullptr,
+                      o.bias_key >= 0 ? dslot_.data() : nullptr,
+                      o.bias_value >= 0 ? G + o.bias_value : nullptr);
     RopeApply(dq_.data(), rope_, N, H, Dh, rope_kind_, true);
     RopeApply(dk_.data(), rope_, N, Hkv, Dh, rope_kind_, true);
+    if (o.bias_key >= 0) {  // the slot logit's gradient into the unrotated query and k* (serial)
+      const Real scale = Real(1) / std::sqrt(static_cast<Real>(Dh));
+      for (int n = 0; n < N; ++n)
+        for (int h = 0; h < H; ++h) {
+          const Real g = dslot_[(int64_t(n / T_) * H + h) * T_ + n % T_] * scale;
+          const int64_t kv = int64_t(h / (H / Hkv)) * Dh;
+          const Real* qn = a.q_unrot.data() + int64_t(n) * qd + h * Dh;
+          Real* dqn = dq_.data() + int64_t(n) * qd + h * Dh;
+          for (int d = 0; d < Dh; ++d) {
+            dqn[d] += g * P[o.bias_key + kv + d];
+            G[o.bias_key + kv + d] += g * qn[d];
+          }
+        }
+    }
     std::fill(dxn_.begin(), dxn_.end(), Real(0));
     if (config_.qk_norm) {
       // Through the per-head RMSNorm: dtmp_ = d q_pre, then into the projection.

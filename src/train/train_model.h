@@ -78,6 +78,8 @@ class TrainModel {
     std::vector<Real> probs;                // (B, H, T, T)
     std::vector<Real> z;                    // (N, H*Dh)
     std::vector<Real> gate, zg;             // attention=gated: sigmoid(xn1 Wg^T) and z * gate
+    std::vector<Real> slot_p;               // (B, H, T) the slot's probability (sinks, kv-bias)
+    std::vector<Real> slot_logits, q_unrot; // kv-bias: (B, H, T) and the query before RoPE (N, H*Dh)
     std::vector<Real> x_mid;                // (N, D)
     std::vector<Real> xn2, rstd2;           // (N, D), (N)
     std::vector<Real> h1, h3, g;            // dense: (N, F) each
@@ -90,6 +92,7 @@ class TrainModel {
     std::vector<Real> counts;               // (E) routed assignments per expert, global batch
   };
 
+  AttnVariant<Real> Variant(int l);
   void MoeForward(int l, const Real* in, Real* out);
   void MoeBackward(int l, const Real* dout, Real* din);
 
@@ -104,6 +107,7 @@ class TrainModel {
   std::vector<Real> probs_;                   // (N, V) logits -> probabilities -> dlogits
   // backward scratch
   std::vector<Real> dx_, dxn_, dq_, dk_, dv_, dz_, dh1_, dh3_, dg_, dtmp_, dgate_;
+  std::vector<Real> dslot_;                   // kv-bias: (B, H, T) the slot logits' gradient
   double ce_loss_ = 0, aux_loss_ = 0;
   bool bf16_ = false;  // config.precision == "bf16" (TrainModel<float> only)
   Bf16Linear bf16_linear_;
