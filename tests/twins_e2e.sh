@@ -10,7 +10,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 rm -rf "$work"
 mkdir -p "$work"
 export SINKSCOPE=$bin
-args=(--preset quick --set dim=32 --set n_layers=1 --steps 30 --eval-every 10 --checkpoint-every 30 --threads 1)
+args=(--preset quick --set dim=32 --set n_layers=1 --steps 30 --eval-every 10 --checkpoint-every 10 --threads 1)
 "$here/scripts/twins.sh" "$work/t" softmax,sink-logit,gated,kv-bias,sigmoid --jobs 2 -- "${args[@]}" > "$work/table.md"
 python3 - "$work/t/comparison.json" <<'PY'
 import json, sys
@@ -37,4 +37,32 @@ if "$here/scripts/twins.sh" "$work/u" softmax,softpick -- "${args[@]}" 2> "$work
 fi
 grep -q "softpick" "$work/err2"
 test ! -e "$work/u/comparison.json"
+# trace --twins: every variant's checkpoints on the same samples, side by side and overlaid.
+"$bin" trace --twins "$work/t" --samples 2 --length 16 --json "$work/tw.json" --html "$work/tw.html" > "$work/tw.txt"
+python3 - "$work/tw.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+assert doc["schema"] == "sinkscope.trace-twins/1", doc["schema"]
+runs = doc["runs"]
+assert [r["name"] for r in runs] == ["softmax", "sink-logit", "gated", "kv-bias", "sigmoid"], [r["name"] for r in runs]
+for r in runs:
+    assert [p["step"] for p in r["points"]] == [10, 20, 30], r["points"]
+    assert all(p["stage"] in ("none", "early", "transitional", "converged") for p in r["points"])
+    assert all(0 <= p["alpha0_max_layer"] <= 1 for p in r["points"])
+    assert len(r["checkpoints"]) == 3 and not r["failed"]
+slot = {r["name"]: r["points"][-1]["slot_share"] for r in runs}
+assert slot["softmax"] is None and slot["sigmoid"] is None and slot["kv-bias"] is not None and slot["sink-logit"] is not None, slot
+print("trace twins:", {r["name"]: r["points"][-1]["stage"] for r in runs})
+PY
+grep -q "side by side" "$work/tw.txt"
+grep -q "<polyline" "$work/tw.html"
+grep -q "Stages side by side" "$work/tw.html"
+if "$bin" trace --twins "$work/t/softmax" --samples 2 --length 16 2> "$work/err3"; then
+  echo "a single twin was accepted" >&2; exit 1
+fi
+grep -q "two or more run directories" "$work/err3"
+if "$bin" trace --twins "$work/t" --checkpoints "$work/t/softmax" 2> "$work/err4"; then
+  echo "--twins with --checkpoints was accepted" >&2; exit 1
+fi
+grep -q "either --checkpoints" "$work/err4"
 echo "twins_e2e: ok"

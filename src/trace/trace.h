@@ -164,6 +164,32 @@ std::string TraceHtml(const std::vector<CheckpointResult>& results, const TraceS
 std::vector<CheckpointResult> GatherResults(const std::vector<CheckpointResult>& local, int rank,
                                             int ranks);
 
+// ---- twins: runs that differ in one setting (scripts/twins.sh), traced on the same samples
+
+inline constexpr const char* kTwinsSchema = "sinkscope.trace-twins/1";
+
+struct TwinRun {
+  std::string name;  // the variant (the run directory's name)
+  std::string dir;
+  std::vector<CheckpointResult> results;  // stages assigned
+};
+
+// Per checkpoint, over layers: the largest mean-over-heads alpha_0, the largest sink rate, the
+// largest P0 norm ratio, and the mean share of heads on a sink slot (NaN without a slot).
+struct TwinPoint {
+  int64_t step = 0;
+  Stage stage = Stage::kNone;
+  double loss = 0, alpha0 = 0, sink_rate = 0, p0_norm_ratio = 0, slot_share = 0;
+};
+std::vector<TwinPoint> TwinPoints(const TwinRun& run);
+
+// JSON "sinkscope.trace-twins/1": the settings once, each run's trace (as TraceJson) and its
+// points; the terminal table (one row per step, each run's stage and alpha_0 side by side); the
+// HTML page (each metric's curves of every run overlaid, and the side-by-side stages).
+nlohmann::json TwinsJson(const std::vector<TwinRun>& runs, const TraceSettings& settings);
+std::string TwinsTable(const std::vector<TwinRun>& runs);
+std::string TwinsHtml(const std::vector<TwinRun>& runs, const TraceSettings& settings);
+
 // Per-checkpoint result to/from JSON (for the cache and the MPI gather).
 nlohmann::json ResultJson(const CheckpointResult& r);
 CheckpointResult ResultFromJson(const nlohmann::json& j);
