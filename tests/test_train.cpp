@@ -270,6 +270,40 @@ TEST(TrainData, TextWindowsWithAndWithoutBos) {
       }
     }
   }
+  // sink_token=true (StreamingLLM's learnable placeholder): BOS id 1 before windows at random
+  // offsets, in training and validation batches; most windows then begin inside a document.
+  c.bos = false;
+  c.sink_token = true;
+  TextData data(files, c);
+  Rng rng(3);
+  std::vector<int> tokens(16 * 8), targets(16 * 8);
+  int inside = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 0) data.TrainBatch(rng, 16, 8, tokens.data(), targets.data());
+    else data.ValBatch(0, 16, 8, tokens.data(), targets.data());
+    for (int b = 0; b < 16; ++b) {
+      const int* t = &tokens[b * 8];
+      EXPECT_EQ(t[0], 1) << "window " << b;
+      for (int i = 1; i < 8; ++i) EXPECT_NE(t[i], 1);
+      for (int i = 0; i + 1 < 8; ++i) EXPECT_EQ(targets[b * 8 + i], t[i + 1]);
+      bool at_start = false;
+      for (size_t d = 0; d < docs->size / 4; ++d) at_start |= tok[starts[d]] == targets[b * 8] && tok[starts[d] + 1] == targets[b * 8 + 1];
+      inside += !at_start;
+    }
+  }
+  EXPECT_GT(inside, 16);
+  EXPECT_NE(data.Describe().find("sink token"), std::string::npos);
+  // Refused with --bos, and on Bigram-Backcopy (where --bos is the sink token).
+  c.bos = true;
+  EXPECT_THROW(c.Validate("t"), Error);
+  TrainConfig bb = TinyRun("");
+  bb.sink_token = true;
+  try {
+    bb.Validate("cfg");
+    ADD_FAILURE() << "sink_token on Bigram-Backcopy accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("use --bos"), std::string::npos) << e.what();
+  }
 }
 
 TEST(TrainRun, DeterministicLossSequence) {

@@ -210,7 +210,7 @@ TextCorpusFiles PrepareTextCorpus(const TrainConfig& c, const std::string& dir, 
 }
 
 TextData::TextData(const TextCorpusFiles& files, const TrainConfig& c)
-    : bos_(c.bos), bos_id_(1), corpus_(c.corpus) {
+    : bos_(c.bos), sink_token_(c.sink_token), bos_id_(1), corpus_(c.corpus) {
   tokens_map_ = MapFile(files.tokens);
   docs_map_ = MapFile(files.docs);
   tok_ = reinterpret_cast<const uint16_t*>(tokens_map_->data);
@@ -253,7 +253,7 @@ void TextData::TrainBatch(Rng& rng, int B, int T, int* tokens, int* targets) con
     int64_t start;
     if (bos_) start = docs_train_[rng.Next() % docs_train_.size()];
     else start = static_cast<int64_t>(rng.Next() % uint64_t(split_ - T));
-    Window(start, T, bos_, tokens + int64_t(b) * T, targets + int64_t(b) * T);
+    Window(start, T, bos_ || sink_token_, tokens + int64_t(b) * T, targets + int64_t(b) * T);
   }
 }
 
@@ -264,14 +264,16 @@ void TextData::ValBatch(int index, int B, int T, int* tokens, int* targets) cons
     int64_t start;
     if (bos_) start = docs_val_[(k * 7919) % docs_val_.size()];
     else start = split_ + (k * 104729) % (n_tokens_ - split_ - T);
-    Window(start, T, bos_, tokens + int64_t(b) * T, targets + int64_t(b) * T);
+    Window(start, T, bos_ || sink_token_, tokens + int64_t(b) * T, targets + int64_t(b) * T);
   }
 }
 
 std::string TextData::Describe() const {
   return fmt::format("text {}: {} tokens ({} train), {} documents, windows {}", corpus_, n_tokens_,
                      split_, docs_train_.size() + docs_val_.size(),
-                     bos_ ? "at document starts with BOS" : "at random offsets (no BOS)");
+                     bos_         ? "at document starts with BOS"
+                     : sink_token_ ? "at random offsets behind a sink token (BOS id 1)"
+                                   : "at random offsets (no BOS)");
 }
 
 std::unique_ptr<DataSource> MakeDataSource(const TrainConfig& c, const std::string& out_dir,

@@ -91,6 +91,7 @@ class TextData : public DataSource {
   std::vector<int64_t> docs_train_, docs_val_;
   int64_t split_ = 0;  // tokens [0, split) train, [split, n) validation
   bool bos_;
+  bool sink_token_;  // random windows, each behind the BOS id (TrainConfig::sink_token)
   int bos_id_;
   std::string corpus_;
 };

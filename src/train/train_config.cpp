@@ -89,6 +89,12 @@ void TrainConfig::Validate(const std::string& src) const {
       attention != "gated" && attention != "kv-bias" && attention != "sigmoid")
     Fail("{}: unknown attention variant '{}' (expected softmax, softmax1, sink-logit, gated, "
          "kv-bias or sigmoid)", src, attention);
+  if (sink_token && data == DataKind::kBigramBackcopy)
+    Fail("{}: sink_token=true: on Bigram-Backcopy the BOS token (--bos) already is a learned "
+         "token at position 0 of every sample; use --bos / --no-bos", src);
+  if (sink_token && bos)
+    Fail("{}: sink_token=true puts a learned token before windows at random offsets, bos=true "
+         "puts BOS before document starts: choose one (--no-bos with sink_token=true)", src);
   if (n_experts < 0) Fail("{}: 'n_experts' must be >= 0, found {}", src, n_experts);
   if (n_experts > 0) {
     if (n_experts_per_tok < 1 || n_experts_per_tok > n_experts)
@@ -143,6 +149,7 @@ nlohmann::json ToJson(const TrainConfig& c) {
   j["init_std"] = Clean(c.init_std);
   j["data"] = c.data == DataKind::kText ? "text" : "bigram-backcopy";
   j["bos"] = c.bos;
+  j["sink_token"] = c.sink_token;
   j["bb_triggers"] = c.bb_triggers;
   j["bb_seed"] = c.bb_seed;
   j["corpus"] = c.corpus;
@@ -243,6 +250,7 @@ void ApplyJson(TrainConfig& c, const nlohmann::json& j, const std::string& src) 
     else Fail("{}: 'data' must be \"bigram-backcopy\" or \"text\", found \"{}\"", src, d);
   }
   Get(j, "bos", c.bos, src);
+  Get(j, "sink_token", c.sink_token, src);
   Get(j, "bb_triggers", c.bb_triggers, src);
   Get(j, "bb_seed", c.bb_seed, src);
   Get(j, "corpus", c.corpus, src);

@@ -43,6 +43,10 @@ struct TrainConfig {
   // ---- data
   DataKind data = DataKind::kBigramBackcopy;
   bool bos = true;             // BOS at position 0 (bigram-backcopy) / windows at document starts
+  // text: a learnable sink token (StreamingLLM, Xiao et al. 2023, section 3.3: a placeholder token
+  // at the start of every training sample): windows at random offsets, each behind the
+  // tokenizer's BOS id, which then marks no document start. (On Bigram-Backcopy --bos is this.)
+  bool sink_token = false;
   int bb_triggers = 3;         // Bigram-Backcopy trigger tokens (Guo et al. use k = 3)
   int bb_seed = 1234;          // seed of the fixed bigram table (part of the task, not the run)
   std::string corpus;          // text: the corpus file (documents separated by blank lines)
