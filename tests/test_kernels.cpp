@@ -184,6 +184,25 @@ TEST(Kernels, AttentionMatchesNaiveWithStatistics) {
   }
 }
 
+// One call of Attention with every statistic asked for (K leading keys) and, when materialised, the
+// pattern: out, first-K probabilities, top prob, sum p^2, slot prob (-1 where unset), pattern, top key.
+struct StatsRun {
+  std::vector<float> out, fk, tp, ss, sp, pattern;
+  std::vector<int> tk;
+};
+StatsRun RunWithStats(const std::vector<float>& q, const std::vector<float>& k,
+                      const std::vector<float>& v, int T, int S, int H, int Hkv, int Dh,
+                      const AttnOptions& opt, bool materialised, int K) {
+  const int HT = H * T;
+  StatsRun r{std::vector<float>(static_cast<size_t>(T) * H * Dh), std::vector<float>(HT * K),
+             std::vector<float>(HT), std::vector<float>(HT), std::vector<float>(HT, -1.0f),
+             std::vector<float>(materialised ? static_cast<size_t>(HT) * S : 0), std::vector<int>(HT)};
+  AttnStats stats{K, r.fk.data(), r.tk.data(), r.tp.data(), r.ss.data(), r.sp.data()};
+  Attention(q.data(), k.data(), v.data(), r.out.data(), T, S, H, Hkv, Dh, opt,
+            materialised ? r.pattern.data() : nullptr, &stats);
+  return r;
+}
+
 // Learned sink logits (gpt-oss) and soft-capping (Gemma 2) on both paths against naive double
 // attention: sink logits from far below to far above the scores (one head's rows almost all on the
 // sink slot), with windows, several key tiles, a cached prefix and decode. The rows then sum to
@@ -204,12 +223,8 @@ TEST(Kernels, LearnedSinksAndSoftCapMatchNaiveOnBothPaths) {
                    c.softcap, &ref_sink);
     const AttnOptions opt{c.window, sinks.data(), c.softcap};
     for (bool materialised : {false, true}) {
-      std::vector<float> out(c.T * c.H * c.Dh), fk(HT * K), tp(HT), ss(HT), sp(HT, -1.0f);
-      std::vector<float> pattern(materialised ? static_cast<size_t>(HT) * c.S : 0);
-      std::vector<int> tk(HT);
-      AttnStats stats{K, fk.data(), tk.data(), tp.data(), ss.data(), sp.data()};
-      Attention(q.data(), k.data(), v.data(), out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, opt,
-                materialised ? pattern.data() : nullptr, &stats);
+      auto [out, fk, tp, ss, sp, pattern, tk] =
+          RunWithStats(q, k, v, c.T, c.S, c.H, c.Hkv, c.Dh, opt, materialised, K);
       const std::string label = fmt::format("{} T={} S={} W={} cap={}", materialised ? "materialised" : "tiled",
                                             c.T, c.S, c.window, c.softcap);
       worst = std::max(worst, test::MaxDiff(out, ref_out, label + " out"));
@@ -310,12 +325,8 @@ TEST(Kernels, KvBiasSlotAndSigmoidMatchNaiveOnBothPaths) {
         opt.slot_values = slot_values.data();
       }
       for (bool materialised : {false, true}) {
-        std::vector<float> out(c.T * c.H * c.Dh), fk(HT * K), tp(HT), ss(HT), sp(HT, -1.0f);
-        std::vector<float> pattern(materialised ? static_cast<size_t>(HT) * c.S : 0);
-        std::vector<int> tk(HT);
-        AttnStats stats{K, fk.data(), tk.data(), tp.data(), ss.data(), sp.data()};
-        Attention(q.data(), k.data(), v.data(), out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, opt,
-                  materialised ? pattern.data() : nullptr, &stats);
+        auto [out, fk, tp, ss, sp, pattern, tk] =
+            RunWithStats(q, k, v, c.T, c.S, c.H, c.Hkv, c.Dh, opt, materialised, K);
         const std::string label = fmt::format("{} {} T={} S={} W={}", sigmoid ? "sigmoid" : "kv-bias",
                                               materialised ? "materialised" : "tiled", c.T, c.S, c.window);
         // Sigmoid outputs are unnormalised sums of up to 900 terms: float rounding grows with the

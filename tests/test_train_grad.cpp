@@ -96,63 +96,69 @@ TEST(TrainGradOps, Rope) {
   }
 }
 
-TEST(TrainGradOps, Attention) {
-  Rng rng(4);
-  const int B = 2, T = 5, H = 4, Hkv = 2, Dh = 4, N = B * T;
-  Vec q = Random(N * H * Dh, rng), k = Random(N * Hkv * Dh, rng), v = Random(N * Hkv * Dh, rng);
-  Vec r = Random(N * H * Dh, rng);
-  auto loss = [&] {
+// One attention check: q, k, v and the loss weights r (loss = z . r) at B = 2, T = 5, H = 4,
+// Hkv = 2, Dh = 4; `Check` runs forward and backward under a variant and holds dq, dk, dv to central
+// differences, returning the slot gradients for the caller to check.
+struct AttnGradCase {
+  static constexpr int B = 2, T = 5, H = 4, Hkv = 2, Dh = 4, N = B * T;
+  Rng rng;
+  Vec q, k, v, r;
+  AttnGradCase(uint64_t seed, double qk_scale) : rng(seed) {
+    q = Random(N * H * Dh, rng, qk_scale), k = Random(N * Hkv * Dh, rng, qk_scale);
+    v = Random(N * Hkv * Dh, rng), r = Random(N * H * Dh, rng);
+  }
+  double Loss(const AttnVariant<double>& var) {
     Vec p(B * H * T * T), z(N * H * Dh);
-    AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh);
+    AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, var);
     return Dot(z, r);
+  }
+  // Gradients of the sink logits (H), slot logits (B, H, T) and slot values (Hkv, Dh) as asked.
+  struct SlotGrads {
+    Vec sinks, slot_logits, slot_values;
   };
-  Vec p(B * H * T * T), z(N * H * Dh), dq(q.size()), dk(k.size()), dv(v.size());
-  AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh);
-  AttentionBackward(r.data(), q.data(), k.data(), v.data(), p.data(), dq.data(), dk.data(), dv.data(), B, T, H, Hkv, Dh);
-  EXPECT_LT(CheckGrad("attention dq", q, dq, loss), kOpTol);
-  EXPECT_LT(CheckGrad("attention dk", k, dk, loss), kOpTol);
-  EXPECT_LT(CheckGrad("attention dv", v, dv, loss), kOpTol);
+  SlotGrads Check(const std::string& label, const std::function<AttnVariant<double>()>& variant,
+                  bool sinks = false, bool slot = false) {
+    auto loss = [&] { return Loss(variant()); };
+    Vec p(B * H * T * T), z(N * H * Dh), dq(q.size()), dk(k.size()), dv(v.size());
+    SlotGrads g{Vec(sinks ? H : 0, 0.0), Vec(slot ? B * H * T : 0, 0.0), Vec(slot ? Hkv * Dh : 0, 0.0)};
+    AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, variant());
+    AttentionBackward(r.data(), q.data(), k.data(), v.data(), p.data(), dq.data(), dk.data(),
+                      dv.data(), B, T, H, Hkv, Dh, variant(), sinks ? g.sinks.data() : nullptr,
+                      slot ? g.slot_logits.data() : nullptr, slot ? g.slot_values.data() : nullptr);
+    EXPECT_LT(CheckGrad(label + " dq", q, dq, loss), kOpTol);
+    EXPECT_LT(CheckGrad(label + " dk", k, dk, loss), kOpTol);
+    EXPECT_LT(CheckGrad(label + " dv", v, dv, loss), kOpTol);
+    return g;
+  }
+};
+
+TEST(TrainGradOps, Attention) {
+  AttnGradCase c(4, 1.0);
+  c.Check("attention", [] { return AttnVariant<double>{}; });
 }
 
 // attention=sink-logit: the same op with a learned logit per head (large and small, so some rows put
 // most of their mass on the slot); gradients of q, k, v and the sink logits.
 TEST(TrainGradOps, AttentionWithSinkLogits) {
-  Rng rng(14);
-  const int B = 2, T = 5, H = 4, Hkv = 2, Dh = 4, N = B * T;
-  Vec q = Random(N * H * Dh, rng), k = Random(N * Hkv * Dh, rng), v = Random(N * Hkv * Dh, rng);
-  Vec r = Random(N * H * Dh, rng);
+  AttnGradCase c(14, 1.0);
   Vec sinks = {-2.0, 0.0, 1.5, 4.0};
-  Vec slot_p(B * H * T);
+  Vec slot_p(c.B * c.H * c.T);
   auto variant = [&] {
     AttnVariant<double> var;
     var.sinks = sinks.data();
     var.slot_probs = slot_p.data();
     return var;
   };
-  auto loss = [&] {
-    Vec p(B * H * T * T), z(N * H * Dh);
-    AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, variant());
-    return Dot(z, r);
-  };
-  Vec p(B * H * T * T), z(N * H * Dh), dq(q.size()), dk(k.size()), dv(v.size()), ds(H, 0.0);
-  AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, variant());
-  AttentionBackward(r.data(), q.data(), k.data(), v.data(), p.data(), dq.data(), dk.data(), dv.data(),
-                    B, T, H, Hkv, Dh, variant(), ds.data());
-  EXPECT_LT(CheckGrad("sink-logit attention dq", q, dq, loss), kOpTol);
-  EXPECT_LT(CheckGrad("sink-logit attention dk", k, dk, loss), kOpTol);
-  EXPECT_LT(CheckGrad("sink-logit attention dv", v, dv, loss), kOpTol);
-  EXPECT_LT(CheckGrad("sink-logit attention dsinks", sinks, ds, loss), kOpTol);
+  const auto g = c.Check("sink-logit attention", variant, /*sinks=*/true);
+  EXPECT_LT(CheckGrad("sink-logit attention dsinks", sinks, g.sinks, [&] { return c.Loss(variant()); }), kOpTol);
 }
 
 // attention=kv-bias: a slot whose logit is given per query and whose value joins the output;
 // gradients of q, k, v, the slot logits (B, H, T) and the slot values (Hkv, Dh).
 TEST(TrainGradOps, AttentionWithKvBiasSlot) {
-  Rng rng(15);
-  const int B = 2, T = 5, H = 4, Hkv = 2, Dh = 4, N = B * T;
-  Vec q = Random(N * H * Dh, rng), k = Random(N * Hkv * Dh, rng), v = Random(N * Hkv * Dh, rng);
-  Vec r = Random(N * H * Dh, rng);
-  Vec logits = Random(B * H * T, rng, 3.0), values = Random(Hkv * Dh, rng, 2.0);
-  Vec slot_p(B * H * T);
+  AttnGradCase c(15, 1.0);
+  Vec logits = Random(c.B * c.H * c.T, c.rng, 3.0), values = Random(c.Hkv * c.Dh, c.rng, 2.0);
+  Vec slot_p(c.B * c.H * c.T);
   auto variant = [&] {
     AttnVariant<double> var;
     var.slot_logits = logits.data();
@@ -160,51 +166,29 @@ TEST(TrainGradOps, AttentionWithKvBiasSlot) {
     var.slot_probs = slot_p.data();
     return var;
   };
-  auto loss = [&] {
-    Vec p(B * H * T * T), z(N * H * Dh);
-    AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, variant());
-    return Dot(z, r);
-  };
-  Vec p(B * H * T * T), z(N * H * Dh), dq(q.size()), dk(k.size()), dv(v.size());
-  Vec dl(logits.size(), 0.0), dval(values.size(), 0.0);
-  AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, variant());
+  c.Loss(variant());
   double lo = 1, hi = 0;  // the slot holds much of some rows and little of others
   for (double x : slot_p) lo = std::min(lo, x), hi = std::max(hi, x);
   EXPECT_LT(lo, 0.1);
   EXPECT_GT(hi, 0.5);
-  AttentionBackward(r.data(), q.data(), k.data(), v.data(), p.data(), dq.data(), dk.data(), dv.data(),
-                    B, T, H, Hkv, Dh, variant(), static_cast<double*>(nullptr), dl.data(), dval.data());
-  EXPECT_LT(CheckGrad("kv-bias attention dq", q, dq, loss), kOpTol);
-  EXPECT_LT(CheckGrad("kv-bias attention dk", k, dk, loss), kOpTol);
-  EXPECT_LT(CheckGrad("kv-bias attention dv", v, dv, loss), kOpTol);
-  EXPECT_LT(CheckGrad("kv-bias attention dslot_logits", logits, dl, loss), kOpTol);
-  EXPECT_LT(CheckGrad("kv-bias attention dslot_values", values, dval, loss), kOpTol);
+  const auto g = c.Check("kv-bias attention", variant, false, /*slot=*/true);
+  auto loss = [&] { return c.Loss(variant()); };
+  EXPECT_LT(CheckGrad("kv-bias attention dslot_logits", logits, g.slot_logits, loss), kOpTol);
+  EXPECT_LT(CheckGrad("kv-bias attention dslot_values", values, g.slot_values, loss), kOpTol);
 }
 
 // attention=sigmoid: weights sigmoid(q k / sqrt(Dh)) without normalisation.
 TEST(TrainGradOps, SigmoidAttention) {
-  Rng rng(16);
-  const int B = 2, T = 5, H = 4, Hkv = 2, Dh = 4, N = B * T;
-  Vec q = Random(N * H * Dh, rng, 2.0), k = Random(N * Hkv * Dh, rng, 2.0), v = Random(N * Hkv * Dh, rng);
-  Vec r = Random(N * H * Dh, rng);
+  AttnGradCase c(16, 2.0);
   AttnVariant<double> var;
   var.sigmoid = true;
-  auto loss = [&] {
-    Vec p(B * H * T * T), z(N * H * Dh);
-    AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, var);
-    return Dot(z, r);
-  };
-  Vec p(B * H * T * T), z(N * H * Dh), dq(q.size()), dk(k.size()), dv(v.size());
-  AttentionForward(q.data(), k.data(), v.data(), p.data(), z.data(), B, T, H, Hkv, Dh, var);
+  Vec p(c.B * c.H * c.T * c.T), z(c.N * c.H * c.Dh);
+  AttentionForward(c.q.data(), c.k.data(), c.v.data(), p.data(), z.data(), c.B, c.T, c.H, c.Hkv, c.Dh, var);
   // Rows are not normalised: the last row of the first head sums to neither 0 nor 1.
   double sum = 0;
-  for (int j = 0; j < T; ++j) sum += p[(T - 1) * T + j];
+  for (int j = 0; j < c.T; ++j) sum += p[(c.T - 1) * c.T + j];
   EXPECT_GT(std::abs(sum - 1.0), 0.05);
-  AttentionBackward(r.data(), q.data(), k.data(), v.data(), p.data(), dq.data(), dk.data(), dv.data(),
-                    B, T, H, Hkv, Dh, var);
-  EXPECT_LT(CheckGrad("sigmoid attention dq", q, dq, loss), kOpTol);
-  EXPECT_LT(CheckGrad("sigmoid attention dk", k, dk, loss), kOpTol);
-  EXPECT_LT(CheckGrad("sigmoid attention dv", v, dv, loss), kOpTol);
+  c.Check("sigmoid attention", [&] { return var; });
 }
 
 TEST(TrainGradOps, Swiglu) {
