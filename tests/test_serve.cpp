@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "io/load.h"
 #include "model/model.h"
+#include "naive_hf.h"
 #include "serve/serve.h"
 #include "test_util.h"
 
@@ -16,16 +17,23 @@ namespace {
 
 struct Captured {
   Tensor q, k, pattern;  // one layer: (T, H, Dh), (T, Hkv, Dh), (H, T, T)
+  Tensor slot;           // kv-bias models: the layer's slot logits (H, T)
 };
 
 Captured Capture(const Model& model, const std::vector<int>& ids, int layer) {
   Captured c;
   Hooks hooks;
   hooks.Add(HookPoint::kQ, layer, [&](const HookContext&, Tensor& a) { c.q = a.Copy(); });
-  hooks.Add(HookPoint::kK, layer, [&](const HookContext&, Tensor& a) { c.k = a.Copy(); });
+  RunState state;
+  hooks.Add(HookPoint::kK, layer, [&](const HookContext&, Tensor& a) {
+    c.k = a.Copy();
+    if (model.config.attn_kv_bias) {
+      c.slot = Tensor::Zeros({static_cast<int64_t>(model.config.n_heads) * a.dim(0)});
+      std::copy_n(state.slot_logits.data(), c.slot.numel(), c.slot.data());
+    }
+  });
   hooks.Add(HookPoint::kPattern, layer, [&](const HookContext&, Tensor& a) { c.pattern = a.Copy(); });
   KVCache cache = KVCache::Create(model.config, static_cast<int>(ids.size()));
-  RunState state;
   ForwardRequest r;
   r.tokens = ids;
   r.logits = LogitsMode::kNone;
@@ -42,7 +50,6 @@ std::vector<int> Tokens(int T) {
 
 TEST(ServePattern, TileEqualsHookPatternExactlyAndPooled) {
   const Model model = LoadModel(test::RepoPath("models/stories260K/stories260K.bin"));
-  const ModelConfig& c = model.config;
   const int T = 300;  // more than one query block of the tile computation
   double worst = 0;
   for (int layer : {0, 3}) {
@@ -76,10 +83,49 @@ TEST(ServePattern, TileEqualsHookPatternExactlyAndPooled) {
   EXPECT_LT(worst, 1e-5);
 }
 
+// A kv-bias slot (its logits from the queries before RoPE, passed as the forward computed them;
+// the keys' probabilities then sum to 1 - p_slot) and sigmoid weights: tiles and rows equal the
+// hook's pattern; a kv-bias model without the slot logits is an error.
+TEST(ServePattern, KvBiasAndSigmoidTilesEqualHookPattern) {
+  const int T = 150;
+  for (const char* ext : {"sinkscope_attn_kv_bias", "sinkscope_attn_sigmoid"}) {
+    const Model model = test::LoadRandomHf(fmt::format(R"({{"architectures": ["LlamaForCausalLM"],
+        "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 61, "max_position_embeddings": 256, "{}": true}})", ext),
+        31, std::string("serve_") + ext);
+    std::vector<int> ids(T);
+    for (int i = 0; i < T; ++i) ids[i] = (i * 17 + 5) % 61;
+    const Captured cap = Capture(model, ids, 1);
+    const float* slot = cap.slot.empty() ? nullptr : cap.slot.data();
+    double worst = 0, row_sum_min = 1e9;
+    for (int head = 0; head < 4; ++head) {
+      const serve::PatternTile t =
+          serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), T, head, 0, T, 0, T, T, slot);
+      for (int i = 0; i < T; ++i) {
+        double sum = 0;
+        for (int j = 0; j < T; ++j) {
+          const float ref = cap.pattern[(static_cast<int64_t>(head) * T + i) * T + j];
+          worst = std::max(worst, static_cast<double>(std::fabs(t.values[i * T + j] - ref)));
+          sum += ref;
+        }
+        row_sum_min = std::min(row_sum_min, sum);
+      }
+      const std::vector<float> row = serve::ComputePatternRow(model, 1, cap.q.data(), cap.k.data(), T, head, 77, slot);
+      for (int j = 0; j < T; ++j)
+        worst = std::max(worst, static_cast<double>(std::fabs(row[j] - cap.pattern[(static_cast<int64_t>(head) * T + 77) * T + j])));
+    }
+    std::printf("%s: largest difference to the hook pattern %.3g; smallest row sum %.3f\n", ext, worst, row_sum_min);
+    EXPECT_LT(worst, 1e-5) << ext;
+    if (model.config.attn_kv_bias) {
+      EXPECT_LT(row_sum_min, 0.9);  // the slot holds mass the keys do not
+      EXPECT_THROW(serve::ComputePatternRow(model, 1, cap.q.data(), cap.k.data(), T, 0, 77), Error);
+    }
+  }
+}
+
 TEST(ServePattern, BadWindowsAreErrors) {
   const Model model = LoadModel(test::RepoPath("models/stories260K/stories260K.bin"));
   const Captured cap = Capture(model, Tokens(20), 1);
-  const ModelConfig& c = model.config;
   EXPECT_THROW(serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 8, 0, 20, 0, 20, 4), Error);
   EXPECT_THROW(serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 0, 5, 5, 0, 20, 4), Error);
   EXPECT_THROW(serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 0, 0, 21, 0, 20, 4), Error);

@@ -41,16 +41,14 @@ constexpr int kQueryBlock = 128;
 // row r holding the probabilities of query q0 + r over keys 0 .. (zero beyond the query).
 template <typename Fn>
 void ForEachQueryBlock(const Model& model, int layer, const float* q, const float* k, int T,
-                       int head, int q0, int q1, Fn fn) {
+                       int head, int q0, int q1, const float* slot_logits, Fn fn) {
   const ModelConfig& c = model.config;
   const int Dh = c.head_dim, H = c.n_heads, Hkv = c.n_kv_heads;
   const Tensor& sinks = model.weights.layers[layer].attn_sinks;
   AttnOptions opt{c.Window(layer), c.attn_sinks ? sinks.data() + head : nullptr, c.attn_logit_softcap};
   opt.sigmoid = c.attn_sigmoid;  // the tiles show sigmoid attention's weights as they are
-  // A kv-bias slot's logits come from the queries before RoPE, which hook_q does not show.
-  if (c.attn_kv_bias)
-    Fail("attention pattern tiles are not available for models with a kv-bias slot yet (use "
-         "analyze, whose statistics include the slot)");
+  if (c.attn_kv_bias && !slot_logits)
+    Fail("layer {}: a kv-bias model's pattern needs the slot logits of the forward pass", layer);
   const float query_scale = c.QueryScale(layer);  // hook_q is taken before it
   const int kv_head = head / (H / Hkv);
   std::vector<float> kh(static_cast<size_t>(q1) * Dh), vh(static_cast<size_t>(q1) * Dh, 0.0f);
@@ -65,18 +63,20 @@ void ForEachQueryBlock(const Model& model, int layer, const float* q, const floa
         qh[static_cast<size_t>(r) * Dh + d] = q[(static_cast<size_t>(b + r) * H + head) * Dh + d] * query_scale;
     out.resize(static_cast<size_t>(rows) * Dh);
     probs.assign(static_cast<size_t>(rows) * S, 0.0f);
+    // The slot's logits of this head's queries b .. b + rows: (1, rows) for the one-head call.
+    if (c.attn_kv_bias) opt.slot_logits = slot_logits + static_cast<int64_t>(head) * T + b;
     // One head against its kv head: the same kernel, scaling and window as the forward pass.
     Attention(qh.data(), kh.data(), vh.data(), out.data(), rows, S, 1, 1, Dh, opt, probs.data(),
               nullptr);
     fn(b, rows, S, probs.data());
   }
-  (void)T;
 }
 
 }  // namespace
 
 PatternTile ComputePatternTile(const Model& model, int layer, const float* q, const float* k, int T,
-                               int head, int q0, int q1, int k0, int k1, int bins) {
+                               int head, int q0, int q1, int k0, int k1, int bins,
+                               const float* slot_logits) {
   const ModelConfig& c = model.config;
   if (head < 0 || head >= c.n_heads) Fail("head {} is outside the model ({} heads)", head, c.n_heads);
   if (!(0 <= q0 && q0 < q1 && q1 <= T && 0 <= k0 && k0 < k1 && k1 <= T))
@@ -90,7 +90,7 @@ PatternTile ComputePatternTile(const Model& model, int layer, const float* q, co
   t.cols = (k1 - k0 + t.col_step - 1) / t.col_step;
   t.values.assign(static_cast<size_t>(t.rows) * t.cols, 0.0f);
   // Keys beyond the last query are masked for every query in the window: only keys < q1 matter.
-  ForEachQueryBlock(model, layer, q, k, T, head, q0, q1, [&](int first, int rows, int S, const float* p) {
+  ForEachQueryBlock(model, layer, q, k, T, head, q0, q1, slot_logits, [&](int first, int rows, int S, const float* p) {
     for (int r = 0; r < rows; ++r) {
       const float* row = p + static_cast<size_t>(r) * S;
       float* cell_row = t.values.data() + static_cast<size_t>((first + r - q0) / t.row_step) * t.cols;
@@ -104,12 +104,12 @@ PatternTile ComputePatternTile(const Model& model, int layer, const float* q, co
 }
 
 std::vector<float> ComputePatternRow(const Model& model, int layer, const float* q, const float* k, int T,
-                                     int head, int query) {
+                                     int head, int query, const float* slot_logits) {
   const ModelConfig& c = model.config;
   if (head < 0 || head >= c.n_heads) Fail("head {} is outside the model ({} heads)", head, c.n_heads);
   if (query < 0 || query >= T) Fail("query {} is outside the {} tokens", query, T);
   std::vector<float> out(T, 0.0f);
-  ForEachQueryBlock(model, layer, q, k, T, head, query, query + 1,
+  ForEachQueryBlock(model, layer, q, k, T, head, query, query + 1, slot_logits,
                     [&](int, int, int S, const float* p) { std::copy_n(p, S, out.data()); });
   return out;
 }
@@ -176,7 +176,11 @@ struct Run {
   cli::AnalyzeRequest request;
   std::map<std::string, std::vector<int>> first_sample;  // condition -> tokens of sample 0
   std::mutex mutex;                                        // guards qk
-  std::map<std::pair<std::string, int>, std::pair<Tensor, Tensor>> qk;  // (condition, layer) -> q, k
+  // (condition, layer) -> q, k and, for a kv-bias model, the slot logits (H, T) of that pass.
+  struct Captured {
+    Tensor q, k, slot;
+  };
+  std::map<std::pair<std::string, int>, Captured> qk;
 };
 
 class Server {
@@ -277,26 +281,31 @@ class Server {
   // The queries and keys of one layer on the run's first sample of `condition`. One forward pass
   // captures every layer up to `layer` that is not cached yet and stops there (a T = 8192 pass of
   // all blocks is the slow part of the first click).
-  std::pair<const Tensor*, const Tensor*> QueryKeys(Run& run, const std::string& condition, int layer) {
+  const Run::Captured& QueryKeys(Run& run, const std::string& condition, int layer) {
     auto it = run.first_sample.find(condition);
     if (it == run.first_sample.end()) Fail("condition '{}' is not in this run", condition);
     std::lock_guard<std::mutex> lock(run.mutex);
     auto& slot = run.qk[{condition, layer}];
-    if (slot.first.empty()) {
+    if (slot.q.empty()) {
       const std::vector<int>& ids = it->second;
       const ModelConfig& c = model_.config;
+      RunState state;
       Hooks hooks;
       for (int l = 0; l <= layer; ++l) {
         auto& s = run.qk[{condition, l}];
-        if (!s.first.empty()) continue;
-        hooks.Add(HookPoint::kQ, l, [&s](const HookContext&, Tensor& a) { s.first = a.Copy(); });
-        hooks.Add(HookPoint::kK, l, [&s, l, layer](const HookContext&, Tensor& a) {
-          s.second = a.Copy();
+        if (!s.q.empty()) continue;
+        hooks.Add(HookPoint::kQ, l, [&s](const HookContext&, Tensor& a) { s.q = a.Copy(); });
+        hooks.Add(HookPoint::kK, l, [&s, &state, &c, l, layer](const HookContext&, Tensor& a) {
+          s.k = a.Copy();
+          if (c.attn_kv_bias) {  // this layer's slot logits, computed before RoPE (blocks.cpp)
+            const int64_t n = static_cast<int64_t>(c.n_heads) * a.dim(0);
+            s.slot = Tensor::Zeros({n});
+            std::copy_n(state.slot_logits.data(), n, s.slot.data());
+          }
           if (l == layer) throw StopForward{};
         });
       }
       KVCache cache = KVCache::CreateSingleUse(c, static_cast<int>(ids.size()));
-      RunState state;
       ForwardRequest fr;
       fr.tokens = ids;
       fr.logits = LogitsMode::kNone;
@@ -306,7 +315,7 @@ class Server {
       } catch (const StopForward&) {
       }
     }
-    return {&slot.first, &slot.second};
+    return slot;
   }
 
   json Analyze(const httplib::Request& req) {
@@ -348,6 +357,7 @@ class Server {
     int layer = 0, head = 0, T = 0;
     const Tensor* q = nullptr;
     const Tensor* k = nullptr;
+    const float* slot = nullptr;  // kv-bias slot logits (H, T), else null
   };
   HeadRequest ParseHead(const httplib::Request& req) {
     HeadRequest h;
@@ -356,7 +366,9 @@ class Server {
     h.condition = req.get_param_value("condition");
     h.layer = QueryInt(req, "layer", -1, 0, c.n_layers - 1);
     h.head = QueryInt(req, "head", -1, 0, c.n_heads - 1);
-    std::tie(h.q, h.k) = QueryKeys(*h.run, h.condition, h.layer);
+    const Run::Captured& cap = QueryKeys(*h.run, h.condition, h.layer);
+    h.q = &cap.q, h.k = &cap.k;
+    h.slot = cap.slot.empty() ? nullptr : cap.slot.data();
     h.T = static_cast<int>(h.q->dim(0));
     return h;
   }
@@ -369,7 +381,7 @@ class Server {
     const int q0 = QueryInt(req, "q0", 0, 0, T - 1), q1 = QueryInt(req, "q1", T, q0 + 1, T);
     const int k0 = QueryInt(req, "k0", 0, 0, T - 1), k1 = QueryInt(req, "k1", T, k0 + 1, T);
     const int bins = QueryInt(req, "bins", 256, 1, kMaxBins);
-    const PatternTile t = ComputePatternTile(model_, layer, q->data(), k->data(), T, head, q0, q1, k0, k1, bins);
+    const PatternTile t = ComputePatternTile(model_, layer, q->data(), k->data(), T, head, q0, q1, k0, k1, bins, h.slot);
     return {{"condition", condition}, {"layer", layer}, {"head", head}, {"tokens", T},
             {"q0", t.q0}, {"q1", t.q1}, {"k0", t.k0}, {"k1", t.k1}, {"rows", t.rows},
             {"cols", t.cols}, {"row_step", t.row_step}, {"col_step", t.col_step},
@@ -385,7 +397,7 @@ class Server {
     const Tensor *q = h.q, *k = h.k;
     const int query = QueryInt(req, "query", -1, 0, T - 1);
     const int top = QueryInt(req, "top", 10, 1, 100);
-    const std::vector<float> p = ComputePatternRow(model_, h.layer, q->data(), k->data(), T, head, query);
+    const std::vector<float> p = ComputePatternRow(model_, h.layer, q->data(), k->data(), T, head, query, h.slot);
     std::vector<int> order(query + 1);
     for (int j = 0; j <= query; ++j) order[j] = j;
     const int n = std::min(top, query + 1);

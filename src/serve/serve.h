@@ -39,12 +39,15 @@ struct PatternTile {
   std::vector<float> values;           // (rows, cols) max probability within each cell
 };
 // The layer's own attention applies: its window, learned sink logits (the rows then sum to
-// 1 - p_sink), soft-cap and query scaling.
+// 1 - p_sink), soft-cap, query scaling and sigmoid weights. A kv-bias model's slot logits come
+// from the queries before RoPE, which q (hook_q) is not: `slot_logits` (H, T), as the forward
+// computed them (RunState::slot_logits), is required for such a model.
 PatternTile ComputePatternTile(const Model& model, int layer, const float* q, const float* k, int T,
-                               int head, int q0, int q1, int k0, int k1, int bins);
+                               int head, int q0, int q1, int k0, int k1, int bins,
+                               const float* slot_logits = nullptr);
 // The probabilities of one query row (T keys, zero beyond the query).
 std::vector<float> ComputePatternRow(const Model& model, int layer, const float* q, const float* k,
-                                     int T, int head, int query);
+                                     int T, int head, int query, const float* slot_logits = nullptr);
 
 // Registers the `serve` verb.
 void RegisterServe(CLI::App& app);
