@@ -65,4 +65,11 @@ if "$bin" trace --twins "$work/t" --checkpoints "$work/t/softmax" 2> "$work/err4
   echo "--twins with --checkpoints was accepted" >&2; exit 1
 fi
 grep -q "either --checkpoints" "$work/err4"
+# Runs whose samples differ (another Bigram-Backcopy table) are not twins: refused, naming both.
+"$bin" train --preset quick --set dim=32 --set n_layers=1 --set bb_seed=99 --steps 10 --eval-every 10 \
+    --checkpoint-every 10 --threads 1 --out "$work/other" > /dev/null 2>&1
+if "$bin" trace --twins "$work/t/softmax,$work/other" --samples 2 --length 16 2> "$work/err5" > /dev/null; then
+  echo "twins with different samples were accepted" >&2; exit 1
+fi
+grep -q "must share their samples" "$work/err5"
 echo "twins_e2e: ok"
