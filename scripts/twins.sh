@@ -10,6 +10,7 @@
 # OUT/comparison.md hold, per variant, the last evaluation's validation loss (and on
 # Bigram-Backcopy the loss after triggers and elsewhere), alpha_0, alpha_1, the sink slot's mass,
 # the output gate at position 0 and elsewhere, and position 0's norm ratio, averaged over layers,
+# the largest activation over its median (the largest layer's; Sun et al.'s massive activations),
 # plus the first evaluation step at which any layer's sink rate reached 0.5; OUT/comparison.html
 # has the table and the variants' curves over the steps overlaid (self-contained, inline SVG).
 # The sinkscope binary: $SINKSCOPE, else `sinkscope` on PATH, else this checkout's build.
@@ -83,17 +84,19 @@ for v in variants:
         sys.exit(f"twins: {out}/{v}/telemetry.jsonl is empty")
     last = lines[-1]
     mean = lambda key: sum(last[key]) / len(last[key]) if key in last else None
+    top = lambda key: max(last[key]) if key in last else None
     onset = next((t["step"] for t in lines if max(t["sink_rate"]) >= 0.5), None)
     rows.append({"variant": v, "step": last["step"], "tokens": last["tokens"],
                  "val_loss": last["val_loss"], "trigger_loss": last.get("trigger_loss"),
                  "other_loss": last.get("other_loss"), "alpha0": mean("alpha0"),
                  "alpha1": mean("alpha1"), "alpha_sink": mean("alpha_sink"),
                  "gate_p0": mean("gate_p0"), "gate_rest": mean("gate_rest"),
-                 "p0_norm_ratio": mean("p0_norm_ratio"), "first_sink_step": onset})
+                 "p0_norm_ratio": mean("p0_norm_ratio"), "top_abs_ratio": top("top_abs_ratio"),
+                 "first_sink_step": onset})
 with open(os.path.join(out, "comparison.json"), "w") as f:
     json.dump({"schema": "sinkscope.twins/1", "runs": rows}, f, indent=1)
 cols = ["variant", "step", "val_loss", "trigger_loss", "other_loss", "alpha0", "alpha1",
-        "alpha_sink", "gate_p0", "gate_rest", "p0_norm_ratio", "first_sink_step"]
+        "alpha_sink", "gate_p0", "gate_rest", "p0_norm_ratio", "top_abs_ratio", "first_sink_step"]
 fmt = lambda x: "-" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x))
 text = "| " + " | ".join(cols) + " |\n|" + " --- |" * len(cols) + "\n"
 for r in rows:
@@ -138,7 +141,8 @@ rows_html = "".join("<tr>" + "".join(f"<td>{fmt(r[c])}</td>" for c in cols) + "<
 charts = "".join(chart(k, t) for k, t in [
     ("val_loss", "validation loss"), ("trigger_loss", "loss after triggers"),
     ("alpha0", "alpha_0 (mean over layers)"), ("alpha_sink", "alpha_sink (sink slot)"),
-    ("gate_rest", "output gate at positions >= 1"), ("p0_norm_ratio", "P0 norm ratio")])
+    ("gate_rest", "output gate at positions >= 1"), ("p0_norm_ratio", "P0 norm ratio"),
+    ("top_abs_ratio", "largest |activation| / median (mean over layers)")])
 html = f"""<!doctype html><meta charset="utf-8"><title>sinkscope twins: {out}</title>
 <body style="font-family:sans-serif"><h1>Twins: {", ".join(variants)}</h1>
 <table border="1" cellspacing="0" cellpadding="3"><tr>{"".join(f"<th>{c}</th>" for c in cols)}</tr>{rows_html}</table>

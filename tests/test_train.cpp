@@ -566,6 +566,14 @@ TEST(TrainRun, KvBiasAndSigmoidTrainReloadAndAnalyze) {
       }
     EXPECT_GT(alpha0, 0.0);
     const SinkProfile probe = MeasureSinkProfile(model, samples);
+    // The telemetry's largest activation per layer is analyze's top activation, with its median.
+    for (int l = 0; l < c.n_layers; ++l) {
+      ASSERT_FALSE(a.top_activations[l].empty());
+      const analysis::Activation& top = a.top_activations[l][0];
+      EXPECT_NEAR(probe.top_abs[l], std::fabs(top.value), 1e-6 * std::fabs(top.value)) << v << " layer " << l;
+      EXPECT_NEAR(probe.top_abs_ratio[l], std::fabs(top.value) / top.median_abs, 1e-4 * probe.top_abs_ratio[l]);
+      EXPECT_EQ(probe.top_abs_at_p0[l], top.position == 0 ? 1 : 0);
+    }
     if (v == "kv-bias") {
       EXPECT_LT(LargestDiff(a.alpha_sink, b.alpha_sink, "kv-bias alpha_sink fused vs materialised"), 1e-6);
       double slot = 0;

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "common/error.h"
+#include "common/stats.h"
 
 namespace ss::analysis {
 
@@ -51,19 +52,6 @@ std::vector<HeadRef> ParsePatternSpec(const std::string& spec, const ModelConfig
 }
 
 namespace {
-
-// numpy.median semantics: the mean of the two middle values for an even count (the reference
-// implementation uses numpy, and this matters for short prompts).
-template <typename T>
-double Median(std::vector<T>& v) {
-  SS_ASSERT(!v.empty());
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  const double upper = v[mid];
-  if (v.size() % 2 == 1) return upper;
-  const double lower = *std::max_element(v.begin(), v.begin() + mid);
-  return 0.5 * (lower + upper);
-}
 
 // Sums of per-sample metrics for one condition; Finish() turns them into means.
 class Accumulator {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/stats.h"
+
 namespace ss::train {
 
 SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector<int>>& sequences,
@@ -13,6 +15,9 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
   p.alpha0_heads.assign(L, std::vector<double>(H, 0.0));
   std::vector<std::vector<double>> alpha1(L, std::vector<double>(H, 0.0));
   p.p0_norm_ratio.assign(L, 0.0);
+  p.top_abs.assign(L, 0.0);
+  p.top_abs_ratio.assign(L, 0.0);
+  p.top_abs_at_p0.assign(L, 0);
   if (c.HasSinkSlot()) p.alpha_sink.assign(L, 0.0);
   if (c.attn_output_gate) {
     p.gate_p0.assign(L, 0.0);
@@ -33,13 +38,21 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
         norms[t] = std::sqrt(s);
       }
       std::vector<double> rest(norms.begin() + 1, norms.end());
-      std::nth_element(rest.begin(), rest.begin() + rest.size() / 2, rest.end());
-      double median = rest[rest.size() / 2];
-      if (rest.size() % 2 == 0) {
-        const double lower = *std::max_element(rest.begin(), rest.begin() + rest.size() / 2);
-        median = 0.5 * (median + lower);
+      p.p0_norm_ratio[ctx.layer] += norms[0] / std::max(Median(rest), 1e-30);
+      // The largest |activation| of this sequence and layer against the median |activation|.
+      std::vector<float> mags(static_cast<size_t>(T) * c.dim);
+      int64_t top = 0;
+      for (int64_t i = 0; i < static_cast<int64_t>(mags.size()); ++i) {
+        mags[i] = std::fabs(x.data()[i]);
+        if (mags[i] > mags[top]) top = i;
       }
-      p.p0_norm_ratio[ctx.layer] += norms[0] / std::max(median, 1e-30);
+      const float largest = mags[top];
+      const double median = Median(mags);
+      if (largest > p.top_abs[ctx.layer]) {
+        p.top_abs[ctx.layer] = largest;
+        p.top_abs_ratio[ctx.layer] = largest / std::max(median, 1e-30);
+        p.top_abs_at_p0[ctx.layer] = top < c.dim;
+      }
     });
     if (c.attn_output_gate)
       hooks.Add(HookPoint::kAttnGate, -1, [&](const HookContext& ctx, Tensor& g) {
@@ -97,7 +110,9 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
 
 nlohmann::json ToJson(const SinkProfile& p) {
   nlohmann::json j = {{"sink_rate", p.sink_rate}, {"alpha0", p.alpha0}, {"alpha1", p.alpha1},
-                      {"p0_norm_ratio", p.p0_norm_ratio}, {"alpha0_heads", p.alpha0_heads}};
+                      {"p0_norm_ratio", p.p0_norm_ratio}, {"alpha0_heads", p.alpha0_heads},
+                      {"top_abs", p.top_abs}, {"top_abs_ratio", p.top_abs_ratio},
+                      {"top_abs_at_p0", p.top_abs_at_p0}};
   if (!p.alpha_sink.empty()) j["alpha_sink"] = p.alpha_sink;
   if (!p.gate_p0.empty()) {
     j["gate_p0"] = p.gate_p0;

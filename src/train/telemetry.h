@@ -4,7 +4,10 @@
 //   alpha_k^{l,h} = mean over queries i in [k, T-1] of A^{l,h}[i, k], averaged over the sequences;
 //   sink rate of layer l = share of its heads with alpha_0 > eps (0.3);
 //   P0 norm ratio of layer l = ||h_0^l|| / median_{i>=1} ||h_i^l||, h^l the residual after block l,
-//   averaged over the sequences.
+//   averaged over the sequences;
+//   top activation of layer l = the largest |h^l[i, d]| over the sequences, with its ratio to the
+//   median |h^l[i, d]| of its sequence and whether it sits at position 0 (Sun et al. 2024's massive
+//   activations: above 100 and 1000x the median).
 // A small self-contained version: the analysis library (another branch) will own the full metric
 // set; this should be unified with it once merged.
 #pragma once
@@ -28,6 +31,8 @@ struct SinkProfile {
   // attention=gated (models with an output gate): the gate's mean (over heads and dimensions) at
   // position 0 and over positions >= 1, per layer. Empty otherwise.
   std::vector<double> gate_p0, gate_rest;  // (L)
+  std::vector<double> top_abs, top_abs_ratio;  // (L) the largest |activation| and / its median
+  std::vector<int> top_abs_at_p0;              // (L) 1 when it sits at position 0
 };
 
 SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector<int>>& sequences,
