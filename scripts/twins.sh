@@ -8,7 +8,9 @@
 # `sinkscope train TRAIN ARGUMENTS --set attention=<variant> --out OUT/<variant>`, N at a time
 # (default 1; with N > 1 give the runs --threads 1). Then OUT/comparison.json and
 # OUT/comparison.md hold, per variant, the last evaluation's validation loss (and on
-# Bigram-Backcopy the loss after triggers and elsewhere), alpha_0, alpha_1, the sink slot's mass,
+# Bigram-Backcopy the loss after triggers and elsewhere), alpha_0, alpha_1 (sigmoid attention: of
+# the weights divided by their row sums, and also the weights themselves: alpha0_raw, row_sum),
+# the sink slot's mass,
 # the output gate at position 0 and elsewhere, and position 0's norm ratio, averaged over layers,
 # the largest activation over its median (the largest layer's; Sun et al.'s massive activations),
 # plus the first evaluation step at which any layer's sink rate reached 0.5; OUT/comparison.html
@@ -90,13 +92,14 @@ for v in variants:
                  "val_loss": last["val_loss"], "trigger_loss": last.get("trigger_loss"),
                  "other_loss": last.get("other_loss"), "alpha0": mean("alpha0"),
                  "alpha1": mean("alpha1"), "alpha_sink": mean("alpha_sink"),
+                 "alpha0_raw": mean("alpha0_raw"), "row_sum": mean("row_sum"),
                  "gate_p0": mean("gate_p0"), "gate_rest": mean("gate_rest"),
                  "p0_norm_ratio": mean("p0_norm_ratio"), "top_abs_ratio": top("top_abs_ratio"),
                  "first_sink_step": onset})
 with open(os.path.join(out, "comparison.json"), "w") as f:
     json.dump({"schema": "sinkscope.twins/1", "runs": rows}, f, indent=1)
 cols = ["variant", "step", "val_loss", "trigger_loss", "other_loss", "alpha0", "alpha1",
-        "alpha_sink", "gate_p0", "gate_rest", "p0_norm_ratio", "top_abs_ratio", "first_sink_step"]
+        "alpha0_raw", "row_sum", "alpha_sink", "gate_p0", "gate_rest", "p0_norm_ratio", "top_abs_ratio", "first_sink_step"]
 fmt = lambda x: "-" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x))
 text = "| " + " | ".join(cols) + " |\n|" + " --- |" * len(cols) + "\n"
 for r in rows:

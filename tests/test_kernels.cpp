@@ -185,10 +185,12 @@ TEST(Kernels, AttentionMatchesNaiveWithStatistics) {
 }
 
 // One call of Attention with every statistic asked for (K leading keys) and, when materialised, the
-// pattern: out, first-K probabilities, top prob, sum p^2, slot prob (-1 where unset), pattern, top key.
+// pattern: out, first-K probabilities, top prob, sum p^2, slot prob (-1 where unset), pattern, top key,
+// the weights' row sums.
 struct StatsRun {
   std::vector<float> out, fk, tp, ss, sp, pattern;
   std::vector<int> tk;
+  std::vector<float> rs;
 };
 StatsRun RunWithStats(const std::vector<float>& q, const std::vector<float>& k,
                       const std::vector<float>& v, int T, int S, int H, int Hkv, int Dh,
@@ -196,8 +198,9 @@ StatsRun RunWithStats(const std::vector<float>& q, const std::vector<float>& k,
   const int HT = H * T;
   StatsRun r{std::vector<float>(static_cast<size_t>(T) * H * Dh), std::vector<float>(HT * K),
              std::vector<float>(HT), std::vector<float>(HT), std::vector<float>(HT, -1.0f),
-             std::vector<float>(materialised ? static_cast<size_t>(HT) * S : 0), std::vector<int>(HT)};
-  AttnStats stats{K, r.fk.data(), r.tk.data(), r.tp.data(), r.ss.data(), r.sp.data()};
+             std::vector<float>(materialised ? static_cast<size_t>(HT) * S : 0), std::vector<int>(HT),
+             std::vector<float>(HT, -1.0f)};
+  AttnStats stats{K, r.fk.data(), r.tk.data(), r.tp.data(), r.ss.data(), r.sp.data(), r.rs.data()};
   Attention(q.data(), k.data(), v.data(), r.out.data(), T, S, H, Hkv, Dh, opt,
             materialised ? r.pattern.data() : nullptr, &stats);
   return r;
@@ -223,7 +226,7 @@ TEST(Kernels, LearnedSinksAndSoftCapMatchNaiveOnBothPaths) {
                    c.softcap, &ref_sink);
     const AttnOptions opt{c.window, sinks.data(), c.softcap};
     for (bool materialised : {false, true}) {
-      auto [out, fk, tp, ss, sp, pattern, tk] =
+      auto [out, fk, tp, ss, sp, pattern, tk, rs] =
           RunWithStats(q, k, v, c.T, c.S, c.H, c.Hkv, c.Dh, opt, materialised, K);
       const std::string label = fmt::format("{} T={} S={} W={} cap={}", materialised ? "materialised" : "tiled",
                                             c.T, c.S, c.window, c.softcap);
@@ -325,7 +328,7 @@ TEST(Kernels, KvBiasSlotAndSigmoidMatchNaiveOnBothPaths) {
         opt.slot_values = slot_values.data();
       }
       for (bool materialised : {false, true}) {
-        auto [out, fk, tp, ss, sp, pattern, tk] =
+        auto [out, fk, tp, ss, sp, pattern, tk, rs] =
             RunWithStats(q, k, v, c.T, c.S, c.H, c.Hkv, c.Dh, opt, materialised, K);
         const std::string label = fmt::format("{} {} T={} S={} W={}", sigmoid ? "sigmoid" : "kv-bias",
                                               materialised ? "materialised" : "tiled", c.T, c.S, c.window);
@@ -350,6 +353,8 @@ TEST(Kernels, KvBiasSlotAndSigmoidMatchNaiveOnBothPaths) {
           worst = std::max({worst, std::abs(tp[i] - w[best] * norm), std::abs(ss[i] - sq)});
           for (int j = 0; j < K; ++j) worst = std::max(worst, std::abs(fk[i * K + j] - w[j] * norm));
           worst_slot = std::max(worst_slot, std::abs(sp[i] - ref_slot[i]));
+          // The row sum: the keys' share (1 - p_slot), or sigmoid's unnormalised total.
+          worst = std::max(worst, std::abs(rs[i] - total) / std::max(1.0, total));
           if (!sigmoid) {
             min_slot = std::min<double>(min_slot, sp[i]);
             max_slot = std::max<double>(max_slot, sp[i]);

@@ -587,6 +587,34 @@ TEST(TrainRun, KvBiasAndSigmoidTrainReloadAndAnalyze) {
       }
     } else {
       EXPECT_TRUE(probe.alpha_sink.empty());
+      // Sigmoid: the weights themselves beside the proxy, from the pattern hook.
+      ASSERT_EQ(probe.alpha0_raw.size(), static_cast<size_t>(c.n_layers));
+      std::vector<double> w0(c.n_layers, 0.0), sums(c.n_layers, 0.0);
+      for (const auto& seq : samples) {
+        Hooks hooks;
+        const int T = static_cast<int>(seq.size());
+        hooks.Add(HookPoint::kPattern, -1, [&](const HookContext& ctx, Tensor& p) {
+          for (int h = 0; h < c.n_heads; ++h)
+            for (int t = 0; t < T; ++t) {
+              const float* row = p.data() + (static_cast<int64_t>(h) * T + t) * T;
+              w0[ctx.layer] += row[0] / (double(T) * c.n_heads * samples.size());
+              for (int j = 0; j <= t; ++j) sums[ctx.layer] += row[j] / (double(T) * c.n_heads * samples.size());
+            }
+        });
+        KVCache cache = KVCache::CreateSingleUse(model.config, T);
+        RunState state;
+        ForwardRequest req;
+        req.tokens = seq;
+        req.logits = LogitsMode::kNone;
+        req.hooks = &hooks;
+        Forward(model, cache, state, req);
+      }
+      for (int l = 0; l < c.n_layers; ++l) {
+        EXPECT_NEAR(probe.alpha0_raw[l], w0[l], 1e-5) << l;
+        EXPECT_NEAR(probe.row_sum[l], sums[l], 1e-4) << l;
+        EXPECT_GT(std::abs(probe.row_sum[l] - 1.0), 1e-3);  // not normalised
+      }
+      EXPECT_TRUE(ToJson(probe).contains("alpha0_raw"));
     }
   }
 }

@@ -282,16 +282,16 @@ float FinishRow(float* row, int key0, int n, int first, int last, int S, int64_t
   float* vis = row + (first - key0);
   const int count = last - first + 1;
   if (opt.softcap > 0) SoftCap(vis, count, opt.softcap);
-  float slot_p = 0.0f, stat_scale = 1.0f;
+  float slot_p = 0.0f, stat_scale = 1.0f, sum = 0.0f;
   if (opt.sigmoid) {
     Sigmoid(vis, vis, count);
-    float sum = 0.0f;
     for (int j = 0; j < count; ++j) sum += vis[j];
     stat_scale = sum > 0 ? 1.0f / sum : 0.0f;
   } else {
     slot_p = SoftmaxWithSink(vis, count, slot_logit);
   }
   if (stats && stats->sink_prob) stats->sink_prob[ht] = slot_p;
+  if (stats && stats->row_sum) stats->row_sum[ht] = opt.sigmoid ? sum : 1.0f - slot_p;
   std::fill(row, vis, 0.0f);
   std::fill(vis + count, row + n, 0.0f);
   if (pattern_row) {
@@ -562,6 +562,7 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
           if (stats->top_prob) stats->top_prob[ht] = sig(best[r]) * inv;
           if (stats->sum_sq) stats->sum_sq[ht] = sq[r] * inv * inv;
           if (stats->sink_prob) stats->sink_prob[ht] = 0.0f;
+          if (stats->row_sum) stats->row_sum[ht] = l[r];
           continue;
         }
         const float sink_logit = SlotLogit(opt, h, T, t0 + r);
@@ -586,6 +587,7 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
         if (stats->top_prob) stats->top_prob[ht] = std::exp(best[r] - m[r]) * inv;
         if (stats->sum_sq) stats->sum_sq[ht] = sq[r] * inv * inv;
         if (stats->sink_prob) stats->sink_prob[ht] = sink_e * inv;
+        if (stats->row_sum) stats->row_sum[ht] = 1.0f - sink_e * inv;
       }
     }
   }

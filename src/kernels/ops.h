@@ -64,6 +64,9 @@ struct AttnStats {
   float* top_prob;           // (H, T) the max probability
   float* sum_sq;             // (H, T) sum_j A[h][t][j]^2 (the cone model's concentration term)
   float* sink_prob = nullptr;  // (H, T) the mass on the learned sink slot (0 without sink logits)
+  // (H, T) the weights' sum over the keys before the statistics' normalisation: 1 - p_slot for
+  // softmax, the unnormalised total for sigmoid attention (how much the query attends at all).
+  float* row_sum = nullptr;
 };
 
 // What a layer's attention adds to plain causal softmax attention.

@@ -321,6 +321,7 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
     stats.top_prob = b->top_prob.data() + offset;
     stats.sum_sq = b->sum_sq.data() + offset;
     stats.sink_prob = b->sink_prob.data() + offset;
+    stats.row_sum = b->row_sum.data() + offset;
     stats_ptr = &stats;
   }
   const bool want_pattern = ctx.HookActive(HookPoint::kPattern, layer);

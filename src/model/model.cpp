@@ -126,6 +126,7 @@ void AttnStatsBuffers::Resize(int n_layers, int n_heads, int T, int K) {
   if (top_prob.numel() != n) top_prob = Tensor::Zeros({n_layers, n_heads, T});
   if (sum_sq.numel() != n) sum_sq = Tensor::Zeros({n_layers, n_heads, T});
   if (sink_prob.numel() != n) sink_prob = Tensor::Zeros({n_layers, n_heads, T});
+  if (row_sum.numel() != n) row_sum = Tensor::Zeros({n_layers, n_heads, T});
 }
 
 void RunState::Reserve(const ModelConfig& c, int T) {

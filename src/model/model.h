@@ -45,6 +45,7 @@ struct AttnStatsBuffers {
   Tensor top_prob;            // (L, H, T)
   Tensor sum_sq;              // (L, H, T)
   Tensor sink_prob;           // (L, H, T) mass on the learned sink slot (0 without one)
+  Tensor row_sum;             // (L, H, T) the weights' sum over the keys (AttnStats::row_sum)
   void Resize(int n_layers, int n_heads, int T, int K);
 };
 

@@ -23,6 +23,10 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
     p.gate_p0.assign(L, 0.0);
     p.gate_rest.assign(L, 0.0);
   }
+  if (c.attn_sigmoid) {
+    p.alpha0_raw.assign(L, 0.0);
+    p.row_sum.assign(L, 0.0);
+  }
   RunState state;
   for (const auto& seq : sequences) {
     const int T = static_cast<int>(seq.size());
@@ -79,6 +83,16 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
         }
         p.alpha0_heads[l][h] += a0 / T;
         alpha1[l][h] += T > 1 ? a1 / (T - 1) : 0.0;
+        if (c.attn_sigmoid) {
+          double w0 = 0, total = 0;
+          for (int t = 0; t < T; ++t) {
+            const int64_t at = (int64_t(l) * H + h) * T + t;
+            w0 += stats.first_k_probs.data()[at * 2] * stats.row_sum.data()[at];
+            total += stats.row_sum.data()[at];
+          }
+          p.alpha0_raw[l] += w0 / T / H;
+          p.row_sum[l] += total / T / H;
+        }
         if (c.HasSinkSlot()) {
           double slot = 0;
           for (int t = 0; t < T; ++t) slot += stats.sink_prob[(int64_t(l) * H + h) * T + t];
@@ -100,6 +114,10 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
     p.alpha1.push_back(m1 / H);
     p.p0_norm_ratio[l] /= n;
     if (c.HasSinkSlot()) p.alpha_sink[l] /= n;
+    if (c.attn_sigmoid) {
+      p.alpha0_raw[l] /= n;
+      p.row_sum[l] /= n;
+    }
     if (c.attn_output_gate) {
       p.gate_p0[l] /= n;
       p.gate_rest[l] /= n;
@@ -114,6 +132,10 @@ nlohmann::json ToJson(const SinkProfile& p) {
                       {"top_abs", p.top_abs}, {"top_abs_ratio", p.top_abs_ratio},
                       {"top_abs_at_p0", p.top_abs_at_p0}};
   if (!p.alpha_sink.empty()) j["alpha_sink"] = p.alpha_sink;
+  if (!p.alpha0_raw.empty()) {
+    j["alpha0_raw"] = p.alpha0_raw;
+    j["row_sum"] = p.row_sum;
+  }
   if (!p.gate_p0.empty()) {
     j["gate_p0"] = p.gate_p0;
     j["gate_rest"] = p.gate_rest;
