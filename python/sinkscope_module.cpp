@@ -371,6 +371,11 @@ py::dict ConditionDict(const analysis::ConditionResult& r) {
     d["sink_slot_rate"] = r.sink_slot_rate;
     d["sink_slot_rate_per_layer"] = VectorToNumpy(r.sink_slot_rate_per_layer, {L});
   }
+  // Sigmoid attention: the weights themselves beside the proxy alpha (weight on position 0, row total).
+  if (r.has_sigmoid_weights) {
+    d["alpha0_raw"] = VectorToNumpy(r.alpha0_raw, {L, H});
+    d["row_sum"] = VectorToNumpy(r.row_sum, {L, H});
+  }
   // Gated attention (trainer attention=gated): the output gate's mean at position 0 / elsewhere.
   if (r.has_output_gate) {
     d["gate_p0"] = VectorToNumpy(r.gate_p0, {L});

@@ -609,10 +609,20 @@ TEST(TrainRun, KvBiasAndSigmoidTrainReloadAndAnalyze) {
         req.hooks = &hooks;
         Forward(model, cache, state, req);
       }
+      ASSERT_TRUE(a.has_sigmoid_weights && b.has_sigmoid_weights);
+      EXPECT_LT(LargestDiff(a.alpha0_raw, b.alpha0_raw, "sigmoid alpha0_raw fused vs materialised"), 1e-6);
+      EXPECT_LT(LargestDiff(a.row_sum, b.row_sum, "sigmoid row_sum fused vs materialised"), 1e-5);
       for (int l = 0; l < c.n_layers; ++l) {
         EXPECT_NEAR(probe.alpha0_raw[l], w0[l], 1e-5) << l;
         EXPECT_NEAR(probe.row_sum[l], sums[l], 1e-4) << l;
         EXPECT_GT(std::abs(probe.row_sum[l] - 1.0), 1e-3);  // not normalised
+        double a0 = 0, rs = 0;  // analyze's per-head means agree with the telemetry's layer means
+        for (int h = 0; h < c.n_heads; ++h) {
+          a0 += a.alpha0_raw[l * c.n_heads + h] / c.n_heads;
+          rs += a.row_sum[l * c.n_heads + h] / c.n_heads;
+        }
+        EXPECT_NEAR(a0, w0[l], 1e-5) << l;
+        EXPECT_NEAR(rs, sums[l], 1e-4) << l;
       }
       EXPECT_TRUE(ToJson(probe).contains("alpha0_raw"));
     }

@@ -58,7 +58,9 @@ class Accumulator {
  public:
   Accumulator(const ModelConfig& c, int T, const AnalyzeOptions& o)
       : L_(c.n_layers), H_(c.n_heads), D_(c.dim), K_(o.first_k), T_(T), eps_(o.eps),
-        has_sink_slot_(c.HasSinkSlot()), has_gate_(c.attn_output_gate) {
+        has_sink_slot_(c.HasSinkSlot()), has_gate_(c.attn_output_gate), sigmoid_(c.attn_sigmoid) {
+    raw0_sum_.assign(static_cast<size_t>(L_) * H_, 0.0);
+    row_sum_sum_.assign(raw0_sum_.size(), 0.0);
     gate_p0_sum_.assign(L_, 0.0);
     gate_rest_sum_.assign(L_, 0.0);
     for (int l = 0; l < L_; ++l) window_.push_back(c.Window(l));
@@ -115,6 +117,18 @@ class Accumulator {
       double sum = 0;
       for (int i = 0; i < T_; ++i) sum += slot(h, i);
       sample_alpha_sink_[static_cast<size_t>(l) * H_ + h] = sum / T_;
+    }
+  }
+
+  // Sigmoid attention's weights of layer l for the current sample: raw0(h, i) the weight on
+  // position 0, row(h, i) the row's total.
+  template <typename Raw0, typename Row>
+  void AddSigmoidWeights(int l, Raw0 raw0, Row row) {
+    for (int h = 0; h < H_; ++h) {
+      double w0 = 0, total = 0;
+      for (int i = 0; i < T_; ++i) w0 += raw0(h, i), total += row(h, i);
+      raw0_sum_[static_cast<size_t>(l) * H_ + h] += w0 / T_;
+      row_sum_sum_[static_cast<size_t>(l) * H_ + h] += total / T_;
     }
   }
 
@@ -288,6 +302,11 @@ class Accumulator {
       r.gate_p0 = mean(gate_p0_sum_);
       r.gate_rest = mean(gate_rest_sum_);
     }
+    r.has_sigmoid_weights = sigmoid_;
+    if (sigmoid_) {
+      r.alpha0_raw = mean(raw0_sum_);
+      r.row_sum = mean(row_sum_sum_);
+    }
     r.has_sink_slot = has_sink_slot_;
     if (has_sink_slot_) {
       r.alpha_sink = mean(alpha_sink_sum_);
@@ -344,6 +363,8 @@ class Accumulator {
   bool has_sink_slot_;
   bool has_gate_;
   std::vector<double> gate_p0_sum_, gate_rest_sum_;  // (L)
+  bool sigmoid_;
+  std::vector<double> raw0_sum_, row_sum_sum_;  // (L, H) sigmoid attention's weights
   std::vector<int> window_;                         // (L)
   int sample_ = 0;
   double global_sum_ = 0, sliding_sum_ = 0, slot_sum_ = 0;
@@ -398,6 +419,12 @@ ConditionResult AnalyzeSamples(const Model& model, Condition condition,
   std::vector<float> proxy;
   auto reduce_pattern = [&](int l, const float* p) {      // p (H, T, S = T)
     if (c.attn_sigmoid) {  // sigmoid weights: the statistics read them divided by their row sums
+      acc.AddSigmoidWeights(
+          l, [&](int h, int i) { return static_cast<double>(p[(static_cast<int64_t>(h) * T + i) * T]); },
+          [&](int h, int i) {
+            const float* row = p + (static_cast<int64_t>(h) * T + i) * T;
+            return static_cast<double>(std::accumulate(row, row + T, 0.0f));
+          });
       proxy.assign(p, p + static_cast<int64_t>(H) * T * T);
       for (int64_t row = 0; row < static_cast<int64_t>(H) * T; ++row) {
         float* r = proxy.data() + row * T;
@@ -469,6 +496,15 @@ ConditionResult AnalyzeSamples(const Model& model, Condition condition,
           acc.AddSinkSlot(l, [&](int h, int i) {
             return static_cast<double>(stats.sink_prob[base + static_cast<int64_t>(h) * T + i]);
           });
+        if (c.attn_sigmoid) {
+          auto row = [&](int h, int i) {
+            return static_cast<double>(stats.row_sum[base + static_cast<int64_t>(h) * T + i]);
+          };
+          acc.AddSigmoidWeights(
+              l, [&](int h, int i) {
+                return stats.first_k_probs[(base + static_cast<int64_t>(h) * T + i) * K] * row(h, i);
+              }, row);
+        }
       }
     } else if (keep_all) {
       for (int l = 0; l < L; ++l) reduce_pattern(l, kept[l].data());

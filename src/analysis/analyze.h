@@ -111,6 +111,12 @@ struct ConditionResult {
   // gate small where a plain model's heads would sink).
   bool has_output_gate = false;
   std::vector<double> gate_p0, gate_rest;      // (L)
+  // Sigmoid attention (weights not normalised): alpha, the top-key share and the cone statistics
+  // above are of each row's weights divided by their sum (Gu et al. 2024's proxy attention
+  // scores); these are the weights themselves, mean over samples and queries i in [0, T-1]: the
+  // weight on position 0 and the row's total (how much the query attends at all).
+  bool has_sigmoid_weights = false;
+  std::vector<double> alpha0_raw, row_sum;     // (L, H)
   // Each layer's sliding window (0: global). A sliding layer's queries past the window cannot see
   // position 0, so its alpha_0 is reported apart from the global layers'.
   std::vector<int> layer_window;               // (L)

@@ -109,6 +109,8 @@ json ConditionJson(const ConditionResult& r) {
   j["sink_rate_global_layers"] = r.sink_rate_global;
   j["sink_rate_sliding_layers"] = std::isnan(r.sink_rate_sliding) ? json(nullptr) : json(r.sink_rate_sliding);
   if (r.has_output_gate) j["output_gate"] = {{"p0", r.gate_p0}, {"rest", r.gate_rest}};
+  if (r.has_sigmoid_weights)
+    j["sigmoid_weights"] = {{"alpha0_raw", Nested2(r.alpha0_raw, L, H)}, {"row_sum", Nested2(r.row_sum, L, H)}};
   if (r.has_sink_slot) {
     j["sink_slot"] = {{"alpha_sink", Nested2(r.alpha_sink, L, H)},
                       {"rate", r.sink_slot_rate},
@@ -248,6 +250,17 @@ std::string ReportSummary(const AnalyzeReport& report) {
       for (int h = 0; h < r.n_heads; ++h) sum += r.alpha_sink[static_cast<size_t>(l) * r.n_heads + h];
       return sum / r.n_heads;
     });
+  }
+  if (conds[0].has_sigmoid_weights) {
+    auto layer_mean = [](const std::vector<double>& v, const ConditionResult& r, int l) {
+      double sum = 0;
+      for (int h = 0; h < r.n_heads; ++h) sum += v[static_cast<size_t>(l) * r.n_heads + h];
+      return sum / r.n_heads;
+    };
+    out += "\nsigmoid attention: alpha and the top-key share are of each row's weights divided by their "
+           "sum (Gu et al.'s proxy); the weights themselves:\n";
+    out += per_layer("mean weight on position 0", [&](const ConditionResult& r, int l) { return layer_mean(r.alpha0_raw, r, l); });
+    out += per_layer("mean row total (how much a query attends)", [&](const ConditionResult& r, int l) { return layer_mean(r.row_sum, r, l); });
   }
   if (conds[0].has_output_gate) {
     out += "\n" + per_layer("output gate, mean at position 0", [](const ConditionResult& r, int l) { return r.gate_p0[l]; });
