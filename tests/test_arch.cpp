@@ -269,6 +269,50 @@ INSTANTIATE_TEST_SUITE_P(Families, Family, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return info.param.label; });
 
 // gpt-oss's bad inputs: each names the file and the key or tensor.
+// The pattern hook on a kv-bias model: the rows sum to 1 - p_slot, and recomputing z from an
+// unchanged pattern (AttentionFromPattern, then the slot's value with the mass it had) gives the
+// logits of the fused path; halving every key's probability moves them (the slot keeps its own).
+// A sigmoid model's hook sees weights that do not sum to 1.
+TEST(FamilyConfig, PatternHookOnKvBiasAndSigmoidModels) {
+  for (const char* ext : {"sinkscope_attn_kv_bias", "sinkscope_attn_sigmoid"}) {
+    const Model model = test::LoadRandomHf(
+        Llama("LlamaForCausalLM", fmt::format(R"("{}": true)", ext)), 41, std::string("hook_") + ext);
+    std::vector<int> ids(20);
+    for (int i = 0; i < 20; ++i) ids[i] = (i * 13 + 2) % 61;
+    auto logits = [&](Hooks* hooks) {
+      KVCache cache = KVCache::CreateSingleUse(model.config, 20);
+      RunState state;
+      ForwardRequest req;
+      req.tokens = ids;
+      req.logits = LogitsMode::kAll;
+      req.hooks = hooks;
+      return Forward(model, cache, state, req);
+    };
+    const Tensor plain = logits(nullptr);
+    double min_row = 1e9, max_row = 0;
+    Hooks same;
+    same.Add(HookPoint::kPattern, -1, [&](const HookContext&, Tensor& p) {
+      for (int64_t row = 0; row < p.dim(0) * p.dim(1); ++row) {
+        double sum = 0;
+        for (int64_t j = 0; j < p.dim(2); ++j) sum += p.data()[row * p.dim(2) + j];
+        min_row = std::min(min_row, sum), max_row = std::max(max_row, sum);
+      }
+    });
+    const Tensor hooked = logits(&same);
+    EXPECT_LT(test::MaxDiff(hooked.data(), plain.data(), plain.numel(), std::string(ext) + " unchanged pattern"), 1e-5);
+    std::printf("%s: pattern row sums %.3f .. %.3f\n", ext, min_row, max_row);
+    EXPECT_LT(min_row, 0.95);  // kv-bias: the slot's share; sigmoid: not normalised
+    Hooks halve;
+    halve.Add(HookPoint::kPattern, -1, [](const HookContext&, Tensor& p) {
+      for (int64_t i = 0; i < p.numel(); ++i) p.data()[i] *= 0.5f;
+    });
+    const Tensor halved = logits(&halve);
+    double moved = 0;
+    for (int64_t i = 0; i < plain.numel(); ++i) moved = std::max(moved, double(std::fabs(halved.data()[i] - plain.data()[i])));
+    EXPECT_GT(moved, 1e-3) << ext;
+  }
+}
+
 TEST(FamilyConfig, GptOssBadInputIsRefusedByName) {
   const std::string core = R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 32,
       "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
