@@ -76,27 +76,34 @@ void Validate(const TraceArgs& a) {
 }
 
 // --twins: each run traced in turn with the same sample settings; the samples must come out the
-// same (same source), else the comparison would not be one.
+// same (same source), else the comparison would not be one: checked before any analysis.
 void RunTwins(const TraceArgs& a) {
   train::Comm& comm = train::Comm::World();
   const bool root = comm.is_root();
+  const std::vector<std::string> dirs = TwinDirs(a.twins);
+  std::string first_source;
+  for (const std::string& dir : dirs) {
+    TraceRequest one = a.request;
+    one.checkpoints = {dir};
+    const std::string source = TraceSamplesSource(one);
+    if (first_source.empty()) {
+      first_source = source;
+    } else if (source != first_source) {
+      Fail("--twins: {} draws its samples from {}, {} from {}: twins must share their samples "
+           "(the same data and tokenizer)", dirs.front(), first_source, dir, source);
+    }
+  }
   std::vector<trace::TwinRun> runs;
   trace::TraceSettings settings;
   int failed = 0;
-  for (const std::string& dir : TwinDirs(a.twins)) {
+  for (const std::string& dir : dirs) {
     const std::string name = std::filesystem::path(dir).lexically_normal().filename().string();
     TraceRequest one = a.request;
     one.checkpoints = {dir};
     TraceRun run = RunTraceAnalysis(one, comm.rank(), comm.size(), [&](const std::string& line) {
       Log(comm.size() > 1 ? fmt::format("[rank {}] {}: {}", comm.rank(), name, line) : name + ": " + line);
     });
-    if (runs.empty()) {
-      settings = run.settings;
-    } else if (run.settings.samples_source != settings.samples_source) {
-      Fail("--twins: {} draws its samples from {}, {} from {}: twins must share their samples "
-           "(the same data and tokenizer)", runs.front().name, settings.samples_source, name,
-           run.settings.samples_source);
-    }
+    if (runs.empty()) settings = run.settings;
     for (const auto& r : run.results) failed += !r.ok;
     runs.push_back({name, dir, std::move(run.results)});
   }

@@ -202,18 +202,30 @@ trace::SampleMaker MakeSampleMaker(const SamplePlan& plan, const TraceRequest& r
 
 }  // namespace
 
+namespace {
+
+// The request's checkpoints in step order; a run directory also names its cache directory.
+std::vector<trace::CheckpointRef> TraceCheckpoints(const TraceRequest& r, std::string* cache_dir) {
+  if (r.checkpoints.size() == 1 && IsDirectory(r.checkpoints[0]) &&
+      !FileExists(r.checkpoints[0] + "/config.json")) {
+    if (cache_dir) *cache_dir = r.checkpoints[0] + "/.sinkscope-trace-cache";
+    return trace::FindCheckpoints(r.checkpoints[0]);
+  }
+  return trace::CheckpointsFromPaths(r.checkpoints);
+}
+
+}  // namespace
+
+std::string TraceSamplesSource(const TraceRequest& r) {
+  ValidateTrace(r);
+  return PlanSamples(r, TraceCheckpoints(r, nullptr).front().path).source;
+}
+
 TraceRun RunTraceAnalysis(const TraceRequest& r, int rank, int ranks,
                           const std::function<void(const std::string&)>& log) {
   ValidateTrace(r);
-  std::vector<trace::CheckpointRef> refs;
   std::string cache_dir;
-  if (r.checkpoints.size() == 1 && IsDirectory(r.checkpoints[0]) &&
-      !FileExists(r.checkpoints[0] + "/config.json")) {
-    refs = trace::FindCheckpoints(r.checkpoints[0]);
-    cache_dir = r.checkpoints[0] + "/.sinkscope-trace-cache";
-  } else {
-    refs = trace::CheckpointsFromPaths(r.checkpoints);
-  }
+  const std::vector<trace::CheckpointRef> refs = TraceCheckpoints(r, &cache_dir);
   if (r.no_cache) cache_dir.clear();
   trace::CheckSameFamily(refs);
 
