@@ -72,4 +72,21 @@ if "$bin" trace --twins "$work/t/softmax,$work/other" --samples 2 --length 16 2>
   echo "twins with different samples were accepted" >&2; exit 1
 fi
 grep -q "must share their samples" "$work/err5"
+# Text runs: the samples are token ids, so runs with different tokenizers are not twins either.
+for d in $(seq 1 40); do echo "Document $d tells of the quick brown fox and the lazy dog, $((d * 7)) times."; echo; done > "$work/corpus.txt"
+"$bin" train --preset text --corpus "$work/corpus.txt" --set vocab_size=300 --set dim=32 --set n_layers=1 \
+    --set seq_len=16 --steps 4 --eval-every 4 --checkpoint-every 4 --threads 1 --out "$work/text_a" > /dev/null 2>&1
+cp -r "$work/text_a" "$work/text_b"
+python3 - "$work/text_b/step-4/tokenizer.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+vocab = t["model"]["vocab"]
+a, b = sorted(vocab, key=vocab.get)[-2:]   # swap the ids of the last two pieces
+vocab[a], vocab[b] = vocab[b], vocab[a]
+json.dump(t, open(sys.argv[1], "w"))
+PY
+if "$bin" trace --twins "$work/text_a,$work/text_b" --samples 2 --length 8 2> "$work/err6" > /dev/null; then
+  echo "text runs with different tokenizers were accepted as twins" >&2; exit 1
+fi
+grep -q "must share their samples" "$work/err6"
 echo "twins_e2e: ok"

@@ -218,7 +218,12 @@ std::vector<trace::CheckpointRef> TraceCheckpoints(const TraceRequest& r, std::s
 
 std::string TraceSamplesSource(const TraceRequest& r) {
   ValidateTrace(r);
-  return PlanSamples(r, TraceCheckpoints(r, nullptr).front().path).source;
+  const std::string first = TraceCheckpoints(r, nullptr).front().path;
+  const SamplePlan plan = PlanSamples(r, first);
+  if (plan.bigram) return plan.source;
+  // Text samples are token ids: the same text through another tokenizer is other samples.
+  const std::string tokenizer = trace::IdentifyCheckpoint(first).tokenizer;
+  return plan.source + (tokenizer.empty() ? "" : ", tokenizer files sha256=" + Sha256Hex(tokenizer).substr(0, 16));
 }
 
 TraceRun RunTraceAnalysis(const TraceRequest& r, int rank, int ranks,

@@ -78,7 +78,7 @@ struct TraceRun {
 
 void ValidateTrace(const TraceRequest& request);
 // Where the trace's samples come from ("bigram-backcopy V=... table_seed=...", "text FILE
-// sha256=..."): runs compared side by side must agree on it.
+// sha256=..., tokenizer ..."): runs compared side by side must agree on it.
 std::string TraceSamplesSource(const TraceRequest& request);
 // Finds the checkpoints, plans the samples and analyses the checkpoints of this rank (all of them
 // with ranks = 1), gathering the results on rank 0. `log` receives one line per checkpoint.
