@@ -141,6 +141,11 @@ class PyModel {
     d["learned_positions"] = c.learned_pos;
     d["tied_embeddings"] = c.tied_embeddings;
     d["sliding_window"] = c.sliding_window;
+    // The attention variant (the trainer's --set attention=..., gpt-oss's sinks).
+    d["attn_sinks"] = c.attn_sinks;
+    d["attn_output_gate"] = c.attn_output_gate;
+    d["attn_kv_bias"] = c.attn_kv_bias;
+    d["attn_sigmoid"] = c.attn_sigmoid;
     d["n_experts"] = c.n_experts;
     d["n_experts_per_tok"] = c.n_experts_per_tok;
     d["bos_id"] = c.bos_id;

@@ -457,3 +457,29 @@ def test_gated_attention_model_exposes_its_gate(sinkscope, tmp_path):
     assert np.abs(cache["blocks.0.hook_attn_out"]).max() > 0
     c = sinkscope.analyze(m, ids, conditions="bos", samples=1, length=16).conditions["bos"]
     assert c["gate_p0"].shape == (2,) and 0 < float(c["gate_rest"][0]) < 1
+
+
+def test_sigmoid_and_kv_bias_models_report_their_attention(sinkscope, tmp_path):
+    """Checkpoints of `train --set attention=sigmoid|kv-bias`: the config names the variant; a
+    sigmoid model's pattern rows do not sum to 1 and analyze reports the weights themselves
+    (alpha0_raw, row_sum) beside the proxy alpha; a kv-bias model's rows sum to 1 - alpha_sink."""
+    ids = np.arange(1, 17) % 64
+    for variant in ("sigmoid", "kv-bias"):
+        run = tmp_path / variant
+        run_cli("train", "--preset", "quick", "--set", f"attention={variant}", "--steps", 4,
+                "--checkpoint-every", 4, "--eval-every", 4, "--threads", 1, "--out", run)
+        m = sinkscope.load(run / "step-4")
+        assert m.config["attn_sigmoid"] == (variant == "sigmoid")
+        assert m.config["attn_kv_bias"] == (variant == "kv-bias")
+        _, cache = m.run_with_cache(ids, names=["blocks.0.attn.hook_pattern"])
+        rows = cache["blocks.0.attn.hook_pattern"].sum(-1)  # (H, T)
+        c = sinkscope.analyze(m, ids, conditions="no-bos", samples=1, length=16).conditions["no-bos"]
+        if variant == "sigmoid":
+            assert np.abs(rows - 1).max() > 1e-3
+            assert c["row_sum"].shape == (2, 4) and "alpha_sink" not in c
+            np.testing.assert_allclose(c["row_sum"][0], rows.mean(-1), rtol=1e-4)
+            p = cache["blocks.0.attn.hook_pattern"]
+            np.testing.assert_allclose(c["alpha0_raw"][0], p[:, :, 0].mean(-1), rtol=1e-4, atol=1e-7)
+        else:
+            assert "row_sum" not in c
+            np.testing.assert_allclose(rows.mean(-1), 1 - c["alpha_sink"][0], rtol=1e-4)
