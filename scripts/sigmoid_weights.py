@@ -41,7 +41,8 @@ def main():
             rows = p.sum(-1)
             w0.append(p[:, :, 0].mean())
             totals.append(rows.mean())
-            proxy0.append((p[:, :, 0] / rows).mean())
+            attends = rows > 0  # a row whose weights all underflow to 0 has no proxy
+            proxy0.append((p[:, :, 0][attends] / rows[attends]).mean())
             for h in range(p.shape[0]):
                 for i in range(1, p.shape[1]):
                     if rows[h, i] > 0.5:

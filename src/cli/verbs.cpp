@@ -221,9 +221,12 @@ std::string TraceSamplesSource(const TraceRequest& r) {
   const std::string first = TraceCheckpoints(r, nullptr).front().path;
   const SamplePlan plan = PlanSamples(r, first);
   if (plan.bigram) return plan.source;
-  // Text samples are token ids: the same text through another tokenizer is other samples.
-  const std::string tokenizer = trace::IdentifyCheckpoint(first).tokenizer;
-  return plan.source + (tokenizer.empty() ? "" : ", tokenizer files sha256=" + Sha256Hex(tokenizer).substr(0, 16));
+  // Text samples are token ids: the same text through another tokenizer is other samples. The
+  // file the samples are encoded with (FindTokenizer: --tokenizer, else a directory's
+  // tokenizer.json) is compared, not tokenizer.model, whose bytes name the path it was trained into.
+  const std::string json = first + "/tokenizer.json";
+  if (!r.input.tokenizer.empty() || !IsDirectory(first) || !FileExists(json)) return plan.source;
+  return plan.source + ", tokenizer.json sha256=" + Sha256File(json).substr(0, 16);
 }
 
 TraceRun RunTraceAnalysis(const TraceRequest& r, int rank, int ranks,
