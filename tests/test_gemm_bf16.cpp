@@ -172,17 +172,20 @@ TEST(GemmBf16, PathsAgreeOnLargeProduct) {
 // tiles, never the `in` dimension), so results are bitwise reproducible.
 TEST(GemmBf16, SameBitsAtAnyThreadCount) {
   const int threads = ThreadCount();
-  const int T = 200, in = 900, out = 300;
-  const auto x = Random(static_cast<size_t>(T) * in, 21),
-             w = Random(static_cast<size_t>(out) * in, 22);
-  const PackedBf16 packed = PackBf16(w.data(), out, in);
-  std::vector<float> one(static_cast<size_t>(T) * out), many(one.size());
-  SetThreadCount(1);
-  MatMulBf16(x.data(), packed, nullptr, one.data(), T);
-  SetThreadCount(std::max(threads, 3));
-  MatMulBf16(x.data(), packed, nullptr, many.data(), T);
-  SetThreadCount(threads);
-  EXPECT_TRUE(one == many);
+  // T = 1: the decode product, whose panels are read several at a time.
+  for (int T : {200, 1}) {
+    const int in = 900, out = T == 1 ? 1000 : 300;
+    const auto x = Random(static_cast<size_t>(T) * in, 21),
+               w = Random(static_cast<size_t>(out) * in, 22);
+    const PackedBf16 packed = PackBf16(w.data(), out, in);
+    std::vector<float> one(static_cast<size_t>(T) * out), many(one.size());
+    SetThreadCount(1);
+    MatMulBf16(x.data(), packed, nullptr, one.data(), T);
+    SetThreadCount(std::max(threads, 3));
+    MatMulBf16(x.data(), packed, nullptr, many.data(), T);
+    SetThreadCount(threads);
+    EXPECT_TRUE(one == many) << "T=" << T;
+  }
 }
 
 }  // namespace

@@ -30,18 +30,30 @@ struct MatMulCase { int T, in, out; bool bias; };
 TEST(Kernels, MatMulMatchesNaive) {
   for (MatMulCase c : {MatMulCase{1, 64, 172, false}, MatMulCase{7, 64, 64, true},
                        MatMulCase{33, 100, 3, true}, MatMulCase{1, 5, 9, true},
-                       // Large enough for the BLAS paths (gemv, gemm).
-                       MatMulCase{1, 768, 512, true}, MatMulCase{40, 128, 100, false}}) {
+                       // Large enough for the BLAS path (gemm) and the threaded matrix-vector
+                       // product; rows not a multiple of its 4 streams, `in` not of 16 or 8.
+                       MatMulCase{1, 768, 512, true}, MatMulCase{40, 128, 100, false},
+                       MatMulCase{1, 300, 1003, true}, MatMulCase{1, 17, 9, false},
+                       MatMulCase{1, 4096, 70, false}, MatMulCase{1, 8, 3, true}}) {
     auto x = Random(c.T * c.in, 1), w = Random(c.out * c.in, 2), b = Random(c.out, 3);
     std::vector<float> y(c.T * c.out), ref(c.T * c.out);
-    MatMul(x.data(), w.data(), c.bias ? b.data() : nullptr, y.data(), c.T, c.in, c.out);
     for (int t = 0; t < c.T; ++t)
       for (int o = 0; o < c.out; ++o) {
         double acc = c.bias ? b[o] : 0.0;
         for (int i = 0; i < c.in; ++i) acc += static_cast<double>(x[t * c.in + i]) * w[o * c.in + i];
         ref[t * c.out + o] = static_cast<float>(acc);
       }
-    EXPECT_LT(test::MaxDiff(y, ref, "matmul T=" + std::to_string(c.T)), 1e-4);
+    // The plain loops are compiled for the baseline and for AVX2 + FMA: both.
+    const SimdLevel best = ActiveSimdLevel();
+    for (SimdLevel level : {SimdLevel::kPortable, best}) {
+      ForceSimdLevel(level);
+      std::fill(y.begin(), y.end(), NAN);
+      MatMul(x.data(), w.data(), c.bias ? b.data() : nullptr, y.data(), c.T, c.in, c.out);
+      EXPECT_LT(test::MaxDiff(y, ref, "matmul " + SimdLevelName(level) + " T=" + std::to_string(c.T) +
+                                          " in=" + std::to_string(c.in) + " out=" + std::to_string(c.out)),
+                1e-4);
+    }
+    ForceSimdLevel(best);
   }
 }
 
@@ -379,7 +391,10 @@ TEST(Kernels, TiledAttentionMatchesNaiveAndMaterialised) {
   for (Case c : {Case{700, 700, 2, 1, 64, 0}, Case{300, 1100, 4, 2, 16, 0},
                  Case{600, 600, 2, 2, 32, 200}, Case{1, 1500, 4, 1, 64, 0},
                  Case{1, 1500, 2, 2, 16, 700}, Case{65, 65, 3, 3, 8, 0},
-                 Case{130, 1200, 2, 1, 8, 513}}) {
+                 Case{130, 1200, 2, 1, 8, 513},
+                 // Decode with head sizes past the value sum's 64-float register block, and a
+                 // cache shorter than the score product's 4 streams.
+                 Case{1, 900, 4, 2, 80, 0}, Case{1, 600, 2, 1, 128, 0}, Case{1, 3, 2, 1, 64, 0}}) {
     auto q = Random(c.T * c.H * c.Dh, 11, 2.0f), k = Random(c.S * c.Hkv * c.Dh, 12, 2.0f),
          v = Random(c.S * c.Hkv * c.Dh, 13);
     const int K = 4, HT = c.H * c.T;
@@ -399,6 +414,15 @@ TEST(Kernels, TiledAttentionMatchesNaiveAndMaterialised) {
     const std::string label = "tiled T=" + std::to_string(c.T) + " S=" + std::to_string(c.S) +
                               " W=" + std::to_string(c.window);
     worst_out = std::max(worst_out, test::MaxDiff(out, ref_out, label + " out vs naive"));
+    if (c.T == 1) {  // decode's score dots and value sums have a baseline and an AVX2 body
+      const SimdLevel best = ActiveSimdLevel();
+      ForceSimdLevel(SimdLevel::kPortable);
+      std::vector<float> plain(out.size());
+      Attention(q.data(), k.data(), v.data(), plain.data(), c.T, c.S, c.H, c.Hkv, c.Dh, {c.window},
+                nullptr, nullptr);
+      ForceSimdLevel(best);
+      worst_out = std::max(worst_out, test::MaxDiff(plain, ref_out, label + " portable out vs naive"));
+    }
     worst_vs_mat = std::max(worst_vs_mat, test::MaxDiff(out, mat_out, label + " out vs materialised"));
     worst_vs_mat = std::max(worst_vs_mat, test::MaxDiff(fk, mfk, label + " first-K vs materialised"));
     worst_vs_mat = std::max(worst_vs_mat, test::MaxDiff(tp, mtp, label + " top prob vs materialised"));
@@ -414,7 +438,8 @@ TEST(Kernels, TiledAttentionMatchesNaiveAndMaterialised) {
       }
       EXPECT_EQ(tk[i], best) << label << " h=" << h << " t=" << t;
       worst_stats = std::max({worst_stats, static_cast<double>(std::abs(tp[i] - p[best])), std::abs(ss[i] - sq)});
-      for (int j = 0; j < K; ++j) worst_stats = std::max<double>(worst_stats, std::abs(fk[i * K + j] - p[j]));
+      for (int j = 0; j < K; ++j)  // keys past the cache have no probability
+        worst_stats = std::max<double>(worst_stats, std::abs(fk[i * K + j] - (j < c.S ? p[j] : 0.0f)));
     }
   }
   std::printf("tiled attention: largest diff out %.3g, statistics %.3g (vs double); vs materialised %.3g\n",

@@ -85,7 +85,7 @@ void RegisterGenerate(CLI::App& app) {
       std::fputc('\n', stdout);
       std::fflush(stdout);
       double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      Log(fmt::format("generated {} tokens in {:.3f} s ({:.0f} tokens/s) with the {} cache, {} entries, "
+      Log(fmt::format("generated {} tokens in {:.3f} s ({:.1f} tokens/s) with the {} cache, {} entries, "
                       "{:.1f} KiB",
                       n, seconds, n / std::max(seconds, 1e-9), a->policy, cache->budget(),
                       cache->peak_kv_bytes() / 1024.0));
@@ -99,7 +99,7 @@ void RegisterGenerate(CLI::App& app) {
     std::fputc('\n', stdout);
     std::fflush(stdout);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    Log(fmt::format("generated {} tokens in {:.3f} s ({:.0f} tokens/s)", out.size(), seconds,
+    Log(fmt::format("generated {} tokens in {:.3f} s ({:.1f} tokens/s)", out.size(), seconds,
                     out.size() / std::max(seconds, 1e-9)));
   });
 }

@@ -78,7 +78,10 @@ constexpr int kColumnBlock = 256;  // output columns per work item (8 panels), a
 // decode-sized product (T = 1) is over before a busy machine schedules the second thread, and
 // every parallel region waits for all its threads, even idle ones.
 constexpr int64_t kParallelMacs = int64_t{1} << 22;
-constexpr int64_t kParallelMatVec = int64_t{1} << 18;
+// A matrix-vector product (decode) splits W's panels over the threads from 2^16 multiply-adds
+// (128 KiB of bf16), as MatMul's f32 one: memory-bound, with helper threads spinning between
+// back-to-back products.
+constexpr int64_t kParallelMatVec = int64_t{1} << 16;
 
 #define SS_BF16 __attribute__((target("avx512f,avx512bf16")))
 #define SS_AVX2 __attribute__((target("avx2,fma")))
@@ -223,6 +226,74 @@ SS_AVX2 void MicroKernelAvx2Row(const uint32_t* x, const uint32_t* w, int kc, fl
   float* dst = cols < kWidth ? edge : y;
   for (int q = 0; q < 4; ++q) _mm256_storeu_ps(dst + 8 * q, _mm256_add_ps(lo[q], hi[q]));
   if (cols < kWidth) std::copy(edge, edge + cols, y);
+}
+
+// Decode on the AVX2 path (T = 1, memory-bound): y = W x, each panel of W one contiguous stream.
+// kBf16Streams panels spaced evenly through a thread's range are read at once, as MatMul's f32
+// matrix-vector product does (kernels/ops.cpp): more of the memory's requests in flight than one
+// stream. Each column's sum runs over the pairs in order (lower half, then upper half of each), so
+// the result does not depend on how panels are grouped or split over threads.
+constexpr int kBf16Streams = 2;
+
+// acc (S panels x kWidth columns) = x (pairs) · the S panels w[s] (pairs * kWidth pairs each).
+template <int S>
+SS_AVX2 void PanelsDotAvx2(const uint32_t* x, const uint32_t* const* w, int pairs, float* acc) {
+  __m256 sum[S][4];
+  for (int s = 0; s < S; ++s)
+    for (int q = 0; q < 4; ++q) sum[s][q] = _mm256_setzero_ps();
+  const __m256i upper = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int k = 0; k < pairs; ++k) {
+    const uint32_t pair = x[k];
+    const __m256 x_lo = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair << 16)));
+    const __m256 x_hi = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair & 0xffff0000u)));
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      const uint32_t* wk = w[s] + static_cast<int64_t>(k) * kWidth;
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) {
+        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wk + 8 * q));
+        sum[s][q] = _mm256_fmadd_ps(x_lo, _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16)), sum[s][q]);
+        sum[s][q] = _mm256_fmadd_ps(x_hi, _mm256_castsi256_ps(_mm256_and_si256(bits, upper)), sum[s][q]);
+      }
+    }
+  }
+  for (int s = 0; s < S; ++s)
+    for (int q = 0; q < 4; ++q) _mm256_storeu_ps(acc + s * kWidth + 8 * q, sum[s][q]);
+}
+
+// y[p * kWidth + j] (+ bias) for the panels [p0, p1).
+void MatVecPanelsAvx2(const uint32_t* x, const PackedBf16& w, const float* bias, float* y, int p0,
+                      int p1) {
+  const uint32_t* wdata = reinterpret_cast<const uint32_t*>(w.data.data());
+  const int64_t panel_size = static_cast<int64_t>(w.pairs) * kWidth;
+  alignas(32) float acc[kBf16Streams * kWidth];
+  auto store = [&](int p, const float* a) {
+    const int c0 = p * kWidth, cols = std::min(kWidth, w.out - c0);
+    for (int j = 0; j < cols; ++j) y[c0 + j] = bias ? a[j] + bias[c0 + j] : a[j];
+  };
+  const int q = (p1 - p0) / kBf16Streams;
+  for (int i = 0; i < q; ++i) {
+    const uint32_t* panels[kBf16Streams];
+    for (int s = 0; s < kBf16Streams; ++s) panels[s] = wdata + (p0 + i + s * q) * panel_size;
+    PanelsDotAvx2<kBf16Streams>(x, panels, w.pairs, acc);
+    for (int s = 0; s < kBf16Streams; ++s) store(p0 + i + s * q, acc + s * kWidth);
+  }
+  for (int p = p0 + q * kBf16Streams; p < p1; ++p) {
+    const uint32_t* panel = wdata + p * panel_size;
+    PanelsDotAvx2<1>(x, &panel, w.pairs, acc);
+    store(p, acc);
+  }
+}
+
+void MatVecAvx2(const float* x, const PackedBf16& w, const float* bias, float* y) {
+  uint32_t* xb = Workspace<uint32_t, 0>(static_cast<size_t>(w.pairs));
+  ConvertRowScalar(x, w.in, xb, w.pairs);
+#pragma omp parallel if (static_cast<int64_t>(w.in) * w.out >= kParallelMatVec)
+  {
+    const int threads = omp_get_num_threads(), id = omp_get_thread_num();
+    MatVecPanelsAvx2(xb, w, bias, y, static_cast<int>(static_cast<int64_t>(w.panels) * id / threads),
+                     static_cast<int>(static_cast<int64_t>(w.panels) * (id + 1) / threads));
+  }
 }
 
 // The two tiled paths, as the driver below sees them: rows per micro-kernel, x's conversion, and
@@ -567,7 +638,9 @@ void MatMulBf16(const float* x, const PackedBf16& w, const float* bias, float* y
   switch (ActiveBf16Path()) {
     case Bf16Path::kAvx512: MatMulTiled<Avx512Path>(x, w, bias, y, T); return;
     case Bf16Path::kAvx2:
-      if (T >= kWidenRows)
+      if (T == 1)
+        MatVecAvx2(x, w, bias, y);
+      else if (T >= kWidenRows)
         MatMulWidened(x, w, bias, y, T);
       else
         MatMulTiled<Avx2Path>(x, w, bias, y, T);

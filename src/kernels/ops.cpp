@@ -1,15 +1,18 @@
 #include "kernels/ops.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "common/error.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/vecmath.h"
+#include "kernels/workspace.h"
 
 namespace ss {
 
@@ -51,23 +54,121 @@ static void SmallMatMul(const float* x, const float* w, float* y, int T, int in,
     SmallMatMulBody(x, w, y, T, in, out, ldw);
 }
 
+// y[o] = W[o] · x for o in [0, out): a token's product in decode, bound by reading W once. The AVX2
+// body takes R rows evenly spaced through the range at once (o, o + q, o + 2q, ... with q = out / R):
+// R long sequential streams keep more of the memory's requests in flight than one stream, and R
+// independent rows (two 8-lane chains each) keep the FMA units fed. Against one row at a time (one
+// 8-lane chain), on one thread, W larger than the caches: 14.7-20.5 GB/s of W against 10.4-12.2 on
+// the 288- to 4096-wide decode shapes; four adjacent rows instead of four spaced ones read 9-15 GB/s
+// on rows of 288-768 floats, too short for the prefetcher to follow four interleaved streams.
+constexpr int kMatVecStreams = 4;
+
+__attribute__((target("avx2,fma"))) static inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,fma"))) static void MatVecAvx2(const float* x, const float* w, float* y,
+                                                            int in, int out, int64_t ldw) {
+  constexpr int R = kMatVecStreams;
+  const int q = out / R;
+  for (int o = 0; o < q; ++o) {
+    const float* wr[R];
+    __m256 a[R], b[R];
+    for (int r = 0; r < R; ++r) {
+      wr[r] = w + static_cast<int64_t>(o + r * q) * ldw;
+      a[r] = b[r] = _mm256_setzero_ps();
+    }
+    int i = 0;
+    for (; i + 16 <= in; i += 16) {
+      const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+      for (int r = 0; r < R; ++r) {
+        a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(wr[r] + i), x0, a[r]);
+        b[r] = _mm256_fmadd_ps(_mm256_loadu_ps(wr[r] + i + 8), x1, b[r]);
+      }
+    }
+    if (i + 8 <= in) {
+      const __m256 x0 = _mm256_loadu_ps(x + i);
+      for (int r = 0; r < R; ++r) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(wr[r] + i), x0, a[r]);
+      i += 8;
+    }
+    for (int r = 0; r < R; ++r) {
+      float sum = HorizontalSum(_mm256_add_ps(a[r], b[r]));
+      for (int j = i; j < in; ++j) sum += x[j] * wr[r][j];
+      y[o + r * q] = sum;
+    }
+  }
+  // The out % R rows left over, one at a time.
+  if (q * R < out) SmallMatMulAvx2(x, w + static_cast<int64_t>(q * R) * ldw, y + q * R, 1, in, out - q * R, ldw);
+}
+
+// Multiply-adds from which a matrix-vector product splits its rows over the threads: 2^16 is
+// 256 KiB of W, about 15 us of reading on one core; waking a spinning helper costs a few.
+constexpr int64_t kParallelMatVec = int64_t{1} << 16;
+
+// y[o] = W[o] · x on the calling thread, W's rows ldw floats apart.
+static void RowDots(const float* x, const float* w, float* y, int in, int out, int64_t ldw) {
+  if (Avx2FmaActive())
+    MatVecAvx2(x, w, y, in, out, ldw);
+  else
+    SmallMatMulBody(x, w, y, 1, in, out, ldw);
+}
+
+void MatVec(const float* x, const float* w, float* y, int in, int out) {
+#pragma omp parallel if (static_cast<int64_t>(in) * out >= kParallelMatVec)
+  {
+    const int threads = omp_get_num_threads(), id = omp_get_thread_num();
+    const int first = static_cast<int>(static_cast<int64_t>(out) * id / threads);
+    const int last = static_cast<int>(static_cast<int64_t>(out) * (id + 1) / threads);
+    RowDots(x, w + static_cast<int64_t>(first) * in, y + first, in, last - first, in);
+  }
+}
+
+// acc (dim) += sum over j < n of p[j] v[j] (rows of v ldv floats apart), skipping zero weights: a
+// decode query's weighted sum of values. The AVX2 body keeps up to 64 floats of acc in registers
+// across the rows.
+__attribute__((always_inline)) static inline void AddWeightedRowsBody(const float* p, const float* v,
+                                                                     int64_t ldv, int n, int dim,
+                                                                     float* acc) {
+  for (int j = 0; j < n; ++j) {
+    if (p[j] == 0.0f) continue;
+    const float* vj = v + static_cast<int64_t>(j) * ldv;
+    for (int d = 0; d < dim; ++d) acc[d] += p[j] * vj[d];
+  }
+}
+__attribute__((target("avx2,fma"))) static void AddWeightedRowsAvx2(const float* p, const float* v,
+                                                                     int64_t ldv, int n, int dim,
+                                                                     float* acc) {
+  int d0 = 0;
+  for (; d0 + 64 <= dim; d0 += 64) {
+    __m256 a[8];
+    for (int i = 0; i < 8; ++i) a[i] = _mm256_loadu_ps(acc + d0 + 8 * i);
+    for (int j = 0; j < n; ++j) {
+      if (p[j] == 0.0f) continue;
+      const __m256 pj = _mm256_set1_ps(p[j]);
+      const float* vj = v + static_cast<int64_t>(j) * ldv + d0;
+      for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * i), a[i]);
+    }
+    for (int i = 0; i < 8; ++i) _mm256_storeu_ps(acc + d0 + 8 * i, a[i]);
+  }
+  if (d0 < dim) AddWeightedRowsBody(p, v + d0, ldv, n, dim - d0, acc + d0);
+}
+static void AddWeightedRows(const float* p, const float* v, int64_t ldv, int n, int dim, float* acc) {
+  if (Avx2FmaActive())
+    AddWeightedRowsAvx2(p, v, ldv, n, dim, acc);
+  else
+    AddWeightedRowsBody(p, v, ldv, n, dim, acc);
+}
+
 void MatMul(const float* x, const float* w, const float* bias, float* y, int T, int in, int out) {
   constexpr int64_t kSmall = int64_t{1} << 18;  // multiply-adds below which plain loops win
-  if (static_cast<int64_t>(T) * in * out <= kSmall) {
+  if (T == 1) {
+    // Decode: OpenBLAS's sgemv (Zen kernel) read about 11 GB/s of W on one thread here.
+    MatVec(x, w, y, in, out);
+  } else if (static_cast<int64_t>(T) * in * out <= kSmall) {
     SmallMatMul(x, w, y, T, in, out);
-  } else if (T == 1) {
-    // Matrix-vector (decode): memory-bound, one pass over W. The plain loop's 8 partial sums per
-    // row stream W at the memory's rate where OpenBLAS's sgemv (Zen kernel) read about 11 GB/s
-    // on one thread here (bench/run_decode_bench.sh); rows are split over the threads when W is
-    // large enough to pay for waking them.
-    const bool parallel = static_cast<int64_t>(in) * out >= (int64_t{1} << 20);
-#pragma omp parallel if (parallel)
-    {
-      const int threads = omp_get_num_threads(), id = omp_get_thread_num();
-      const int first = static_cast<int>(static_cast<int64_t>(out) * id / threads);
-      const int last = static_cast<int>(static_cast<int64_t>(out) * (id + 1) / threads);
-      SmallMatMul(x, w + static_cast<int64_t>(first) * in, y + first, 1, in, last - first);
-    }
   } else {
     // The bias goes in as C with beta = 1: the kernel adds it where it writes y, instead of a
     // serial pass over (T, out) afterwards.
@@ -325,7 +426,7 @@ float FinishRow(float* row, int key0, int n, int first, int last, int S, int64_t
 static void BlockScores(const float* qb, int q_row, const float* kb, int kv_row, int rows, int n,
                         int head_dim, float scale, float* out, int ld) {
   if (rows == 1) {
-    SmallMatMul(qb, kb, out, 1, head_dim, n, kv_row);  // 8 partial sums: vectorised
+    RowDots(qb, kb, out, head_dim, n, kv_row);
     for (int j = 0; j < n; ++j) out[j] *= scale;
     return;
   }
@@ -448,13 +549,20 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
   }
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> sc(static_cast<size_t>(kTileQ) * kTileK);
-    std::vector<float> q_scaled(bf16 ? static_cast<size_t>(kTileQ) * head_dim : 0);
-    std::vector<uint32_t, CacheLineAllocator<uint32_t>> qb16(bf16 ? kTileQ * ldq : 0),
-        pb16(bf16 ? kTileQ * ldp : 0);
-    std::vector<float> acc(static_cast<size_t>(kTileQ) * head_dim);
-    std::vector<float> m(kTileQ), l(kTileQ), sq(kTileQ), best(kTileQ), first_logits(kTileQ * K);
-    std::vector<int> best_j(kTileQ);
+    // Per-thread scratch kept between calls (a decode step calls this once per layer), sized for
+    // the rows a tile can have: one row in decode.
+    const size_t tq = static_cast<size_t>(std::min(kTileQ, T));
+    auto scratch = [](auto* p, size_t n) { return std::span(p, n); };
+    const auto sc = scratch(Workspace<float, 10>(tq * kTileK), tq * kTileK);
+    const auto q_scaled = scratch(Workspace<float, 11>(bf16 ? tq * head_dim : 0), bf16 ? tq * head_dim : 0);
+    const auto qb16 = scratch(Workspace<uint32_t, 10>(bf16 ? tq * ldq : 0), bf16 ? tq * ldq : 0);
+    const auto pb16 = scratch(Workspace<uint32_t, 11>(bf16 ? tq * ldp : 0), bf16 ? tq * ldp : 0);
+    const auto acc = scratch(Workspace<float, 12>(tq * head_dim), tq * head_dim);
+    float* row_state = Workspace<float, 13>(4 * tq);
+    const auto m = scratch(row_state, tq), l = scratch(row_state + tq, tq),
+               sq = scratch(row_state + 2 * tq, tq), best = scratch(row_state + 3 * tq, tq);
+    const auto first_logits = scratch(Workspace<float, 14>(tq * K), tq * K);
+    const auto best_j = scratch(Workspace<int, 10>(tq), tq);
     // Later query blocks see more keys: hand them out first so the last items are the short ones.
 #pragma omp for schedule(dynamic)
     for (int64_t item = 0; item < work; ++item) {
@@ -477,6 +585,7 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
       std::fill(l.begin(), l.end(), 0.0f);
       std::fill(sq.begin(), sq.end(), 0.0f);
       std::fill(first_logits.begin(), first_logits.end(), -INFINITY);
+      std::fill(best_j.begin(), best_j.end(), 0);
       std::fill(acc.begin(), acc.begin() + static_cast<int64_t>(rows) * head_dim, 0.0f);
       for (int j0 = key0; j0 < key_end; j0 += kTileK) {
         const int nk = std::min(kTileK, key_end - j0);
@@ -531,12 +640,7 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
           MatMulBf16Block(pb16.data(), ldp, vp[kvh], 0, vp[kvh].panels, j0 / 2,
                           (nk + 1) / 2, acc.data(), head_dim, rows, /*accumulate=*/true);
         } else if (rows == 1) {
-          for (int j = 0; j < nk; ++j) {
-            const float p = sc[j];
-            if (p == 0.0f) continue;
-            const float* vj = vt + static_cast<int64_t>(j) * kv_row;
-            for (int d = 0; d < head_dim; ++d) acc[d] += p * vj[d];
-          }
+          AddWeightedRows(sc.data(), vt, kv_row, nk, head_dim, acc.data());
         } else {
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, nk, 1.0f,
                       sc.data(), kTileK, vt, kv_row, 1.0f, acc.data(), head_dim);

@@ -13,6 +13,9 @@ namespace ss {
 
 // y (T, out) = x (T, in) · W^T, W (out, in) as nn.Linear stores it; y += bias if bias != null.
 void MatMul(const float* x, const float* w, const float* bias, float* y, int T, int in, int out);
+// y (out) = W x for one row x (in): MatMul's decode path (rows over the threads once W is large
+// enough to pay for them).
+void MatVec(const float* x, const float* w, float* y, int in, int out);
 
 // out (T, D) = x / sqrt(mean(x^2) + eps) * (weight_offset + weight). `out` may alias `x`.
 // weight_offset is 1 for Gemma (Gemma2RMSNorm multiplies by 1 + weight), else 0.
