@@ -414,6 +414,27 @@ TEST(Generate, GreedyIsDeterministicAndStopsAtContext) {
   EXPECT_EQ(Generate(model, {1}, opt, nullptr), Generate(model, {1}, opt, nullptr));
 }
 
+// Argmax is the first position of the largest value (as std::max_element), on lengths around the
+// vector widths and with the maximum repeated, at the start, in the tail, and with a NaN present.
+TEST(Sampler, ArgmaxIsTheFirstLargest) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist;
+  for (int n : {1, 7, 8, 9, 31, 32000}) {
+    std::vector<float> x(n);
+    for (float& v : x) v = dist(rng);
+    EXPECT_EQ(Argmax(x.data(), n), std::max_element(x.begin(), x.end()) - x.begin()) << n;
+    x[n - 1] = 100.0f;
+    EXPECT_EQ(Argmax(x.data(), n), n - 1) << n;
+    x[n / 2] = 100.0f;
+    EXPECT_EQ(Argmax(x.data(), n), n / 2) << n;
+    x[0] = 100.0f;
+    EXPECT_EQ(Argmax(x.data(), n), 0) << n;
+  }
+  std::vector<float> with_nan = {1.0f, NAN, 3.0f, 2.0f};
+  const int at = Argmax(with_nan.data(), 4);
+  EXPECT_TRUE(at >= 0 && at < 4) << at;
+}
+
 TEST(Sampler, TopPKeepsOnlyTheNucleus) {
   // p = softmax([log .6, log .3, log .1]); top_p 0.5 keeps only token 0.
   std::vector<float> logits = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};

@@ -23,7 +23,7 @@ constexpr int kPrefetchBytes = 2048;         // how far ahead the fused kernel p
 constexpr int kWidenBlock = 128;             // rows of W dequantised at a time for sgemm
 // Multiply-adds from which the products use every thread (as MatMulBf16: a decode-sized product
 // is over before a second thread would start).
-constexpr int64_t kParallelMatVec = int64_t{1} << 18;
+constexpr int64_t kParallelMatVec = int64_t{1} << 16;
 constexpr int64_t kParallelMacs = int64_t{1} << 22;
 
 // One group of W (q, d at its first block): y[r] = sum over blocks of d[b][r] * (q[b][r] · x[b]),
