@@ -375,6 +375,12 @@ void ActivationInPlace(float* x, int64_t n, ActKind kind) {
   ForChunks(n, [&](int64_t a, int64_t b) { ActivationRange(x + a, b - a, kind); });
 }
 
+void AddSlotValue(const AttnOptions& opt, int kvh, int head_dim, float p, float* out) {
+  if (!opt.slot_values || p == 0.0f) return;
+  const float* sv = opt.slot_values + static_cast<int64_t>(kvh) * head_dim;
+  for (int d = 0; d < head_dim; ++d) out[d] += p * sv[d];
+}
+
 namespace {
 
 // The slot logit of head h's query t (of T): a per-query kv-bias logit, the head's learned sink
@@ -382,13 +388,6 @@ namespace {
 float SlotLogit(const AttnOptions& opt, int h, int T, int64_t t) {
   if (opt.slot_logits) return opt.slot_logits[static_cast<int64_t>(h) * T + t];
   return opt.sink_logits ? opt.sink_logits[h] : -INFINITY;
-}
-
-// out (Dh) += p * the kv-bias slot's value of kv head kvh (nothing without one).
-void AddSlotValue(const AttnOptions& opt, int kvh, int head_dim, float p, float* out) {
-  if (!opt.slot_values || p == 0.0f) return;
-  const float* sv = opt.slot_values + static_cast<int64_t>(kvh) * head_dim;
-  for (int d = 0; d < head_dim; ++d) out[d] += p * sv[d];
 }
 
 // Weights over the visible keys of one query row, then the statistics and the pattern row; returns

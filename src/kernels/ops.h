@@ -111,6 +111,11 @@ void Attention(const float* q, const float* k, const float* v, float* out, int T
                const AttnStats* stats, bool bf16 = false);
 inline constexpr int kBf16AttentionRows = 16;
 
+// out (Dh) += p * kv head kvh's kv-bias slot value (opt.slot_values; nothing without one): the
+// slot's share of a query's output, which the attention kernels add and which a caller that
+// recomputes z from an edited pattern adds back.
+void AddSlotValue(const AttnOptions& opt, int kvh, int head_dim, float p, float* out);
+
 // Attention for an attention-sink streaming cache (StreamingLLM, Xiao et al. 2023, section 3.2).
 // The cache holds `sinks` fixed rows (the first tokens of the stream) followed by a ring of `ring`
 // rows for recent tokens: stream index m >= sinks lives in row sinks + (m - sinks) % ring.

@@ -351,12 +351,9 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
     AttentionFromPattern(pattern, v_all, s.z.data(), T, S, H, Hkv, Dh);
     if (opt.slot_values)
       for (int h = 0; h < H; ++h)
-        for (int t = 0; t < T; ++t) {
-          const float p = slot_p[static_cast<size_t>(h) * T + t];
-          const float* sv = opt.slot_values + static_cast<int64_t>(h / (H / Hkv)) * Dh;
-          float* zt = s.z.data() + static_cast<int64_t>(t) * c.q_dim() + h * Dh;
-          for (int d = 0; d < Dh; ++d) zt[d] += p * sv[d];
-        }
+        for (int t = 0; t < T; ++t)
+          AddSlotValue(opt, h / (H / Hkv), Dh, slot_p[static_cast<size_t>(h) * T + t],
+                       s.z.data() + static_cast<int64_t>(t) * c.q_dim() + h * Dh);
   }
   GateAttentionOutput(ctx, layer, in);
   if (ctx.HookActive(HookPoint::kZ, layer)) ctx.RunHook(HookPoint::kZ, layer, s.z.data(), {T, H, Dh});
