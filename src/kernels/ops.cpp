@@ -62,6 +62,7 @@ static void SmallMatMul(const float* x, const float* w, float* y, int T, int in,
 // the 288- to 4096-wide decode shapes; four adjacent rows instead of four spaced ones read 9-15 GB/s
 // on rows of 288-768 floats, too short for the prefetcher to follow four interleaved streams.
 constexpr int kMatVecStreams = 4;
+constexpr int kKeyRowsAhead = 4;  // per stream: 16 rows ahead in all
 
 __attribute__((target("avx2,fma"))) static inline float HorizontalSum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -74,12 +75,17 @@ __attribute__((target("avx2,fma"))) static void MatVecAvx2(const float* x, const
                                                             int in, int out, int64_t ldw) {
   constexpr int R = kMatVecStreams;
   const int q = out / R;
+  // Short rows far apart (a head's keys in the cache) are fetched kKeyRowsAhead rows ahead.
+  const bool prefetch = ldw > in && in <= 256;
   for (int o = 0; o < q; ++o) {
     const float* wr[R];
     __m256 a[R], b[R];
     for (int r = 0; r < R; ++r) {
       wr[r] = w + static_cast<int64_t>(o + r * q) * ldw;
       a[r] = b[r] = _mm256_setzero_ps();
+      if (prefetch)
+        for (int c = 0; c < in; c += 16)
+          _mm_prefetch(reinterpret_cast<const char*>(wr[r] + kKeyRowsAhead * ldw + c), _MM_HINT_T0);
     }
     int i = 0;
     for (; i + 16 <= in; i += 16) {
@@ -138,6 +144,9 @@ __attribute__((always_inline)) static inline void AddWeightedRowsBody(const floa
     for (int d = 0; d < dim; ++d) acc[d] += p[j] * vj[d];
   }
 }
+// How many rows ahead the attention's row loops prefetch a strided cache row.
+constexpr int kRowsAhead = 8;
+
 // N vectors (8N floats) of acc at once, kept in registers across the rows.
 template <int N>
 __attribute__((target("avx2,fma"))) static void AddWeightedRowsBlock(const float* p, const float* v,
@@ -148,6 +157,10 @@ __attribute__((target("avx2,fma"))) static void AddWeightedRowsBlock(const float
     if (p[j] == 0.0f) continue;
     const __m256 pj = _mm256_set1_ps(p[j]);
     const float* vj = v + static_cast<int64_t>(j) * ldv;
+    // A head's values are short pieces of long cache rows: fetch kRowsAhead rows ahead (a
+    // 1024-entry GPT-2-sized cache's value sums: 5.3 ms a token without, 3.1 ms with).
+    for (int c = 0; c < 8 * N; c += 16)
+      _mm_prefetch(reinterpret_cast<const char*>(vj + kRowsAhead * ldv + c), _MM_HINT_T0);
     for (int i = 0; i < N; ++i) a[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * i), a[i]);
   }
   for (int i = 0; i < N; ++i) _mm256_storeu_ps(acc + 8 * i, a[i]);
@@ -742,8 +755,7 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const float
   const bool parallel = work * (sinks + window) * head_dim > (1 << 15);
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> scores(sinks + window);
-    std::vector<int> rows(sinks + window);
+    float* scores = Workspace<float, 15>(static_cast<size_t>(sinks) + window);
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < work; ++item) {
       const int h = static_cast<int>(item / T);
@@ -757,38 +769,41 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const float
       const int64_t query_pos = std::min<int64_t>(m, static_cast<int64_t>(sinks) + window - 1);
       const int first_sink =
           static_cast<int>(std::clamp<int64_t>(query_pos - layer_window + 1, 0, n_sink));
-      int n = 0;
+      // The visible cache rows as runs of consecutive rows: the sinks, then the recent tokens,
+      // which wrap around the ring at most once. Each run's scores are one set of row dot
+      // products, its values one weighted row sum.
+      struct Run { int row0, count; const float* q; };
+      Run runs[3];
+      int n_runs = 0, n = 0;
       const float* qs = q_sink + static_cast<int64_t>(t) * q_row + h * head_dim;
-      for (int j = first_sink; j < n_sink; ++j, ++n) {
-        const float* kv = k + static_cast<int64_t>(j) * kv_row + kvh * head_dim;
-        float dot = 0.0f;
-        for (int d = 0; d < head_dim; ++d) dot += qs[d] * kv[d];
-        scores[n] = dot * scale;
-        rows[n] = j;
-      }
       const float* qr = q_recent + static_cast<int64_t>(t) * q_row + h * head_dim;
-      for (int64_t s = recent_first; s <= m; ++s, ++n) {
+      if (n_sink > first_sink) runs[n_runs++] = {first_sink, n_sink - first_sink, qs};
+      for (int64_t s = recent_first; s <= m;) {
         const int row = sinks + static_cast<int>((s - sinks) % ring);
-        const float* kv = k + static_cast<int64_t>(row) * kv_row + kvh * head_dim;
-        float dot = 0.0f;
-        for (int d = 0; d < head_dim; ++d) dot += qr[d] * kv[d];
-        scores[n] = dot * scale;
-        rows[n] = row;
+        const int count = static_cast<int>(std::min<int64_t>(m - s + 1, sinks + ring - row));
+        runs[n_runs++] = {row, count, qr};
+        s += count;
       }
-      if (opt.softcap > 0) SoftCap(scores.data(), n, opt.softcap);
+      const float* kh = k + kvh * head_dim;
+      const float* vh = v + kvh * head_dim;
+      for (int r = 0; r < n_runs; ++r) {
+        RowDots(runs[r].q, kh + static_cast<int64_t>(runs[r].row0) * kv_row, scores + n, head_dim,
+                runs[r].count, kv_row);
+        n += runs[r].count;
+      }
+      for (int j = 0; j < n; ++j) scores[j] *= scale;
+      if (opt.softcap > 0) SoftCap(scores, n, opt.softcap);
       float slot_p = 0.0f;
       if (opt.sigmoid)
-        Sigmoid(scores.data(), scores.data(), n);
+        Sigmoid(scores, scores, n);
       else
-        slot_p = SoftmaxWithSink(scores.data(), n, SlotLogit(opt, h, T, t));
+        slot_p = SoftmaxWithSink(scores, n, SlotLogit(opt, h, T, t));
       float* o = out + static_cast<int64_t>(t) * q_row + h * head_dim;
       std::fill(o, o + head_dim, 0.0f);
       AddSlotValue(opt, kvh, head_dim, slot_p, o);
-      for (int j = 0; j < n; ++j) {
-        const float p = scores[j];
-        const float* vv = v + static_cast<int64_t>(rows[j]) * kv_row + kvh * head_dim;
-        for (int d = 0; d < head_dim; ++d) o[d] += p * vv[d];
-      }
+      for (int r = 0, at = 0; r < n_runs; at += runs[r].count, ++r)
+        AddWeightedRows(scores + at, vh + static_cast<int64_t>(runs[r].row0) * kv_row, kv_row,
+                        runs[r].count, head_dim, o);
     }
   }
 }
