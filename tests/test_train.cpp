@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/file_util.h"
 #include "io/load.h"
+#include "kernels/parallel.h"
 #include "model/model.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
@@ -349,6 +350,35 @@ TEST(TrainBf16, LossAndGradientsWithinBf16OfF32) {
   const double g = test::MaxRelDiff(bf16.grads, f32.grads, "bf16 training gradients vs f32");
   EXPECT_GT(g, 0.0);
   EXPECT_LT(g, 3e-2);
+}
+
+// On two threads the paired products (q and k, the MLP's gate and up, each backward's input and
+// weight gradients) run one per thread: the loss and gradients equal one thread's within f32
+// summation-order differences. The shapes are large enough for the pairing (2^20 multiply-adds).
+TEST(TrainThreads, TwoThreadsMatchOne) {
+  TrainConfig c = Preset("quick");
+  c.dim = 128; c.n_heads = 4; c.n_kv_heads = 4; c.vocab_size = 256; c.n_layers = 2;
+  const int B = 8, T = 64;
+  std::vector<int> tokens(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    tokens[i] = (i * 37 + 11) % c.vocab_size;
+    targets[i] = (i * 53 + 7) % c.vocab_size;
+  }
+  const int threads = ThreadCount();
+  double loss[2];
+  std::vector<float> grads[2];
+  for (int k = 0; k < 2; ++k) {
+    SetThreadCount(k + 1);
+    TrainModel<float> m(c, B, T);
+    m.InitParams(5);
+    loss[k] = m.Forward(tokens.data(), targets.data());
+    m.Backward();
+    grads[k] = m.grads;
+  }
+  SetThreadCount(threads);
+  std::printf("training on 2 threads vs 1: loss %.9f vs %.9f\n", loss[1], loss[0]);
+  EXPECT_LT(std::abs(loss[1] - loss[0]) / loss[0], 1e-6);
+  EXPECT_LT(test::MaxRelDiff(grads[1], grads[0], "2-thread training gradients vs 1 thread"), 1e-5);
 }
 
 TEST(TrainBf16, ShortRunFollowsTheF32LossCurve) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -42,11 +43,30 @@ void LinearForward(const Real* x, const Real* w, Real* y, int N, int in, int out
   Gemm(false, true, N, out, in, Real(1), x, w, Real(0), y);
 }
 // dx (N, in) = dy W (overwritten, or added when accumulate); dW (out, in) += dy^T x.
+// On exactly two threads the two products (the same number of multiply-adds) run side by side,
+// one per thread (OpenBLAS runs single-threaded inside a parallel region), instead of one after the
+// other each split over both threads: at the trainer's widths (128-512) sgemm's own split of a
+// product scales poorly.
 template <typename Real>
 void LinearBackward(const Real* dy, const Real* x, const Real* w, Real* dx, Real* dw, int N, int in,
                     int out, bool accumulate_dx = false) {
-  if (dx) Gemm(false, false, N, in, out, Real(1), dy, w, accumulate_dx ? Real(1) : Real(0), dx);
-  Gemm(true, false, out, in, N, Real(1), dy, x, Real(1), dw);
+  auto input_grad = [&] {
+    Gemm(false, false, N, in, out, Real(1), dy, w, accumulate_dx ? Real(1) : Real(0), dx);
+  };
+  auto weight_grad = [&] { Gemm(true, false, out, in, N, Real(1), dy, x, Real(1), dw); };
+  if (dx && omp_get_max_threads() == 2 && !omp_in_parallel() &&
+      int64_t(N) * in * out >= (int64_t{1} << 20)) {
+#pragma omp parallel sections num_threads(2)
+    {
+#pragma omp section
+      input_grad();
+#pragma omp section
+      weight_grad();
+    }
+    return;
+  }
+  if (dx) input_grad();
+  weight_grad();
 }
 
 // ---- RMSNorm (Zhang & Sennrich 2019): y = x * r * w, r = (mean(x^2) + eps)^(-1/2).

@@ -1,5 +1,7 @@
 #include "train/train_model.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -30,6 +32,29 @@ void TrainModel<Real>::Linear(const Real* x, const Real* w, Real* y, int N, int 
     if (bf16_) return bf16_linear_.Forward(x, w, y, N, in, out);
   }
   LinearForward(x, w, y, N, in, out);
+}
+
+// On exactly two threads the two products run side by side, one per thread (OpenBLAS runs
+// single-threaded inside a parallel region), as LinearBackward's two: at the trainer's widths
+// sgemm's own split of one product over both threads scales poorly.
+template <typename Real>
+void TrainModel<Real>::LinearPair(const Real* x, const Real* wa, Real* ya, int out_a, const Real* wb,
+                                  Real* yb, int out_b, int N, int in) {
+  bool packed = false;
+  if constexpr (std::is_same_v<Real, float>) packed = bf16_;
+  if (!packed && omp_get_max_threads() == 2 && !omp_in_parallel() &&
+      int64_t(N) * in * std::min(out_a, out_b) >= (int64_t{1} << 20)) {
+#pragma omp parallel sections num_threads(2)
+    {
+#pragma omp section
+      LinearForward(x, wa, ya, N, in, out_a);
+#pragma omp section
+      LinearForward(x, wb, yb, N, in, out_b);
+    }
+    return;
+  }
+  Linear(x, wa, ya, N, in, out_a);
+  Linear(x, wb, yb, N, in, out_b);
 }
 
 template <typename Real>
@@ -198,13 +223,11 @@ double TrainModel<Real>::Forward(const int* tokens, const int* targets) {
     // Attention sublayer: x_mid = x + Wo Attn(RoPE(norm(Wq xn)), RoPE(norm(Wk xn)), Wv xn).
     RmsNormForward(a.x_in.data(), P + o.attn_norm, a.xn1.data(), a.rstd1.data(), N, D, eps);
     if (config_.qk_norm) {
-      Linear(a.xn1.data(), P + o.wq, a.q_pre.data(), N, D, qd);
-      Linear(a.xn1.data(), P + o.wk, a.k_pre.data(), N, D, kvd);
+      LinearPair(a.xn1.data(), P + o.wq, a.q_pre.data(), qd, P + o.wk, a.k_pre.data(), kvd, N, D);
       RmsNormForward(a.q_pre.data(), P + o.q_norm, a.q.data(), a.q_rstd.data(), N * H, Dh, eps);
       RmsNormForward(a.k_pre.data(), P + o.k_norm, a.k.data(), a.k_rstd.data(), N * Hkv, Dh, eps);
     } else {
-      Linear(a.xn1.data(), P + o.wq, a.q.data(), N, D, qd);
-      Linear(a.xn1.data(), P + o.wk, a.k.data(), N, D, kvd);
+      LinearPair(a.xn1.data(), P + o.wq, a.q.data(), qd, P + o.wk, a.k.data(), kvd, N, D);
     }
     Linear(a.xn1.data(), P + o.wv, a.v.data(), N, D, kvd);
     if (o.bias_key >= 0) {  // kv-bias: slot logits q . k* / sqrt(Dh) on the query before RoPE
@@ -237,8 +260,7 @@ double TrainModel<Real>::Forward(const int* tokens, const int* targets) {
     // FFN sublayer: x_out = x_mid + FFN(norm(x_mid)).
     RmsNormForward(a.x_mid.data(), P + o.ffn_norm, a.xn2.data(), a.rstd2.data(), N, D, eps);
     if (E_ == 0) {
-      Linear(a.xn2.data(), P + o.w1, a.h1.data(), N, D, F);
-      Linear(a.xn2.data(), P + o.w3, a.h3.data(), N, D, F);
+      LinearPair(a.xn2.data(), P + o.w1, a.h1.data(), F, P + o.w3, a.h3.data(), F, N, D);
       SwigluForward(a.h1.data(), a.h3.data(), a.g.data(), int64_t(N) * F);
       Linear(a.g.data(), P + o.w2, x_out, N, F, D);
     } else {

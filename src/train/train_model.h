@@ -67,6 +67,9 @@ class TrainModel {
   // The dense projections and the LM head: LinearForward / LinearBackward, or at --precision bf16
   // (float only) the forward and the input gradient through Bf16Linear (weight gradients f32).
   void Linear(const Real* x, const Real* w, Real* y, int N, int in, int out);
+  // ya = x Wa^T and yb = x Wb^T (one input, two weights).
+  void LinearPair(const Real* x, const Real* wa, Real* ya, int out_a, const Real* wb, Real* yb,
+                  int out_b, int N, int in);
   void LinearBack(const Real* dy, const Real* x, const Real* w, Real* dx, Real* dw, int N, int in,
                   int out, bool accumulate_dx = false);
   struct LayerActs {
