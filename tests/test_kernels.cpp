@@ -10,6 +10,7 @@
 
 #include "kernels/gemm_bf16.h"
 #include "kernels/ops.h"
+#include "kernels/parallel.h"
 #include "kernels/vecmath.h"
 #include "tensor/half.h"
 #include "test_util.h"
@@ -55,6 +56,39 @@ TEST(Kernels, MatMulMatchesNaive) {
     }
     ForceSimdLevel(best);
   }
+}
+
+// The decode products are bitwise independent of the thread count, and MatVecBatch (several
+// products of one x in one parallel region, with biases) equals one MatVec per product.
+TEST(Kernels, MatVecBatchEqualsMatVecAtAnyThreadCount) {
+  const int threads = ThreadCount();
+  const int in = 300;
+  const int outs[] = {1003, 77, 77, 5};
+  const auto x = Random(in, 31);
+  std::vector<std::vector<float>> w, bias, single, batched, first;
+  for (int j = 0; j < 4; ++j) {
+    w.push_back(Random(static_cast<size_t>(outs[j]) * in, 32 + j));
+    bias.push_back(Random(outs[j], 40 + j));
+  }
+  for (int n : {1, 2, 3}) {
+    SetThreadCount(n);
+    std::vector<MatVecJob> jobs;
+    single.assign(4, {});
+    batched.assign(4, {});
+    for (int j = 0; j < 4; ++j) {
+      single[j].assign(outs[j], NAN);
+      batched[j].assign(outs[j], NAN);
+      MatMul(x.data(), w[j].data(), bias[j].data(), single[j].data(), 1, in, outs[j]);
+      jobs.push_back({w[j].data(), bias[j].data(), batched[j].data(), outs[j]});
+    }
+    MatVecBatch(x.data(), in, jobs);
+    if (n == 1) first = single;
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_TRUE(batched[j] == single[j]) << "threads " << n << " job " << j;
+      EXPECT_TRUE(single[j] == first[j]) << "threads " << n << " vs 1, job " << j;
+    }
+  }
+  SetThreadCount(threads);
 }
 
 TEST(Kernels, RmsNormAndLayerNorm) {

@@ -71,6 +71,40 @@ __attribute__((target("avx2,fma"))) static inline float HorizontalSum(__m256 v) 
   return _mm_cvtss_f32(s);
 }
 
+// y[r] = W row r · x for the R rows wr[r] (each with two 8-lane chains, the same arithmetic for
+// every row whichever group it is in: a row's result does not depend on how rows are split).
+template <int R>
+__attribute__((target("avx2,fma"))) static inline void RowsDotAvx2(const float* x,
+                                                                   const float* const* wr, int in,
+                                                                   float* const* y, bool prefetch,
+                                                                   int64_t ldw) {
+  __m256 a[R], b[R];
+  for (int r = 0; r < R; ++r) {
+    a[r] = b[r] = _mm256_setzero_ps();
+    if (prefetch)
+      for (int c = 0; c < in; c += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(wr[r] + kKeyRowsAhead * ldw + c), _MM_HINT_T0);
+  }
+  int i = 0;
+  for (; i + 16 <= in; i += 16) {
+    const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+    for (int r = 0; r < R; ++r) {
+      a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(wr[r] + i), x0, a[r]);
+      b[r] = _mm256_fmadd_ps(_mm256_loadu_ps(wr[r] + i + 8), x1, b[r]);
+    }
+  }
+  if (i + 8 <= in) {
+    const __m256 x0 = _mm256_loadu_ps(x + i);
+    for (int r = 0; r < R; ++r) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(wr[r] + i), x0, a[r]);
+    i += 8;
+  }
+  for (int r = 0; r < R; ++r) {
+    float sum = HorizontalSum(_mm256_add_ps(a[r], b[r]));
+    for (int j = i; j < in; ++j) sum += x[j] * wr[r][j];
+    *y[r] = sum;
+  }
+}
+
 __attribute__((target("avx2,fma"))) static void MatVecAvx2(const float* x, const float* w, float* y,
                                                             int in, int out, int64_t ldw) {
   constexpr int R = kMatVecStreams;
@@ -79,35 +113,19 @@ __attribute__((target("avx2,fma"))) static void MatVecAvx2(const float* x, const
   const bool prefetch = ldw > in && in <= 256;
   for (int o = 0; o < q; ++o) {
     const float* wr[R];
-    __m256 a[R], b[R];
+    float* yr[R];
     for (int r = 0; r < R; ++r) {
       wr[r] = w + static_cast<int64_t>(o + r * q) * ldw;
-      a[r] = b[r] = _mm256_setzero_ps();
-      if (prefetch)
-        for (int c = 0; c < in; c += 16)
-          _mm_prefetch(reinterpret_cast<const char*>(wr[r] + kKeyRowsAhead * ldw + c), _MM_HINT_T0);
+      yr[r] = y + o + r * q;
     }
-    int i = 0;
-    for (; i + 16 <= in; i += 16) {
-      const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
-      for (int r = 0; r < R; ++r) {
-        a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(wr[r] + i), x0, a[r]);
-        b[r] = _mm256_fmadd_ps(_mm256_loadu_ps(wr[r] + i + 8), x1, b[r]);
-      }
-    }
-    if (i + 8 <= in) {
-      const __m256 x0 = _mm256_loadu_ps(x + i);
-      for (int r = 0; r < R; ++r) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(wr[r] + i), x0, a[r]);
-      i += 8;
-    }
-    for (int r = 0; r < R; ++r) {
-      float sum = HorizontalSum(_mm256_add_ps(a[r], b[r]));
-      for (int j = i; j < in; ++j) sum += x[j] * wr[r][j];
-      y[o + r * q] = sum;
-    }
+    RowsDotAvx2<R>(x, wr, in, yr, prefetch, ldw);
   }
   // The out % R rows left over, one at a time.
-  if (q * R < out) SmallMatMulAvx2(x, w + static_cast<int64_t>(q * R) * ldw, y + q * R, 1, in, out - q * R, ldw);
+  for (int o = q * R; o < out; ++o) {
+    const float* wr = w + static_cast<int64_t>(o) * ldw;
+    float* yr = y + o;
+    RowsDotAvx2<1>(x, &wr, in, &yr, prefetch, ldw);
+  }
 }
 
 // Multiply-adds from which a matrix-vector product splits its rows over the threads: 2^16 is
@@ -129,6 +147,27 @@ void MatVec(const float* x, const float* w, float* y, int in, int out) {
     const int first = static_cast<int>(static_cast<int64_t>(out) * id / threads);
     const int last = static_cast<int>(static_cast<int64_t>(out) * (id + 1) / threads);
     RowDots(x, w + static_cast<int64_t>(first) * in, y + first, in, last - first, in);
+  }
+}
+
+void MatVecBatch(const float* x, int in, std::span<const MatVecJob> jobs) {
+  int64_t total = 0;
+  for (const MatVecJob& job : jobs) total += job.out;
+#pragma omp parallel if (total * in >= kParallelMatVec)
+  {
+    const int threads = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t first = total * id / threads, last = total * (id + 1) / threads;
+    int64_t job_first = 0;  // the job's first row in the joined range
+    for (const MatVecJob& job : jobs) {
+      const int64_t lo = std::max(first, job_first), hi = std::min(last, job_first + job.out);
+      if (lo < hi) {
+        const int r0 = static_cast<int>(lo - job_first), rows = static_cast<int>(hi - lo);
+        RowDots(x, job.w + static_cast<int64_t>(r0) * in, job.y + r0, in, rows, in);
+        if (job.bias)
+          for (int r = r0; r < r0 + rows; ++r) job.y[r] += job.bias[r];
+      }
+      job_first += job.out;
+    }
   }
 }
 

@@ -16,6 +16,18 @@ void MatMul(const float* x, const float* w, const float* bias, float* y, int T, 
 // y (out) = W x for one row x (in): MatMul's decode path (rows over the threads once W is large
 // enough to pay for them).
 void MatVec(const float* x, const float* w, float* y, int in, int out);
+// One product of MatVecBatch: y (out) = W x (+ bias if not null), W (out, in).
+struct MatVecJob {
+  const float* w;
+  const float* bias;
+  float* y;
+  int out;
+};
+// Every job's product of the same x (in) in one parallel region: the jobs' rows taken as one range
+// and split over the threads, so a decode step's q, k and v (or gate and up) cost one hand-off
+// between threads instead of one each. Each y equals MatVec's bit for bit: a row's dot product is
+// computed the same way however the rows are split.
+void MatVecBatch(const float* x, int in, std::span<const MatVecJob> jobs);
 
 // out (T, D) = x / sqrt(mean(x^2) + eps) * (weight_offset + weight). `out` may alias `x`.
 // weight_offset is 1 for Gemma (Gemma2RMSNorm multiplies by 1 + weight), else 0.

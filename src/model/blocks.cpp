@@ -142,6 +142,29 @@ static const PackedWeight* Packed(const LayerWeights& w, PackedWeight LayerPacke
   return w.packed ? &((*w.packed).*member) : nullptr;
 }
 
+// Several projections of the same x (T, in): q, k and v, or the MLP's gate and up. One token on f32
+// weights (decode) goes through MatVecBatch, one hand-off between threads for all of them; anything
+// else projects each in turn.
+struct Projection {
+  const Tensor& w;
+  const PackedWeight* packed;
+  const Tensor& bias;
+  float* y;
+  int out;
+};
+static void ProjectEach(const float* x, std::initializer_list<Projection> projections, int T, int in) {
+  bool f32 = T == 1;
+  for (const Projection& p : projections) f32 = f32 && !p.packed;
+  if (f32) {
+    MatVecJob jobs[4];
+    int n = 0;
+    for (const Projection& p : projections) jobs[n++] = {p.w.data(), OrNull(p.bias), p.y, p.out};
+    MatVecBatch(x, in, std::span<const MatVecJob>(jobs, n));
+    return;
+  }
+  for (const Projection& p : projections) Project(x, p.w, p.packed, p.bias, p.y, T, in, p.out);
+}
+
 // Gated attention (config.attn_output_gate): z (T, H*Dh) *= sigmoid(in W_gate^T), in the block's
 // normed input; hook_gate sees the gate, hook_z the gated output W_O reads.
 static void GateAttentionOutput(ForwardContext& ctx, int layer, const float* in) {
@@ -224,9 +247,11 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
     s.k_new = Tensor::Zeros({s.capacity, kv_dim});
     s.v_new = Tensor::Zeros({s.capacity, kv_dim});
   }
-  Project(in, w.wq, Packed(w, &LayerPacked::wq), w.bq, s.q.data(), T, D, c.q_dim());
-  Project(in, w.wk, Packed(w, &LayerPacked::wk), w.bk, s.k_new.data(), T, D, kv_dim);
-  Project(in, w.wv, Packed(w, &LayerPacked::wv), w.bv, s.v_new.data(), T, D, kv_dim);
+  ProjectEach(in,
+              {{w.wq, Packed(w, &LayerPacked::wq), w.bq, s.q.data(), c.q_dim()},
+               {w.wk, Packed(w, &LayerPacked::wk), w.bk, s.k_new.data(), kv_dim},
+               {w.wv, Packed(w, &LayerPacked::wv), w.bv, s.v_new.data(), kv_dim}},
+              T, D);
   NormalizeQk(c, w, s.q.data(), s.k_new.data(), T);
   KvBiasLogits(ctx, layer, s.q.data());
   const bool has_sinks = layout.sinks > 0;
@@ -289,9 +314,11 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
   float* k_new = ctx.cache.k[layer].row(ctx.start);
   float* v_new = ctx.cache.v[layer].row(ctx.start);
 
-  Project(in, w.wq, Packed(w, &LayerPacked::wq), w.bq, s.q.data(), T, D, c.q_dim());
-  Project(in, w.wk, Packed(w, &LayerPacked::wk), w.bk, k_new, T, D, c.kv_dim());
-  Project(in, w.wv, Packed(w, &LayerPacked::wv), w.bv, v_new, T, D, c.kv_dim());
+  ProjectEach(in,
+              {{w.wq, Packed(w, &LayerPacked::wq), w.bq, s.q.data(), c.q_dim()},
+               {w.wk, Packed(w, &LayerPacked::wk), w.bk, k_new, c.kv_dim()},
+               {w.wv, Packed(w, &LayerPacked::wv), w.bv, v_new, c.kv_dim()}},
+              T, D);
   NormalizeQk(c, w, s.q.data(), k_new, T);
   KvBiasLogits(ctx, layer, s.q.data());
   if (c.rope != RopeKind::kNone) {
@@ -371,11 +398,14 @@ void Mlp(ForwardContext& ctx, int layer, const float* in, float* out) {
   for (int t0 = 0; t0 < T; t0 += kMlpRows) {
     const int rows = std::min(kMlpRows, T - t0);
     const float* x = in + static_cast<int64_t>(t0) * D;
-    Project(x, w.w1, Packed(w, &LayerPacked::w1), w.b1, s.hb.data(), rows, D, F);
     if (c.gated_mlp) {
-      Project(x, w.w3, Packed(w, &LayerPacked::w3), w.b3, s.hb2.data(), rows, D, F);
+      ProjectEach(x,
+                  {{w.w1, Packed(w, &LayerPacked::w1), w.b1, s.hb.data(), F},
+                   {w.w3, Packed(w, &LayerPacked::w3), w.b3, s.hb2.data(), F}},
+                  rows, D);
       GatedActivation(s.hb.data(), s.hb2.data(), static_cast<int64_t>(rows) * F, c.act);
     } else {
+      Project(x, w.w1, Packed(w, &LayerPacked::w1), w.b1, s.hb.data(), rows, D, F);
       ActivationInPlace(s.hb.data(), static_cast<int64_t>(rows) * F, c.act);
     }
     Project(s.hb.data(), w.w2, Packed(w, &LayerPacked::w2), w.b2, out + static_cast<int64_t>(t0) * D, rows, F, D);
