@@ -1,6 +1,5 @@
 #include "kernels/gemm_q8.h"
 
-#include <cblas.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -8,6 +7,7 @@
 
 #include "common/error.h"
 #include "kernels/dequant.h"
+#include "kernels/gemm_ggml.h"
 #include "kernels/vecmath.h"
 #include "kernels/workspace.h"
 #include "tensor/half.h"
@@ -20,11 +20,9 @@ namespace {
 
 constexpr int kQ8BlockBytes = 2 + kQ8Block;  // ggml's block_q8_0
 constexpr int kPrefetchBytes = 2048;         // how far ahead the fused kernel prefetches W
-constexpr int kWidenBlock = 128;             // rows of W dequantised at a time for sgemm
 // Multiply-adds from which the products use every thread (as MatMulBf16: a decode-sized product
 // is over before a second thread would start).
 constexpr int64_t kParallelMatVec = int64_t{1} << 16;
-constexpr int64_t kParallelMacs = int64_t{1} << 22;
 
 // One group of W (q, d at its first block): y[r] = sum over blocks of d[b][r] * (q[b][r] · x[b]),
 // for the group's first R rows. The portable body: 8 partial sums per block so that compilers
@@ -143,30 +141,6 @@ SS_AVX2 void DequantizeAvx2(const PackedQ8& w, int row0, int rows, float* dst) {
   DequantizeBody(w, row0, rows, dst);
 }
 
-// The sgemm path (T >= kQ8WidenRows): W dequantised kWidenBlock rows at a time, each block's product
-// by sgemm (one thread per block: OpenBLAS runs single-threaded inside an OpenMP parallel region).
-void MatMulDequantised(const float* x, const PackedQ8& w, const float* bias, float* y, int T) {
-  const int in = w.in, out = w.out;
-  const int blocks = (out + kWidenBlock - 1) / kWidenBlock;
-#pragma omp parallel if (static_cast<int64_t>(T) * in * out >= kParallelMacs)
-  {
-    float* wf = Workspace<float, 5>(static_cast<size_t>(kWidenBlock) * in);
-#pragma omp for schedule(dynamic, 1)
-    for (int b = 0; b < blocks; ++b) {
-      const int row0 = b * kWidenBlock, rows = std::min(kWidenBlock, out - row0);
-      DequantizeQ8Rows(w, row0, rows, wf);
-      float beta = 0.0f;
-      if (bias) {
-        for (int t = 0; t < T; ++t)
-          std::copy(bias + row0, bias + row0 + rows, y + static_cast<int64_t>(t) * out + row0);
-        beta = 1.0f;
-      }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, rows, in, 1.0f, x, in, wf, in, beta,
-                  y + row0, out);
-    }
-  }
-}
-
 }  // namespace
 
 PackedQ8 PackQ8_0(const float* w, int out, int in) {
@@ -225,7 +199,8 @@ void MatMulQ8(const float* x, const PackedQ8& w, const float* bias, float* y, in
   SS_ASSERT(T >= 0 && w.out >= 1 && w.in >= 1);
   if (T == 0) return;
   if (T >= kQ8WidenRows)
-    MatMulDequantised(x, w, bias, y, T);
+    MatMulWidened(x, w.in, w.out, bias, y, T,
+                  [&w](int row0, int rows, float* dst) { DequantizeQ8Rows(w, row0, rows, dst); });
   else
     MatMulFused(x, w, bias, y, T);
 }

@@ -1,0 +1,340 @@
+#include "kernels/gemm_ggml.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+#include "kernels/dequant.h"
+#include "kernels/vecmath.h"
+#include "kernels/workspace.h"
+#include "tensor/half.h"
+
+namespace ss {
+
+namespace {
+
+#define SS_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+constexpr int kWidenBlock = 128;      // rows of W dequantised at a time for sgemm
+constexpr int kPrefetchBytes = 1024;  // how far ahead of the block in use the fused kernels ask for W
+// Multiply-adds from which the products use every thread (as the f32, bf16 and Q8_0 kernels).
+constexpr int64_t kParallelMatVec = int64_t{1} << 16;
+constexpr int64_t kParallelMacs = int64_t{1} << 22;
+
+uint16_t LoadU16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// Q4_K's 6-bit scale and offset of sub-block j (kernels/dequant.h gives the packing).
+inline void ScaleMinK4(int j, const uint8_t* s, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// ---- AVX2 + FMA (+ F16C) row dots: sum_i dequant(w)[i] * x[i] over one row of `in` values.
+
+SS_AVX2 inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+SS_AVX2 inline float HalfToFloat(const uint8_t* p) { return _cvtsh_ss(LoadU16(p)); }
+
+SS_AVX2 inline void PrefetchAhead(const uint8_t* p, int bytes) {
+  for (int o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + o, _MM_HINT_T0);
+}
+
+// 16 signed (unsigned) bytes of v, widened to f32, times x[0 .. 16): two 8-lane products summed.
+SS_AVX2 inline __m256 DotI8x16(__m128i v, const float* x) {
+  const __m256 a = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), _mm256_loadu_ps(x));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))),
+                         _mm256_loadu_ps(x + 8), a);
+}
+SS_AVX2 inline __m256 DotU8x16(__m128i v, const float* x) {
+  const __m256 a = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), _mm256_loadu_ps(x));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8))),
+                         _mm256_loadu_ps(x + 8), a);
+}
+
+SS_AVX2 float DotF16Avx2(const uint8_t* w, const float* x, const float*, int in) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 16 <= in; i += 16) {
+    PrefetchAhead(w + 2 * i, 32);
+    const __m128i* p = reinterpret_cast<const __m128i*>(w + 2 * i);
+    s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(p)), _mm256_loadu_ps(x + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(p + 1)), _mm256_loadu_ps(x + i + 8), s1);
+  }
+  float total = HorizontalSum(_mm256_add_ps(s0, s1));
+  for (; i < in; ++i) total += HalfToFloat(w + 2 * i) * x[i];
+  return total;
+}
+
+SS_AVX2 inline __m256 Bf16x8(const uint8_t* p) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
+SS_AVX2 float DotBf16Avx2(const uint8_t* w, const float* x, const float*, int in) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 16 <= in; i += 16) {
+    PrefetchAhead(w + 2 * i, 32);
+    s0 = _mm256_fmadd_ps(Bf16x8(w + 2 * i), _mm256_loadu_ps(x + i), s0);
+    s1 = _mm256_fmadd_ps(Bf16x8(w + 2 * i + 16), _mm256_loadu_ps(x + i + 8), s1);
+  }
+  float total = HorizontalSum(_mm256_add_ps(s0, s1));
+  for (; i < in; ++i) total += BF16ToF32(LoadU16(w + 2 * i)) * x[i];
+  return total;
+}
+
+// Q8_0: 34-byte blocks, f16 d | int8 q[32].
+SS_AVX2 float DotQ8_0Avx2(const uint8_t* w, const float* x, const float*, int in) {
+  __m256 total = _mm256_setzero_ps();
+  for (int b = 0; b < in / 32; ++b, w += 34, x += 32) {
+    PrefetchAhead(w, 64);
+    const __m128i* q = reinterpret_cast<const __m128i*>(w + 2);
+    const __m256 s = _mm256_add_ps(DotI8x16(_mm_loadu_si128(q), x), DotI8x16(_mm_loadu_si128(q + 1), x + 16));
+    total = _mm256_fmadd_ps(s, _mm256_set1_ps(HalfToFloat(w)), total);
+  }
+  return HorizontalSum(total);
+}
+
+// Q4_0: 18-byte blocks, f16 d | 16 bytes: values 0-15 in the low nibbles, 16-31 in the high ones,
+// each nibble - 8.
+SS_AVX2 float DotQ4_0Avx2(const uint8_t* w, const float* x, const float*, int in) {
+  const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  __m256 total = _mm256_setzero_ps();
+  for (int b = 0; b < in / 32; ++b, w += 18, x += 32) {
+    PrefetchAhead(w, 64);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight);
+    const __m256 s = _mm256_add_ps(DotI8x16(lo, x), DotI8x16(hi, x + 16));
+    total = _mm256_fmadd_ps(s, _mm256_set1_ps(HalfToFloat(w)), total);
+  }
+  return HorizontalSum(total);
+}
+
+// Q4_K: 144-byte super-blocks of 256 values (kernels/dequant.h). Value = d * sc_j * q - dmin * m_j:
+// the q part is an FMA chain per sub-block; the offsets are dmin * m_j times xsum[j], the sum of
+// the sub-block's 32 values of x.
+SS_AVX2 float DotQ4_KAvx2(const uint8_t* w, const float* x, const float* xsum, int in) {
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  __m256 total = _mm256_setzero_ps();
+  float offset = 0.0f;
+  for (int b = 0; b < in / 256; ++b, w += 144, x += 256, xsum += 8) {
+    PrefetchAhead(w, 192);
+    const float d = HalfToFloat(w), dmin = HalfToFloat(w + 2);
+    const uint8_t* scales = w + 4;
+    for (int g = 0; g < 4; ++g) {
+      int sc_lo, m_lo, sc_hi, m_hi;
+      ScaleMinK4(2 * g, scales, &sc_lo, &m_lo);
+      ScaleMinK4(2 * g + 1, scales, &sc_hi, &m_hi);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * g));
+      const __m256i lo = _mm256_and_si256(q, mask);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      const float* xg = x + 64 * g;
+      const __m256 s_lo = _mm256_add_ps(DotU8x16(_mm256_castsi256_si128(lo), xg),
+                                        DotU8x16(_mm256_extracti128_si256(lo, 1), xg + 16));
+      const __m256 s_hi = _mm256_add_ps(DotU8x16(_mm256_castsi256_si128(hi), xg + 32),
+                                        DotU8x16(_mm256_extracti128_si256(hi, 1), xg + 48));
+      total = _mm256_fmadd_ps(s_lo, _mm256_set1_ps(d * static_cast<float>(sc_lo)), total);
+      total = _mm256_fmadd_ps(s_hi, _mm256_set1_ps(d * static_cast<float>(sc_hi)), total);
+      offset += dmin * static_cast<float>(m_lo) * xsum[2 * g] + dmin * static_cast<float>(m_hi) * xsum[2 * g + 1];
+    }
+  }
+  return HorizontalSum(total) - offset;
+}
+
+// Bits kShift, kShift + 1 of each byte of qh, moved to bits 4 and 5 (Q6_K's high bits).
+template <int kShift>
+SS_AVX2 inline __m256i HighBitsQ6(__m256i qh, __m256i m2) {
+  return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, kShift), m2), 4);
+}
+
+// Q6_K: 210-byte super-blocks of 256 values (kernels/dequant.h): per half h, four vectors of 32
+// six-bit values (low 4 bits from ql, high 2 from qh), each - 32, in 16-value sub-blocks with an
+// int8 scale.
+SS_AVX2 float DotQ6_KAvx2(const uint8_t* w, const float* x, const float*, int in) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+  __m256 total = _mm256_setzero_ps();
+  for (int b = 0; b < in / 256; ++b, w += 210, x += 256) {
+    PrefetchAhead(w, 256);
+    const float d = HalfToFloat(w + 208);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = w + 64 * h;
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * h));
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(a, m4), HighBitsQ6<0>(hb, m2)),
+          _mm256_or_si256(_mm256_and_si256(c, m4), HighBitsQ6<2>(hb, m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), HighBitsQ6<4>(hb, m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), HighBitsQ6<6>(hb, m2))};
+      const int8_t* sh = sc + 8 * h;
+      const float* xh = x + 128 * h;
+      for (int k = 0; k < 4; ++k) {
+        const __m256i v = _mm256_sub_epi8(q[k], k32);
+        const __m256 first = DotI8x16(_mm256_castsi256_si128(v), xh + 32 * k);
+        const __m256 second = DotI8x16(_mm256_extracti128_si256(v, 1), xh + 32 * k + 16);
+        total = _mm256_fmadd_ps(first, _mm256_set1_ps(d * static_cast<float>(sh[2 * k])), total);
+        total = _mm256_fmadd_ps(second, _mm256_set1_ps(d * static_cast<float>(sh[2 * k + 1])), total);
+      }
+    }
+  }
+  return HorizontalSum(total);
+}
+
+// Sums of each 32 values of x (Q4_K's offsets), n a multiple of 32.
+SS_AVX2 void BlockSums32Avx2(const float* x, int n, float* sums) {
+  for (int b = 0; b < n / 32; ++b, x += 32) {
+    const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)),
+                                   _mm256_add_ps(_mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24)));
+    sums[b] = HorizontalSum(s);
+  }
+}
+
+using RowDot = float (*)(const uint8_t* w, const float* x, const float* xsum, int in);
+
+RowDot Avx2RowDot(uint32_t type) {
+  switch (type) {
+    case kGgmlTypeF16: return DotF16Avx2;
+    case kGgmlTypeBF16: return DotBf16Avx2;
+    case kGgmlTypeQ8_0: return DotQ8_0Avx2;
+    case kGgmlTypeQ4_0: return DotQ4_0Avx2;
+    case kGgmlTypeQ4_K: return DotQ4_KAvx2;
+    case kGgmlTypeQ6_K: return DotQ6_KAvx2;
+    default: return nullptr;
+  }
+}
+
+bool Avx2Active() {
+  static const bool f16c = __builtin_cpu_supports("f16c");
+  return f16c && Avx2FmaActive();
+}
+
+// The portable path: the row dequantised into scratch, then a dot product with 8 partial sums.
+float DotPortable(uint32_t type, const uint8_t* w, const float* x, int in) {
+  float* row = Workspace<float, 6>(static_cast<size_t>(in));
+  Dequantize(type, w, row, in);
+  float acc[8] = {};
+  int i = 0;
+  for (; i + 8 <= in; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += row[i + k] * x[i + k];
+  float total = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < in; ++i) total += row[i] * x[i];
+  return total;
+}
+
+// The fused path (T < kGgmlWidenRows): rows of W in contiguous ranges per thread (so each thread
+// reads one sequential stream), each row serving every row of x while it is in cache.
+void MatMulFused(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T) {
+  const int in = w.in, out = w.out;
+  const RowDot avx2 = Avx2Active() ? Avx2RowDot(w.type) : nullptr;
+  const float* xsum = nullptr;
+  if (avx2 && w.type == kGgmlTypeQ4_K) {
+    float* sums = Workspace<float, 7>(static_cast<size_t>(T) * (in / 32));
+    for (int t = 0; t < T; ++t) BlockSums32Avx2(x + static_cast<int64_t>(t) * in, in, sums + t * (in / 32));
+    xsum = sums;
+  }
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(T) * in * out >= kParallelMatVec)
+  for (int r = 0; r < out; ++r) {
+    const uint8_t* row = w.row(r);
+    for (int t = 0; t < T; ++t) {
+      const float* xt = x + static_cast<int64_t>(t) * in;
+      const float dot = avx2 ? avx2(row, xt, xsum ? xsum + t * (in / 32) : nullptr, in)
+                             : DotPortable(w.type, row, xt, in);
+      y[static_cast<int64_t>(t) * out + r] = bias ? dot + bias[r] : dot;
+    }
+  }
+}
+
+}  // namespace
+
+bool GgmlMatMulSupports(uint32_t type) {
+  switch (type) {
+    case kGgmlTypeF16:
+    case kGgmlTypeBF16:
+    case kGgmlTypeQ8_0:
+    case kGgmlTypeQ4_0:
+    case kGgmlTypeQ4_K:
+    case kGgmlTypeQ6_K: return true;
+    default: return false;
+  }
+}
+
+GgmlMatrix GgmlView(uint32_t type, int out, int in, const uint8_t* data, std::shared_ptr<const void> owner) {
+  if (!GgmlMatMulSupports(type))
+    Fail("ggml type {} ({}): no matrix product kernel for it (supported: F16, BF16, Q8_0, Q4_0, "
+         "Q4_K, Q6_K)", type, GgmlTypeName(type));
+  if (out < 1 || in < 1 || in % GgmlBlockValues(type) != 0)
+    Fail("ggml type {}: a ({}, {}) matrix needs rows of whole {}-value blocks", GgmlTypeName(type),
+         out, in, GgmlBlockValues(type));
+  SS_ASSERT(data != nullptr);
+  GgmlMatrix m;
+  m.type = type;
+  m.out = out;
+  m.in = in;
+  m.row_bytes = GgmlBytes(type, in);
+  m.data = data;
+  m.owner = std::move(owner);
+  return m;
+}
+
+const char* GgmlKernelName(uint32_t type) {
+  return Avx2Active() && Avx2RowDot(type) ? "avx2" : "portable";
+}
+
+void DequantizeGgmlRows(const GgmlMatrix& w, int row0, int rows, float* dst) {
+  SS_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= w.out);
+  for (int r = 0; r < rows; ++r) Dequantize(w.type, w.row(row0 + r), dst + static_cast<int64_t>(r) * w.in, w.in);
+}
+
+void MatMulWidened(const float* x, int in, int out, const float* bias, float* y, int T,
+                   const std::function<void(int, int, float*)>& dequantise) {
+  const int blocks = (out + kWidenBlock - 1) / kWidenBlock;
+#pragma omp parallel if (static_cast<int64_t>(T) * in * out >= kParallelMacs)
+  {
+    float* wf = Workspace<float, 5>(static_cast<size_t>(kWidenBlock) * in);
+#pragma omp for schedule(dynamic, 1)
+    for (int b = 0; b < blocks; ++b) {
+      const int row0 = b * kWidenBlock, rows = std::min(kWidenBlock, out - row0);
+      dequantise(row0, rows, wf);
+      float beta = 0.0f;
+      if (bias) {
+        for (int t = 0; t < T; ++t)
+          std::copy(bias + row0, bias + row0 + rows, y + static_cast<int64_t>(t) * out + row0);
+        beta = 1.0f;
+      }
+      // One thread per block: OpenBLAS runs single-threaded inside an OpenMP parallel region.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, rows, in, 1.0f, x, in, wf, in, beta,
+                  y + row0, out);
+    }
+  }
+}
+
+void MatMulGgml(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T) {
+  SS_ASSERT(T >= 0 && !w.empty());
+  if (T == 0) return;
+  if (T >= kGgmlWidenRows)
+    MatMulWidened(x, w.in, w.out, bias, y, T,
+                  [&w](int row0, int rows, float* dst) { DequantizeGgmlRows(w, row0, rows, dst); });
+  else
+    MatMulFused(x, w, bias, y, T);
+}
+
+}  // namespace ss

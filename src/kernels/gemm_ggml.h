@@ -1,0 +1,65 @@
+// Matrix products on weights kept in the type the file stores them (--precision native):
+// y (T, out) = x (T, in) · dequant(W)^T (+ bias), W in ggml's row layout (kernels/dequant.h: F16,
+// BF16, Q8_0, Q4_0, Q4_K, Q6_K; each row whole blocks, rows one after the other). The same bytes
+// serve a GGUF tensor and a safetensors F16 / BF16 tensor, so W is usually a view of the file's
+// mapping and is never expanded to f32 as a whole. x and y stay f32.
+//
+// - Few rows of x (decode, T < kGgmlWidenRows): a fused dequantise-and-dot per row of W, in AVX2
+//   registers where the CPU has AVX2 + FMA (+ F16C for F16): each block's integers (or halves) are
+//   widened to f32 and multiplied with x by FMA, the block's sum scaled by its scale. Q4_K's
+//   per-sub-block offset enters as dmin * m * (sum of the sub-block's 32 values of x), computed once
+//   per row of x. Elsewhere the row is dequantised (kernels/dequant.h) into f32 and dotted.
+// - Many rows (prefill, analysis): W is dequantised kWidenBlock rows at a time into f32 and
+//   OpenBLAS sgemm multiplies the block (MatMulWidened, shared with the Q8_0 pack).
+// Either way the result is x times the dequantised W up to the order of f32 additions; a row's sum
+// is computed the same way whatever the thread count, so the result does not depend on it.
+// tests/test_gemm_ggml.cpp holds every type and path to a double-precision product of x and the
+// dequantised W and prints the largest difference.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace ss {
+
+// Rows of x from which MatMulGgml dequantises W into f32 blocks for sgemm.
+inline constexpr int kGgmlWidenRows = 16;
+
+struct GgmlMatrix {
+  uint32_t type = 0;       // kGgmlType* (kernels/dequant.h)
+  int out = 0, in = 0;     // the logical shape of W (PyTorch order)
+  size_t row_bytes = 0;    // GgmlBytes(type, in)
+  const uint8_t* data = nullptr;        // out * row_bytes bytes; any alignment
+  std::shared_ptr<const void> owner;    // keeps `data` alive: the file's mapping or a buffer
+  bool empty() const { return data == nullptr; }
+  size_t bytes() const { return static_cast<size_t>(out) * row_bytes; }
+  const uint8_t* row(int r) const { return data + static_cast<size_t>(r) * row_bytes; }
+};
+
+// Whether MatMulGgml multiplies weights of this ggml type: F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K.
+bool GgmlMatMulSupports(uint32_t type);
+// W of `type` (out, in) over `data` (viewed, kept alive by `owner`). Throws ss::Error when the type
+// is not supported or `in` is not a whole number of its blocks.
+GgmlMatrix GgmlView(uint32_t type, int out, int in, const uint8_t* data,
+                    std::shared_ptr<const void> owner);
+
+// The path MatMulGgml's fused product takes for `type` now: "avx2" or "portable".
+const char* GgmlKernelName(uint32_t type);
+
+// y (T, out) = x (T, in) · dequant(W)^T (+ bias (out) if not null). Any T >= 0. Runs one OpenMP
+// parallel region when the product is large enough (the caller must not be inside one).
+void MatMulGgml(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T);
+
+// W[row0 .. row0 + rows) dequantised into dst (rows, in), row-major.
+void DequantizeGgmlRows(const GgmlMatrix& w, int row0, int rows, float* dst);
+
+// y (T, out) = x (T, in) · W^T (+ bias), where W is available only a block of rows at a time:
+// dequantise(row0, rows, dst) writes rows [row0, row0 + rows) of W into dst (rows, in). Blocks of
+// kWidenBlock rows go to OpenBLAS sgemm, one block per thread. For T large enough that sgemm pays
+// for the dequantisation (the packed Q8_0 and the native types, from 16 rows of x on).
+void MatMulWidened(const float* x, int in, int out, const float* bias, float* y, int T,
+                   const std::function<void(int row0, int rows, float* dst)>& dequantise);
+
+}  // namespace ss

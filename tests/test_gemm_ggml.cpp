@@ -1,0 +1,151 @@
+// MatMulGgml (kernels/gemm_ggml.h) for every weight type it multiplies, on every path, against a
+// double-precision product of x and the weights as kernels/dequant.h decodes them (that decoder is
+// held to hand-built blocks in test_dequant.cpp). The blocks are random bytes with the scales set to
+// sane f16 values, so every bit of the layout is exercised. What is left is the order of the f32
+// additions, so the tolerance is tight; the largest difference per type and path is printed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/dequant.h"
+#include "kernels/gemm_ggml.h"
+#include "kernels/parallel.h"
+#include "kernels/vecmath.h"
+#include "tensor/half.h"
+#include "test_util.h"
+
+namespace ss {
+namespace {
+
+std::vector<SimdLevel> Levels() {
+  std::vector<SimdLevel> levels = {SimdLevel::kPortable};
+  if (CpuSimdLevel() != SimdLevel::kPortable) levels.push_back(SimdLevel::kAvx2);
+  return levels;
+}
+
+void PutHalf(uint8_t* p, float v) {
+  const uint16_t h = F32ToF16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// `out` rows of `in` values of `type` in ggml's layout: random bytes, scales in a sane range.
+std::vector<uint8_t> RandomRows(uint32_t type, int out, int in, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f), scale(0.002f, 0.02f);
+  const size_t row_bytes = GgmlBytes(type, in);
+  std::vector<uint8_t> data(row_bytes * out);
+  for (uint8_t& b : data) b = static_cast<uint8_t>(byte(rng));
+  const int64_t blocks = static_cast<int64_t>(out) * in / GgmlBlockValues(type);
+  const size_t block_bytes = GgmlBlockBytes(type);
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint8_t* p = data.data() + b * block_bytes;
+    switch (type) {
+      case kGgmlTypeF16: PutHalf(p, unit(rng)); break;
+      case kGgmlTypeBF16: {
+        const uint16_t v = F32ToBF16(unit(rng));
+        std::memcpy(p, &v, 2);
+        break;
+      }
+      case kGgmlTypeQ8_0:
+      case kGgmlTypeQ4_0: PutHalf(p, (b % 2 ? -1 : 1) * scale(rng)); break;
+      case kGgmlTypeQ4_K:
+        PutHalf(p, scale(rng) / 8);
+        PutHalf(p + 2, scale(rng) / 8);
+        break;
+      case kGgmlTypeQ6_K: PutHalf(p + 208, scale(rng) / 16); break;
+    }
+  }
+  return data;
+}
+
+struct Case {
+  uint32_t type;
+  int in;
+};
+
+TEST(GemmGgml, MatchesDoubleProductOfDequantisedWeights) {
+  const SimdLevel best = ActiveSimdLevel();
+  for (Case c : {Case{kGgmlTypeF16, 37}, Case{kGgmlTypeF16, 256}, Case{kGgmlTypeBF16, 45},
+                 Case{kGgmlTypeBF16, 128}, Case{kGgmlTypeQ8_0, 96}, Case{kGgmlTypeQ4_0, 160},
+                 Case{kGgmlTypeQ4_K, 256}, Case{kGgmlTypeQ4_K, 768}, Case{kGgmlTypeQ6_K, 512}}) {
+    for (SimdLevel level : Levels()) {
+      ForceSimdLevel(level);
+      double worst[2] = {0, 0};  // fused (T < kGgmlWidenRows), widened
+      for (int out : {1, 5, 131}) {
+        const std::vector<uint8_t> bytes = RandomRows(c.type, out, c.in, out * 7 + c.in);
+        const GgmlMatrix w = GgmlView(c.type, out, c.in, bytes.data(), nullptr);
+        std::vector<float> wd(static_cast<size_t>(out) * c.in);
+        DequantizeGgmlRows(w, 0, out, wd.data());
+        const std::vector<float> bias = test::NormalVector(out, 99);
+        for (int T : {1, 3, 15, 16, 21}) {
+          const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * c.in, T + 5);
+          for (bool with_bias : {false, true}) {
+            std::vector<float> y(static_cast<size_t>(T) * out, NAN);
+            MatMulGgml(x.data(), w, with_bias ? bias.data() : nullptr, y.data(), T);
+            for (int t = 0; t < T; ++t)
+              for (int o = 0; o < out; ++o) {
+                double ref = with_bias ? bias[o] : 0.0, mag = std::fabs(ref);
+                for (int i = 0; i < c.in; ++i) {
+                  const double prod = static_cast<double>(x[t * c.in + i]) * wd[o * c.in + i];
+                  ref += prod;
+                  mag += std::fabs(prod);
+                }
+                const double err = std::fabs(y[t * out + o] - ref) / std::max(mag, 1e-30);
+                double& w_path = worst[T >= kGgmlWidenRows];
+                w_path = std::max(w_path, err);
+                ASSERT_LT(err, 2e-6) << GgmlTypeName(c.type) << " " << SimdLevelName(level)
+                                     << " out " << out << " in " << c.in << " T " << T << " ("
+                                     << t << "," << o << ") " << y[t * out + o] << " vs " << ref;
+              }
+          }
+        }
+      }
+      std::printf("MatMulGgml %s in %d, %s: largest |difference| / sum |products| vs double: fused "
+                  "(%s) %.2e, widened (sgemm) %.2e\n", GgmlTypeName(c.type), c.in,
+                  SimdLevelName(level).c_str(), GgmlKernelName(c.type), worst[0], worst[1]);
+    }
+  }
+  ForceSimdLevel(best);
+}
+
+// A row's sum is formed the same way whichever thread computes it.
+TEST(GemmGgml, SameBitsAtAnyThreadCount) {
+  const int threads = ThreadCount();
+  for (uint32_t type : {kGgmlTypeQ4_K, kGgmlTypeQ6_K, kGgmlTypeQ4_0, kGgmlTypeF16}) {
+    const int out = 1000, in = 512;
+    const std::vector<uint8_t> bytes = RandomRows(type, out, in, 3);
+    const GgmlMatrix w = GgmlView(type, out, in, bytes.data(), nullptr);
+    for (int T : {1, 4, 64}) {
+      const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * in, 6);
+      std::vector<float> one(static_cast<size_t>(T) * out), many(one.size());
+      SetThreadCount(1);
+      MatMulGgml(x.data(), w, nullptr, one.data(), T);
+      SetThreadCount(std::max(threads, 3));
+      MatMulGgml(x.data(), w, nullptr, many.data(), T);
+      SetThreadCount(threads);
+      EXPECT_TRUE(one == many) << GgmlTypeName(type) << " T " << T;
+    }
+  }
+}
+
+TEST(GemmGgml, RefusesWhatItCannotMultiply) {
+  const std::vector<uint8_t> bytes(1024);
+  EXPECT_THROW(GgmlView(kGgmlTypeF32, 2, 32, bytes.data(), nullptr), Error);
+  EXPECT_THROW(GgmlView(3 /* Q4_1 */, 2, 32, bytes.data(), nullptr), Error);
+  EXPECT_THROW(GgmlView(kGgmlTypeQ4_K, 2, 128, bytes.data(), nullptr), Error);  // half a block
+  try {
+    GgmlView(kGgmlTypeQ4_K, 2, 128, bytes.data(), nullptr);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Q4_K"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ss
