@@ -29,7 +29,9 @@
 #include "explain/explain_report.h"
 #include "hooks/hooks.h"
 #include "io/load.h"
+#include "kernels/dequant.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/gemm_ggml.h"
 #include "kernels/gemm_q8.h"
 #include "kernels/parallel.h"
 #include "model/model.h"
@@ -438,6 +440,7 @@ PYBIND11_MODULE(_sinkscope, m) {
     d["openmp"] = b.openmp();
     d["bf16_kernel"] = std::string(Bf16KernelName());
     d["q8_0_kernel"] = std::string(Q8KernelName());
+    d["native_kernel"] = std::string(GgmlKernelName(kGgmlTypeQ4_K));
     return d;
   }, "The OpenBLAS the engine calls (config, core, library path, whether it is the OpenMP build) "
      "and the bf16 kernel in use.");

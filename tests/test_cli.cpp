@@ -128,7 +128,7 @@ TEST(Cli, ConvertThenEveryVerbWorksOnEveryFormat) {
 TEST(Cli, ConvertBadInput) {
   const std::string dir = TempDir() + "/convert_bad";
   std::filesystem::create_directories(dir);
-  ExpectError("convert --model " + kModel + " --to gguf --type q4_k --out " + dir + "/x.gguf", "--type");
+  ExpectError("convert --model " + kModel + " --to gguf --type q5_k --out " + dir + "/x.gguf", "--type");
   ExpectError("convert --model " + kModel + " --to hf --type q8_0 --out " + dir + "/x", "--type q8_0");
   ExpectError("convert --model " + kModel + " --to gguf --out /nonexistent-dir/x.gguf", "/nonexistent-dir");
   ExpectError("convert --model " + kModel + " --to hf --out " + dir, "already exists");

@@ -1,12 +1,17 @@
 // stories260K (llama2.c) converted to Hugging Face and GGUF: the same logits and the same tokens in
-// every format, measured tolerances for F16 and Q8_0, round trips, and clear errors for broken
-// model files.
+// every format, measured tolerances for F16, Q8_0 and the 4- and 6-bit block types (with their
+// per-tensor fallbacks, and on a random model whose widths are whole K-quant blocks), round trips,
+// and clear errors for broken model files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <random>
 
 #include "common/error.h"
 #include "common/file_util.h"
@@ -18,6 +23,7 @@
 #include "io/safetensors.h"
 #include "kernels/dequant.h"
 #include "model/model.h"
+#include "random_model.h"
 #include "test_util.h"
 #include "tokenizer/export.h"
 #include "tokenizer/find.h"
@@ -138,6 +144,97 @@ TEST(Convert, Stories260KReducedPrecisionWithinMeasuredTolerance) {
   ExpectClose(Logits(q8, s.tokens), want, V, 3e-2, 0.95, "stories260K gguf q8_0");
 }
 
+// stories260K's rows are 64 or 172 values (dim, hidden_dim): no whole 256-value blocks, so Q4_K and
+// Q6_K fall back per tensor, to Q8_0 for rows of 64 and F16 for rows of 172, and the conversion
+// succeeds; Q4_0 keeps every 64-wide weight. 1-D tensors stay F32 whatever was asked.
+TEST(Convert, Stories260KBlockTypesFallBackPerTensor) {
+  Stories s;
+  const int V = s.model.config.vocab_size;
+  const std::vector<float> want = Logits(s.model, s.tokens);
+  struct Case {
+    const char* tag;
+    uint32_t type, fallback_64;
+    double bound, top1;
+  };
+  // Q4_K / Q6_K files hold the same Q8_0 / F16 tensors as a q8_0 conversion (measured 1.6e-2,
+  // 50 / 50), so they get its bound. Q4_0 measured 0.217 of the largest logit and 45 / 50 greedy
+  // tokens: 4 bits on a model this small (see the q8_0 note in docs/ARCHITECTURES.md).
+  for (const Case& c : {Case{"q4_k", kGgmlTypeQ4_K, kGgmlTypeQ8_0, 3e-2, 0.95},
+                        Case{"q6_k", kGgmlTypeQ6_K, kGgmlTypeQ8_0, 3e-2, 0.95},
+                        Case{"q4_0", kGgmlTypeQ4_0, kGgmlTypeQ4_0, 0.4, 0.8}}) {
+    const std::string path = WriteGguf(s.model, *s.tokenizer, std::string("gguf_") + c.tag, c.type);
+    GgufFile f = GgufFile::Open(path);
+    std::string fell_back;
+    for (const GgufTensorInfo& t : f.tensors()) {
+      if (t.shape.size() == 1) {
+        EXPECT_EQ(t.type, kGgmlTypeF32) << c.tag << " " << t.name;
+        continue;
+      }
+      const uint32_t expected = t.shape[0] % 32 == 0 ? c.fallback_64 : kGgmlTypeF16;
+      EXPECT_EQ(GgmlTypeName(t.type), std::string(GgmlTypeName(expected)))
+          << c.tag << " " << t.name;
+      if (t.type != c.type) fell_back += " " + t.name + "(" + GgmlTypeName(t.type) + ")";
+    }
+    std::printf("%s: fell back:%s\n", c.tag, fell_back.empty() ? " none" : fell_back.c_str());
+    Model m = LoadModel(path);
+    ExpectClose(Logits(m, s.tokens), want, V, c.bound, c.top1,
+                std::string("stories260K gguf ") + c.tag);
+  }
+}
+
+// A random Llama whose widths are whole 256-value blocks (dim 256, hidden 768): every weight is
+// written as Q4_K / Q6_K / Q4_0 and the logits move by a measured amount (largest difference over
+// the largest logit: Q4_K 0.041, Q6_K 0.010, Q4_0 0.046; greedy token 40 / 40 for each). The
+// bounds are about twice that. A second random model (another seed) shows how far apart unrelated
+// logits are (0.45): every bound sits well below it.
+TEST(Convert, RandomModelKQuantsWithinMeasuredTolerance) {
+  test::RandomModelShape shape;
+  shape.dim = 256;
+  shape.hidden_dim = 768;
+  shape.n_heads = 4;
+  shape.n_kv_heads = 2;
+  shape.vocab_size = 300;
+  shape.max_seq_len = 64;
+  const Model model = test::RandomLlama(shape);
+  std::mt19937 rng(5);
+  std::vector<int> tokens(40);
+  for (int& t : tokens) t = static_cast<int>(rng() % shape.vocab_size);
+  const int V = shape.vocab_size;
+  const std::vector<float> want = Logits(model, tokens);
+  shape.seed = 2;
+  const double unrelated = test::MaxRelDiff(Logits(test::RandomLlama(shape), tokens), want,
+                                            "random model: another seed (unrelated logits)");
+  struct Case {
+    const char* tag;
+    uint32_t type;
+    double bound, top1;
+  };
+  std::map<std::string, double> diffs;
+  for (const Case& c : {Case{"q4_k", kGgmlTypeQ4_K, 8e-2, 0.9},
+                        Case{"q6_k", kGgmlTypeQ6_K, 2e-2, 0.95},
+                        Case{"q4_0", kGgmlTypeQ4_0, 1e-1, 0.9}}) {
+    const std::string path = test::TempDir(std::string("convert_random_") + c.tag) + "/model.gguf";
+    GgufWriter writer;
+    AddGgufModel(model, writer, c.type);
+    writer.Write(path);
+    GgufFile f = GgufFile::Open(path);
+    for (const GgufTensorInfo& t : f.tensors()) {  // no fallback: 1-D F32, every weight c.type
+      const uint32_t expected = t.shape.size() == 2 ? c.type : kGgmlTypeF32;
+      EXPECT_EQ(GgmlTypeName(t.type), std::string(GgmlTypeName(expected)))
+          << c.tag << " " << t.name;
+    }
+    const std::string label = std::string("random model gguf ") + c.tag;
+    const std::vector<float> got = Logits(LoadModel(path), tokens);
+    ExpectClose(got, want, V, c.bound, c.top1, label);
+    double max_diff = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      max_diff = std::max(max_diff, std::fabs(double{got[i]} - want[i]));
+    diffs[c.tag] = max_diff;
+    EXPECT_LT(c.bound, unrelated / 3) << label << ": the bound would not catch unrelated weights";
+  }
+  EXPECT_LT(diffs["q6_k"], diffs["q4_k"] / 2) << "Q6_K's steps are 4 times finer than Q4_K's";
+}
+
 TEST(Convert, HfToGgufToHfIsExact) {
   Stories s;
   std::string dir = WriteHf(s, "rt_hf", SafetensorsDtype::kF32);
@@ -238,6 +335,18 @@ std::string EditedHf(const std::string& tag,
   edit(tensors);
   WriteSafetensors(dir + "/model.safetensors", tensors);
   return dir;
+}
+
+TEST(Convert, GgufWriterNamesRowsThatAreNotWholeBlocks) {
+  GgufWriter w;
+  const Tensor t = Tensor::Zeros({4, 64});
+  w.AddTensor("fits.weight", t, kGgmlTypeQ4_0);
+  std::string err = ErrorOf([&] { w.AddTensor("narrow.weight", t, kGgmlTypeQ4_K); });
+  EXPECT_EQ(Contains(err, "'narrow.weight' has rows of 64 values, not a multiple of Q4_K's 256"), "");
+  err = ErrorOf([&] { w.AddTensor("narrow.weight", Tensor::Zeros({2, 48}), kGgmlTypeQ4_0); });
+  EXPECT_EQ(Contains(err, "not a multiple of Q4_0's 32"), "");
+  err = ErrorOf([&] { w.AddTensor("odd.weight", t, 13); });  // 13: Q5_K
+  EXPECT_EQ(Contains(err, "writing type Q5_K is not supported"), "");
 }
 
 TEST(ModelFiles, MissingTensorIsNamed) {

@@ -1,6 +1,8 @@
-// Dequantisation kernels against blocks built by hand from the layouts in kernels/dequant.h.
+// Dequantisation kernels against blocks built by hand from the layouts in kernels/dequant.h, and
+// the encoders' round trips against the error bounds dequant.h states.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -172,6 +174,186 @@ TEST(Dequant, Q4_0RoundTripWithinOneStep) {
   test::MaxDiff(y, x, "Q4_0 round trip");
 }
 
+// ---- K-quant encoders --------------------------------------------------------------------------
+
+// Super-blocks of 256 values that exercise the encoders' edge cases, then ordinary ones.
+std::vector<float> KQuantTestData(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  const int kBlocks = 12;
+  std::vector<float> x(256 * kBlocks);
+  auto block = [&](int b) { return x.data() + 256 * b; };
+  // 0: all zeros (d = dmin = 0, every scale 0).
+  for (int i = 0; i < 256; ++i) block(1)[i] = 0.1f + 2.0f * uniform(rng);  // all positive
+  for (int i = 0; i < 256; ++i) block(2)[i] = normal(rng);                 // one outlier:
+  block(2)[37] = 40.0f;
+  for (int i = 0; i < 256; ++i) block(3)[i] = normal(rng);  // a negative one
+  block(3)[200] = -25.0f;
+  for (int i = 0; i < 256; ++i) block(4)[i] = -0.5f - 3.0f * uniform(rng);  // all negative
+  for (int i = 0; i < 256; ++i) block(5)[i] = -0.7f;                        // constant
+  // Sub-blocks of very different ranges (1e-3 .. 1): small 6-bit / int8 sub-block scales.
+  for (int i = 0; i < 256; ++i) block(6)[i] = normal(rng) * std::pow(10.0f, -3.0f * (i % 64) / 63);
+  // Tiny weights: d falls among the f16 subnormals.
+  for (int i = 0; i < 256; ++i) block(7)[i] = 1e-4f * normal(rng);
+  for (int b = 8; b < kBlocks; ++b)  // ordinary: weight-sized and unit-sized
+    for (int i = 0; i < 256; ++i) block(b)[i] = (b % 2 ? 0.02f : 1.0f) * normal(rng);
+  return x;
+}
+
+// A Q4_K super-block's fields, unpacked as dequant.h lays them out (independently of the decoder).
+struct Q4KFields {
+  float d, dmin;
+  int sc[8], m[8];
+};
+Q4KFields ReadQ4K(const uint8_t* block) {
+  Q4KFields f;
+  uint16_t bits;
+  std::memcpy(&bits, block, 2);
+  f.d = F16ToF32(bits);
+  std::memcpy(&bits, block + 2, 2);
+  f.dmin = F16ToF32(bits);
+  const uint8_t* s = block + 4;
+  for (int j = 0; j < 4; ++j) {
+    f.sc[j] = s[j] & 63;
+    f.m[j] = s[j + 4] & 63;
+    f.sc[j + 4] = (s[j + 8] & 0xF) | (s[j] >> 6) << 4;
+    f.m[j + 4] = (s[j + 8] >> 4) | (s[j + 4] >> 6) << 4;
+  }
+  return f;
+}
+
+// Float rounding in the encoder's division and the decoder's multiply-subtract: a few ulps of the
+// largest magnitude in play.
+float RoundingSlack(const float* x, int n) {
+  float amax = 0;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  return 1e-6f * amax + 1e-30f;
+}
+
+// Checks y = Dequantize(QuantizeQ4_K(x)) against the bounds in dequant.h: per 32-value
+// sub-block j, |x - y| <= d sc_j / 2, and d sc_j <= (hi - lo) / 15 + d + dmin / 15 with
+// lo = min(0, min x), hi = max x. Returns the largest |x - y| / (d sc_j).
+double CheckQ4KBounds(const std::vector<float>& x, const std::vector<uint8_t>& q,
+                      const std::vector<float>& y, const std::string& label) {
+  double worst = 0;
+  for (size_t b = 0; b < x.size() / 256; ++b) {
+    const Q4KFields f = ReadQ4K(q.data() + 144 * b);
+    for (int j = 0; j < 8; ++j) {
+      const float* xs = x.data() + 256 * b + 32 * j;
+      const float* ys = y.data() + 256 * b + 32 * j;
+      const float slack = RoundingSlack(xs, 32);
+      float lo = 0, hi = xs[0];
+      for (int i = 0; i < 32; ++i) lo = std::min(lo, xs[i]), hi = std::max(hi, xs[i]);
+      const float step = f.d * static_cast<float>(f.sc[j]);
+      EXPECT_LE(step, (hi - lo) / 15 + f.d + f.dmin / 15 + slack)
+          << label << " block " << b << " sub-block " << j;
+      for (int i = 0; i < 32; ++i) {
+        const float err = std::fabs(xs[i] - ys[i]);
+        EXPECT_LE(err, step / 2 + slack) << label << " block " << b << " value " << 32 * j + i;
+        if (step > 0) worst = std::max(worst, static_cast<double>(err / step));
+      }
+    }
+  }
+  return worst;
+}
+
+// The same for Q6_K: per 16-value sub-block j, |x - y| <= d |sc_j| / 2 and
+// d |sc_j| <= max |x_j| / 31.5 + d.
+double CheckQ6KBounds(const std::vector<float>& x, const std::vector<uint8_t>& q,
+                      const std::vector<float>& y, const std::string& label) {
+  double worst = 0;
+  for (size_t b = 0; b < x.size() / 256; ++b) {
+    const uint8_t* block = q.data() + 210 * b;
+    uint16_t d_bits;
+    std::memcpy(&d_bits, block + 208, 2);
+    const float d = F16ToF32(d_bits);
+    for (int j = 0; j < 16; ++j) {
+      const float* xs = x.data() + 256 * b + 16 * j;
+      const float* ys = y.data() + 256 * b + 16 * j;
+      const float slack = RoundingSlack(xs, 16);
+      float amax = 0;
+      for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(xs[i]));
+      const float step = d * std::fabs(static_cast<float>(static_cast<int8_t>(block[192 + j])));
+      EXPECT_LE(step, amax / 31.5f + d + slack) << label << " block " << b << " sub-block " << j;
+      for (int i = 0; i < 16; ++i) {
+        const float err = std::fabs(xs[i] - ys[i]);
+        EXPECT_LE(err, step / 2 + slack) << label << " block " << b << " value " << 16 * j + i;
+        if (step > 0) worst = std::max(worst, static_cast<double>(err / step));
+      }
+    }
+  }
+  return worst;
+}
+
+struct KQuantCase {
+  const char* name;
+  uint32_t type;
+  void (*quantize)(const float*, uint8_t*, int64_t);
+  double (*check)(const std::vector<float>&, const std::vector<uint8_t>&, const std::vector<float>&,
+                  const std::string&);
+};
+
+// Round trips on several seeds, then the round trip of the dequantised values: they lie on the
+// first encoding's grid, so a second encoding must keep them within its own bound (and, when it
+// finds the same scales, reproduce them exactly).
+TEST(Dequant, KQuantRoundTripsWithinHalfStep) {
+  const KQuantCase cases[] = {{"Q4_K", kGgmlTypeQ4_K, QuantizeQ4_K, CheckQ4KBounds},
+                              {"Q6_K", kGgmlTypeQ6_K, QuantizeQ6_K, CheckQ6KBounds}};
+  for (const KQuantCase& c : cases) {
+    double worst = 0, worst_again = 0, max_err = 0, max_rel_err = 0;
+    size_t same = 0, total = 0;
+    for (uint32_t seed : {1u, 2u, 3u, 4u}) {
+      const std::vector<float> x = KQuantTestData(seed);
+      const int64_t n = static_cast<int64_t>(x.size());
+      const std::string label = std::string(c.name) + " seed " + std::to_string(seed);
+      std::vector<uint8_t> q(GgmlBytes(c.type, n));
+      c.quantize(x.data(), q.data(), n);
+      std::vector<float> y(n);
+      Dequantize(c.type, q.data(), y.data(), n);
+      worst = std::max(worst, c.check(x, q, y, label));
+      for (int64_t i = 0; i < 256; ++i) ASSERT_EQ(y[i], 0.0f) << label << ": zero block, " << i;
+      for (int64_t b = 0; b < n / 256; ++b) {
+        const std::vector<float> xb(x.begin() + 256 * b, x.begin() + 256 * (b + 1));
+        const std::vector<float> yb(y.begin() + 256 * b, y.begin() + 256 * (b + 1));
+        double amax = 0, err = 0;
+        for (int i = 0; i < 256; ++i) {
+          amax = std::max(amax, static_cast<double>(std::fabs(xb[i])));
+          err = std::max(err, static_cast<double>(std::fabs(xb[i] - yb[i])));
+        }
+        max_err = std::max(max_err, err);
+        if (amax > 0) max_rel_err = std::max(max_rel_err, err / amax);
+      }
+      std::vector<uint8_t> q2(q.size());
+      c.quantize(y.data(), q2.data(), n);
+      std::vector<float> z(n);
+      Dequantize(c.type, q2.data(), z.data(), n);
+      worst_again = std::max(worst_again, c.check(y, q2, z, label + " re-quantised"));
+      for (int64_t i = 0; i < n; ++i) same += z[i] == y[i];
+      total += n;
+    }
+    std::printf(
+        "%s: worst |x - y| / step = %.4f (bound 0.5), re-quantised %.4f; largest |x - y| "
+        "%.3g, %.3g of its block's largest |x|; re-quantising reproduces %zu of %zu values\n",
+        c.name, worst, worst_again, max_err, max_rel_err, same, total);
+    EXPECT_GT(worst, 0.3) << c.name << ": the bound is not tight, or the data does not reach it";
+  }
+}
+
+// An all-zero super-block encodes to zero scales and the zero quant (no NaN from 0 / 0).
+TEST(Dequant, KQuantZeroBlockIsAllZeroBytes) {
+  std::vector<float> zeros(256, 0.0f);
+  std::vector<uint8_t> q4(144, 0xAB), q6(210, 0xAB);
+  QuantizeQ4_K(zeros.data(), q4.data(), 256);
+  QuantizeQ6_K(zeros.data(), q6.data(), 256);
+  // Q4_K: every field 0. Q6_K: scales and d 0, the 6-bit values q + 32 = 32 (qh bit 1 of each
+  // pair).
+  EXPECT_EQ(q4, std::vector<uint8_t>(144, 0));
+  for (int i = 0; i < 128; ++i) EXPECT_EQ(q6[i], 0) << i;
+  for (int i = 128; i < 192; ++i) EXPECT_EQ(q6[i], 0xAA) << i;
+  for (int i = 192; i < 210; ++i) EXPECT_EQ(q6[i], 0) << i;
+}
+
 TEST(Dequant, Errors) {
   std::vector<uint8_t> buf(1024);
   std::vector<float> out(256);
@@ -189,6 +371,13 @@ TEST(Dequant, Errors) {
     EXPECT_NE(std::string(e.what()).find("100"), std::string::npos) << e.what();
   }
   EXPECT_THROW(QuantizeQ8_0(out.data(), buf.data(), 33), Error);
+  try {
+    QuantizeQ4_K(out.data(), buf.data(), 32);
+    FAIL() << "Q4_K: a 32-value block accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("256-value"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(QuantizeQ6_K(out.data(), buf.data(), 128), Error);
   EXPECT_THROW(GgmlBlockBytes(99), Error);
 }
 

@@ -58,12 +58,14 @@ TEST(Precision, ParseAndNames) {
   EXPECT_STREQ(PrecisionName(Precision::kF32), "f32");
   EXPECT_EQ(ParsePrecision("q8_0"), Precision::kQ8_0);
   EXPECT_STREQ(PrecisionName(Precision::kQ8_0), "q8_0");
+  EXPECT_EQ(ParsePrecision("native"), Precision::kNative);
+  EXPECT_STREQ(PrecisionName(Precision::kNative), "native");
   for (const char* bad : {"", "fp32", "BF16", "f16", "bf16 ", "Q8_0", "q8"}) {
     try {
       ParsePrecision(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("--precision: expected f32, bf16 or q8_0"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--precision: expected f32, bf16, q8_0 or native"), std::string::npos) << e.what();
     }
   }
 }
@@ -273,6 +275,128 @@ TEST(Precision, Q8_0KeepsTheBlocksOfAQ8_0File) {
   EXPECT_GT(checked, 1000);
 }
 
+// --precision native keeps each projection in the bytes the file stores (a view of the mapping,
+// never expanded to f32) and computes the f32 forward on those weights: against the same file
+// loaded in f32 (dequantised), prefill (dequantise a block, sgemm) and decode (the fused kernels)
+// agree to f32 summation order, for every type the kernels multiply, from GGUF and from HF
+// safetensors; the projections are the file's bytes, byte for byte.
+TEST(Precision, NativeIsTheF32ForwardOnTheStoredWeights) {
+  const std::string dir = test::TempDir("native");
+  // Rows of 256 and 512: whole blocks of every type, the K types included.
+  Model random = test::RandomLlama({2, 4, 2, 256, 512, 300, 256, 5});
+  random.config.tied_embeddings = false;  // a head of its own, kept as stored too
+  std::mt19937_64 rng(9);
+  random.weights.lm_head = test::RandomTensor({300, 256}, 0.05f, rng);
+  const std::vector<int> tokens = Tokens(24, random.config.vocab_size, 3);
+  for (uint32_t type : {kGgmlTypeF16, kGgmlTypeBF16, kGgmlTypeQ8_0, kGgmlTypeQ4_0, kGgmlTypeQ4_K,
+                        kGgmlTypeQ6_K}) {
+    const std::string path = dir + "/m_" + GgmlTypeName(type) + ".gguf";
+    GgufWriter writer;
+    AddGgufModel(random, writer, type);
+    writer.Write(path);
+    const std::string label = std::string("GGUF ") + GgmlTypeName(type);
+    const Model f32 = LoadModel(path);
+    const Model native = LoadModel(path, Precision::kNative);
+    ASSERT_EQ(native.precision, Precision::kNative);
+    ASSERT_TRUE(native.packed_only);
+    // Every projection and the head kept as stored: the file's bytes.
+    const GgufFile file = GgufFile::Open(path);
+    int kept = 0;
+    for (int l = 0; l < 2; ++l) {
+      const LayerPacked& p = *native.weights.layers[l].packed;
+      for (auto [name, w] : {std::pair{"attn_q", &p.wq}, {"attn_k", &p.wk}, {"attn_v", &p.wv},
+                             {"attn_output", &p.wo}, {"ffn_gate", &p.w1}, {"ffn_down", &p.w2},
+                             {"ffn_up", &p.w3}}) {
+        const GgufTensorInfo* t = file.FindTensor("blk." + std::to_string(l) + "." + name + ".weight");
+        ASSERT_NE(t, nullptr) << name;
+        ASSERT_EQ(w->ggml.type, type) << label << " " << name;
+        ASSERT_EQ(w->ggml.bytes(), t->n_bytes) << label << " " << name;
+        EXPECT_TRUE(std::equal(w->ggml.data, w->ggml.data + w->ggml.bytes(), t->data)) << label << " " << name;
+        EXPECT_TRUE(native.weights.layers[l].wq.empty());
+        ++kept;
+      }
+    }
+    EXPECT_EQ(kept, 14);
+    ASSERT_TRUE(native.weights.lm_head_packed);
+    EXPECT_EQ(native.weights.lm_head_packed->ggml.type, type) << label;
+    EXPECT_EQ(native.ParameterCount(), f32.ParameterCount()) << label;
+    EXPECT_LT(test::MaxRelDiff(Logits(native, tokens), Logits(f32, tokens), label + " native prefill vs f32 load"), 1e-5);
+    EXPECT_LT(test::MaxRelDiff(DecodeLogits(native, tokens), DecodeLogits(f32, tokens),
+                               label + " native decode vs f32 load"),
+              1e-5);
+  }
+  // HF safetensors in BF16 and F16: the same rows (ggml's BF16 / F16 are the safetensors bytes).
+  for (SafetensorsDtype dtype : {SafetensorsDtype::kBF16, SafetensorsDtype::kF16}) {
+    const std::string hf = dir + "/hf_" + SafetensorsDtypeName(dtype);
+    std::filesystem::create_directories(hf);
+    WriteHfModel(random, hf, dtype);
+    const Model f32 = LoadModel(hf);
+    const Model native = LoadModel(hf, Precision::kNative);
+    EXPECT_EQ(native.weights.layers[1].packed->w2.ggml.type,
+              dtype == SafetensorsDtype::kBF16 ? kGgmlTypeBF16 : kGgmlTypeF16);
+    const std::string label = std::string("HF ") + SafetensorsDtypeName(dtype);
+    EXPECT_LT(test::MaxRelDiff(Logits(native, tokens), Logits(f32, tokens), label + " native prefill vs f32 load"), 1e-5);
+    EXPECT_LT(test::MaxRelDiff(DecodeLogits(native, tokens), DecodeLogits(f32, tokens),
+                               label + " native decode vs f32 load"),
+              1e-5);
+  }
+}
+
+// The real stories260K as GGUF Q8_0: its 64-wide rows are Q8_0, its 172-wide MLP rows fall back to
+// F16 in the writer; native keeps both (a model of mixed types) and matches the f32 load. A
+// llama2.c file is all f32: native leaves it f32, bit for bit.
+TEST(Precision, NativeOnStories260K) {
+  const std::string dir = test::TempDir("native_stories");
+  const test::CliResult gguf = test::RunCli("convert --model " + kStories + " --to gguf --out " +
+                                            dir + "/s.gguf --type q8_0");
+  ASSERT_EQ(gguf.code, 0) << gguf.err;
+  const Model f32 = LoadModel(dir + "/s.gguf");
+  const Model native = LoadModel(dir + "/s.gguf", Precision::kNative);
+  const LayerPacked& p = *native.weights.layers[0].packed;
+  EXPECT_EQ(p.wq.ggml.type, kGgmlTypeQ8_0);
+  EXPECT_EQ(p.w1.ggml.type, kGgmlTypeQ8_0);  // (172, 64): rows of 64
+  EXPECT_EQ(p.w2.ggml.type, kGgmlTypeF16);   // (64, 172): rows of 172, not whole Q8_0 blocks
+  // The head is tied to the embedding: it reads the embedding's stored Q8_0 rows.
+  ASSERT_TRUE(native.weights.lm_head_packed);
+  EXPECT_EQ(native.weights.lm_head_packed->ggml.type, kGgmlTypeQ8_0);
+  const std::vector<int> tokens = Tokens(32, f32.config.vocab_size, 5);
+  EXPECT_LT(test::MaxRelDiff(Logits(native, tokens), Logits(f32, tokens), "stories260K GGUF native prefill vs f32"), 1e-5);
+  EXPECT_LT(test::MaxRelDiff(DecodeLogits(native, tokens), DecodeLogits(f32, tokens),
+                             "stories260K GGUF native decode vs f32"),
+            1e-5);
+  const Model llama2c = LoadModel(kStories, Precision::kNative);
+  EXPECT_EQ(llama2c.precision, Precision::kNative);
+  EXPECT_EQ(Logits(llama2c, tokens), Logits(LoadModel(kStories), tokens));
+}
+
+// A block scale that decodes to infinity is refused at load, naming the file, tensor and type.
+TEST(Precision, NativeRefusesANonFiniteScale) {
+  const std::string dir = test::TempDir("native_bad");
+  const Model random = test::RandomLlama({2, 4, 2, 256, 512, 300, 256, 6});
+  GgufWriter writer;
+  AddGgufModel(random, writer, kGgmlTypeQ4_K);
+  writer.Write(dir + "/m.gguf");
+  uint64_t offset = 0;
+  {
+    const GgufFile file = GgufFile::Open(dir + "/m.gguf");
+    const GgufTensorInfo* t = file.FindTensor("blk.1.ffn_down.weight");
+    ASSERT_NE(t, nullptr);
+    ASSERT_EQ(t->type, kGgmlTypeQ4_K);
+    offset = file.data_offset() + t->offset + 3 * 144 + 2;  // the fourth block's dmin
+  }
+  std::string bytes = ReadFile(dir + "/m.gguf");
+  bytes[offset] = 0x00;
+  bytes[offset + 1] = static_cast<char>(0x7C);  // +infinity in binary16
+  WriteFileAtomic(dir + "/m.gguf", bytes);
+  try {
+    LoadModel(dir + "/m.gguf", Precision::kNative);
+    ADD_FAILURE() << "loaded a Q4_K tensor with an infinite scale";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("m.gguf: tensor 'blk.1.ffn_down.weight' (Q4_K) holds a non-finite"), std::string::npos) << what;
+  }
+}
+
 // explain reads W_O directly (per-head output directions): from the packs when the model is held
 // in bf16 only, with the same result as the packed f32 model.
 TEST(Precision, ExplainOnBf16OnlyModel) {
@@ -437,7 +561,7 @@ TEST(PrecisionCli, UnknownPrecisionIsRefusedOnEveryVerb) {
                                  "train --preset quick --steps 2 --out " + dir + "/run"}) {
     const CliRun r = Cli(verb + " --precision fp8");
     EXPECT_EQ(r.code, 1) << verb << "\n" << r.output;
-    EXPECT_NE(r.output.find("sinkscope: error: --precision: expected f32, bf16 or q8_0, got 'fp8'"), std::string::npos)
+    EXPECT_NE(r.output.find("sinkscope: error: --precision: expected f32, bf16, q8_0 or native, got 'fp8'"), std::string::npos)
         << r.output;
     EXPECT_FALSE(FileExists(dir + "/out.json")) << verb;
     EXPECT_FALSE(FileExists(dir + "/run")) << verb;

@@ -404,6 +404,7 @@ def test_openmp_openblas_even_when_numpy_is_imported_first(tmp_path):
     assert "openblas-openmp" in info["library"], info
     assert info["bf16_kernel"] in ("avx512_bf16", "avx2", "portable")
     assert info["q8_0_kernel"] in ("avx2", "portable")
+    assert info["native_kernel"] in ("avx2", "portable")
 
 
 def test_precision_q8_0_is_close_to_f32_and_recorded(sinkscope):
@@ -418,7 +419,7 @@ def test_precision_q8_0_is_close_to_f32_and_recorded(sinkscope):
     print(f"q8_0 vs f32 logits on stories260K: max rel diff {rel:.3g}")
     assert 0 < rel < 3e-2
     assert q8.config["precision"] == "q8_0"
-    with pytest.raises(ValueError, match="expected f32, bf16 or q8_0"):
+    with pytest.raises(ValueError, match="expected f32, bf16, q8_0 or native"):
         sinkscope.load(MODEL, precision="int8")
 
 

@@ -1,8 +1,10 @@
-// sinkscope convert --model PATH --to hf|gguf --out PATH [--type f32|f16|bf16|q8_0]
+// sinkscope convert --model PATH --to hf|gguf --out PATH [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k]
 // Writes the model (any readable format) with its tokenizer as a Hugging Face directory
 // (model.safetensors + config.json + tokenizer.json) or a GGUF v3 file with the tokenizer
 // embedded. Both outputs appear atomically: the GGUF file through a temporary file and rename, the
-// directory by writing a temporary directory beside --out and renaming it into place.
+// directory by writing a temporary directory beside --out and renaming it into place. The block
+// types (q8_0, q4_0, q4_k, q6_k) apply to 2-D weights; AddGgufModel writes a weight whose rows are
+// not whole blocks in another type, and the log names those weights.
 #include <unistd.h>
 
 #include <filesystem>
@@ -50,6 +52,23 @@ void WriteHfDirectory(const LoadedModel& loaded, const std::string& out, Safeten
   }
 }
 
+// The weights written in another type than `ggml_type` because their rows are not whole blocks of
+// it, for the log; empty if none. 1-D tensors stay F32 by design and are not listed.
+std::string FallbackNote(const GgufWriter& writer, uint32_t ggml_type) {
+  constexpr int kListed = 8;
+  std::string names;
+  int count = 0;
+  for (const auto& [name, type] : writer.TensorTypes()) {
+    if (type == ggml_type || type == kGgmlTypeF32) continue;
+    if (++count <= kListed)
+      names += fmt::format("{}{} ({})", count > 1 ? ", " : "", name, GgmlTypeName(type));
+  }
+  if (count == 0) return "";
+  if (count > kListed) names += fmt::format(", and {} more", count - kListed);
+  return fmt::format("{} weight(s) have rows that are not whole {}-value {} blocks and fell back: "
+                     "{}", count, GgmlBlockValues(ggml_type), GgmlTypeName(ggml_type), names);
+}
+
 void Run(const ConvertOptions& o) {
   if (o.to == "hf" && o.out == "-")
     Fail("--out -: a Hugging Face model is a directory; give a path (--to gguf can go to "
@@ -63,12 +82,18 @@ void Run(const ConvertOptions& o) {
   if (o.to == "hf") {
     if (o.type == "f16") dtype = SafetensorsDtype::kF16;
     else if (o.type == "bf16") dtype = SafetensorsDtype::kBF16;
-    else if (o.type != "f32") Fail("--type {}: Hugging Face output supports f32, f16, bf16", o.type);
+    else if (o.type != "f32")
+      Fail("--type {}: Hugging Face output supports f32, f16, bf16 (the quantised types are for "
+           "--to gguf)", o.type);
   } else {
     if (o.type == "f16") ggml_type = kGgmlTypeF16;
     else if (o.type == "bf16") ggml_type = kGgmlTypeBF16;
     else if (o.type == "q8_0") ggml_type = kGgmlTypeQ8_0;
-    else if (o.type != "f32") Fail("--type {}: GGUF output supports f32, f16, bf16, q8_0", o.type);
+    else if (o.type == "q4_0") ggml_type = kGgmlTypeQ4_0;
+    else if (o.type == "q4_k") ggml_type = kGgmlTypeQ4_K;
+    else if (o.type == "q6_k") ggml_type = kGgmlTypeQ6_K;
+    else if (o.type != "f32")
+      Fail("--type {}: GGUF output supports f32, f16, bf16, q8_0, q4_0, q4_k, q6_k", o.type);
   }
   LoadedModel loaded = o.model.Load();
   if (o.to == "hf") {
@@ -78,6 +103,7 @@ void Run(const ConvertOptions& o) {
     AddGgufModel(loaded.model, writer, ggml_type);
     AddGgufTokenizer(*loaded.tokenizer, writer);
     writer.Write(o.out);
+    if (std::string note = FallbackNote(writer, ggml_type); !note.empty()) Log(note);
   }
   Log(fmt::format("wrote {} ({} {}, {})", o.out, o.to == "hf" ? "Hugging Face" : "GGUF",
                   loaded.model.config.arch, o.type));
@@ -91,8 +117,10 @@ void RegisterConvert(CLI::App& app) {
   o->model.Add(cmd);
   cmd->add_option("--to", o->to, "Output format")->required()->check(CLI::IsMember({"hf", "gguf"}));
   cmd->add_option("--out", o->out, "Output directory (hf) or file (gguf)")->required();
-  cmd->add_option("--type", o->type, "Tensor type: f32, f16, bf16, or q8_0 (gguf only)")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
+  cmd->add_option("--type", o->type,
+                  "Tensor type: f32, f16, bf16, or (gguf only, for 2-D weights) q8_0, q4_0, q4_k, "
+                  "q6_k")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"}));
   cmd->callback([o] { Run(*o); });
 }
 

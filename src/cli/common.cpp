@@ -290,8 +290,10 @@ std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& 
 void AddPrecisionOption(CLI::App* cmd, std::string* precision) {
   cmd->add_option("--precision", *precision,
                   "Weights and matrix products in f32 (the reference), bf16 (weights held in "
-                  "bf16 only: half the memory; bf16 operands, f32 sums) or q8_0 (weights held "
-                  "as Q8_0 blocks: 28 % of the memory; f32 activations)")
+                  "bf16 only: half the memory; bf16 operands, f32 sums), q8_0 (weights held "
+                  "as Q8_0 blocks: 28 % of the memory; f32 activations) or native (each "
+                  "projection kept in the type the file stores: F16, BF16, Q8_0, Q4_0, Q4_K, "
+                  "Q6_K, mapped from the file; f32 activations)")
       ->capture_default_str();
 }
 

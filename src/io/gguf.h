@@ -81,6 +81,8 @@ class GgufFile {
   // Whether the tensors' bytes are a file mapping (Open), whose pages a loader may release
   // (ReleaseMappedPages) once it has converted a tensor; false for a buffer given to Parse.
   bool mapped() const { return mapped_; }
+  // What keeps the tensors' bytes alive (the mapping or the buffer): a view of them may hold it.
+  const std::shared_ptr<void>& keep_alive() const { return keep_alive_; }
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }

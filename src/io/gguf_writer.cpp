@@ -105,16 +105,25 @@ void GgufWriter::AddTensor(const std::string& name, const Tensor& tensor, uint32
       }
       break;
     case kGgmlTypeQ8_0:
+    case kGgmlTypeQ4_0:
+    case kGgmlTypeQ4_K:
+    case kGgmlTypeQ6_K: {
       // ggml quantises row by row: each row (ne[0] values) must be whole blocks.
-      if (t.ne[0] % 32 != 0)
-        Fail("GGUF writer: tensor '{}' has rows of {} values, not a multiple of Q8_0's 32", name,
-             t.ne[0]);
+      const int64_t block = GgmlBlockValues(ggml_type);
+      if (t.ne[0] % block != 0)
+        Fail("GGUF writer: tensor '{}' has rows of {} values, not a multiple of {}'s {}", name,
+             t.ne[0], GgmlTypeName(ggml_type), block);
       t.bytes.resize(GgmlBytes(ggml_type, n));
-      QuantizeQ8_0(src, reinterpret_cast<uint8_t*>(t.bytes.data()), n);
+      uint8_t* dst = reinterpret_cast<uint8_t*>(t.bytes.data());
+      if (ggml_type == kGgmlTypeQ8_0) QuantizeQ8_0(src, dst, n);
+      else if (ggml_type == kGgmlTypeQ4_0) QuantizeQ4_0(src, dst, n);
+      else if (ggml_type == kGgmlTypeQ4_K) QuantizeQ4_K(src, dst, n);
+      else QuantizeQ6_K(src, dst, n);
       break;
+    }
     default:
-      Fail("GGUF writer: tensor '{}': writing type {} is not supported (F32, F16, BF16, Q8_0)", name,
-           GgmlTypeName(ggml_type));
+      Fail("GGUF writer: tensor '{}': writing type {} is not supported (F32, F16, BF16, Q8_0, "
+           "Q4_0, Q4_K, Q6_K)", name, GgmlTypeName(ggml_type));
   }
   tensors_.push_back(std::move(t));
 }
@@ -146,5 +155,11 @@ std::string GgufWriter::Build() const {
 }
 
 void GgufWriter::Write(const std::string& path) const { WriteFileAtomic(path, Build()); }
+
+std::vector<std::pair<std::string, uint32_t>> GgufWriter::TensorTypes() const {
+  std::vector<std::pair<std::string, uint32_t>> types;
+  for (const auto& t : tensors_) types.emplace_back(t.name, t.type);
+  return types;
+}
 
 }  // namespace ss

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensor/tensor.h"
@@ -24,10 +25,13 @@ class GgufWriter {
   void SetI32Array(const std::string& key, const std::vector<int32_t>& values);
 
   // Adds `tensor` (PyTorch shape order; ggml's ne is the reverse) encoded as `ggml_type`:
-  // kGgmlTypeF32, kGgmlTypeF16, kGgmlTypeBF16 or kGgmlTypeQ8_0 (which needs the last dimension to be a multiple
-  // of 32). Throws ss::Error naming the tensor for another type, a duplicate name or a shape that
-  // the type cannot hold.
+  // kGgmlTypeF32, kGgmlTypeF16, kGgmlTypeBF16, or a block type, which needs the last dimension (a
+  // row, ggml's ne[0]) to be whole blocks: kGgmlTypeQ8_0 and kGgmlTypeQ4_0 (multiples of 32),
+  // kGgmlTypeQ4_K and kGgmlTypeQ6_K (multiples of 256). Throws ss::Error naming the tensor for
+  // another type, a duplicate name or a shape that the type cannot hold.
   void AddTensor(const std::string& name, const Tensor& tensor, uint32_t ggml_type);
+  // The name and ggml type of each tensor added so far, in order.
+  std::vector<std::pair<std::string, uint32_t>> TensorTypes() const;
 
   // The whole file, and an atomic write of it.
   std::string Build() const;

@@ -27,7 +27,11 @@ Model LoadModel(const std::string& path, Precision precision) {
   if (LooksLikeLlama2c(path)) {
     // llama2.c files are f32 and small: pack after loading, then free the f32 projections.
     Model model = LoadLlama2c(path);
-    if (precision != Precision::kF32) WeightPacker(model.weights, precision).PackLoaded(model);
+    // native: the file stores f32, so the model stays f32.
+    if (precision == Precision::kNative)
+      SetPrecision(model, precision);
+    else if (precision != Precision::kF32)
+      WeightPacker(model.weights, precision).PackLoaded(model);
     return model;
   }
   Fail("{}: unrecognised model format (expected a llama2.c .bin, a GGUF file or a Hugging Face "

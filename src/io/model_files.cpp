@@ -30,6 +30,13 @@ class SafetensorsSource : public TensorSource {
   bool LoadsAsView(const std::string& name) const override {
     return dir_.Info(name).dtype == SafetensorsDtype::kF32;
   }
+  bool Stored(const std::string& name, StoredTensor* out) const override {
+    const SafetensorsDtype dtype = dir_.Info(name).dtype;
+    if (dtype != SafetensorsDtype::kF16 && dtype != SafetensorsDtype::kBF16) return false;
+    out->ggml_type = dtype == SafetensorsDtype::kF16 ? kGgmlTypeF16 : kGgmlTypeBF16;
+    out->data = dir_.RawData(name, &out->owner);
+    return true;
+  }
   const std::string& source() const override { return source_; }
 
  private:
@@ -61,6 +68,12 @@ class GgufSource : public TensorSource {
     if (gguf_.mapped()) ReleaseMappedPages(t->data, t->n_bytes);
     return out;
   }
+  bool Stored(const std::string& name, StoredTensor* out) const override {
+    const GgufTensorInfo* t = gguf_.FindTensor(name);
+    if (t->type == kGgmlTypeF32) return false;
+    *out = {t->type, t->data, gguf_.keep_alive()};
+    return true;
+  }
   const std::string& source() const override { return gguf_.path(); }
 
  private:
@@ -82,18 +95,31 @@ void BindModel(Model& model, TensorNaming naming, const TensorSource& source,
   std::unique_ptr<WeightPacker> packer;
   if (precision != Precision::kF32)
     packer = std::make_unique<WeightPacker>(model.weights, precision);
-  // Refused before anything is allocated when the weights cannot fit.
-  const uint64_t bytes = BindBytes(map, source, [&](const Tensor* t) {
-    return packer && packer->Packs(t) ? BytesPerWeight(precision) : 0.0;
-  });
+  // Refused before anything is allocated when the weights cannot fit. A projection kept in its
+  // stored bytes (native) is a view of the file: no allocation.
+  const uint64_t bytes =
+      BindBytes(map, source, [&](const TensorSpec& spec, const std::string& name) -> std::optional<double> {
+        if (!packer || !packer->Packs(spec.targets[0])) return std::nullopt;
+        if (precision != Precision::kNative) return BytesPerWeight(precision);
+        StoredTensor stored;
+        if (CanKeepStored(spec) && source.Stored(name, &stored) && GgmlMatMulSupports(stored.ggml_type))
+          return 0.0;
+        return std::nullopt;
+      });
   CheckMemory(bytes, packer ? fmt::format("{}: loading the weights (projections in {})",
                                           source.source(), PrecisionName(precision))
-                            : fmt::format("{}: loading the weights in f32 (--precision bf16 or "
-                                          "q8_0 holds the projections in a half or a quarter of "
-                                          "the memory)",
+                            : fmt::format("{}: loading the weights in f32 (--precision bf16, q8_0 "
+                                          "or native holds the projections in less memory)",
                                           source.source()));
+  KeepStoredFn keep;
+  if (packer && precision == Precision::kNative)
+    keep = [&](Tensor* t, const std::string& name, const std::vector<int64_t>& shape,
+               const StoredTensor& stored) {
+      return packer->KeepStored(t, fmt::format("{}: tensor '{}'", source.source(), name), shape, stored);
+    };
   BindTensors(map, source, model.config.arch,
-              packer ? [&packer](Tensor* t) { packer->Bound(t); } : std::function<void(Tensor*)>());
+              packer ? [&packer](Tensor* t) { packer->Bound(t); } : std::function<void(Tensor*)>(),
+              keep);
   if (model.config.tied_embeddings) model.weights.lm_head = model.weights.token_embedding;
   if (packer) packer->Finish(model);
 }
@@ -348,6 +374,21 @@ void WriteHfModel(const Model& model, const std::string& dir, SafetensorsDtype d
   WriteHfConfig((fs::path(dir) / "config.json").string(), config);
 }
 
+namespace {
+
+// The type a 2-D weight whose rows hold `row` values is written in when `requested` was asked for.
+// ggml quantises row by row, so a block type needs whole blocks per row; a weight that does not fit
+// falls back, on its own, to the nearest type that does, as llama.cpp's quantiser does
+// (llama-quant.cpp: Q6_K -> Q8_0, and F16 when the fallback's blocks do not fit either). Its Q4_K
+// fallback, Q5_0, is not a type sinkscope writes: Q4_K (and Q4_0) go to Q8_0, a larger tensor but
+// never a less precise one than the type asked for.
+uint32_t GgufWeightType(uint32_t requested, int64_t row) {
+  if (row % GgmlBlockValues(requested) == 0) return requested;  // F32, F16, BF16: blocks of 1
+  return row % GgmlBlockValues(kGgmlTypeQ8_0) == 0 ? kGgmlTypeQ8_0 : kGgmlTypeF16;
+}
+
+}  // namespace
+
 void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type) {
   const ModelConfig& c = model.config;
   const ArchEntry& family = FindArchitecture(c.arch);
@@ -397,8 +438,7 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type) {
     Fail("attention soft-capping in GGUF is only defined for gemma2 / gemma3, not {}", c.arch);
   TensorMap map = FamilyTensorMap(c, TensorNaming::kGguf, weights);
   for (const auto& [name, tensor] : ExportTensors(map, c.rope, c.head_dim, c.rot_dim())) {
-    uint32_t type = tensor.rank() == 2 ? ggml_type : kGgmlTypeF32;
-    if (type == kGgmlTypeQ8_0 && tensor.dim(-1) % 32 != 0) type = kGgmlTypeF16;
+    uint32_t type = tensor.rank() == 2 ? GgufWeightType(ggml_type, tensor.dim(-1)) : kGgmlTypeF32;
     w.AddTensor(name, tensor, type);
   }
 }

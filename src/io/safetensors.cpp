@@ -341,6 +341,12 @@ const SafetensorsTensorInfo& SafetensorsDir::Info(const std::string& name) const
   return ShardOf(name).Info(name);
 }
 Tensor SafetensorsDir::Load(const std::string& name) const { return ShardOf(name).Load(name); }
+
+const uint8_t* SafetensorsDir::RawData(const std::string& name, std::shared_ptr<const void>* owner) const {
+  const SafetensorsFile& shard = ShardOf(name);
+  if (owner) *owner = shard.owner();
+  return shard.RawData(name);
+}
 const std::string& SafetensorsDir::FileOf(const std::string& name) const {
   return ShardOf(name).path();
 }

@@ -82,8 +82,10 @@ class SafetensorsFile {
   // aligned in memory, which only happens when a writer skipped the header padding), converted
   // to new storage for F16/BF16. Throws ss::Error naming the tensor and its dtype otherwise.
   Tensor Load(const std::string& name) const;
-  // The tensor's raw bytes, whatever its dtype. Valid while this object (or a copy) lives.
+  // The tensor's raw bytes, whatever its dtype. Valid while this object (or a copy) lives, or
+  // while `owner()` does.
   const uint8_t* RawData(const std::string& name) const;
+  const std::shared_ptr<const void>& owner() const { return owner_; }
 
  private:
   std::string path_;
@@ -107,6 +109,8 @@ class SafetensorsDir {
   bool Has(const std::string& name) const { return shard_of_.count(name) > 0; }
   const SafetensorsTensorInfo& Info(const std::string& name) const;
   Tensor Load(const std::string& name) const;
+  // The raw bytes of `name` in its shard, and (if owner is not null) what keeps them alive.
+  const uint8_t* RawData(const std::string& name, std::shared_ptr<const void>* owner = nullptr) const;
   // The shard file holding `name`.
   const std::string& FileOf(const std::string& name) const;
   const std::string& path() const { return path_; }

@@ -47,16 +47,6 @@ void DequantizeQ4_0(const uint8_t* src, float* dst, int64_t n) {
 }
 
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K super-block; see the layout in dequant.h.
-void Q4KScaleMin(int j, const uint8_t* scales, int* scale, int* min) {
-  if (j < 4) {
-    *scale = scales[j] & 63;
-    *min = scales[j + 4] & 63;
-  } else {
-    *scale = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
-    *min = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
-  }
-}
-
 void DequantizeQ4_K(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t b = 0; b < n / kQkK; ++b, src += kQ4_KBytes, dst += kQkK) {
     float d = LoadF16(src);
@@ -102,9 +92,9 @@ void DequantizeQ6_K(const uint8_t* src, float* dst, int64_t n) {
   }
 }
 
-void CheckQuantizable(const char* type, int64_t n) {
-  if (n < 0 || n % kQk != 0)
-    Fail("Quantize{}: {} values is not a whole number of {}-value blocks", type, n, kQk);
+void CheckQuantizable(const char* type, int64_t n, int64_t block = kQk) {
+  if (n < 0 || n % block != 0)
+    Fail("Quantize{}: {} values is not a whole number of {}-value blocks", type, n, block);
 }
 
 }  // namespace
@@ -256,6 +246,129 @@ void QuantizeQ4_0(const float* src, uint8_t* dst, int64_t n) {
         return static_cast<uint8_t>(std::clamp(std::nearbyint(x * inv_d) + 8.0f, 0.0f, 15.0f));
       };
       qs[i] = static_cast<uint8_t>(nibble(src[i]) | (nibble(src[i + kQk / 2]) << 4));
+    }
+  }
+}
+
+namespace {
+
+// The smallest f16 not below v (v >= 0). The K-quant encoders round their scales up, so that the
+// stored scale still covers the range it was computed for and no value clips.
+uint16_t F16NotBelow(float v) {
+  uint16_t bits = F32ToF16(v);
+  if (F16ToF32(bits) < v && bits < 0x7C00) ++bits;  // positive f16 bit patterns order like values
+  return bits;
+}
+
+// v rounded (to nearest even, as the other encoders) or rounded up, clamped to [lo, hi]. fmin /
+// fmax also turn a NaN (from a non-finite input) into `lo` rather than into an undefined cast.
+int RoundClamp(float v, int lo, int hi) {
+  return static_cast<int>(
+      std::fmin(std::fmax(std::nearbyint(v), static_cast<float>(lo)), static_cast<float>(hi)));
+}
+int CeilClamp(float v, int lo, int hi) {
+  return static_cast<int>(
+      std::fmin(std::fmax(std::ceil(v), static_cast<float>(lo)), static_cast<float>(hi)));
+}
+
+}  // namespace
+
+void QuantizeQ4_K(const float* src, uint8_t* dst, int64_t n) {
+  CheckQuantizable("Q4_K", n, kQkK);
+  constexpr int kSub = 32;  // values per sub-block
+  for (int64_t b = 0; b < n / kQkK; ++b, src += kQkK, dst += kQ4_KBytes) {
+    // Per sub-block: offset = -min(0, min x) >= 0 and the top of the range, max x.
+    float offset[8], top[8], max_offset = 0;
+    for (int j = 0; j < 8; ++j) {
+      float lo = 0, hi = src[kSub * j];
+      for (int i = 0; i < kSub; ++i) {
+        lo = std::min(lo, src[kSub * j + i]);
+        hi = std::max(hi, src[kSub * j + i]);
+      }
+      offset[j] = -lo;
+      top[j] = hi;
+      max_offset = std::max(max_offset, offset[j]);
+    }
+    // Offsets first, rounded up: the grid's bottom -dmin m_j is at or below every value. The
+    // span each scale must then cover is top_j + dmin m_j (>= the sub-block's range).
+    const uint16_t dmin_bits = F16NotBelow(max_offset / 63.0f);
+    const float dmin = F16ToF32(dmin_bits);
+    int m[8], sc[8];
+    float span[8], max_span = 0;
+    for (int j = 0; j < 8; ++j) {
+      m[j] = dmin > 0 ? CeilClamp(offset[j] / dmin, 0, 63) : 0;
+      span[j] = std::max(0.0f, top[j] + dmin * static_cast<float>(m[j]));
+      max_span = std::max(max_span, span[j]);
+    }
+    // Scales rounded up too: 15 steps of d sc_j reach the top of the span.
+    const uint16_t d_bits = F16NotBelow(max_span / (15.0f * 63.0f));
+    const float d = F16ToF32(d_bits);
+    for (int j = 0; j < 8; ++j) sc[j] = d > 0 ? CeilClamp(span[j] / (15.0f * d), 0, 63) : 0;
+    std::memcpy(dst, &d_bits, 2);
+    std::memcpy(dst + 2, &dmin_bits, 2);
+    // The 12-byte packing that Q4KScaleMin reads back (layout in dequant.h).
+    uint8_t* scales = dst + 4;
+    for (int j = 0; j < 4; ++j) {
+      scales[j] = static_cast<uint8_t>(sc[j] | (sc[j + 4] >> 4) << 6);
+      scales[j + 4] = static_cast<uint8_t>(m[j] | (m[j + 4] >> 4) << 6);
+      scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | (m[j + 4] & 0xF) << 4);
+    }
+    // Sub-block j sits in group g = j / 2: even j in the low nibbles of qs[32g ..], odd j in the
+    // high nibbles. The step and offset are the products the decoder forms.
+    uint8_t* qs = dst + 16;
+    std::memset(qs, 0, 128);
+    for (int j = 0; j < 8; ++j) {
+      const float step = d * static_cast<float>(sc[j]);
+      const float min = dmin * static_cast<float>(m[j]);
+      const int shift = 4 * (j % 2);
+      uint8_t* q = qs + 32 * (j / 2);
+      for (int i = 0; i < kSub; ++i) {
+        int nibble = step > 0 ? RoundClamp((src[kSub * j + i] + min) / step, 0, 15) : 0;
+        q[i] = static_cast<uint8_t>(q[i] | nibble << shift);
+      }
+    }
+  }
+}
+
+void QuantizeQ6_K(const float* src, uint8_t* dst, int64_t n) {
+  CheckQuantizable("Q6_K", n, kQkK);
+  constexpr int kSub = 16;  // values per sub-block
+  for (int64_t b = 0; b < n / kQkK; ++b, src += kQkK, dst += kQ6_KBytes) {
+    // Per sub-block: the largest-magnitude value (sign kept) maps to q = -32; values of the other
+    // sign reach at most +31.5, so that they round to 31 at most rather than clip from 32.
+    float extreme[16], step[16], max_step = 0;
+    for (int j = 0; j < 16; ++j) {
+      const float* x = src + kSub * j;
+      float big = 0, other = 0;
+      for (int i = 0; i < kSub; ++i)
+        if (std::fabs(x[i]) > std::fabs(big)) big = x[i];
+      for (int i = 0; i < kSub; ++i)
+        if (x[i] * big < 0) other = std::max(other, std::fabs(x[i]));
+      extreme[j] = big;
+      step[j] = std::max(std::fabs(big) / 32.0f, other / 31.5f);
+      max_step = std::max(max_step, step[j]);
+    }
+    const uint16_t d_bits = F16NotBelow(max_step / 127.0f);
+    const float d = F16ToF32(d_bits);
+    int8_t* scales = reinterpret_cast<int8_t*>(dst + 128 + 64);
+    for (int j = 0; j < 16; ++j) {
+      int magnitude = d > 0 ? CeilClamp(step[j] / d, 0, 127) : 0;
+      scales[j] = static_cast<int8_t>(extreme[j] > 0 ? -magnitude : magnitude);
+    }
+    std::memcpy(dst + 128 + 64 + 16, &d_bits, 2);
+    // Value 128h + 32k + l (k = 0..3, l = 0..31) keeps its low 4 bits in ql[64h + l + 32 (k % 2)]
+    // (low nibble for k < 2, high for k >= 2) and its high 2 bits in qh[32h + l] at bit 2k: the
+    // decoder's reads in dequant.h, inverted. Its sub-block is (128h + 32k + l) / 16.
+    uint8_t* ql = dst;
+    uint8_t* qh = dst + 128;
+    std::memset(dst, 0, 128 + 64);
+    for (int i = 0; i < kQkK; ++i) {
+      const int h = i / 128, k = (i % 128) / 32, l = i % 32;
+      const float scale = d * static_cast<float>(scales[i / kSub]);
+      const int q = scale != 0 ? RoundClamp(src[i] / scale, -32, 31) : 0;
+      const int u = q + 32;  // 0..63
+      ql[64 * h + l + 32 * (k % 2)] |= static_cast<uint8_t>((u & 0xF) << (4 * (k / 2)));
+      qh[32 * h + l] |= static_cast<uint8_t>((u >> 4) << (2 * k));
     }
   }
 }

@@ -39,6 +39,17 @@ inline constexpr uint32_t kGgmlTypeQ4_K = 12;
 inline constexpr uint32_t kGgmlTypeQ6_K = 14;
 inline constexpr uint32_t kGgmlTypeBF16 = 30;
 
+// Q4_K's 6-bit scale and min of sub-block j (0..7) from the 12 packed `scales` bytes (above).
+inline void Q4KScaleMin(int j, const uint8_t* scales, int* scale, int* min) {
+  if (j < 4) {
+    *scale = scales[j] & 63;
+    *min = scales[j + 4] & 63;
+  } else {
+    *scale = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
+    *min = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+  }
+}
+
 // "Q4_K", "F16", ...; "type <id>" for ids this file does not know.
 const char* GgmlTypeName(uint32_t ggml_type);
 // True for the types Dequantize() handles (the constants above).
@@ -54,12 +65,24 @@ size_t GgmlBytes(uint32_t ggml_type, int64_t n);
 // number of blocks.
 void Dequantize(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n);
 
-// Encoders for writers and tests. `n` must be a multiple of 32; `dst` gets GgmlBytes(type, n) bytes.
-// Both quantise against the f16-rounded block scale that is actually stored, so Q8_0's error is
-// at most d/2 per value (d the stored scale). Q4_0 maps the largest-magnitude value m to nibble 0
-// (d = -m / 8), so values near -m would need nibble 16 and clip to 15: its error is at most |d|/2
-// elsewhere and |d| there.
+// Encoders for writers and tests. `n` must be a multiple of the block (32 for Q8_0 / Q4_0, 256 for
+// Q4_K / Q6_K; ss::Error otherwise); `dst` gets GgmlBytes(type, n) bytes. All quantise against the
+// f16 scales that are actually stored, so rounding a scale to f16 does not add to the error.
+// Q8_0's error is at most d/2 per value (d the stored scale). Q4_0 maps the largest-magnitude
+// value m to nibble 0 (d = -m / 8), so values near -m would need nibble 16 and clip to 15: its
+// error is at most |d|/2 elsewhere and |d| there.
+// Q4_K, per 32-value sub-block j with lo = min(0, min x) (ggml-quants.c's make_qkx2_quants clamps
+// the minimum the same way, so the offset m_j >= 0) and hi = max x: the 6-bit m_j and sc_j and the f16 dmin and d are all
+// rounded up, so the grid -dmin m_j + q d sc_j (q = 0..15) covers [lo, hi] and no value clips.
+// The error is at most half a step, d sc_j / 2, with d sc_j <= (hi - lo) / 15 + d + dmin / 15:
+// the ideal step (hi - lo) / 15 plus what the 6-bit scales add.
+// Q6_K, per 16-value sub-block j: the int8 scale's sign maps the largest-magnitude value to q = -32
+// and its magnitude, rounded up against the f16 d (also rounded up), keeps the other side within
+// q <= 31.5, so no value clips: the error is at most d |sc_j| / 2, with
+// d |sc_j| <= max |x_j| / 31.5 + d.
 void QuantizeQ8_0(const float* src, uint8_t* dst, int64_t n);
 void QuantizeQ4_0(const float* src, uint8_t* dst, int64_t n);
+void QuantizeQ4_K(const float* src, uint8_t* dst, int64_t n);
+void QuantizeQ6_K(const float* src, uint8_t* dst, int64_t n);
 
 }  // namespace ss

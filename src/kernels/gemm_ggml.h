@@ -52,6 +52,12 @@ const char* GgmlKernelName(uint32_t type);
 // parallel region when the product is large enough (the caller must not be inside one).
 void MatMulGgml(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T);
 
+// The index of the first value of W that decodes to a NaN or an infinity, or -1. Only an f16 or
+// bf16 field with an all-ones exponent can: a value itself (F16, BF16) or a block's scale (the
+// quantised types, whose integers times a finite f16 scale stay finite in f32). A pass over the
+// scales, not a dequantisation.
+int64_t GgmlFirstNonFinite(const GgmlMatrix& w);
+
 // W[row0 .. row0 + rows) dequantised into dst (rows, in), row-major.
 void DequantizeGgmlRows(const GgmlMatrix& w, int row0, int rows, float* dst);
 

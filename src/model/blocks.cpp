@@ -138,8 +138,10 @@ static void Project(const float* x, const Tensor& w, const PackedWeight* packed,
     MatMul(x, w.data(), OrNull(bias), y, T, in, out);
   }
 }
+// The member's pack, or null where it runs in f32 (no packs, or at native a projection the file
+// stores as F32).
 static const PackedWeight* Packed(const LayerWeights& w, PackedWeight LayerPacked::*member) {
-  return w.packed ? &((*w.packed).*member) : nullptr;
+  return w.packed && !((*w.packed).*member).empty() ? &((*w.packed).*member) : nullptr;
 }
 
 // Several projections of the same x (T, in): q, k and v, or the MLP's gate and up. One token on f32

@@ -68,16 +68,17 @@ int64_t Model::ParameterCount() const {
   auto count = [](const Tensor& t) { return t.empty() ? 0 : t.numel(); };
   int64_t n = count(weights.token_embedding) + count(weights.final_norm) +
               count(weights.final_norm_bias) + count(weights.position_embedding);
-  // A model held packed only (packed_only) counts its projections from their packs.
-  auto packed = [](const PackedWeight& p) { return static_cast<int64_t>(p.out()) * p.in(); };
+  // A projection held packed only (packed_only: its f32 tensor empty) counts from its pack.
+  auto packed = [](const PackedWeight& p) { return p.empty() ? 0 : static_cast<int64_t>(p.out()) * p.in(); };
   if (!config.tied_embeddings)
     n += weights.lm_head.empty() && weights.lm_head_packed ? packed(*weights.lm_head_packed)
                                                          : count(weights.lm_head);
   for (const auto& l : weights.layers) {
-    if (l.packed && l.wq.empty())
-      for (const PackedWeight* p : {&l.packed->wq, &l.packed->wk, &l.packed->wv, &l.packed->wo,
-                                    &l.packed->w1, &l.packed->w2, &l.packed->w3})
-        n += packed(*p);
+    if (l.packed)
+      for (auto [t, p] : {std::pair{&l.wq, &l.packed->wq}, {&l.wk, &l.packed->wk}, {&l.wv, &l.packed->wv},
+                          {&l.wo, &l.packed->wo}, {&l.w1, &l.packed->w1}, {&l.w2, &l.packed->w2},
+                          {&l.w3, &l.packed->w3}})
+        if (t->empty()) n += packed(*p);
     for (const Tensor* t : {&l.attn_norm, &l.attn_norm_bias, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq,
                             &l.bk, &l.bv, &l.bo, &l.ffn_norm, &l.ffn_norm_bias, &l.w1, &l.w2,
                             &l.w3, &l.b1, &l.b2, &l.q_norm, &l.k_norm, &l.moe_router, &l.moe_w1,

@@ -1,6 +1,7 @@
 #include "model/precision.h"
 
 #include "common/error.h"
+#include "kernels/dequant.h"
 #include "kernels/vecmath.h"
 #include "tensor/half.h"
 
@@ -10,13 +11,15 @@ Precision ParsePrecision(const std::string& name, const std::string& flag) {
   if (name == "f32") return Precision::kF32;
   if (name == "bf16") return Precision::kBf16;
   if (name == "q8_0") return Precision::kQ8_0;
-  Fail("{}: expected f32, bf16 or q8_0, got '{}'", flag, name);
+  if (name == "native") return Precision::kNative;
+  Fail("{}: expected f32, bf16, q8_0 or native, got '{}'", flag, name);
 }
 
 const char* PrecisionName(Precision p) {
   switch (p) {
     case Precision::kBf16: return "bf16";
     case Precision::kQ8_0: return "q8_0";
+    case Precision::kNative: return "native";
     case Precision::kF32: break;
   }
   return "f32";
@@ -26,13 +29,14 @@ double BytesPerWeight(Precision p) {
   switch (p) {
     case Precision::kBf16: return 2.0;
     case Precision::kQ8_0: return 1.0 + 4.0 / kQ8Block;
+    case Precision::kNative:  // as stored: counted per tensor by the loader; f32 at most
     case Precision::kF32: break;
   }
   return 4.0;
 }
 
 PackedWeight PackWeight(const float* w, int out, int in, Precision p) {
-  SS_ASSERT(p != Precision::kF32);
+  SS_ASSERT(p == Precision::kBf16 || p == Precision::kQ8_0);
   PackedWeight packed;
   if (p == Precision::kQ8_0)
     packed.q8 = PackQ8_0(w, out, in);
@@ -62,7 +66,8 @@ void SetPrecision(Model& model, Precision p) {
     w.lm_head_packed.reset();
   }
   model.precision = p;
-  if (p == Precision::kF32) return;
+  // native on a model held in f32 (a llama2.c file, a trainer's checkpoint): the stored type is f32.
+  if (p == Precision::kF32 || p == Precision::kNative) return;
   for (LayerWeights& l : w.layers) {
     if (l.packed) continue;
     auto b = std::make_shared<LayerPacked>();
@@ -90,13 +95,37 @@ WeightPacker::WeightPacker(ModelWeights& weights, Precision precision) : precisi
   }
   lm_head_ = std::make_shared<PackedWeight>();
   slots_[&weights.lm_head] = lm_head_.get();
+  embedding_ = &weights.token_embedding;
 }
 
 void WeightPacker::Bound(Tensor* tensor) {
   const auto it = slots_.find(tensor);
-  if (it == slots_.end() || tensor->empty()) return;
+  // native: what reaches here was stored as F32 (or could not be kept), and stays f32.
+  if (it == slots_.end() || tensor->empty() || precision_ == Precision::kNative) return;
   *it->second = Pack(*tensor, precision_);
   *tensor = Tensor();
+}
+
+bool WeightPacker::KeepStored(Tensor* tensor, const std::string& what,
+                              const std::vector<int64_t>& shape, const StoredTensor& stored) {
+  const auto it = slots_.find(tensor);
+  const bool embedding = tensor == embedding_;
+  if (precision_ != Precision::kNative || (it == slots_.end() && !embedding) ||
+      !GgmlMatMulSupports(stored.ggml_type))
+    return false;
+  SS_ASSERT(shape.size() == 2);
+  GgmlMatrix w = GgmlView(stored.ggml_type, static_cast<int>(shape[0]), static_cast<int>(shape[1]),
+                          stored.data, stored.owner);
+  if (embedding) {  // loaded as f32 too, for the lookup (which checks its values)
+    embedding_stored_.ggml = std::move(w);
+    return false;
+  }
+  if (const int64_t bad = GgmlFirstNonFinite(w); bad >= 0)
+    Fail("{} ({}) holds a non-finite value or scale at element {}", what,
+         GgmlTypeName(stored.ggml_type), bad);
+  it->second->ggml = std::move(w);
+  *tensor = Tensor();
+  return true;
 }
 
 void WeightPacker::PackLoaded(Model& model) {
@@ -111,17 +140,26 @@ void WeightPacker::Finish(Model& model) {
   SS_ASSERT(layers_.size() == w.layers.size());
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LayerWeights& l = w.layers[i];
-    // Every bound projection was packed (its f32 emptied); an MoE layer has no dense MLP.
-    SS_ASSERT(l.wq.empty() && l.wk.empty() && l.wv.empty() && l.wo.empty() && l.w1.empty() &&
-              l.w2.empty() && l.w3.empty());
+    // Every bound projection was packed (its f32 emptied), except at native, where one stored as
+    // F32 stays f32; an MoE layer has no dense MLP.
+    SS_ASSERT(precision_ == Precision::kNative ||
+              (l.wq.empty() && l.wk.empty() && l.wv.empty() && l.wo.empty() && l.w1.empty() &&
+               l.w2.empty() && l.w3.empty()));
     w.layers[i].packed = layers_[i];
   }
-  if (lm_head_->empty()) {  // tied: the head is the embedding, which stays f32
+  if (lm_head_->empty() && precision_ == Precision::kNative) {
+    // Tied to an embedding stored in a type the kernels multiply: the head reads those bytes (the
+    // lookup reads the f32 embedding). Stored as F32 (tied or not): the head stays f32.
+    SS_ASSERT(!w.lm_head.empty());
+    if (w.lm_head.data() == w.token_embedding.data() && !embedding_stored_.empty()) {
+      *lm_head_ = embedding_stored_;
+    }
+  } else if (lm_head_->empty()) {  // tied: the head is the embedding, which stays f32
     SS_ASSERT(!w.lm_head.empty());
     *lm_head_ = Pack(w.lm_head, precision_);
     if (w.lm_head.data() != w.token_embedding.data()) w.lm_head = Tensor();
   }
-  w.lm_head_packed = lm_head_;
+  w.lm_head_packed = lm_head_->empty() ? nullptr : lm_head_;
   model.precision = precision_;
   model.packed_only = true;
 }
@@ -129,6 +167,10 @@ void WeightPacker::Finish(Model& model) {
 Tensor ProjectionF32(const Tensor& f32, const PackedWeight* packed) {
   if (!f32.empty() || !packed) return f32;
   Tensor out = Tensor::Zeros({packed->out(), packed->in()});
+  if (!packed->ggml.empty()) {
+    DequantizeGgmlRows(packed->ggml, 0, packed->ggml.out, out.data());
+    return out;
+  }
   if (!packed->q8.empty()) {
     DequantizeQ8Rows(packed->q8, 0, packed->q8.out, out.data());
     return out;
@@ -146,6 +188,9 @@ Tensor ProjectionF32(const Tensor& f32, const PackedWeight* packed) {
 }
 
 std::string PrecisionNote(Precision p) {
+  if (p == Precision::kNative && GgmlKernelName(kGgmlTypeQ4_K) == std::string("portable"))
+    return "--precision native: no vector kernel runs for the stored types (the CPU lacks AVX2 + "
+           "FMA + F16C, or SINKSCOPE_SIMD=portable); the portable path gives the same numbers, slower";
   if (p == Precision::kQ8_0 && !Avx2FmaActive())
     return "--precision q8_0: no vector Q8_0 kernel runs (the CPU lacks AVX2 + FMA, or "
            "SINKSCOPE_SIMD=portable); the portable path gives the same numbers, slower";

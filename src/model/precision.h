@@ -8,6 +8,10 @@
 // q8_0 holds the projections and the LM head as ggml Q8_0 blocks (kernels/gemm_q8.h: 1.125 bytes a
 // weight); activations, attention and everything else stay f32, so the numbers are those of the
 // f32 forward on the Q8_0-rounded weights. A Q8_0 GGUF file's blocks are kept as stored.
+// native keeps each projection in the type the file stores it (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K:
+// kernels/gemm_ggml.h), usually as a view of the file's mapping, with f32 activations: the numbers
+// are those of the f32 forward on the stored weights, and the memory is the file's. A projection
+// stored as F32 (and a llama2.c file, all F32) stays f32.
 // f32 is the default and the reference.
 #pragma once
 
@@ -16,11 +20,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "model/tensor_map.h"
 #include "model/weights.h"
 
 namespace ss {
 
-// "f32", "bf16" or "q8_0"; anything else is an ss::Error naming `flag`.
+// "f32", "bf16", "q8_0" or "native"; anything else is an ss::Error naming `flag`.
 Precision ParsePrecision(const std::string& name, const std::string& flag = "--precision");
 const char* PrecisionName(Precision p);
 
@@ -46,6 +51,10 @@ class WeightPacker {
  public:
   WeightPacker(ModelWeights& weights, Precision precision);  // weights.layers already sized
   void Bound(Tensor* tensor);
+  // At native: keeps a projection in its stored bytes (a view that `stored.owner` keeps alive) when
+  // MatMulGgml multiplies its type; `what` names the tensor in errors (a non-finite value).
+  bool KeepStored(Tensor* tensor, const std::string& what, const std::vector<int64_t>& shape,
+                  const StoredTensor& stored);
   bool Packs(const Tensor* tensor) const { return slots_.count(tensor) > 0; }
   void Finish(Model& model);
   // For a model loaded whole in f32 (llama2.c files): packs every projection, frees its f32
@@ -56,6 +65,9 @@ class WeightPacker {
   Precision precision_;
   std::vector<std::shared_ptr<LayerPacked>> layers_;
   std::shared_ptr<PackedWeight> lm_head_;
+  // native: the token embedding as stored, for a head tied to it (the lookup reads it in f32).
+  const Tensor* embedding_ = nullptr;
+  PackedWeight embedding_stored_;
   std::unordered_map<const Tensor*, PackedWeight*> slots_;
 };
 

@@ -100,8 +100,14 @@ Tensor PermuteRopeRows(const Tensor& w, int n_heads, int head_dim, int rot_dim, 
   return out;
 }
 
-uint64_t BindBytes(const TensorMap& map, const TensorSource& source,
-                   const std::function<double(const Tensor*)>& packed_bytes) {
+bool CanKeepStored(const TensorSpec& spec) {
+  return spec.targets.size() == 1 && spec.fused_rows.empty() && !spec.transposed &&
+         spec.offset == 0.0f && spec.shape.size() == 2;
+}
+
+uint64_t BindBytes(
+    const TensorMap& map, const TensorSource& source,
+    const std::function<std::optional<double>(const TensorSpec&, const std::string&)>& packed_bytes) {
   uint64_t bytes = 0;
   for (const TensorSpec& spec : map.specs) {
     std::string name = spec.name;
@@ -110,16 +116,17 @@ uint64_t BindBytes(const TensorMap& map, const TensorSource& source,
     if (!source.Has(name)) continue;  // BindTensors names it, or it is optional
     uint64_t n = 1;
     for (int64_t d : source.Shape(name)) n *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
-    const double per_value = packed_bytes && !spec.targets.empty() ? packed_bytes(spec.targets[0]) : 0.0;
-    bytes += per_value > 0                ? static_cast<uint64_t>(static_cast<double>(n) * per_value)
+    const std::optional<double> per_value =
+        packed_bytes && !spec.targets.empty() ? packed_bytes(spec, name) : std::nullopt;
+    bytes += per_value                                        ? static_cast<uint64_t>(static_cast<double>(n) * *per_value)
              : source.LoadsAsView(name) && spec.offset == 0.0f ? 0
-                                        : 4 * n;
+                                                               : 4 * n;
   }
   return bytes;
 }
 
 void BindTensors(const TensorMap& map, const TensorSource& source, const std::string& family,
-                 const std::function<void(Tensor*)>& bound) {
+                 const std::function<void(Tensor*)>& bound, const KeepStoredFn& keep) {
   for (const TensorSpec& spec : map.specs) {
     std::string name = spec.name;
     for (const std::string& alias : spec.aliases)
@@ -134,6 +141,9 @@ void BindTensors(const TensorMap& map, const TensorSource& source, const std::st
     if (found != expected)
       Fail("{}: tensor '{}' has shape {}, expected {}", source.source(), name,
            ShapeString(found), ShapeString(expected));
+    if (StoredTensor stored; keep && CanKeepStored(spec) && source.Stored(name, &stored) &&
+                             keep(spec.targets[0], name, expected, stored))
+      continue;
     Tensor t = source.Load(name);
     // One pass over each tensor as it is loaded (memory-mapped or just converted, so in cache): a
     // NaN or Inf weight would otherwise surface only as NaN logits, far from its cause.

@@ -8,6 +8,8 @@
 
 #include <deque>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +20,15 @@ namespace ss {
 
 // Which file convention the names and layouts follow.
 enum class TensorNaming { kHf, kGguf };
+
+// A tensor's bytes as the file stores them, in a ggml type's row layout (kernels/dequant.h; a
+// safetensors F16 / BF16 tensor is the same bytes), for a loader that keeps weights in their own
+// type (--precision native). `owner` keeps `data` alive.
+struct StoredTensor {
+  uint32_t ggml_type = 0;
+  const uint8_t* data = nullptr;
+  std::shared_ptr<const void> owner;
+};
 
 // A source of named float32 tensors (a safetensors checkpoint, a GGUF file). Shapes are in
 // PyTorch order: (out, in) for a linear weight.
@@ -33,6 +44,12 @@ class TensorSource {
   virtual std::vector<std::string> Names() const = 0;  // every tensor in the source
   // Whether Load returns a view of the file's mapping (no allocation): a stored F32 tensor.
   virtual bool LoadsAsView(const std::string& name) const { (void)name; return false; }
+  // The stored bytes of a tensor held in a 2-byte or block type (not F32), if the source can give
+  // them: false otherwise.
+  virtual bool Stored(const std::string& name, StoredTensor* out) const {
+    (void)name, (void)out;
+    return false;
+  }
 };
 
 struct TensorSpec {
@@ -73,18 +90,31 @@ struct TensorMap {
   std::vector<std::function<void()>> after_bind;
 };
 
+// Whether a spec's stored rows are its member's rows as they are (one 2-D member, not fused, not
+// transposed, no offset), so that the member can be kept in the stored bytes.
+bool CanKeepStored(const TensorSpec& spec);
+
+// Takes a member (a spec for which CanKeepStored holds) in its stored bytes: returns true if it
+// kept them (the member is then not loaded as f32), false to load it as usual.
+using KeepStoredFn = std::function<bool(Tensor* member, const std::string& name,
+                                        const std::vector<int64_t>& shape, const StoredTensor& stored)>;
+
 // Fills `weights` (layers already sized to config.n_layers) from `source` with `map`. Throws
 // ss::Error naming the source and tensor for a missing tensor ("missing tensor 'x'") and a shape
 // mismatch ("tensor 'x' has shape [..], expected [..]"). `bound`, if set, is called on each member
-// as soon as it is filled (WeightPacker packs projections there, one tensor at a time).
+// as soon as it is filled (WeightPacker packs projections there, one tensor at a time); `keep`, if
+// set, is offered each member the source stores in a non-F32 type first.
 void BindTensors(const TensorMap& map, const TensorSource& source, const std::string& family,
-                 const std::function<void(Tensor*)>& bound = nullptr);
+                 const std::function<void(Tensor*)>& bound = nullptr,
+                 const KeepStoredFn& keep = nullptr);
 
 // The memory BindTensors will allocate for `map`'s tensors: 4 bytes a value for each tensor that
-// does not load as a view of the file, and for a member that will be packed the bytes a value
-// `packed_bytes` gives (0 for members that are not packed; 2 for bf16, 1.125 for Q8_0).
-uint64_t BindBytes(const TensorMap& map, const TensorSource& source,
-                   const std::function<double(const Tensor*)>& packed_bytes);
+// does not load as a view of the file, and for a member that will be packed or kept stored the
+// bytes a value `packed_bytes(spec, stored name)` gives (2 for bf16, 1.125 for Q8_0, 0 for a
+// member kept as a view of the file; nullopt for members that are neither).
+uint64_t BindBytes(
+    const TensorMap& map, const TensorSource& source,
+    const std::function<std::optional<double>(const TensorSpec&, const std::string&)>& packed_bytes);
 
 // The stored tensors no spec of `map` binds that belong to a layer the config does not declare:
 // a name whose first number (".12." in "model.layers.12.mlp.up_proj.weight",

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/gemm_bf16.h"
+#include "kernels/gemm_ggml.h"
 #include "kernels/gemm_q8.h"
 #include "model/config.h"
 #include "tensor/tensor.h"
@@ -16,23 +17,28 @@ namespace ss {
 // How the forward holds and multiplies the projections (--precision; model/precision.h): f32
 // (OpenBLAS sgemm, the default), bf16 operands with f32 accumulation (MatMulBf16 on weights packed
 // once; the tiled attention too), or Q8_0 weights (int8 blocks with a scale, MatMulQ8) with f32
-// activations and attention.
-enum class Precision { kF32, kBf16, kQ8_0 };
+// activations and attention; or native: each projection kept in the type the file stores it
+// (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K rows, usually a view of the file's mapping; MatMulGgml) with
+// f32 activations, and an F32 one as f32.
+enum class Precision { kF32, kBf16, kQ8_0, kNative };
 
-// A projection held in the model's precision rather than f32: a bf16 pack or Q8_0 blocks, one of
-// them non-empty.
+// A projection held in the model's precision rather than f32: a bf16 pack, Q8_0 blocks or the
+// file's own rows, at most one of them non-empty.
 struct PackedWeight {
   PackedBf16 bf16;
   PackedQ8 q8;
-  bool empty() const { return bf16.data.empty() && q8.empty(); }
-  int out() const { return q8.empty() ? bf16.out : q8.out; }
-  int in() const { return q8.empty() ? bf16.in : q8.in; }
+  GgmlMatrix ggml;
+  bool empty() const { return bf16.data.empty() && q8.empty() && ggml.empty(); }
+  int out() const { return !q8.empty() ? q8.out : !ggml.empty() ? ggml.out : bf16.out; }
+  int in() const { return !q8.empty() ? q8.in : !ggml.empty() ? ggml.in : bf16.in; }
 };
 
 // y (T, out) = x (T, in) W^T (+ bias) on whichever form w holds.
 inline void MatMulPacked(const float* x, const PackedWeight& w, const float* bias, float* y, int T) {
   if (!w.q8.empty())
     MatMulQ8(x, w.q8, bias, y, T);
+  else if (!w.ggml.empty())
+    MatMulGgml(x, w.ggml, bias, y, T);
   else
     MatMulBf16(x, w.bf16, bias, y, T);
 }
@@ -77,7 +83,8 @@ struct LayerWeights {
   Tensor attn_gate;       // (H*Dh, D) gated attention's gate projection (config.attn_output_gate)
   Tensor attn_bias_key;   // (Hkv*Dh) the kv-bias slot's key per kv head (config.attn_kv_bias)
   Tensor attn_bias_value; // (Hkv*Dh) the kv-bias slot's value per kv head
-  // The projections in the model's precision (bf16, Q8_0); null at f32.
+  // The projections in the model's precision (bf16, Q8_0); null at f32. At native a projection
+  // the file stores as F32 (or fused, or transposed) stays in its f32 member and its pack is empty.
   std::shared_ptr<const LayerPacked> packed;
 };
 
@@ -91,7 +98,7 @@ struct ModelWeights {
   Tensor position_embedding;  // (max_seq_len, D) learned absolute positions (GPT-2)
   Tensor rope_freq_factors;   // (rot_dim / 2) optional: pair i turns at inv_freq[i] / factor[i]
                               // (GGUF "rope_freqs.weight", how llama.cpp stores Llama 3 scaling)
-  std::shared_ptr<const PackedWeight> lm_head_packed;  // at bf16 or Q8_0; null at f32
+  std::shared_ptr<const PackedWeight> lm_head_packed;  // at bf16, Q8_0, native; null at f32
 };
 
 // A loaded model: config + weights + whatever keeps mapped storage alive.

@@ -61,9 +61,11 @@ void TrainConfig::Validate(const std::string& src) const {
   auto positive = [&](const char* name, double v) {
     if (!(v > 0)) Fail("{}: '{}' must be positive, found {}", src, name, v);
   };
-  // The one domain check; q8_0 is a way to hold weights for inference, not to train them.
-  if (ParsePrecision(precision, fmt::format("{}: 'precision'", src)) == Precision::kQ8_0)
-    Fail("{}: 'precision': q8_0 holds weights for inference only; train at f32 or bf16", src);
+  // The one domain check; q8_0 and native are ways to hold weights for inference, not to train them.
+  if (const Precision p = ParsePrecision(precision, fmt::format("{}: 'precision'", src));
+      p == Precision::kQ8_0 || p == Precision::kNative)
+    Fail("{}: 'precision': {} holds weights for inference only; train at f32 or bf16", src,
+         PrecisionName(p));
   positive("dim", dim);
   positive("n_layers", n_layers);
   positive("n_heads", n_heads);
