@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Decode benchmark, one run: greedy decode (256 tokens, temperature 0) of random models shaped
 # like llama2.c's stories15M and stories110M, by sinkscope with f32, bf16 and Q8_0 weights
-# (--precision bf16, q8_0), by llama2.c's run.c (f32) and by runq.c (int8 Q8_0 groups of 64, the format
+# (--precision bf16, q8_0) and with the weights of a GGUF file in its own 4-bit type (the model
+# converted by `sinkscope convert --type q4_0 / q4_k`, run at --precision native; Q4_K needs rows
+# of 256 values, so only the 110M shape has it), by llama2.c's run.c (f32) and by runq.c (int8 Q8_0 groups of 64, the format
 # its export.py writes), each at 1 and 2 threads; beside them, this machine's read bandwidth
 # (bench_membw) and the bandwidth each decode achieves (weight bytes read per token x tokens/s).
 # run.c / runq.c are built here from LLAMA2C_DIR (default ../shared/tools/peers/llama2c) with
@@ -29,6 +31,12 @@ done
 printf '\n%-12s %-26s %8s %10s %10s\n' model engine threads "tokens/s" "GB/s read"
 for preset in stories15m stories110m; do
   [ -f "$WORK/$preset.bin" ] || /usr/bin/python3 "$(dirname "$0")/make_llama2c_model.py" --preset "$preset" --out "$WORK/$preset" >/dev/null
+  types=q4_0
+  [ "$preset" = stories110m ] && types="q4_0 q4_k"
+  for type in $types; do
+    [ -f "$WORK/$preset.$type.gguf" ] || "$SS" convert --model "$WORK/$preset.bin" --tokenizer "$WORK/tokenizer.bin" \
+      --to gguf --type "$type" --out "$WORK/$preset.$type.gguf" 2>/dev/null
+  done
   # Weight bytes read per token: every matrix once (the classifier is the shared embedding).
   params=$(python3 -c "
 import struct
@@ -51,5 +59,8 @@ print(l*(4*d*d+3*d*f)+abs(v)*d)")
     run "sinkscope bf16 weights" 2 "$SS" generate --model "$preset.bin" --tokenizer tokenizer.bin --steps "$STEPS" --temperature 0 --prompt a --precision bf16
     run "sinkscope q8_0 weights" 1.125 "$SS" generate --model "$preset.bin" --tokenizer tokenizer.bin --steps "$STEPS" --temperature 0 --prompt a --precision q8_0
     run "llama2.c runq.c (Q8_0)" 1.0625 ./runq "$preset.q80.bin" -t 0 -n "$STEPS" -i a
+    for type in $types; do  # 18 bytes a 32-value Q4_0 block, 144 a 256-value Q4_K one: 0.5625
+      run "sinkscope native ${type^^} file" 0.5625 "$SS" generate --model "$preset.$type.gguf" --steps "$STEPS" --temperature 0 --prompt a --precision native
+    done
   done
 done

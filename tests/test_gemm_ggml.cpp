@@ -135,6 +135,27 @@ TEST(GemmGgml, SameBitsAtAnyThreadCount) {
   }
 }
 
+// The load-time check finds the first value (F16, BF16) or block scale that decodes to Inf or NaN,
+// past the scan's 4096-block chunks, and nothing in finite data.
+TEST(GemmGgml, FindsTheFirstNonFiniteValueOrScale) {
+  struct Field { uint32_t type; int offset; uint16_t bits; };
+  for (Field f : {Field{kGgmlTypeF16, 0, 0x7C00}, Field{kGgmlTypeBF16, 0, 0x7FC0}, Field{kGgmlTypeQ8_0, 0, 0xFC00},
+                  Field{kGgmlTypeQ4_0, 0, 0x7E00}, Field{kGgmlTypeQ4_K, 2, 0x7C00}, Field{kGgmlTypeQ6_K, 208, 0x7C01}}) {
+    const int out = 40, in = 1024;
+    std::vector<uint8_t> bytes = RandomRows(f.type, out, in, 11);
+    const GgmlMatrix w = GgmlView(f.type, out, in, bytes.data(), nullptr);
+    EXPECT_EQ(GgmlFirstNonFinite(w), -1) << GgmlTypeName(f.type);
+    const int64_t per_block = GgmlBlockValues(f.type);
+    const int64_t blocks = static_cast<int64_t>(out) * in / per_block;
+    for (int64_t b : {blocks - 1, blocks / 2 + 1, int64_t{4097} % blocks}) {
+      std::vector<uint8_t> bad = bytes;
+      std::memcpy(bad.data() + b * GgmlBlockBytes(f.type) + f.offset, &f.bits, 2);
+      const GgmlMatrix wb = GgmlView(f.type, out, in, bad.data(), nullptr);
+      EXPECT_EQ(GgmlFirstNonFinite(wb), b * per_block) << GgmlTypeName(f.type) << " block " << b;
+    }
+  }
+}
+
 TEST(GemmGgml, RefusesWhatItCannotMultiply) {
   const std::vector<uint8_t> bytes(1024);
   EXPECT_THROW(GgmlView(kGgmlTypeF32, 2, 32, bytes.data(), nullptr), Error);

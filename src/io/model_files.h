@@ -39,9 +39,10 @@ ModelConfig HfConfigFor(const Model& model, SafetensorsDtype dtype);
 void WriteHfModel(const Model& model, const std::string& dir, SafetensorsDtype dtype);
 
 // Adds general.architecture, the `<arch>.*` hyperparameters and every tensor to `writer`.
-// `ggml_type` (F32, F16, Q8_0) applies to 2-D weights; 1-D tensors (norms, biases) stay F32 as in
-// llama.cpp's converters, and Q8_0 falls back to F16 for a weight whose rows are not a multiple
-// of 32. The tokenizer is added separately (tokenizer/export.h).
+// `ggml_type` (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K) applies to 2-D weights; 1-D tensors (norms,
+// biases) stay F32 as in llama.cpp's converters. A weight whose rows are not whole blocks of the
+// type falls back, on its own, to Q8_0 (rows of a multiple of 32) or else F16. The tokenizer is
+// added separately (tokenizer/export.h).
 void AddGgufModel(const Model& model, GgufWriter& writer, uint32_t ggml_type);
 
 }  // namespace ss

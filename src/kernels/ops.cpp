@@ -140,16 +140,6 @@ static void RowDots(const float* x, const float* w, float* y, int in, int out, i
     SmallMatMulBody(x, w, y, 1, in, out, ldw);
 }
 
-void MatVec(const float* x, const float* w, float* y, int in, int out) {
-#pragma omp parallel if (static_cast<int64_t>(in) * out >= kParallelMatVec)
-  {
-    const int threads = omp_get_num_threads(), id = omp_get_thread_num();
-    const int first = static_cast<int>(static_cast<int64_t>(out) * id / threads);
-    const int last = static_cast<int>(static_cast<int64_t>(out) * (id + 1) / threads);
-    RowDots(x, w + static_cast<int64_t>(first) * in, y + first, in, last - first, in);
-  }
-}
-
 void MatVecBatch(const float* x, int in, std::span<const MatVecJob> jobs) {
   int64_t total = 0;
   for (const MatVecJob& job : jobs) total += job.out;
@@ -169,6 +159,11 @@ void MatVecBatch(const float* x, int in, std::span<const MatVecJob> jobs) {
       job_first += job.out;
     }
   }
+}
+
+void MatVec(const float* x, const float* w, float* y, int in, int out) {
+  const MatVecJob job{w, nullptr, y, out};
+  MatVecBatch(x, in, std::span<const MatVecJob>(&job, 1));
 }
 
 // acc (dim) += sum over j < n of p[j] v[j] (rows of v ldv floats apart), skipping zero weights: a
@@ -235,8 +230,11 @@ static void AddWeightedRows(const float* p, const float* v, int64_t ldv, int n, 
 void MatMul(const float* x, const float* w, const float* bias, float* y, int T, int in, int out) {
   constexpr int64_t kSmall = int64_t{1} << 18;  // multiply-adds below which plain loops win
   if (T == 1) {
-    // Decode: OpenBLAS's sgemv (Zen kernel) read about 11 GB/s of W on one thread here.
-    MatVec(x, w, y, in, out);
+    // Decode (the bias added by the thread that computed the row): OpenBLAS's sgemv (Zen kernel)
+    // read about 11 GB/s of W on one thread here.
+    const MatVecJob job{w, bias, y, out};
+    MatVecBatch(x, in, std::span<const MatVecJob>(&job, 1));
+    return;
   } else if (static_cast<int64_t>(T) * in * out <= kSmall) {
     SmallMatMul(x, w, y, T, in, out);
   } else {

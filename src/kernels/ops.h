@@ -13,8 +13,8 @@ namespace ss {
 
 // y (T, out) = x (T, in) · W^T, W (out, in) as nn.Linear stores it; y += bias if bias != null.
 void MatMul(const float* x, const float* w, const float* bias, float* y, int T, int in, int out);
-// y (out) = W x for one row x (in): MatMul's decode path (rows over the threads once W is large
-// enough to pay for them).
+// y (out) = W x for one row x (in): MatVecBatch with one job, MatMul's decode path (rows over the
+// threads once W is large enough to pay for them).
 void MatVec(const float* x, const float* w, float* y, int in, int out);
 // One product of MatVecBatch: y (out) = W x (+ bias if not null), W (out, in).
 struct MatVecJob {

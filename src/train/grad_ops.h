@@ -37,16 +37,36 @@ inline void Gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, 
               trans_b ? K : N, beta, C, N);
 }
 
+// Runs two independent products a() and b() of `macs_each` multiply-adds each: side by side, one
+// per thread, when the process has exactly two threads, is not inside a parallel region and each
+// has at least 2^20 multiply-adds (OpenBLAS runs single-threaded inside a parallel region); else one
+// after the other, each split over the threads by OpenBLAS. At the trainer's widths (128-512)
+// sgemm's own split of one product over two threads scales poorly, so two threads gain more from
+// two products at once (measured +10-14 % a training step for the backward pairs, +2-4 % more for
+// the forward ones). With more threads sgemm's own split is kept.
+template <typename A, typename B>
+void RunSideBySide(int64_t macs_each, A&& a, B&& b) {
+  if (omp_get_max_threads() == 2 && !omp_in_parallel() && macs_each >= (int64_t{1} << 20)) {
+#pragma omp parallel sections num_threads(2)
+    {
+#pragma omp section
+      a();
+#pragma omp section
+      b();
+    }
+    return;
+  }
+  a();
+  b();
+}
+
 // ---- Linear: y (N, out) = x (N, in) W^T, W (out, in) as nn.Linear stores it.
 template <typename Real>
 void LinearForward(const Real* x, const Real* w, Real* y, int N, int in, int out) {
   Gemm(false, true, N, out, in, Real(1), x, w, Real(0), y);
 }
-// dx (N, in) = dy W (overwritten, or added when accumulate); dW (out, in) += dy^T x.
-// On exactly two threads the two products (the same number of multiply-adds) run side by side,
-// one per thread (OpenBLAS runs single-threaded inside a parallel region), instead of one after the
-// other each split over both threads: at the trainer's widths (128-512) sgemm's own split of a
-// product scales poorly.
+// dx (N, in) = dy W (overwritten, or added when accumulate); dW (out, in) += dy^T x. The two
+// products (the same number of multiply-adds) go through RunSideBySide.
 template <typename Real>
 void LinearBackward(const Real* dy, const Real* x, const Real* w, Real* dx, Real* dw, int N, int in,
                     int out, bool accumulate_dx = false) {
@@ -54,19 +74,10 @@ void LinearBackward(const Real* dy, const Real* x, const Real* w, Real* dx, Real
     Gemm(false, false, N, in, out, Real(1), dy, w, accumulate_dx ? Real(1) : Real(0), dx);
   };
   auto weight_grad = [&] { Gemm(true, false, out, in, N, Real(1), dy, x, Real(1), dw); };
-  if (dx && omp_get_max_threads() == 2 && !omp_in_parallel() &&
-      int64_t(N) * in * out >= (int64_t{1} << 20)) {
-#pragma omp parallel sections num_threads(2)
-    {
-#pragma omp section
-      input_grad();
-#pragma omp section
-      weight_grad();
-    }
-    return;
-  }
-  if (dx) input_grad();
-  weight_grad();
+  if (dx)
+    RunSideBySide(int64_t(N) * in * out, input_grad, weight_grad);
+  else
+    weight_grad();
 }
 
 // ---- RMSNorm (Zhang & Sennrich 2019): y = x * r * w, r = (mean(x^2) + eps)^(-1/2).

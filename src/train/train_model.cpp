@@ -1,6 +1,5 @@
 #include "train/train_model.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -34,27 +33,20 @@ void TrainModel<Real>::Linear(const Real* x, const Real* w, Real* y, int N, int 
   LinearForward(x, w, y, N, in, out);
 }
 
-// On exactly two threads the two products run side by side, one per thread (OpenBLAS runs
-// single-threaded inside a parallel region), as LinearBackward's two: at the trainer's widths
-// sgemm's own split of one product over both threads scales poorly.
+// Two projections of the same x (q and k, the MLP's gate and up) through RunSideBySide (grad_ops.h),
+// except on bf16 weights, whose products are not sgemm's.
 template <typename Real>
 void TrainModel<Real>::LinearPair(const Real* x, const Real* wa, Real* ya, int out_a, const Real* wb,
                                   Real* yb, int out_b, int N, int in) {
   bool packed = false;
   if constexpr (std::is_same_v<Real, float>) packed = bf16_;
-  if (!packed && omp_get_max_threads() == 2 && !omp_in_parallel() &&
-      int64_t(N) * in * std::min(out_a, out_b) >= (int64_t{1} << 20)) {
-#pragma omp parallel sections num_threads(2)
-    {
-#pragma omp section
-      LinearForward(x, wa, ya, N, in, out_a);
-#pragma omp section
-      LinearForward(x, wb, yb, N, in, out_b);
-    }
+  if (packed) {
+    Linear(x, wa, ya, N, in, out_a);
+    Linear(x, wb, yb, N, in, out_b);
     return;
   }
-  Linear(x, wa, ya, N, in, out_a);
-  Linear(x, wb, yb, N, in, out_b);
+  RunSideBySide(int64_t(N) * in * std::min(out_a, out_b), [&] { LinearForward(x, wa, ya, N, in, out_a); },
+                [&] { LinearForward(x, wb, yb, N, in, out_b); });
 }
 
 template <typename Real>
