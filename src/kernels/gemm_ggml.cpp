@@ -1,6 +1,7 @@
 #include "kernels/gemm_ggml.h"
 
 #include <cblas.h>
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -227,7 +228,11 @@ RowDot Avx2RowDot(uint32_t type) {
 }
 
 bool Avx2Active() {
-  static const bool f16c = __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+  static const bool f16c = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+  }();
   return f16c && Avx2FmaActive();
 }
 
