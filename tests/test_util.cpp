@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +27,16 @@ std::string SharedDataPath(const std::string& relative) {
 std::string TempDir(const std::string& tag) {
   auto dir = std::filesystem::temp_directory_path() /
              ("sinkscope_" + tag + "_" + std::to_string(::getpid()));
+  // The first call for a tag in this process empties whatever an earlier process with the same
+  // pid left there (a long-lived machine reuses pids; a stale FIFO once made a test block).
+  // Later calls return the same folder untouched: helpers share it within one test binary.
+  static std::mutex mutex;
+  static std::set<std::string> made;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (made.insert(tag).second) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
   std::filesystem::create_directories(dir);
   return dir.string();
 }
