@@ -280,6 +280,25 @@ TEST(Precision, Q8_0KeepsTheBlocksOfAQ8_0File) {
 // loaded in f32 (dequantised), prefill (dequantise a block, sgemm) and decode (the fused kernels)
 // agree to f32 summation order, for every type the kernels multiply, from GGUF and from HF
 // safetensors; the projections are the file's bytes, byte for byte.
+// The token embedding at native: no f32 copy, the file's bytes, and every row the lookup dequantises
+// is bit for bit the row the f32 load holds.
+static void ExpectEmbeddingKeptAsStored(const Model& native, const Model& f32, const GgufFile& file,
+                                        uint32_t type, const std::string& label) {
+  EXPECT_TRUE(native.weights.token_embedding.empty()) << label;
+  ASSERT_TRUE(native.weights.embedding_packed) << label;
+  const GgmlMatrix& e = native.weights.embedding_packed->ggml;
+  const GgufTensorInfo* t = file.FindTensor("token_embd.weight");
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(e.type, type) << label;
+  ASSERT_EQ(e.bytes(), t->n_bytes) << label;
+  EXPECT_TRUE(std::equal(e.data, e.data + e.bytes(), t->data)) << label;
+  std::vector<float> row(e.in);
+  for (int token = 0; token < e.out; ++token) {
+    DequantizeGgmlRows(e, token, 1, row.data());
+    ASSERT_TRUE(std::equal(row.begin(), row.end(), f32.weights.token_embedding.row(token))) << label << " token " << token;
+  }
+}
+
 TEST(Precision, NativeIsTheF32ForwardOnTheStoredWeights) {
   const std::string dir = test::TempDir("native");
   // Rows of 256 and 512: whole blocks of every type, the K types included.
@@ -319,6 +338,7 @@ TEST(Precision, NativeIsTheF32ForwardOnTheStoredWeights) {
     EXPECT_EQ(kept, 14);
     ASSERT_TRUE(native.weights.lm_head_packed);
     EXPECT_EQ(native.weights.lm_head_packed->ggml.type, type) << label;
+    ExpectEmbeddingKeptAsStored(native, f32, file, type, label);
     EXPECT_EQ(native.ParameterCount(), f32.ParameterCount()) << label;
     EXPECT_LT(test::MaxRelDiff(Logits(native, tokens), Logits(f32, tokens), label + " native prefill vs f32 load"), 1e-5);
     EXPECT_LT(test::MaxRelDiff(DecodeLogits(native, tokens), DecodeLogits(f32, tokens),
@@ -356,9 +376,14 @@ TEST(Precision, NativeOnStories260K) {
   EXPECT_EQ(p.wq.ggml.type, kGgmlTypeQ8_0);
   EXPECT_EQ(p.w1.ggml.type, kGgmlTypeQ8_0);  // (172, 64): rows of 64
   EXPECT_EQ(p.w2.ggml.type, kGgmlTypeF16);   // (64, 172): rows of 172, not whole Q8_0 blocks
-  // The head is tied to the embedding: it reads the embedding's stored Q8_0 rows.
+  // The head is tied to the embedding: it reads the embedding's stored Q8_0 rows, the very bytes
+  // the lookup reads (no f32 copy of either).
   ASSERT_TRUE(native.weights.lm_head_packed);
   EXPECT_EQ(native.weights.lm_head_packed->ggml.type, kGgmlTypeQ8_0);
+  ExpectEmbeddingKeptAsStored(native, f32, GgufFile::Open(dir + "/s.gguf"), kGgmlTypeQ8_0, "stories260K");
+  EXPECT_EQ(native.weights.lm_head_packed->ggml.data, native.weights.embedding_packed->ggml.data);
+  EXPECT_TRUE(native.weights.lm_head.empty());
+  EXPECT_EQ(native.ParameterCount(), f32.ParameterCount());
   const std::vector<int> tokens = Tokens(32, f32.config.vocab_size, 5);
   EXPECT_LT(test::MaxRelDiff(Logits(native, tokens), Logits(f32, tokens), "stories260K GGUF native prefill vs f32"), 1e-5);
   EXPECT_LT(test::MaxRelDiff(DecodeLogits(native, tokens), DecodeLogits(f32, tokens),
@@ -370,30 +395,33 @@ TEST(Precision, NativeOnStories260K) {
 }
 
 // A block scale that decodes to infinity is refused at load, naming the file, tensor and type.
+// The same for the token embedding, which native keeps as stored too (no f32 copy checks it).
 TEST(Precision, NativeRefusesANonFiniteScale) {
   const std::string dir = test::TempDir("native_bad");
   const Model random = test::RandomLlama({2, 4, 2, 256, 512, 300, 256, 6});
   GgufWriter writer;
   AddGgufModel(random, writer, kGgmlTypeQ4_K);
   writer.Write(dir + "/m.gguf");
-  uint64_t offset = 0;
-  {
-    const GgufFile file = GgufFile::Open(dir + "/m.gguf");
-    const GgufTensorInfo* t = file.FindTensor("blk.1.ffn_down.weight");
-    ASSERT_NE(t, nullptr);
-    ASSERT_EQ(t->type, kGgmlTypeQ4_K);
-    offset = file.data_offset() + t->offset + 3 * 144 + 2;  // the fourth block's dmin
-  }
-  std::string bytes = ReadFile(dir + "/m.gguf");
-  bytes[offset] = 0x00;
-  bytes[offset + 1] = static_cast<char>(0x7C);  // +infinity in binary16
-  WriteFileAtomic(dir + "/m.gguf", bytes);
-  try {
-    LoadModel(dir + "/m.gguf", Precision::kNative);
-    ADD_FAILURE() << "loaded a Q4_K tensor with an infinite scale";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("m.gguf: tensor 'blk.1.ffn_down.weight' (Q4_K) holds a non-finite"), std::string::npos) << what;
+  for (const std::string tensor : {"blk.1.ffn_down.weight", "token_embd.weight"}) {
+    uint64_t offset = 0;
+    {
+      const GgufFile file = GgufFile::Open(dir + "/m.gguf");
+      const GgufTensorInfo* t = file.FindTensor(tensor);
+      ASSERT_NE(t, nullptr);
+      ASSERT_EQ(t->type, kGgmlTypeQ4_K);
+      offset = file.data_offset() + t->offset + 3 * 144 + 2;  // the fourth block's dmin
+    }
+    std::string bytes = ReadFile(dir + "/m.gguf");
+    bytes[offset] = 0x00;
+    bytes[offset + 1] = static_cast<char>(0x7C);  // +infinity in binary16
+    WriteFileAtomic(dir + "/bad.gguf", bytes);
+    try {
+      LoadModel(dir + "/bad.gguf", Precision::kNative);
+      ADD_FAILURE() << "loaded a Q4_K tensor with an infinite scale in " << tensor;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("bad.gguf: tensor '" + tensor + "' (Q4_K) holds a non-finite"), std::string::npos) << what;
+    }
   }
 }
 

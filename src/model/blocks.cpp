@@ -37,9 +37,12 @@ void EmbedTokens(ForwardContext& ctx) {
     return;
   }
   const auto& tokens = ctx.request.tokens;
+  const ModelWeights& w = ctx.model.weights;
   for (int t = 0; t < ctx.T; ++t) {
-    std::memcpy(ctx.state.x.row(t), ctx.model.weights.token_embedding.row(tokens[t]),
-                sizeof(float) * D);
+    if (w.token_embedding.empty())  // native: the row dequantised from the stored bytes
+      DequantizeGgmlRows(w.embedding_packed->ggml, tokens[t], 1, ctx.state.x.row(t));
+    else
+      std::memcpy(ctx.state.x.row(t), w.token_embedding.row(tokens[t]), sizeof(float) * D);
   }
   // Gemma: embeddings times sqrt(hidden_size) (Gemma2Model's normalizer).
   if (ctx.config.embed_scale > 0) Scale(ctx.state.x.data(), static_cast<int64_t>(ctx.T) * D, ctx.config.embed_scale);

@@ -70,6 +70,7 @@ int64_t Model::ParameterCount() const {
               count(weights.final_norm_bias) + count(weights.position_embedding);
   // A projection held packed only (packed_only: its f32 tensor empty) counts from its pack.
   auto packed = [](const PackedWeight& p) { return p.empty() ? 0 : static_cast<int64_t>(p.out()) * p.in(); };
+  if (weights.token_embedding.empty() && weights.embedding_packed) n += packed(*weights.embedding_packed);
   if (!config.tied_embeddings)
     n += weights.lm_head.empty() && weights.lm_head_packed ? packed(*weights.lm_head_packed)
                                                          : count(weights.lm_head);

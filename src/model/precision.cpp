@@ -116,14 +116,11 @@ bool WeightPacker::KeepStored(Tensor* tensor, const std::string& what,
   SS_ASSERT(shape.size() == 2);
   GgmlMatrix w = GgmlView(stored.ggml_type, static_cast<int>(shape[0]), static_cast<int>(shape[1]),
                           stored.data, stored.owner);
-  if (embedding) {  // loaded as f32 too, for the lookup (which checks its values)
-    embedding_stored_.ggml = std::move(w);
-    return false;
-  }
   if (const int64_t bad = GgmlFirstNonFinite(w); bad >= 0)
     Fail("{} ({}) holds a non-finite value or scale at element {}", what,
          GgmlTypeName(stored.ggml_type), bad);
-  it->second->ggml = std::move(w);
+  // The embedding's lookup dequantises the rows it needs (and a tied head multiplies them).
+  (embedding ? embedding_stored_ : *it->second).ggml = std::move(w);
   *tensor = Tensor();
   return true;
 }
@@ -147,13 +144,16 @@ void WeightPacker::Finish(Model& model) {
                l.w2.empty() && l.w3.empty()));
     w.layers[i].packed = layers_[i];
   }
+  if (!embedding_stored_.empty())
+    w.embedding_packed = std::make_shared<const PackedWeight>(embedding_stored_);
   if (lm_head_->empty() && precision_ == Precision::kNative) {
-    // Tied to an embedding stored in a type the kernels multiply: the head reads those bytes (the
-    // lookup reads the f32 embedding). Stored as F32 (tied or not): the head stays f32.
-    SS_ASSERT(!w.lm_head.empty());
-    if (w.lm_head.data() == w.token_embedding.data() && !embedding_stored_.empty()) {
+    // Tied to an embedding stored in a type the kernels multiply: the head reads those bytes, as
+    // the lookup does. Stored as F32 (tied or not): the head stays f32.
+    if (model.config.tied_embeddings && !embedding_stored_.empty()) {
+      SS_ASSERT(w.lm_head.empty() && w.token_embedding.empty());
       *lm_head_ = embedding_stored_;
     }
+    SS_ASSERT(!lm_head_->empty() || !w.lm_head.empty());
   } else if (lm_head_->empty()) {  // tied: the head is the embedding, which stays f32
     SS_ASSERT(!w.lm_head.empty());
     *lm_head_ = Pack(w.lm_head, precision_);

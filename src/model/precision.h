@@ -8,10 +8,11 @@
 // q8_0 holds the projections and the LM head as ggml Q8_0 blocks (kernels/gemm_q8.h: 1.125 bytes a
 // weight); activations, attention and everything else stay f32, so the numbers are those of the
 // f32 forward on the Q8_0-rounded weights. A Q8_0 GGUF file's blocks are kept as stored.
-// native keeps each projection in the type the file stores it (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K:
-// kernels/gemm_ggml.h), usually as a view of the file's mapping, with f32 activations: the numbers
-// are those of the f32 forward on the stored weights, and the memory is the file's. A projection
-// stored as F32 (and a llama2.c file, all F32) stays f32.
+// native keeps each projection and the token embedding in the type the file stores them (F16, BF16,
+// Q8_0, Q4_0, Q4_K, Q6_K: kernels/gemm_ggml.h), usually as a view of the file's mapping, with f32
+// activations: the numbers are those of the f32 forward on the stored weights, and the memory is
+// the file's. The embedding's lookup dequantises the rows it needs. A tensor stored as F32 (and a
+// llama2.c file, all F32) stays f32.
 // f32 is the default and the reference.
 #pragma once
 
@@ -51,11 +52,15 @@ class WeightPacker {
  public:
   WeightPacker(ModelWeights& weights, Precision precision);  // weights.layers already sized
   void Bound(Tensor* tensor);
-  // At native: keeps a projection in its stored bytes (a view that `stored.owner` keeps alive) when
-  // MatMulGgml multiplies its type; `what` names the tensor in errors (a non-finite value).
+  // At native: keeps a projection or the token embedding in its stored bytes (a view that
+  // `stored.owner` keeps alive) when MatMulGgml multiplies its type; `what` names the tensor in
+  // errors (a non-finite value or scale, checked here).
   bool KeepStored(Tensor* tensor, const std::string& what, const std::vector<int64_t>& shape,
                   const StoredTensor& stored);
-  bool Packs(const Tensor* tensor) const { return slots_.count(tensor) > 0; }
+  // Whether `tensor` is a projection (or, at native, the embedding) this packer may take.
+  bool Packs(const Tensor* tensor) const {
+    return slots_.count(tensor) > 0 || (precision_ == Precision::kNative && tensor == embedding_);
+  }
   void Finish(Model& model);
   // For a model loaded whole in f32 (llama2.c files): packs every projection, frees its f32
   // tensor and finishes.
@@ -65,7 +70,7 @@ class WeightPacker {
   Precision precision_;
   std::vector<std::shared_ptr<LayerPacked>> layers_;
   std::shared_ptr<PackedWeight> lm_head_;
-  // native: the token embedding as stored, for a head tied to it (the lookup reads it in f32).
+  // native: the token embedding as stored (its lookup and a head tied to it read these bytes).
   const Tensor* embedding_ = nullptr;
   PackedWeight embedding_stored_;
   std::unordered_map<const Tensor*, PackedWeight*> slots_;

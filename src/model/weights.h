@@ -99,6 +99,9 @@ struct ModelWeights {
   Tensor rope_freq_factors;   // (rot_dim / 2) optional: pair i turns at inv_freq[i] / factor[i]
                               // (GGUF "rope_freqs.weight", how llama.cpp stores Llama 3 scaling)
   std::shared_ptr<const PackedWeight> lm_head_packed;  // at bf16, Q8_0, native; null at f32
+  // native: the token embedding in its stored type (token_embedding then empty): the lookup
+  // dequantises the rows it needs. Null otherwise (the embedding is f32).
+  std::shared_ptr<const PackedWeight> embedding_packed;
 };
 
 // A loaded model: config + weights + whatever keeps mapped storage alive.
