@@ -2,7 +2,7 @@
 // in a GGUF file's own Q4_0 / Q4_K rows (--precision native, kernels/gemm_ggml.h), against the f32 product
 // through OpenBLAS sgemm (MatMul's large-product path), y (T, out) = x (T, in) W^T, on the shapes
 // they are meant for: (in, out) = (768, 3072) MLP up, (3072, 768) MLP down, (768, 2304) fused QKV;
-// T = 512, 1024, 2048, and 1 (decode), with two decode shapes too large for the caches (a 32000 x
+// T = 512, 1024, 2048, 32 (a short prompt) and 1 (decode), with two decode shapes too large for the caches (a 32000 x
 // 768 LM head, a 7B model's 11008 x 4096 MLP) where the product is bound by reading W: there the
 // table also gives the bytes of W read per second. Runs at the process's thread count
 // (OMP_NUM_THREADS or all cores). Each shape's runs are adjacent, and a table of throughput ratios
@@ -41,6 +41,10 @@ const Shape kShapes[] = {{512, 768, 3072},
                          {2048, 768, 3072},
                          {2048, 3072, 768},
                          {2048, 768, 2304},
+                         // A short prompt (a chat turn): the native types' dequantise-then-sgemm
+                         // path is at its least efficient here (each row of W serves 32 rows of x).
+                         {32, 768, 3072},
+                         {32, 3072, 768},
                          // Decode (one token): memory-bound, MatMul's matrix-vector kernel on the
                          // f32 side (the "sgemm" column).
                          {1, 768, 3072},

@@ -116,6 +116,50 @@ TEST(GemmGgml, MatchesDoubleProductOfDequantisedWeights) {
 }
 
 // A row's sum is formed the same way whichever thread computes it.
+// DequantizeGgmlRows (the widened path's rows, the native embedding lookup) on the vector path
+// gives the scalar decoder's bits exactly: random blocks of every type, and for F16 / BF16 every
+// finite 16-bit pattern (subnormals included).
+TEST(GemmGgml, VectorDequantiserIsTheScalarDecoderBitForBit) {
+  if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
+  struct Rows {
+    uint32_t type;
+    int out, in;
+    std::vector<uint8_t> data;
+  };
+  std::vector<Rows> cases;
+  for (Case c : {Case{kGgmlTypeF16, 37}, Case{kGgmlTypeBF16, 45}, Case{kGgmlTypeQ8_0, 96},
+                 Case{kGgmlTypeQ4_0, 160}, Case{kGgmlTypeQ4_K, 768}, Case{kGgmlTypeQ6_K, 512}})
+    cases.push_back({c.type, 9, c.in, RandomRows(c.type, 9, c.in, 21 + c.type)});
+  for (uint32_t type : {kGgmlTypeF16, kGgmlTypeBF16}) {
+    Rows all{type, 256, 255, {}};  // 65280 patterns: every one but the last 256
+    for (uint32_t bits = 0; bits < 256u * 255u; ++bits) {
+      // Skip NaN / Inf (refused at load): exponent all ones.
+      const bool non_finite = type == kGgmlTypeF16 ? (bits & 0x7C00) == 0x7C00 : (bits & 0x7F80) == 0x7F80;
+      const uint16_t v = static_cast<uint16_t>(non_finite ? 0 : bits);
+      all.data.push_back(static_cast<uint8_t>(v & 0xFF));
+      all.data.push_back(static_cast<uint8_t>(v >> 8));
+    }
+    cases.push_back(std::move(all));
+  }
+  const SimdLevel best = ActiveSimdLevel();
+  for (const Rows& c : cases) {
+    const GgmlMatrix w = GgmlView(c.type, c.out, c.in, c.data.data(), nullptr);
+    std::vector<float> scalar(static_cast<size_t>(c.out) * c.in), vec(scalar.size());
+    Dequantize(c.type, c.data.data(), scalar.data(), static_cast<int64_t>(scalar.size()));
+    ForceSimdLevel(SimdLevel::kAvx2);
+    DequantizeGgmlRows(w, 0, c.out, vec.data());
+    ForceSimdLevel(best);
+    size_t differ = 0;
+    for (size_t i = 0; i < vec.size(); ++i) differ += std::memcmp(&vec[i], &scalar[i], 4) != 0;
+    std::printf("%s: %zu values, %zu differ from the scalar decoder\n", GgmlTypeName(c.type), vec.size(), differ);
+    EXPECT_EQ(differ, 0u) << GgmlTypeName(c.type);
+    // Rows from the middle land where they belong.
+    std::vector<float> two(2 * static_cast<size_t>(c.in));
+    DequantizeGgmlRows(w, c.out - 3, 2, two.data());
+    EXPECT_EQ(std::memcmp(two.data(), scalar.data() + static_cast<size_t>(c.out - 3) * c.in, two.size() * 4), 0);
+  }
+}
+
 TEST(GemmGgml, SameBitsAtAnyThreadCount) {
   const int threads = ThreadCount();
   for (uint32_t type : {kGgmlTypeQ4_K, kGgmlTypeQ6_K, kGgmlTypeQ4_0, kGgmlTypeF16}) {

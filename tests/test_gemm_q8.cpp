@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -43,6 +44,19 @@ TEST(GemmQ8, PackedBlocksAreGgmlQ8_0) {
     Dequantize(kGgmlTypeQ8_0, ggml.data(), back.data(), in);
     for (int i = 0; i < in; ++i) ASSERT_EQ(mine[o * in + i], back[i]) << o << "," << i;
   }
+  // Every path unpacks the same values, a last partial block (100 = 3 x 32 + 4) included.
+  const std::vector<float> w2 = Random(7 * 100, 2);
+  const PackedQ8 p2 = PackQ8_0(w2.data(), 7, 100);
+  std::vector<float> want(7 * 100), got(want.size());
+  const SimdLevel best = ActiveSimdLevel();
+  ForceSimdLevel(SimdLevel::kPortable);
+  DequantizeQ8Rows(p2, 0, 7, want.data());
+  for (SimdLevel level : Levels()) {
+    ForceSimdLevel(level);
+    DequantizeQ8Rows(p2, 1, 6, got.data());
+    EXPECT_EQ(std::memcmp(got.data(), want.data() + 100, 6 * 100 * sizeof(float)), 0) << SimdLevelName(level);
+  }
+  ForceSimdLevel(best);
 }
 
 // The encoder's AVX2 build rounds as the portable one (nearbyint: to nearest, ties to even), here

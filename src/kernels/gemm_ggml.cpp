@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "kernels/dequant.h"
+#include "kernels/simd.h"
 #include "kernels/vecmath.h"
 #include "kernels/workspace.h"
 #include "tensor/half.h"
@@ -18,6 +19,7 @@ namespace ss {
 namespace {
 
 #define SS_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define SS_AVX2_NOFMA __attribute__((target("avx2,f16c")))  // helpers both kinds of kernel inline
 
 constexpr int kWidenBlock = 128;      // rows of W dequantised at a time for sgemm
 constexpr int kPrefetchBytes = 1024;  // how far ahead of the block in use the fused kernels ask for W
@@ -32,13 +34,6 @@ uint16_t LoadU16(const uint8_t* p) {
 }
 
 // ---- AVX2 + FMA (+ F16C) row dots: sum_i dequant(w)[i] * x[i] over one row of `in` values.
-
-SS_AVX2 inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 SS_AVX2 inline float HalfToFloat(const uint8_t* p) { return _cvtsh_ss(LoadU16(p)); }
 
@@ -164,7 +159,7 @@ SS_AVX2 float DotQ4_KAvx2(const uint8_t* w, const float* x, const float* xsum, i
 
 // Bits kShift, kShift + 1 of each byte of qh, moved to bits 4 and 5 (Q6_K's high bits).
 template <int kShift>
-SS_AVX2 inline __m256i HighBitsQ6(__m256i qh, __m256i m2) {
+SS_AVX2_NOFMA inline __m256i HighBitsQ6(__m256i qh, __m256i m2) {
   return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, kShift), m2), 4);
 }
 
@@ -236,17 +231,135 @@ bool Avx2Active() {
   return f16c && Avx2FmaActive();
 }
 
+// ---- AVX2 (+ F16C) dequantisers: a row of W into f32 for the widened (sgemm) path, the
+// embedding lookup and ProjectionF32. No FMA in their target (SS_AVX2_NOFMA), so that no multiply
+// and subtract is fused: each value is rounded exactly as kernels/dequant.cpp's scalar loops round
+// it, bit for bit (tests/test_gemm_ggml.cpp compares them).
+
+SS_AVX2_NOFMA inline __m256 WidenI8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
+
+// 16 int8 values times d into dst[0 .. 16).
+SS_AVX2_NOFMA inline void StoreScaledI8x16(__m128i q, __m256 d, float* dst) {
+  _mm256_storeu_ps(dst, _mm256_mul_ps(d, WidenI8(q)));
+  _mm256_storeu_ps(dst + 8, _mm256_mul_ps(d, WidenI8(_mm_srli_si128(q, 8))));
+}
+
+SS_AVX2_NOFMA void DequantF16Avx2(const uint8_t* w, float* dst, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i))));
+  for (; i < n; ++i) dst[i] = F16ToF32(LoadU16(w + 2 * i));
+}
+
+SS_AVX2_NOFMA void DequantBf16Avx2(const uint8_t* w, float* dst, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i)));
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+  }
+  for (; i < n; ++i) dst[i] = BF16ToF32(LoadU16(w + 2 * i));
+}
+
+SS_AVX2_NOFMA void DequantQ8_0Avx2(const uint8_t* w, float* dst, int n) {
+  for (int b = 0; b < n / 32; ++b, w += 34, dst += 32) {
+    const __m256 d = _mm256_set1_ps(F16ToF32(LoadU16(w)));
+    StoreScaledI8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)), d, dst);
+    StoreScaledI8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 18)), d, dst + 16);
+  }
+}
+
+SS_AVX2_NOFMA void DequantQ4_0Avx2(const uint8_t* w, float* dst, int n) {
+  const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  for (int b = 0; b < n / 32; ++b, w += 18, dst += 32) {
+    const __m256 d = _mm256_set1_ps(F16ToF32(LoadU16(w)));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+    StoreScaledI8x16(_mm_sub_epi8(_mm_and_si128(q, mask), eight), d, dst);
+    StoreScaledI8x16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight), d, dst + 16);
+  }
+}
+
+// 32 values q (0..15) of a Q4_K sub-block: scale * q - min into dst[0 .. 32).
+SS_AVX2_NOFMA inline void StoreQ4KSub(__m256i q, float scale, float min, float* dst) {
+  const __m256 s = _mm256_set1_ps(scale), m = _mm256_set1_ps(min);
+  const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+  for (int k = 0; k < 4; ++k) {  // bytes 8k .. 8k + 7
+    const __m128i part = k % 2 ? _mm_srli_si128(halves[k / 2], 8) : halves[k / 2];
+    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part));
+    _mm256_storeu_ps(dst + 8 * k, _mm256_sub_ps(_mm256_mul_ps(s, v), m));
+  }
+}
+
+SS_AVX2_NOFMA void DequantQ4_KAvx2(const uint8_t* w, float* dst, int n) {
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  for (int b = 0; b < n / 256; ++b, w += 144, dst += 256) {
+    const float d = F16ToF32(LoadU16(w)), dmin = F16ToF32(LoadU16(w + 2));
+    for (int g = 0; g < 4; ++g) {
+      int sc_lo, m_lo, sc_hi, m_hi;
+      Q4KScaleMin(2 * g, w + 4, &sc_lo, &m_lo);
+      Q4KScaleMin(2 * g + 1, w + 4, &sc_hi, &m_hi);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * g));
+      StoreQ4KSub(_mm256_and_si256(q, mask), d * static_cast<float>(sc_lo), dmin * static_cast<float>(m_lo), dst + 64 * g);
+      StoreQ4KSub(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask), d * static_cast<float>(sc_hi),
+                  dmin * static_cast<float>(m_hi), dst + 64 * g + 32);
+    }
+  }
+}
+
+// Q6_K: the 32 six-bit values of q (already - 32, int8) times their 16-value sub-blocks' int8
+// scales sc0, sc1 (the integer products, as the scalar loop forms them), then times d.
+SS_AVX2_NOFMA inline void StoreQ6KPart(__m256i q, int sc0, int sc1, __m256 d, float* dst) {
+  const __m256i lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));       // values 0..15
+  const __m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1));  // values 16..31
+  const __m256i p0 = _mm256_mullo_epi16(lo, _mm256_set1_epi16(static_cast<int16_t>(sc0)));
+  const __m256i p1 = _mm256_mullo_epi16(hi, _mm256_set1_epi16(static_cast<int16_t>(sc1)));
+  for (int k = 0; k < 4; ++k) {
+    const __m256i p = k < 2 ? p0 : p1;
+    const __m128i half = k % 2 ? _mm256_extracti128_si256(p, 1) : _mm256_castsi256_si128(p);
+    _mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(half))));
+  }
+}
+
+SS_AVX2_NOFMA void DequantQ6_KAvx2(const uint8_t* w, float* dst, int n) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+  for (int b = 0; b < n / 256; ++b, w += 210, dst += 256) {
+    const __m256 d = _mm256_set1_ps(F16ToF32(LoadU16(w + 208)));
+    const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = w + 64 * h;
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * h));
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(a, m4), HighBitsQ6<0>(hb, m2)),
+          _mm256_or_si256(_mm256_and_si256(c, m4), HighBitsQ6<2>(hb, m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), HighBitsQ6<4>(hb, m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), HighBitsQ6<6>(hb, m2))};
+      const int8_t* sh = sc + 8 * h;
+      for (int k = 0; k < 4; ++k)  // values 32k .. 32k + 31 of the half: sub-blocks 2k, 2k + 1
+        StoreQ6KPart(_mm256_sub_epi8(q[k], k32), sh[2 * k], sh[2 * k + 1], d, dst + 128 * h + 32 * k);
+    }
+  }
+}
+
+using RowDequant = void (*)(const uint8_t* w, float* dst, int n);
+
+RowDequant Avx2RowDequant(uint32_t type) {
+  switch (type) {
+    case kGgmlTypeF16: return DequantF16Avx2;
+    case kGgmlTypeBF16: return DequantBf16Avx2;
+    case kGgmlTypeQ8_0: return DequantQ8_0Avx2;
+    case kGgmlTypeQ4_0: return DequantQ4_0Avx2;
+    case kGgmlTypeQ4_K: return DequantQ4_KAvx2;
+    case kGgmlTypeQ6_K: return DequantQ6_KAvx2;
+    default: return nullptr;
+  }
+}
+
 // The portable path: the row dequantised into scratch, then a dot product with 8 partial sums.
 float DotPortable(uint32_t type, const uint8_t* w, const float* x, int in) {
   float* row = Workspace<float, 6>(static_cast<size_t>(in));
   Dequantize(type, w, row, in);
-  float acc[8] = {};
-  int i = 0;
-  for (; i + 8 <= in; i += 8)
-    for (int k = 0; k < 8; ++k) acc[k] += row[i + k] * x[i + k];
-  float total = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < in; ++i) total += row[i] * x[i];
-  return total;
+  return DotPartial8(row, x, in);
 }
 
 // The fused path (T < kGgmlWidenRows): rows of W in contiguous ranges per thread (so each thread
@@ -354,6 +467,10 @@ int64_t GgmlFirstNonFinite(const GgmlMatrix& w) {
 
 void DequantizeGgmlRows(const GgmlMatrix& w, int row0, int rows, float* dst) {
   SS_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= w.out);
+  if (const RowDequant avx2 = Avx2Active() ? Avx2RowDequant(w.type) : nullptr) {
+    for (int r = 0; r < rows; ++r) avx2(w.row(row0 + r), dst + static_cast<int64_t>(r) * w.in, w.in);
+    return;
+  }
   for (int r = 0; r < rows; ++r) Dequantize(w.type, w.row(row0 + r), dst + static_cast<int64_t>(r) * w.in, w.in);
 }
 

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/simd.h"
 #include "kernels/vecmath.h"
 #include "kernels/workspace.h"
 
@@ -63,13 +64,6 @@ static void SmallMatMul(const float* x, const float* w, float* y, int T, int in,
 // on rows of 288-768 floats, too short for the prefetcher to follow four interleaved streams.
 constexpr int kMatVecStreams = 4;
 constexpr int kKeyRowsAhead = 4;  // per stream: 16 rows ahead in all
-
-__attribute__((target("avx2,fma"))) static inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // y[r] = W row r · x for the R rows wr[r] (each with two 8-lane chains, the same arithmetic for
 // every row whichever group it is in: a row's result does not depend on how rows are split).

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/simd.h"
+
 namespace ss {
 
 namespace {
@@ -229,13 +231,6 @@ SS_AVX2 inline void Map256(float* x, int64_t n, Op op) {
   }
 }
 
-SS_AVX2 inline float Sum256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
-
 SS_AVX2 float MaxOf256(const float* x, int64_t n) {
   __m256 m = _mm256_set1_ps(-INFINITY);
   int64_t i = 0;
@@ -248,7 +243,7 @@ SS_AVX2 float MaxOf256(const float* x, int64_t n) {
   return r;
 }
 
-SS_AVX2 float ExpShiftSum256(float* x, int64_t n, float shift, float* sum_sq) {
+SS_AVX2 float ExpShiftHorizontalSum(float* x, int64_t n, float shift, float* sum_sq) {
   const __m256 s = _mm256_set1_ps(shift);
   __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
   int64_t i = 0;
@@ -258,7 +253,7 @@ SS_AVX2 float ExpShiftSum256(float* x, int64_t n, float shift, float* sum_sq) {
     acc = _mm256_add_ps(acc, e);
     acc2 = _mm256_fmadd_ps(e, e, acc2);
   }
-  float sum = Sum256(acc), sq = Sum256(acc2);
+  float sum = HorizontalSum(acc), sq = HorizontalSum(acc2);
   if (i < n) {
     alignas(32) float buf[8];
     for (int k = 0; k < 8; ++k) buf[k] = i + k < n ? x[i + k] - shift : -INFINITY;
@@ -373,7 +368,7 @@ float MaxOf(const float* x, int64_t n) {
 float ExpShiftSum(float* x, int64_t n, float shift, float* sum_sq) {
   switch (ActiveSimdLevel()) {
     case SimdLevel::kAvx512: return ExpShiftSum512(x, n, shift, sum_sq);
-    case SimdLevel::kAvx2: return ExpShiftSum256(x, n, shift, sum_sq);
+    case SimdLevel::kAvx2: return ExpShiftHorizontalSum(x, n, shift, sum_sq);
     case SimdLevel::kPortable: break;
   }
   float sum = 0.0f, sq = 0.0f;
