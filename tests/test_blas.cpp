@@ -60,6 +60,15 @@ TEST(Blas, CliSpinsBrieflyUnlessTheUserChose) {
   EXPECT_NE(out.find("wait policy: active"), std::string::npos) << out;
 }
 
+// The verbs that decode a token at a time spin longer; the rest (and --version) briefly.
+TEST(Blas, DecodeVerbsSpinLonger) {
+  for (const char* verb : {"generate", "chat", "stream", "serve"})
+    EXPECT_STREQ(SpinCountFor(verb), kDecodeSpinCount) << verb;
+  for (const char* verb : {"analyze", "explain", "trace", "train", "ppl", "inspect", "convert"})
+    EXPECT_STREQ(SpinCountFor(verb), kSpinCount) << verb;
+  EXPECT_GT(std::stol(kDecodeSpinCount), 10 * std::stol(kSpinCount));
+}
+
 TEST(Blas, CliThreadsFlagIsCheckedOnEveryVerb) {
   for (const char* verb : {"inspect", "generate", "ppl", "analyze", "explain", "stream", "trace"}) {
     test::CliResult r = test::RunCli(std::string(verb) + " --threads 0 --model x");

@@ -19,17 +19,28 @@
 // passive for the same 1.06 CPU-s of work). Sleeping at once (OMP_WAIT_POLICY=passive, what this
 // did before) makes every region of a decode step pay a futex wake-up: greedy decode of a
 // stories110M-shaped model in bf16 on 2 threads ran at 57 tokens/s passive, 87 with the short
-// spin (bench/run_decode_bench.sh). libgomp reads these once, before main, so the process
-// re-executes itself once with the variable set.
-static void ChooseShortSpin(char** argv) {
+// spin (bench/run_decode_bench.sh). The verbs that decode a token at a time (generate, chat,
+// stream, serve) spin longer (ss::kDecodeSpinCount): a token is dozens of short parallel regions
+// with a little serial work between them, and the short spin still cost a 2-thread f32 decode of
+// the stories110M shape 13 % (53.6 against 60.5 tokens/s, mean of 8 alternating runs); the helper
+// then sleeps within milliseconds of the last region, so an idle chat does not hold a core.
+// libgomp reads these once, before main, so the process re-executes itself once with the
+// variable set.
+static void ChooseSpin(int argc, char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
-  if (setenv("GOMP_SPINCOUNT", ss::kSpinCount, 1) != 0) return;
+  const char* spin = ss::kSpinCount;
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i][0] == '-') continue;  // the verb is the first word that is not an option
+    spin = ss::SpinCountFor(argv[i]);
+    break;
+  }
+  if (setenv("GOMP_SPINCOUNT", spin, 1) != 0) return;
   execv("/proc/self/exe", argv);
   // If the re-exec fails we simply go on with the default policy.
 }
 
 int main(int argc, char** argv) {
-  ChooseShortSpin(argv);
+  ChooseSpin(argc, argv);
   CLI::App app{"sinkscope: find, explain and exploit attention sinks in transformer language models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", [] {

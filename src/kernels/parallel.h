@@ -4,12 +4,19 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace ss {
 
 // GOMP_SPINCOUNT the CLI and the Python module set when the user chose no OpenMP wait policy:
 // threads spin about this many iterations (tens of microseconds) before sleeping (src/cli/main.cpp).
 inline constexpr const char* kSpinCount = "10000";
+// The spin of the verbs that decode a token at a time (generate, chat, stream, serve): about a
+// hundred times longer, a few milliseconds (src/cli/main.cpp says why).
+inline constexpr const char* kDecodeSpinCount = "1000000";
+// The GOMP_SPINCOUNT for a CLI verb: kDecodeSpinCount for generate, chat, stream and serve,
+// kSpinCount for every other verb.
+const char* SpinCountFor(std::string_view verb);
 
 // Sets the thread count for OpenMP and OpenBLAS alike. n >= 1.
 void SetThreadCount(int n);
