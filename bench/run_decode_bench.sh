@@ -5,7 +5,9 @@
 # converted by `sinkscope convert --type q4_0 / q4_k`, run at --precision native; Q4_K needs rows
 # of 256 values, so only the 110M shape has it), by llama2.c's run.c (f32) and by runq.c (int8 Q8_0 groups of 64, the format
 # its export.py writes), each at 1 and 2 threads; beside them, this machine's read bandwidth
-# (bench_membw) and the bandwidth each decode achieves (weight bytes read per token x tokens/s).
+# (bench_membw, measured before and again after the decode runs: the shared machine's bandwidth
+# moves between runs, so compare a decode with the higher of the two) and the bandwidth each decode
+# achieves (weight bytes read per token x tokens/s).
 # run.c / runq.c are built here from LLAMA2C_DIR (default ../shared/tools/peers/llama2c) with
 # gcc -Ofast -march=native -fopenmp (their README's fast build, with its threads); models are made by
 # bench/make_llama2c_model.py into WORK (default /tmp/sinkscope_decode_bench). Each figure is the
@@ -64,3 +66,6 @@ print(l*(4*d*d+3*d*f)+abs(v)*d)")
     done
   done
 done
+echo
+echo "read bandwidth again, after the decode runs:"
+"$BUILD/bench/bench_membw" | tee "$WORK/membw_after.txt"
