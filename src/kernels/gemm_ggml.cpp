@@ -163,31 +163,36 @@ SS_AVX2_NOFMA inline __m256i HighBitsQ6(__m256i qh, __m256i m2) {
   return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, kShift), m2), 4);
 }
 
-// Q6_K: 210-byte super-blocks of 256 values (kernels/dequant.h): per half h, four vectors of 32
-// six-bit values (low 4 bits from ql, high 2 from qh), each - 32, in 16-value sub-blocks with an
-// int8 scale.
-SS_AVX2 float DotQ6_KAvx2(const uint8_t* w, const float* x, const float*, int in) {
+// Half h (values 128h .. 128h + 127) of a Q6_K super-block as four vectors of 32 int8 values, each
+// its six bits (low 4 from ql, high 2 from qh) - 32, in order.
+SS_AVX2_NOFMA inline void Q6KHalf(const uint8_t* w, int h, __m256i q[4]) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+  const uint8_t* ql = w + 64 * h;
+  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+  const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+  const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * h));
+  q[0] = _mm256_or_si256(_mm256_and_si256(a, m4), HighBitsQ6<0>(hb, m2));
+  q[1] = _mm256_or_si256(_mm256_and_si256(c, m4), HighBitsQ6<2>(hb, m2));
+  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), HighBitsQ6<4>(hb, m2));
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), HighBitsQ6<6>(hb, m2));
+  for (int k = 0; k < 4; ++k) q[k] = _mm256_sub_epi8(q[k], k32);
+}
+
+// Q6_K: 210-byte super-blocks of 256 values (kernels/dequant.h): per half h, four vectors of 32
+// six-bit values (Q6KHalf) in 16-value sub-blocks with an int8 scale.
+SS_AVX2 float DotQ6_KAvx2(const uint8_t* w, const float* x, const float*, int in) {
   __m256 total = _mm256_setzero_ps();
   for (int b = 0; b < in / 256; ++b, w += 210, x += 256) {
     PrefetchAhead(w, 256);
     const float d = HalfToFloat(w + 208);
     const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
     for (int h = 0; h < 2; ++h) {
-      const uint8_t* ql = w + 64 * h;
-      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * h));
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(a, m4), HighBitsQ6<0>(hb, m2)),
-          _mm256_or_si256(_mm256_and_si256(c, m4), HighBitsQ6<2>(hb, m2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), HighBitsQ6<4>(hb, m2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), HighBitsQ6<6>(hb, m2))};
+      __m256i q[4];
+      Q6KHalf(w, h, q);
       const int8_t* sh = sc + 8 * h;
       const float* xh = x + 128 * h;
       alignas(32) int8_t v[128];
-      for (int k = 0; k < 4; ++k)
-        _mm256_store_si256(reinterpret_cast<__m256i*>(v + 32 * k), _mm256_sub_epi8(q[k], k32));
+      for (int k = 0; k < 4; ++k) _mm256_store_si256(reinterpret_cast<__m256i*>(v + 32 * k), q[k]);
       for (int k = 0; k < 4; ++k) {
         const __m256 first = DotI8x16(v + 32 * k, xh + 32 * k);
         const __m256 second = DotI8x16(v + 32 * k + 16, xh + 32 * k + 16);
@@ -320,23 +325,15 @@ SS_AVX2_NOFMA inline void StoreQ6KPart(__m256i q, int sc0, int sc1, __m256 d, fl
 }
 
 SS_AVX2_NOFMA void DequantQ6_KAvx2(const uint8_t* w, float* dst, int n) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
   for (int b = 0; b < n / 256; ++b, w += 210, dst += 256) {
     const __m256 d = _mm256_set1_ps(F16ToF32(LoadU16(w + 208)));
     const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
     for (int h = 0; h < 2; ++h) {
-      const uint8_t* ql = w + 64 * h;
-      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * h));
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(a, m4), HighBitsQ6<0>(hb, m2)),
-          _mm256_or_si256(_mm256_and_si256(c, m4), HighBitsQ6<2>(hb, m2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), HighBitsQ6<4>(hb, m2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), HighBitsQ6<6>(hb, m2))};
+      __m256i q[4];
+      Q6KHalf(w, h, q);
       const int8_t* sh = sc + 8 * h;
       for (int k = 0; k < 4; ++k)  // values 32k .. 32k + 31 of the half: sub-blocks 2k, 2k + 1
-        StoreQ6KPart(_mm256_sub_epi8(q[k], k32), sh[2 * k], sh[2 * k + 1], d, dst + 128 * h + 32 * k);
+        StoreQ6KPart(q[k], sh[2 * k], sh[2 * k + 1], d, dst + 128 * h + 32 * k);
     }
   }
 }

@@ -243,7 +243,7 @@ SS_AVX2 float MaxOf256(const float* x, int64_t n) {
   return r;
 }
 
-SS_AVX2 float ExpShiftHorizontalSum(float* x, int64_t n, float shift, float* sum_sq) {
+SS_AVX2 float ExpShiftSum256(float* x, int64_t n, float shift, float* sum_sq) {
   const __m256 s = _mm256_set1_ps(shift);
   __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
   int64_t i = 0;
@@ -368,7 +368,7 @@ float MaxOf(const float* x, int64_t n) {
 float ExpShiftSum(float* x, int64_t n, float shift, float* sum_sq) {
   switch (ActiveSimdLevel()) {
     case SimdLevel::kAvx512: return ExpShiftSum512(x, n, shift, sum_sq);
-    case SimdLevel::kAvx2: return ExpShiftHorizontalSum(x, n, shift, sum_sq);
+    case SimdLevel::kAvx2: return ExpShiftSum256(x, n, shift, sum_sq);
     case SimdLevel::kPortable: break;
   }
   float sum = 0.0f, sq = 0.0f;
