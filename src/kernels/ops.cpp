@@ -575,7 +575,7 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
                            int S, int n_heads, int n_kv_heads, int head_dim, const AttnOptions& opt,
                            const AttnStats* stats, bool bf16) {
   const int window = opt.window;
-  constexpr int kTileQ = 64, kTileK = 512;
+  constexpr int kTileQ = 256, kTileK = 512;
   static_assert(kTileK % kBf16PanelWidth == 0);
   const int group = n_heads / n_kv_heads;
   const int q_row = n_heads * head_dim;
