@@ -193,8 +193,10 @@ TEST(Kernels, AttentionMatchesNaiveWithStatistics) {
   for (Case c : {Case{5, 5, 4, 2, 8, 0}, Case{1, 9, 8, 4, 8, 0}, Case{3, 10, 2, 2, 16, 0},
                  Case{6, 6, 4, 1, 8, 3}, Case{64, 64, 12, 12, 64, 0},
                  Case{130, 150, 4, 2, 16, 0}, Case{100, 100, 2, 1, 8, 40},
-                 // Several 256-query blocks and 512-key tiles, a partial last block, a cached prefix.
-                 Case{530, 700, 2, 1, 16, 0}, Case{300, 300, 2, 2, 8, 60}}) {
+                 // Several query blocks (64 below T = 1,024, 256 from there) and 512-key tiles, a
+                 // partial last block, a cached prefix, a window.
+                 Case{530, 700, 2, 1, 16, 0}, Case{300, 300, 2, 2, 8, 60},
+                 Case{1100, 1200, 2, 1, 8, 0}, Case{1030, 1030, 1, 1, 8, 300}}) {
     auto q = Random(c.T * c.H * c.Dh, 8), k = Random(c.S * c.Hkv * c.Dh, 9), v = Random(c.S * c.Hkv * c.Dh, 10);
     std::vector<float> out(c.T * c.H * c.Dh), pattern(static_cast<size_t>(c.H) * c.T * c.S);
     const int K = 4;

@@ -560,10 +560,11 @@ static void MaterialisedAttention(const float* q, const float* k, const float* v
 }
 
 // Tiled causal attention with an online softmax (Milakov & Gimelshein 2018; FlashAttention-2, Dao
-// 2023, section 3.1): per head and block of kTileQ queries, key tiles of kTileK are scored with one
-// sgemm, each row's running max m, normaliser l and sum of squared exponentials are rescaled as the
-// max grows, and the output accumulates P V with one more sgemm; tiles above the diagonal (and
-// before the window) are never computed. Memory per thread: kTileQ x kTileK scores, not x S.
+// 2023, section 3.1): per head and block of tile_q (64 or 256) queries, key tiles of kTileK are
+// scored with one sgemm, each row's running max m, normaliser l and sum of squared exponentials
+// are rescaled as the max grows, and the output accumulates P V with one more sgemm; tiles above
+// the diagonal (and before the window) are never computed. Memory per thread: tile_q x kTileK
+// scores, not x S.
 // The statistics are exact functions of the final m and l: p_j = exp(s_j - m) / l for the first K
 // logits (kept raw), top_prob = exp(s_max - m) / l, sum_j p_j^2 = sum_j exp(2 (s_j - m)) / l^2.
 //
@@ -575,14 +576,19 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
                            int S, int n_heads, int n_kv_heads, int head_dim, const AttnOptions& opt,
                            const AttnStats* stats, bool bf16) {
   const int window = opt.window;
-  constexpr int kTileQ = 256, kTileK = 512;
+  constexpr int kTileK = 512;
+  // Long inputs take blocks of 256 queries, so that sgemm packs each key and value tile a quarter
+  // as often as with 64 (analyze at T = 32,768: 268 s against 338 s); below 1,024 queries blocks of
+  // 64 keep enough (head, block) items for many threads (12 heads x 16 blocks at T = 1,023). The
+  // choice depends on T only, so the result does not depend on the thread count.
+  const int tile_q = T >= 1024 ? 256 : 64;
   static_assert(kTileK % kBf16PanelWidth == 0);
   const int group = n_heads / n_kv_heads;
   const int q_row = n_heads * head_dim;
   const int kv_row = n_kv_heads * head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int K = stats ? stats->first_k : 0;
-  const int n_blocks = (T + kTileQ - 1) / kTileQ;
+  const int n_blocks = (T + tile_q - 1) / tile_q;
   const int64_t work = static_cast<int64_t>(n_heads) * n_blocks;
   const bool parallel = static_cast<int64_t>(n_heads) * T * S * head_dim > (1 << 17);
   // bf16 packs of each kv head's keys (S, Dh) and values as (Dh, S), kept between calls.
@@ -612,7 +618,7 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
   {
     // Per-thread scratch kept between calls (a decode step calls this once per layer), sized for
     // the rows a tile can have: one row in decode.
-    const size_t tq = static_cast<size_t>(std::min(kTileQ, T));
+    const size_t tq = static_cast<size_t>(std::min(tile_q, T));
     auto scratch = [](auto* p, size_t n) { return std::span(p, n); };
     const auto sc = scratch(Workspace<float, 10>(tq * kTileK), tq * kTileK);
     const auto q_scaled = scratch(Workspace<float, 11>(bf16 ? tq * head_dim : 0), bf16 ? tq * head_dim : 0);
@@ -630,7 +636,7 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
       const int b = n_blocks - 1 - static_cast<int>(item / n_heads);
       const int h = static_cast<int>(item % n_heads);
       const int kvh = h / group;
-      const int t0 = b * kTileQ, rows = std::min(T, t0 + kTileQ) - t0;
+      const int t0 = b * tile_q, rows = std::min(T, t0 + tile_q) - t0;
       const int key_end = S - T + t0 + rows;  // exclusive: the last row sees key_end - 1
       int key0 = window > 0 ? std::max(0, S - T + t0 - window + 1) : 0;
       if (bf16) key0 -= key0 % kBf16PanelWidth;  // tiles on panel boundaries (masked below)
