@@ -2,7 +2,10 @@
 # Fused vs materialised analysis on a GPT-2-small-shaped random model, with the PyTorch peer
 # (../shared/tools/torch_materialized_baseline.py: eager PyTorch keeping every attention map, as
 # HF output_attentions=True does) beside it in the same run. Prints one table.
-#   bench/run_analyze_bench.sh [BUILD_DIR]      (env: LENGTHS, FUSED_ONLY, TORCH_LENGTHS, THREADS, BF16)
+#   bench/run_analyze_bench.sh [BUILD_DIR]      (env: LENGTHS, FUSED_ONLY, TORCH_LENGTHS, THREADS, BF16, WAIT)
+# WAIT=cli (default) gives both sides the OpenMP wait the CLI's analysis verbs run with
+# (GOMP_SPINCOUNT=10000, src/kernels/parallel.h); WAIT=passive makes every thread sleep at once
+# (what this script used before 2026-12-02).
 # BF16=1 (default) adds "fused bf16" rows (--precision bf16) beside the f32 ones at each of LENGTHS.
 # The PyTorch peer needs Debian's python3-torch (/usr/bin/python3); it is skipped when missing, and
 # at lengths where its maps alone exceed 24 GB (12 x 12 x T^2 x 4 bytes: 38.7 GB at T = 8192).
@@ -15,7 +18,12 @@ TORCH_LENGTHS=${TORCH_LENGTHS-512,2048,4096}
 THREADS=${THREADS:-2}
 BF16=${BF16:-1}
 PEER=${PEER:-../shared/tools/torch_materialized_baseline.py}
-export OMP_NUM_THREADS=$THREADS OMP_WAIT_POLICY=passive
+export OMP_NUM_THREADS=$THREADS
+case "${WAIT:-cli}" in
+  cli) export GOMP_SPINCOUNT=10000 ;;
+  passive) export OMP_WAIT_POLICY=passive ;;
+  *) echo "WAIT must be cli or passive" >&2; exit 2 ;;
+esac
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
