@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "analysis/analyze.h"
 #include "analysis/analyze_report.h"
 #include "analysis/conditions.h"
 #include "common/error.h"
+#include "common/stats.h"
 #include "common/sha256.h"
 #include "io/llama2c.h"
 #include "naive_hf.h"
@@ -134,6 +136,44 @@ double NumpyMedian(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The radix-selection median of magnitudes is the sorted median exactly: odd and even counts, the
+// two middle values in one bin or in two, many ties, zeros, a spread over many exponents, sizes
+// below the fallback threshold, and a negative value (which falls back).
+TEST(Analyze, MedianOfMagnitudesIsTheSortedMedian) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> small(0, 3);
+  int checked = 0;
+  for (size_t n : {size_t{1}, size_t{2}, size_t{1000}, size_t{65535}, size_t{65536}, size_t{65537},
+                   size_t{393216}, size_t{100001}}) {
+    for (int kind = 0; kind < 4; ++kind) {
+      std::vector<float> v(n);
+      for (float& f : v) {
+        switch (kind) {
+          case 0: f = std::fabs(normal(rng)); break;                          // |N(0, 1)|
+          case 1: f = std::exp(8.0f * normal(rng)); break;                    // many exponents
+          case 2: f = static_cast<float>(small(rng)); break;                  // ties, zeros
+          default: f = std::fabs(normal(rng)) * (small(rng) == 0 ? 1e4f : 1.0f); break;
+        }
+      }
+      std::vector<double> d(v.begin(), v.end());
+      const double want = NumpyMedian(d);
+      std::vector<float> w = v;
+      EXPECT_EQ(MedianOfMagnitudes(w), want) << "n " << n << " kind " << kind;
+      ++checked;
+    }
+  }
+  // Two middle values in different bins: 1.0 (bin 0x3F80) and 2.0 (bin 0x4000), n even.
+  std::vector<float> split(70000, 1.0f);
+  std::fill(split.begin() + 35000, split.end(), 2.0f);
+  EXPECT_EQ(MedianOfMagnitudes(split), 1.5);
+  // A negative value: the plain Median decides.
+  std::vector<float> negative(70001, 3.0f);
+  negative[7] = -1.0f;
+  EXPECT_EQ(MedianOfMagnitudes(negative), 3.0);
+  EXPECT_EQ(checked, 32);
 }
 
 TEST(Analyze, MetricsMatchBruteForce) {

@@ -170,7 +170,7 @@ class Accumulator {
     }
     // Massive activations (Sun et al. 2024): |x| > 100 and > 1000 x the median |x| of the layer.
     // The three largest |x| (the earliest index on ties) are picked per thread, then merged.
-    const double med_abs = Median(mags);
+    const double med_abs = MedianOfMagnitudes(mags);
     median_sum_[l] += med_abs;
     auto before = [](const std::pair<float, int64_t>& p, const std::pair<float, int64_t>& q) {
       return p.first != q.first ? p.first > q.first : p.second < q.second;
