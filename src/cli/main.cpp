@@ -22,7 +22,7 @@
 // spin (bench/run_decode_bench.sh). The verbs that decode a token at a time (generate, chat,
 // stream, serve) spin longer (ss::kDecodeSpinCount): a token is dozens of short parallel regions
 // with a little serial work between them, and the short spin still cost a 2-thread f32 decode of
-// the stories110M shape 13 % (53.6 against 60.5 tokens/s, mean of 8 alternating runs); the helper
+// the stories110M shape 15 % (49.5 against 57.0 tokens/s, 10 alternating runs); the helper
 // then sleeps within milliseconds of the last region, so an idle chat does not hold a core.
 // libgomp reads these once, before main, so the process re-executes itself once with the
 // variable set.

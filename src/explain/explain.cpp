@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "common/error.h"
+#include "common/stats.h"
 #include "model/precision.h"
 
 namespace ss::explain {
@@ -82,20 +83,11 @@ double Dot(const float* a, const float* b, int n) {
 double Norm(const float* a, int n) { return std::sqrt(Dot(a, a, n)); }
 double SafeCos(double dot, double na, double nb) { return na > 0 && nb > 0 ? dot / (na * nb) : 0.0; }
 
-double Median(std::vector<double> v) {
-  SS_ASSERT(!v.empty());
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  const double upper = v[mid];
-  if (v.size() % 2 == 1) return upper;
-  return 0.5 * (upper + *std::max_element(v.begin(), v.begin() + mid));
-}
-
 // ||h_0|| / median_{i>=1} ||h_i|| of x (T, D).
 double P0NormRatio(const float* x, int T, int D) {
   std::vector<double> norms(T - 1);
   for (int i = 1; i < T; ++i) norms[i - 1] = Norm(x + static_cast<int64_t>(i) * D, D);
-  const double med = Median(norms);
+  const double med = ss::Median(norms);
   return med > 0 ? Norm(x, D) / med : 0.0;
 }
 

@@ -114,17 +114,18 @@ void MatMulFused(const float* x, const PackedQ8& w, const float* bias, float* y,
   }
 }
 
-__attribute__((always_inline)) inline void DequantizeBody(const PackedQ8& w, int row0, int rows,
-                                                          float* dst) {
-  for (int r = 0; r < rows; ++r) {
-    float* out = dst + static_cast<int64_t>(r) * w.in;
-    for (int b = 0; b < w.blocks; ++b) {
-      const int8_t* q = w.qs.data() + w.q_at(row0 + r, b);
-      const float d = w.scales[w.scale_at(row0 + r, b)];
-      const int n = std::min(kQ8Block, w.in - b * kQ8Block);
-      for (int i = 0; i < n; ++i) out[b * kQ8Block + i] = d * static_cast<float>(q[i]);
-    }
-  }
+// Row `row`'s block b into out (that block's n <= 32 values), one value at a time.
+__attribute__((always_inline)) inline void DequantizeBlock(const PackedQ8& w, int row, int b,
+                                                           float* out) {
+  const int8_t* q = w.qs.data() + w.q_at(row, b);
+  const float d = w.scales[w.scale_at(row, b)];
+  const int n = std::min(kQ8Block, w.in - b * kQ8Block);
+  for (int i = 0; i < n; ++i) out[b * kQ8Block + i] = d * static_cast<float>(q[i]);
+}
+void DequantizeBody(const PackedQ8& w, int row0, int rows, float* dst) {
+  for (int r = 0; r < rows; ++r)
+    for (int b = 0; b < w.blocks; ++b)
+      DequantizeBlock(w, row0 + r, b, dst + static_cast<int64_t>(r) * w.in);
 }
 // The same values, 8 at a time (the compiler leaves DequantizeBody's short variable-length loop
 // scalar): whole blocks by VPMOVSXBD and one multiply, the last partial block as DequantizeBody.
@@ -138,11 +139,7 @@ SS_AVX2 void DequantizeAvx2(const PackedQ8& w, int row0, int rows, float* dst) {
       for (int i = 0; i < kQ8Block; i += 8)
         _mm256_storeu_ps(out + b * kQ8Block + i, _mm256_mul_ps(d, Widen8(q + i)));
     }
-    for (int b = whole; b < w.blocks; ++b) {
-      const int8_t* q = w.qs.data() + w.q_at(row0 + r, b);
-      const float d = w.scales[w.scale_at(row0 + r, b)];
-      for (int i = 0; i < w.in - b * kQ8Block; ++i) out[b * kQ8Block + i] = d * static_cast<float>(q[i]);
-    }
+    for (int b = whole; b < w.blocks; ++b) DequantizeBlock(w, row0 + r, b, out);
   }
 }
 
