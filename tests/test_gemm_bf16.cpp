@@ -28,16 +28,27 @@ std::vector<float> RoundedToBf16(const std::vector<float>& v) {
   return r;
 }
 
-// The paths this CPU can run, with the SIMD level that selects each.
+// The paths this CPU can run, with the SIMD level (and AMX permission) that selects each.
 struct Path {
   const char* name;
   SimdLevel level;
+  bool amx = false;
 };
 std::vector<Path> Paths() {
   std::vector<Path> paths = {{"portable", SimdLevel::kPortable}};
   if (CpuSimdLevel() != SimdLevel::kPortable) paths.push_back({"avx2", SimdLevel::kAvx2});
   if (CpuHasAvx512Bf16()) paths.push_back({"avx512_bf16", SimdLevel::kAvx512});
+  if (CpuHasAmxBf16()) paths.push_back({"amx_bf16", SimdLevel::kAvx512, true});
   return paths;
+}
+void Select(const Path& path) {
+  ForceSimdLevel(path.level);
+  AllowAmx(path.amx);
+}
+// Back to the default: the best level, AMX allowed.
+void SelectBest(SimdLevel best) {
+  ForceSimdLevel(best);
+  AllowAmx(true);
 }
 
 TEST(GemmBf16, PackFromBitsEqualsPackFromFloat) {
@@ -58,7 +69,9 @@ TEST(GemmBf16, EveryPathMatchesDoubleOnRoundedOperands) {
   std::vector<double> worst(paths.size(), 0.0);  // largest |y - ref| / (sum |products| + |bias|)
   double worst_vs_f32 = 0.0;                     // largest |y - y_f32| / max |y_f32| per shape
   // 8 and 17 leave tiles of 2 and 5 rows on AVX-512; from 16 rows on, AVX2 widens W for sgemm.
-  for (int T : {1, 3, 8, 15, 17, 64, 129})
+  // AMX: 17 is one 16-row tile and a row, 48 one 32-row and one 16-row tile, 129 four 32-row tiles
+  // and a row; in = 3071 (1,536 pairs) and 768 cross its 512-pair blocks, 31 is all tail.
+  for (int T : {1, 3, 8, 15, 17, 48, 64, 129})
     for (int in : {1, 31, 64, 768, 3071})
       for (int out : {1, 15, 16, 33, 768}) {
         const auto x = Random(static_cast<size_t>(T) * in, 1 + T);
@@ -82,7 +95,7 @@ TEST(GemmBf16, EveryPathMatchesDoubleOnRoundedOperands) {
         const PackedBf16 packed = PackBf16(w.data(), out, in);
         std::vector<float> y(ref.size());
         for (size_t p = 0; p < paths.size(); ++p) {
-          ForceSimdLevel(paths[p].level);
+          Select(paths[p]);
           ASSERT_EQ(std::string(Bf16KernelName()), paths[p].name);
           ASSERT_EQ(Bf16KernelActive(), paths[p].level != SimdLevel::kPortable);
           for (bool with_bias : {false, true}) {
@@ -117,7 +130,7 @@ TEST(GemmBf16, EveryPathMatchesDoubleOnRoundedOperands) {
                 paths[p].name, worst[p]);
   std::printf("gemm_bf16 vs f32 MatMul (bf16 rounding): max diff %.3g of max |y|\n", worst_vs_f32);
   EXPECT_LT(worst_vs_f32, 5e-2);
-  ForceSimdLevel(best);
+  SelectBest(best);
 }
 
 // Denormal operands count as zero on every path (as VDPBF16PS treats them), whether they come from
@@ -129,7 +142,7 @@ TEST(GemmBf16, DenormalOperandsCountAsZero) {
   const float w_small[2] = {1e-39f, 0.5f};                // row 1 meets a denormal W
   const uint16_t w_bits[2] = {0x0001, F32ToBF16(0.5f)};   // the smallest bf16 denormal
   for (const Path& path : Paths()) {
-    ForceSimdLevel(path.level);
+    Select(path);
     float y[2];
     MatMulBf16(&x[0][0], PackBf16(w, 1, 2), nullptr, y, 1);
     EXPECT_EQ(y[0], 0.5f) << path.name;
@@ -138,7 +151,7 @@ TEST(GemmBf16, DenormalOperandsCountAsZero) {
     MatMulBf16(&x[1][0], PackBf16Bits(w_bits, 1, 2), nullptr, y, 1);
     EXPECT_EQ(y[0], 0.5f) << path.name;
   }
-  ForceSimdLevel(best);
+  SelectBest(best);
 }
 
 // Every vector path agrees with the portable one on a prefill-sized product run over all threads
@@ -147,8 +160,8 @@ TEST(GemmBf16, PathsAgreeOnLargeProduct) {
   const std::vector<Path> paths = Paths();
   if (paths.size() < 2) GTEST_SKIP() << "no vector bf16 path on this CPU";
   const SimdLevel best = ActiveSimdLevel();
-  for (int T : {1, 2, 300}) {
-    const int in = 1024, out = 520;
+  for (int T : {1, 2, 300, 1000}) {
+    const int in = T == 1000 ? 1030 : 1024, out = 520;
     const auto x = Random(static_cast<size_t>(T) * in, 11),
                w = Random(static_cast<size_t>(out) * in, 12);
     const auto bias = Random(out, 13);
@@ -157,7 +170,7 @@ TEST(GemmBf16, PathsAgreeOnLargeProduct) {
     ForceSimdLevel(SimdLevel::kPortable);
     MatMulBf16(x.data(), packed, bias.data(), slow.data(), T);
     for (size_t p = 1; p < paths.size(); ++p) {
-      ForceSimdLevel(paths[p].level);
+      Select(paths[p]);
       MatMulBf16(x.data(), packed, bias.data(), fast.data(), T);
       EXPECT_LT(test::MaxRelDiff(fast, slow,
                                  std::string("gemm_bf16 ") + paths[p].name + " vs portable T=" +
@@ -165,7 +178,7 @@ TEST(GemmBf16, PathsAgreeOnLargeProduct) {
                 1e-5);
     }
   }
-  ForceSimdLevel(best);
+  SelectBest(best);
 }
 
 // Each output sums its products in the same order whatever the thread count (threads split

@@ -35,12 +35,18 @@ constexpr int kBf16PanelWidth = 32;
 
 // Whether the CPU executes AVX-512 BF16 (VDPBF16PS, VCVTNE2PS2BF16).
 bool CpuHasAvx512Bf16();
+// Whether AMX-BF16 tile products can run: the CPU has AMX-TILE, AMX-BF16 and AVX-512 BF16, and
+// Linux granted the process the tile state (asked once, on the first call).
+bool CpuHasAmxBf16();
+// Lets MatMulBf16 use AMX where CpuHasAmxBf16() (the default, unless SINKSCOPE_AMX=0), or keeps it
+// on the AVX-512 BF16 kernel (tests and comparisons).
+void AllowAmx(bool allow);
 // Whether MatMulBf16 runs a vector path now: AVX-512 BF16, or AVX2 + FMA (W widened to f32 in
 // registers for small T, a block at a time for sgemm from kWidenRows rows on), as the CPU and the
 // SIMD level (SINKSCOPE_SIMD, ForceSimdLevel) allow. When it does not, the portable path is correct
 // but slow (about a quarter of sgemm's speed at x86-64 baseline flags).
 bool Bf16KernelActive();
-// The path MatMulBf16 runs now: "avx512_bf16", "avx2" or "portable".
+// The path MatMulBf16 runs now: "amx_bf16", "avx512_bf16", "avx2" or "portable".
 const char* Bf16KernelName();
 
 // Asks the kernel to back [p, p + bytes) with transparent huge pages (madvise MADV_HUGEPAGE; a
