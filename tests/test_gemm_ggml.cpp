@@ -26,6 +26,7 @@ namespace {
 std::vector<SimdLevel> Levels() {
   std::vector<SimdLevel> levels = {SimdLevel::kPortable};
   if (CpuSimdLevel() != SimdLevel::kPortable) levels.push_back(SimdLevel::kAvx2);
+  if (CpuSimdLevel() == SimdLevel::kAvx512) levels.push_back(SimdLevel::kAvx512);
   return levels;
 }
 

@@ -1,8 +1,12 @@
 // Matrix product with bf16 operands and f32 accumulation, for the compute-bound products (prefill,
 // analysis, training): y (T, out) = bf16(x) (T, in) · bf16(W)^T (+ bias).
 //
-// On CPUs with AVX-512 BF16 (Zen 4, Sapphire Rapids) the micro-kernel uses VDPBF16PS, which does
-// 32 multiply-adds per zmm instruction where an f32 FMA does 16: about twice sgemm's ceiling. Each
+// On CPUs with AMX-BF16 (Sapphire Rapids and later Xeons), products of 16 rows of x and more run on
+// the tile unit (TDPBF16PS: 16 x 16 outputs over 32 products each per instruction; 4.5x sgemm's
+// rate on 2 cores here); fewer rows, and tiles' edges, run the AVX-512 micro-kernel. On CPUs with
+// AVX-512 BF16 but no AMX (Zen 4, Cooper Lake) the micro-kernel uses VDPBF16PS, which does
+// 32 multiply-adds per zmm instruction where an f32 FMA does 16: about twice sgemm's ceiling on
+// Zen 4 (Intel's cores issue it once a cycle, so it only matches their two FMA ports). Each
 // product of two bf16 values is exact in f32, so the result differs from a double-precision product
 // of the bf16-rounded operands only by the order of the f32 additions; it differs from the f32
 // product by the rounding of x and W to bf16 (8 significant bits: each operand within 2^-9

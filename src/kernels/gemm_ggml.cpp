@@ -236,6 +236,153 @@ bool Avx2Active() {
   return f16c && Avx2FmaActive();
 }
 
+// ---- AVX-512 row dots: the same blocks, 16 lanes at a time (one zmm per 16 values, where AVX2
+// takes two ymm and a sum), the block sums scaled and accumulated in one zmm. Chosen where the
+// active SIMD level is AVX-512 (kernels/vecmath.h); the nibble and six-bit unpacking is the AVX2
+// code's (128- and 256-bit integer operations).
+#define SS_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+
+SS_AVX512 inline __m512 I8x16(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
+SS_AVX512 inline __m512 U8x16(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)); }
+SS_AVX512 inline __m128i Load128(const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+
+SS_AVX512 float DotF16Avx512(const uint8_t* w, const float* x, const float*, int in) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int i = 0;
+  for (; i + 32 <= in; i += 32) {
+    PrefetchAhead(w + 2 * i, 64);
+    s0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * i))),
+                         _mm512_loadu_ps(x + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * i + 32))),
+                         _mm512_loadu_ps(x + i + 16), s1);
+  }
+  float total = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+  for (; i < in; ++i) total += HalfToFloat(w + 2 * i) * x[i];
+  return total;
+}
+
+SS_AVX512 inline __m512 Bf16x16(const uint8_t* p) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+
+SS_AVX512 float DotBf16Avx512(const uint8_t* w, const float* x, const float*, int in) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int i = 0;
+  for (; i + 32 <= in; i += 32) {
+    PrefetchAhead(w + 2 * i, 64);
+    s0 = _mm512_fmadd_ps(Bf16x16(w + 2 * i), _mm512_loadu_ps(x + i), s0);
+    s1 = _mm512_fmadd_ps(Bf16x16(w + 2 * i + 32), _mm512_loadu_ps(x + i + 16), s1);
+  }
+  float total = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+  for (; i < in; ++i) total += BF16ToF32(LoadU16(w + 2 * i)) * x[i];
+  return total;
+}
+
+// A 32-value block's sum of q * x: lo holds values 0-15, hi values 16-31.
+SS_AVX512 inline __m512 DotI8x32(__m128i lo, __m128i hi, const float* x) {
+  return _mm512_fmadd_ps(I8x16(hi), _mm512_loadu_ps(x + 16),
+                         _mm512_mul_ps(I8x16(lo), _mm512_loadu_ps(x)));
+}
+
+SS_AVX512 float DotQ8_0Avx512(const uint8_t* w, const float* x, const float*, int in) {
+  __m512 total = _mm512_setzero_ps();
+  for (int b = 0; b < in / 32; ++b, w += 34, x += 32) {
+    PrefetchAhead(w, 64);
+    total = _mm512_fmadd_ps(DotI8x32(Load128(w + 2), Load128(w + 18), x),
+                            _mm512_set1_ps(HalfToFloat(w)), total);
+  }
+  return _mm512_reduce_add_ps(total);
+}
+
+SS_AVX512 float DotQ4_0Avx512(const uint8_t* w, const float* x, const float*, int in) {
+  const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  __m512 total = _mm512_setzero_ps();
+  for (int b = 0; b < in / 32; ++b, w += 18, x += 32) {
+    PrefetchAhead(w, 64);
+    const __m128i q = Load128(w + 2);
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight);
+    total = _mm512_fmadd_ps(DotI8x32(lo, hi, x), _mm512_set1_ps(HalfToFloat(w)), total);
+  }
+  return _mm512_reduce_add_ps(total);
+}
+
+// Q4_K as DotQ4_KAvx2: an FMA chain on the unsigned nibbles, the offsets from xsum.
+SS_AVX512 float DotQ4_KAvx512(const uint8_t* w, const float* x, const float* xsum, int in) {
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  __m512 total = _mm512_setzero_ps();
+  float offset = 0.0f;
+  for (int b = 0; b < in / 256; ++b, w += 144, x += 256, xsum += 8) {
+    PrefetchAhead(w, 192);
+    const float d = HalfToFloat(w), dmin = HalfToFloat(w + 2);
+    const uint8_t* scales = w + 4;
+    for (int g = 0; g < 4; ++g) {
+      int sc_lo, m_lo, sc_hi, m_hi;
+      Q4KScaleMin(2 * g, scales, &sc_lo, &m_lo);
+      Q4KScaleMin(2 * g + 1, scales, &sc_hi, &m_hi);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * g));
+      const __m256i lo = _mm256_and_si256(q, mask);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      const float* xg = x + 64 * g;
+      const __m512 s_lo = _mm512_fmadd_ps(
+          U8x16(_mm256_extracti128_si256(lo, 1)), _mm512_loadu_ps(xg + 16),
+          _mm512_mul_ps(U8x16(_mm256_castsi256_si128(lo)), _mm512_loadu_ps(xg)));
+      const __m512 s_hi = _mm512_fmadd_ps(
+          U8x16(_mm256_extracti128_si256(hi, 1)), _mm512_loadu_ps(xg + 48),
+          _mm512_mul_ps(U8x16(_mm256_castsi256_si128(hi)), _mm512_loadu_ps(xg + 32)));
+      total = _mm512_fmadd_ps(s_lo, _mm512_set1_ps(d * static_cast<float>(sc_lo)), total);
+      total = _mm512_fmadd_ps(s_hi, _mm512_set1_ps(d * static_cast<float>(sc_hi)), total);
+      offset += dmin * static_cast<float>(m_lo) * xsum[2 * g] + dmin * static_cast<float>(m_hi) * xsum[2 * g + 1];
+    }
+  }
+  return _mm512_reduce_add_ps(total) - offset;
+}
+
+// Q6_K: each 16-value sub-block is one zmm of products, scaled by d times its int8 scale.
+SS_AVX512 float DotQ6_KAvx512(const uint8_t* w, const float* x, const float*, int in) {
+  __m512 total = _mm512_setzero_ps();
+  for (int b = 0; b < in / 256; ++b, w += 210, x += 256) {
+    PrefetchAhead(w, 256);
+    const float d = HalfToFloat(w + 208);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
+    for (int h = 0; h < 2; ++h) {
+      __m256i q[4];
+      Q6KHalf(w, h, q);
+      const int8_t* sh = sc + 8 * h;
+      const float* xh = x + 128 * h;
+      for (int k = 0; k < 4; ++k) {
+        const __m512 first = _mm512_mul_ps(I8x16(_mm256_castsi256_si128(q[k])), _mm512_loadu_ps(xh + 32 * k));
+        const __m512 second =
+            _mm512_mul_ps(I8x16(_mm256_extracti128_si256(q[k], 1)), _mm512_loadu_ps(xh + 32 * k + 16));
+        total = _mm512_fmadd_ps(first, _mm512_set1_ps(d * static_cast<float>(sh[2 * k])), total);
+        total = _mm512_fmadd_ps(second, _mm512_set1_ps(d * static_cast<float>(sh[2 * k + 1])), total);
+      }
+    }
+  }
+  return _mm512_reduce_add_ps(total);
+}
+
+RowDot Avx512RowDot(uint32_t type) {
+  switch (type) {
+    case kGgmlTypeF16: return DotF16Avx512;
+    case kGgmlTypeBF16: return DotBf16Avx512;
+    case kGgmlTypeQ8_0: return DotQ8_0Avx512;
+    case kGgmlTypeQ4_0: return DotQ4_0Avx512;
+    case kGgmlTypeQ4_K: return DotQ4_KAvx512;
+    case kGgmlTypeQ6_K: return DotQ6_KAvx512;
+    default: return nullptr;
+  }
+}
+
+// The fused product's row dot for `type` at the active SIMD level, or nullptr (portable).
+RowDot VectorRowDot(uint32_t type) {
+  if (!Avx2Active()) return nullptr;
+  return ActiveSimdLevel() == SimdLevel::kAvx512 ? Avx512RowDot(type) : Avx2RowDot(type);
+}
+
 // ---- AVX2 (+ F16C) dequantisers: a row of W into f32 for the widened (sgemm) path, the
 // embedding lookup and ProjectionF32. No FMA in their target (SS_AVX2_NOFMA), so that no multiply
 // and subtract is fused: each value is rounded exactly as kernels/dequant.cpp's scalar loops round
@@ -363,7 +510,7 @@ float DotPortable(uint32_t type, const uint8_t* w, const float* x, int in) {
 // reads one sequential stream), each row serving every row of x while it is in cache.
 void MatMulFused(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T) {
   const int in = w.in, out = w.out;
-  const RowDot avx2 = Avx2Active() ? Avx2RowDot(w.type) : nullptr;
+  const RowDot avx2 = VectorRowDot(w.type);
   const float* xsum = nullptr;
   if (avx2 && w.type == kGgmlTypeQ4_K) {
     float* sums = Workspace<float, 7>(static_cast<size_t>(T) * (in / 32));
@@ -408,7 +555,8 @@ GgmlMatrix GgmlView(uint32_t type, int out, int in, const uint8_t* data, std::sh
 }
 
 const char* GgmlKernelName(uint32_t type) {
-  return Avx2Active() && Avx2RowDot(type) ? "avx2" : "portable";
+  if (!VectorRowDot(type)) return "portable";
+  return ActiveSimdLevel() == SimdLevel::kAvx512 ? "avx512" : "avx2";
 }
 
 namespace {

@@ -6,7 +6,8 @@
 //
 // - Few rows of x (decode, T < kGgmlWidenRows): a fused dequantise-and-dot per row of W, in AVX2
 //   registers where the CPU has AVX2 + FMA (+ F16C for F16): each block's integers (or halves) are
-//   widened to f32 and multiplied with x by FMA, the block's sum scaled by its scale. Q4_K's
+//   widened to f32 and multiplied with x by FMA, the block's sum scaled by its scale (in zmm
+//   registers, 16 values an instruction, where the CPU has AVX-512). Q4_K's
 //   per-sub-block offset enters as dmin * m * (sum of the sub-block's 32 values of x), computed once
 //   per row of x. Elsewhere the row is dequantised (kernels/dequant.h) into f32 and dotted.
 // - Many rows (prefill, analysis): W is dequantised kWidenBlock rows at a time into f32 and
@@ -45,7 +46,7 @@ bool GgmlMatMulSupports(uint32_t type);
 GgmlMatrix GgmlView(uint32_t type, int out, int in, const uint8_t* data,
                     std::shared_ptr<const void> owner);
 
-// The path MatMulGgml's fused product takes for `type` now: "avx2" or "portable".
+// The path MatMulGgml's fused product takes for `type` now: "avx512", "avx2" or "portable".
 const char* GgmlKernelName(uint32_t type);
 
 // y (T, out) = x (T, in) · dequant(W)^T (+ bias (out) if not null). Any T >= 0. Runs one OpenMP
