@@ -20,11 +20,6 @@
 
 namespace ss::train {
 
-namespace {
-// A float as the double its shortest decimal form names (1e-05, not 9.9999997e-06) for JSON.
-double Clean(float f) { return std::stod(fmt::format("{}", f)); }
-}  // namespace
-
 namespace fs = std::filesystem;
 
 namespace {
