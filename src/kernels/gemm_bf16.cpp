@@ -235,7 +235,7 @@ SS_AVX2 void MicroKernelAvx2Row(const uint32_t* x, const uint32_t* w, int kc, fl
   if (cols < kWidth) std::copy(edge, edge + cols, y);
 }
 
-// Decode on the AVX2 path (T = 1, memory-bound): y = W x, each panel of W one contiguous stream.
+// Decode (T = 1, memory-bound): y = W x, each panel of W one contiguous stream.
 // kBf16Streams panels spaced evenly through a thread's range are read at once, as MatMul's f32
 // matrix-vector product does (kernels/ops.cpp): more of the memory's requests in flight than one
 // stream. Each column's sum runs over the pairs in order (lower half, then upper half of each), so
@@ -268,12 +268,42 @@ SS_AVX2 void PanelsDotAvx2(const uint32_t* x, const uint32_t* const* w, int pair
     for (int q = 0; q < 4; ++q) _mm256_storeu_ps(acc + s * kWidth + 8 * q, sum[s][q]);
 }
 
-// y[p * kWidth + j] (+ bias) for the panels [p0, p1).
-void MatVecPanelsAvx2(const uint32_t* x, const PackedBf16& w, const float* bias, float* y, int p0,
-                      int p1) {
+// The same with VDPBF16PS (the AVX-512 BF16 and AMX paths' decode): each column's sum over the
+// pairs in order, as MicroKernel<1> forms it.
+template <int S>
+SS_BF16 void PanelsDot512(const uint32_t* x, const uint32_t* const* w, int pairs, float* acc) {
+  __m512 sum[S][2];
+  for (int s = 0; s < S; ++s) sum[s][0] = sum[s][1] = _mm512_setzero_ps();
+  for (int k = 0; k < pairs; ++k) {
+    const __m512bh xb = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(x[k])));
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      const uint32_t* wk = w[s] + static_cast<int64_t>(k) * kWidth;
+      sum[s][0] = _mm512_dpbf16_ps(sum[s][0], xb, reinterpret_cast<__m512bh>(_mm512_load_si512(wk)));
+      sum[s][1] = _mm512_dpbf16_ps(sum[s][1], xb, reinterpret_cast<__m512bh>(_mm512_load_si512(wk + 16)));
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    _mm512_storeu_ps(acc + s * kWidth, sum[s][0]);
+    _mm512_storeu_ps(acc + s * kWidth + 16, sum[s][1]);
+  }
+}
+
+template <bool kBf16Dot, int S>
+void PanelsDot(const uint32_t* x, const uint32_t* const* w, int pairs, float* acc) {
+  if constexpr (kBf16Dot)
+    PanelsDot512<S>(x, w, pairs, acc);
+  else
+    PanelsDotAvx2<S>(x, w, pairs, acc);
+}
+
+// y[p * kWidth + j] (+ bias) for the panels [p0, p1); kBf16Dot: VDPBF16PS, else AVX2 + FMA.
+template <bool kBf16Dot>
+void MatVecPanels(const uint32_t* x, const PackedBf16& w, const float* bias, float* y, int p0,
+                  int p1) {
   const uint32_t* wdata = reinterpret_cast<const uint32_t*>(w.data.data());
   const int64_t panel_size = static_cast<int64_t>(w.pairs) * kWidth;
-  alignas(32) float acc[kBf16Streams * kWidth];
+  alignas(64) float acc[kBf16Streams * kWidth];
   auto store = [&](int p, const float* a) {
     const int c0 = p * kWidth, cols = std::min(kWidth, w.out - c0);
     for (int j = 0; j < cols; ++j) y[c0 + j] = bias ? a[j] + bias[c0 + j] : a[j];
@@ -282,24 +312,27 @@ void MatVecPanelsAvx2(const uint32_t* x, const PackedBf16& w, const float* bias,
   for (int i = 0; i < q; ++i) {
     const uint32_t* panels[kBf16Streams];
     for (int s = 0; s < kBf16Streams; ++s) panels[s] = wdata + (p0 + i + s * q) * panel_size;
-    PanelsDotAvx2<kBf16Streams>(x, panels, w.pairs, acc);
+    PanelsDot<kBf16Dot, kBf16Streams>(x, panels, w.pairs, acc);
     for (int s = 0; s < kBf16Streams; ++s) store(p0 + i + s * q, acc + s * kWidth);
   }
   for (int p = p0 + q * kBf16Streams; p < p1; ++p) {
     const uint32_t* panel = wdata + p * panel_size;
-    PanelsDotAvx2<1>(x, &panel, w.pairs, acc);
+    PanelsDot<kBf16Dot, 1>(x, &panel, w.pairs, acc);
     store(p, acc);
   }
 }
 
-void MatVecAvx2(const float* x, const PackedBf16& w, const float* bias, float* y) {
+// y = W x + bias, each thread a contiguous range of panels.
+template <bool kBf16Dot>
+void MatVec(const float* x, const PackedBf16& w, const float* bias, float* y) {
   uint32_t* xb = Workspace<uint32_t, 0>(static_cast<size_t>(w.pairs));
   ConvertRowScalar(x, w.in, xb, w.pairs);
 #pragma omp parallel if (static_cast<int64_t>(w.in) * w.out >= kParallelMatVec)
   {
     const int threads = omp_get_num_threads(), id = omp_get_thread_num();
-    MatVecPanelsAvx2(xb, w, bias, y, static_cast<int>(static_cast<int64_t>(w.panels) * id / threads),
-                     static_cast<int>(static_cast<int64_t>(w.panels) * (id + 1) / threads));
+    MatVecPanels<kBf16Dot>(xb, w, bias, y,
+                           static_cast<int>(static_cast<int64_t>(w.panels) * id / threads),
+                           static_cast<int>(static_cast<int64_t>(w.panels) * (id + 1) / threads));
   }
 }
 
@@ -783,16 +816,23 @@ void MatMulBf16(const float* x, const PackedBf16& w, const float* bias, float* y
   if (T == 0) return;
   switch (ActiveBf16Path()) {
     case Bf16Path::kAmx:
-      // A tile has 16 rows: fewer (decode) run the AVX-512 micro-kernel.
+      // A tile has 16 rows: fewer (decode) run the AVX-512 kernels.
       if (T >= 16)
         MatMulTiled<AmxPath>(x, w, bias, y, T);
+      else if (T == 1)
+        MatVec<true>(x, w, bias, y);
       else
         MatMulTiled<Avx512Path>(x, w, bias, y, T);
       return;
-    case Bf16Path::kAvx512: MatMulTiled<Avx512Path>(x, w, bias, y, T); return;
+    case Bf16Path::kAvx512:
+      if (T == 1)
+        MatVec<true>(x, w, bias, y);
+      else
+        MatMulTiled<Avx512Path>(x, w, bias, y, T);
+      return;
     case Bf16Path::kAvx2:
       if (T == 1)
-        MatVecAvx2(x, w, bias, y);
+        MatVec<false>(x, w, bias, y);
       else if (T >= kWidenRows)
         MatMulWidened(x, w, bias, y, T);
       else
