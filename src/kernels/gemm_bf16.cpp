@@ -241,6 +241,7 @@ SS_AVX2 void MicroKernelAvx2Row(const uint32_t* x, const uint32_t* w, int kc, fl
 // stream. Each column's sum runs over the pairs in order (lower half, then upper half of each), so
 // the result does not depend on how panels are grouped or split over threads.
 constexpr int kBf16Streams = 2;
+constexpr int kPrefetchPairs = 16;  // how far ahead in its panel a stream asks for W (2 KiB)
 
 // acc (S panels x kWidth columns) = x (pairs) · the S panels w[s] (pairs * kWidth pairs each).
 template <int S>
@@ -279,6 +280,8 @@ SS_BF16 void PanelsDot512(const uint32_t* x, const uint32_t* const* w, int pairs
 #pragma GCC unroll 8
     for (int s = 0; s < S; ++s) {
       const uint32_t* wk = w[s] + static_cast<int64_t>(k) * kWidth;
+      _mm_prefetch(reinterpret_cast<const char*>(wk + kPrefetchPairs * kWidth), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wk + kPrefetchPairs * kWidth + 16), _MM_HINT_T0);
       sum[s][0] = _mm512_dpbf16_ps(sum[s][0], xb, reinterpret_cast<__m512bh>(_mm512_load_si512(wk)));
       sum[s][1] = _mm512_dpbf16_ps(sum[s][1], xb, reinterpret_cast<__m512bh>(_mm512_load_si512(wk + 16)));
     }
