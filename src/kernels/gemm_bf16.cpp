@@ -817,19 +817,15 @@ void MatMulBf16Block(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int p
 void MatMulBf16(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
   SS_ASSERT(T >= 0 && w.out >= 1 && w.in >= 1);
   if (T == 0) return;
-  switch (ActiveBf16Path()) {
+  const Bf16Path path = ActiveBf16Path();
+  switch (path) {
     case Bf16Path::kAmx:
-      // A tile has 16 rows: fewer (decode) run the AVX-512 kernels.
-      if (T >= 16)
-        MatMulTiled<AmxPath>(x, w, bias, y, T);
-      else if (T == 1)
-        MatVec<true>(x, w, bias, y);
-      else
-        MatMulTiled<Avx512Path>(x, w, bias, y, T);
-      return;
     case Bf16Path::kAvx512:
+      // An AMX tile has 16 rows: fewer run the AVX-512 kernels.
       if (T == 1)
         MatVec<true>(x, w, bias, y);
+      else if (path == Bf16Path::kAmx && T >= 16)
+        MatMulTiled<AmxPath>(x, w, bias, y, T);
       else
         MatMulTiled<Avx512Path>(x, w, bias, y, T);
       return;

@@ -126,32 +126,43 @@ SS_AVX2 float DotQ4_0Avx2(const uint8_t* w, const float* x, const float*, int in
   return HorizontalSum(total);
 }
 
+// Group g (values 64g .. 64g + 63) of the Q4_K super-block at w (scales d, dmin): its two
+// 32-value sub-blocks' nibbles (0..15, one byte each) and scales d * sc; their offsets, dmin * m
+// times the sub-blocks' sums of x (xsum[2g], xsum[2g + 1]), are added to *offset.
+struct Q4KGroup {
+  __m256i lo, hi;
+  float scale_lo, scale_hi;
+};
+SS_AVX2 inline Q4KGroup Q4KGroupAt(const uint8_t* w, int g, float d, float dmin, const float* xsum,
+                                   float* offset) {
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  int sc_lo, m_lo, sc_hi, m_hi;
+  Q4KScaleMin(2 * g, w + 4, &sc_lo, &m_lo);
+  Q4KScaleMin(2 * g + 1, w + 4, &sc_hi, &m_hi);
+  *offset += dmin * static_cast<float>(m_lo) * xsum[2 * g] + dmin * static_cast<float>(m_hi) * xsum[2 * g + 1];
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * g));
+  return {_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16(q, 4), mask),
+          d * static_cast<float>(sc_lo), d * static_cast<float>(sc_hi)};
+}
+
 // Q4_K: 144-byte super-blocks of 256 values (kernels/dequant.h). Value = d * sc_j * q - dmin * m_j:
 // the q part is an FMA chain per sub-block; the offsets are dmin * m_j times xsum[j], the sum of
 // the sub-block's 32 values of x.
 SS_AVX2 float DotQ4_KAvx2(const uint8_t* w, const float* x, const float* xsum, int in) {
-  const __m256i mask = _mm256_set1_epi8(0x0F);
   __m256 total = _mm256_setzero_ps();
   float offset = 0.0f;
   for (int b = 0; b < in / 256; ++b, w += 144, x += 256, xsum += 8) {
     PrefetchAhead(w, 192);
     const float d = HalfToFloat(w), dmin = HalfToFloat(w + 2);
-    const uint8_t* scales = w + 4;
     for (int g = 0; g < 4; ++g) {
-      int sc_lo, m_lo, sc_hi, m_hi;
-      Q4KScaleMin(2 * g, scales, &sc_lo, &m_lo);
-      Q4KScaleMin(2 * g + 1, scales, &sc_hi, &m_hi);
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * g));
-      const __m256i lo = _mm256_and_si256(q, mask);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      const Q4KGroup q = Q4KGroupAt(w, g, d, dmin, xsum, &offset);
       const float* xg = x + 64 * g;
-      const __m256 s_lo = _mm256_add_ps(DotU8x16(_mm256_castsi256_si128(lo), xg),
-                                        DotU8x16(_mm256_extracti128_si256(lo, 1), xg + 16));
-      const __m256 s_hi = _mm256_add_ps(DotU8x16(_mm256_castsi256_si128(hi), xg + 32),
-                                        DotU8x16(_mm256_extracti128_si256(hi, 1), xg + 48));
-      total = _mm256_fmadd_ps(s_lo, _mm256_set1_ps(d * static_cast<float>(sc_lo)), total);
-      total = _mm256_fmadd_ps(s_hi, _mm256_set1_ps(d * static_cast<float>(sc_hi)), total);
-      offset += dmin * static_cast<float>(m_lo) * xsum[2 * g] + dmin * static_cast<float>(m_hi) * xsum[2 * g + 1];
+      const __m256 s_lo = _mm256_add_ps(DotU8x16(_mm256_castsi256_si128(q.lo), xg),
+                                        DotU8x16(_mm256_extracti128_si256(q.lo, 1), xg + 16));
+      const __m256 s_hi = _mm256_add_ps(DotU8x16(_mm256_castsi256_si128(q.hi), xg + 32),
+                                        DotU8x16(_mm256_extracti128_si256(q.hi, 1), xg + 48));
+      total = _mm256_fmadd_ps(s_lo, _mm256_set1_ps(q.scale_lo), total);
+      total = _mm256_fmadd_ps(s_hi, _mm256_set1_ps(q.scale_hi), total);
     }
   }
   return HorizontalSum(total) - offset;
@@ -248,36 +259,28 @@ SS_AVX512 inline __m128i Load128(const uint8_t* p) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
 
-SS_AVX512 float DotF16Avx512(const uint8_t* w, const float* x, const float*, int in) {
-  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-  int i = 0;
-  for (; i + 32 <= in; i += 32) {
-    PrefetchAhead(w + 2 * i, 64);
-    s0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * i))),
-                         _mm512_loadu_ps(x + i), s0);
-    s1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * i + 32))),
-                         _mm512_loadu_ps(x + i + 16), s1);
-  }
-  float total = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-  for (; i < in; ++i) total += HalfToFloat(w + 2 * i) * x[i];
-  return total;
+// 16 halves at p widened to f32: F16 by VCVTPH2PS, BF16 (the upper half of an f32) by a shift.
+SS_AVX512 inline __m512 F16x16(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
-
 SS_AVX512 inline __m512 Bf16x16(const uint8_t* p) {
   const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
 }
 
-SS_AVX512 float DotBf16Avx512(const uint8_t* w, const float* x, const float*, int in) {
+// F16 or BF16 rows: two FMA chains of 16 lanes, the tail one value at a time.
+template <bool kBf16>
+SS_AVX512 float DotHalvesAvx512(const uint8_t* w, const float* x, const float*, int in) {
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
   int i = 0;
   for (; i + 32 <= in; i += 32) {
     PrefetchAhead(w + 2 * i, 64);
-    s0 = _mm512_fmadd_ps(Bf16x16(w + 2 * i), _mm512_loadu_ps(x + i), s0);
-    s1 = _mm512_fmadd_ps(Bf16x16(w + 2 * i + 32), _mm512_loadu_ps(x + i + 16), s1);
+    s0 = _mm512_fmadd_ps(kBf16 ? Bf16x16(w + 2 * i) : F16x16(w + 2 * i), _mm512_loadu_ps(x + i), s0);
+    s1 = _mm512_fmadd_ps(kBf16 ? Bf16x16(w + 2 * i + 32) : F16x16(w + 2 * i + 32),
+                         _mm512_loadu_ps(x + i + 16), s1);
   }
   float total = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-  for (; i < in; ++i) total += BF16ToF32(LoadU16(w + 2 * i)) * x[i];
+  for (; i < in; ++i) total += (kBf16 ? BF16ToF32(LoadU16(w + 2 * i)) : HalfToFloat(w + 2 * i)) * x[i];
   return total;
 }
 
@@ -312,30 +315,22 @@ SS_AVX512 float DotQ4_0Avx512(const uint8_t* w, const float* x, const float*, in
 
 // Q4_K as DotQ4_KAvx2: an FMA chain on the unsigned nibbles, the offsets from xsum.
 SS_AVX512 float DotQ4_KAvx512(const uint8_t* w, const float* x, const float* xsum, int in) {
-  const __m256i mask = _mm256_set1_epi8(0x0F);
   __m512 total = _mm512_setzero_ps();
   float offset = 0.0f;
   for (int b = 0; b < in / 256; ++b, w += 144, x += 256, xsum += 8) {
     PrefetchAhead(w, 192);
     const float d = HalfToFloat(w), dmin = HalfToFloat(w + 2);
-    const uint8_t* scales = w + 4;
     for (int g = 0; g < 4; ++g) {
-      int sc_lo, m_lo, sc_hi, m_hi;
-      Q4KScaleMin(2 * g, scales, &sc_lo, &m_lo);
-      Q4KScaleMin(2 * g + 1, scales, &sc_hi, &m_hi);
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * g));
-      const __m256i lo = _mm256_and_si256(q, mask);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      const Q4KGroup q = Q4KGroupAt(w, g, d, dmin, xsum, &offset);
       const float* xg = x + 64 * g;
       const __m512 s_lo = _mm512_fmadd_ps(
-          U8x16(_mm256_extracti128_si256(lo, 1)), _mm512_loadu_ps(xg + 16),
-          _mm512_mul_ps(U8x16(_mm256_castsi256_si128(lo)), _mm512_loadu_ps(xg)));
+          U8x16(_mm256_extracti128_si256(q.lo, 1)), _mm512_loadu_ps(xg + 16),
+          _mm512_mul_ps(U8x16(_mm256_castsi256_si128(q.lo)), _mm512_loadu_ps(xg)));
       const __m512 s_hi = _mm512_fmadd_ps(
-          U8x16(_mm256_extracti128_si256(hi, 1)), _mm512_loadu_ps(xg + 48),
-          _mm512_mul_ps(U8x16(_mm256_castsi256_si128(hi)), _mm512_loadu_ps(xg + 32)));
-      total = _mm512_fmadd_ps(s_lo, _mm512_set1_ps(d * static_cast<float>(sc_lo)), total);
-      total = _mm512_fmadd_ps(s_hi, _mm512_set1_ps(d * static_cast<float>(sc_hi)), total);
-      offset += dmin * static_cast<float>(m_lo) * xsum[2 * g] + dmin * static_cast<float>(m_hi) * xsum[2 * g + 1];
+          U8x16(_mm256_extracti128_si256(q.hi, 1)), _mm512_loadu_ps(xg + 48),
+          _mm512_mul_ps(U8x16(_mm256_castsi256_si128(q.hi)), _mm512_loadu_ps(xg + 32)));
+      total = _mm512_fmadd_ps(s_lo, _mm512_set1_ps(q.scale_lo), total);
+      total = _mm512_fmadd_ps(s_hi, _mm512_set1_ps(q.scale_hi), total);
     }
   }
   return _mm512_reduce_add_ps(total) - offset;
@@ -367,8 +362,8 @@ SS_AVX512 float DotQ6_KAvx512(const uint8_t* w, const float* x, const float*, in
 
 RowDot Avx512RowDot(uint32_t type) {
   switch (type) {
-    case kGgmlTypeF16: return DotF16Avx512;
-    case kGgmlTypeBF16: return DotBf16Avx512;
+    case kGgmlTypeF16: return DotHalvesAvx512<false>;
+    case kGgmlTypeBF16: return DotHalvesAvx512<true>;
     case kGgmlTypeQ8_0: return DotQ8_0Avx512;
     case kGgmlTypeQ4_0: return DotQ4_0Avx512;
     case kGgmlTypeQ4_K: return DotQ4_KAvx512;
