@@ -2,6 +2,7 @@
 // bf16-rounded operands: the only difference left is the order of the f32 additions, so the
 // tolerance is tight. The difference to the f32 product (the bf16 rounding itself) is printed.
 #include <gtest/gtest.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -179,6 +180,39 @@ TEST(GemmBf16, PathsAgreeOnLargeProduct) {
     }
   }
   SelectBest(best);
+}
+
+// Other code on a thread (oneDNN under PyTorch, say) may leave the AMX tiles configured its own
+// way between our products: MatMulBf16 configures them for each span of its own work, so the
+// result is unchanged (a stale configuration would give wrong sums or fault).
+__attribute__((target("amx-tile"))) void LoadForeignTileConfig() {
+  alignas(64) static uint8_t config[64] = {};
+  config[0] = 1;                                       // palette 1
+  for (int t = 0; t < 8; ++t) {
+    config[16 + 2 * t] = 32;                           // 32 bytes a row
+    config[48 + t] = 8;                                // 8 rows
+  }
+  _tile_loadconfig(config);
+}
+__attribute__((target("amx-tile"))) void ReleaseTiles() { _tile_release(); }
+
+TEST(GemmBf16, AmxIgnoresAForeignTileConfiguration) {
+  if (!CpuHasAmxBf16()) GTEST_SKIP() << "no AMX-BF16 on this CPU (or Linux refused the tile state)";
+  const SimdLevel best = ActiveSimdLevel();
+  SelectBest(best);
+  ASSERT_EQ(std::string(Bf16KernelName()), "amx_bf16");
+  const int T = 96, in = 512, out = 200;
+  const auto x = Random(static_cast<size_t>(T) * in, 31), w = Random(static_cast<size_t>(out) * in, 32);
+  const PackedBf16 packed = PackBf16(w.data(), out, in);
+  std::vector<float> first(static_cast<size_t>(T) * out), second(first.size());
+  const int threads = ThreadCount();
+  SetThreadCount(1);  // this thread runs every tile
+  MatMulBf16(x.data(), packed, nullptr, first.data(), T);
+  LoadForeignTileConfig();
+  MatMulBf16(x.data(), packed, nullptr, second.data(), T);
+  ReleaseTiles();
+  SetThreadCount(threads);
+  EXPECT_TRUE(first == second);
 }
 
 // Each output sums its products in the same order whatever the thread count (threads split

@@ -341,7 +341,9 @@ void MatVec(const float* x, const PackedBf16& w, const float* bias, float* y) {
 
 // The two tiled paths, as the driver below sees them: rows per micro-kernel, x's conversion, and
 // one tile y (rows <= kRows, cols <= kWidth) (+)= x · W panel over kc pairs.
+struct NoSpan {};
 struct Avx512Path {
+  using Span = NoSpan;
   static constexpr int kRows = 6;  // 6 x 2 zmm accumulators
   static constexpr int kRowBlock = 16 * kRows, kPairBlock = kVectorPairBlock;
   static void Convert(const float* x, int in, uint32_t* row, int stride) {
@@ -390,13 +392,17 @@ constexpr AmxTileConfig MakeTileConfig() {
 }
 alignas(64) constexpr AmxTileConfig kTileConfig = MakeTileConfig();
 
-// Loads the tile configuration on the calling thread, once.
-SS_AMX void ConfigureAmxTiles() {
-  thread_local bool configured = false;
-  if (configured) return;
-  _tile_loadconfig(&kTileConfig);
-  configured = true;
-}
+// The tile unit is configured for the span of one work item and released after it (LDTILECFG /
+// TILERELEASE, tens of cycles beside the thousands a 32 x 32 tile takes): other code on the same
+// thread (oneDNN under PyTorch in a Python session, an AMX-built OpenBLAS) may configure the tiles
+// its own way between our calls, and a thread left holding tile state makes every context switch
+// save 8 KiB more.
+struct AmxSpan {
+  SS_AMX AmxSpan() { _tile_loadconfig(&kTileConfig); }
+  SS_AMX ~AmxSpan() { _tile_release(); }
+  AmxSpan(const AmxSpan&) = delete;
+  AmxSpan& operator=(const AmxSpan&) = delete;
+};
 
 // c (kRowTiles * 16 rows x 32 columns, 32 floats a row) = x (16-row tiles at stride ldx) · the W
 // panel, over kc16 pairs (a multiple of 16).
@@ -430,6 +436,7 @@ SS_AMX void AmxTiles(const uint32_t* x, int64_t ldx, const uint32_t* w, int kc16
 }
 
 struct AmxPath {
+  using Span = AmxSpan;  // held while a thread runs Tile calls
   static constexpr int kRows = 32;
   // 128 rows of x and a 256-column, 512-pair block of W (512 KiB) per work item, in L2 (2 MiB a
   // core on Sapphire Rapids); a multiple of 16 pairs, so only the product's last block has a tail.
@@ -442,7 +449,6 @@ struct AmxPath {
     const int kc16 = kc / 16 * 16;
     const int tiled_rows = kc16 > 0 ? rows / 16 * 16 : 0;
     if (tiled_rows > 0) {
-      ConfigureAmxTiles();
       alignas(64) float c[kRows * kWidth];
       if (tiled_rows == 32)
         AmxTiles<2>(x, ldx, w, kc16, c);
@@ -469,6 +475,7 @@ struct AmxPath {
   }
 };
 struct Avx2Path {
+  using Span = NoSpan;
   static constexpr int kRows = 2;
   static constexpr int kRowBlock = 16 * kRows, kPairBlock = kVectorPairBlock;
   static void Convert(const float* x, int in, uint32_t* row, int stride) {
@@ -532,6 +539,7 @@ void MatMulTiled(const float* x, const PackedBf16& w, const float* bias, float* 
     }
     const int column0 = item % column_items * column_block;
     const int column1 = std::min(out, column0 + column_block);
+    [[maybe_unused]] const typename Path::Span span;
     // One tile of rows (decode): no blocking of `in`, so W streams through once in storage order
     // (panel after panel) and the x row, a few KiB, stays in L1 anyway.
     const int pair_block = T <= kRows ? pairs : Path::kPairBlock;
@@ -557,6 +565,7 @@ void BlockProductTiled(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int
                        int panels, int pair0, int pairs, float* y, int64_t ldy, int rows,
                        bool accumulate) {
   const uint32_t* wdata = reinterpret_cast<const uint32_t*>(w.data.data());
+  [[maybe_unused]] const typename Path::Span span;
   for (int k0 = 0; k0 < pairs; k0 += Path::kPairBlock) {
     const int kc = std::min(Path::kPairBlock, pairs - k0);
     for (int r = 0; r < rows; r += Path::kRows) {
