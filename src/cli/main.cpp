@@ -6,7 +6,9 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "kernels/dequant.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/gemm_ggml.h"
 #include "kernels/gemm_q8.h"
 #include "kernels/parallel.h"
 #include "kernels/vecmath.h"
@@ -48,14 +50,15 @@ int main(int argc, char** argv) {
     const char* policy = std::getenv("OMP_WAIT_POLICY");
     const char* spin = std::getenv("GOMP_SPINCOUNT");
     return fmt::format("sinkscope 0.1.0\nBLAS: {} ({}; {}; core {})\nthreads: {} (OpenMP wait "
-                       "policy: {})\nSIMD: {}; bf16 products: {}; q8_0 products: {}", blas.config,
+                       "policy: {})\nSIMD: {}; bf16 products: {}; q8_0 products: {}; native (ggml) products: {}", blas.config,
                        blas.openmp() ? "OpenMP" : "not OpenMP", blas.library, blas.core,
                        ss::ThreadCount(),
                        policy ? std::string(policy)
                        : spin ? fmt::format("spin {} then sleep (GOMP_SPINCOUNT)", spin)
                               : std::string("libgomp default"),
                        ss::SimdLevelName(ss::ActiveSimdLevel()),
-                       ss::Bf16KernelName(), ss::Q8KernelName());
+                       ss::Bf16KernelName(), ss::Q8KernelName(),
+                       ss::GgmlKernelName(ss::kGgmlTypeQ4_K));
   });
   ss::cli::RegisterInspect(app);
   ss::cli::RegisterGenerate(app);
