@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <string>
 
+#include "kernels/dequant.h"
+#include "kernels/gemm_bf16.h"
+#include "kernels/gemm_ggml.h"
 #include "kernels/parallel.h"
 #include "test_util.h"
 
@@ -40,6 +43,12 @@ TEST(Blas, CliBinaryLoadsTheOpenMpBuild) {
   EXPECT_NE(r.out.find("(OpenMP;"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("openblas-openmp"), std::string::npos) << r.out;
   EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+  // The kernels it names are the ones this CPU runs (amx_bf16 / avx512_bf16 / avx2 / portable ...).
+  EXPECT_NE(r.out.find(std::string("bf16 products: ") + Bf16KernelName() + ";"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(std::string("native (ggml) products: ") + GgmlKernelName(kGgmlTypeQ4_K)),
+            std::string::npos)
+      << r.out;
 }
 
 TEST(Blas, CliSpinsBrieflyUnlessTheUserChose) {
