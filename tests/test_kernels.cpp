@@ -487,7 +487,7 @@ TEST(Kernels, TiledAttentionMatchesNaiveAndMaterialised) {
   EXPECT_LT(worst_vs_mat, 1e-5);
 }
 
-// The tiled attention at bf16 (--precision bf16) on every path (AVX-512 BF16, AVX2, portable), against
+// The tiled attention at bf16 (--precision bf16) on every path (AMX, AVX-512 BF16, AVX2, portable), against
 // naive double-precision attention on the bf16-rounded q, k and v. The head sizes make the scale
 // 1/sqrt(Dh) a power of two, so rounding q * scale equals scaling the rounded q: the scores are then
 // exact products summed in f32, and the statistics (from the scores) must match double as closely as
@@ -501,10 +501,19 @@ TEST(Kernels, TiledAttentionBf16MatchesDoubleOnRoundedOperands) {
   };
   const SimdLevel best = ActiveSimdLevel();
   const bool has_avx2 = CpuSimdLevel() != SimdLevel::kPortable;
-  for (SimdLevel level : {SimdLevel::kAvx512, SimdLevel::kAvx2, SimdLevel::kPortable}) {
+  struct Run {
+    SimdLevel level;
+    bool amx;  // the products of 16 rows and more on AMX tiles, where the CPU has them
+  };
+  for (Run run : {Run{SimdLevel::kAvx512, true}, Run{SimdLevel::kAvx512, false},
+                  Run{SimdLevel::kAvx2, false}, Run{SimdLevel::kPortable, false}}) {
+    const SimdLevel level = run.level;
     if (level == SimdLevel::kAvx512 && !(CpuHasAvx512Bf16() && best == SimdLevel::kAvx512)) continue;
+    if (run.amx && !CpuHasAmxBf16()) continue;
     if (level == SimdLevel::kAvx2 && !(has_avx2 && best != SimdLevel::kPortable)) continue;
     ForceSimdLevel(level);
+    AllowAmx(run.amx);
+    const std::string path = SimdLevelName(level) + (run.amx ? " (AMX)" : "");
     double worst_out = 0, worst_stats = 0, worst_f32 = 0;
     for (Case c : {Case{700, 700, 2, 1, 64, 0}, Case{300, 1100, 4, 2, 16, 0}, Case{600, 600, 2, 2, 64, 200},
                    Case{kBf16AttentionRows, 1500, 4, 1, 64, 0}, Case{65, 65, 3, 3, 16, 0}, Case{130, 1200, 2, 1, 16, 513}}) {
@@ -521,7 +530,7 @@ TEST(Kernels, TiledAttentionBf16MatchesDoubleOnRoundedOperands) {
       std::vector<float> ref_out, ref_probs;
       NaiveAttention(round_bf16(q), round_bf16(k), round_bf16(v), c.T, c.S, c.H, c.Hkv, c.Dh, c.window,
                      &ref_out, &ref_probs);
-      const std::string label = SimdLevelName(level) + " bf16 T=" + std::to_string(c.T) +
+      const std::string label = path + " bf16 T=" + std::to_string(c.T) +
                                 " S=" + std::to_string(c.S) + " W=" + std::to_string(c.window);
       worst_out = std::max(worst_out, test::MaxRelDiff(out, ref_out, label + " out vs double"));
       worst_f32 = std::max(worst_f32, test::MaxRelDiff(out, f32_out, label + " out vs f32 path"));
@@ -541,7 +550,7 @@ TEST(Kernels, TiledAttentionBf16MatchesDoubleOnRoundedOperands) {
     }
     std::printf("%s bf16 tiled attention: largest rel diff of out %.3g vs double on rounded operands, "
                 "%.3g vs the f32 path; statistics %.3g (absolute, vs double)\n",
-                SimdLevelName(level).c_str(), worst_out, worst_f32, worst_stats);
+                path.c_str(), worst_out, worst_f32, worst_stats);
     EXPECT_LT(worst_out, 8e-3);   // p rounded to bf16: 2^-9 each, over sums of many terms
     // As the f32 path on AVX-512 (scores: exact products summed in f32 over 16 lanes); the portable
     // path sums each score in one float sequentially, and uses its own exp.
@@ -550,6 +559,7 @@ TEST(Kernels, TiledAttentionBf16MatchesDoubleOnRoundedOperands) {
     EXPECT_LT(worst_f32, 3e-2);
   }
   ForceSimdLevel(best);
+  AllowAmx(true);
 }
 
 }  // namespace

@@ -33,10 +33,14 @@ inline double MedianOfMagnitudes(std::vector<float>& v) {
   SS_ASSERT(!v.empty());
   constexpr int kBins = 1 << 16;
   if (v.size() < kBins) return Median(v);  // the counts would cost more than they save
-  std::vector<uint32_t> count(kBins, 0);
-  for (float f : v) {
+  auto bits_of = [](float f) {
     uint32_t bits;
     std::memcpy(&bits, &f, 4);
+    return bits;
+  };
+  std::vector<uint32_t> count(kBins, 0);
+  for (float f : v) {
+    const uint32_t bits = bits_of(f);
     if (bits >= 0x7F800000u) return Median(v);  // negative (sign bit), Inf or NaN
     ++count[bits >> 16];
   }
@@ -59,10 +63,9 @@ inline double MedianOfMagnitudes(std::vector<float>& v) {
   const int lo = n % 2 ? hi : bin_of(mid - 1, &start_lo);
   std::vector<float> in_hi, in_lo;
   for (float f : v) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    if (static_cast<int>(bits >> 16) == hi) in_hi.push_back(f);
-    else if (static_cast<int>(bits >> 16) == lo) in_lo.push_back(f);
+    const int bin = static_cast<int>(bits_of(f) >> 16);
+    if (bin == hi) in_hi.push_back(f);
+    else if (bin == lo) in_lo.push_back(f);
   }
   auto select = [](std::vector<float>& c, size_t k) {
     std::nth_element(c.begin(), c.begin() + k, c.end());

@@ -72,12 +72,11 @@ void ConvertRowScalar(const float* x, int in, uint32_t* row, int stride) {
   }
 }
 
-// Cache blocking of the tiled paths (AVX-512 BF16, AVX2). A work item is a tile of
+// Cache blocking of the tiled paths (AMX, AVX-512 BF16, AVX2). A work item is a tile of
 // Path::kRowBlock rows by kColumnBlock columns of y; it walks `in` in blocks of Path::kPairBlock
-// pairs, so the W block it reuses across its rows (kVectorPairBlock * kColumnBlock * 4 bytes =
-// 256 KiB) stays in L2 and one x micro-panel (kRows * kVectorPairBlock * 4 bytes, 6 KiB at most)
-// stays in L1 while the
-// W panels stream past it.
+// pairs, so the W block it reuses across its rows (on the vector paths kVectorPairBlock *
+// kColumnBlock * 4 bytes = 256 KiB) stays in L2 and one x micro-panel (kRows * kVectorPairBlock *
+// 4 bytes, 6 KiB at most) stays in L1 while the W panels stream past it.
 constexpr int kVectorPairBlock = 256;  // pairs of `in` per cache block (AMX: AmxPath::kPairBlock)
 constexpr int kColumnBlock = 256;  // output columns per work item (8 panels), at most
 // Multiply-adds below which one thread does the product (about 40 us on one Zen 4 core): a
@@ -790,8 +789,12 @@ void MatMulBf16Block(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int p
   if (rows <= 0 || panels <= 0) return;
   switch (ActiveBf16Path()) {
     case Bf16Path::kAmx:
-      BlockProductTiled<AmxPath>(xb, ldx, w, panel0, panels, pair0, pairs, y, ldy, rows, accumulate);
-      return;
+      if (rows >= 16) {  // fewer rows (a decode step's attention) fill no tile
+        BlockProductTiled<AmxPath>(xb, ldx, w, panel0, panels, pair0, pairs, y, ldy, rows,
+                                   accumulate);
+        return;
+      }
+      [[fallthrough]];
     case Bf16Path::kAvx512:
       BlockProductTiled<Avx512Path>(xb, ldx, w, panel0, panels, pair0, pairs, y, ldy, rows,
                                     accumulate);

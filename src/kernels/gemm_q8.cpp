@@ -128,7 +128,7 @@ void DequantizeBody(const PackedQ8& w, int row0, int rows, float* dst) {
       DequantizeBlock(w, row0 + r, b, dst + static_cast<int64_t>(r) * w.in);
 }
 // The same values, 8 at a time (the compiler leaves DequantizeBody's short variable-length loop
-// scalar): whole blocks by VPMOVSXBD and one multiply, the last partial block as DequantizeBody.
+// scalar): whole blocks by VPMOVSXBD and one multiply, the last partial block by DequantizeBlock.
 SS_AVX2 void DequantizeAvx2(const PackedQ8& w, int row0, int rows, float* dst) {
   const int whole = w.in / kQ8Block;
   for (int r = 0; r < rows; ++r) {
