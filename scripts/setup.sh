@@ -12,7 +12,7 @@ packages=(build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev libsentencepiece-dev
   libopenmpi-dev openmpi-bin clang-14 libclang-rt-14-dev
   python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib python3-setuptools
-  python3-wheel python3-venv libcpp-httplib-dev chromium)
+  python3-wheel python3-venv chromium)
 if [[ "${1:-}" == "--with-extras" ]]; then
   packages+=(python3-torch)
 fi

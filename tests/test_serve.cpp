@@ -9,6 +9,7 @@
 #include "io/load.h"
 #include "model/model.h"
 #include "naive_hf.h"
+#include "serve/http.h"
 #include "serve/serve.h"
 #include "test_util.h"
 
@@ -131,6 +132,64 @@ TEST(ServePattern, BadWindowsAreErrors) {
   EXPECT_THROW(serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 0, 0, 21, 0, 20, 4), Error);
   EXPECT_THROW(serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 0, 0, 20, 0, 20, 0), Error);
   EXPECT_THROW(serve::ComputePatternRow(model, 1, cap.q.data(), cap.k.data(), 20, 0, 20), Error);
+}
+
+// ---- The HTTP request head (serve/http.h), parsed as RFC 9112 says and refused otherwise.
+
+TEST(HttpHead, ParsesTheRequestLineHeadersAndQuery) {
+  http::Request req;
+  const auto error = http::ParseHead(
+      "GET /api/pattern?run=ab&layer=%30&name=a+b&flag HTTP/1.1\r\nHost:  127.0.0.1:8080 \r\n"
+      "X-Sinkscope-Token: t\r\nCookie: a=b",
+      http::Limits{}, req);
+  ASSERT_FALSE(error) << error->message;
+  EXPECT_EQ(req.method, "GET");
+  EXPECT_EQ(req.path, "/api/pattern");
+  EXPECT_EQ(req.version, "HTTP/1.1");
+  ASSERT_TRUE(req.Header("host"));
+  EXPECT_EQ(*req.Header("host"), "127.0.0.1:8080");  // names lower-cased, values trimmed
+  EXPECT_EQ(*req.Header("x-sinkscope-token"), "t");
+  EXPECT_EQ(*req.Param("layer"), "0");
+  EXPECT_EQ(*req.Param("name"), "a b");
+  EXPECT_EQ(*req.Param("flag"), "");
+  EXPECT_EQ(req.Param("missing"), nullptr);
+}
+
+TEST(HttpHead, RefusesMalformedHeads) {
+  http::Limits limits;
+  limits.max_target_bytes = 64;
+  const std::vector<std::pair<std::string, int>> cases = {
+      {"GET /x HTTP/1.1\r\n Folded: line", 400},
+      {"GET /x HTTP/1.1\r\nNo colon here", 400},
+      {"GET /x HTTP/1.1\r\nBad Name: v", 400},
+      {"GET /x HTTP/1.1\r\nX: a\x01b", 400},
+      {"GET  /x HTTP/1.1", 400},
+      {"GET x HTTP/1.1", 400},
+      {"GET http://evil/x HTTP/1.1", 400},
+      {"GET /x HTTP/2.0", 505},
+      {"GET /x HTTX/1.1", 400},
+      {"GET /x?a=%zz HTTP/1.1", 400},
+      {"GET /x?a=%4 HTTP/1.1", 400},
+      {"GET /" + std::string(100, 'a') + " HTTP/1.1", 414},
+  };
+  for (const auto& [head, status] : cases) {
+    http::Request req;
+    const auto error = http::ParseHead(head, limits, req);
+    ASSERT_TRUE(error) << head;
+    EXPECT_EQ(error->status, status) << head;
+    EXPECT_FALSE(error->message.empty());
+  }
+}
+
+TEST(HttpHead, PercentDecodingIsStrict) {
+  std::string out;
+  EXPECT_TRUE(http::PercentDecode("4%00junk", out));
+  EXPECT_EQ(out, std::string("4\0junk", 6));  // decoded as sent: the integer check refuses it
+  EXPECT_TRUE(http::PercentDecode("%20%2B5", out));
+  EXPECT_EQ(out, " +5");
+  EXPECT_FALSE(http::PercentDecode("%", out));
+  EXPECT_FALSE(http::PercentDecode("%a", out));
+  EXPECT_FALSE(http::PercentDecode("%g0", out));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 // the "transformer." prefix: both spellings are read.
 #include <fmt/format.h>
 
+#include "common/interrupt.h"
 #include "model/arch.h"
 #include "model/blocks.h"
 
@@ -25,6 +26,7 @@ void ForwardGpt2(ForwardContext& ctx) {
   EmbedTokens(ctx);
   AddPositionEmbeddings(ctx);
   for (int l = ctx.request.first_layer; l < c.n_layers; ++l) {
+    PollInterrupt();  // a stopping point for work asked to end (common/interrupt.h)
     const LayerWeights& w = ctx.model.weights.layers[l];
     if (ctx.HookActive(HookPoint::kResidPre, l)) ctx.RunHook(HookPoint::kResidPre, l, s.x.data(), {ctx.T, c.dim});
     ApplyNorm(ctx, w.attn_norm, w.attn_norm_bias, s.x.data(), s.xb.data());

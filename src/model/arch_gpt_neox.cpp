@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "common/interrupt.h"
 #include "model/arch.h"
 #include "model/blocks.h"
 
@@ -27,6 +28,7 @@ void ForwardGptNeox(ForwardContext& ctx) {
   const int64_t n = static_cast<int64_t>(ctx.T) * c.dim;
   EmbedTokens(ctx);
   for (int l = ctx.request.first_layer; l < c.n_layers; ++l) {
+    PollInterrupt();  // a stopping point for work asked to end (common/interrupt.h)
     const LayerWeights& w = ctx.model.weights.layers[l];
     if (ctx.HookActive(HookPoint::kResidPre, l)) ctx.RunHook(HookPoint::kResidPre, l, s.x.data(), {ctx.T, c.dim});
     ApplyNorm(ctx, w.attn_norm, w.attn_norm_bias, s.x.data(), s.xb.data());

@@ -7,6 +7,7 @@
 #include <numbers>
 #include <numeric>
 
+#include "common/interrupt.h"
 #include "kernels/ops.h"
 #include "kernels/vecmath.h"
 
@@ -502,6 +503,7 @@ void ForwardSequential(ForwardContext& ctx) {
   };
   EmbedTokens(ctx);
   for (int l = ctx.request.first_layer; l < c.n_layers; ++l) {
+    PollInterrupt();  // a stopping point for work asked to end (common/interrupt.h)
     const LayerWeights& w = ctx.model.weights.layers[l];
     if (ctx.HookActive(HookPoint::kResidPre, l)) ctx.RunHook(HookPoint::kResidPre, l, s.x.data(), {ctx.T, c.dim});
     SelfAttention(ctx, l, input(w.attn_norm, w.attn_norm_bias), s.xb2.data());

@@ -44,24 +44,6 @@ Progress::Progress(std::string label, int64_t total, std::string unit)
     : label_(std::move(label)), unit_(std::move(unit)), total_(total),
       enabled_(isatty(fileno(stderr))), start_(std::chrono::steady_clock::now()), last_draw_() {}
 
-namespace {
-// Per thread: the work and its progress points run on the thread that installed the poll, and two
-// threads (two Python threads, each in its own analyze) must not see each other's.
-ProgressPoll& InstalledPoll() {
-  thread_local ProgressPoll poll;
-  return poll;
-}
-}  // namespace
-
-ScopedProgressPoll::ScopedProgressPoll(ProgressPoll poll) : previous_(std::move(InstalledPoll())) {
-  InstalledPoll() = std::move(poll);
-}
-ScopedProgressPoll::~ScopedProgressPoll() { InstalledPoll() = std::move(previous_); }
-
-void PollProgress() {
-  if (const ProgressPoll& poll = InstalledPoll()) poll();
-}
-
 void Progress::Update(int64_t done) {
   PollProgress();
   if (!enabled_) return;

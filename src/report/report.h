@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/interrupt.h"
+
 namespace ss::report {
 
 // Writes `doc` pretty-printed to `path` atomically (temporary file, then rename).
@@ -19,23 +21,11 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
 
 // A progress line on stderr, redrawn in place, shown only when stderr is a terminal (quiet when
 // piped or in CI). Shows done/total, rate and ETA.
-// A check every Progress::Update runs first, drawn or not, on the thread doing the work: the Python
-// module installs one that throws when Ctrl-C is pending, so a long computation stops at its next
-// progress point. Installed per thread, for the scope of the work (ScopedProgressPoll); none by
-// default.
-using ProgressPoll = std::function<void()>;
-class ScopedProgressPoll {
- public:
-  explicit ScopedProgressPoll(ProgressPoll poll);
-  ~ScopedProgressPoll();
-  ScopedProgressPoll(const ScopedProgressPoll&) = delete;
-  ScopedProgressPoll& operator=(const ScopedProgressPoll&) = delete;
-
- private:
-  ProgressPoll previous_;
-};
-// Runs the installed poll (nothing when none is installed).
-void PollProgress();
+// Every Progress::Update first runs the thread's interrupt poll (common/interrupt.h), drawn or not:
+// a long computation stops at its next progress point when the poll throws.
+using ProgressPoll = InterruptPoll;
+using ScopedProgressPoll = ScopedInterruptPoll;
+inline void PollProgress() { PollInterrupt(); }
 
 class Progress {
  public:

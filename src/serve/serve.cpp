@@ -1,15 +1,19 @@
 #include "serve/serve.h"
 
 #include <fmt/format.h>
-#include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <tuple>
 #include <nlohmann/json.hpp>
 
@@ -19,10 +23,12 @@
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "common/file_util.h"
+#include "common/interrupt.h"
 #include "explain/explain_report.h"
 #include "io/load.h"
 #include "kernels/ops.h"
 #include "model/model.h"
+#include "serve/http.h"
 #include "tokenizer/find.h"
 #include "tokenizer/tokenizer.h"
 
@@ -56,6 +62,7 @@ void ForEachQueryBlock(const Model& model, int layer, const float* q, const floa
     std::copy_n(k + (static_cast<size_t>(j) * Hkv + kv_head) * Dh, Dh, kh.data() + static_cast<size_t>(j) * Dh);
   std::vector<float> qh, out, probs;
   for (int b = q0; b < q1; b += kQueryBlock) {
+    PollInterrupt();  // a T = 8192 tile is 64 blocks: its client may leave in between
     const int rows = std::min(kQueryBlock, q1 - b), S = b + rows;
     qh.resize(static_cast<size_t>(rows) * Dh);
     for (int r = 0; r < rows; ++r)
@@ -119,12 +126,15 @@ std::vector<float> ComputePatternRow(const Model& model, int layer, const float*
 namespace {
 
 using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxBodyBytes = size_t{8} << 20;  // a request's body: the text and settings
 constexpr int kMaxBins = 1024;
 constexpr int kMaxRuns = 8;            // analyses kept for the pattern view (oldest dropped)
 constexpr int kMaxSamples = 1024;
 constexpr int64_t kMaxStreamTokens = 200000;
+constexpr int kMaxWaiting = 4;         // computations queued behind the running one; more: 503
+constexpr auto kPollInterval = std::chrono::milliseconds(20);  // checks for a client gone
 
 // Replies carry token strings, which may hold partial UTF-8 sequences (byte pieces): replaced.
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -134,11 +144,28 @@ struct HttpError : Error {
   HttpError(int s, const std::string& m) : Error(m), status(s) {}
 };
 
+// A request's value for a message: at most 40 bytes, anything but printable ASCII as \xNN (a NUL
+// or an escape sequence must neither cut the message nor reach a terminal).
+std::string Shown(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s.substr(0, 40)) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') out += static_cast<char>(c);
+    else out += fmt::format("\\x{:02x}", c);
+  }
+  if (s.size() > 40) out += "...";
+  return out;
+}
+
 int IntField(const json& body, const char* key, int fallback, int lo, int hi) {
   if (!body.contains(key) || body[key].is_null()) return fallback;
   const json& v = body[key];
-  if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
-    Fail("{}: expected an integer in [{}, {}], got {}", key, lo, hi, v.dump().substr(0, 40));
+  bool in_range = v.is_number_integer();
+  if (in_range && v.is_number_unsigned())  // beyond int64: get<int64_t> would wrap
+    in_range = hi >= 0 && v.get<uint64_t>() <= static_cast<uint64_t>(hi) &&
+               static_cast<int64_t>(v.get<uint64_t>()) >= lo;
+  else if (in_range)
+    in_range = v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  if (!in_range) Fail("{}: expected an integer in [{}, {}], got {}", key, lo, hi, Shown(v.dump()));
   return static_cast<int>(v.get<int64_t>());
 }
 
@@ -148,16 +175,19 @@ double RealField(const json& body, const char* key, double fallback) {
   return body[key].get<double>();
 }
 
-int QueryInt(const httplib::Request& req, const char* key, int fallback, int lo, int hi) {
-  if (!req.has_param(key)) {
+// A query parameter that must be a decimal integer: digits with an optional leading '-', nothing
+// else (no spaces, '+', NUL or trailing bytes, which strtoll would skip or stop at).
+int QueryInt(const http::Request& req, const char* key, int fallback, int lo, int hi) {
+  const std::string* s = req.Param(key);
+  if (!s) {
     if (fallback < lo) Fail("missing parameter '{}'", key);
     return fallback;
   }
-  const std::string s = req.get_param_value(key);
-  char* end = nullptr;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || v < lo || v > hi)
-    Fail("{}: expected an integer in [{}, {}], got '{}'", key, lo, hi, s.substr(0, 40));
+  bool ok = !s->empty() && s->size() <= 11;
+  for (size_t i = 0; ok && i < s->size(); ++i)
+    ok = ((*s)[i] >= '0' && (*s)[i] <= '9') || (i == 0 && (*s)[i] == '-' && s->size() > 1);
+  const long long v = ok ? std::stoll(*s) : 0;
+  if (!ok || v < lo || v > hi) Fail("{}: expected an integer in [{}, {}], got '{}'", key, lo, hi, Shown(*s));
   return static_cast<int>(v);
 }
 
@@ -172,6 +202,34 @@ std::string JoinList(const json& v, const char* key) {
   return out;
 }
 
+// 2 x the multiply-adds of a T-token forward: every weight once per token (projections, MLP,
+// unembedding) and causal attention (Q K^T and P V, T^2 / 2 query-key pairs each, per head).
+// An upper bound where layers have windows; MoE counted at its expert width.
+double ForwardFlop(const ModelConfig& c, double T) {
+  const double per_token =
+      c.n_layers * (static_cast<double>(c.dim) * (c.q_dim() + 2.0 * c.kv_dim()) +
+                    static_cast<double>(c.q_dim()) * c.dim +
+                    static_cast<double>(c.dim) * c.hidden_dim * (c.gated_mlp ? 3 : 2)) +
+      static_cast<double>(c.dim) * c.vocab_size;
+  return 2.0 * T * per_token + 2.0 * c.n_layers * c.n_heads * c.head_dim * T * T;
+}
+
+// A per-launch secret: 128 bits from the system's random source, as hex.
+std::string RandomHex(int bytes) {
+  std::random_device rd;
+  std::string out;
+  for (int i = 0; i < bytes; i += 4) out += fmt::format("{:08x}", static_cast<uint32_t>(rd()));
+  return out.substr(0, 2 * bytes);
+}
+
+// Compares two secrets in time that does not depend on where they differ.
+bool SameSecret(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 struct Run {
   cli::AnalyzeRequest request;
   std::map<std::string, std::vector<int>> first_sample;  // condition -> tokens of sample 0
@@ -183,40 +241,232 @@ struct Run {
   std::map<std::pair<std::string, int>, Captured> qk;
 };
 
-class Server {
+// One computation (analyze, explain, stream) at a time: the model uses every core, so two would
+// only slow each other. Up to kMaxWaiting wait behind it; more are answered 503 at once. A waiting
+// request whose client leaves drops out of the queue (its poll throws).
+class WorkGate {
  public:
-  Server(Model model, std::unique_ptr<Tokenizer> tokenizer, std::vector<std::string> texts)
-      : model_(std::move(model)), tokenizer_(std::move(tokenizer)), texts_(std::move(texts)) {
-    Routes();
+  void Enter(const std::function<void()>& poll) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (busy_ && waiting_ >= kMaxWaiting)
+      throw HttpError(503, fmt::format("the server is busy (one computation runs and {} wait): try "
+                                       "again when they end", waiting_));
+    ++waiting_;
+    while (busy_) {
+      cv_.wait_for(lock, kPollInterval);
+      lock.unlock();
+      try {
+        poll();
+      } catch (...) {
+        lock.lock();
+        --waiting_;
+        throw;
+      }
+      lock.lock();
+    }
+    --waiting_;
+    busy_ = true;
   }
-  httplib::Server& http() { return http_; }
+  void Leave() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    busy_ = false;
+    cv_.notify_one();
+  }
 
  private:
-  // Wraps a handler: ss::Error -> 400 with its message, anything else -> 500; the server goes on.
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool busy_ = false;
+  int waiting_ = 0;
+};
+
+struct ServeArgs {
+  cli::ModelOptions model;
+  std::vector<std::string> texts;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::vector<std::string> allow_hosts;  // Host names accepted besides localhost and --host
+  std::string token;                     // "" generates one; see --token
+  bool no_token = false;
+  double max_request_tflop = 100;
+};
+
+class Server {
+ public:
+  Server(Model model, std::unique_ptr<Tokenizer> tokenizer, const ServeArgs& args)
+      : model_(std::move(model)), tokenizer_(std::move(tokenizer)), texts_(args.texts), args_(args) {
+    if (!args.no_token) token_ = args.token.empty() ? RandomHex(16) : args.token;
+    for (const std::string& h : {std::string("localhost"), std::string("127.0.0.1"), std::string("[::1]"),
+                                 args.host.find(':') != std::string::npos ? "[" + args.host + "]" : args.host})
+      hosts_.push_back(h);
+    for (const std::string& h : args.allow_hosts) hosts_.push_back(h);
+    for (std::string& h : hosts_)
+      for (char& ch : h) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    // What replies must not show: the model's and the texts' paths, as given and absolute.
+    auto hide = [this](const std::string& path) {
+      if (path.empty()) return;
+      const std::string name = std::filesystem::path(path).filename().string();
+      std::error_code ec;
+      const std::string abs = std::filesystem::absolute(path, ec).lexically_normal().string();
+      for (const std::string& p : {abs, path})
+        if (!p.empty() && p != name) hidden_.emplace_back(json(p).dump(), json(name).dump());
+    };
+    hide(model_.source);
+    for (const std::string& t : texts_) hide(t);
+    std::sort(hidden_.begin(), hidden_.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+    Routes();
+  }
+  http::Server& http() { return http_; }
+  const std::string& token() const { return token_; }
+
+ private:
+  // Replaces the hidden paths in a reply (quoted JSON strings: the quotes are dropped to match
+  // inside messages too) by their file names.
+  std::string Scrub(std::string body) const {
+    for (const auto& [path, name] : hidden_) {
+      const std::string from = path.substr(1, path.size() - 2), to = name.substr(1, name.size() - 2);
+      for (size_t at = body.find(from); at != std::string::npos; at = body.find(from, at + to.size()))
+        body.replace(at, from.size(), to);
+    }
+    return body;
+  }
+
+  void Reply(http::Response& res, int status, const json& doc) const {
+    res.status = status;
+    res.content_type = "application/json";
+    res.body = Scrub(Dump(doc));
+  }
+
+  // Wraps a handler: ss::Error -> 400 with its message (HttpError: its status), anything else ->
+  // 500; the server goes on. The client's departure (http::ClientGone, thrown by the interrupt
+  // poll) ends the work and the connection.
   template <typename Fn>
-  httplib::Server::Handler Handle(Fn fn) {
-    return [fn](const httplib::Request& req, httplib::Response& res) {
-      auto fail = [&](int status, const std::string& message) {
-        res.status = status;
-        res.set_content(Dump({{"error", message}}), "application/json");
-      };
+  http::Handler Handle(Fn fn) {
+    return [this, fn](const http::Request& req, http::Response& res) {
+      const int fd = req.socket;
+      Clock::time_point last{};
+      ScopedInterruptPoll poll([fd, last]() mutable {
+        const Clock::time_point now = Clock::now();
+        if (now - last < kPollInterval) return;
+        last = now;
+        if (http::PeerClosed(fd)) throw http::ClientGone{};
+      });
       try {
-        res.set_content(Dump(fn(req)), "application/json");
+        Reply(res, 200, fn(req));
+      } catch (const http::ClientGone&) {
+        cli::Log(fmt::format("serve: {} {}: the client left; its work was stopped", req.method, req.path));
+        throw;
       } catch (const HttpError& e) {
-        fail(e.status, e.what());
+        Reply(res, e.status, {{"error", e.what()}});
       } catch (const Error& e) {
-        fail(400, e.what());
+        Reply(res, 400, {{"error", e.what()}});
       } catch (const json::exception& e) {
-        fail(400, fmt::format("malformed request: {}", e.what()));
+        Reply(res, 400, {{"error", fmt::format("malformed request: {}", e.what())}});
       } catch (const std::bad_alloc&) {
-        fail(507, "out of memory");
+        Reply(res, 507, {{"error", "out of memory"}});
       } catch (const std::exception& e) {
-        fail(500, e.what());
+        Reply(res, 500, {{"error", e.what()}});
       }
     };
   }
 
-  static json Body(const httplib::Request& req) {
+  // Runs `fn` as the one computation (WorkGate), after checking its estimated cost.
+  template <typename Fn>
+  json Computation(const char* what, double flop, Fn fn) {
+    const double limit = args_.max_request_tflop * 1e12;
+    if (flop > limit)
+      Fail("this {} needs about {:.3g} TFLOP, more than the server's limit of {:.3g} TFLOP per request "
+           "(--max-request-tflop): ask for fewer samples or a shorter length", what, flop / 1e12,
+           args_.max_request_tflop);
+    gate_.Enter([] { PollInterrupt(); });
+    struct Release {
+      WorkGate& g;
+      ~Release() { g.Leave(); }
+    } release{gate_};
+    return fn();
+  }
+
+  // The checks every request passes before its body is read (docs/SERVE.md, "Who may call"):
+  // the Host names this server (DNS rebinding), an Origin, if sent, is this server's own, the
+  // token, and POSTs carry JSON (a cross-site form or a "simple" fetch cannot send that without
+  // a preflight, which is never granted).
+  bool Guard(const http::Request& req, http::Response& res) {
+    auto refuse = [&](int status, const std::string& message) {
+      refused_++;
+      cli::Log(fmt::format("serve: refused {} {} ({}): {}", req.method, req.path, status, Shown(message)));
+      Reply(res, status, {{"error", message}});
+      return true;
+    };
+    const std::string* host = req.Header("host");
+    if (!host) return refuse(400, "the request has no Host header");
+    if (!AllowedAuthority(*host))
+      return refuse(403, fmt::format("Host '{}' does not name this server (allowed: {}; more with "
+                                     "--allow-host)", Shown(*host), AllowedList()));
+    if (const std::string* origin = req.Header("origin")) {
+      const std::string prefix = "http://";
+      if (origin->compare(0, prefix.size(), prefix) != 0 || !AllowedAuthority(origin->substr(prefix.size())))
+        return refuse(403, fmt::format("cross-origin request from '{}' refused: the viewer answers "
+                                       "only its own page", Shown(*origin)));
+    }
+    if (const std::string* site = req.Header("sec-fetch-site"); site && *site == "cross-site")
+      return refuse(403, "cross-site request refused: the viewer answers only its own page");
+    if (!token_.empty() && !HasToken(req))
+      return refuse(403, "missing or wrong token: open the address that 'sinkscope serve' printed "
+                         "(it ends in ?token=...), or send the token as X-Sinkscope-Token");
+    if (req.method == "POST") {
+      const std::string* type = req.Header("content-type");
+      std::string media = type ? type->substr(0, type->find(';')) : "";
+      while (!media.empty() && media.back() == ' ') media.pop_back();
+      for (char& ch : media) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (media != "application/json")
+        return refuse(415, fmt::format("POST {}: send the body as Content-Type: application/json "
+                                       "(got '{}')", req.path, Shown(type ? *type : "")));
+    }
+    return false;
+  }
+
+  // "name[:port]" or "[v6]:port": the name one of hosts_ (or --allow-host '*'), the port ours.
+  bool AllowedAuthority(const std::string& authority) const {
+    std::string name = authority, port;
+    const size_t bracket = authority.rfind(']'), colon = authority.rfind(':');
+    if (colon != std::string::npos && (bracket == std::string::npos || colon > bracket)) {
+      name = authority.substr(0, colon);
+      port = authority.substr(colon + 1);
+    }
+    if (port.empty() ? http_.port() != 80 : port != std::to_string(http_.port())) return false;
+    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    for (const std::string& h : hosts_)
+      if (h == "*" || h == name) return true;
+    return false;
+  }
+  std::string AllowedList() const {
+    std::string out;
+    for (const std::string& h : hosts_) out += (out.empty() ? "" : ", ") + h;
+    return out;
+  }
+
+  std::string CookieName() const { return fmt::format("sinkscope_token_{}", http_.port()); }
+
+  // The token as ?token=, X-Sinkscope-Token or the cookie the page got with it.
+  bool HasToken(const http::Request& req) const {
+    if (const std::string* t = req.Param("token"); t && SameSecret(*t, token_)) return true;
+    if (const std::string* t = req.Header("x-sinkscope-token"); t && SameSecret(*t, token_)) return true;
+    const std::string want = CookieName() + "=";
+    for (const auto& [k, v] : req.headers) {
+      if (k != "cookie") continue;
+      size_t start = 0;
+      while (start < v.size()) {
+        const size_t semi = std::min(v.find(';', start), v.size());
+        std::string_view c = std::string_view(v).substr(start, semi - start);
+        while (!c.empty() && c.front() == ' ') c.remove_prefix(1);
+        if (c.substr(0, want.size()) == want && SameSecret(c.substr(want.size()), token_)) return true;
+        start = semi + 1;
+      }
+    }
+    return false;
+  }
+
+  static json Body(const http::Request& req) {
     json body = json::parse(req.body);  // rejects invalid UTF-8 in strings
     if (!body.is_object()) Fail("expected a JSON object");
     return body;
@@ -227,9 +477,10 @@ class Server {
     cli::SampleStream s;
     std::string text;
     if (body.contains("file") && !body["file"].is_null()) {
+      if (texts_.empty()) Fail("file: the server was started without --texts");
       const int i = IntField(body, "file", -1, 0, static_cast<int>(texts_.size()) - 1);
       text = ReadInputFile(texts_[i], "--texts");
-      s.source = "text " + texts_[i];
+      s.source = "text " + std::filesystem::path(texts_[i]).filename().string();
     } else {
       if (!body.contains("text") || !body["text"].is_string()) Fail("give a text or a file");
       text = body["text"].get<std::string>();
@@ -267,11 +518,12 @@ class Server {
     return o;
   }
 
-  std::shared_ptr<Run> FindRun(const httplib::Request& req) {
-    const int id = QueryInt(req, "run", -1, 0, 1 << 30);
+  std::shared_ptr<Run> FindRun(const http::Request& req) {
+    const std::string* id = req.Param("run");
+    if (!id) Fail("missing parameter 'run'");
     std::lock_guard<std::mutex> lock(runs_mutex_);
-    auto it = runs_.find(id);
-    if (it == runs_.end()) throw HttpError(404, fmt::format("run {} is unknown or expired", id));
+    auto it = runs_.find(*id);
+    if (it == runs_.end()) throw HttpError(404, fmt::format("run '{}' is unknown or expired", Shown(*id)));
     return it->second;
   }
 
@@ -283,7 +535,7 @@ class Server {
   // all blocks is the slow part of the first click).
   const Run::Captured& QueryKeys(Run& run, const std::string& condition, int layer) {
     auto it = run.first_sample.find(condition);
-    if (it == run.first_sample.end()) Fail("condition '{}' is not in this run", condition);
+    if (it == run.first_sample.end()) Fail("condition '{}' is not in this run", Shown(condition));
     std::lock_guard<std::mutex> lock(run.mutex);
     auto& slot = run.qk[{condition, layer}];
     if (slot.q.empty()) {
@@ -291,9 +543,11 @@ class Server {
       const ModelConfig& c = model_.config;
       RunState state;
       Hooks hooks;
+      std::vector<std::pair<std::string, int>> captured;  // dropped again if the forward stops early
       for (int l = 0; l <= layer; ++l) {
         auto& s = run.qk[{condition, l}];
         if (!s.q.empty()) continue;
+        captured.emplace_back(condition, l);
         hooks.Add(HookPoint::kQ, l, [&s](const HookContext&, Tensor& a) { s.q = a.Copy(); });
         hooks.Add(HookPoint::kK, l, [&s, &state, &c, l, layer](const HookContext&, Tensor& a) {
           s.k = a.Copy();
@@ -313,12 +567,15 @@ class Server {
       try {
         Forward(model_, cache, state, fr);
       } catch (const StopForward&) {
+      } catch (...) {  // the client left (or the pass failed): no half-captured layer stays cached
+        for (const auto& key : captured) run.qk.erase(key);
+        throw;
       }
     }
     return slot;
   }
 
-  json Analyze(const httplib::Request& req) {
+  json Analyze(const http::Request& req) {
     const json body = Body(req);
     cli::AnalyzeRequest r;
     r.input = SampleOptionsOf(body, 16);
@@ -331,23 +588,35 @@ class Server {
     r.allow_long_context = body.value("allow_long_context", false);
     cli::ValidateAnalyze(r);
     const cli::SampleStream input = StreamOf(body, /*bos=*/false);
-    const analysis::AnalyzeReport rep = cli::RunAnalysis(model_, input, r);
-    auto run = std::make_shared<Run>();
-    run->request = r;
-    json tokens = json::object();
-    for (analysis::Condition cond : r.conditions) {
-      const std::string name = analysis::ConditionName(cond);
-      run->first_sample[name] = cli::AnalysisSamples(model_, input, r, cond)[0];
-      tokens[name] = Labels(run->first_sample[name]);
-    }
-    int id;
-    {
-      std::lock_guard<std::mutex> lock(runs_mutex_);
-      id = next_run_++;
-      runs_[id] = run;
-      while (static_cast<int>(runs_.size()) > kMaxRuns) runs_.erase(runs_.begin());
-    }
-    return {{"run", id}, {"report", analysis::ReportJson(rep)}, {"tokens", tokens}};
+    // The context first: its message says more than the cost's would.
+    if (!r.input.prompt_given) cli::CheckLength(model_.config, r.input.length, r.allow_long_context, true);
+    const double length = r.input.prompt_given ? static_cast<double>(input.tokens.size()) : r.input.length;
+    const double flop = static_cast<double>(r.conditions.size()) * (r.input.prompt_given ? 1 : r.input.samples) *
+                        ForwardFlop(model_.config, length);
+    return Computation("analysis", flop, [&] {
+      const analysis::AnalyzeReport rep = cli::RunAnalysis(model_, input, r);
+      auto run = std::make_shared<Run>();
+      run->request = r;
+      json tokens = json::object();
+      for (analysis::Condition cond : r.conditions) {
+        const std::string name = analysis::ConditionName(cond);
+        run->first_sample[name] = cli::AnalysisSamples(model_, input, r, cond)[0];
+        tokens[name] = Labels(run->first_sample[name]);
+      }
+      // Run ids are random per run: another server's (or an earlier launch's) ids name nothing here.
+      const std::string id = RandomHex(8);
+      {
+        std::lock_guard<std::mutex> lock(runs_mutex_);
+        runs_[id] = run;
+        run_order_.push_back(id);
+        while (static_cast<int>(run_order_.size()) > kMaxRuns) {
+          runs_.erase(run_order_.front());
+          run_order_.pop_front();
+        }
+      }
+      served_analyze_++;
+      return json{{"run", id}, {"report", analysis::ReportJson(rep)}, {"tokens", tokens}};
+    });
   }
 
   // The head a pattern or row request names, with its layer's queries and keys.
@@ -359,11 +628,13 @@ class Server {
     const Tensor* k = nullptr;
     const float* slot = nullptr;  // kv-bias slot logits (H, T), else null
   };
-  HeadRequest ParseHead(const httplib::Request& req) {
+  HeadRequest ParseHead(const http::Request& req) {
     HeadRequest h;
     h.run = FindRun(req);
     const ModelConfig& c = model_.config;
-    h.condition = req.get_param_value("condition");
+    const std::string* condition = req.Param("condition");
+    if (!condition) Fail("missing parameter 'condition'");
+    h.condition = *condition;
     h.layer = QueryInt(req, "layer", -1, 0, c.n_layers - 1);
     h.head = QueryInt(req, "head", -1, 0, c.n_heads - 1);
     const Run::Captured& cap = QueryKeys(*h.run, h.condition, h.layer);
@@ -373,7 +644,7 @@ class Server {
     return h;
   }
 
-  json Pattern(const httplib::Request& req) {
+  json Pattern(const http::Request& req) {
     const HeadRequest h = ParseHead(req);
     const std::string& condition = h.condition;
     const int layer = h.layer, head = h.head, T = h.T;
@@ -388,7 +659,7 @@ class Server {
             {"pooling", "max"}, {"values", t.values}};
   }
 
-  json Row(const httplib::Request& req) {
+  json Row(const http::Request& req) {
     const HeadRequest h = ParseHead(req);
     const int T = h.T;
     const auto& run = h.run;
@@ -412,7 +683,7 @@ class Server {
     return {{"query", query}, {"token", Label(ids, query)}, {"keys", keys}};
   }
 
-  json Explain(const httplib::Request& req) {
+  json Explain(const http::Request& req) {
     const json body = Body(req);
     cli::ExplainRequest r;
     r.input = SampleOptionsOf(body, 8);
@@ -422,10 +693,22 @@ class Server {
     r.options.intervention_samples = IntField(body, "intervention_samples", 4, 0, kMaxSamples);
     cli::ValidateExplain(r);
     const cli::SampleStream input = StreamOf(body, /*bos=*/false);
-    return explain::ReportJson(cli::RunExplanation(model_, input, r));
+    // docs/EXPLAIN.md: a clean forward per sample and, per intervention sample, 2 L + L H + 1 +
+    // (L - 1) + 1 forwards and one recording pass (the greedy search comes on top, bounded by
+    // --max-components passes of the same size: counted as L H once more).
+    const ModelConfig& c = model_.config;
+    cli::CheckLength(c, r.input.length, /*allow_long=*/false, /*has_allow_flag=*/false);
+    const double per_intervention = 2.0 * c.n_layers + 2.0 * c.n_layers * c.n_heads + c.n_layers + 2;
+    const double flop = (r.input.samples + r.options.intervention_samples * per_intervention) *
+                        ForwardFlop(c, r.input.length);
+    return Computation("explanation", flop, [&] {
+      json out = explain::ReportJson(cli::RunExplanation(model_, input, r));
+      served_explain_++;
+      return out;
+    });
   }
 
-  json Stream(const httplib::Request& req) {
+  json Stream(const http::Request& req) {
     const json body = Body(req);
     const std::string list = JoinList(body.value("policies", json("window,sinks")), "policies");
     std::vector<stream::StreamOptions> options;
@@ -446,90 +729,124 @@ class Server {
     std::vector<int> tokens = StreamOf(body, /*bos=*/true).tokens;
     if (static_cast<int64_t>(tokens.size()) > max_tokens) tokens.resize(max_tokens);
     if (tokens.size() < 2) Fail("the text has {} token(s); at least two are needed", tokens.size());
-    for (const auto& o : options)
-      if (o.policy == stream::Policy::kDense && static_cast<int64_t>(tokens.size()) > model_.config.max_seq_len)
-        Fail("dense: {} tokens is more than the model's context of {}", tokens.size(), model_.config.max_seq_len);
-    std::vector<cli::StreamRun> runs;
-    for (const auto& o : options)
-      runs.push_back(cli::RunStreamPolicy(model_, o, tokens, nullptr, false, /*keep_nll=*/true));
-    const cli::StreamDocument doc{model_.source, "text (viewer)", static_cast<int64_t>(tokens.size()),
-                                  true, sinks, window, false, max_tokens};
-    json out = cli::StreamJson(doc, runs);
-    json nll = json::object();
-    for (const auto& r : runs) nll[stream::PolicyName(r.policy)] = r.nll;
-    out["nll"] = nll;
-    return out;
+    const ModelConfig& c = model_.config;
+    double flop = 0;
+    for (const auto& o : options) {
+      if (o.policy == stream::Policy::kDense && static_cast<int64_t>(tokens.size()) > c.max_seq_len)
+        Fail("dense: {} tokens is more than the model's context of {}", tokens.size(), c.max_seq_len);
+      // Each token's forward attends to at most the kept entries (all of them for dense).
+      const double kept = o.policy == stream::Policy::kDense ? static_cast<double>(tokens.size())
+                                                             : static_cast<double>(sinks) + window;
+      flop += static_cast<double>(tokens.size()) *
+              (ForwardFlop(c, 1) + 4.0 * c.n_layers * c.n_heads * c.head_dim * kept);
+    }
+    return Computation("stream", flop, [&] {
+      std::vector<cli::StreamRun> runs;
+      for (const auto& o : options)
+        runs.push_back(cli::RunStreamPolicy(model_, o, tokens, nullptr, false, /*keep_nll=*/true));
+      const cli::StreamDocument doc{model_.source, "text (viewer)", static_cast<int64_t>(tokens.size()),
+                                    true, sinks, window, false, max_tokens};
+      json out = cli::StreamJson(doc, runs);
+      json nll = json::object();
+      for (const auto& r : runs) nll[stream::PolicyName(r.policy)] = r.nll;
+      out["nll"] = nll;
+      served_stream_++;
+      return out;
+    });
   }
 
   json ModelInfo() const {
     const ModelConfig& c = model_.config;
     json texts = json::array();
-    for (size_t i = 0; i < texts_.size(); ++i) texts.push_back({{"index", i}, {"name", texts_[i]}});
-    return {{"path", model_.source}, {"format", model_.format}, {"arch", c.arch},
+    for (size_t i = 0; i < texts_.size(); ++i)
+      texts.push_back({{"index", i}, {"name", std::filesystem::path(texts_[i]).filename().string()}});
+    return {{"path", std::filesystem::path(model_.source).filename().string()},
+            {"format", model_.format}, {"arch", c.arch},
             {"n_layers", c.n_layers}, {"n_heads", c.n_heads}, {"dim", c.dim},
             {"vocab_size", c.vocab_size}, {"max_seq_len", c.max_seq_len},
             {"learned_positions", c.learned_pos}, {"texts", texts},
             {"default_text", std::string(cli::DefaultText())},
             {"limits", {{"body_bytes", kMaxBodyBytes}, {"bins", kMaxBins}, {"samples", kMaxSamples},
-                        {"stream_tokens", kMaxStreamTokens}}}};
+                        {"stream_tokens", kMaxStreamTokens}, {"request_tflop", args_.max_request_tflop},
+                        {"queued_computations", kMaxWaiting}}},
+            {"served", {{"analyze", served_analyze_.load()}, {"explain", served_explain_.load()},
+                        {"stream", served_stream_.load()}, {"refused", refused_.load()}}}};
   }
 
   void Routes() {
-    http_.set_payload_max_length(kMaxBodyBytes);
-    http_.Get("/", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content(std::string(ViewerHtml()), "text/html; charset=utf-8");
+    http_.SetGuard([this](const http::Request& req, http::Response& res) { return Guard(req, res); });
+    http_.SetErrorBody([this](const http::Request& req, http::Response& res, const std::string& message) {
+      res.content_type = "application/json";
+      const std::string where = req.method.empty() ? "" : fmt::format("{} {}: ", req.method, Shown(req.path));
+      res.body = Scrub(Dump({{"error", where + message}}));
     });
-    http_.Get("/api/model", Handle([this](const httplib::Request&) { return ModelInfo(); }));
-    http_.Post("/api/analyze", Handle([this](const httplib::Request& r) { return Analyze(r); }));
-    http_.Get("/api/pattern", Handle([this](const httplib::Request& r) { return Pattern(r); }));
-    http_.Get("/api/row", Handle([this](const httplib::Request& r) { return Row(r); }));
-    http_.Post("/api/explain", Handle([this](const httplib::Request& r) { return Explain(r); }));
-    http_.Post("/api/stream", Handle([this](const httplib::Request& r) { return Stream(r); }));
-    // Anything else, including any path that looks like a file: 404 (nothing is served from disk).
-    http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      std::string message = fmt::format("{} {}: HTTP {}", req.method, req.path, res.status);
-      if (res.status == 404) message = fmt::format("{} {}: not found", req.method, req.path);
-      if (res.status == 413)
-        message = fmt::format("{} {}: the request body is too large (at most {} bytes of JSON, sent "
-                              "with Content-Type: application/json)", req.method, req.path, kMaxBodyBytes);
-      res.set_content(Dump({{"error", message}}), "application/json");
+    http_.Route("GET", "/", [this](const http::Request& req, http::Response& res) {
+      res.content_type = "text/html; charset=utf-8";
+      res.body = std::string(ViewerHtml());
+      // The page's own scripts and styles are inline; it fetches from this origin only and may
+      // not be framed by another page.
+      res.headers.emplace_back("Content-Security-Policy",
+                               "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                               "connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'");
+      res.headers.emplace_back("X-Frame-Options", "DENY");
+      res.headers.emplace_back("Referrer-Policy", "no-referrer");
+      if (!token_.empty() && req.Param("token"))
+        res.headers.emplace_back("Set-Cookie", fmt::format("{}={}; Path=/; HttpOnly; SameSite=Strict",
+                                                           CookieName(), token_));
     });
+    http_.Route("GET", "/api/model", Handle([this](const http::Request&) { return ModelInfo(); }));
+    http_.Route("POST", "/api/analyze", Handle([this](const http::Request& r) { return Analyze(r); }));
+    http_.Route("GET", "/api/pattern", Handle([this](const http::Request& r) { return Pattern(r); }));
+    http_.Route("GET", "/api/row", Handle([this](const http::Request& r) { return Row(r); }));
+    http_.Route("POST", "/api/explain", Handle([this](const http::Request& r) { return Explain(r); }));
+    http_.Route("POST", "/api/stream", Handle([this](const http::Request& r) { return Stream(r); }));
+  }
+
+  static http::Limits ServerLimits() {
+    http::Limits l;
+    l.max_body_bytes = kMaxBodyBytes;
+    return l;
   }
 
   Model model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<std::string> texts_;
-  httplib::Server http_;
+  const ServeArgs& args_;
+  std::string token_;
+  std::vector<std::string> hosts_;
+  std::vector<std::pair<std::string, std::string>> hidden_;  // (path, file name), JSON-quoted
+  http::Server http_{ServerLimits()};
+  WorkGate gate_;
   std::mutex runs_mutex_;
-  std::map<int, std::shared_ptr<Run>> runs_;
-  int next_run_ = 0;
-};
-
-struct ServeArgs {
-  cli::ModelOptions model;
-  std::vector<std::string> texts;
-  std::string host = "127.0.0.1";
-  int port = 8080;
+  std::map<std::string, std::shared_ptr<Run>> runs_;
+  std::deque<std::string> run_order_;
+  std::atomic<int64_t> served_analyze_{0}, served_explain_{0}, served_stream_{0}, refused_{0};
 };
 
 void RunServe(const ServeArgs& a) {
+  if (a.max_request_tflop <= 0 || !std::isfinite(a.max_request_tflop))
+    Fail("--max-request-tflop: expected a positive number, got {}", a.max_request_tflop);
+  if (!a.token.empty() && a.no_token) Fail("--token and --no-token: give one of them");
+  if (!a.token.empty() && (a.token.size() < 16 || a.token.size() > 256 ||
+                           a.token.find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_.~") != std::string::npos))
+    Fail("--token: expected 16 to 256 letters, digits or -_.~");
+  for (const std::string& h : a.allow_hosts)
+    if (h.empty() || h.find_first_of(" /\\?#@\t") != std::string::npos)
+      Fail("--allow-host: '{}' is not a host name", Shown(h));
   for (const std::string& t : a.texts) (void)ReadInputFile(t, "--texts");  // readable, within the cap
   cli::LoadedModel loaded = a.model.Load();
   if (a.host != "127.0.0.1" && a.host != "localhost" && a.host != "::1")
-    cli::Log(fmt::format("warning: --host {}: the viewer is reachable from other machines; it has no "
-                         "authentication and runs the model for anyone who can connect", a.host));
-  Server server(std::move(loaded.model), std::move(loaded.tokenizer), a.texts);
-  int port = a.port;
-  if (port == 0) {
-    port = server.http().bind_to_any_port(a.host);
-    if (port < 0) Fail("--host {}: cannot bind", a.host);
-  } else if (!server.http().bind_to_port(a.host, port)) {
-    Fail("--host {} --port {}: cannot bind (in use?)", a.host, port);
-  }
-  std::printf("sinkscope serve: listening on http://%s:%d/\n", a.host.c_str(), port);
+    cli::Log(fmt::format("warning: --host {}: the viewer is reachable from other machines; anyone who "
+                         "has the token can run the model", a.host));
+  if (a.no_token)
+    cli::Log("warning: --no-token: any program on this machine that can connect may use the viewer");
+  Server server(std::move(loaded.model), std::move(loaded.tokenizer), a);
+  const int port = server.http().Bind(a.host, a.port);
+  const std::string shown_host = a.host.find(':') != std::string::npos ? "[" + a.host + "]" : a.host;
+  const std::string query = server.token().empty() ? "" : "?token=" + server.token();
+  std::printf("sinkscope serve: listening on http://%s:%d/%s\n", shown_host.c_str(), port, query.c_str());
   std::fflush(stdout);
-  if (!server.http().listen_after_bind()) Fail("the server stopped unexpectedly");
+  server.http().Run();
 }
 
 }  // namespace
@@ -543,6 +860,16 @@ void RegisterServe(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--port", a->port, "Port (0: any free port, printed)")
       ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--allow-host", a->allow_hosts,
+                  "Host name the page may be reached by, besides localhost, 127.0.0.1, [::1] and --host "
+                  "(repeatable; '*' allows any, which also allows DNS rebinding)");
+  cmd->add_option("--token", a->token,
+                  "The secret the page and API calls must carry (default: a new random one per launch, "
+                  "printed in the address)");
+  cmd->add_flag("--no-token", a->no_token, "Accept requests without a token (any local program may call)");
+  cmd->add_option("--max-request-tflop", a->max_request_tflop,
+                  "Largest estimated cost of one analyze, explain or stream request, in TFLOP")
       ->capture_default_str();
   cmd->callback([a] { RunServe(*a); });
 }

@@ -170,27 +170,36 @@ def cli_path():
 
 
 @pytest.fixture(scope="module")
-def server():
+def server_address():
     text = pathlib.Path(tempfile.mkdtemp()) / "story.txt"
     text.write_text((REPO / "data" / "default_text.txt").read_text() * 4)
     proc = subprocess.Popen([cli_path(), "serve", "--model", str(MODEL), "--port", "0", "--texts",
                              str(text)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert "listening on" in line, proc.stderr.read()
+    # The address printed ends in ?token=...: the page gets it (and a cookie) from there; the
+    # requests below send it as X-Sinkscope-Token.
     url = line.split()[-1]
-    yield url
+    base, token = url.split("?token=")
+    TOKEN["value"] = token
+    yield base, url
     proc.terminate()
     proc.wait(timeout=10)
 
 
+TOKEN = {"value": ""}
+
+
 def get(url):
-    with urllib.request.urlopen(url, timeout=120) as r:
+    req = urllib.request.Request(url, headers={"X-Sinkscope-Token": TOKEN["value"]})
+    with urllib.request.urlopen(req, timeout=120) as r:
         return json.loads(r.read())
 
 
 def post(url, body):
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json",
+                                          "X-Sinkscope-Token": TOKEN["value"]})
     try:
         with urllib.request.urlopen(req, timeout=600) as r:
             return r.status, json.loads(r.read())
@@ -199,9 +208,14 @@ def post(url, body):
 
 
 @pytest.fixture(scope="module")
-def page(server):
+def server(server_address):
+    return server_address[0]
+
+
+@pytest.fixture(scope="module")
+def page(server_address):
     browser = Browser(chromium_path())
-    browser.send("Page.navigate", url=server)
+    browser.send("Page.navigate", url=server_address[1])
     browser.wait_for("window.viewer && window.viewer.model")
     yield browser
     browser.close()
@@ -322,20 +336,23 @@ def test_bad_input_shows_an_error_and_the_server_goes_on(page, server):
                               ({"text": "Once upon a time", "samples": 0}, 400, "samples")]:
         status, reply = post(server + "api/analyze", body)
         assert status == code and words in reply["error"], (body, status, reply)
-    req = urllib.request.Request(server + "api/analyze", data=b'{"text": "\xff\xfe"}', method="POST")
+    req = urllib.request.Request(server + "api/analyze", data=b'{"text": "\xff\xfe"}', method="POST",
+                                 headers={"Content-Type": "application/json", "X-Sinkscope-Token": TOKEN["value"]})
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=30)
     assert e.value.code == 400
-    big = urllib.request.Request(server + "api/analyze", data=b" " * (9 << 20), method="POST")
+    big = urllib.request.Request(server + "api/analyze", data=b" " * (9 << 20), method="POST",
+                                 headers={"Content-Type": "application/json", "X-Sinkscope-Token": TOKEN["value"]})
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(big, timeout=30)
     assert e.value.code == 413
     for path in ["../etc/passwd", "api/../../etc/passwd", "docs/SERVE.md"]:
         with pytest.raises(urllib.error.HTTPError) as e:
-            urllib.request.urlopen(server + path, timeout=30)
+            urllib.request.urlopen(urllib.request.Request(server + path, headers={"X-Sinkscope-Token": TOKEN["value"]}), timeout=30)
         assert e.value.code == 404
     with pytest.raises(urllib.error.HTTPError) as e:
-        urllib.request.urlopen(server + "api/pattern?run=999&condition=bos&layer=0&head=0", timeout=30)
+        urllib.request.urlopen(urllib.request.Request(server + "api/pattern?run=999&condition=bos&layer=0&head=0",
+                                                      headers={"X-Sinkscope-Token": TOKEN["value"]}), timeout=30)
     assert e.value.code == 404
     # A slow analysis does not block other requests.
     slow = threading.Thread(target=post, args=(server + "api/analyze",
@@ -349,3 +366,46 @@ def test_bad_input_shows_an_error_and_the_server_goes_on(page, server):
     slow.join()
     print(f"GET /api/model during a slow analysis: {quick * 1000:.0f} ms (slow one still running: {still_running})")
     assert quick < 2.0
+
+
+def test_another_local_origin_cannot_use_the_viewer(page, server):
+    """A page from a second local origin (another port of 127.0.0.1: same site, other origin) tries
+    what any web page can: a CORS read of /api/model and a "simple" no-cors POST that would start an
+    analysis. The browser blocks the read, and the server refuses both (Origin check): nothing runs."""
+    import http.server
+    body = b"<!doctype html><title>other origin</title><p>another local page</p>"
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    other = http.server.HTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        before = get(server + "api/model")["served"]
+        page.send("Page.navigate", url=f"http://127.0.0.1:{other.server_address[1]}/")
+        page.wait_for("document.title === 'other origin'")
+        outcome = page.eval(f"""(async () => {{
+          const out = {{}};
+          try {{ const r = await fetch({json.dumps(server + 'api/model')}); out.read = 'status ' + r.status; }}
+          catch (e) {{ out.read = 'blocked'; }}
+          try {{ await fetch({json.dumps(server + 'api/analyze')}, {{method: 'POST', mode: 'no-cors',
+                 headers: {{'Content-Type': 'text/plain'}}, body: JSON.stringify({{text: 'Once upon a time'}})}});
+                 out.post = 'sent'; }}
+          catch (e) {{ out.post = 'blocked'; }}
+          return out; }})()""")
+        after = get(server + "api/model")["served"]
+        print(f"from http://127.0.0.1:{other.server_address[1]}: {outcome}; refused {before['refused']} -> {after['refused']}")
+        assert outcome["read"] == "blocked"
+        assert after["analyze"] == before["analyze"]
+        assert after["refused"] >= before["refused"] + 1
+    finally:
+        other.shutdown()
+        page.console_errors.clear()
