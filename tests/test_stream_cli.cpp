@@ -130,6 +130,60 @@ TEST(StreamCli, BadInputGivesClearErrorsAndNoOutputs) {
   EXPECT_EQ(forced.code, 0) << forced.err;
 }
 
+// --compare-kv: the f32 cache and each storage in lockstep, one table and one JSON; the f32 run
+// has no divergence, q4_0 takes 0.14x of f32's bytes, and "detected" on a model without a sink
+// falls back to first:S and says so.
+TEST(StreamCli, CompareKvTableAndJson) {
+  const std::string d = Dir(), text = Text("story.txt", kStory);
+  fs::remove(d + "/kv.json");
+  fs::remove(d + "/kv.html");
+  Result r = RunCli("stream --model " + kModel + " --text " + text + " --sinks 2 --window 30 " +
+                    "--compare-kv bf16,q8_0,q4_0+first:2,q8_0/q4_0,q4_0+detected --json " + d +
+                    "/kv.json --html " + d + "/kv.html");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("mean KL"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("q8_0/q4_0"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("no position of the first 30 tokens is a sink"), std::string::npos) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(ReadFile(d + "/kv.json"));
+  ASSERT_EQ(j["runs"].size(), 6u);
+  const auto& ref = j["runs"][0];
+  EXPECT_EQ(ref["kv_type_k"], "f32");
+  EXPECT_EQ(ref["mean_kl_vs_f32"].get<double>(), 0.0);
+  const double f32_bytes = ref["kv_bytes_per_token"].get<double>();
+  EXPECT_EQ(f32_bytes, 5 * 2 * 32 * 4);  // stories260K: 5 layers, K and V rows of 32 floats
+  EXPECT_EQ(j["runs"][3]["kv_keep"], "first:2");
+  EXPECT_LE(j["runs"][3]["kv_bytes_per_token"].get<double>(), 0.3 * f32_bytes);
+  EXPECT_EQ(j["runs"][4]["kv_type_k"], "q8_0");
+  EXPECT_EQ(j["runs"][4]["kv_type_v"], "q4_0");
+  for (size_t i = 1; i < j["runs"].size(); ++i) {
+    EXPECT_GT(j["runs"][i]["mean_kl_vs_f32"].get<double>(), 0.0) << i;
+    EXPECT_EQ(j["runs"][i]["tokens_scored"], ref["tokens_scored"]);
+  }
+  EXPECT_TRUE(fs::exists(d + "/kv.html"));
+}
+
+TEST(StreamCli, KvCacheBadInput) {
+  const std::string base = "stream --model " + kModel + " --text " + Text("story.txt", kStory);
+  ExpectFails(base + " --kv-type q4_k", "--kv-type: expected one of f32, bf16, f16, q8_0, q4_0");
+  ExpectFails(base + " --kv-type-v int8", "--kv-type-v");
+  ExpectFails(base + " --kv-type q8_0 --kv-keep first:300 --sinks 4 --window 60", "more than the cache holds (64)");
+  ExpectFails(base + " --kv-type q8_0 --kv-keep some", "--kv-keep: expected none, first:N");
+  ExpectFails(base + " --kv-keep first:2", "applies with --kv-type");
+  ExpectFails(base + " --kv-type q8_0 --policy recompute", "recompute");
+  ExpectFails(base + " --compare-kv q8_0 --kv-type q4_0", "drop --kv-type");
+  ExpectFails(base + " --compare-kv q8_0,zz", "--compare-kv");
+  Result chat = RunCli("chat --model " + kModel + " --kv-type q8_0 --kv-keep detected", "hello\n");
+  EXPECT_NE(chat.code, 0);
+  EXPECT_NE(chat.err.find("first:N"), std::string::npos) << chat.err;
+  // generate and chat run on a typed cache.
+  Result gen = RunCli("generate --model " + kModel + " --prompt Once --steps 40 --seed 3 --kv-type q4_0 --kv-keep first:4");
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  EXPECT_NE(gen.err.find("q4_0 keys, q4_0 values"), std::string::npos) << gen.err;
+  Result c = RunCli("chat --model " + kModel + " --kv-type-k q8_0 --kv-type-v q4_0 --max-reply 8 --seed 1", "Once upon a time\n");
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(c.err.find("q8_0 keys, q4_0 values"), std::string::npos) << c.err;
+}
+
 // --tokens streams pre-tokenized ids: the ids `tokenize` prints for the story give exactly the
 // figures --text gives; malformed or out-of-vocabulary ids are refused with the line.
 TEST(StreamCli, TokenIdsStreamLikeTheText) {

@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/verbs.h"
 #include "io/load.h"
 #include "model/sampler.h"
 #include "stream/stream.h"
@@ -24,6 +25,7 @@ struct ChatArgs {
   SamplingOptions sampling;
   uint64_t seed = 42;
   bool force = false;
+  KvCacheFlags kv;
 };
 
 void RunChat(const ChatArgs& a) {
@@ -36,13 +38,17 @@ void RunChat(const ChatArgs& a) {
   o.force = a.force;
   Model model = LoadModelAt(a.model, a.precision);
   stream::ValidateOptions(o, model.config);
+  if (a.kv.keep == "detected")
+    Fail("--kv-keep detected: chat has no text to look at before the first turn; use first:N");
+  a.kv.Apply(model, {}, &o);
   auto tokenizer = FindTokenizer(model, a.tokenizer);
   auto cache = stream::MakeStreamCache(model, o);
   Sampler sampler(SamplerOptions{a.sampling.temperature, a.sampling.top_p, a.seed});
   const int V = model.config.vocab_size;
   const int bos = tokenizer->bos_id(), eos = tokenizer->eos_id();
-  Log(fmt::format("chat: {} cache, {} + {} entries; one turn per line, end of input (Ctrl-D) quits",
-                  stream::PolicyName(o.policy), o.sinks, o.window));
+  Log(fmt::format("chat: {} cache, {} + {} entries ({} keys, {} values); one turn per line, end of "
+                  "input (Ctrl-D) quits",
+                  stream::PolicyName(o.policy), o.sinks, o.window, KvTypeName(o.k_type), KvTypeName(o.v_type)));
   std::string line;
   int prev = -1;
   int turn = 0;
@@ -93,6 +99,7 @@ void RegisterChat(CLI::App& app) {
   cmd->add_option("--sinks", a->sinks, "S initial tokens kept")->default_val(4);
   cmd->add_option("--window", a->window, "W most recent tokens kept")->default_val(252);
   cmd->add_option("--max-reply", a->max_reply, "Most tokens per reply")->default_val(256);
+  a->kv.Add(cmd);
   a->sampling.Add(cmd, /*default_temperature=*/0.8f);
   cmd->add_option("--seed", a->seed, "Sampling seed")->default_val(42);
   cmd->add_flag("--force", a->force, "Allow S + W beyond the model's context");

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/verbs.h"
 #include "model/generate.h"
 #include "model/sampler.h"
 #include "stream/stream.h"
@@ -23,6 +24,7 @@ void RegisterGenerate(CLI::App& app) {
     SamplingOptions sampling;
     uint64_t seed = 0;
     std::string policy = "dense";
+    KvCacheFlags kv;
     int sinks = 4, window = 252;
     bool force = false;
   };
@@ -41,6 +43,7 @@ void RegisterGenerate(CLI::App& app) {
   cmd->add_option("--sinks", a->sinks, "Sink tokens kept with --policy sinks (default 4)");
   cmd->add_option("--window", a->window, "Recent tokens kept with a streaming policy (default 252)");
   cmd->add_flag("--force", a->force, "Allow --sinks + --window beyond the model's context");
+  a->kv.Add(cmd);
   cmd->callback([a] {
     // Checked here rather than with CLI11's Range, which lets NaN through.
     CheckInt("--steps", a->steps, 1, 1 << 30);
@@ -60,13 +63,15 @@ void RegisterGenerate(CLI::App& app) {
     std::fwrite(head.data(), 1, head.size(), stdout);
     std::fflush(stdout);
     auto start = std::chrono::steady_clock::now();
-    if (a->policy != "dense") {
-      // Streaming generation: --steps is not capped by the context.
+    if (a->policy != "dense" || a->kv.typed()) {
+      // Streaming generation: --steps is not capped by the context (but for dense). A typed cache
+      // (--kv-type) runs here for every policy.
       stream::StreamOptions so;
       so.policy = stream::ParsePolicy(a->policy, "--policy");
       so.sinks = a->sinks;
       so.window = a->window;
       so.force = a->force;
+      a->kv.Apply(m.model, prompt, &so);
       auto cache = stream::MakeStreamCache(m.model, so);
       Sampler sampler(opt.sampler);
       const ModelConfig& c = m.model.config;
@@ -85,10 +90,10 @@ void RegisterGenerate(CLI::App& app) {
       std::fputc('\n', stdout);
       std::fflush(stdout);
       double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      Log(fmt::format("generated {} tokens in {:.3f} s ({:.1f} tokens/s) with the {} cache, {} entries, "
-                      "{:.1f} KiB",
-                      n, seconds, n / std::max(seconds, 1e-9), a->policy, cache->budget(),
-                      cache->peak_kv_bytes() / 1024.0));
+      Log(fmt::format("generated {} tokens in {:.3f} s ({:.1f} tokens/s) with the {} cache ({} keys, {} "
+                      "values), {} entries, {:.1f} KiB",
+                      n, seconds, n / std::max(seconds, 1e-9), a->policy, KvTypeName(so.k_type),
+                      KvTypeName(so.v_type), cache->budget(), cache->peak_kv_bytes() / 1024.0));
       return;
     }
     std::vector<int> out = Generate(m.model, prompt, opt, [&](int prev, int token) {

@@ -39,6 +39,8 @@ std::vector<std::string> SplitList(const std::string& text) {
 struct StreamArgs {
   std::string model, text, token_file, tokenizer, policy = "sinks", compare, csv, json, html;
   std::string precision = "f32";
+  KvCacheFlags kv;
+  std::string compare_kv;
   int sinks = 4, window = 252;
   int64_t max_tokens = 0;
   bool force = false, no_bos = false;
@@ -55,6 +57,14 @@ void RunStream(const StreamArgs& a) {
   } else {
     policies.push_back(stream::ParsePolicy(a.policy, "--policy"));
   }
+  const bool typed = a.kv.typed();  // the flags' domains, before the model loads
+  std::vector<KvConfig> kv_configs;
+  if (!a.compare_kv.empty()) {
+    if (policies.size() != 1) Fail("--compare-kv compares cache types under one policy; drop --compare");
+    if (typed || a.kv.keep != "none")
+      Fail("--compare-kv lists the cache types itself; drop --kv-type and --kv-keep");
+    kv_configs = ParseKvConfigs(a.compare_kv, "--compare-kv");
+  }
   Model model = LoadModelAt(a.model, a.precision);
   std::vector<stream::StreamOptions> options;
   for (auto p : policies) {
@@ -65,6 +75,11 @@ void RunStream(const StreamArgs& a) {
     o.force = a.force;
     stream::ValidateOptions(o, model.config);
     options.push_back(o);
+  }
+  for (const KvConfig& c : kv_configs) {  // each storage checked before any work
+    stream::StreamOptions o = options[0];
+    o.k_type = c.k_type, o.v_type = c.v_type, o.keep = c.keep_indices;
+    stream::ValidateOptions(o, model.config);
   }
   if (a.text.empty() == a.token_file.empty()) Fail("stream: give --text FILE or --tokens FILE (one of them)");
   const std::string input = a.text.empty() ? a.token_file : a.text;
@@ -97,6 +112,8 @@ void RunStream(const StreamArgs& a) {
   Log(fmt::format("streaming {} tokens of {} through {} ({})", tokens.size(), input, a.model,
                   fmt::join(SplitList(a.compare.empty() ? a.policy : a.compare), ", ")));
 
+  for (auto& o : options) a.kv.Apply(model, tokens, &o);
+
   std::vector<StreamRun> results;
   auto run_all = [&](std::FILE* csv) {
     results.clear();
@@ -105,21 +122,44 @@ void RunStream(const StreamArgs& a) {
     for (const auto& o : options)
       results.push_back(RunStreamPolicy(model, o, tokens, csv, with_policy, /*keep_nll=*/false));
   };
-  if (!a.csv.empty()) {
+  if (!kv_configs.empty()) {
+    if (!a.csv.empty()) Fail("--csv is not written with --compare-kv (use --json)");
+    results = RunKvComparison(model, options[0], kv_configs, tokens);
+  } else if (!a.csv.empty()) {
     WriteFileAtomic(a.csv, [&](std::FILE* f) { run_all(f); });
   } else {
     run_all(nullptr);
   }
 
   // Terminal table.
-  std::vector<std::vector<std::string>> rows = {
-      {"policy", "sinks", "window", "tokens", "mean NLL", "perplexity", "tokens/s", "peak KV"}};
-  for (const auto& r : results) {
-    rows.push_back({stream::PolicyName(r.policy), std::to_string(r.sinks), std::to_string(r.window),
-                    std::to_string(r.scored), fmt::format("{:.4f}", r.MeanNll()),
-                    fmt::format("{:.3f}", std::exp(r.MeanNll())),
-                    fmt::format("{:.0f}", r.scored / std::max(r.seconds, 1e-9)),
-                    fmt::format("{:.1f} KiB", r.peak_kv_bytes / 1024.0)});
+  auto kv_name = [](const StreamRun& r) {
+    std::string name = r.k_type == r.v_type ? KvTypeName(r.k_type)
+                                            : fmt::format("{}/{}", KvTypeName(r.k_type), KvTypeName(r.v_type));
+    if (r.keep != "none") name += "+" + r.keep;
+    return name;
+  };
+  std::vector<std::vector<std::string>> rows;
+  if (kv_configs.empty()) {
+    rows.push_back({"policy", "sinks", "window", "kv", "tokens", "mean NLL", "perplexity", "tokens/s", "peak KV"});
+    for (const auto& r : results)
+      rows.push_back({stream::PolicyName(r.policy), std::to_string(r.sinks), std::to_string(r.window),
+                      kv_name(r), std::to_string(r.scored), fmt::format("{:.4f}", r.MeanNll()),
+                      fmt::format("{:.3f}", std::exp(r.MeanNll())),
+                      fmt::format("{:.0f}", r.scored / std::max(r.seconds, 1e-9)),
+                      fmt::format("{:.1f} KiB", r.peak_kv_bytes / 1024.0)});
+  } else {
+    rows.push_back({"kv cache", "bytes/token", "vs f32", "perplexity", "vs f32", "mean KL", "max KL",
+                    "tokens/s", "peak KV"});
+    const StreamRun& ref = results[0];
+    for (const auto& r : results)
+      rows.push_back({kv_name(r), std::to_string(r.kv_bytes_per_token),
+                      fmt::format("{:.3f}x", static_cast<double>(r.kv_bytes_per_token) / ref.kv_bytes_per_token),
+                      fmt::format("{:.4f}", std::exp(r.MeanNll())),
+                      fmt::format("{:+.4f}", std::exp(r.MeanNll()) - std::exp(ref.MeanNll())),
+                      fmt::format("{:.2e}", r.scored > 0 ? r.sum_kl / r.scored : 0.0),
+                      fmt::format("{:.2e}", r.max_kl),
+                      fmt::format("{:.0f}", r.scored / std::max(r.seconds, 1e-9)),
+                      fmt::format("{:.1f} KiB", r.peak_kv_bytes / 1024.0)});
   }
   std::fputs(report::FormatTable(rows).c_str(), stdout);
 
@@ -139,7 +179,8 @@ void RunStream(const StreamArgs& a) {
     double lo = INFINITY, hi = 0;
     for (const auto& r : results) {
       report::Series s;
-      s.name = fmt::format("{} ({}+{})", stream::PolicyName(r.policy), r.sinks, r.window);
+      s.name = kv_configs.empty() ? fmt::format("{} ({}+{})", stream::PolicyName(r.policy), r.sinks, r.window)
+                                  : fmt::format("{} cache", kv_name(r));
       for (size_t b = 0; b < r.block_sum.size(); ++b) {
         const double ppl = std::exp(r.block_sum[b] / r.block_count[b]);
         s.x.push_back(static_cast<double>(b * kStreamBlock + r.block_count[b]));
@@ -182,6 +223,10 @@ void RegisterStream(CLI::App& app) {
   cmd->add_option("--csv", a->csv, "Per-token NLL: position,token,nll (policy first with --compare)");
   cmd->add_option("--json", a->json, "Summary (schema sinkscope.stream/1)");
   cmd->add_option("--html", a->html, "Report page with a perplexity-vs-position chart");
+  a->kv.Add(cmd);
+  cmd->add_option("--compare-kv", a->compare_kv,
+                  "Cache types side by side against f32, e.g. bf16,q8_0,q4_0,q4_0+first:4,q4_0+detected "
+                  "(K/V may differ: q8_0/q4_0): perplexity, KL to f32, bytes per token");
   cmd->add_flag("--force", a->force, "Allow S + W beyond the model's context (or dense beyond it)");
   cmd->add_flag("--no-bos", a->no_bos, "Do not start the stream with BOS");
   cmd->callback([a] { RunStream(*a); });

@@ -276,6 +276,20 @@ double StreamRun::MeanNll() const { return scored ? sum_nll / scored : NAN; }
 
 namespace {
 
+// Bytes one token's entries take over all layers, keys and values (kept entries aside).
+int64_t KvBytesPerToken(const ModelConfig& c, KvType k, KvType v) {
+  return static_cast<int64_t>(c.n_layers) *
+         static_cast<int64_t>(KvRowBytes(k, c.kv_dim()) + KvRowBytes(v, c.kv_dim()));
+}
+
+// "none", "first:N" for stream indices 0..N-1, else "positions a,b,...".
+std::string KeepLabel(const std::vector<int64_t>& keep) {
+  if (keep.empty()) return "none";
+  bool prefix = true;
+  for (size_t i = 0; i < keep.size(); ++i) prefix = prefix && keep[i] == static_cast<int64_t>(i);
+  return prefix ? fmt::format("first:{}", keep.size()) : fmt::format("positions {}", fmt::join(keep, ","));
+}
+
 // Sinks and window actually used by a policy (window and recompute spend the S + W budget on
 // recent tokens; dense keeps everything).
 void EffectiveShape(const stream::StreamOptions& o, const Model& m, StreamRun* r) {
@@ -327,7 +341,168 @@ StreamRun RunStreamPolicy(const Model& model, const stream::StreamOptions& optio
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.scored = n;
   r.peak_kv_bytes = cache->peak_kv_bytes();
+  r.k_type = options.k_type;
+  r.v_type = options.v_type;
+  r.keep = KeepLabel(options.keep);
+  r.kv_bytes_per_token = KvBytesPerToken(model.config, options.k_type, options.v_type);
   return r;
+}
+
+void KvCacheFlags::Add(CLI::App* cmd) {
+  cmd->add_option("--kv-type", type,
+                  "KV cache storage: f32 | bf16 | f16 | q8_0 | q4_0 (attention reads it decoded, sums "
+                  "in f32; docs/STREAMING.md)")
+      ->capture_default_str();
+  cmd->add_option("--kv-type-k", type_k, "Storage of the keys (default: --kv-type)");
+  cmd->add_option("--kv-type-v", type_v, "Storage of the values (default: --kv-type)");
+  cmd->add_option("--kv-keep", keep,
+                  "Entries a typed cache keeps in f32: none | first:N | detected (the positions the "
+                  "model's heads use as sinks on the first tokens)")
+      ->capture_default_str();
+}
+
+bool KvCacheFlags::typed() const {
+  const KvType k = ParseKvType(type_k.empty() ? type : type_k, type_k.empty() ? "--kv-type" : "--kv-type-k");
+  const KvType v = ParseKvType(type_v.empty() ? type : type_v, type_v.empty() ? "--kv-type" : "--kv-type-v");
+  return k != KvType::kF32 || v != KvType::kF32;
+}
+
+void KvCacheFlags::Apply(const Model& model, const std::vector<int>& tokens, stream::StreamOptions* o) const {
+  o->k_type = ParseKvType(type_k.empty() ? type : type_k, type_k.empty() ? "--kv-type" : "--kv-type-k");
+  o->v_type = ParseKvType(type_v.empty() ? type : type_v, type_v.empty() ? "--kv-type" : "--kv-type-v");
+  bool detected = false;
+  o->keep = stream::ParseKvKeep(keep, "--kv-keep", &detected);
+  if (detected) {
+    if (!o->typed()) Fail("--kv-keep: an f32 cache keeps every entry exact already; it applies with --kv-type");
+    if (tokens.size() < 2) Fail("--kv-keep detected: needs at least two tokens to look at (a prompt or a text)");
+    o->keep = ResolveKvKeep(model, *o, keep, tokens);
+  }
+  stream::ValidateOptions(*o, model.config);
+}
+
+std::vector<KvConfig> ParseKvConfigs(const std::string& list, const std::string& flag) {
+  std::vector<KvConfig> out;
+  size_t start = 0;
+  while (start < list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string item = list.substr(start, comma - start);
+    start = comma + 1;
+    if (item.empty()) continue;
+    KvConfig c;
+    const size_t plus = item.find('+');
+    const std::string types = item.substr(0, plus);
+    const size_t slash = types.find('/');
+    c.k_type = ParseKvType(types.substr(0, slash), flag);
+    c.v_type = slash == std::string::npos ? c.k_type : ParseKvType(types.substr(slash + 1), flag);
+    if (plus != std::string::npos) {
+      c.keep = item.substr(plus + 1);
+      bool detected = false;
+      c.keep_indices = stream::ParseKvKeep(c.keep, flag, &detected);
+    }
+    out.push_back(std::move(c));
+  }
+  if (out.empty()) Fail("{}: expected a comma-separated list of cache types, e.g. q8_0,q4_0+first:4", flag);
+  return out;
+}
+
+std::vector<int64_t> ResolveKvKeep(const Model& model, const stream::StreamOptions& options,
+                                   const std::string& spec, const std::vector<int>& tokens) {
+  bool detected = false;
+  std::vector<int64_t> keep = stream::ParseKvKeep(spec, "--kv-keep", &detected);
+  if (!detected) return keep;
+  const size_t n = std::min(tokens.size(), static_cast<size_t>(std::max(options.window, 2)));
+  keep = stream::DetectSinkPositions(model, std::span<const int>(tokens.data(), n));
+  if (!keep.empty()) {
+    Log(fmt::format("--kv-keep detected: positions {} of the first {} tokens are sinks; their "
+                    "entries stay f32", fmt::join(keep, ", "), n));
+    return keep;
+  }
+  const int fallback = std::max(options.sinks, 1);
+  Log(fmt::format("--kv-keep detected: no position of the first {} tokens is a sink for this model "
+                  "(alpha_k > 0.3 in a quarter of the heads); keeping first:{} instead", n, fallback));
+  keep.resize(fallback);
+  for (int i = 0; i < fallback; ++i) keep[i] = i;
+  return keep;
+}
+
+std::vector<StreamRun> RunKvComparison(const Model& model, const stream::StreamOptions& base,
+                                       const std::vector<KvConfig>& configs,
+                                       const std::vector<int>& tokens) {
+  struct Lane {
+    stream::StreamOptions options;
+    std::unique_ptr<stream::StreamCache> cache;
+    StreamRun run;
+  };
+  std::vector<Lane> lanes(configs.size() + 1);
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    Lane& lane = lanes[i];
+    lane.options = base;
+    lane.options.k_type = lane.options.v_type = KvType::kF32;
+    lane.options.keep.clear();
+    if (i > 0) {
+      const KvConfig& c = configs[i - 1];
+      lane.options.k_type = c.k_type;
+      lane.options.v_type = c.v_type;
+      lane.options.keep = c.keep == "detected" ? ResolveKvKeep(model, lane.options, c.keep, tokens) : c.keep_indices;
+      lane.run.keep = c.keep == "detected" ? "detected (" + KeepLabel(lane.options.keep) + ")" : c.keep;
+    }
+    lane.cache = stream::MakeStreamCache(model, lane.options);
+    lane.run.policy = base.policy;
+    EffectiveShape(lane.options, model, &lane.run);
+    lane.run.k_type = lane.options.k_type;
+    lane.run.v_type = lane.options.v_type;
+    lane.run.kv_bytes_per_token = KvBytesPerToken(model.config, lane.options.k_type, lane.options.v_type);
+  }
+  const int V = model.config.vocab_size;
+  const int64_t n = static_cast<int64_t>(tokens.size()) - 1;
+  std::vector<double> ref_logp(V), logp(V);
+  auto log_softmax = [V](const float* x, std::vector<double>& out) {
+    double mx = x[0];
+    for (int i = 1; i < V; ++i) mx = std::max(mx, static_cast<double>(x[i]));
+    double z = 0;
+    for (int i = 0; i < V; ++i) z += std::exp(x[i] - mx);
+    const double lz = std::log(z) + mx;
+    for (int i = 0; i < V; ++i) out[i] = x[i] - lz;
+  };
+  report::Progress progress(fmt::format("stream {} x {} cache types", stream::PolicyName(base.policy),
+                                        lanes.size()), n, "tok");
+  for (int64_t i = 0; i < n; ++i) {
+    for (size_t li = 0; li < lanes.size(); ++li) {
+      Lane& lane = lanes[li];
+      const auto t0 = std::chrono::steady_clock::now();
+      const Tensor logits = lane.cache->Step(tokens[i]);
+      lane.run.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      log_softmax(logits.data(), li == 0 ? ref_logp : logp);
+      const std::vector<double>& mine = li == 0 ? ref_logp : logp;
+      const double nll = -mine[tokens[i + 1]];
+      StreamRun& r = lane.run;
+      r.sum_nll += nll;
+      const size_t block = static_cast<size_t>((i + 1) / kStreamBlock);
+      if (block >= r.block_sum.size()) {
+        r.block_sum.push_back(0);
+        r.block_count.push_back(0);
+      }
+      r.block_sum[block] += nll;
+      r.block_count[block] += 1;
+      if (li > 0) {
+        double kl = 0;
+        for (int v = 0; v < V; ++v) kl += std::exp(ref_logp[v]) * (ref_logp[v] - logp[v]);
+        kl = std::max(kl, 0.0);  // rounding may leave a tiny negative for equal distributions
+        r.sum_kl += kl;
+        r.max_kl = std::max(r.max_kl, kl);
+      }
+    }
+    if ((i & 63) == 0) progress.Update(i);
+  }
+  progress.Update(n);
+  progress.Finish();
+  std::vector<StreamRun> out;
+  for (Lane& lane : lanes) {
+    lane.run.scored = n;
+    lane.run.peak_kv_bytes = lane.cache->peak_kv_bytes();
+    out.push_back(std::move(lane.run));
+  }
+  return out;
 }
 
 nlohmann::json StreamJson(const StreamDocument& d, const std::vector<StreamRun>& runs) {
@@ -358,7 +533,13 @@ nlohmann::json StreamJson(const StreamDocument& d, const std::vector<StreamRun>&
                            {"blocks", blocks},
                            {"seconds", r.seconds},
                            {"tokens_per_second", r.scored / std::max(r.seconds, 1e-9)},
-                           {"peak_kv_cache_bytes", r.peak_kv_bytes}});
+                           {"peak_kv_cache_bytes", r.peak_kv_bytes},
+                           {"kv_type_k", KvTypeName(r.k_type)},
+                           {"kv_type_v", KvTypeName(r.v_type)},
+                           {"kv_keep", r.keep},
+                           {"kv_bytes_per_token", r.kv_bytes_per_token},
+                           {"mean_kl_vs_f32", r.scored > 0 ? r.sum_kl / r.scored : 0.0},
+                           {"max_kl_vs_f32", r.max_kl}});
   }
   return doc;
 }

@@ -4,6 +4,8 @@
 // both). The verbs' flag parsing, output paths and terminal printing stay in cmd_<verb>.cpp.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -99,6 +101,13 @@ struct StreamRun {
   std::vector<float> nll;  // per scored token, when asked for (RunStreamPolicy's keep_nll)
   double seconds = 0;
   int64_t peak_kv_bytes = 0;
+  // The cache's storage (stream::StreamOptions k_type, v_type, keep) and, in a comparison of
+  // storage types (RunKvComparison), the divergence of each next-token distribution from the f32
+  // cache's: KL(p_f32 || p) summed and its largest value.
+  KvType k_type = KvType::kF32, v_type = KvType::kF32;
+  std::string keep = "none";
+  int64_t kv_bytes_per_token = 0;
+  double sum_kl = 0, max_kl = 0;
   double MeanNll() const;
 };
 
@@ -108,6 +117,36 @@ struct StreamRun {
 StreamRun RunStreamPolicy(const Model& model, const stream::StreamOptions& options,
                           const std::vector<int>& tokens, std::FILE* csv, bool with_policy,
                           bool keep_nll);
+
+// --kv-type, --kv-type-k, --kv-type-v and --kv-keep, declared once for stream, generate and chat.
+struct KvCacheFlags {
+  std::string type = "f32", type_k, type_v, keep = "none";
+  void Add(CLI::App* cmd);
+  bool typed() const;  // parses the types (ss::Error naming the flag)
+  // Sets the cache's types and kept entries; "detected" is resolved on `tokens` (ResolveKvKeep).
+  void Apply(const Model& model, const std::vector<int>& tokens, stream::StreamOptions* options) const;
+};
+
+// One cache storage of a comparison: "q8_0", "q8_0/q4_0" (keys / values), each optionally
+// "+first:N" or "+detected" (which entries stay f32).
+struct KvConfig {
+  KvType k_type = KvType::kF32, v_type = KvType::kF32;
+  std::string keep = "none";  // the spec as given
+  std::vector<int64_t> keep_indices;
+};
+// Parses --compare-kv's comma-separated list (ss::Error naming the flag on a bad item).
+std::vector<KvConfig> ParseKvConfigs(const std::string& list, const std::string& flag);
+// Resolves "detected" against the stream's first min(W, n) tokens (stream::DetectSinkPositions);
+// when the model has no sink there, falls back to first:S (S = options.sinks, at least 1) and says
+// so in the log. Returns the indices for `spec`.
+std::vector<int64_t> ResolveKvKeep(const Model& model, const stream::StreamOptions& options,
+                                   const std::string& spec, const std::vector<int>& tokens);
+// Streams `tokens` through an f32 cache and, in lockstep, through each storage of `configs`
+// (same policy, sinks, window): per token, each one's NLL and its KL divergence from the f32
+// cache's next-token distribution. The first run returned is the f32 reference.
+std::vector<StreamRun> RunKvComparison(const Model& model, const stream::StreamOptions& base,
+                                       const std::vector<KvConfig>& configs,
+                                       const std::vector<int>& tokens);
 
 struct StreamDocument {
   std::string model, text;  // names for the report: the model path and the input

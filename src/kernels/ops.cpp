@@ -781,6 +781,40 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const float
                          const float* v, float* out, int T, int n_heads, int n_kv_heads,
                          int head_dim, int sinks, int window, int ring, int64_t first_index,
                          const AttnOptions& opt) {
+  KvRows kr, vr;
+  kr.f32 = k;
+  vr.f32 = v;
+  SinkWindowAttention(q_recent, q_sink, kr, vr, out, T, n_heads, n_kv_heads, head_dim, sinks,
+                      window, ring, first_index, opt);
+}
+
+// One kv head's slice of `count` cache rows from row0: a view of an f32 cache (rows *ld floats
+// apart), or decoded into `scratch` (rows head_dim apart).
+static const float* HeadRows(const KvRows& kv, int row0, int count, int kvh, int head_dim,
+                             int kv_row, float* scratch, int64_t* ld) {
+  if (kv.f32) {
+    *ld = kv_row;
+    return kv.f32 + static_cast<int64_t>(row0) * kv_row + static_cast<int64_t>(kvh) * head_dim;
+  }
+  for (int r = 0; r < count; ++r) {
+    const int row = row0 + r;
+    float* o = scratch + static_cast<int64_t>(r) * head_dim;
+    const int slot = kv.kept_slot ? kv.kept_slot[row] : -1;
+    if (slot >= 0)
+      std::copy_n(kv.kept + static_cast<int64_t>(slot) * kv_row + static_cast<int64_t>(kvh) * head_dim,
+                  head_dim, o);
+    else
+      KvDecodeSlice(kv.type, kv.bytes + static_cast<size_t>(row) * kv.row_bytes, kvh * head_dim,
+                    head_dim, o);
+  }
+  *ld = head_dim;
+  return scratch;
+}
+
+void SinkWindowAttention(const float* q_recent, const float* q_sink, const KvRows& k,
+                         const KvRows& v, float* out, int T, int n_heads, int n_kv_heads,
+                         int head_dim, int sinks, int window, int ring, int64_t first_index,
+                         const AttnOptions& opt) {
   SS_ASSERT(n_heads % n_kv_heads == 0 && window >= 1 && ring >= 1 && sinks >= 0);
   // A sliding-window layer (opt.window = W) sees the keys less than W cache positions back.
   const int64_t layer_window = opt.window > 0 ? opt.window : INT64_MAX;
@@ -793,6 +827,10 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const float
 #pragma omp parallel if (parallel)
   {
     float* scores = Workspace<float, 15>(static_cast<size_t>(sinks) + window);
+    // A stored-type cache: one head's decoded keys and values for the visible rows.
+    const bool decode = !k.f32 || !v.f32;
+    float* k_scratch = decode ? Workspace<float, 16>((static_cast<size_t>(sinks) + window) * head_dim) : nullptr;
+    float* v_scratch = decode ? Workspace<float, 17>((static_cast<size_t>(sinks) + window) * head_dim) : nullptr;
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < work; ++item) {
       const int h = static_cast<int>(item / T);
@@ -821,11 +859,11 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const float
         runs[n_runs++] = {row, count, qr};
         s += count;
       }
-      const float* kh = k + kvh * head_dim;
-      const float* vh = v + kvh * head_dim;
       for (int r = 0; r < n_runs; ++r) {
-        RowDots(runs[r].q, kh + static_cast<int64_t>(runs[r].row0) * kv_row, scores + n, head_dim,
-                runs[r].count, kv_row);
+        int64_t ld = 0;
+        const float* kh = HeadRows(k, runs[r].row0, runs[r].count, kvh, head_dim, kv_row,
+                                   k_scratch + static_cast<int64_t>(n) * head_dim, &ld);
+        RowDots(runs[r].q, kh, scores + n, head_dim, runs[r].count, ld);
         n += runs[r].count;
       }
       for (int j = 0; j < n; ++j) scores[j] *= scale;
@@ -838,9 +876,12 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const float
       float* o = out + static_cast<int64_t>(t) * q_row + h * head_dim;
       std::fill(o, o + head_dim, 0.0f);
       AddSlotValue(opt, kvh, head_dim, slot_p, o);
-      for (int r = 0, at = 0; r < n_runs; at += runs[r].count, ++r)
-        AddWeightedRows(scores + at, vh + static_cast<int64_t>(runs[r].row0) * kv_row, kv_row,
-                        runs[r].count, head_dim, o);
+      for (int r = 0, at = 0; r < n_runs; at += runs[r].count, ++r) {
+        int64_t ld = 0;
+        const float* vh = HeadRows(v, runs[r].row0, runs[r].count, kvh, head_dim, kv_row,
+                                   v_scratch + static_cast<int64_t>(at) * head_dim, &ld);
+        AddWeightedRows(scores + at, vh, ld, runs[r].count, head_dim, o);
+      }
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/kv_types.h"
 #include "kernels/kinds.h"
 
 namespace ss {
@@ -147,6 +148,23 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const float
                          const float* v, float* out, int T, int n_heads, int n_kv_heads,
                          int head_dim, int sinks, int window, int ring, int64_t first_index,
                          const AttnOptions& opt = {});
+// The cache rows of SinkWindowAttention in a stored type (a quantised streaming cache, --kv-type):
+// row r's bytes at bytes + r * row_bytes, except rows with kept_slot[r] >= 0, which are f32 rows of
+// `kept` (kv_row floats each: entries kept exact, --kv-keep). Each head reads its slice of a run of
+// rows decoded to f32 (KvDecodeSlice), so the scores and sums are those of the dequantised cache.
+// With f32 set, the rows are plain f32 (the other fields unused).
+struct KvRows {
+  const float* f32 = nullptr;
+  KvType type = KvType::kF32;
+  const uint8_t* bytes = nullptr;
+  size_t row_bytes = 0;
+  const int* kept_slot = nullptr;  // per row, or null: none kept
+  const float* kept = nullptr;
+};
+void SinkWindowAttention(const float* q_recent, const float* q_sink, const KvRows& k,
+                         const KvRows& v, float* out, int T, int n_heads, int n_kv_heads,
+                         int head_dim, int sinks, int window, int ring, int64_t first_index,
+                         const AttnOptions& opt);
 
 // out (T, H*Dh) = pattern (H, T, S) · V: the second half of attention from given probabilities
 // (used when an intervention rewrote the pattern).

@@ -294,15 +294,14 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
   }
   // Writing a new entry into its ring row evicts the entry ring tokens older; no query of this
   // call can see that one because ring >= W - 1 + T.
+  // A typed cache (--kv-type) encodes the entry here; attention reads it back decoded.
   for (int t = 0; t < T; ++t) {
-    const int row = layout.Row(layout.first_index + t);
-    std::copy(s.k_new.row(t), s.k_new.row(t) + kv_dim, ctx.cache.k[layer].row(row));
-    std::copy(s.v_new.row(t), s.v_new.row(t) + kv_dim, ctx.cache.v[layer].row(row));
+    const int64_t m = layout.first_index + t;
+    ctx.cache.WriteRow(layer, layout.Row(m), m, s.k_new.row(t), s.v_new.row(t));
   }
-  SinkWindowAttention(s.q.data(), has_sinks ? s.q_sink.data() : s.q.data(),
-                      ctx.cache.k[layer].data(), ctx.cache.v[layer].data(), s.z.data(), T, H, Hkv,
-                      Dh, layout.sinks, layout.window, layout.ring, layout.first_index,
-                      LayerAttnOptions(ctx, layer));
+  SinkWindowAttention(s.q.data(), has_sinks ? s.q_sink.data() : s.q.data(), ctx.cache.Keys(layer),
+                      ctx.cache.Values(layer), s.z.data(), T, H, Hkv, Dh, layout.sinks,
+                      layout.window, layout.ring, layout.first_index, LayerAttnOptions(ctx, layer));
   GateAttentionOutput(ctx, layer, in);
   if (ctx.HookActive(HookPoint::kZ, layer)) ctx.RunHook(HookPoint::kZ, layer, s.z.data(), {T, H, Dh});
   Project(s.z.data(), w.wo, Packed(w, &LayerPacked::wo), w.bo, out, T, c.q_dim(), D);

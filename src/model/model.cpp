@@ -114,8 +114,108 @@ KVCache KVCache::CreateSingleUse(const ModelConfig& config, int capacity) {
 }
 
 int64_t KVCache::Bytes() const {
+  if (typed()) {
+    int64_t n = 0;
+    for (size_t l = 0; l < k_rows.size(); ++l)
+      n += static_cast<int64_t>(k_rows[l].size() + v_rows[l].size()) +
+           (k_kept[l].numel() + v_kept[l].numel()) * static_cast<int64_t>(sizeof(float));
+    return n + static_cast<int64_t>(kept_slot.size() * sizeof(int));
+  }
   const int64_t buffers = single_use ? 2 : static_cast<int64_t>(k.size()) * 2;
   return buffers * capacity * kv_dim * sizeof(float);
+}
+
+KVCache KVCache::CreateTyped(const ModelConfig& config, int capacity, KvType k_type, KvType v_type,
+                             std::vector<int64_t> keep) {
+  if (k_type == KvType::kF32 && v_type == KvType::kF32) return Create(config, capacity);
+  KVCache cache;
+  cache.capacity = capacity;
+  cache.kv_dim = config.kv_dim();
+  cache.k_type = k_type;
+  cache.v_type = v_type;
+  cache.k_row_bytes = KvRowBytes(k_type, cache.kv_dim);
+  cache.v_row_bytes = KvRowBytes(v_type, cache.kv_dim);
+  std::sort(keep.begin(), keep.end());
+  keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+  cache.keep = std::move(keep);
+  cache.kept_slot.assign(capacity, -1);
+  const int64_t kept = std::max<int64_t>(static_cast<int64_t>(cache.keep.size()), 1);
+  for (int l = 0; l < config.n_layers; ++l) {
+    cache.k_rows.emplace_back(static_cast<size_t>(capacity) * cache.k_row_bytes);
+    cache.v_rows.emplace_back(static_cast<size_t>(capacity) * cache.v_row_bytes);
+    cache.k_kept.push_back(cache.keep.empty() ? Tensor() : Tensor::Zeros({kept, cache.kv_dim}));
+    cache.v_kept.push_back(cache.keep.empty() ? Tensor() : Tensor::Zeros({kept, cache.kv_dim}));
+  }
+  return cache;
+}
+
+void KVCache::WriteRow(int layer, int row, int64_t index, const float* kr, const float* vr) {
+  if (!typed()) {
+    std::copy_n(kr, kv_dim, k[layer].row(row));
+    std::copy_n(vr, kv_dim, v[layer].row(row));
+    return;
+  }
+  const auto it = std::lower_bound(keep.begin(), keep.end(), index);
+  if (it != keep.end() && *it == index) {
+    const int slot = static_cast<int>(it - keep.begin());
+    std::copy_n(kr, kv_dim, k_kept[layer].row(slot));
+    std::copy_n(vr, kv_dim, v_kept[layer].row(slot));
+    kept_slot[row] = slot;
+    return;
+  }
+  KvEncodeRow(k_type, kr, kv_dim, k_rows[layer].data() + static_cast<size_t>(row) * k_row_bytes);
+  KvEncodeRow(v_type, vr, kv_dim, v_rows[layer].data() + static_cast<size_t>(row) * v_row_bytes);
+  kept_slot[row] = -1;
+}
+
+void KVCache::CopyRow(const KVCache& from, int from_row, int to_row) {
+  SS_ASSERT(from.k_type == k_type && from.v_type == v_type && from.keep == keep);
+  for (size_t l = 0; l < (typed() ? k_rows.size() : k.size()); ++l) {
+    if (!typed()) {
+      std::copy_n(from.k[l].row(from_row), kv_dim, k[l].row(to_row));
+      std::copy_n(from.v[l].row(from_row), kv_dim, v[l].row(to_row));
+      continue;
+    }
+    std::copy_n(from.k_rows[l].data() + static_cast<size_t>(from_row) * k_row_bytes, k_row_bytes,
+                k_rows[l].data() + static_cast<size_t>(to_row) * k_row_bytes);
+    std::copy_n(from.v_rows[l].data() + static_cast<size_t>(from_row) * v_row_bytes, v_row_bytes,
+                v_rows[l].data() + static_cast<size_t>(to_row) * v_row_bytes);
+  }
+  if (typed()) kept_slot[to_row] = from.kept_slot[from_row];  // the kept rows themselves are shared slots
+}
+
+KvRows KVCache::Keys(int layer) const {
+  KvRows r;
+  if (!typed()) {
+    r.f32 = k[layer].data();
+    return r;
+  }
+  r.type = k_type;
+  r.bytes = k_rows[layer].data();
+  r.row_bytes = k_row_bytes;
+  r.kept_slot = keep.empty() ? nullptr : kept_slot.data();
+  r.kept = keep.empty() ? nullptr : k_kept[layer].data();
+  return r;
+}
+
+KvRows KVCache::Values(int layer) const {
+  KvRows r;
+  if (!typed()) {
+    r.f32 = v[layer].data();
+    return r;
+  }
+  r.type = v_type;
+  r.bytes = v_rows[layer].data();
+  r.row_bytes = v_row_bytes;
+  r.kept_slot = keep.empty() ? nullptr : kept_slot.data();
+  r.kept = keep.empty() ? nullptr : v_kept[layer].data();
+  return r;
+}
+
+int64_t KVCache::BytesPerToken() const {
+  const int64_t layers = typed() ? static_cast<int64_t>(k_rows.size()) : static_cast<int64_t>(k.size());
+  if (!typed()) return layers * 2 * kv_dim * static_cast<int64_t>(sizeof(float));
+  return layers * static_cast<int64_t>(k_row_bytes + v_row_bytes);
 }
 
 void AttnStatsBuffers::Resize(int n_layers, int n_heads, int T, int K) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hooks/hooks.h"
+#include "kernels/ops.h"
 #include "model/weights.h"
 #include "tensor/tensor.h"
 
@@ -33,6 +34,30 @@ struct KVCache {
   bool single_use = false;
   void Clear() { length = 0; }
   int64_t Bytes() const;  // memory held by the cache
+
+  // A streaming cache may store its entries in a smaller type (kernels/kv_types.h, --kv-type):
+  // then k and v are empty and k_rows / v_rows hold each layer's capacity rows of KvRowBytes.
+  // Entries whose stream index is in `keep` (sorted) are held in f32 instead, one row of k_kept /
+  // v_kept each, so that a sink's entry stays exact (--kv-keep; IntactKV, arXiv 2403.01241).
+  static KVCache CreateTyped(const ModelConfig& config, int capacity, KvType k_type, KvType v_type,
+                             std::vector<int64_t> keep);
+  bool typed() const { return k_type != KvType::kF32 || v_type != KvType::kF32; }
+  // Stores entry `index` of the stream in `row` of `layer` (k, v: kv_dim floats each).
+  void WriteRow(int layer, int row, int64_t index, const float* k, const float* v);
+  // Copies every layer's `from_row` of `from` (a cache of the same types and keep) into `to_row`.
+  void CopyRow(const KVCache& from, int from_row, int to_row);
+  // The attention kernel's view of one layer's keys or values.
+  KvRows Keys(int layer) const;
+  KvRows Values(int layer) const;
+  // Bytes a token's entries take over all layers (the kept ones aside).
+  int64_t BytesPerToken() const;
+
+  KvType k_type = KvType::kF32, v_type = KvType::kF32;
+  size_t k_row_bytes = 0, v_row_bytes = 0;
+  std::vector<std::vector<uint8_t>> k_rows, v_rows;  // per layer (capacity * row bytes)
+  std::vector<int64_t> keep;
+  std::vector<int> kept_slot;                       // per row: its slot in k_kept / v_kept, or -1
+  std::vector<Tensor> k_kept, v_kept;               // per layer (keep.size(), kv_dim)
 };
 
 // Attention statistics computed inside the attention kernel (the fused path): per layer, head and

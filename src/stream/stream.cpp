@@ -32,6 +32,30 @@ void ValidateOptions(const StreamOptions& o, const ModelConfig& config) {
          "tokens beside a larger window of recent ones)",
          o.sinks, o.window);
   if (o.max_chunk < 0) Fail("max_chunk: expected 0 (= W) or more, got {}", o.max_chunk);
+  const int64_t budget_or_context = o.policy == Policy::kDense
+      ? (config.max_seq_len > 0 ? config.max_seq_len : 4096) : static_cast<int64_t>(o.sinks) + o.window;
+  if (o.typed()) {
+    if (o.policy == Policy::kRecompute)
+      Fail("--kv-type {} / {}: the recompute policy re-encodes its window every token into an f32 "
+           "cache; use sinks, window or dense", KvTypeName(o.k_type), KvTypeName(o.v_type));
+    if (o.policy == Policy::kDense && o.force)
+      Fail("--policy dense --force with a typed cache (--kv-type): a typed dense cache ends at the "
+           "model's context; use --policy window with --force to go beyond it");
+    try {
+      (void)KvRowBytes(o.k_type, config.kv_dim());
+      (void)KvRowBytes(o.v_type, config.kv_dim());
+    } catch (const Error& e) {
+      Fail("--kv-type: {}", e.what());
+    }
+  }
+  if (!o.keep.empty()) {
+    if (!o.typed())
+      Fail("--kv-keep: an f32 cache keeps every entry exact already; it applies with --kv-type");
+    if (o.keep.front() < 0) Fail("--kv-keep: stream indices must be 0 or more");
+    if (static_cast<int64_t>(o.keep.size()) > budget_or_context)
+      Fail("--kv-keep: {} entries kept in f32 is more than the cache holds ({})", o.keep.size(),
+           budget_or_context);
+  }
   if (o.policy == Policy::kDense) return;
   const int64_t budget = static_cast<int64_t>(o.sinks) + o.window;
   if (config.max_seq_len > 0 && budget > config.max_seq_len && !o.force)
@@ -65,6 +89,10 @@ class SinkWindowCache final : public StreamCache {
   SinkWindowCache(const Model& model, StreamOptions o) : StreamCache(model, o) {
     layout_.sinks = o.policy == Policy::kSinks ? o.sinks : 0;
     layout_.window = o.policy == Policy::kSinks ? o.window : o.sinks + o.window;
+    if (o.policy == Policy::kDense) {  // typed dense: a window as long as the context, never evicting
+      context_ = model.config.max_seq_len > 0 ? model.config.max_seq_len : 4096;
+      layout_.window = context_;
+    }
     max_chunk_ = o.max_chunk > 0 ? o.max_chunk : layout_.window;
     Allocate(layout_.window);  // stepping needs ring = W
   }
@@ -95,6 +123,9 @@ class SinkWindowCache final : public StreamCache {
  private:
   Tensor Run(std::span<const int> tokens) {
     const int T = static_cast<int>(tokens.size());
+    if (context_ > 0 && tokens_seen_ + T > context_)
+      Fail("--policy dense: the stream reached the model's context of {} tokens; use a streaming "
+           "policy (sinks, window), --max-tokens, or an f32 cache with --force", context_);
     if (layout_.ring < layout_.window - 1 + T) Grow(layout_.window - 1 + T);
     layout_.first_index = tokens_seen_;
     ForwardRequest request;
@@ -108,7 +139,8 @@ class SinkWindowCache final : public StreamCache {
 
   void Allocate(int ring) {
     layout_.ring = ring;
-    cache_ = KVCache::Create(model_.config, layout_.sinks + ring);
+    cache_ = KVCache::CreateTyped(model_.config, layout_.sinks + ring, options_.k_type,
+                                  options_.v_type, options_.keep);
     peak_kv_bytes_ = std::max(peak_kv_bytes_, cache_.Bytes());
   }
 
@@ -118,16 +150,8 @@ class SinkWindowCache final : public StreamCache {
     StreamLayout old = layout_;
     KVCache old_cache = std::move(cache_);
     Allocate(ring);
-    const int kv = old_cache.kv_dim;
     const int64_t first = std::max<int64_t>(old.sinks, tokens_seen_ - (old.window - 1));
-    auto move_entry = [&](int64_t m) {
-      for (size_t l = 0; l < old_cache.k.size(); ++l) {
-        std::copy(old_cache.k[l].row(old.Row(m)), old_cache.k[l].row(old.Row(m)) + kv,
-                  cache_.k[l].row(layout_.Row(m)));
-        std::copy(old_cache.v[l].row(old.Row(m)), old_cache.v[l].row(old.Row(m)) + kv,
-                  cache_.v[l].row(layout_.Row(m)));
-      }
-    };
+    auto move_entry = [&](int64_t m) { cache_.CopyRow(old_cache, old.Row(m), layout_.Row(m)); };
     for (int64_t m = 0; m < std::min<int64_t>(old.sinks, tokens_seen_); ++m) move_entry(m);
     for (int64_t m = first; m < tokens_seen_; ++m) move_entry(m);
     cache_.length = old_cache.length;
@@ -135,6 +159,7 @@ class SinkWindowCache final : public StreamCache {
 
   StreamLayout layout_;
   int max_chunk_ = 0;
+  int context_ = 0;  // a typed dense cache's limit; 0 otherwise
   KVCache cache_;
   RunState state_;
 };
@@ -249,13 +274,65 @@ class RecomputeCache final : public StreamCache {
 std::unique_ptr<StreamCache> MakeStreamCache(const Model& model, const StreamOptions& options) {
   ValidateOptions(options, model.config);
   switch (options.policy) {
-    case Policy::kDense: return std::make_unique<DenseCache>(model, options);
+    case Policy::kDense:
+      if (options.typed()) return std::make_unique<SinkWindowCache>(model, options);
+      return std::make_unique<DenseCache>(model, options);
     case Policy::kWindow:
     case Policy::kSinks: return std::make_unique<SinkWindowCache>(model, options);
     case Policy::kRecompute: return std::make_unique<RecomputeCache>(model, options);
   }
   SS_ASSERT(false);
   return nullptr;
+}
+
+std::vector<int64_t> ParseKvKeep(const std::string& spec, const std::string& flag, bool* detected) {
+  *detected = false;
+  if (spec.empty() || spec == "none") return {};
+  if (spec == "detected") {
+    *detected = true;
+    return {};
+  }
+  const std::string prefix = "first:";
+  if (spec.compare(0, prefix.size(), prefix) == 0) {
+    const std::string n = spec.substr(prefix.size());
+    const bool digits = !n.empty() && n.size() <= 9 && n.find_first_not_of("0123456789") == std::string::npos;
+    if (digits && std::stoll(n) >= 1) {
+      std::vector<int64_t> keep(static_cast<size_t>(std::stoll(n)));
+      for (size_t i = 0; i < keep.size(); ++i) keep[i] = static_cast<int64_t>(i);
+      return keep;
+    }
+  }
+  Fail("{}: expected none, first:N (N >= 1) or detected; got '{}'", flag, spec);
+}
+
+std::vector<int64_t> DetectSinkPositions(const Model& model, std::span<const int> prompt, double eps) {
+  const ModelConfig& c = model.config;
+  const int T = static_cast<int>(prompt.size());
+  if (T < 2) return {};
+  const int K = std::min(T, 16);
+  KVCache cache = KVCache::CreateSingleUse(c, T);
+  RunState state;
+  AttnStatsBuffers stats;
+  stats.first_k = K;
+  ForwardRequest request;
+  request.tokens = prompt;
+  request.logits = LogitsMode::kNone;
+  request.stats = &stats;
+  Forward(model, cache, state, request);
+  std::vector<int64_t> sinks;
+  for (int k = 0; k < K - 1; ++k) {
+    int heads = 0, over = 0;
+    for (int l = std::min(1, c.n_layers - 1); l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_heads; ++h) {
+        double sum = 0;
+        for (int t = k + 1; t < T; ++t)
+          sum += stats.first_k_probs.data()[((static_cast<int64_t>(l) * c.n_heads + h) * T + t) * K + k];
+        ++heads;
+        if (sum / (T - k - 1) > eps) ++over;
+      }
+    if (4 * over >= heads) sinks.push_back(k);
+  }
+  return sinks;
 }
 
 int64_t StreamGenerate(StreamCache& cache, std::span<const int> prompt, int64_t max_new_tokens,

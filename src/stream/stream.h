@@ -36,7 +36,26 @@ struct StreamOptions {
   int max_chunk = 0;  // tokens per forward call in Prefill; 0: W. The sinks and window caches hold
                       // S + W entries while stepping and grow to S + W - 1 + chunk in Prefill.
   bool force = false; // allow S + W (or dense) beyond the model's context
+  // The cache's storage (kernels/kv_types.h, --kv-type-k / --kv-type-v): a typed cache holds each
+  // entry encoded and attention reads it decoded. Entries whose stream index is in `keep` stay f32
+  // (--kv-keep first:N or detected; IntactKV). The sinks and window policies store any type; dense
+  // stores one as a window cache as long as the context (the same attention until it fills);
+  // recompute keeps its f32 cache.
+  KvType k_type = KvType::kF32, v_type = KvType::kF32;
+  std::vector<int64_t> keep;
+  bool typed() const { return k_type != KvType::kF32 || v_type != KvType::kF32; }
 };
+
+// --kv-keep: "none", "first:N" (stream indices 0..N-1) or "detected" (DetectSinkPositions on the
+// stream's first tokens). Parses the spec; for "detected" sets *detected and returns no indices.
+std::vector<int64_t> ParseKvKeep(const std::string& spec, const std::string& flag, bool* detected);
+
+// The positions of `prompt` (its first min(|prompt|, 16) keys) that the model's heads use as sinks
+// (analyze's alpha_k, docs/ANALYZE.md): key k is one when at least a quarter of the (layer, head)
+// pairs of layers >= 1 (layer 0 in a one-layer model) put more than eps of their queries' mass on it on average (queries after
+// k). One forward over the prompt with the fused statistics. May return none (no sink).
+std::vector<int64_t> DetectSinkPositions(const Model& model, std::span<const int> prompt,
+                                         double eps = 0.3);
 
 // Checks the options against the model; throws ss::Error naming the flag for nonsense values:
 // W < 1, S < 0, S > W, S + W beyond the model's context without force.
