@@ -174,6 +174,11 @@ void RunStream(const StreamArgs& a) {
     page.Paragraph(fmt::format("Model {}, text {} ({} tokens), sinks {}, window {}. Perplexity of "
                                "each {}-token block as the text streams through the cache.",
                                a.model, input, tokens.size(), a.sinks, a.window, kStreamBlock));
+    if (!kv_configs.empty())
+      page.Paragraph(fmt::format("Cache storage types beside the f32 cache, each fed the same tokens in "
+                                 "lockstep under the {} policy: perplexity, and the KL divergence of each "
+                                 "next-token distribution from the f32 cache's (mean and largest).",
+                                 stream::PolicyName(options[0].policy)));
     page.Table(rows);
     std::vector<report::Series> series;
     double lo = INFINITY, hi = 0;

@@ -1,5 +1,6 @@
 #include "kernels/kv_types.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstring>
@@ -53,6 +54,39 @@ __attribute__((target("avx2,fma"))) void DecodeQ4BlocksAvx2(const uint8_t* row, 
       _mm256_storeu_ps(o, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
       _mm256_storeu_ps(o + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)))));
     }
+  }
+}
+
+// F16C from CPUID leaf 1 (ECX bit 29), as kernels/gemm_ggml.cpp checks it.
+bool F16cActive() {
+  static const bool f16c = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+  }();
+  return f16c && Avx2FmaActive();
+}
+
+// bf16 and f16 values, 8 at a time: exact conversions, the same floats as the scalar path.
+__attribute__((target("avx2,fma"))) void DecodeBf16Avx2(const uint8_t* src, int n, float* out) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+  }
+  for (; i < n; ++i) {
+    uint16_t b;
+    std::memcpy(&b, src + 2 * i, 2);
+    out[i] = BF16ToF32(b);
+  }
+}
+__attribute__((target("avx2,fma,f16c"))) void DecodeF16Avx2(const uint8_t* src, int n, float* out) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))));
+  for (; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    out[i] = F16ToF32(h);
   }
 }
 
@@ -117,6 +151,7 @@ void KvDecodeSlice(KvType type, const uint8_t* row, int first, int count, float*
   switch (type) {
     case KvType::kF32: std::memcpy(out, row + 4 * static_cast<size_t>(first), 4 * static_cast<size_t>(count)); return;
     case KvType::kBf16:
+      if (Avx2FmaActive()) return DecodeBf16Avx2(row + 2 * static_cast<size_t>(first), count, out);
       for (int i = 0; i < count; ++i) {
         uint16_t b;
         std::memcpy(&b, row + 2 * static_cast<size_t>(first + i), 2);
@@ -124,6 +159,7 @@ void KvDecodeSlice(KvType type, const uint8_t* row, int first, int count, float*
       }
       return;
     case KvType::kF16:
+      if (F16cActive()) return DecodeF16Avx2(row + 2 * static_cast<size_t>(first), count, out);
       for (int i = 0; i < count; ++i) {
         uint16_t h;
         std::memcpy(&h, row + 2 * static_cast<size_t>(first + i), 2);

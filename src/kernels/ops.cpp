@@ -829,8 +829,10 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const KvRow
     float* scores = Workspace<float, 15>(static_cast<size_t>(sinks) + window);
     // A stored-type cache: one head's decoded keys and values for the visible rows.
     const bool decode = !k.f32 || !v.f32;
-    float* k_scratch = decode ? Workspace<float, 16>((static_cast<size_t>(sinks) + window) * head_dim) : nullptr;
-    float* v_scratch = decode ? Workspace<float, 17>((static_cast<size_t>(sinks) + window) * head_dim) : nullptr;
+    // Decoded a chunk of rows at a time, so the scratch stays in cache (64 x 128 floats: 32 KiB).
+    constexpr int kChunk = 64;
+    float* k_scratch = decode ? Workspace<float, 16>(static_cast<size_t>(kChunk) * head_dim) : nullptr;
+    float* v_scratch = decode ? Workspace<float, 17>(static_cast<size_t>(kChunk) * head_dim) : nullptr;
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < work; ++item) {
       const int h = static_cast<int>(item / T);
@@ -860,10 +862,13 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const KvRow
         s += count;
       }
       for (int r = 0; r < n_runs; ++r) {
-        int64_t ld = 0;
-        const float* kh = HeadRows(k, runs[r].row0, runs[r].count, kvh, head_dim, kv_row,
-                                   k_scratch + static_cast<int64_t>(n) * head_dim, &ld);
-        RowDots(runs[r].q, kh, scores + n, head_dim, runs[r].count, ld);
+        const int step = k.f32 ? runs[r].count : kChunk;
+        for (int c0 = 0; c0 < runs[r].count; c0 += step) {
+          const int rows = std::min(step, runs[r].count - c0);
+          int64_t ld = 0;
+          const float* kh = HeadRows(k, runs[r].row0 + c0, rows, kvh, head_dim, kv_row, k_scratch, &ld);
+          RowDots(runs[r].q, kh, scores + n + c0, head_dim, rows, ld);
+        }
         n += runs[r].count;
       }
       for (int j = 0; j < n; ++j) scores[j] *= scale;
@@ -877,10 +882,13 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const KvRow
       std::fill(o, o + head_dim, 0.0f);
       AddSlotValue(opt, kvh, head_dim, slot_p, o);
       for (int r = 0, at = 0; r < n_runs; at += runs[r].count, ++r) {
-        int64_t ld = 0;
-        const float* vh = HeadRows(v, runs[r].row0, runs[r].count, kvh, head_dim, kv_row,
-                                   v_scratch + static_cast<int64_t>(at) * head_dim, &ld);
-        AddWeightedRows(scores + at, vh, ld, runs[r].count, head_dim, o);
+        const int step = v.f32 ? runs[r].count : kChunk;
+        for (int c0 = 0; c0 < runs[r].count; c0 += step) {
+          const int rows = std::min(step, runs[r].count - c0);
+          int64_t ld = 0;
+          const float* vh = HeadRows(v, runs[r].row0 + c0, rows, kvh, head_dim, kv_row, v_scratch, &ld);
+          AddWeightedRows(scores + at + c0, vh, ld, rows, head_dim, o);
+        }
       }
     }
   }
