@@ -636,6 +636,10 @@ PYBIND11_MODULE(_sinkscope, m) {
           d["perplexity"] = std::exp(run.MeanNll());
           d["nll"] = VectorToNumpy(run.nll, {static_cast<py::ssize_t>(run.nll.size())});
           d["peak_kv_cache_bytes"] = run.peak_kv_bytes;
+          d["kv_type_k"] = KvTypeName(run.k_type);
+          d["kv_type_v"] = KvTypeName(run.v_type);
+          d["kv_keep"] = run.keep;
+          d["kv_bytes_per_token"] = run.kv_bytes_per_token;
           d["seconds"] = run.seconds;
           out.append(d);
         }
@@ -644,7 +648,9 @@ PYBIND11_MODULE(_sinkscope, m) {
       .def("to_json", [](const StreamResult& r) { return Dump(cli::StreamJson(r.doc, r.runs)); });
 
   m.def("stream", [](PyModel& p, const py::object& input, const std::vector<std::string>& policies,
-                     int sinks, int window, bool force, int64_t max_tokens, bool bos) {
+                     int sinks, int window, bool force, int64_t max_tokens, bool bos,
+                     const std::string& kv_type, const std::string& kv_type_k,
+                     const std::string& kv_type_v, const std::string& kv_keep) {
           const Model& model = p.model();
           if (max_tokens < 0) throw Error(fmt::format("max_tokens: expected 0 (all) or more, got {}", max_tokens));
           if (policies.empty()) throw Error("policy: expected at least one policy");
@@ -678,6 +684,10 @@ PYBIND11_MODULE(_sinkscope, m) {
               throw Error(fmt::format("policy dense: the input has {} tokens, more than the model's "
                                       "context of {}; use max_tokens, a streaming policy, or force=True",
                                       tokens.size(), model.config.max_seq_len));
+          // The cache's storage, as the CLI's --kv-type / --kv-keep (docs/STREAMING.md).
+          cli::KvCacheFlags kv;
+          kv.type = kv_type, kv.type_k = kv_type_k, kv.type_v = kv_type_v, kv.keep = kv_keep;
+          for (auto& o : options) kv.Apply(model, tokens, &o);
           out->doc.model = model.source;
           out->doc.tokens = static_cast<int64_t>(tokens.size());
           out->doc.bos = bos;
@@ -692,5 +702,6 @@ PYBIND11_MODULE(_sinkscope, m) {
           });
           return out;
         }, py::arg("model"), py::arg("input"), py::arg("policies"), py::arg("sinks"), py::arg("window"),
-        py::arg("force"), py::arg("max_tokens"), py::arg("bos"));
+        py::arg("force"), py::arg("max_tokens"), py::arg("bos"), py::arg("kv_type"),
+        py::arg("kv_type_k"), py::arg("kv_type_v"), py::arg("kv_keep"));
 }

@@ -165,10 +165,13 @@ def trace(checkpoints, *, samples=16, length=64, seed=0, text_file=None, tokeniz
 
 
 def stream(model, input, *, policy="sinks", sinks=4, window=252, force=False, max_tokens=0,
-           bos=True):
+           bos=True, kv_type="f32", kv_type_k="", kv_type_v="", kv_keep="none"):
     """Streaming perplexity through a bounded KV cache (``sinkscope stream``). ``input``: a text (str,
     BOS first when ``bos``) or token ids. ``policy``: dense, window, sinks, recompute, or a list of
-    them (the CLI's --compare). Returns a StreamResult whose ``runs`` hold the per-token NLL as a
-    numpy vector (``runs[i]["nll"]``, position 1 onwards) and ``to_json()``."""
+    them (the CLI's --compare). ``kv_type`` (f32, bf16, f16, q8_0, q4_0; ``kv_type_k`` /
+    ``kv_type_v`` for keys / values apart) and ``kv_keep`` (none, first:N, detected) choose the cache's
+    storage, as --kv-type and --kv-keep. Returns a StreamResult whose ``runs`` hold the per-token NLL
+    as a numpy vector (``runs[i]["nll"]``, position 1 onwards) and ``to_json()``."""
     policies = [policy] if isinstance(policy, str) else list(policy)
-    return _sinkscope.stream(model, input, policies, sinks, window, force, max_tokens, bos)
+    return _sinkscope.stream(model, input, policies, sinks, window, force, max_tokens, bos,
+                             kv_type, kv_type_k, kv_type_v, kv_keep)

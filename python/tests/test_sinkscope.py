@@ -243,6 +243,29 @@ def test_stream_equals_cli_json(model, sinkscope, tmp_path):
     assert timing  # the keys compared above exist in both documents
 
 
+def test_stream_typed_cache_equals_cli_json(model, sinkscope, tmp_path):
+    ids = model.tokenize(TEXT * 6, bos=True)
+    tokens = tmp_path / "ids.txt"
+    tokens.write_text(" ".join(map(str, ids)) + "\n")
+    out = tmp_path / "stream.json"
+    run_cli("stream", "--model", MODEL, "--tokens", tokens, "--sinks", 2, "--window", 30,
+            "--kv-type-k", "q8_0", "--kv-type-v", "q4_0", "--kv-keep", "first:2", "--json", out)
+    r = sinkscope.stream(model, ids, sinks=2, window=30, kv_type_k="q8_0", kv_type_v="q4_0",
+                         kv_keep="first:2")
+    mine, cli = json.loads(r.to_json()), load_json(out)
+    for doc in (mine, cli):
+        for k in ("seconds", "tokens_per_second"):
+            doc["runs"][0].pop(k)
+    assert without(mine, "text", "model") == without(cli, "text", "model")
+    run = r.runs[0]
+    assert (run["kv_type_k"], run["kv_type_v"], run["kv_keep"]) == ("q8_0", "q4_0", "first:2")
+    f32 = sinkscope.stream(model, ids, sinks=2, window=30).runs[0]
+    assert run["kv_bytes_per_token"] < 0.25 * f32["kv_bytes_per_token"]
+    assert np.abs(run["nll"] - f32["nll"]).max() > 0  # the rounding reaches the scores
+    with pytest.raises(ValueError, match="--kv-type"):
+        sinkscope.stream(model, ids, kv_type="q3")
+
+
 def test_trace_equals_cli_json(sinkscope, train_run, tmp_path):
     out = tmp_path / "trace.json"
     run_cli("trace", "--checkpoints", train_run, "--samples", 4, "--length", 32, "--no-cache",
