@@ -461,7 +461,7 @@ TEST(HfConfig, Errors) {
 
   e = ErrorOf(R"({"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 2,
                   "vocab_size": 10, "eos_token_id": 18446744073709551615})");
-  EXPECT_NE(e.find("'eos_token_id' must be an integer"), std::string::npos);
+  EXPECT_NE(e.find("'eos_token_id' is too large"), std::string::npos) << e;
 
   e = ErrorOf(R"({"model_type": "llama", "hidden_size": 8, "num_hidden_layers": 1,
                   "num_attention_heads": 2, "intermediate_size": 16, "vocab_size": 10,
@@ -489,6 +489,44 @@ TEST(HfConfig, Errors) {
   EXPECT_NE(e.find("'max_window_layers' must be 0 or more"), std::string::npos) << e;
 
   EXPECT_THROW(ReadHfConfig("/nonexistent/sinkscope/config.json"), Error);
+}
+
+// Numbers beyond what a field can hold say so, with the limit, instead of "must be a positive
+// size, found 2147483647" or "must be an integer, found 1099511627776".
+TEST(HfConfig, TooLargeNumbersSayTooLarge) {
+  auto llama = [](const std::string& hidden) {
+    return R"({"model_type": "llama", "hidden_size": )" + hidden + R"(, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "intermediate_size": 16, "vocab_size": 10})";
+  };
+  auto expect = [](const std::string& json, const std::string& message) {
+    const std::string e = ErrorOf(json);
+    EXPECT_NE(e.find(message), std::string::npos) << e;
+  };
+  expect(
+      llama("2147483647"),
+      "cfg/config.json: 'hidden_size' is too large: 2147483647 (the limit is 2^30 = 1073741824)");
+  expect(llama("1073741825"),
+         "'hidden_size' is too large: 1073741825 (the limit is 2^30 = 1073741824)");
+  expect(llama("1099511627776"),
+         "cfg/config.json: 'hidden_size' is too large: 1099511627776 (the limit is 2147483647)");
+  expect(llama("18446744073709551615"),
+         "'hidden_size' is too large: 18446744073709551615 (the limit is 2147483647)");
+  expect(llama("-1099511627776"),
+         "'hidden_size' is too small: -1099511627776 (the limit is -2147483648)");
+  expect(llama("0"), "'hidden_size' must be a positive size, found 0");
+  expect(llama("-3"), "'hidden_size' must be a positive size, found -3");
+  expect(llama("1.5"), "'hidden_size' must be an integer, found 1.5");
+  const std::string gpt2 =
+      R"({"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 2, "vocab_size": 10, )";
+  expect(gpt2 + R"("eos_token_id": 18446744073709551615})",
+         "'eos_token_id' is too large: 18446744073709551615 (the limit is 2147483647)");
+  expect(gpt2 + R"("eos_token_id": [1, 1099511627776]})",
+         "'eos_token_id' holds 1099511627776, which is too large (the limit is 2147483647)");
+  expect(
+      R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 32, "moe_intermediate_size": 24,
+      "intermediate_size": 40, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 61,
+      "num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": [1099511627776]})",
+      "'mlp_only_layers' holds 1099511627776, which is too large (the limit is 2147483647)");
 }
 
 }  // namespace

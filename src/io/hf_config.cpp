@@ -46,6 +46,16 @@ const ArchEntry& FamilyOf(const json& j, const std::string& source) {
        SupportedList());
 }
 
+// Calls fail("large" or "small", the limit) when the JSON integer `v` is outside int32 (every
+// integer a config holds: sizes, counts, token ids). Unsigned values above INT64_MAX would wrap in
+// get<int64_t>(), so they are compared as unsigned first.
+template <typename FailFn>
+void CheckInt32(const json& v, FailFn fail) {
+  if ((v.is_number_unsigned() && v.get<uint64_t>() > INT32_MAX) || v.get<int64_t>() > INT32_MAX)
+    fail("large", INT32_MAX);
+  if (v.get<int64_t>() < INT32_MIN) fail("small", INT32_MIN);
+}
+
 // config.json through the family reader interface (model/family.h). Keys may be dotted paths
 // into nested objects; a JSON null counts as absent, as transformers' None does.
 class JsonConfigReader : public ConfigReader {
@@ -62,10 +72,10 @@ class JsonConfigReader : public ConfigReader {
   int64_t Int(Key k, std::optional<int64_t> fallback) const override {
     const json* v = Required(k, fallback.has_value());
     if (!v) return *fallback;
-    // Unsigned values above INT64_MAX would wrap in get<int64_t>(); reject them first.
-    if (!v->is_number_integer() || (v->is_number_unsigned() && v->get<uint64_t>() > INT32_MAX) ||
-        v->get<int64_t>() < INT32_MIN || v->get<int64_t>() > INT32_MAX)
-      Fail(k, "must be an integer, found {}", v->dump());
+    if (!v->is_number_integer()) Fail(k, "must be an integer, found {}", v->dump());
+    CheckInt32(*v, [&](const char* what, int64_t limit) {
+      Fail(k, "is too {}: {} (the limit is {})", what, v->dump(), limit);
+    });
     return v->get<int64_t>();
   }
   double Float(Key k, std::optional<double> fallback) const override {
@@ -101,8 +111,10 @@ class JsonConfigReader : public ConfigReader {
     std::vector<int64_t> out;
     if (!v->is_array()) Fail(k, "must be a list of integers, found {}", v->dump());
     for (const json& e : *v) {
-      if (!e.is_number_integer() || (e.is_number_unsigned() && e.get<uint64_t>() > INT32_MAX))
-        Fail(k, "must be a list of integers, found {}", v->dump());
+      if (!e.is_number_integer()) Fail(k, "must be a list of integers, found {}", v->dump());
+      CheckInt32(e, [&](const char* what, int64_t limit) {
+        Fail(k, "holds {}, which is too {} (the limit is {})", e.dump(), what, limit);
+      });
       out.push_back(e.get<int64_t>());
     }
     return out;
@@ -224,6 +236,10 @@ void ParseEos(const json& j, const JsonConfigReader& r, int fallback, ModelConfi
     for (const json& id : *it) {
       if (!id.is_number_integer())
         Fail("{}: field 'eos_token_id' must hold integers, found {}", r.source(), id.dump());
+      CheckInt32(id, [&](const char* what, int64_t limit) {
+        Fail("{}: field 'eos_token_id' holds {}, which is too {} (the limit is {})", r.source(),
+             id.dump(), what, limit);
+      });
       c->eos_ids.push_back(id.get<int>());
     }
     c->eos_id = c->eos_ids[0];
