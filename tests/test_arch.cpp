@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <random>
 
+#include "common/file_util.h"
+#include "common/note.h"
 #include "io/gguf.h"
 #include "io/hf_config.h"
 #include "io/load.h"
@@ -398,6 +400,60 @@ TEST(FamilyConfig, GemmaBadInputIsRefusedByName) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'sliding_window' 65 is beyond the context"), std::string::npos) << e.what();
   }
+}
+
+// An HF directory holding `config_json` as given (not rewritten by WriteHfConfig) and `weights`.
+std::string WriteHfDir(const std::string& config_json, const test::HfTensors& weights,
+                       const std::string& name) {
+  const std::string dir = test::TempDir(name) + "/hf";
+  fs::create_directories(dir);
+  WriteFileAtomic(dir + "/config.json", config_json);
+  std::vector<std::pair<std::string, Tensor>> list(weights.begin(), weights.end());
+  WriteSafetensors(dir + "/model.safetensors", list);
+  return dir;
+}
+
+// transformers' Gemma3Attention does not pass attn_logit_softcapping to the attention function
+// (Gemma 3 normalises q and k instead); Gemma2Attention does. A Gemma 3 config with the key set
+// gives the logits of one without it (and a note says it is not applied); Gemma 2 still caps.
+TEST(FamilyConfig, AttnLogitSoftcappingAppliesToGemma2NotGemma3) {
+  std::vector<std::string> notes;
+  const NoteSink previous = SetNoteSink([&](const std::string& line) { notes.push_back(line); });
+  for (const std::string arch : {"Gemma3ForCausalLM", "Gemma2ForCausalLM"}) {
+    SCOPED_TRACE(arch);
+    const std::string core = R"({"architectures": [")" + arch + R"("], "hidden_size": 32,
+        "intermediate_size": 48, "num_hidden_layers": 3, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 61, "max_position_embeddings": 64,
+        "query_pre_attn_scalar": 12, "sliding_window": 4, "final_logit_softcapping": 3.0, )";
+    const std::string capped = core + R"("attn_logit_softcapping": 1.5})";
+    const std::string uncapped = core + R"("attn_logit_softcapping": null})";
+    notes.clear();
+    const ModelConfig config = ParseHfConfig(capped, "gemma/config.json");
+    const test::HfTensors weights = test::RandomHfWeights(config, 19);
+    const Model with_cap = LoadModel(WriteHfDir(capped, weights, "softcap_" + arch));
+    const Model without = LoadModel(WriteHfDir(uncapped, weights, "no_softcap_" + arch));
+    const std::vector<float> logits = RunAll(with_cap, kTokens);
+    const std::vector<float> reference = test::NaiveHfForward(config, weights, kTokens);
+    EXPECT_LT(test::MaxRelDiff(logits, reference, arch + " vs naive"), 1e-5);
+    EXPECT_LT(test::MaxRelDiff(RunIncremental(with_cap, kTokens), reference,
+                               arch + " cached decode vs naive"),
+              1e-5);
+    const double moved =
+        test::MaxRelDiff(logits, RunAll(without, kTokens), arch + " capped vs uncapped");
+    if (arch == "Gemma3ForCausalLM") {
+      EXPECT_EQ(config.attn_logit_softcap, 0.0f);
+      EXPECT_EQ(moved, 0.0);
+      ASSERT_FALSE(notes.empty());
+      EXPECT_NE(notes[0].find("gemma/config.json: attn_logit_softcapping 1.5 is not applied"),
+                std::string::npos)
+          << notes[0];
+    } else {
+      EXPECT_EQ(config.attn_logit_softcap, 1.5f);
+      EXPECT_GT(moved, 1e-2);
+      EXPECT_TRUE(notes.empty());
+    }
+  }
+  SetNoteSink(previous);
 }
 
 // GPT-NeoX's rotary fraction from either place, and the two keys that gave wrong numbers without a
