@@ -12,9 +12,9 @@
 //    Gemma 3 has 5 sliding layers per global one);
 //  - Gemma 2: attention logits soft-capped (attn_logit_softcapping, 50) and final logits too (30);
 //  - Gemma 3: per-head q/k RMSNorm (1 + w) before RoPE, sliding layers with their own RoPE base
-//    (rope_local_base_freq) without the global layers' rope_scaling, and no attention soft-cap
-//    (an attn_logit_softcapping in its config is noted and not applied, as transformers does not
-//    apply it).
+//    (rope_local_base_freq, or rope_parameters.sliding_attention) without the global layers'
+//    scaling, and no attention soft-cap (an attn_logit_softcapping in its config is noted and not
+//    applied, as transformers does not apply it).
 //
 // Tensor names: HF as above. llama.cpp (GGUF gemma2 / gemma3): attn_norm, post_attention_norm,
 // ffn_norm (the pre-feed-forward norm), post_ffw_norm, attn_q_norm / attn_k_norm, output_norm; its
