@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <random>
 
+#include "common/file_util.h"
+#include "common/note.h"
 #include "io/gguf.h"
 #include "io/hf_config.h"
 #include "io/load.h"
@@ -398,6 +400,114 @@ TEST(FamilyConfig, GemmaBadInputIsRefusedByName) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'sliding_window' 65 is beyond the context"), std::string::npos) << e.what();
   }
+}
+
+// An HF directory holding `config_json` as given (not rewritten by WriteHfConfig) and `weights`.
+std::string WriteHfDir(const std::string& config_json, const test::HfTensors& weights,
+                       const std::string& name) {
+  const std::string dir = test::TempDir(name) + "/hf";
+  fs::create_directories(dir);
+  WriteFileAtomic(dir + "/config.json", config_json);
+  std::vector<std::pair<std::string, Tensor>> list(weights.begin(), weights.end());
+  WriteSafetensors(dir + "/model.safetensors", list);
+  return dir;
+}
+
+// Gemma 3 saved by transformers 5: rope_parameters per layer type, sliding layers with the local
+// base and full layers with the global base and the scaling. The engine (prefill and cached
+// decode) gives the logits of the same model written with rope_theta + rope_local_base_freq +
+// rope_scaling, bit for bit, and matches the naive reference. Before, the nested form read as no
+// scaling and the default bases without a word.
+TEST(FamilyConfig, Gemma3RopeParametersPerLayerTypeMatchLegacyFormAndNaive) {
+  const std::string core = R"({"architectures": ["Gemma3ForCausalLM"], "hidden_size": 32,
+      "intermediate_size": 48, "num_hidden_layers": 3, "num_attention_heads": 4,
+      "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 61, "max_position_embeddings": 64,
+      "query_pre_attn_scalar": 8, "sliding_window": 5, "sliding_window_pattern": 2,
+      "tie_word_embeddings": false, )";
+  struct Case {
+    const char* label;
+    const char* legacy;
+    const char* v5;
+  };
+  const Case cases[] = {
+      {"linear", R"("rope_theta": 1000000.0, "rope_local_base_freq": 100.0,
+          "rope_scaling": {"rope_type": "linear", "factor": 8.0}})",
+       R"("rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+          "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}}})"},
+      {"llama3",
+       R"("rope_theta": 500000.0, "rope_local_base_freq": 30.0, "rope_scaling": {"rope_type":
+          "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 16}})",
+       R"("rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 30.0},
+          "full_attention": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0, "original_max_position_embeddings": 16, "rope_theta": 500000.0}}})"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.label);
+    const ModelConfig config = ParseHfConfig(core + k.legacy, "legacy");
+    const test::HfTensors weights = test::RandomHfWeights(config, 17);
+    const Model legacy = LoadModel(
+        WriteHfDir(core + k.legacy, weights, std::string("gemma3_rope_legacy_") + k.label));
+    const Model v5 =
+        LoadModel(WriteHfDir(core + k.v5, weights, std::string("gemma3_rope_v5_") + k.label));
+    EXPECT_EQ(v5.config, legacy.config);
+    const std::vector<float> reference = test::NaiveHfForward(config, weights, kTokens);
+    const std::vector<float> got = RunAll(v5, kTokens);
+    EXPECT_EQ(test::MaxDiff(got, RunAll(legacy, kTokens), "v5 form vs legacy form"), 0.0);
+    EXPECT_LT(test::MaxRelDiff(got, reference, std::string(k.label) + " v5 form vs naive"), 1e-5);
+    EXPECT_LT(test::MaxRelDiff(RunIncremental(v5, kTokens), reference, "cached decode vs naive"),
+              1e-5);
+    // What the nested form read as before (no scaling, the default local base) is another model.
+    ModelConfig misread = config;
+    misread.rope_scaling = RopeScalingKind::kNone;
+    misread.rope_local_theta = 10000.0f;
+    EXPECT_GT(test::MaxRelDiff(test::NaiveHfForward(misread, weights, kTokens), reference,
+                               "misread vs naive"),
+              1e-3);
+  }
+}
+
+// transformers' Gemma3Attention does not pass attn_logit_softcapping to the attention function
+// (Gemma 3 normalises q and k instead); Gemma2Attention does. A Gemma 3 config with the key set
+// gives the logits of one without it (and a note says it is not applied); Gemma 2 still caps.
+TEST(FamilyConfig, AttnLogitSoftcappingAppliesToGemma2NotGemma3) {
+  std::vector<std::string> notes;
+  const NoteSink previous = SetNoteSink([&](const std::string& line) { notes.push_back(line); });
+  for (const std::string arch : {"Gemma3ForCausalLM", "Gemma2ForCausalLM"}) {
+    SCOPED_TRACE(arch);
+    const std::string core = R"({"architectures": [")" + arch + R"("], "hidden_size": 32,
+        "intermediate_size": 48, "num_hidden_layers": 3, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 61, "max_position_embeddings": 64,
+        "query_pre_attn_scalar": 12, "sliding_window": 4, "final_logit_softcapping": 3.0, )";
+    const std::string capped = core + R"("attn_logit_softcapping": 1.5})";
+    const std::string uncapped = core + R"("attn_logit_softcapping": null})";
+    notes.clear();
+    const ModelConfig config = ParseHfConfig(capped, "gemma/config.json");
+    const test::HfTensors weights = test::RandomHfWeights(config, 19);
+    const Model with_cap = LoadModel(WriteHfDir(capped, weights, "softcap_" + arch));
+    const Model without = LoadModel(WriteHfDir(uncapped, weights, "no_softcap_" + arch));
+    const std::vector<float> logits = RunAll(with_cap, kTokens);
+    const std::vector<float> reference = test::NaiveHfForward(config, weights, kTokens);
+    EXPECT_LT(test::MaxRelDiff(logits, reference, arch + " vs naive"), 1e-5);
+    EXPECT_LT(test::MaxRelDiff(RunIncremental(with_cap, kTokens), reference,
+                               arch + " cached decode vs naive"),
+              1e-5);
+    const double moved =
+        test::MaxRelDiff(logits, RunAll(without, kTokens), arch + " capped vs uncapped");
+    if (arch == "Gemma3ForCausalLM") {
+      EXPECT_EQ(config.attn_logit_softcap, 0.0f);
+      EXPECT_EQ(moved, 0.0);
+      ASSERT_FALSE(notes.empty());
+      EXPECT_NE(notes[0].find("gemma/config.json: attn_logit_softcapping 1.5 is not applied"),
+                std::string::npos)
+          << notes[0];
+    } else {
+      EXPECT_EQ(config.attn_logit_softcap, 1.5f);
+      EXPECT_GT(moved, 1e-2);
+      EXPECT_TRUE(notes.empty());
+    }
+  }
+  SetNoteSink(previous);
 }
 
 // GPT-NeoX's rotary fraction from either place, and the two keys that gave wrong numbers without a

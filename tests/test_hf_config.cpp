@@ -461,7 +461,7 @@ TEST(HfConfig, Errors) {
 
   e = ErrorOf(R"({"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 2,
                   "vocab_size": 10, "eos_token_id": 18446744073709551615})");
-  EXPECT_NE(e.find("'eos_token_id' must be an integer"), std::string::npos);
+  EXPECT_NE(e.find("'eos_token_id' is too large"), std::string::npos) << e;
 
   e = ErrorOf(R"({"model_type": "llama", "hidden_size": 8, "num_hidden_layers": 1,
                   "num_attention_heads": 2, "intermediate_size": 16, "vocab_size": 10,
@@ -489,6 +489,315 @@ TEST(HfConfig, Errors) {
   EXPECT_NE(e.find("'max_window_layers' must be 0 or more"), std::string::npos) << e;
 
   EXPECT_THROW(ReadHfConfig("/nonexistent/sinkscope/config.json"), Error);
+}
+
+std::string RopeSummary(const ModelConfig& c) {
+  return fmt::format("rope_theta {}, local {}, scaling {} x{}", c.rope_theta, c.rope_local_theta,
+                     static_cast<int>(c.rope_scaling), c.rope_scaling_factor);
+}
+
+// A tiny config of each RoPE family, with `extra` keys; max_position_embeddings 64, so that
+// YaRN's factor 4 over an original 16 agrees with 64 / 16.
+std::string TinyConfig(const std::string& arch, const std::string& extra) {
+  std::string core;
+  if (arch == "GPTNeoXForCausalLM") {
+    core = R"("hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "vocab_size": 61, "max_position_embeddings": 64)";
+  } else {
+    core = R"("hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 61,
+        "max_position_embeddings": 64)";
+    if (arch == "Qwen3MoeForCausalLM" || arch == "OlmoeForCausalLM")
+      core += R"(, "moe_intermediate_size": 24, "num_experts": 4, "num_experts_per_tok": 2)";
+    if (arch == "MixtralForCausalLM" || arch == "GptOssForCausalLM")
+      core += R"(, "num_local_experts": 4, "num_experts_per_tok": 2)";
+    if (arch.rfind("Gemma", 0) == 0 || arch == "GptOssForCausalLM")
+      core += R"(, "sliding_window": 4)";
+  }
+  return "{\"architectures\": [\"" + arch + "\"], " + core + (extra.empty() ? "" : ", " + extra) +
+         "}";
+}
+
+// transformers 5 writes the RoPE settings as rope_parameters (the base inside; Gemma 3: one object
+// per layer type); earlier versions as rope_theta + rope_scaling (Gemma 3: + rope_local_base_freq).
+// For every family with RoPE and every scaling type sinkscope implements, both forms read to the
+// same ModelConfig. Before, Gemma 3's per-layer-type form read as no scaling and the default
+// bases (mean NLL 0.52 nats off on random gemma3_text models, issue 32).
+TEST(HfConfig, RopeParametersV5FormReadsAsTheLegacyForm) {
+  struct Type {
+    const char* name;
+    const char* parameters;  // the type's keys, as both forms spell them
+    RopeScalingKind kind;
+  };
+  const Type types[] = {
+      {"default", R"("rope_type": "default")", RopeScalingKind::kNone},
+      {"linear", R"("rope_type": "linear", "factor": 4.0)", RopeScalingKind::kLinear},
+      {"linear (older 'type')", R"("type": "linear", "factor": 4.0)", RopeScalingKind::kLinear},
+      {"llama3", R"("rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0, "original_max_position_embeddings": 16)",
+       RopeScalingKind::kLlama3},
+      {"yarn", R"("rope_type": "yarn", "factor": 4.0, "beta_fast": 16.0, "beta_slow": 2.0,
+          "truncate": false, "original_max_position_embeddings": 16)",
+       RopeScalingKind::kYarn},
+  };
+  const char* families[] = {"LlamaForCausalLM",  "MistralForCausalLM", "MixtralForCausalLM",
+                            "Qwen2ForCausalLM",  "Qwen3ForCausalLM",   "Qwen3MoeForCausalLM",
+                            "Olmo2ForCausalLM",  "OlmoeForCausalLM",   "GptOssForCausalLM",
+                            "Gemma2ForCausalLM", "Phi3ForCausalLM",    "GPTNeoXForCausalLM"};
+  int checked = 0;
+  for (const char* family : families) {
+    const std::string base_key =
+        std::string(family) == "GPTNeoXForCausalLM" ? "rotary_emb_base" : "rope_theta";
+    for (const Type& t : types) {
+      SCOPED_TRACE(fmt::format("{} {}", family, t.name));
+      const bool scaled = t.kind != RopeScalingKind::kNone;
+      const std::string legacy = TinyConfig(
+          family,
+          fmt::format(R"("{}": 5000.0{})", base_key,
+                      scaled ? fmt::format(R"(, "rope_scaling": {{{}}})", t.parameters) : ""));
+      const ModelConfig want = ParseHfConfig(legacy, "legacy/config.json");
+      EXPECT_EQ(want.rope_theta, 5000.0f);
+      EXPECT_EQ(want.rope_scaling, t.kind);
+      // As transformers 5 saves it; and with the base left at the top level, which it reads too.
+      const std::string v5 = TinyConfig(
+          family, fmt::format(R"("rope_parameters": {{{}, "rope_theta": 5000.0}})", t.parameters));
+      EXPECT_EQ(ParseHfConfig(v5, "v5/config.json"), want) << v5;
+      const std::string v5_top_base = TinyConfig(
+          family,
+          fmt::format(R"("{}": 5000.0, "rope_parameters": {{{}}})", base_key, t.parameters));
+      EXPECT_EQ(ParseHfConfig(v5_top_base, "v5/config.json"), want) << v5_top_base;
+      // Both forms, saying the same thing.
+      const std::string both = TinyConfig(
+          family,
+          fmt::format(
+              R"("{}": 5000.0, "rope_scaling": {{{}}}, "rope_parameters": {{{}, "rope_theta": 5000.0}})",
+              base_key, t.parameters, t.parameters));
+      EXPECT_EQ(ParseHfConfig(both, "both/config.json"), want) << both;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 12 * 5);
+
+  // Gemma 3: the issue's form (sliding layers the local base, full layers the global base and the
+  // scaling) against rope_theta + rope_local_base_freq + rope_scaling.
+  struct Gemma3Case {
+    const char* legacy;
+    const char* v5;
+  };
+  const Gemma3Case gemma3[] = {
+      {R"("rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+          "rope_scaling": {"rope_type": "linear", "factor": 8.0})",
+       R"("rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+          "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}})"},
+      {R"("rope_theta": 500000.0, "rope_local_base_freq": 100.0,
+          "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0, "original_max_position_embeddings": 16})",
+       R"("rope_parameters": {"full_attention": {"rope_type": "llama3", "factor": 8.0,
+          "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 16,
+          "rope_theta": 500000.0}, "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}})"},
+      // Entries missing or null: the default RoPE with the top-level bases, or the defaults.
+      {R"("rope_theta": 20000.0, "rope_local_base_freq": 100.0)",
+       R"("rope_theta": 20000.0, "rope_local_base_freq": 100.0,
+          "rope_parameters": {"sliding_attention": null})"},
+      {R"("rope_local_base_freq": 10000.0, "rope_theta": 1000000.0)",
+       R"("rope_parameters": {"full_attention": {"rope_type": "default"}})"},
+      // Both forms, agreeing.
+      {R"("rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+          "rope_scaling": {"rope_type": "linear", "factor": 8.0})",
+       R"("rope_theta": 1000000.0, "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+          "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0}})"},
+  };
+  for (const Gemma3Case& g : gemma3) {
+    SCOPED_TRACE(g.v5);
+    const ModelConfig want = ParseHfConfig(TinyConfig("Gemma3ForCausalLM", g.legacy), "legacy");
+    const ModelConfig got = ParseHfConfig(TinyConfig("Gemma3ForCausalLM", g.v5), "v5");
+    EXPECT_EQ(got, want) << RopeSummary(got) << " vs " << RopeSummary(want);
+  }
+  const ModelConfig issue = ParseHfConfig(TinyConfig("Gemma3ForCausalLM", gemma3[0].v5), "v5");
+  EXPECT_EQ(issue.rope_theta, 1e6f);
+  EXPECT_EQ(issue.rope_local_theta, 1e4f);
+  EXPECT_EQ(issue.rope_scaling, RopeScalingKind::kLinear);
+  EXPECT_EQ(issue.rope_scaling_factor, 8.0f);
+  // What the writer makes of it (the legacy form) reads back the same.
+  EXPECT_EQ(ParseHfConfig(HfConfigJson(issue), "again"), issue);
+}
+
+// Each RoPE form or value that a family does not implement is refused naming config.json and the
+// key, instead of being read as something else (before: every one of these loaded).
+TEST(HfConfig, RopeFormsAFamilyDoesNotImplementAreRefusedByName) {
+  auto expect = [](const std::string& arch, const std::string& extra, const std::string& message) {
+    SCOPED_TRACE(extra);
+    const std::string e = ErrorOf(TinyConfig(arch, extra));
+    EXPECT_NE(e.find("cfg/config.json: "), std::string::npos) << e;
+    EXPECT_NE(e.find(message), std::string::npos) << e;
+  };
+  const std::string llama = "LlamaForCausalLM", gemma3 = "Gemma3ForCausalLM";
+  // Scaling types sinkscope does not implement, in either form and either spelling of the type.
+  expect(llama, R"("rope_scaling": {"rope_type": "dynamic", "factor": 2.0})",
+         "'rope_scaling.rope_type' is 'dynamic', which sinkscope does not implement; supported: "
+         "default, linear, llama3, yarn");
+  expect(llama, R"("rope_scaling": {"type": "dynamic", "factor": 2.0})",
+         "'rope_scaling.type' is 'dynamic'");
+  expect(llama,
+         R"("rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})",
+         "'rope_parameters.rope_type' is 'dynamic'");
+  expect("Phi3ForCausalLM",
+         R"("rope_parameters": {"rope_type": "longrope", "short_factor": [1.0, 1.0],
+         "long_factor": [1.0, 1.0], "original_max_position_embeddings": 16, "rope_theta": 10000.0})",
+         "'rope_parameters.rope_type' is 'longrope'");
+  expect(
+      gemma3,
+      R"("rope_parameters": {"full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0}})",
+      "'rope_parameters.full_attention.rope_type' is 'proportional'");
+  expect(llama, R"("rope_scaling": {"rope_type": "linear", "type": "yarn", "factor": 2.0})",
+         "'rope_scaling.rope_type' 'linear' and 'rope_scaling.type' 'yarn' disagree");
+  // Keys the type does not take (transformers warns and ignores them).
+  expect(
+      llama,
+      R"("rope_scaling": {"rope_type": "linear", "factor": 2.0, "original_max_position_embeddings": 16})",
+      "'rope_scaling.original_max_position_embeddings' is not a parameter of rope_type 'linear' "
+      "(it takes factor, rope_theta)");
+  expect(llama,
+         R"("rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "factor": 2.0})",
+         "'rope_parameters.factor' is not a parameter of rope_type 'default'");
+  expect(llama,
+         R"("rope_parameters": {"rope_type": "yarn", "factor": 4.0, "attention_factor": 1.2})",
+         "'rope_parameters.attention_factor' is not supported");
+  // Values.
+  expect(llama, R"("rope_parameters": {"rope_type": "linear", "factor": 0.0})",
+         "'rope_parameters.factor' must be positive");
+  expect(llama, R"("rope_parameters": {"rope_type": "linear", "factor": "2"})",
+         "'rope_parameters.factor' must be a number");
+  expect(llama,
+         R"("rope_parameters": {"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0,
+         "original_max_position_embeddings": 16})",
+         "missing required field 'rope_parameters.low_freq_factor'");
+  expect(llama, R"("rope_parameters": 5)", "'rope_parameters' must be an object or null, found 5");
+  expect(llama,
+         R"("rope_scaling": {"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5})",
+         "'rope_scaling.partial_rotary_factor' 0.5 (rotating part of each head) is not supported");
+  // The per-layer-type form where the family has one set of RoPE parameters, and the reverse.
+  expect(
+      llama,
+      R"("rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}})",
+      "'rope_parameters.full_attention': llama has one set of RoPE parameters for every layer");
+  expect("Gemma2ForCausalLM", R"("rope_parameters": {"sliding_attention": {"rope_type": "default"},
+         "full_attention": {"rope_type": "default"}})",
+         "gemma2 has one set of RoPE parameters");
+  expect(gemma3,
+         R"("rope_parameters": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0})",
+         "'rope_parameters' of gemma3_text holds one object per layer type");
+  expect(gemma3, R"("rope_parameters": {"full_attention": 3})",
+         "'rope_parameters.full_attention' must be an object or null, found 3");
+  expect(gemma3,
+         R"("rope_parameters": {"sliding_attention": {"rope_type": "linear", "factor": 2.0}})",
+         "'rope_parameters.sliding_attention' has rope_type 'linear', which sinkscope does not "
+         "implement");
+  expect(
+      gemma3,
+      R"("rope_parameters": {"full_attention": {"rope_type": "default", "partial_rotary_factor": 0.5}})",
+      "'rope_parameters.full_attention.partial_rotary_factor' 0.5 (rotating part of each head) is "
+      "not supported there; gemma3_text rotates whole heads");
+  // YaRN on Gemma 3: its attention factor would scale the sliding layers too.
+  expect(gemma3, R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})",
+         "'rope_scaling.rope_type' is 'yarn'");
+  expect(gemma3, R"("rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 4.0}})",
+         "'rope_parameters.full_attention.rope_type' is 'yarn'");
+  // The two forms, or a base at the top level and one inside, saying different things.
+  expect(
+      llama,
+      R"("rope_theta": 10000.0, "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0})",
+      "'rope_parameters.rope_theta' 500000 and 'rope_theta' 10000 disagree");
+  expect(
+      "GPTNeoXForCausalLM",
+      R"("rotary_emb_base": 10000, "rope_parameters": {"rope_type": "default", "rope_theta": 5000.0})",
+      "'rope_parameters.rope_theta' 5000 and 'rotary_emb_base' 10000 disagree");
+  expect(
+      gemma3,
+      R"("rope_local_base_freq": 10000.0, "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 100.0}})",
+      "'rope_parameters.sliding_attention.rope_theta' 100 and 'rope_local_base_freq' 10000 "
+      "disagree");
+  expect(
+      llama,
+      R"("rope_scaling": {"rope_type": "linear", "factor": 2.0}, "rope_parameters": {"rope_type": "linear", "factor": 4.0})",
+      "'rope_scaling' and 'rope_parameters' give different RoPE settings (factor 2 / 4");
+  expect(
+      gemma3,
+      R"("rope_scaling": {"rope_type": "linear", "factor": 8.0}, "rope_parameters": {"full_attention": {"rope_type": "default"}})",
+      "'rope_scaling' and 'rope_parameters' give different RoPE settings (rope_type linear / "
+      "default");
+  expect(llama, R"("rope_scaling": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0})",
+         "'rope_scaling.rope_theta' 500000 and the RoPE base 10000 (the default) disagree");
+  // Phi-3's top-level original_max_position_embeddings, which transformers 5 puts into the
+  // scaling parameters over theirs.
+  expect("Phi3ForCausalLM",
+         R"("original_max_position_embeddings": 32, "rope_scaling": {"rope_type": "yarn",
+         "factor": 4.0, "original_max_position_embeddings": 16})",
+         "'rope_scaling.original_max_position_embeddings' 16 and "
+         "'original_max_position_embeddings' 32 disagree");
+  EXPECT_EQ(ErrorOf(TinyConfig("Phi3ForCausalLM",
+                               R"("original_max_position_embeddings": 16, "rope_scaling":
+      {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16})")),
+            "");
+  // A family without RoPE.
+  EXPECT_NE(
+      ErrorOf(R"({"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 2, "vocab_size": 10,
+      "rope_scaling": {"rope_type": "linear", "factor": 2.0}})")
+          .find("cfg/config.json: 'rope_scaling' is given, but gpt2 has no rotary embedding"),
+      std::string::npos);
+  // layer_types where the family reads none: it must agree with the family's own rule.
+  expect(llama, R"("layer_types": ["full_attention", "sliding_attention"])",
+         "layer_types[1] is \"sliding_attention\", but llama gives layer 1 full_attention (no "
+         "sliding window)");
+  expect("MistralForCausalLM",
+         R"("sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"])",
+         "layer_types[1] is \"full_attention\", but mistral gives layer 1 sliding_attention "
+         "(sliding_window 4 on every layer)");
+  expect(llama, R"("layer_types": ["full_attention"])",
+         "'layer_types' must list one attention kind for each of the 2 layers");
+  EXPECT_EQ(ErrorOf(TinyConfig(llama, R"("layer_types": ["full_attention", "full_attention"])")),
+            "");
+  EXPECT_EQ(ErrorOf(TinyConfig("MistralForCausalLM", R"("sliding_window": 4,
+      "layer_types": ["sliding_attention", "sliding_attention"])")),
+            "");
+}
+
+// Numbers beyond what a field can hold say so, with the limit, instead of "must be a positive
+// size, found 2147483647" or "must be an integer, found 1099511627776".
+TEST(HfConfig, TooLargeNumbersSayTooLarge) {
+  auto llama = [](const std::string& hidden) {
+    return R"({"model_type": "llama", "hidden_size": )" + hidden + R"(, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "intermediate_size": 16, "vocab_size": 10})";
+  };
+  auto expect = [](const std::string& json, const std::string& message) {
+    const std::string e = ErrorOf(json);
+    EXPECT_NE(e.find(message), std::string::npos) << e;
+  };
+  expect(
+      llama("2147483647"),
+      "cfg/config.json: 'hidden_size' is too large: 2147483647 (the limit is 2^30 = 1073741824)");
+  expect(llama("1073741825"),
+         "'hidden_size' is too large: 1073741825 (the limit is 2^30 = 1073741824)");
+  expect(llama("1099511627776"),
+         "cfg/config.json: 'hidden_size' is too large: 1099511627776 (the limit is 2147483647)");
+  expect(llama("18446744073709551615"),
+         "'hidden_size' is too large: 18446744073709551615 (the limit is 2147483647)");
+  expect(llama("-1099511627776"),
+         "'hidden_size' is too small: -1099511627776 (the limit is -2147483648)");
+  expect(llama("0"), "'hidden_size' must be a positive size, found 0");
+  expect(llama("-3"), "'hidden_size' must be a positive size, found -3");
+  expect(llama("1.5"), "'hidden_size' must be an integer, found 1.5");
+  const std::string gpt2 =
+      R"({"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 2, "vocab_size": 10, )";
+  expect(gpt2 + R"("eos_token_id": 18446744073709551615})",
+         "'eos_token_id' is too large: 18446744073709551615 (the limit is 2147483647)");
+  expect(gpt2 + R"("eos_token_id": [1, 1099511627776]})",
+         "'eos_token_id' holds 1099511627776, which is too large (the limit is 2147483647)");
+  expect(
+      R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 32, "moe_intermediate_size": 24,
+      "intermediate_size": 40, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 61,
+      "num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": [1099511627776]})",
+      "'mlp_only_layers' holds 1099511627776, which is too large (the limit is 2147483647)");
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 #include "io/hf_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -46,6 +48,16 @@ const ArchEntry& FamilyOf(const json& j, const std::string& source) {
        SupportedList());
 }
 
+// Calls fail("large" or "small", the limit) when the JSON integer `v` is outside int32 (every
+// integer a config holds: sizes, counts, token ids). Unsigned values above INT64_MAX would wrap in
+// get<int64_t>(), so they are compared as unsigned first.
+template <typename FailFn>
+void CheckInt32(const json& v, FailFn fail) {
+  if ((v.is_number_unsigned() && v.get<uint64_t>() > INT32_MAX) || v.get<int64_t>() > INT32_MAX)
+    fail("large", INT32_MAX);
+  if (v.get<int64_t>() < INT32_MIN) fail("small", INT32_MIN);
+}
+
 // config.json through the family reader interface (model/family.h). Keys may be dotted paths
 // into nested objects; a JSON null counts as absent, as transformers' None does.
 class JsonConfigReader : public ConfigReader {
@@ -62,10 +74,10 @@ class JsonConfigReader : public ConfigReader {
   int64_t Int(Key k, std::optional<int64_t> fallback) const override {
     const json* v = Required(k, fallback.has_value());
     if (!v) return *fallback;
-    // Unsigned values above INT64_MAX would wrap in get<int64_t>(); reject them first.
-    if (!v->is_number_integer() || (v->is_number_unsigned() && v->get<uint64_t>() > INT32_MAX) ||
-        v->get<int64_t>() < INT32_MIN || v->get<int64_t>() > INT32_MAX)
-      Fail(k, "must be an integer, found {}", v->dump());
+    if (!v->is_number_integer()) Fail(k, "must be an integer, found {}", v->dump());
+    CheckInt32(*v, [&](const char* what, int64_t limit) {
+      Fail(k, "is too {}: {} (the limit is {})", what, v->dump(), limit);
+    });
     return v->get<int64_t>();
   }
   double Float(Key k, std::optional<double> fallback) const override {
@@ -101,8 +113,10 @@ class JsonConfigReader : public ConfigReader {
     std::vector<int64_t> out;
     if (!v->is_array()) Fail(k, "must be a list of integers, found {}", v->dump());
     for (const json& e : *v) {
-      if (!e.is_number_integer() || (e.is_number_unsigned() && e.get<uint64_t>() > INT32_MAX))
-        Fail(k, "must be a list of integers, found {}", v->dump());
+      if (!e.is_number_integer()) Fail(k, "must be a list of integers, found {}", v->dump());
+      CheckInt32(e, [&](const char* what, int64_t limit) {
+        Fail(k, "holds {}, which is too {} (the limit is {})", e.dump(), what, limit);
+      });
       out.push_back(e.get<int64_t>());
     }
     return out;
@@ -151,60 +165,322 @@ int TokenId(const JsonConfigReader& r, const char* key, int fallback) {
   return static_cast<int>(r.Int(K(key), std::nullopt));
 }
 
-// rope_scaling: null, or {"rope_type" (or older "type"): "linear" | "llama3" | "default", ...}.
-// transformers >= 4.5x may instead put rope_theta and these keys in "rope_parameters".
-void ParseRopeScaling(const json& j, const std::string& source, ModelConfig* c) {
-  const json* scaling = nullptr;
-  std::string key = "rope_scaling";
-  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) scaling = &*it;
-  if (auto it = j.find("rope_parameters"); !scaling && it != j.end() && !it->is_null()) {
-    scaling = &*it;
-    key = "rope_parameters";
+// ---- RoPE settings, in the two forms transformers writes.
+//
+// Before version 5: the base at the top level ("rope_theta"; GPT-NeoX's older "rotary_emb_base")
+// and "rope_scaling": null or {"rope_type" (older: "type"): "linear" | "llama3" | "yarn" | ...,
+// that type's parameters}. Gemma 3 adds "rope_local_base_freq", the base of its sliding layers,
+// which rope_scaling does not touch (it scales the full-attention layers).
+// Version 5 (modeling_rope_utils.py, RotaryEmbeddingConfigMixin.convert_rope_params_to_dict and
+// standardize_rope_params) writes "rope_parameters" instead: the same object with the base inside
+// ({"rope_type": "linear", "factor": 8.0, "rope_theta": 10000.0}), or, for a model whose layer
+// types have RoPE of their own (Gemma3TextConfig), one object per layer type:
+// {"sliding_attention": {...}, "full_attention": {...}}. It still reads the older keys: a
+// rope_scaling object becomes rope_parameters (Gemma 3: is merged into its full_attention entry),
+// and the top-level base (Gemma 3: rope_local_base_freq for sliding_attention) fills in where an
+// object gives none. The two forms read here to the same ModelConfig; a config that gives both
+// and means different things by them is refused (transformers versions would disagree on it).
+
+constexpr const char* kRopeTypes = "default, linear, llama3, yarn";
+
+const json* NonNull(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+bool IsLayerType(std::string_view key) {
+  return key == "sliding_attention" || key == "full_attention";
+}
+
+const char* RopeScalingName(RopeScalingKind kind) {
+  switch (kind) {
+    case RopeScalingKind::kNone:
+      return "default";
+    case RopeScalingKind::kLinear:
+      return "linear";
+    case RopeScalingKind::kLlama3:
+      return "llama3";
+    case RopeScalingKind::kYarn:
+      return "yarn";
   }
-  if (!scaling) return;
-  if (!scaling->is_object())
-    Fail("{}: '{}' must be an object or null, found {}", source, key, scaling->dump());
-  std::string where = fmt::format("{} ({})", source, key);
-  JsonConfigReader s(*scaling, where);
-  if (key == "rope_parameters") c->rope_theta = s.Real(K("rope_theta"), c->rope_theta);
-  std::string type = s.String(K("rope_type"), s.String(K("type"), "default"));
-  if (type == "default") return;
-  if (type == "linear") {
-    c->rope_scaling = RopeScalingKind::kLinear;
-    c->rope_scaling_factor = s.Real(K("factor"));
-  } else if (type == "llama3") {
-    c->rope_scaling = RopeScalingKind::kLlama3;
-    c->rope_scaling_factor = s.Real(K("factor"));
-    c->rope_low_freq_factor = s.Real(K("low_freq_factor"));
-    c->rope_high_freq_factor = s.Real(K("high_freq_factor"));
-    c->rope_original_max_seq_len = s.PositiveInt(K("original_max_position_embeddings"));
-  } else if (type == "yarn") {
+  return "?";
+}
+
+// The parameters a RoPE object of `type` takes besides rope_type and rope_theta: transformers'
+// required and optional keys for the type
+// (RotaryEmbeddingConfigMixin._validate_<type>_rope_parameters), less YaRN's attention_factor /
+// mscale / mscale_all_dim, which are refused with their own message.
+std::vector<std::string_view> RopeParameterKeys(const std::string& type) {
+  if (type == "linear") return {"factor"};
+  if (type == "llama3")
+    return {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+  if (type == "yarn")
+    return {"factor", "beta_fast", "beta_slow", "truncate", "original_max_position_embeddings"};
+  return {};
+}
+
+struct RopeObjectRules {
+  // The object's partial_rotary_factor is read (or refused) with the family's settings: true for
+  // the flat rope_parameters (model/family.h ReadPartialRotary, RefusePartialRotary below).
+  // Elsewhere only 1 (every dimension rotated) is accepted.
+  bool partial_rotary_read_elsewhere = false;
+  bool yarn = true;  // YaRN may apply to these layers
+};
+
+// One RoPE object at `path` ("rope_scaling", "rope_parameters", "rope_parameters.full_attention")
+// into c's rope_scaling fields, telling the reader where each came from for ValidateConfig's
+// messages. Returns the object's rope_theta, if it gives one. A type, a key or a value sinkscope
+// does not implement is refused naming the file and the key.
+std::optional<float> ReadRopeObject(const JsonConfigReader& r, const json& object,
+                                    const std::string& path, RopeObjectRules rules,
+                                    ModelConfig* c) {
+  const std::string& source = r.source();
+  if (!object.is_object())
+    Fail("{}: '{}' must be an object or null, found {}", source, path, object.dump());
+  // The reader takes dotted paths from the top of config.json; each string outlives its Key.
+  auto at = [&](std::string_view key) { return path + "." + std::string(key); };
+  const std::string type_key = at("rope_type"), legacy_type_key = at("type");
+  const std::string type =
+      r.String(K(type_key.c_str()), r.String(K(legacy_type_key.c_str()), "default"));
+  if (r.Has(K(type_key.c_str())) && r.Has(K(legacy_type_key.c_str())) &&
+      r.String(K(legacy_type_key.c_str()), "") != type)
+    Fail("{}: '{}' '{}' and '{}' '{}' disagree; give one", source, type_key, type, legacy_type_key,
+         r.String(K(legacy_type_key.c_str()), ""));
+  const std::string& named_type = r.Has(K(type_key.c_str())) ? type_key : legacy_type_key;
+  if (type != "default" && type != "linear" && type != "llama3" && type != "yarn")
+    Fail("{}: '{}' is '{}', which sinkscope does not implement; supported: {}", source, named_type,
+         type, kRopeTypes);
+  if (type == "yarn" && !rules.yarn)
+    Fail(
+        "{}: '{}' is 'yarn', which sinkscope does not implement for {}: its sliding layers have "
+        "RoPE of their own, and YaRN's attention factor would scale them too; supported: default, "
+        "linear, llama3",
+        source, named_type, c->arch);
+  if (type == "yarn") {
     // transformers' _compute_yarn_parameters. The attention factor is derived from the factor;
     // the keys that override it (DeepSeek's mscale, an explicit attention_factor) are not
     // implemented and are refused rather than ignored.
-    for (const char* k : {"attention_factor", "mscale", "mscale_all_dim"})
-      if (s.Has(K(k))) Fail("{}: {}.{} is not supported (YaRN with the default attention factor only)", source, key, k);
+    for (const char* k : {"attention_factor", "mscale", "mscale_all_dim"}) {
+      const std::string key = at(k);
+      if (r.Has(K(key.c_str())))
+        Fail("{}: '{}' is not supported (YaRN with the default attention factor only)", source,
+             key);
+    }
+  }
+  // Keys the type does not take: transformers warns and ignores them. They are refused, so that a
+  // value meant to change the numbers is not silently dropped.
+  const std::vector<std::string_view> takes = RopeParameterKeys(type);
+  for (const auto& [key, value] : object.items()) {
+    if (value.is_null() || key == "rope_type" || key == "type" || key == "rope_theta" ||
+        key == "partial_rotary_factor" || std::find(takes.begin(), takes.end(), key) != takes.end())
+      continue;
+    Fail("{}: '{}' is not a parameter of rope_type '{}' (it takes {}rope_theta); remove the key",
+         source, at(key), type, takes.empty() ? "" : fmt::format("{}, ", fmt::join(takes, ", ")));
+  }
+  const std::string partial = at("partial_rotary_factor");
+  if (!rules.partial_rotary_read_elsewhere && r.Has(K(partial.c_str())) &&
+      r.Real(K(partial.c_str())) != 1.0f)
+    Fail("{}: '{}' {} (rotating part of each head) is not supported there; {}", source, partial,
+         r.Real(K(partial.c_str())),
+         c->arch == "gemma3_text"
+             ? "gemma3_text rotates whole heads"
+             : "give it as partial_rotary_factor or rope_parameters.partial_rotary_factor");
+
+  const std::string factor = at("factor"), low = at("low_freq_factor"),
+                    high = at("high_freq_factor"),
+                    original = at("original_max_position_embeddings"), beta_fast = at("beta_fast"),
+                    beta_slow = at("beta_slow"), truncate = at("truncate"),
+                    theta = at("rope_theta");
+  r.Spelled("rope_scaling_factor", K(factor.c_str()));
+  r.Spelled("rope_low_freq_factor", K(low.c_str()));
+  r.Spelled("rope_high_freq_factor", K(high.c_str()));
+  r.Spelled("rope_original_max_seq_len", K(original.c_str()));
+  r.Spelled("rope_yarn_beta_fast", K(beta_fast.c_str()));
+  r.Spelled("rope_yarn_beta_slow", K(beta_slow.c_str()));
+  if (type == "linear") {
+    c->rope_scaling = RopeScalingKind::kLinear;
+    c->rope_scaling_factor = r.Real(K(factor.c_str()));
+  } else if (type == "llama3") {
+    c->rope_scaling = RopeScalingKind::kLlama3;
+    c->rope_scaling_factor = r.Real(K(factor.c_str()));
+    c->rope_low_freq_factor = r.Real(K(low.c_str()));
+    c->rope_high_freq_factor = r.Real(K(high.c_str()));
+    c->rope_original_max_seq_len = r.PositiveInt(K(original.c_str()));
+  } else if (type == "yarn") {
     c->rope_scaling = RopeScalingKind::kYarn;
-    c->rope_scaling_factor = s.Real(K("factor"));
-    c->rope_yarn_beta_fast = s.Real(K("beta_fast"), 32.0f);
-    c->rope_yarn_beta_slow = s.Real(K("beta_slow"), 1.0f);
-    c->rope_yarn_truncate = s.Bool(K("truncate"), true);
-    c->rope_original_max_seq_len = s.PositiveInt(K("original_max_position_embeddings"), c->max_seq_len);
+    c->rope_scaling_factor = r.Real(K(factor.c_str()));
+    c->rope_yarn_beta_fast = r.Real(K(beta_fast.c_str()), 32.0f);
+    c->rope_yarn_beta_slow = r.Real(K(beta_slow.c_str()), 1.0f);
+    c->rope_yarn_truncate = r.Bool(K(truncate.c_str()), true);
+    c->rope_original_max_seq_len = r.PositiveInt(K(original.c_str()), c->max_seq_len);
     // Newer transformers take the factor as max_position_embeddings / original when the original
     // length is given, older ones the "factor" key: a config where they differ means different
     // numbers in different versions.
-    if (s.Has(K("original_max_position_embeddings")) &&
+    if (r.Has(K(original.c_str())) &&
         std::abs(static_cast<double>(c->max_seq_len) / c->rope_original_max_seq_len -
                  c->rope_scaling_factor) > 1e-6 * c->rope_scaling_factor)
-      Fail("{}: {}.factor {} differs from max_position_embeddings / original_max_position_embeddings "
-           "= {} / {}; transformers versions disagree on which applies", source, key,
-           c->rope_scaling_factor, c->max_seq_len, c->rope_original_max_seq_len);
-  } else {
-    Fail("{}: {} type '{}' is not supported; supported: default, linear, llama3, yarn", source, key,
-         type);
+      Fail(
+          "{}: '{}' {} differs from max_position_embeddings / '{}' = {} / {}; transformers "
+          "versions disagree on which applies",
+          source, factor, c->rope_scaling_factor, original, c->max_seq_len,
+          c->rope_original_max_seq_len);
   }
-  if (!(c->rope_scaling_factor > 0))
-    Fail("{}: {} factor must be positive, found {}", source, key, c->rope_scaling_factor);
+  if (type != "default" && !(c->rope_scaling_factor > 0))
+    Fail("{}: '{}' must be positive, found {}", source, factor, c->rope_scaling_factor);
+  if (!r.Has(K(theta.c_str()))) return std::nullopt;
+  return r.Real(K(theta.c_str()));
+}
+
+// The RoPE fields two readings disagree on ("rope_theta 10000 / 500000, rope_scaling linear /
+// default"), empty when they agree.
+std::string RopeDifference(const ModelConfig& a, const ModelConfig& b) {
+  std::vector<std::string> out;
+  auto differ = [&](const char* name, auto x, auto y) {
+    if (!(x == y)) out.push_back(fmt::format("{} {} / {}", name, x, y));
+  };
+  differ("rope_theta", a.rope_theta, b.rope_theta);
+  differ("rope_local_base_freq", a.rope_local_theta, b.rope_local_theta);
+  differ("rope_type", RopeScalingName(a.rope_scaling), RopeScalingName(b.rope_scaling));
+  if (a.rope_scaling == b.rope_scaling && a.rope_scaling != RopeScalingKind::kNone) {
+    differ("factor", a.rope_scaling_factor, b.rope_scaling_factor);
+    differ("low_freq_factor", a.rope_low_freq_factor, b.rope_low_freq_factor);
+    differ("high_freq_factor", a.rope_high_freq_factor, b.rope_high_freq_factor);
+    differ("original_max_position_embeddings", a.rope_original_max_seq_len,
+           b.rope_original_max_seq_len);
+    differ("beta_fast", a.rope_yarn_beta_fast, b.rope_yarn_beta_fast);
+    differ("beta_slow", a.rope_yarn_beta_slow, b.rope_yarn_beta_slow);
+    differ("truncate", a.rope_yarn_truncate, b.rope_yarn_truncate);
+  }
+  return fmt::format("{}", fmt::join(out, ", "));
+}
+
+// A top-level original_max_position_embeddings (Phi-3's configs have one) replaces the scaling
+// object's in transformers 5 (standardize_rope_params) and not before: for llama3 and YaRN, which
+// read it, the two must agree.
+void CheckTopLevelOriginalLength(const JsonConfigReader& r, const ModelConfig& c) {
+  const Key top = K("original_max_position_embeddings");
+  if (!r.Has(top) ||
+      (c.rope_scaling != RopeScalingKind::kLlama3 && c.rope_scaling != RopeScalingKind::kYarn))
+    return;
+  const int64_t original = r.Int(top, std::nullopt);
+  if (original != c.rope_original_max_seq_len)
+    Fail(
+        "{}: '{}' {} and '{}' {} disagree: transformers 5 reads the second, earlier versions the "
+        "first; give one",
+        r.source(), r.keys().at("rope_original_max_seq_len"), c.rope_original_max_seq_len,
+        r.Name(top), original);
+}
+
+// Reads the RoPE settings of either form (see above) into `c`, whose family reader has set the
+// base from the top-level keys (or the family default). Families without RoPE (GPT-2) refuse both
+// keys: transformers ignores them there.
+void ParseRope(const json& j, const JsonConfigReader& r, ModelConfig* c) {
+  const std::string& source = r.source();
+  const json* scaling = NonNull(j, "rope_scaling");
+  const json* params = NonNull(j, "rope_parameters");
+  if (c->rope == RopeKind::kNone) {
+    for (const char* key : {"rope_scaling", "rope_parameters"})
+      if (NonNull(j, key))
+        Fail(
+            "{}: '{}' is given, but {} has no rotary embedding (its positions are learned); "
+            "remove the key",
+            source, key, c->arch);
+    return;
+  }
+  // Gemma 3 gives its sliding and full-attention layers RoPE of their own; every other family
+  // has one set for all layers.
+  const bool per_layer_type = c->arch == "gemma3_text";
+  const RopeObjectRules legacy_rules{.partial_rotary_read_elsewhere = false,
+                                     .yarn = !per_layer_type};
+  // The base the family read: a top-level key, or none (the family default applied).
+  const char* top_theta = r.Has(K("rope_theta"))                                 ? "rope_theta"
+                          : c->arch == "gpt_neox" && r.Has(K("rotary_emb_base")) ? "rotary_emb_base"
+                                                                                 : nullptr;
+
+  ModelConfig legacy = *c;
+  if (scaling) {
+    // Versions before 5 ignore a base inside rope_scaling; 5 takes it over the top-level one.
+    if (const std::optional<float> theta =
+            ReadRopeObject(r, *scaling, "rope_scaling", legacy_rules, &legacy);
+        theta && *theta != c->rope_theta)
+      Fail(
+          "{}: 'rope_scaling.rope_theta' {} and the RoPE base {} ({}) disagree: transformers 5 "
+          "reads the first, earlier versions the second; give one",
+          source, *theta, c->rope_theta,
+          top_theta ? fmt::format("'{}'", top_theta) : std::string("the default"));
+  }
+  if (!params) {
+    *c = legacy;
+    CheckTopLevelOriginalLength(r, *c);
+    return;
+  }
+  if (!params->is_object())
+    Fail("{}: 'rope_parameters' must be an object or null, found {}", source, params->dump());
+  for (const auto& [key, value] : params->items()) {
+    if (per_layer_type && !IsLayerType(key))
+      Fail(
+          "{}: 'rope_parameters' of {} holds one object per layer type ({{\"sliding_attention\": "
+          "{{...}}, \"full_attention\": {{...}}}}, as transformers 5 writes it); found the key "
+          "'{}'",
+          source, c->arch, key);
+    if (!per_layer_type && IsLayerType(key))
+      Fail(
+          "{}: 'rope_parameters.{}': {} has one set of RoPE parameters for every layer, not one "
+          "per layer type; give them directly in rope_parameters",
+          source, key, c->arch);
+  }
+  // The v5 form. A base inside an object wins over the top-level key, which transformers < 5
+  // reads instead: both given and different is refused.
+  ModelConfig v5 = *c;
+  auto take_theta = [&](std::optional<float> theta, const char* top_key, const std::string& key,
+                        float* field, const char* field_name) {
+    if (!theta) return;
+    if (top_key && r.Real(K(top_key)) != *theta)
+      Fail(
+          "{}: '{}' {} and '{}' {} disagree: transformers 5 reads the first, earlier versions the "
+          "second; give one",
+          source, key, *theta, top_key, r.Real(K(top_key)));
+    *field = *theta;
+    r.Spelled(field_name, K(key.c_str()));
+  };
+  if (!per_layer_type) {
+    take_theta(
+        ReadRopeObject(r, *params, "rope_parameters", {.partial_rotary_read_elsewhere = true}, &v5),
+        top_theta, "rope_parameters.rope_theta", &v5.rope_theta, "rope_theta");
+  } else {
+    // Gemma3TextConfig.convert_rope_params_to_dict: a missing or null entry is the default RoPE
+    // with the top-level base (rope_theta for full_attention, rope_local_base_freq for sliding).
+    if (const json* full = NonNull(*params, "full_attention"))
+      take_theta(ReadRopeObject(r, *full, "rope_parameters.full_attention", legacy_rules, &v5),
+                 r.Has(K("rope_theta")) ? "rope_theta" : nullptr,
+                 "rope_parameters.full_attention.rope_theta", &v5.rope_theta, "rope_theta");
+    if (const json* sliding = NonNull(*params, "sliding_attention")) {
+      ModelConfig local = v5;
+      local.rope_scaling = RopeScalingKind::kNone;
+      const std::optional<float> theta =
+          ReadRopeObject(r, *sliding, "rope_parameters.sliding_attention", legacy_rules, &local);
+      if (local.rope_scaling != RopeScalingKind::kNone)
+        Fail(
+            "{}: 'rope_parameters.sliding_attention' has rope_type '{}', which sinkscope does not "
+            "implement: it scales the RoPE of {}'s full-attention layers only; supported there: "
+            "default",
+            source, RopeScalingName(local.rope_scaling), c->arch);
+      take_theta(theta, r.Has(K("rope_local_base_freq")) ? "rope_local_base_freq" : nullptr,
+                 "rope_parameters.sliding_attention.rope_theta", &v5.rope_local_theta,
+                 "rope_local_theta");
+    }
+  }
+  if (scaling) {
+    const std::string difference = RopeDifference(legacy, v5);
+    if (!difference.empty())
+      Fail(
+          "{}: 'rope_scaling' and 'rope_parameters' give different RoPE settings ({}: "
+          "rope_scaling's / rope_parameters'); transformers versions read them differently: give "
+          "one",
+          source, difference);
+  }
+  *c = v5;
+  CheckTopLevelOriginalLength(r, *c);
 }
 
 // The families that rotate whole heads refuse a partial rotary fraction other than 1 (top level,
@@ -224,6 +500,10 @@ void ParseEos(const json& j, const JsonConfigReader& r, int fallback, ModelConfi
     for (const json& id : *it) {
       if (!id.is_number_integer())
         Fail("{}: field 'eos_token_id' must hold integers, found {}", r.source(), id.dump());
+      CheckInt32(id, [&](const char* what, int64_t limit) {
+        Fail("{}: field 'eos_token_id' holds {}, which is too {} (the limit is {})", r.source(),
+             id.dump(), what, limit);
+      });
       c->eos_ids.push_back(id.get<int>());
     }
     c->eos_id = c->eos_ids[0];
@@ -232,36 +512,50 @@ void ParseEos(const json& j, const JsonConfigReader& r, int fallback, ModelConfi
   c->eos_id = TokenId(r, "eos_token_id", fallback);
 }
 
-// The config.json key of each ModelConfig field this family sets, for ValidateConfig's messages.
-ConfigKeys HfKeys(const json& j) {
-  std::string scaling = j.contains("rope_scaling") && !j["rope_scaling"].is_null()
-                            ? "rope_scaling"
-                            : "rope_parameters";
-  ConfigKeys k = {{"dim", "hidden_size"},
-                  {"hidden_dim", "intermediate_size"},
-                  {"n_layers", "num_hidden_layers"},
-                  {"n_heads", "num_attention_heads"},
-                  {"n_kv_heads", "num_key_value_heads"},
-                  {"vocab_size", "vocab_size"},
-                  {"max_seq_len", "max_position_embeddings"},
-                  {"norm_eps", "rms_norm_eps"},
-                  {"rope_theta", "rope_theta"},
-                  {"rope_scaling_factor", scaling + ".factor"},
-                  {"rope_low_freq_factor", scaling + ".low_freq_factor"},
-                  {"rope_high_freq_factor", scaling + ".high_freq_factor"},
-                  {"rope_original_max_seq_len", scaling + ".original_max_position_embeddings"},
-                  {"rope_yarn_beta_fast", scaling + ".beta_fast"},
-                  {"rope_yarn_beta_slow", scaling + ".beta_slow"},
-                  {"sliding_window", "sliding_window"},
-                  {"attn_logit_softcap", "attn_logit_softcapping"},
-                  {"final_logit_softcap", "final_logit_softcapping"},
-                  {"bos_id", "bos_token_id"},
-                  {"eos_id", "eos_token_id"}};
-  if (j.contains("rope_parameters") && !j.contains("rope_theta"))
-    k["rope_theta"] = "rope_parameters.rope_theta";
-  return k;
+// The config.json key of each ModelConfig field most families set, for ValidateConfig's messages;
+// the family readers and ParseRope name the others (r.Spelled).
+ConfigKeys HfKeys() {
+  return {{"dim", "hidden_size"},
+          {"hidden_dim", "intermediate_size"},
+          {"n_layers", "num_hidden_layers"},
+          {"n_heads", "num_attention_heads"},
+          {"n_kv_heads", "num_key_value_heads"},
+          {"vocab_size", "vocab_size"},
+          {"max_seq_len", "max_position_embeddings"},
+          {"norm_eps", "rms_norm_eps"},
+          {"rope_theta", "rope_theta"},
+          {"sliding_window", "sliding_window"},
+          {"attn_logit_softcap", "attn_logit_softcapping"},
+          {"final_logit_softcap", "final_logit_softcapping"},
+          {"bos_id", "bos_token_id"},
+          {"eos_id", "eos_token_id"}};
 }
 
+// A family that does not read layer_types (Llama, Mistral, Phi-3, ...; Qwen without
+// use_sliding_window) gets its per-layer attention from its own rule. A layer_types list there
+// must say the same, layer by layer, or it is refused: it would mean windows sinkscope does not
+// apply.
+void CheckUnreadLayerTypes(const JsonConfigReader& r, const ModelConfig& c) {
+  const Key key = K("layer_types");
+  if (!r.Has(key) || r.keys().count("layer_attention")) return;
+  const std::vector<std::string> types = r.Strings(key);
+  if (static_cast<int>(types.size()) != c.n_layers)
+    r.Fail(key, "must list one attention kind for each of the {} layers, found {}", c.n_layers,
+           r.Dump(key));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const char* rule = c.Window(l) > 0 ? "sliding_attention" : "full_attention";
+    if (types[l] != "sliding_attention" && types[l] != "full_attention")
+      Fail("{}: layer_types[{}] is \"{}\"; supported: \"sliding_attention\", \"full_attention\"",
+           r.source(), l, types[l]);
+    if (types[l] != rule)
+      Fail(
+          "{}: layer_types[{}] is \"{}\", but {} gives layer {} {} ({}); remove the key or make it "
+          "agree",
+          r.source(), l, types[l], c.arch, l, rule,
+          c.sliding_window > 0 ? fmt::format("sliding_window {} on every layer", c.sliding_window)
+                               : std::string("no sliding window"));
+  }
+}
 
 }  // namespace
 
@@ -287,8 +581,9 @@ ModelConfig ParseHfConfig(std::string_view json_text, const std::string& source)
   c.rotary_dim = 0;
   family.read(r, family.defaults, &c);
 
-  if (c.rope != RopeKind::kNone) ParseRopeScaling(j, source, &c);
+  ParseRope(j, r, &c);
   if (!family.reads_partial_rotary) RefusePartialRotary(r, c.arch);
+  CheckUnreadLayerTypes(r, c);
   c.tied_embeddings = r.Bool(K("tie_word_embeddings"), family.defaults.tie_embeddings);
   c.bos_id = TokenId(r, "bos_token_id", family.defaults.bos);
   ParseEos(j, r, family.defaults.eos, &c);
@@ -301,7 +596,7 @@ ModelConfig ParseHfConfig(std::string_view json_text, const std::string& source)
            family.name, family.hf_class);
     c.final_logit_softcap = r.Real(K("final_logit_softcapping"), 0.0);
   }
-  ConfigKeys keys = HfKeys(j);
+  ConfigKeys keys = HfKeys();
   for (const auto& [field, key] : r.keys()) keys[field] = key;
   ValidateConfig(c, source, keys);
   return c;

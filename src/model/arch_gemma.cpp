@@ -11,8 +11,10 @@
 //  - sliding-window and global layers (layer_types; Gemma 2 alternates from a sliding layer 0,
 //    Gemma 3 has 5 sliding layers per global one);
 //  - Gemma 2: attention logits soft-capped (attn_logit_softcapping, 50) and final logits too (30);
-//  - Gemma 3: per-head q/k RMSNorm (1 + w) before RoPE, and sliding layers with their own RoPE base
-//    (rope_local_base_freq) without the global layers' rope_scaling.
+//  - Gemma 3: per-head q/k RMSNorm (1 + w) before RoPE, sliding layers with their own RoPE base
+//    (rope_local_base_freq, or rope_parameters.sliding_attention) without the global layers'
+//    scaling, and no attention soft-cap (an attn_logit_softcapping in its config is noted and not
+//    applied, as transformers does not apply it).
 //
 // Tensor names: HF as above. llama.cpp (GGUF gemma2 / gemma3): attn_norm, post_attention_norm,
 // ffn_norm (the pre-feed-forward norm), post_ffw_norm, attn_q_norm / attn_k_norm, output_norm; its
@@ -22,6 +24,7 @@
 #include <string>
 #include <utility>
 
+#include "common/note.h"
 #include "model/arch.h"
 #include "model/blocks.h"
 
@@ -106,8 +109,21 @@ void ReadGemma(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
     pattern = r.PositiveInt({"sliding_window_pattern", nullptr}, 6);
   }
   c->layer_attention = ReadLayerTypes(r, c->n_layers, &SlidesUnlessPatternEnd, pattern);
-  // Soft-caps: Gemma 2's defaults are 50 and 30; Gemma 3 has none.
-  c->attn_logit_softcap = ReadSoftcap(r, kAttnCap, gemma3 ? 0.0f : 50.0f);
+  // Soft-caps: Gemma 2's defaults are 50 and 30; Gemma 3 has none by default. Gemma3TextConfig
+  // keeps an attn_logit_softcapping field, but Gemma3Attention never passes it to the attention
+  // function (modeling_gemma3.py: Gemma 3 normalises q and k instead), so a value there changes
+  // nothing in transformers and is not applied here either; final_logit_softcapping is applied by
+  // Gemma3ForCausalLM and here.
+  if (gemma3) {
+    if (r.Has(kAttnCap))
+      Note(
+          fmt::format("{}: {} {} is not applied: transformers' Gemma 3 attention ignores it "
+                      "(Gemma 3 normalises q and k instead; Gemma 2 soft-caps)",
+                      r.source(), r.Name(kAttnCap), r.Real(kAttnCap)));
+    c->attn_logit_softcap = 0.0f;
+  } else {
+    c->attn_logit_softcap = ReadSoftcap(r, kAttnCap, 50.0f);
+  }
   c->final_logit_softcap = ReadSoftcap(r, kFinalCap, gemma3 ? 0.0f : 30.0f);
 }
 

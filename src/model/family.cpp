@@ -11,7 +11,8 @@ constexpr Key kSigmoidKey{"sinkscope_attn_sigmoid", "sinkscope.attention.sigmoid
 
 int ConfigReader::PositiveInt(Key k, std::optional<int64_t> fallback) const {
   const int64_t v = Int(k, fallback);
-  if (v <= 0 || v > (int64_t{1} << 30)) Fail(k, "must be a positive size, found {}", v);
+  if (v <= 0) Fail(k, "must be a positive size, found {}", v);
+  if (v > kMaxSize) Fail(k, "is too large: {} (the limit is 2^30 = {})", v, kMaxSize);
   return static_cast<int>(v);
 }
 

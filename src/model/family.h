@@ -52,7 +52,9 @@ class ConfigReader {
   // GGUF: the file holds a tensor of this name. config.json: always false.
   virtual bool HasTensor(const std::string& name) const = 0;
 
-  // Int() in (0, 2^30].
+  // Int() in (0, kMaxSize]; zero or below is "must be a positive size", above the limit "is too
+  // large".
+  static constexpr int64_t kMaxSize = int64_t{1} << 30;
   int PositiveInt(Key k, std::optional<int64_t> fallback = std::nullopt) const;
   float Real(Key k, std::optional<double> fallback = std::nullopt) const {
     return static_cast<float>(Float(k, fallback));
