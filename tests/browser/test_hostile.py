@@ -241,30 +241,48 @@ def long_analysis(server, sock):
                  f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
 
 
+def wait_for_cpu(server, busy, seconds=0.2, timeout=15.0):
+    """Waits until the server has used `seconds` more CPU time (True) or the timeout passes."""
+    c0, end = server.cpu_seconds(), time.monotonic() + timeout
+    while time.monotonic() < end:
+        if (server.cpu_seconds() - c0 > seconds) == busy:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def test_work_stops_when_its_client_leaves(server):
     sock = connect(server)
-    long_analysis(server, sock)
-    time.sleep(1.5)
-    busy = server.cpu_seconds()
-    time.sleep(0.5)
-    assert server.cpu_seconds() - busy > 0.2, "the analysis should be running"
-    # While it runs: /api/model answers; four more computations wait and a fifth gets 503.
-    assert timed_model_info(server) < 1.0
-    waiting = [connect(server) for _ in range(4)]
-    for w in waiting:
-        long_analysis(server, w)
-    time.sleep(0.3)
-    status, reply = request(server, "POST", "/api/analyze", {"text": "Once upon a time " * 20, "samples": 1, "length": 16})
-    assert status == 503 and "busy" in reply["error"]
-    # Every client leaves: within a second the server is idle.
-    for s in [sock, *waiting]:
-        s.close()
-    time.sleep(1.0)
-    c0 = server.cpu_seconds()
-    time.sleep(1.0)
-    idle = server.cpu_seconds() - c0
-    print(f"server CPU in the second after the clients left (+1 s): {idle:.3f} s")
-    assert idle < 0.15
+    waiting = []
+    try:
+        long_analysis(server, sock)
+        # The analysis runs (on a loaded machine it may take a moment to get the CPU).
+        assert wait_for_cpu(server, busy=True), "the analysis should be running"
+        # While it runs: /api/model answers; four more computations wait and a fifth gets 503.
+        assert timed_model_info(server) < 1.0
+        waiting = [connect(server) for _ in range(4)]
+        for w in waiting:
+            long_analysis(server, w)
+        time.sleep(0.3)
+        status, reply = request(server, "POST", "/api/analyze", {"text": "Once upon a time " * 20, "samples": 1, "length": 16})
+        assert status == 503 and "busy" in reply["error"]
+    finally:
+        # Every client leaves.
+        left = time.monotonic()
+        for s in [sock, *waiting]:
+            s.close()
+    # The server goes idle: the first half second in which it uses under 20 ms of CPU.
+    stopped = None
+    while time.monotonic() - left < 10:
+        c0, t0 = server.cpu_seconds(), time.monotonic()
+        time.sleep(0.5)
+        if server.cpu_seconds() - c0 < 0.02:
+            stopped = t0 - left
+            break
+    print(f"server idle {stopped if stopped is None else round(stopped, 2)} s after the clients left")
+    # Within a second on an idle machine (the work polls its socket every 20 ms); the bound leaves
+    # room for a loaded CI machine, where the thread may wait for a core.
+    assert stopped is not None and stopped < 2.0
     assert timed_model_info(server) < 1.0
     # And the next computation runs at once.
     status, _ = request(server, "POST", "/api/analyze", {"text": "Once upon a time " * 20, "samples": 1, "length": 16})
