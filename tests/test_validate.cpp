@@ -4,7 +4,9 @@
 //                  NaN/Inf weights at load, NaN/Inf activations in a forward pass named by layer;
 //   flags          every numeric flag checked for NaN and range, the shared options one domain;
 //   hangs          FIFOs and devices refused as models and inputs, sizes checked against memory
-//                  and input caps before anything is read or allocated.
+//                  and input caps before anything is read or allocated;
+//   messages       a message shows what it quotes whole: bytes that would cut it or garble it
+//                  escaped, numbers as they were written.
 // Each class is tested at the library level and through the sinkscope binary.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -27,6 +29,7 @@
 #include "io/hf_config.h"
 #include "io/load.h"
 #include "io/model_files.h"
+#include "io/token_ids.h"
 #include "kernels/dequant.h"
 #include "model/model.h"
 #include "random_model.h"
@@ -440,6 +443,63 @@ TEST(ValidateFlags, SharedOptionsHaveOneDomainInEveryVerb) {
   fs::copy_file(kTokenizer, run + "/tok512.bin", fs::copy_options::overwrite_existing);
   ExpectCliError("trace --checkpoints " + run + "/step-100.bin --length 600 --samples 1 --no-cache",
                  {"--length: T = 600 exceeds"}, /*one_line=*/false);
+}
+
+// ================================================================================================
+// Class: messages
+
+TEST(ValidateMessages, BytesThatWouldCutOrGarbleAMessageAreEscaped) {
+  using namespace std::string_literals;
+  EXPECT_EQ(Printable("ab\0cd"s), "ab\\x00cd");
+  EXPECT_EQ(Printable("tab\there\x1b[31m\x7f"), "tab\\x09here\\x1b[31m\\x7f");
+  EXPECT_EQ(Printable("line\nnext\ttab", /*keep_layout=*/true), "line\nnext\ttab");
+  // Valid UTF-8 stays; stray, truncated, overlong and surrogate sequences are bytes.
+  EXPECT_EQ(Printable("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"),
+            "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  EXPECT_EQ(Printable("\xff\xc3 \xc0\xaf \xed\xa0\x80"), "\\xff\\xc3 \\xc0\\xaf \\xed\\xa0\\x80");
+  EXPECT_EQ(PrintableExcerpt("abcdef", 4), "abcd...");
+  EXPECT_EQ(PrintableExcerpt("abcd", 4), "abcd");
+  // Every ss::Error carries its message whole through what().
+  const Error e("found 'x\0y' in a file"s);
+  EXPECT_EQ(std::string(e.what()), "found 'x\\x00y' in a file");
+  // Escaping twice changes nothing.
+  EXPECT_EQ(Error(Printable("\x01")).what(), std::string("\\x01"));
+}
+
+// Token ids of a --tokens file: an id beyond the vocabulary is named as it was written, however
+// many digits it has; a malformed item is quoted with its odd bytes escaped (a NUL used to end
+// the message there).
+TEST(ValidateMessages, TokenIdsAreQuotedAsWritten) {
+  using namespace std::string_literals;
+  auto parse = [](const std::string& text) { return ParseTokenIds(text, "ids.txt", 512); };
+  EXPECT_EQ(parse("1 0000000000000000000007 511\n"), (std::vector<int>{1, 7, 511}));
+  auto error = [&](const std::string& text) { return ErrorOf([&] { parse(text); }); };
+  EXPECT_NE(error("1 9223372036854775813")
+                .find("line 1: token id 9223372036854775813 is outside the model's vocabulary "
+                      "[0, 512)"),
+            std::string::npos);
+  EXPECT_NE(
+      error("3\n18446744073709551621").find("line 2: token id 18446744073709551621 is outside"),
+      std::string::npos);
+  EXPECT_NE(error(std::string(60, '9')).find("token id " + std::string(40, '9') + "... is outside"),
+            std::string::npos);
+  EXPECT_NE(error("12\n5 ab\0cd 7"s)
+                .find("line 2: 'ab\\x00cd' is not a token id (expected non-negative integers"),
+            std::string::npos);
+  // Through the CLI: the whole message reaches stderr.
+  const std::string dir = test::TempDir("validate_token_ids");
+  WriteFileAtomic(dir + "/nul.txt", "1 2\n3 x\0y 4\n"s);
+  WriteFileAtomic(dir + "/big.txt", "1 9223372036854775813\n");
+  for (const char* verb : {"analyze", "stream"}) {
+    ExpectCliError(std::string(verb) + " --model " + kStories + " --tokens " + dir + "/nul.txt",
+                   {"--tokens " + dir +
+                    "/nul.txt: line 2: 'x\\x00y' is not a token id (expected "
+                    "non-negative integers separated by whitespace)"},
+                   /*one_line=*/false);
+    ExpectCliError(std::string(verb) + " --model " + kStories + " --tokens " + dir + "/big.txt",
+                   {"line 1: token id 9223372036854775813 is outside the model's vocabulary"},
+                   /*one_line=*/false);
+  }
 }
 
 // ================================================================================================
