@@ -179,6 +179,8 @@ struct HookSpec {
   py::object fn;
 };
 
+std::string TypeName(const py::handle& h) { return py::str(py::type::of(h).attr("__name__")); }
+
 std::vector<HookSpec> ToHookSpecs(const py::object& hooks) {
   std::vector<HookSpec> out;
   if (hooks.is_none()) return out;
@@ -206,9 +208,57 @@ void CheckHookName(const std::string& name, const ModelConfig& c) {
     throw Error(fmt::format("'{}': layer {} is outside the model ({} layers)", name, layer, c.n_layers));
 }
 
+// A shape as Python prints it: (4, 16, 16), (1,), ().
+std::string PyShape(const py::ssize_t* dims, py::ssize_t ndim) {
+  std::string s = "(";
+  for (py::ssize_t i = 0; i < ndim; ++i) s += fmt::format("{}{}", i ? ", " : "", dims[i]);
+  return s + (ndim == 1 ? ",)" : ")");
+}
+std::string PyShape(const std::vector<int64_t>& shape) {
+  const std::vector<py::ssize_t> dims(shape.begin(), shape.end());
+  return PyShape(dims.data(), static_cast<py::ssize_t>(dims.size()));
+}
+
+// Checks the array a hook left (`returned` false) or returned against the activation: the same
+// shape, float32, C-contiguous where it is read in place. An array the hook resized in place
+// (`a.resize(..., refcheck=False)`) or gave another shape, dtype or strides (`a.shape = ...`,
+// `a.dtype = ...`) no longer holds the activation: reading numel() floats from it would read past
+// its buffer or reinterpret its bytes. Raises ValueError naming the hook.
+void CheckHookArray(const std::string& name, const py::array& a, const Tensor& activation,
+                    bool returned) {
+  const std::string expected = PyShape(activation.shape());
+  const std::string shape = PyShape(a.shape(), a.ndim());
+  const std::string dtype = py::str(a.dtype());
+  const bool same_shape =
+      std::vector<int64_t>(a.shape(), a.shape() + a.ndim()) == activation.shape();
+  const bool float32 = a.dtype().is(py::dtype::of<float>());
+  if (returned) {
+    constexpr const char* kFix = "; return a float32 array of the activation's shape, or None";
+    if (!same_shape)
+      throw py::value_error(fmt::format("hook {}: the hook returned an array of shape {}; "
+                                        "expected {}{}", name, shape, expected, kFix));
+    if (!float32)
+      throw py::value_error(fmt::format("hook {}: the hook returned an array of dtype {}; "
+                                        "expected float32{}", name, dtype, kFix));
+    return;
+  }
+  constexpr const char* kFix = "; modify it in place or return a new array of the same shape";
+  if (!same_shape)
+    throw py::value_error(fmt::format("hook {}: the hook changed the array's shape from {} to "
+                                      "{}{}", name, expected, shape, kFix));
+  if (!float32)
+    throw py::value_error(fmt::format("hook {}: the hook changed the array's dtype from float32 "
+                                      "to {}{}", name, dtype, kFix));
+  if (!(a.flags() & py::array::c_style))
+    throw py::value_error(fmt::format("hook {}: the hook changed the array's strides (it is no "
+                                      "longer C-contiguous){}", name, kFix));
+}
+
 // Wraps a Python function as an engine hook: it gets a numpy copy of the activation and a
 // PyHookContext; it may change the array in place or return a float32 array of the same shape,
-// which replaces the activation. A Python exception stops the forward (PythonErrorPending).
+// which replaces the activation. Anything else (the array resized, reshaped or given another dtype
+// in place; a returned array of another shape or dtype) raises ValueError naming the hook, the
+// activation untouched. A Python exception stops the forward (PythonErrorPending).
 HookFn WrapPythonHook(py::object fn) {
   return [fn](const HookContext& context, Tensor& activation) {
     py::gil_scoped_acquire gil;
@@ -217,24 +267,20 @@ HookFn WrapPythonHook(py::object fn) {
       FloatArray arr = ToNumpy(activation.data(), activation.shape());
       PyHookContext ctx{name, context.layer, context.start};
       py::object result = fn(arr, py::cast(ctx));
-      const float* source = arr.data();
-      FloatArray replacement;
+      // `arr` is read again through the numpy object: its shape, dtype, strides and data pointer
+      // are what the hook left.
+      py::array source = arr;
       if (!result.is_none()) {
         if (!py::isinstance<py::array>(result))
           throw py::type_error(fmt::format("hook {} returned {}; expected None or a numpy array",
-                                           name, py::str(py::type::of(result)).cast<std::string>()));
-        py::array r = result.cast<py::array>();
-        if (!r.dtype().is(py::dtype::of<float>()))
-          throw py::type_error(fmt::format("hook {} returned a {} array; expected float32", name,
-                                           py::str(r.dtype()).cast<std::string>()));
-        std::vector<int64_t> shape(r.shape(), r.shape() + r.ndim());
-        if (shape != activation.shape())
-          throw py::value_error(fmt::format("hook {} returned shape {}; expected {}", name,
-                                            ShapeString(shape), activation.ShapeString()));
-        replacement = FloatArray::ensure(r);  // C-contiguous copy if needed
-        source = replacement.data();
+                                           name, TypeName(result)));
+        source = result.cast<py::array>();
       }
-      std::memcpy(activation.data(), source, static_cast<size_t>(activation.numel()) * sizeof(float));
+      CheckHookArray(name, source, activation, /*returned=*/!result.is_none());
+      const FloatArray contiguous = FloatArray::ensure(source);  // C-contiguous copy if needed
+      if (!contiguous) throw py::error_already_set();
+      std::memcpy(activation.data(), contiguous.data(),
+                  static_cast<size_t>(activation.numel()) * sizeof(float));
     } catch (py::error_already_set& e) {
       e.restore();
       throw PythonErrorPending{};

@@ -273,8 +273,10 @@ def test_bad_input_raises_and_model_stays_usable(model, sinkscope, tmp_path):
         model.forward([1, 2, 100000])
     with pytest.raises(ValueError, match="shape"):
         model.forward(ids, hooks=[("blocks.0.hook_mlp_out", lambda a, h: a[:1])])
-    with pytest.raises(TypeError, match="float32"):
+    with pytest.raises(ValueError, match="float32"):
         model.forward(ids, hooks=[("blocks.0.hook_mlp_out", lambda a, h: a.astype(np.float64))])
+    with pytest.raises(TypeError, match="expected None or a numpy array"):
+        model.forward(ids, hooks=[("blocks.0.hook_mlp_out", lambda a, h: [0.0])])
 
     def boom(act, hook):
         raise RuntimeError("boom from a hook")
@@ -293,6 +295,95 @@ def test_bad_input_raises_and_model_stays_usable(model, sinkscope, tmp_path):
     ref = load_json(REFERENCES[0])
     logits, ref_logits = model.forward(ref["tokens"]), np.array(ref["logits"])
     assert np.abs(logits - ref_logits).max() / np.abs(ref_logits).max() < 1e-5
+
+
+# ---- Hooks that break the array they were given; arguments of the wrong kind.
+
+def test_hook_that_shrinks_a_large_activation_in_place_raises_naming_the_hook(model):
+    """A hook that resizes the (H, 512, 512) pattern of a 512-token forward to one element: the
+    wrapper copied H x 512 x 512 floats out of the 4-byte buffer numpy left (a crash). In a child
+    process, so that a regression fails this test alone."""
+    code = f"""
+import numpy as np, sinkscope
+m = sinkscope.load({str(MODEL)!r})
+ids = np.arange(512) % 509 + 3
+def shrink(act, hook):
+    act.resize((1,), refcheck=False)
+try:
+    m.forward(ids, hooks=[("blocks.0.attn.hook_pattern", shrink)])
+except ValueError as e:
+    print(e)
+print(m.forward(ids[:8]).shape)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
+    assert out.returncode == 0, f"exit status {out.returncode}: {out.stderr}"
+    assert out.stdout.splitlines() == [
+        f"hook blocks.0.attn.hook_pattern: the hook changed the array's shape from ({model.n_heads}, "
+        "512, 512) to (1,); modify it in place or return a new array of the same shape",
+        "(8, 512)"]
+
+
+IN_PLACE_CHANGES = {
+    "shrunk": ("blocks.0.hook_mlp_out", lambda a: a.resize((1,), refcheck=False),
+               "shape from ({T}, {D}) to (1,)"),
+    "grown": ("blocks.0.hook_mlp_out",
+              lambda a: a.resize((2 * a.shape[0], a.shape[1]), refcheck=False),
+              "shape from ({T}, {D}) to ({T2}, {D})"),
+    "reshaped": ("blocks.0.hook_mlp_out", lambda a: setattr(a, "shape", (a.shape[1], a.shape[0])),
+                 "shape from ({T}, {D}) to ({D}, {T})"),
+    "retyped": ("blocks.0.hook_mlp_out", lambda a: setattr(a, "dtype", np.int32),
+                "dtype from float32 to int32"),
+    "restrided": ("blocks.0.attn.hook_pattern",  # (H, T, T): each head's pattern transposed
+                  lambda a: setattr(a, "strides", (a.strides[0], 4, a.strides[1])),
+                  "strides (it is no longer C-contiguous)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IN_PLACE_CHANGES))
+def test_hook_that_changes_its_array_in_place_raises_naming_the_hook(model, case):
+    """On a small activation the copy read past the shrunk buffer (or reinterpreted the bytes) and
+    gave wrong logits without an error. The model gives the clean logits afterwards."""
+    name, change, what = IN_PLACE_CHANGES[case]
+    ids = model.tokenize(TEXT)
+    clean = model.forward(ids)
+    T, D = len(ids), model.config["dim"]
+    message = (f"hook {name}: the hook changed the array's " + what.format(T=T, D=D, T2=2 * T) +
+               "; modify it in place or return a new array of the same shape")
+    with pytest.raises(ValueError) as info:
+        model.forward(ids, hooks=[(name, lambda act, hook: change(act))])
+    assert str(info.value) == message
+    assert np.array_equal(model.forward(ids), clean)
+
+
+def _resized_and_returned(a):
+    a.resize((3,), refcheck=False)
+    return a
+
+
+@pytest.mark.parametrize("make, what", [
+    (lambda a: a[:1], "an array of shape (1, {D}); expected ({T}, {D})"),
+    (lambda a: a.reshape(-1), "an array of shape ({TD},); expected ({T}, {D})"),
+    (_resized_and_returned, "an array of shape (3,); expected ({T}, {D})"),
+    (lambda a: a.astype(np.float64), "an array of dtype float64; expected float32"),
+    (lambda a: a.astype(np.float16), "an array of dtype float16; expected float32"),
+    (lambda a: a.view(np.int32), "an array of dtype int32; expected float32"),
+], ids=["slice", "flat", "resized", "float64", "float16", "int32"])
+def test_hook_returning_a_wrong_array_raises_naming_the_hook(model, make, what):
+    ids = model.tokenize(TEXT)
+    clean = model.forward(ids)
+    T, D = len(ids), model.config["dim"]
+    with pytest.raises(ValueError) as info:
+        model.forward(ids, hooks=[("blocks.0.hook_mlp_out", lambda act, hook: make(act))])
+    assert str(info.value) == ("hook blocks.0.hook_mlp_out: the hook returned " +
+                               what.format(T=T, D=D, TD=T * D) +
+                               "; return a float32 array of the activation's shape, or None")
+    assert np.array_equal(model.forward(ids), clean)
+    # A float32 array of the right shape in another memory order is read in its logical order.
+    zeros = model.forward(ids, hooks=[("blocks.0.hook_mlp_out",
+                                       lambda act, hook: np.zeros_like(act))])
+    fortran = model.forward(ids, hooks=[("blocks.0.hook_mlp_out",
+                                         lambda act, hook: np.asfortranarray(np.zeros_like(act)))])
+    assert np.array_equal(zeros, fortran)
 
 
 def test_long_calls_release_the_gil(model, sinkscope):
