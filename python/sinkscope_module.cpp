@@ -181,14 +181,40 @@ struct HookSpec {
 
 std::string TypeName(const py::handle& h) { return py::str(py::type::of(h).attr("__name__")); }
 
+// A hook name from Python: a str, or a TypeError that says what was given instead.
+std::string ToHookName(const py::handle& name, const char* what) {
+  if (!py::isinstance<py::str>(name))
+    throw py::type_error(
+        fmt::format("{}: hook names must be strings, got {}", what, TypeName(name)));
+  return name.cast<std::string>();
+}
+
+// run_with_cache's names: a sequence of hook names (a single str is refused, not read as letters).
+std::vector<std::string> ToHookNames(const py::object& names, const char* what) {
+  if (py::isinstance<py::str>(names) || !py::isinstance<py::sequence>(names))
+    throw py::type_error(
+        fmt::format("{}: expected a list of hook names, got {}", what, TypeName(names)));
+  std::vector<std::string> out;
+  for (const py::handle item : names) out.push_back(ToHookName(item, what));
+  return out;
+}
+
 std::vector<HookSpec> ToHookSpecs(const py::object& hooks) {
   std::vector<HookSpec> out;
   if (hooks.is_none()) return out;
+  if (py::isinstance<py::str>(hooks) || !py::isinstance<py::iterable>(hooks))
+    throw py::type_error(fmt::format("hooks: expected a list of (name, function) pairs, got {}",
+                                     TypeName(hooks)));
   for (const py::handle item : hooks) {
-    auto pair = item.cast<py::tuple>();
+    if (!py::isinstance<py::tuple>(item) && !py::isinstance<py::list>(item))
+      throw py::type_error(fmt::format(
+          "hooks: expected a list of (name, function) pairs, found an item of type {}",
+          TypeName(item)));
+    auto pair = item.cast<py::sequence>();
     if (pair.size() != 2)
-      throw Error("hooks: expected a list of (name, function) pairs");
-    HookSpec spec{pair[0].cast<std::string>(), py::reinterpret_borrow<py::object>(pair[1])};
+      throw Error(fmt::format("hooks: expected a list of (name, function) pairs, found an item "
+                              "of {} elements", pair.size()));
+    HookSpec spec{ToHookName(pair[0], "hooks"), py::reinterpret_borrow<py::object>(pair[1])};
     if (!PyCallable_Check(spec.fn.ptr()))
       throw Error(fmt::format("hooks: the function for {} is not callable", spec.name));
     out.push_back(std::move(spec));
@@ -524,7 +550,7 @@ PYBIND11_MODULE(_sinkscope, m) {
                                 const py::object& hooks, bool allow_long) {
              std::vector<std::string> names = names_obj.is_none()
                                                   ? DefaultCacheNames(p.model().config)
-                                                  : names_obj.cast<std::vector<std::string>>();
+                                                  : ToHookNames(names_obj, "names");
              ForwardResult r = RunForward(p, ids, ToHookSpecs(hooks), names, allow_long);
              py::dict cache;
              for (const auto& n : names) {

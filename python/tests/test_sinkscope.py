@@ -386,6 +386,26 @@ def test_hook_returning_a_wrong_array_raises_naming_the_hook(model, make, what):
     assert np.array_equal(zeros, fortran)
 
 
+def test_hook_and_cache_names_must_be_strings(model):
+    ids = model.tokenize(TEXT)
+    with pytest.raises(TypeError, match=r"^hooks: hook names must be strings, got int$"):
+        model.forward(ids, hooks=[(3, lambda act, hook: None)])
+    with pytest.raises(TypeError, match=r"^hooks: hook names must be strings, got NoneType$"):
+        model.run_with_cache(ids, names=["hook_embed"], hooks=[[None, lambda act, hook: None]])
+    with pytest.raises(TypeError, match=r"^names: hook names must be strings, got bytes$"):
+        model.run_with_cache(ids, names=[b"hook_embed"])
+    with pytest.raises(TypeError, match=r"^names: expected a list of hook names, got str$"):
+        model.run_with_cache(ids, names="hook_embed")
+    with pytest.raises(TypeError, match=r"found an item of type function"):
+        model.forward(ids, hooks=[lambda act, hook: None])
+    with pytest.raises(TypeError, match=r"pairs, got str"):
+        model.forward(ids, hooks="hook_embed")
+    with pytest.raises(ValueError, match=r"found an item of 3 elements"):
+        model.forward(ids, hooks=[("hook_embed", lambda act, hook: None, 1)])
+    _, cache = model.run_with_cache(ids, names=("hook_embed",))
+    assert list(cache) == ["hook_embed"]
+
+
 def test_long_calls_release_the_gil(model, sinkscope):
     ticks = 0
     done = threading.Event()
