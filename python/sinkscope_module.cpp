@@ -498,10 +498,9 @@ PYBIND11_MODULE(_sinkscope, m) {
     }
   });
 
-  m.def("set_threads", [](int n) {
-    if (n < 1) throw Error(fmt::format("threads: expected 1 or more, got {}", n));
-    SetThreadCount(n);
-  }, py::arg("n"), "Threads for the whole process (default: the cores available).");
+  m.def("set_threads", [](int64_t n) { SetThreadCountChecked("threads", n); }, py::arg("n"),
+        "Threads for the whole process: 1 to 4096 as the CLI's --threads, and at most what the "
+        "OpenBLAS in use runs (default: the cores available).");
   m.def("threads", [] { return ThreadCount(); }, "Threads the engine uses.");
   m.def("blas_info", [] {
     const BlasInfo b = GetBlasInfo();

@@ -3,6 +3,7 @@ stories260K model; bad input raises Python exceptions and leaves the model usabl
 
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -404,6 +405,38 @@ def test_hook_and_cache_names_must_be_strings(model):
         model.forward(ids, hooks=[("hook_embed", lambda act, hook: None, 1)])
     _, cache = model.run_with_cache(ids, names=("hook_embed",))
     assert list(cache) == ["hook_embed"]
+
+
+def test_set_threads_has_the_domain_of_the_cli_threads_flag(sinkscope):
+    """One domain, 1 to 4096 (ss::kMaxThreads), refused outside it by set_threads and --threads
+    alike (100000 was clamped silently)."""
+    before = sinkscope.threads()
+    for n in (0, -1, 4097, 100000, 2**40):
+        with pytest.raises(ValueError, match=rf"^threads: expected a thread count in \[1, 4096\], got {n}$"):
+            sinkscope.set_threads(n)
+        cli = run_cli("inspect", "--model", MODEL, "--threads", n, check=False)
+        assert cli.returncode == 1, cli.stderr
+        assert f"--threads: expected a thread count in [1, 4096], got {n}" in cli.stderr
+    assert sinkscope.threads() == before
+    # Inside the domain, a count the OpenBLAS in use cannot run (Debian's is built for 64) is
+    # refused naming its limit, in both, and the count stays; the limit itself is taken.
+    try:
+        try:
+            sinkscope.set_threads(4096)
+            limit = 4096
+        except ValueError as e:
+            match = re.match(r"threads: 4096 threads asked, but the OpenBLAS in use runs at most "
+                             r"(\d+) \(OpenBLAS", str(e))
+            assert match, str(e)
+            limit = int(match.group(1))
+            assert sinkscope.threads() == before
+            cli = run_cli("inspect", "--model", MODEL, "--threads", 4096, check=False)
+            assert cli.returncode == 1 and f"--threads: {str(e)[len('threads: '):]}" in cli.stderr
+            sinkscope.set_threads(limit)
+        assert sinkscope.threads() == limit
+    finally:
+        sinkscope.set_threads(before)
+    assert sinkscope.threads() == before
 
 
 def test_long_calls_release_the_gil(model, sinkscope):

@@ -12,6 +12,7 @@
 #include "cli/common.h"
 #include "common/error.h"
 #include "common/file_util.h"
+#include "kernels/parallel.h"
 #include "model/precision.h"
 #include "train/checkpoint.h"
 #include "train/comm.h"
@@ -68,14 +69,14 @@ void RunTrain(const TrainFlags& f) {
     auto parsed = nlohmann::json::parse(value, nullptr, false);
     overrides[key] = parsed.is_discarded() ? nlohmann::json(value) : parsed;
   }
-  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
-  auto count = [&](const char* flag, const char* key, const std::optional<int>& v, int64_t lo) {
+  auto count = [&](const char* flag, const char* key, const std::optional<int>& v, int64_t lo,
+                   int64_t hi = std::numeric_limits<int>::max()) {
     if (!v) return;
-    CheckInt(flag, *v, lo, kMaxInt);
+    CheckInt(flag, *v, lo, hi);
     overrides[key] = *v;
   };
   count("--steps", "steps", f.steps, 1);
-  count("--threads", "threads", f.threads, 0);
+  count("--threads", "threads", f.threads, 0, kMaxThreads);  // 0: the default
   count("--batch", "batch_size", f.batch, 1);
   count("--seq-len", "seq_len", f.seq_len, 1);
   count("--eval-every", "eval_every", f.eval_every, 1);
