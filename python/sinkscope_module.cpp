@@ -111,10 +111,14 @@ std::vector<int> ToIds(const py::handle& ids, int vocab_size, const char* what) 
 
 class PyModel {
  public:
+  // A tokenizer given by path is loaded (and checked against the model) here, so that a wrong
+  // file fails at load naming it; the one found beside the model waits for the first call that
+  // needs it (a model read only through token ids may have none).
   PyModel(const std::string& path, const std::string& tokenizer, const std::string& precision)
       : tokenizer_path_(tokenizer) {
     const Precision p = ParsePrecision(precision);
     model_ = LoadModel(path, p);
+    if (!tokenizer_path_.empty()) tokenizer_ = FindTokenizer(model_, tokenizer_path_);
   }
 
   const Model& model() const { return model_; }

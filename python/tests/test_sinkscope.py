@@ -439,6 +439,19 @@ def test_set_threads_has_the_domain_of_the_cli_threads_flag(sinkscope):
     assert sinkscope.threads() == before
 
 
+def test_load_checks_a_given_tokenizer_at_once(sinkscope, tmp_path):
+    """A tokenizer passed to load() is read at load: a file that is not one fails there, naming it
+    (it failed only at the first tokenize)."""
+    with pytest.raises(ValueError, match="^/etc/passwd: "):
+        sinkscope.load(MODEL, tokenizer="/etc/passwd")
+    short = tmp_path / "tok.bin"
+    short.write_bytes(b"\x05\x00")
+    with pytest.raises(ValueError, match=str(short)):
+        sinkscope.load(MODEL, tokenizer=short)
+    m = sinkscope.load(MODEL, tokenizer=REPO / "models" / "stories260K" / "tok512.bin")
+    assert m.tokenize("Once upon a time").tolist()[:2] == [1, 403]
+
+
 def test_long_calls_release_the_gil(model, sinkscope):
     ticks = 0
     done = threading.Event()
