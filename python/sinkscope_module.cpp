@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "analysis/analyze_report.h"
@@ -95,16 +96,24 @@ std::vector<int> ToIds(const py::handle& ids, int vocab_size, const char* what) 
       !(arr.dtype().kind() == 'i' || arr.dtype().kind() == 'u'))
     throw Error(fmt::format("{}: expected integer token ids, got dtype {}", what,
                             py::str(arr.dtype()).cast<std::string>()));
-  auto a64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(arr);
-  std::vector<int> out(static_cast<size_t>(a64.size()));
-  for (py::ssize_t i = 0; i < a64.size(); ++i) {
-    const int64_t id = a64.data()[i];
-    if (id < 0 || id >= vocab_size)
-      throw Error(fmt::format("{}: token id {} at index {} is outside the vocabulary (0..{})", what,
-                              id, i, vocab_size - 1));
-    out[static_cast<size_t>(i)] = static_cast<int>(id);
-  }
-  return out;
+  // Unsigned ids are read as uint64 and signed ones as int64, so that every id is checked (and
+  // named in the message) as it was given: 2^63 + 5 in a uint64 array is not a negative number.
+  auto convert = [&](auto typed) {
+    std::vector<int> out(static_cast<size_t>(typed.size()));
+    for (py::ssize_t i = 0; i < typed.size(); ++i) {
+      const auto id = typed.data()[i];
+      bool negative = false;
+      if constexpr (std::is_signed_v<std::remove_const_t<decltype(id)>>) negative = id < 0;
+      if (negative || static_cast<uint64_t>(id) >= static_cast<uint64_t>(vocab_size))
+        throw Error(fmt::format("{}: token id {} at index {} is outside the vocabulary (0..{})",
+                                what, id, i, vocab_size - 1));
+      out[static_cast<size_t>(i)] = static_cast<int>(id);
+    }
+    return out;
+  };
+  if (arr.dtype().kind() == 'u')
+    return convert(py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(arr));
+  return convert(py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(arr));
 }
 
 // ---- The model object.

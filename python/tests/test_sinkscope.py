@@ -452,6 +452,23 @@ def test_load_checks_a_given_tokenizer_at_once(sinkscope, tmp_path):
     assert m.tokenize("Once upon a time").tolist()[:2] == [1, 403]
 
 
+def test_out_of_vocabulary_ids_are_named_as_given(model):
+    """uint64 ids are not cast to int64 first: 2^63 + 5 is named as such, not as a negative id."""
+    vocab = f"is outside the vocabulary \\(0\\.\\.{model.config['vocab_size'] - 1}\\)"
+    with pytest.raises(ValueError, match=rf"^ids: token id 9223372036854775813 at index 1 {vocab}$"):
+        model.forward(np.array([1, 2**63 + 5], dtype=np.uint64))
+    with pytest.raises(ValueError, match=r"token id 18446744073709551615 at index 0 "):
+        model.forward(np.array([2**64 - 1], dtype=np.uint64))
+    with pytest.raises(ValueError, match=r"token id 9223372036854775813 at index 0 "):
+        model.detokenize([2**63 + 5])  # a list: numpy makes it a uint64 array
+    with pytest.raises(ValueError, match=r"token id -3 at index 2 "):
+        model.forward(np.array([1, 2, -3], dtype=np.int8))
+    with pytest.raises(ValueError, match=r"token id 9223372036854775813 at index 0 "):
+        model.forward(np.array([2**63 + 5, 1], dtype=np.uint64)[::-1][::-1])
+    assert np.array_equal(model.forward(np.array([1, 403, 407], dtype=np.uint16)),
+                          model.forward([1, 403, 407]))
+
+
 def test_long_calls_release_the_gil(model, sinkscope):
     ticks = 0
     done = threading.Event()
