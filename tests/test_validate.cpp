@@ -447,6 +447,36 @@ TEST(ValidateFlags, SharedOptionsHaveOneDomainInEveryVerb) {
                  {"--length: T = 600 exceeds"}, /*one_line=*/false);
 }
 
+// --seed: one domain, [0, 2^64 - 1], in every verb that has it; CLI11 alone would read -1 as
+// 18446744073709551615 and write that to the report.
+TEST(ValidateFlags, SeedIsANonNegative64BitIntegerInEveryVerb) {
+  const std::string m = " --model " + kStories;
+  // Each runs one small sample if the seed got through, so a regression fails fast.
+  const std::vector<std::string> verbs = {
+      "analyze" + m + " --conditions bos --samples 1 --length 8",
+      "explain" + m + " --samples 1 --length 8 --intervention-samples 1",
+      "trace --checkpoints " + kStories + " --samples 1 --length 8 --no-cache",
+      "generate" + m + " --steps 4",
+      "chat" + m + " < /dev/null",
+      "train --preset quick --steps 1 --out " + test::TempDir("validate_seed_train") + "/run"};
+  const std::string domain = "--seed: expected an integer in [0, 18446744073709551615], got ";
+  for (const std::string& v : verbs) {
+    ExpectCliError(v + " --seed -1", {domain + "-1"});
+    ExpectCliError(v + " --seed 18446744073709551616", {domain + "18446744073709551616"});
+    ExpectCliError(v + " --seed 1.5", {domain + "1.5"});
+    ExpectCliError(v + " --seed +7", {domain + "+7"});
+    ExpectCliError(v + " --seed 0x10", {domain + "0x10"});
+  }
+  // The largest seed runs and is reported as given.
+  const std::string json = test::TempDir("validate_seed") + "/analyze.json";
+  const test::CliResult r = test::RunCli("analyze" + m +
+                                         " --conditions bos --samples 1 --length 8 "
+                                         "--seed 18446744073709551615 --json " +
+                                         json);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(json))["settings"]["seed"].get<uint64_t>(), UINT64_MAX);
+}
+
 // --threads: the same domain on every verb, in train's flag and config (0 there: the default),
 // and in the Python module's set_threads (python/tests): 1 to kMaxThreads, an error outside it.
 TEST(ValidateFlags, ThreadCountsHaveOneDomainEverywhere) {

@@ -32,7 +32,7 @@ struct TrainFlags {
   std::optional<int> steps, threads, batch, seq_len, eval_every, checkpoint_every;
   int stop_after = 0, eval_batches = 2;
   std::optional<double> lr;
-  std::optional<int64_t> seed;
+  std::optional<uint64_t> seed;
   std::string corpus;
   std::string precision;  // empty: the config's
   bool bos = false, no_bos = false, overwrite = false;
@@ -86,10 +86,7 @@ void RunTrain(const TrainFlags& f) {
               Bound::kOpen);
     overrides["lr"] = *f.lr;
   }
-  if (f.seed) {
-    CheckInt("--seed", *f.seed, 0, std::numeric_limits<int64_t>::max());
-    overrides["seed"] = *f.seed;
-  }
+  if (f.seed) overrides["seed"] = *f.seed;  // checked as it was parsed (AddSeedOption)
   if (!f.corpus.empty()) overrides["corpus"] = f.corpus;
   if (!f.precision.empty()) {
     const Precision p = ParsePrecision(f.precision);
@@ -155,7 +152,7 @@ void RegisterTrain(CLI::App& app) {
   cmd->add_option("--set", flags->sets, "Override any config key: --set dim=128 --set data=text");
   cmd->add_option("--steps", flags->steps, "Total optimiser steps");
   cmd->add_option("--lr", flags->lr, "Peak learning rate");
-  cmd->add_option("--seed", flags->seed, "Seed (init and data order)");
+  AddSeedOption(cmd, [flags](uint64_t v) { flags->seed = v; }, "Seed (init and data order)", "");
   cmd->add_option("--threads", flags->threads, "Threads for OpenMP and OpenBLAS (0: default)");
   cmd->add_option("--precision", flags->precision,
                   "f32 (default) or bf16: the projections' forward and input-gradient products "
