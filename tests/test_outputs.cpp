@@ -242,10 +242,16 @@ TEST(OutputPolicy, CliRefusesAnOutputThatIsAnInput) {
   const std::string ids = dir + "/ids.txt";
   WriteFileAtomic(ids, "1 2 3 4 5 6 7 8\n");
   expect_refused("analyze --model " + model + " --tokens " + ids + " --html " + ids, "--tokens");
+  // A --tokenizer that also lies beside the model is named by its own flag.
   expect_refused("ppl --model " + model + " --tokenizer " + dir +
                      "/tok512.bin --prompt hi --json " + dir + "/tok512.bin",
-                 "--model");
+                 "--tokenizer " + dir + "/tok512.bin");
   expect_refused("convert --model " + model + " --to gguf --out " + model, "--model");
+  expect_refused("convert --model " + model + " --tokenizer " + dir +
+                     "/tok512.bin --to gguf --out " + dir + "/tok512.bin",
+                 "--tokenizer " + dir + "/tok512.bin");
+  EXPECT_EQ(ReadFile(dir + "/tok512.bin"),
+            ReadFile(test::RepoPath("models/stories260K/tok512.bin")));
   EXPECT_EQ(ReadFile(text), "Once upon a time there was a cat. The cat sat on the mat.\n");
   EXPECT_EQ(ReadFile(model), bytes);
 }

@@ -301,10 +301,11 @@ std::vector<FlagPath> ModelInputs(const std::string& flag, const std::string& pa
 
 std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& text_file,
                                    const std::string& tokens_file, const std::string& tokenizer) {
-  std::vector<FlagPath> inputs = ModelInputs("--model", model);
-  inputs.push_back({"--text", text_file});
-  inputs.push_back({"--tokens", tokens_file});
-  inputs.push_back({"--tokenizer", tokenizer});
+  // The files given by their own flag come first: CheckOutputs names the first input an output
+  // matches, and a --tokenizer beside a llama2.c model is among ModelInputs' files too.
+  std::vector<FlagPath> inputs = {
+      {"--text", text_file}, {"--tokens", tokens_file}, {"--tokenizer", tokenizer}};
+  for (FlagPath& f : ModelInputs("--model", model)) inputs.push_back(std::move(f));
   return inputs;
 }
 

@@ -139,7 +139,7 @@ void WriteReports(const std::string& json_path, const std::string& json_text,
 // tokenizer.*), or the model, tokenizer and trainer files of a directory and of its
 // sub-directories (a run's step-<N>/ checkpoints).
 std::vector<FlagPath> ModelInputs(const std::string& flag, const std::string& path);
-// ModelInputs of --model plus the --text, --tokens and --tokenizer files (each skipped if empty).
+// The --text, --tokens and --tokenizer files (each skipped if empty), then ModelInputs of --model.
 std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& text_file,
                                    const std::string& tokens_file, const std::string& tokenizer);
 
