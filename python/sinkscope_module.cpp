@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "analysis/analyze_report.h"
@@ -95,26 +96,38 @@ std::vector<int> ToIds(const py::handle& ids, int vocab_size, const char* what) 
       !(arr.dtype().kind() == 'i' || arr.dtype().kind() == 'u'))
     throw Error(fmt::format("{}: expected integer token ids, got dtype {}", what,
                             py::str(arr.dtype()).cast<std::string>()));
-  auto a64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(arr);
-  std::vector<int> out(static_cast<size_t>(a64.size()));
-  for (py::ssize_t i = 0; i < a64.size(); ++i) {
-    const int64_t id = a64.data()[i];
-    if (id < 0 || id >= vocab_size)
-      throw Error(fmt::format("{}: token id {} at index {} is outside the vocabulary (0..{})", what,
-                              id, i, vocab_size - 1));
-    out[static_cast<size_t>(i)] = static_cast<int>(id);
-  }
-  return out;
+  // Unsigned ids are read as uint64 and signed ones as int64, so that every id is checked (and
+  // named in the message) as it was given: 2^63 + 5 in a uint64 array is not a negative number.
+  auto convert = [&](auto typed) {
+    std::vector<int> out(static_cast<size_t>(typed.size()));
+    for (py::ssize_t i = 0; i < typed.size(); ++i) {
+      const auto id = typed.data()[i];
+      bool negative = false;
+      if constexpr (std::is_signed_v<std::remove_const_t<decltype(id)>>) negative = id < 0;
+      if (negative || static_cast<uint64_t>(id) >= static_cast<uint64_t>(vocab_size))
+        throw Error(fmt::format("{}: token id {} at index {} is outside the vocabulary (0..{})",
+                                what, id, i, vocab_size - 1));
+      out[static_cast<size_t>(i)] = static_cast<int>(id);
+    }
+    return out;
+  };
+  if (arr.dtype().kind() == 'u')
+    return convert(py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(arr));
+  return convert(py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(arr));
 }
 
 // ---- The model object.
 
 class PyModel {
  public:
+  // A tokenizer given by path is loaded (and checked against the model) here, so that a wrong
+  // file fails at load naming it; the one found beside the model waits for the first call that
+  // needs it (a model read only through token ids may have none).
   PyModel(const std::string& path, const std::string& tokenizer, const std::string& precision)
       : tokenizer_path_(tokenizer) {
     const Precision p = ParsePrecision(precision);
     model_ = LoadModel(path, p);
+    if (!tokenizer_path_.empty()) tokenizer_ = FindTokenizer(model_, tokenizer_path_);
   }
 
   const Model& model() const { return model_; }
@@ -179,14 +192,42 @@ struct HookSpec {
   py::object fn;
 };
 
+std::string TypeName(const py::handle& h) { return py::str(py::type::of(h).attr("__name__")); }
+
+// A hook name from Python: a str, or a TypeError that says what was given instead.
+std::string ToHookName(const py::handle& name, const char* what) {
+  if (!py::isinstance<py::str>(name))
+    throw py::type_error(
+        fmt::format("{}: hook names must be strings, got {}", what, TypeName(name)));
+  return name.cast<std::string>();
+}
+
+// run_with_cache's names: a sequence of hook names (a single str is refused, not read as letters).
+std::vector<std::string> ToHookNames(const py::object& names, const char* what) {
+  if (py::isinstance<py::str>(names) || !py::isinstance<py::sequence>(names))
+    throw py::type_error(
+        fmt::format("{}: expected a list of hook names, got {}", what, TypeName(names)));
+  std::vector<std::string> out;
+  for (const py::handle item : names) out.push_back(ToHookName(item, what));
+  return out;
+}
+
 std::vector<HookSpec> ToHookSpecs(const py::object& hooks) {
   std::vector<HookSpec> out;
   if (hooks.is_none()) return out;
+  if (py::isinstance<py::str>(hooks) || !py::isinstance<py::iterable>(hooks))
+    throw py::type_error(fmt::format("hooks: expected a list of (name, function) pairs, got {}",
+                                     TypeName(hooks)));
   for (const py::handle item : hooks) {
-    auto pair = item.cast<py::tuple>();
+    if (!py::isinstance<py::tuple>(item) && !py::isinstance<py::list>(item))
+      throw py::type_error(fmt::format(
+          "hooks: expected a list of (name, function) pairs, found an item of type {}",
+          TypeName(item)));
+    auto pair = item.cast<py::sequence>();
     if (pair.size() != 2)
-      throw Error("hooks: expected a list of (name, function) pairs");
-    HookSpec spec{pair[0].cast<std::string>(), py::reinterpret_borrow<py::object>(pair[1])};
+      throw Error(fmt::format("hooks: expected a list of (name, function) pairs, found an item "
+                              "of {} elements", pair.size()));
+    HookSpec spec{ToHookName(pair[0], "hooks"), py::reinterpret_borrow<py::object>(pair[1])};
     if (!PyCallable_Check(spec.fn.ptr()))
       throw Error(fmt::format("hooks: the function for {} is not callable", spec.name));
     out.push_back(std::move(spec));
@@ -206,9 +247,57 @@ void CheckHookName(const std::string& name, const ModelConfig& c) {
     throw Error(fmt::format("'{}': layer {} is outside the model ({} layers)", name, layer, c.n_layers));
 }
 
+// A shape as Python prints it: (4, 16, 16), (1,), ().
+std::string PyShape(const py::ssize_t* dims, py::ssize_t ndim) {
+  std::string s = "(";
+  for (py::ssize_t i = 0; i < ndim; ++i) s += fmt::format("{}{}", i ? ", " : "", dims[i]);
+  return s + (ndim == 1 ? ",)" : ")");
+}
+std::string PyShape(const std::vector<int64_t>& shape) {
+  const std::vector<py::ssize_t> dims(shape.begin(), shape.end());
+  return PyShape(dims.data(), static_cast<py::ssize_t>(dims.size()));
+}
+
+// Checks the array a hook left (`returned` false) or returned against the activation: the same
+// shape, float32, C-contiguous where it is read in place. An array the hook resized in place
+// (`a.resize(..., refcheck=False)`) or gave another shape, dtype or strides (`a.shape = ...`,
+// `a.dtype = ...`) no longer holds the activation: reading numel() floats from it would read past
+// its buffer or reinterpret its bytes. Raises ValueError naming the hook.
+void CheckHookArray(const std::string& name, const py::array& a, const Tensor& activation,
+                    bool returned) {
+  const std::string expected = PyShape(activation.shape());
+  const std::string shape = PyShape(a.shape(), a.ndim());
+  const std::string dtype = py::str(a.dtype());
+  const bool same_shape =
+      std::vector<int64_t>(a.shape(), a.shape() + a.ndim()) == activation.shape();
+  const bool float32 = a.dtype().is(py::dtype::of<float>());
+  if (returned) {
+    constexpr const char* kFix = "; return a float32 array of the activation's shape, or None";
+    if (!same_shape)
+      throw py::value_error(fmt::format("hook {}: the hook returned an array of shape {}; "
+                                        "expected {}{}", name, shape, expected, kFix));
+    if (!float32)
+      throw py::value_error(fmt::format("hook {}: the hook returned an array of dtype {}; "
+                                        "expected float32{}", name, dtype, kFix));
+    return;
+  }
+  constexpr const char* kFix = "; modify it in place or return a new array of the same shape";
+  if (!same_shape)
+    throw py::value_error(fmt::format("hook {}: the hook changed the array's shape from {} to "
+                                      "{}{}", name, expected, shape, kFix));
+  if (!float32)
+    throw py::value_error(fmt::format("hook {}: the hook changed the array's dtype from float32 "
+                                      "to {}{}", name, dtype, kFix));
+  if (!(a.flags() & py::array::c_style))
+    throw py::value_error(fmt::format("hook {}: the hook changed the array's strides (it is no "
+                                      "longer C-contiguous){}", name, kFix));
+}
+
 // Wraps a Python function as an engine hook: it gets a numpy copy of the activation and a
 // PyHookContext; it may change the array in place or return a float32 array of the same shape,
-// which replaces the activation. A Python exception stops the forward (PythonErrorPending).
+// which replaces the activation. Anything else (the array resized, reshaped or given another dtype
+// in place; a returned array of another shape or dtype) raises ValueError naming the hook, the
+// activation untouched. A Python exception stops the forward (PythonErrorPending).
 HookFn WrapPythonHook(py::object fn) {
   return [fn](const HookContext& context, Tensor& activation) {
     py::gil_scoped_acquire gil;
@@ -217,24 +306,20 @@ HookFn WrapPythonHook(py::object fn) {
       FloatArray arr = ToNumpy(activation.data(), activation.shape());
       PyHookContext ctx{name, context.layer, context.start};
       py::object result = fn(arr, py::cast(ctx));
-      const float* source = arr.data();
-      FloatArray replacement;
+      // `arr` is read again through the numpy object: its shape, dtype, strides and data pointer
+      // are what the hook left.
+      py::array source = arr;
       if (!result.is_none()) {
         if (!py::isinstance<py::array>(result))
           throw py::type_error(fmt::format("hook {} returned {}; expected None or a numpy array",
-                                           name, py::str(py::type::of(result)).cast<std::string>()));
-        py::array r = result.cast<py::array>();
-        if (!r.dtype().is(py::dtype::of<float>()))
-          throw py::type_error(fmt::format("hook {} returned a {} array; expected float32", name,
-                                           py::str(r.dtype()).cast<std::string>()));
-        std::vector<int64_t> shape(r.shape(), r.shape() + r.ndim());
-        if (shape != activation.shape())
-          throw py::value_error(fmt::format("hook {} returned shape {}; expected {}", name,
-                                            ShapeString(shape), activation.ShapeString()));
-        replacement = FloatArray::ensure(r);  // C-contiguous copy if needed
-        source = replacement.data();
+                                           name, TypeName(result)));
+        source = result.cast<py::array>();
       }
-      std::memcpy(activation.data(), source, static_cast<size_t>(activation.numel()) * sizeof(float));
+      CheckHookArray(name, source, activation, /*returned=*/!result.is_none());
+      const FloatArray contiguous = FloatArray::ensure(source);  // C-contiguous copy if needed
+      if (!contiguous) throw py::error_already_set();
+      std::memcpy(activation.data(), contiguous.data(),
+                  static_cast<size_t>(activation.numel()) * sizeof(float));
     } catch (py::error_already_set& e) {
       e.restore();
       throw PythonErrorPending{};
@@ -426,10 +511,9 @@ PYBIND11_MODULE(_sinkscope, m) {
     }
   });
 
-  m.def("set_threads", [](int n) {
-    if (n < 1) throw Error(fmt::format("threads: expected 1 or more, got {}", n));
-    SetThreadCount(n);
-  }, py::arg("n"), "Threads for the whole process (default: the cores available).");
+  m.def("set_threads", [](int64_t n) { SetThreadCountChecked("threads", n); }, py::arg("n"),
+        "Threads for the whole process: 1 to 4096 as the CLI's --threads, and at most what the "
+        "OpenBLAS in use runs (default: the cores available).");
   m.def("threads", [] { return ThreadCount(); }, "Threads the engine uses.");
   m.def("blas_info", [] {
     const BlasInfo b = GetBlasInfo();
@@ -478,7 +562,7 @@ PYBIND11_MODULE(_sinkscope, m) {
                                 const py::object& hooks, bool allow_long) {
              std::vector<std::string> names = names_obj.is_none()
                                                   ? DefaultCacheNames(p.model().config)
-                                                  : names_obj.cast<std::vector<std::string>>();
+                                                  : ToHookNames(names_obj, "names");
              ForwardResult r = RunForward(p, ids, ToHookSpecs(hooks), names, allow_long);
              py::dict cache;
              for (const auto& n : names) {

@@ -242,12 +242,57 @@ TEST(OutputPolicy, CliRefusesAnOutputThatIsAnInput) {
   const std::string ids = dir + "/ids.txt";
   WriteFileAtomic(ids, "1 2 3 4 5 6 7 8\n");
   expect_refused("analyze --model " + model + " --tokens " + ids + " --html " + ids, "--tokens");
+  // A --tokenizer that also lies beside the model is named by its own flag.
   expect_refused("ppl --model " + model + " --tokenizer " + dir +
                      "/tok512.bin --prompt hi --json " + dir + "/tok512.bin",
-                 "--model");
+                 "--tokenizer " + dir + "/tok512.bin");
   expect_refused("convert --model " + model + " --to gguf --out " + model, "--model");
+  for (const char* force : {"", " --force"})
+    expect_refused("convert --model " + model + " --tokenizer " + dir + "/tok512.bin --to gguf" +
+                       force + " --out " + dir + "/tok512.bin",
+                   "--tokenizer " + dir + "/tok512.bin");
+  EXPECT_EQ(ReadFile(dir + "/tok512.bin"),
+            ReadFile(test::RepoPath("models/stories260K/tok512.bin")));
   EXPECT_EQ(ReadFile(text), "Once upon a time there was a cat. The cat sat on the mat.\n");
   EXPECT_EQ(ReadFile(model), bytes);
+}
+
+// convert --out: an existing GGUF file is replaced only with --force (what it holds is kept
+// otherwise), a Hugging Face directory never; standard output and devices are written through.
+TEST(OutputPolicy, ConvertRefusesAnExistingOutputUnlessForced) {
+  const std::string dir = FreshDir("convert_existing");
+  const std::string gguf = dir + "/model.gguf";
+  WriteFileAtomic(gguf, "not yet a model\n");
+  CliResult r = RunCli("convert --model " + kModel + " --to gguf --out " + gguf);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("--out " + gguf + ": already exists; pass --force to replace it"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(ReadFile(gguf) == "not yet a model\n") << gguf << " was overwritten";
+  // A symbolic link to an existing file is the same: its target exists.
+  fs::create_symlink(gguf, dir + "/link.gguf");
+  r = RunCli("convert --model " + kModel + " --to gguf --out " + dir + "/link.gguf");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
+  EXPECT_TRUE(ReadFile(gguf) == "not yet a model\n") << gguf << " was overwritten";
+  r = RunCli("convert --model " + kModel + " --to gguf --force --out " + gguf);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ReadFile(gguf).substr(0, 4), "GGUF");
+  EXPECT_TRUE(fs::is_symlink(dir + "/link.gguf"));
+  // A new path, standard output and /dev/null need no --force.
+  r = RunCli("convert --model " + kModel + " --to gguf --out " + dir + "/new.gguf");
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = RunCli("convert --model " + kModel + " --to gguf --out /dev/null");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(IsCharDevice("/dev/null"));
+  // A directory is never replaced, --force or not.
+  const std::string hf = dir + "/hf";
+  fs::create_directories(hf);
+  r = RunCli("convert --model " + kModel + " --to hf --force --out " + hf);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("--out " + hf + ": already exists; remove it or choose another path"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(OutputPolicy, CliRefusesTwoOutputsNamingOneFile) {

@@ -4,7 +4,9 @@
 //                  NaN/Inf weights at load, NaN/Inf activations in a forward pass named by layer;
 //   flags          every numeric flag checked for NaN and range, the shared options one domain;
 //   hangs          FIFOs and devices refused as models and inputs, sizes checked against memory
-//                  and input caps before anything is read or allocated.
+//                  and input caps before anything is read or allocated;
+//   messages       a message shows what it quotes whole: bytes that would cut it or garble it
+//                  escaped, numbers as they were written.
 // Each class is tested at the library level and through the sinkscope binary.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -18,6 +20,7 @@
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <thread>
 
 #include "common/error.h"
@@ -27,7 +30,9 @@
 #include "io/hf_config.h"
 #include "io/load.h"
 #include "io/model_files.h"
+#include "io/token_ids.h"
 #include "kernels/dequant.h"
+#include "kernels/parallel.h"
 #include "model/model.h"
 #include "random_model.h"
 #include "test_util.h"
@@ -440,6 +445,136 @@ TEST(ValidateFlags, SharedOptionsHaveOneDomainInEveryVerb) {
   fs::copy_file(kTokenizer, run + "/tok512.bin", fs::copy_options::overwrite_existing);
   ExpectCliError("trace --checkpoints " + run + "/step-100.bin --length 600 --samples 1 --no-cache",
                  {"--length: T = 600 exceeds"}, /*one_line=*/false);
+}
+
+// --seed: one domain, [0, 2^64 - 1], in every verb that has it; CLI11 alone would read -1 as
+// 18446744073709551615 and write that to the report.
+TEST(ValidateFlags, SeedIsANonNegative64BitIntegerInEveryVerb) {
+  const std::string m = " --model " + kStories;
+  // Each runs one small sample if the seed got through, so a regression fails fast.
+  const std::vector<std::string> verbs = {
+      "analyze" + m + " --conditions bos --samples 1 --length 8",
+      "explain" + m + " --samples 1 --length 8 --intervention-samples 1",
+      "trace --checkpoints " + kStories + " --samples 1 --length 8 --no-cache",
+      "generate" + m + " --steps 4",
+      "chat" + m + " < /dev/null",
+      "train --preset quick --steps 1 --out " + test::TempDir("validate_seed_train") + "/run"};
+  const std::string domain = "--seed: expected an integer in [0, 18446744073709551615], got ";
+  for (const std::string& v : verbs) {
+    ExpectCliError(v + " --seed -1", {domain + "-1"});
+    ExpectCliError(v + " --seed 18446744073709551616", {domain + "18446744073709551616"});
+    ExpectCliError(v + " --seed 1.5", {domain + "1.5"});
+    ExpectCliError(v + " --seed +7", {domain + "+7"});
+    ExpectCliError(v + " --seed 0x10", {domain + "0x10"});
+  }
+  // The largest seed runs and is reported as given.
+  const std::string json = test::TempDir("validate_seed") + "/analyze.json";
+  const test::CliResult r = test::RunCli("analyze" + m +
+                                         " --conditions bos --samples 1 --length 8 "
+                                         "--seed 18446744073709551615 --json " +
+                                         json);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(json))["settings"]["seed"].get<uint64_t>(), UINT64_MAX);
+}
+
+// --threads: the same domain on every verb, in train's flag and config (0 there: the default),
+// and in the Python module's set_threads (python/tests): 1 to kMaxThreads, an error outside it.
+TEST(ValidateFlags, ThreadCountsHaveOneDomainEverywhere) {
+  const std::string m = " --model " + kStories;
+  const std::string domain =
+      "--threads: expected a thread count in [1, " + std::to_string(kMaxThreads) + "], got ";
+  for (const std::string& v : {"inspect" + m, "ppl" + m + " --prompt hi", "analyze" + m}) {
+    ExpectCliError(v + " --threads " + std::to_string(kMaxThreads + 1),
+                   {domain + std::to_string(kMaxThreads + 1)});
+    ExpectCliError(v + " --threads 0", {domain + "0"});
+    ExpectCliError(v + " --threads -3", {domain + "-3"});
+    ExpectCliError(v + " --threads 100000000000", {domain + "100000000000"});
+  }
+  // Inside the domain, a count the OpenBLAS in use cannot run (Debian's is built for 64) is refused
+  // naming its limit, not lowered without a word; the limit itself runs.
+  test::CliResult r = test::RunCli("inspect" + m + " --threads " + std::to_string(kMaxThreads));
+  std::smatch limit;
+  if (r.code != 0) {
+    EXPECT_EQ(r.code, 1) << r.err;
+    const std::string prefix = "--threads: " + std::to_string(kMaxThreads) +
+                               " threads asked, but the OpenBLAS in use runs at most ";
+    ASSERT_TRUE(std::regex_search(r.err, limit, std::regex(prefix + "([0-9]+) \\(OpenBLAS")))
+        << r.err;
+    r = test::RunCli("inspect" + m + " --threads " + limit[1].str());
+  }
+  EXPECT_EQ(r.code, 0) << r.err;
+  const std::string run = test::TempDir("validate_threads_train") + "/run";
+  ExpectCliError(
+      "train --preset quick --out " + run + " --threads " + std::to_string(kMaxThreads + 1),
+      {"--threads: expected an integer in [0, " + std::to_string(kMaxThreads) + "]"});
+  train::TrainConfig c = train::Preset("quick");
+  nlohmann::json j = {{"threads", kMaxThreads + 1}};
+  EXPECT_NE(ErrorOf([&] {
+              train::ApplyJson(c, j, "config.json");
+              c.Validate("config.json");
+            }).find("threads must be in [0, " + std::to_string(kMaxThreads) + "]"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(run));
+  EXPECT_NE(ErrorOf([] { CheckThreadCount("threads", kMaxThreads + 1); }).find("threads: expected"),
+            std::string::npos);
+  EXPECT_EQ(ErrorOf([] { CheckThreadCount("threads", kMaxThreads); }), "");
+}
+
+// ================================================================================================
+// Class: messages
+
+TEST(ValidateMessages, BytesThatWouldCutOrGarbleAMessageAreEscaped) {
+  using namespace std::string_literals;
+  EXPECT_EQ(Printable("ab\0cd"s), "ab\\x00cd");
+  EXPECT_EQ(Printable("tab\there\x1b[31m\x7f"), "tab\\x09here\\x1b[31m\\x7f");
+  EXPECT_EQ(Printable("line\nnext\ttab", /*keep_layout=*/true), "line\nnext\ttab");
+  // Valid UTF-8 stays; stray, truncated, overlong and surrogate sequences are bytes.
+  EXPECT_EQ(Printable("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"),
+            "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  EXPECT_EQ(Printable("\xff\xc3 \xc0\xaf \xed\xa0\x80"), "\\xff\\xc3 \\xc0\\xaf \\xed\\xa0\\x80");
+  EXPECT_EQ(PrintableExcerpt("abcdef", 4), "abcd...");
+  EXPECT_EQ(PrintableExcerpt("abcd", 4), "abcd");
+  // Every ss::Error carries its message whole through what().
+  const Error e("found 'x\0y' in a file"s);
+  EXPECT_EQ(std::string(e.what()), "found 'x\\x00y' in a file");
+  // Escaping twice changes nothing.
+  EXPECT_EQ(Error(Printable("\x01")).what(), std::string("\\x01"));
+}
+
+// Token ids of a --tokens file: an id beyond the vocabulary is named as it was written, however
+// many digits it has; a malformed item is quoted with its odd bytes escaped (a NUL used to end
+// the message there).
+TEST(ValidateMessages, TokenIdsAreQuotedAsWritten) {
+  using namespace std::string_literals;
+  auto parse = [](const std::string& text) { return ParseTokenIds(text, "ids.txt", 512); };
+  EXPECT_EQ(parse("1 0000000000000000000007 511\n"), (std::vector<int>{1, 7, 511}));
+  auto error = [&](const std::string& text) { return ErrorOf([&] { parse(text); }); };
+  EXPECT_NE(error("1 9223372036854775813")
+                .find("line 1: token id 9223372036854775813 is outside the model's vocabulary "
+                      "[0, 512)"),
+            std::string::npos);
+  EXPECT_NE(
+      error("3\n18446744073709551621").find("line 2: token id 18446744073709551621 is outside"),
+      std::string::npos);
+  EXPECT_NE(error(std::string(60, '9')).find("token id " + std::string(40, '9') + "... is outside"),
+            std::string::npos);
+  EXPECT_NE(error("12\n5 ab\0cd 7"s)
+                .find("line 2: 'ab\\x00cd' is not a token id (expected non-negative integers"),
+            std::string::npos);
+  // Through the CLI: the whole message reaches stderr.
+  const std::string dir = test::TempDir("validate_token_ids");
+  WriteFileAtomic(dir + "/nul.txt", "1 2\n3 x\0y 4\n"s);
+  WriteFileAtomic(dir + "/big.txt", "1 9223372036854775813\n");
+  for (const char* verb : {"analyze", "stream"}) {
+    ExpectCliError(std::string(verb) + " --model " + kStories + " --tokens " + dir + "/nul.txt",
+                   {"--tokens " + dir +
+                    "/nul.txt: line 2: 'x\\x00y' is not a token id (expected "
+                    "non-negative integers separated by whitespace)"},
+                   /*one_line=*/false);
+    ExpectCliError(std::string(verb) + " --model " + kStories + " --tokens " + dir + "/big.txt",
+                   {"line 1: token id 9223372036854775813 is outside the model's vocabulary"},
+                   /*one_line=*/false);
+  }
 }
 
 // ================================================================================================

@@ -94,7 +94,8 @@ def _require_path(path, what):
 
 def load(path, tokenizer=None, precision="f32"):
     """Loads a model: a llama2.c ``.bin``, a GGUF file, or a Hugging Face directory (config.json +
-    safetensors). ``tokenizer`` overrides the tokenizer found beside the model; ``precision`` is
+    safetensors). ``tokenizer`` overrides the tokenizer found beside the model (it is read and
+    checked against the model here: a file that is no tokenizer raises at once); ``precision`` is
     "f32" (default), "bf16" (weights held in bf16; bf16 operands, f32 sums), "q8_0" (weights held
     as Q8_0 blocks; f32 activations) or "native" (each projection kept in the type the file stores:
     F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, mapped from the file; f32 activations)."""

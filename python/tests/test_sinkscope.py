@@ -3,6 +3,7 @@ stories260K model; bad input raises Python exceptions and leaves the model usabl
 
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -296,8 +297,10 @@ def test_bad_input_raises_and_model_stays_usable(model, sinkscope, tmp_path):
         model.forward([1, 2, 100000])
     with pytest.raises(ValueError, match="shape"):
         model.forward(ids, hooks=[("blocks.0.hook_mlp_out", lambda a, h: a[:1])])
-    with pytest.raises(TypeError, match="float32"):
+    with pytest.raises(ValueError, match="float32"):
         model.forward(ids, hooks=[("blocks.0.hook_mlp_out", lambda a, h: a.astype(np.float64))])
+    with pytest.raises(TypeError, match="expected None or a numpy array"):
+        model.forward(ids, hooks=[("blocks.0.hook_mlp_out", lambda a, h: [0.0])])
 
     def boom(act, hook):
         raise RuntimeError("boom from a hook")
@@ -316,6 +319,177 @@ def test_bad_input_raises_and_model_stays_usable(model, sinkscope, tmp_path):
     ref = load_json(REFERENCES[0])
     logits, ref_logits = model.forward(ref["tokens"]), np.array(ref["logits"])
     assert np.abs(logits - ref_logits).max() / np.abs(ref_logits).max() < 1e-5
+
+
+# ---- Hooks that break the array they were given; arguments of the wrong kind.
+
+def test_hook_that_shrinks_a_large_activation_in_place_raises_naming_the_hook(model):
+    """A hook that resizes the (H, 512, 512) pattern of a 512-token forward to one element: the
+    wrapper copied H x 512 x 512 floats out of the 4-byte buffer numpy left (a crash). In a child
+    process, so that a regression fails this test alone."""
+    code = f"""
+import numpy as np, sinkscope
+m = sinkscope.load({str(MODEL)!r})
+ids = np.arange(512) % 509 + 3
+def shrink(act, hook):
+    act.resize((1,), refcheck=False)
+try:
+    m.forward(ids, hooks=[("blocks.0.attn.hook_pattern", shrink)])
+except ValueError as e:
+    print(e)
+print(m.forward(ids[:8]).shape)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
+    assert out.returncode == 0, f"exit status {out.returncode}: {out.stderr}"
+    assert out.stdout.splitlines() == [
+        f"hook blocks.0.attn.hook_pattern: the hook changed the array's shape from ({model.n_heads}, "
+        "512, 512) to (1,); modify it in place or return a new array of the same shape",
+        "(8, 512)"]
+
+
+IN_PLACE_CHANGES = {
+    "shrunk": ("blocks.0.hook_mlp_out", lambda a: a.resize((1,), refcheck=False),
+               "shape from ({T}, {D}) to (1,)"),
+    "grown": ("blocks.0.hook_mlp_out",
+              lambda a: a.resize((2 * a.shape[0], a.shape[1]), refcheck=False),
+              "shape from ({T}, {D}) to ({T2}, {D})"),
+    "reshaped": ("blocks.0.hook_mlp_out", lambda a: setattr(a, "shape", (a.shape[1], a.shape[0])),
+                 "shape from ({T}, {D}) to ({D}, {T})"),
+    "retyped": ("blocks.0.hook_mlp_out", lambda a: setattr(a, "dtype", np.int32),
+                "dtype from float32 to int32"),
+    "restrided": ("blocks.0.attn.hook_pattern",  # (H, T, T): each head's pattern transposed
+                  lambda a: setattr(a, "strides", (a.strides[0], 4, a.strides[1])),
+                  "strides (it is no longer C-contiguous)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IN_PLACE_CHANGES))
+def test_hook_that_changes_its_array_in_place_raises_naming_the_hook(model, case):
+    """On a small activation the copy read past the shrunk buffer (or reinterpreted the bytes) and
+    gave wrong logits without an error. The model gives the clean logits afterwards."""
+    name, change, what = IN_PLACE_CHANGES[case]
+    ids = model.tokenize(TEXT)
+    clean = model.forward(ids)
+    T, D = len(ids), model.config["dim"]
+    message = (f"hook {name}: the hook changed the array's " + what.format(T=T, D=D, T2=2 * T) +
+               "; modify it in place or return a new array of the same shape")
+    with pytest.raises(ValueError) as info:
+        model.forward(ids, hooks=[(name, lambda act, hook: change(act))])
+    assert str(info.value) == message
+    assert np.array_equal(model.forward(ids), clean)
+
+
+def _resized_and_returned(a):
+    a.resize((3,), refcheck=False)
+    return a
+
+
+@pytest.mark.parametrize("make, what", [
+    (lambda a: a[:1], "an array of shape (1, {D}); expected ({T}, {D})"),
+    (lambda a: a.reshape(-1), "an array of shape ({TD},); expected ({T}, {D})"),
+    (_resized_and_returned, "an array of shape (3,); expected ({T}, {D})"),
+    (lambda a: a.astype(np.float64), "an array of dtype float64; expected float32"),
+    (lambda a: a.astype(np.float16), "an array of dtype float16; expected float32"),
+    (lambda a: a.view(np.int32), "an array of dtype int32; expected float32"),
+], ids=["slice", "flat", "resized", "float64", "float16", "int32"])
+def test_hook_returning_a_wrong_array_raises_naming_the_hook(model, make, what):
+    ids = model.tokenize(TEXT)
+    clean = model.forward(ids)
+    T, D = len(ids), model.config["dim"]
+    with pytest.raises(ValueError) as info:
+        model.forward(ids, hooks=[("blocks.0.hook_mlp_out", lambda act, hook: make(act))])
+    assert str(info.value) == ("hook blocks.0.hook_mlp_out: the hook returned " +
+                               what.format(T=T, D=D, TD=T * D) +
+                               "; return a float32 array of the activation's shape, or None")
+    assert np.array_equal(model.forward(ids), clean)
+    # A float32 array of the right shape in another memory order is read in its logical order.
+    zeros = model.forward(ids, hooks=[("blocks.0.hook_mlp_out",
+                                       lambda act, hook: np.zeros_like(act))])
+    fortran = model.forward(ids, hooks=[("blocks.0.hook_mlp_out",
+                                         lambda act, hook: np.asfortranarray(np.zeros_like(act)))])
+    assert np.array_equal(zeros, fortran)
+
+
+def test_hook_and_cache_names_must_be_strings(model):
+    ids = model.tokenize(TEXT)
+    with pytest.raises(TypeError, match=r"^hooks: hook names must be strings, got int$"):
+        model.forward(ids, hooks=[(3, lambda act, hook: None)])
+    with pytest.raises(TypeError, match=r"^hooks: hook names must be strings, got NoneType$"):
+        model.run_with_cache(ids, names=["hook_embed"], hooks=[[None, lambda act, hook: None]])
+    with pytest.raises(TypeError, match=r"^names: hook names must be strings, got bytes$"):
+        model.run_with_cache(ids, names=[b"hook_embed"])
+    with pytest.raises(TypeError, match=r"^names: expected a list of hook names, got str$"):
+        model.run_with_cache(ids, names="hook_embed")
+    with pytest.raises(TypeError, match=r"found an item of type function"):
+        model.forward(ids, hooks=[lambda act, hook: None])
+    with pytest.raises(TypeError, match=r"pairs, got str"):
+        model.forward(ids, hooks="hook_embed")
+    with pytest.raises(ValueError, match=r"found an item of 3 elements"):
+        model.forward(ids, hooks=[("hook_embed", lambda act, hook: None, 1)])
+    _, cache = model.run_with_cache(ids, names=("hook_embed",))
+    assert list(cache) == ["hook_embed"]
+
+
+def test_set_threads_has_the_domain_of_the_cli_threads_flag(sinkscope):
+    """One domain, 1 to 4096 (ss::kMaxThreads), refused outside it by set_threads and --threads
+    alike (100000 was clamped silently)."""
+    before = sinkscope.threads()
+    for n in (0, -1, 4097, 100000, 2**40):
+        with pytest.raises(ValueError, match=rf"^threads: expected a thread count in \[1, 4096\], got {n}$"):
+            sinkscope.set_threads(n)
+        cli = run_cli("inspect", "--model", MODEL, "--threads", n, check=False)
+        assert cli.returncode == 1, cli.stderr
+        assert f"--threads: expected a thread count in [1, 4096], got {n}" in cli.stderr
+    assert sinkscope.threads() == before
+    # Inside the domain, a count the OpenBLAS in use cannot run (Debian's is built for 64) is
+    # refused naming its limit, in both, and the count stays; the limit itself is taken.
+    try:
+        try:
+            sinkscope.set_threads(4096)
+            limit = 4096
+        except ValueError as e:
+            match = re.match(r"threads: 4096 threads asked, but the OpenBLAS in use runs at most "
+                             r"(\d+) \(OpenBLAS", str(e))
+            assert match, str(e)
+            limit = int(match.group(1))
+            assert sinkscope.threads() == before
+            cli = run_cli("inspect", "--model", MODEL, "--threads", 4096, check=False)
+            assert cli.returncode == 1 and f"--threads: {str(e)[len('threads: '):]}" in cli.stderr
+            sinkscope.set_threads(limit)
+        assert sinkscope.threads() == limit
+    finally:
+        sinkscope.set_threads(before)
+    assert sinkscope.threads() == before
+
+
+def test_load_checks_a_given_tokenizer_at_once(sinkscope, tmp_path):
+    """A tokenizer passed to load() is read at load: a file that is not one fails there, naming it
+    (it failed only at the first tokenize)."""
+    with pytest.raises(ValueError, match="^/etc/passwd: "):
+        sinkscope.load(MODEL, tokenizer="/etc/passwd")
+    short = tmp_path / "tok.bin"
+    short.write_bytes(b"\x05\x00")
+    with pytest.raises(ValueError, match=str(short)):
+        sinkscope.load(MODEL, tokenizer=short)
+    m = sinkscope.load(MODEL, tokenizer=REPO / "models" / "stories260K" / "tok512.bin")
+    assert m.tokenize("Once upon a time").tolist()[:2] == [1, 403]
+
+
+def test_out_of_vocabulary_ids_are_named_as_given(model):
+    """uint64 ids are not cast to int64 first: 2^63 + 5 is named as such, not as a negative id."""
+    vocab = f"is outside the vocabulary \\(0\\.\\.{model.config['vocab_size'] - 1}\\)"
+    with pytest.raises(ValueError, match=rf"^ids: token id 9223372036854775813 at index 1 {vocab}$"):
+        model.forward(np.array([1, 2**63 + 5], dtype=np.uint64))
+    with pytest.raises(ValueError, match=r"token id 18446744073709551615 at index 0 "):
+        model.forward(np.array([2**64 - 1], dtype=np.uint64))
+    with pytest.raises(ValueError, match=r"token id 9223372036854775813 at index 0 "):
+        model.detokenize([2**63 + 5])  # a list: numpy makes it a uint64 array
+    with pytest.raises(ValueError, match=r"token id -3 at index 2 "):
+        model.forward(np.array([1, 2, -3], dtype=np.int8))
+    with pytest.raises(ValueError, match=r"token id 9223372036854775813 at index 0 "):
+        model.forward(np.array([2**63 + 5, 1], dtype=np.uint64)[::-1][::-1])
+    assert np.array_equal(model.forward(np.array([1, 403, 407], dtype=np.uint16)),
+                          model.forward([1, 403, 407]))
 
 
 def test_long_calls_release_the_gil(model, sinkscope):

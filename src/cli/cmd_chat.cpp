@@ -101,7 +101,7 @@ void RegisterChat(CLI::App& app) {
   cmd->add_option("--max-reply", a->max_reply, "Most tokens per reply")->default_val(256);
   a->kv.Add(cmd);
   a->sampling.Add(cmd, /*default_temperature=*/0.8f);
-  cmd->add_option("--seed", a->seed, "Sampling seed")->default_val(42);
+  AddSeedOption(cmd, [a](uint64_t v) { a->seed = v; }, "Sampling seed", std::to_string(a->seed));
   cmd->add_flag("--force", a->force, "Allow S + W beyond the model's context");
   cmd->callback([a] { RunChat(*a); });
 }

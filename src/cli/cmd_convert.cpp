@@ -1,10 +1,12 @@
 // sinkscope convert --model PATH --to hf|gguf --out PATH [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k]
+//                   [--force]
 // Writes the model (any readable format) with its tokenizer as a Hugging Face directory
 // (model.safetensors + config.json + tokenizer.json) or a GGUF v3 file with the tokenizer
-// embedded. Both outputs appear atomically: the GGUF file through a temporary file and rename, the
-// directory by writing a temporary directory beside --out and renaming it into place. The block
-// types (q8_0, q4_0, q4_k, q6_k) apply to 2-D weights; AddGgufModel writes a weight whose rows are
-// not whole blocks in another type, and the log names those weights.
+// embedded. An existing --out is refused: a GGUF file is replaced only with --force, a directory
+// never (remove it first). Both outputs appear atomically: the GGUF file through a temporary file
+// and rename, the directory by writing a temporary directory beside --out and renaming it into
+// place. The block types (q8_0, q4_0, q4_k, q6_k) apply to 2-D weights; AddGgufModel writes a
+// weight whose rows are not whole blocks in another type, and the log names those weights.
 #include <unistd.h>
 
 #include <filesystem>
@@ -29,6 +31,7 @@ struct ConvertOptions {
   std::string to;
   std::string out;
   std::string type = "f32";
+  bool force = false;
 };
 
 void WriteHfDirectory(const LoadedModel& loaded, const std::string& out, SafetensorsDtype dtype) {
@@ -74,9 +77,13 @@ void Run(const ConvertOptions& o) {
     Fail("--out -: a Hugging Face model is a directory; give a path (--to gguf can go to "
          "standard output)");
   if (o.to == "hf" && fs::exists(o.out))
-    Fail("--out {}: already exists; remove it or choose another path", o.out);
+    Fail("--out {}: already exists; remove it or choose another path{}", o.out,
+         o.force ? " (--force replaces a GGUF file, never a directory)" : "");
   CheckOutputs({{"--out", o.out}},
                SampleInputs(o.model.model_path, "", "", o.model.tokenizer_path));
+  // Standard output, a device or a FIFO is written through; an existing file only with --force.
+  if (const OutputTarget t = ResolveOutput(o.out, "--out"); !t.in_place && t.exists && !o.force)
+    Fail("--out {}: already exists; pass --force to replace it, or choose another path", o.out);
   SafetensorsDtype dtype = SafetensorsDtype::kF32;
   uint32_t ggml_type = kGgmlTypeF32;
   if (o.to == "hf") {
@@ -121,6 +128,8 @@ void RegisterConvert(CLI::App& app) {
                   "Tensor type: f32, f16, bf16, or (gguf only, for 2-D weights) q8_0, q4_0, q4_k, "
                   "q6_k")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"}));
+  cmd->add_flag("--force", o->force,
+                "Replace an existing --out GGUF file (a Hugging Face directory is never replaced)");
   cmd->callback([o] { Run(*o); });
 }
 

@@ -36,7 +36,7 @@ void RegisterGenerate(CLI::App& app) {
   cmd->add_option("--steps", a->steps,
                   "Total tokens, prompt included, as llama2.c's -n (default 256)");
   a->sampling.Add(cmd, /*default_temperature=*/1.0f);
-  cmd->add_option("--seed", a->seed, "Random seed (default: time)");
+  AddSeedOption(cmd, [a](uint64_t v) { a->seed = v; }, "Random seed (default: time)", "");
   cmd->add_option("--policy", a->policy,
                   "KV cache: dense (default, up to the context) or sinks | window | recompute, "
                   "which run past the context in constant memory (docs/STREAMING.md)");

@@ -12,6 +12,7 @@
 #include "cli/common.h"
 #include "common/error.h"
 #include "common/file_util.h"
+#include "kernels/parallel.h"
 #include "model/precision.h"
 #include "train/checkpoint.h"
 #include "train/comm.h"
@@ -31,7 +32,7 @@ struct TrainFlags {
   std::optional<int> steps, threads, batch, seq_len, eval_every, checkpoint_every;
   int stop_after = 0, eval_batches = 2;
   std::optional<double> lr;
-  std::optional<int64_t> seed;
+  std::optional<uint64_t> seed;
   std::string corpus;
   std::string precision;  // empty: the config's
   bool bos = false, no_bos = false, overwrite = false;
@@ -68,14 +69,14 @@ void RunTrain(const TrainFlags& f) {
     auto parsed = nlohmann::json::parse(value, nullptr, false);
     overrides[key] = parsed.is_discarded() ? nlohmann::json(value) : parsed;
   }
-  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
-  auto count = [&](const char* flag, const char* key, const std::optional<int>& v, int64_t lo) {
+  auto count = [&](const char* flag, const char* key, const std::optional<int>& v, int64_t lo,
+                   int64_t hi = std::numeric_limits<int>::max()) {
     if (!v) return;
-    CheckInt(flag, *v, lo, kMaxInt);
+    CheckInt(flag, *v, lo, hi);
     overrides[key] = *v;
   };
   count("--steps", "steps", f.steps, 1);
-  count("--threads", "threads", f.threads, 0);
+  count("--threads", "threads", f.threads, 0, kMaxThreads);  // 0: the default
   count("--batch", "batch_size", f.batch, 1);
   count("--seq-len", "seq_len", f.seq_len, 1);
   count("--eval-every", "eval_every", f.eval_every, 1);
@@ -85,10 +86,7 @@ void RunTrain(const TrainFlags& f) {
               Bound::kOpen);
     overrides["lr"] = *f.lr;
   }
-  if (f.seed) {
-    CheckInt("--seed", *f.seed, 0, std::numeric_limits<int64_t>::max());
-    overrides["seed"] = *f.seed;
-  }
+  if (f.seed) overrides["seed"] = *f.seed;  // checked as it was parsed (AddSeedOption)
   if (!f.corpus.empty()) overrides["corpus"] = f.corpus;
   if (!f.precision.empty()) {
     const Precision p = ParsePrecision(f.precision);
@@ -154,7 +152,7 @@ void RegisterTrain(CLI::App& app) {
   cmd->add_option("--set", flags->sets, "Override any config key: --set dim=128 --set data=text");
   cmd->add_option("--steps", flags->steps, "Total optimiser steps");
   cmd->add_option("--lr", flags->lr, "Peak learning rate");
-  cmd->add_option("--seed", flags->seed, "Seed (init and data order)");
+  AddSeedOption(cmd, [flags](uint64_t v) { flags->seed = v; }, "Seed (init and data order)", "");
   cmd->add_option("--threads", flags->threads, "Threads for OpenMP and OpenBLAS (0: default)");
   cmd->add_option("--precision", flags->precision,
                   "f32 (default) or bf16: the projections' forward and input-gradient products "

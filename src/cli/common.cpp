@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -61,6 +62,25 @@ void CheckInt(const std::string& flag, int64_t value, int64_t lo, int64_t hi) {
     Fail("{}: expected an integer in [{}, {}], got {}", flag, lo, hi, value);
 }
 
+uint64_t ParseSeed(const std::string& flag, const std::string& text) {
+  uint64_t value = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits || ec != std::errc() || ptr != end)
+    Fail("{}: expected an integer in [0, {}], got {}", flag, std::numeric_limits<uint64_t>::max(),
+         PrintableExcerpt(text, 40));
+  return value;
+}
+
+CLI::Option* AddSeedOption(CLI::App* cmd, std::function<void(uint64_t)> set,
+                           const std::string& help, const std::string& default_value) {
+  CLI::Option* option = cmd->add_option_function<std::string>(
+      "--seed", [set](const std::string& text) { set(ParseSeed("--seed", text)); }, help);
+  if (!default_value.empty()) option->default_str(default_value);
+  return option;
+}
+
 void SamplingOptions::Add(CLI::App* cmd, float default_temperature) {
   temperature = default_temperature;
   cmd->add_option("--temperature", temperature, "0 = greedy, up to 100")->capture_default_str();
@@ -88,8 +108,9 @@ void SampleOptions::Add(CLI::App* cmd, int default_samples, bool prompt_and_toke
                   "Tokenizer file (default: found beside or inside the model)");
   cmd->add_option("--samples", samples, "Samples (N)")->capture_default_str();
   cmd->add_option("--length", length, "Tokens per sample (T)")->capture_default_str();
-  cmd->add_option("--seed", seed, "Seed for windows and random first tokens")
-      ->capture_default_str();
+  AddSeedOption(
+      cmd, [this](uint64_t v) { seed = v; }, "Seed for windows and random first tokens",
+      std::to_string(seed));
 }
 
 void SampleOptions::Validate(int conditions) const {
@@ -280,10 +301,11 @@ std::vector<FlagPath> ModelInputs(const std::string& flag, const std::string& pa
 
 std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& text_file,
                                    const std::string& tokens_file, const std::string& tokenizer) {
-  std::vector<FlagPath> inputs = ModelInputs("--model", model);
-  inputs.push_back({"--text", text_file});
-  inputs.push_back({"--tokens", tokens_file});
-  inputs.push_back({"--tokenizer", tokenizer});
+  // The files given by their own flag come first: CheckOutputs names the first input an output
+  // matches, and a --tokenizer beside a llama2.c model is among ModelInputs' files too.
+  std::vector<FlagPath> inputs = {
+      {"--text", text_file}, {"--tokens", tokens_file}, {"--tokenizer", tokenizer}};
+  for (FlagPath& f : ModelInputs("--model", model)) inputs.push_back(std::move(f));
   return inputs;
 }
 

@@ -1,6 +1,8 @@
 // Helpers shared by the verbs: loading a model with its tokenizer, and reading text input.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -36,6 +38,14 @@ enum class Bound { kOpen, kClosed };
 void CheckReal(const std::string& flag, double value, double lo, Bound lo_bound, double hi,
                Bound hi_bound, const char* what = "a number");
 void CheckInt(const std::string& flag, int64_t value, int64_t lo, int64_t hi);
+
+// --seed, in every verb that has one (analyze, explain, trace, generate, chat, train): a decimal
+// integer in [0, 2^64 - 1], read as text, since CLI11 would wrap "-1" into a uint64 as
+// 18446744073709551615. `set` receives the value; `default_value` is shown in --help ("" for none).
+CLI::Option* AddSeedOption(CLI::App* cmd, std::function<void(uint64_t)> set,
+                           const std::string& help, const std::string& default_value);
+// The seed `text` (a flag's value) stands for; throws ss::Error naming `flag` otherwise.
+uint64_t ParseSeed(const std::string& flag, const std::string& text);
 
 // --temperature and --top-p of generate and chat.
 struct SamplingOptions {
@@ -129,7 +139,7 @@ void WriteReports(const std::string& json_path, const std::string& json_text,
 // tokenizer.*), or the model, tokenizer and trainer files of a directory and of its
 // sub-directories (a run's step-<N>/ checkpoints).
 std::vector<FlagPath> ModelInputs(const std::string& flag, const std::string& path);
-// ModelInputs of --model plus the --text, --tokens and --tokenizer files (each skipped if empty).
+// The --text, --tokens and --tokenizer files (each skipped if empty), then ModelInputs of --model.
 std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& text_file,
                                    const std::string& tokens_file, const std::string& tokenizer);
 

@@ -76,10 +76,11 @@ int main(int argc, char** argv) {
   // our kernels and OpenBLAS, sized before the verb runs.
   for (CLI::App* verb : app.get_subcommands([](CLI::App*) { return true; })) {
     if (verb->get_option_no_throw("--threads")) continue;
-    verb->add_option_function<int>(
-            "--threads", [](int n) { ss::SetThreadCount(n); },
-            "Threads for the whole process (default: the cores available)")
-        ->check(CLI::Range(1, 4096));
+    verb->add_option_function<int64_t>(
+        "--threads",
+        [](int64_t n) { ss::SetThreadCountChecked("--threads", n); },
+        fmt::format("Threads for the whole process, 1 to {} (default: the cores available)",
+                    ss::kMaxThreads));
   }
   if (std::string warning = ss::BlasWarning(); !warning.empty())
     std::fprintf(stderr, "sinkscope: %s\n", warning.c_str());

@@ -6,14 +6,29 @@
 
 #include <fmt/format.h>
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace ss {
 
+// `bytes` as they may stand in a message: printable ASCII and valid UTF-8 as they are, every other
+// byte (NUL, control characters, DEL, bytes that are not UTF-8) as \xNN; newlines and tabs are
+// kept when `keep_layout`. A message travels as one C string (what(), stderr, a Python
+// exception's text): a NUL would end it early, and a byte that is not UTF-8 would make Python's
+// decoding of it fail.
+std::string Printable(std::string_view bytes, bool keep_layout = false);
+// Printable() of the first `max_bytes` of `bytes`, with "..." after it when it was cut: for
+// quoting an item of a user's file.
+std::string PrintableExcerpt(std::string_view bytes, size_t max_bytes);
+
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  // The message passes through Printable(keep_layout): whatever a message quotes from a file,
+  // it reaches the user whole.
+  explicit Error(const std::string& message)
+      : std::runtime_error(Printable(message, /*keep_layout=*/true)) {}
 };
 
 template <typename... Args>

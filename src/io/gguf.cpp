@@ -239,11 +239,8 @@ GgufFile GgufFile::Parse(const std::string& path, const uint8_t* data, size_t si
   Reader r(path, data, size);
 
   if (size < 4 || std::memcmp(data, "GGUF", 4) != 0) {
-    std::string found;
-    for (size_t i = 0; i < std::min<size_t>(size, 4); ++i)
-      found += (data[i] >= 32 && data[i] < 127) ? std::string(1, static_cast<char>(data[i]))
-                                                : fmt::format("\\x{:02x}", data[i]);
-    Fail("{}: not a GGUF file: expected magic \"GGUF\", found \"{}\"", path, found);
+    const std::string_view found(reinterpret_cast<const char*>(data), std::min<size_t>(size, 4));
+    Fail("{}: not a GGUF file: expected magic \"GGUF\", found \"{}\"", path, Printable(found));
   }
   r.Read<uint32_t>("magic");
   f.version_ = r.Read<uint32_t>("version");

@@ -18,17 +18,20 @@ std::vector<int> ParseTokenIds(std::string_view text, const std::string& path, i
     }
     size_t j = i;
     while (j < text.size() && !space(text[j])) ++j;
-    const std::string item(text.substr(i, j - i));
-    // At most 9 digits, so std::stoi cannot overflow.
-    const bool digits = item.size() <= 9 && std::all_of(item.begin(), item.end(), [](char ch) {
-                          return ch >= '0' && ch <= '9';
-                        });
-    if (!digits)
+    const std::string_view item = text.substr(i, j - i);
+    if (!std::all_of(item.begin(), item.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
       Fail(
           "--tokens {}: line {}: '{}' is not a token id (expected non-negative integers separated "
           "by whitespace)",
-          path, line, item.substr(0, 24));
-    const int id = std::stoi(item);
+          path, line, PrintableExcerpt(item, 24));
+    // Leading zeros aside, more than 9 digits is beyond any vocabulary (and std::stoi's range):
+    // the number is quoted as written.
+    const std::string_view value =
+        item.substr(std::min(item.find_first_not_of('0'), item.size() - 1));
+    if (value.size() > 9)
+      Fail("--tokens {}: line {}: token id {} is outside the model's vocabulary [0, {})", path,
+           line, PrintableExcerpt(item, 40), vocab_size);
+    const int id = std::stoi(std::string(value));
     if (id >= vocab_size)
       Fail("--tokens {}: line {}: token id {} is outside the model's vocabulary [0, {})", path,
            line, id, vocab_size);

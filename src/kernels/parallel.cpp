@@ -10,11 +10,27 @@
 
 namespace ss {
 
+void CheckThreadCount(const char* what, int64_t n) {
+  if (n < 1 || n > kMaxThreads)
+    Fail("{}: expected a thread count in [1, {}], got {}", what, kMaxThreads, n);
+}
+
 void SetThreadCount(int n) {
-  SS_ASSERT(n >= 1);
+  SS_ASSERT(n >= 1 && n <= kMaxThreads);
   omp_set_num_threads(n);
   // The OpenMP build of OpenBLAS runs its work in OpenMP regions but keeps its own limit.
   openblas_set_num_threads(n);
+}
+
+void SetThreadCountChecked(const char* what, int64_t n) {
+  CheckThreadCount(what, n);
+  const int before = ThreadCount();
+  SetThreadCount(static_cast<int>(n));
+  if (const int now = ThreadCount(); now != n) {
+    SetThreadCount(before);
+    Fail("{}: {} threads asked, but the OpenBLAS in use runs at most {} ({}); give {} or fewer",
+         what, n, now, openblas_get_config(), now);
+  }
 }
 
 int ThreadCount() { return omp_get_max_threads(); }

@@ -3,6 +3,7 @@
 // for the cores.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -18,8 +19,19 @@ inline constexpr const char* kDecodeSpinCount = "1000000";
 // kSpinCount for every other verb.
 const char* SpinCountFor(std::string_view verb);
 
-// Sets the thread count for OpenMP and OpenBLAS alike. n >= 1.
+// The thread counts a user may ask for, the same wherever they are given (the CLI's --threads,
+// train's "threads", the Python module's set_threads): 1 to kMaxThreads.
+inline constexpr int kMaxThreads = 4096;
+// Throws ss::Error naming `what` (e.g. "--threads") unless 1 <= n <= kMaxThreads.
+void CheckThreadCount(const char* what, int64_t n);
+
+// Sets the thread count for OpenMP and OpenBLAS alike. 1 <= n <= kMaxThreads.
 void SetThreadCount(int n);
+// A thread count a user asked for (`what` names where): CheckThreadCount, then SetThreadCount.
+// OpenBLAS runs at most the MAX_THREADS it was built with (64 in Debian's build) and lowers
+// OpenMP's count to that too; a larger `n` is refused naming that limit, the count left as it
+// was, instead of running on fewer threads than asked without a word.
+void SetThreadCountChecked(const char* what, int64_t n);
 // The thread count parallel regions will use now.
 int ThreadCount();
 

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/file_util.h"
 #include "io/json_util.h"
+#include "kernels/parallel.h"
 #include "model/precision.h"
 
 namespace ss::train {
@@ -119,7 +120,8 @@ void TrainConfig::Validate(const std::string& src) const {
   if (weight_decay < 0 || grad_clip < 0) Fail("{}: weight_decay and grad_clip must be >= 0", src);
   if (val_fraction <= 0 || val_fraction >= 0.5)
     Fail("{}: val_fraction must be in (0, 0.5), found {}", src, val_fraction);
-  if (threads < 0) Fail("{}: threads must be >= 0, found {}", src, threads);
+  if (threads < 0 || threads > kMaxThreads)
+    Fail("{}: threads must be in [0, {}] (0: the default), found {}", src, kMaxThreads, threads);
   if (!(adam_eps > 0)) Fail("{}: 'adam_eps' must be positive, found {}", src, adam_eps);
   if (!(init_std > 0)) Fail("{}: 'init_std' must be positive, found {}", src, init_std);
   if (!(aux_loss_coef >= 0)) Fail("{}: 'aux_loss_coef' must be >= 0, found {}", src, aux_loss_coef);

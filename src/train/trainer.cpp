@@ -71,8 +71,9 @@ std::string Join(const std::vector<double>& v, const char* fmt_one) {
   return s;
 }
 
+// The config's "threads" (0: the default), refused if the OpenBLAS in use cannot run that many.
 void SetThreads(int threads) {
-  if (threads > 0) SetThreadCount(threads);
+  if (threads > 0) SetThreadCountChecked("threads", threads);
 }
 
 // What a run writes directly in its directory (trainer.h's list, checkpoint.h's names, the trace
