@@ -220,6 +220,25 @@ TEST_P(Family, HfLayoutMatchesNaiveReferenceAndRoundTripsThroughGguf) {
     cache.Clear();
     EXPECT_THROW(Forward(model, cache, state, resumed), Error);
   }
+  // Tokens that each attend to themselves alone at position 0 (self_attention_only) compute, row
+  // for row, the one-token forward of each: how explain recomputes position 0 in one call.
+  {
+    const std::vector<int> firsts(kTokens.begin(), kTokens.begin() + 4), zeros(4, 0);
+    KVCache cache = KVCache::Create(model.config, 4);
+    RunState state;
+    ForwardRequest req;
+    req.tokens = firsts;
+    req.positions = zeros;
+    req.self_attention_only = true;
+    const Tensor batch = Forward(model, cache, state, req);
+    const std::vector<float> got(batch.data(), batch.data() + batch.numel());
+    std::vector<float> want;
+    for (int t = 0; t < 4; ++t) {
+      const std::vector<float> one = RunAll(model, {firsts[t]});
+      want.insert(want.end(), one.begin(), one.end());
+    }
+    EXPECT_LT(test::MaxRelDiff(got, want, fc.label + " self-attention-only rows vs one-token forwards"), 1e-5);
+  }
 
   // GGUF (F32) and back to HF: the same logits.
   const std::string gguf = test::TempDir("arch_" + fc.label) + "/model.gguf";

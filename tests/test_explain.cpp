@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "analysis/conditions.h"
+#include "common/stats.h"
 #include "explain/explain.h"
 #include "explain/explain_report.h"
 #include "io/llama2c.h"
@@ -68,6 +70,27 @@ Model ToyModel(int n_layers, int amp, int marker) {
       }
     }
   }
+  return m;
+}
+
+// A toy whose sink circuit is a head (the paper's mechanism without an MLP): block 0's head 1 keys
+// on minus the marker, so positions >= 1 put almost no weight on the marked position 0, which
+// under the causal mask attends to itself alone; its value reads the marker and W_O writes it
+// large into kMassiveDim, so only h_0 gets it. Block 1's heads key on kMassiveDim as in ToyModel;
+// every MLP is zero.
+Model ToyHeadModel(int n_layers) {
+  Model m = ToyModel(n_layers, /*amp=*/0, /*marker=*/1);
+  LayerWeights& w = m.weights.layers[0];
+  w.w1.Fill(0.0f);
+  w.w3.Fill(0.0f);
+  w.w2.Fill(0.0f);
+  const int Dh = m.config.head_dim, h = 1;
+  w.wq.row(h * Dh + 2)[kConstDim] = 3.0f;
+  w.wk.row(h * Dh + 2)[kMarkerDim] = -3.0f;
+  float* v = w.wv.row(h * Dh + 3);
+  std::fill(v, v + m.config.dim, 0.0f);
+  v[kMarkerDim] = 1.0f;
+  w.wo.row(kMassiveDim)[h * Dh + 3] = 10.0f;
   return m;
 }
 
@@ -235,6 +258,7 @@ TEST(Explain, ResumingAtTheIntervenedBlockChangesNothing) {
   const Model m = ToyModel(3, /*amp=*/1, /*marker=*/1);
   const auto samples = Samples(3, 32, 1, -1, 12);
   ExplainOptions full = Quick();
+  full.exhaustive = true;
   full.resume_at_block = false;
   full.ablate = {{ComponentKind::kMlp, 1, -1}, {ComponentKind::kHead, 2, 0}};
   ExplainOptions resumed = full;
@@ -382,6 +406,195 @@ TEST(Explain, Stories260KHasNoSink) {
   EXPECT_EQ(j["verdict"], "no-sink");
 }
 
+TEST(Explain, FindsPlantedHeadInBlock0) {
+  const Model m = ToyHeadModel(3);
+  const ExplainResult r = Explain(m, Samples(4, 32, 1, -1, 1), Quick());
+  std::printf("verdict %s, amplification %d, onset %d\n", r.verdict.c_str(), r.amplification_layer,
+              r.onset_layer);
+  EXPECT_EQ(r.verdict, "p0-circuit-in-blocks-0-1");
+  EXPECT_EQ(r.onset_layer, 1);
+  ASSERT_EQ(r.circuit.components.size(), 1u);
+  EXPECT_EQ(r.circuit.components[0], (Component{ComponentKind::kHead, 0, 1}));
+  EXPECT_DOUBLE_EQ(Find(r, "head-mean", 0, 1).removed_share, 1.0);
+  EXPECT_DOUBLE_EQ(Find(r, "head-mean", 0, 0).removed_share, 0.0);
+  EXPECT_DOUBLE_EQ(Find(r, "mlp-mean", 0).removed_share, 0.0);
+}
+
+// The models the suite explains, for the fast-vs-exhaustive comparisons: planted circuits (an MLP
+// in block 1 or 2, a head in block 0, a sink off position 0), random Llama and GPT-2 models, a
+// gpt-oss model whose sink is its learned slot, and the trained stories260K.
+struct ExplainCase {
+  std::string name;
+  std::function<Model()> model;
+  std::vector<std::vector<int>> samples;
+  ExplainOptions options;
+};
+
+std::vector<ExplainCase> Cases() {
+  std::vector<ExplainCase> out;
+  ExplainOptions zero = Quick();
+  zero.ablation = Ablation::kZero;
+  out.push_back({"planted mlp.1", [] { return ToyModel(3, 1, 1); }, Samples(4, 32, 1, -1, 1), Quick()});
+  out.push_back({"planted mlp.1, zero-ablation", [] { return ToyModel(3, 1, 1); }, Samples(4, 32, 1, -1, 1), zero});
+  ExplainOptions with_set = Quick();
+  with_set.ablate = {{ComponentKind::kMlp, 1, -1}, {ComponentKind::kHead, 0, 1}};
+  out.push_back({"planted mlp.1, --ablate", [] { return ToyModel(3, 1, 1); }, Samples(3, 32, 1, -1, 6), with_set});
+  out.push_back({"planted mlp.2 (4 layers)", [] { return ToyModel(4, 2, 1); }, Samples(3, 24, 1, -1, 2), Quick()});
+  out.push_back({"planted mlp.2 (6 layers)", [] { return ToyModel(6, 2, 1); }, Samples(3, 24, 1, -1, 7), Quick()});
+  out.push_back({"planted head.0.1", [] { return ToyHeadModel(3); }, Samples(4, 32, 1, -1, 1), Quick()});
+  out.push_back({"planted head.0.1, zero-ablation", [] { return ToyHeadModel(3); }, Samples(4, 32, 1, -1, 1), zero});
+  out.push_back({"planted head.0.1 (5 layers)", [] { return ToyHeadModel(5); }, Samples(3, 24, 1, -1, 8), Quick()});
+  out.push_back({"sink not at p0", [] { return ToyModel(3, 1, kMarkerToken); }, Samples(3, 32, -1, 3, 3), Quick()});
+  out.push_back({"random llama", [] {
+                   test::RandomModelShape shape;
+                   shape.n_layers = 3;
+                   return test::RandomLlama(shape);
+                 }, Samples(3, 32, 1, -1, 4), Quick()});
+  out.push_back({"random gpt2", [] {
+                   test::RandomModelShape shape;
+                   shape.n_layers = 3;
+                   return test::RandomGpt2(shape);
+                 }, Samples(2, 24, 1, -1, 5), Quick()});
+  out.push_back({"gpt-oss sink slot", [] {
+                   return test::LoadRandomHf(test::SmallGptOssConfig(), 5, "explain_fast_gpt_oss",
+                                             test::SetSinkLogits(12.0f));
+                 }, Samples(3, 32, 1, -1, 4), Quick()});
+  ExplainOptions one = Quick();
+  one.intervention_samples = 1;
+  out.push_back({"stories260K (trained)", [] {
+                   return LoadLlama2c(test::RepoPath("models/stories260K/stories260K.bin"));
+                 }, {}, one});
+  analysis::SplitMix64 rng(11);
+  std::vector<std::vector<int>> text(4, std::vector<int>(48));
+  for (auto& s : text) {
+    for (int& t : s) t = 3 + static_cast<int>(rng.Below(512 - 3));
+    s[0] = 1;
+  }
+  out.back().samples = text;
+  return out;
+}
+
+std::string RowName(const InterventionEffect& e) {
+  return e.kind + " " + std::to_string(e.layer) + " " + std::to_string(e.head);
+}
+
+// The fast path (estimate every row, measure the best verify_top) reaches the exhaustive path's
+// verdict and circuit, and every row it measures is the exhaustive measurement bit for bit (the
+// same intervened forwards); its estimates are the exhaustive run's estimates too. verify_top 4 is
+// below the row count of every case, so the fast path really skips rows.
+TEST(Explain, FastPathMatchesExhaustiveOnEveryModel) {
+  for (const ExplainCase& ec : Cases()) {
+    const Model m = ec.model();
+    ExplainOptions all = ec.options;
+    all.exhaustive = true;
+    const ExplainResult want = Explain(m, ec.samples, all);
+    const EstimateSummary& we = want.estimates;
+    EXPECT_EQ(we.verified, we.candidates) << ec.name;
+    std::printf("%-32s verdict %-26s %3d rows: Spearman over all, target %.3f, alpha_0 %.3f, ratio %.3f; "
+                "%lld forwards\n", ec.name.c_str(), want.verdict.c_str(), we.candidates,
+                we.spearman_target, we.spearman_alpha0, we.spearman_norm_ratio,
+                static_cast<long long>(want.forward_passes));
+    for (int k : {16, 4}) {
+      ExplainOptions fast = ec.options;
+      fast.verify_top = k;
+      const ExplainResult got = Explain(m, ec.samples, fast);
+      SCOPED_TRACE(ec.name + ", verify_top " + std::to_string(k));
+      EXPECT_EQ(got.verdict, want.verdict);
+      EXPECT_EQ(got.circuit.components, want.circuit.components);
+      EXPECT_EQ(got.circuit.removed_share, want.circuit.removed_share);
+      EXPECT_EQ(got.circuit.removed_after_step, want.circuit.removed_after_step);
+      EXPECT_EQ(got.estimates.verified, std::min(k, got.estimates.candidates));
+      ASSERT_EQ(got.interventions.size(), want.interventions.size());
+      for (size_t i = 0; i < got.interventions.size(); ++i) {
+        const InterventionEffect &x = got.interventions[i], &y = want.interventions[i];
+        SCOPED_TRACE(RowName(x));
+        ASSERT_EQ(RowName(x), RowName(y));
+        EXPECT_EQ(x.estimated, y.estimated);
+        EXPECT_TRUE(y.measured);
+        if (x.estimated) {
+          EXPECT_EQ(x.rank, y.rank);
+          EXPECT_EQ(x.estimate.target_share, y.estimate.target_share);
+          EXPECT_EQ(x.estimate.layer_p0_norm_after, y.estimate.layer_p0_norm_after);
+          EXPECT_EQ(x.estimate.layer_sink_after, y.estimate.layer_sink_after);
+        }
+        if (!x.measured) continue;
+        EXPECT_EQ(x.samples, y.samples);
+        EXPECT_EQ(x.sink_clean, y.sink_clean);
+        EXPECT_EQ(x.sink_after, y.sink_after);
+        EXPECT_EQ(x.removed_share, y.removed_share);
+        EXPECT_EQ(x.norm_ratio_clean, y.norm_ratio_clean);
+        EXPECT_EQ(x.norm_ratio_after, y.norm_ratio_after);
+        EXPECT_EQ(x.target_share, y.target_share);
+        EXPECT_EQ(x.alpha0_share, y.alpha0_share);
+        EXPECT_EQ(x.layer_sink_after, y.layer_sink_after);
+        EXPECT_EQ(x.layer_p0_norm_after, y.layer_p0_norm_after);
+        EXPECT_EQ(x.sink1_after, y.sink1_after);
+      }
+      if (got.estimates.candidates > k + 1) EXPECT_LT(got.forward_passes, want.forward_passes);
+      std::printf("  verify_top %2d: %d of %d rows measured, %lld forwards (exhaustive %lld), Spearman "
+                  "over the measured: target %.3f, alpha_0 %.3f, ratio %.3f\n",
+                  k, got.estimates.verified, got.estimates.candidates,
+                  static_cast<long long>(got.forward_passes), static_cast<long long>(want.forward_passes),
+                  got.estimates.spearman_target, got.estimates.spearman_alpha0,
+                  got.estimates.spearman_norm_ratio);
+    }
+  }
+}
+
+// What the estimate gets exactly (explain.h): h_0 from the intervened block on (position 0 sees
+// only itself), so ||h'_0|| in every later layer, and the P0 norm ratio in the intervened layer
+// (whose other positions the intervention cannot reach yet); and Sink_0 in the block right after it,
+// whose queries and keys >= 1 are still clean. Compared with the exhaustive measurement of every
+// row on every model of the suite, plus a random model with sigmoid attention.
+TEST(Explain, EstimateOfPositionZeroIsExact) {
+  std::vector<ExplainCase> cases = Cases();
+  cases.push_back({"random llama, sigmoid attention", [] {
+                     test::RandomModelShape shape;
+                     shape.n_layers = 3;
+                     Model m = test::RandomLlama(shape);
+                     m.config.attn_sigmoid = true;
+                     return m;
+                   }, Samples(2, 24, 1, -1, 9), Quick()});
+  for (const ExplainCase& ec : cases) {
+    const Model m = ec.model();
+    ExplainOptions all = ec.options;
+    all.exhaustive = true;
+    const ExplainResult r = Explain(m, ec.samples, all);
+    double worst_norm = 0, worst_ratio = 0;
+    int rows = 0;
+    for (const InterventionEffect& e : r.interventions) {
+      if (!e.estimated) continue;
+      SCOPED_TRACE(ec.name + ": " + RowName(e));
+      ++rows;
+      const int L = r.n_layers;
+      for (int l = e.layer; l < L; ++l) {
+        const double want = e.layer_p0_norm_after[l], got = e.estimate.layer_p0_norm_after[l];
+        worst_norm = std::max(worst_norm, std::fabs(got - want) / std::max(1.0, want));
+        EXPECT_NEAR(got, want, 1e-5 * std::max(1.0, want)) << "||h'_0|| in layer " << l;
+      }
+      const double want = e.layer_norm_ratio_after[e.layer], got = e.estimate.layer_norm_ratio_after[e.layer];
+      worst_ratio = std::max(worst_ratio, std::fabs(got - want) / std::max(1.0, want));
+      EXPECT_NEAR(got, want, 1e-5 * std::max(1.0, want)) << "P0 norm ratio in the intervened layer";
+      if (e.layer + 1 < L)
+        EXPECT_EQ(e.estimate.layer_sink_after[e.layer + 1], e.layer_sink_after[e.layer + 1])
+            << "Sink_0 in the block after the intervention";
+      for (int l = 0; l <= e.layer; ++l) EXPECT_EQ(e.estimate.layer_sink_after[l], e.layer_sink_after[l]);
+    }
+    std::printf("%-32s %3d rows: largest relative difference, estimated vs measured ||h'_0|| %.2g, "
+                "P0 norm ratio in the intervened layer %.2g\n", ec.name.c_str(), rows, worst_norm,
+                worst_ratio);
+  }
+}
+
+TEST(Explain, SpearmanCorrelation) {
+  // scipy.stats.spearmanr([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]).statistic = 0.8207826816681233 (ties
+  // at their mean rank).
+  EXPECT_NEAR(SpearmanCorrelation({1, 2, 3, 4, 5}, {5, 6, 7, 8, 7}), 0.8207826816681233, 1e-12);
+  EXPECT_NEAR(SpearmanCorrelation({1, 2, 3}, {30, 20, 10}), -1.0, 1e-12);
+  EXPECT_TRUE(std::isnan(SpearmanCorrelation({1, 2, 3}, {4, 4, 4})));
+  EXPECT_TRUE(std::isnan(SpearmanCorrelation({1}, {2})));
+}
+
 TEST(Explain, RejectsBadOptions) {
   ExplainOptions o;
   o.share = 1.5;
@@ -395,6 +608,14 @@ TEST(Explain, RejectsBadOptions) {
   o = {};
   o.eps = 2;
   EXPECT_THROW(CheckOptions(o), Error);
+  for (int k : {0, -1}) {
+    o = {};
+    o.verify_top = k;
+    EXPECT_THROW(CheckOptions(o), Error) << k;
+  }
+  o = {};
+  o.verify_top = 1;
+  EXPECT_NO_THROW(CheckOptions(o));
 }
 
 }  // namespace

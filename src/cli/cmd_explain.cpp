@@ -1,7 +1,7 @@
 // sinkscope explain --model PATH [--text FILE | --prompt TEXT | --tokens FILE] [--conditions C]
 //   [--samples N] [--length T] [--seed S] [--eps E] [--amplification-threshold X]
 //   [--onset-threshold X] [--share X] [--intervention-samples N] [--max-components N]
-//   [--ablate SPEC] [--json OUT] [--html OUT]
+//   [--ablate SPEC] [--verify-top K | --exhaustive] [--json OUT] [--html OUT]
 // Locates the P0 sink circuit with interventions at position 0 and fits the cone model
 // (explain/explain.h). Flags and output paths are checked before the model runs; outputs are
 // rendered first and written atomically at the end, so a failure leaves no partial file.
@@ -36,12 +36,15 @@ struct ExplainArgs {
   LayerThresholdOptions layers;
   std::string json, html;
   std::string precision = "f32";
+  bool verify_top_given = false;  // --verify-top on the command line (it contradicts --exhaustive)
 };
 
 void RunExplain(ExplainArgs a) {
   a.sink.Validate();
   a.layers.Validate();
   ExplainRequest& r = a.request;
+  if (r.options.exhaustive && a.verify_top_given)
+    Fail("--verify-top: cannot be combined with --exhaustive, which measures every row");
   r.options.eps = a.sink.eps;
   r.options.onset_threshold = a.layers.onset;
   r.options.amplification_threshold = a.layers.amplification;
@@ -96,10 +99,21 @@ void RegisterExplain(CLI::App& app) {
                   "mean (their mean over positions >= 1) or zero")->capture_default_str();
   cmd->add_option("--ablate", a->request.ablate,
                   "Also measure ablating this set at P0, e.g. mlp.1,head.0.3");
+  auto* verify_top =
+      cmd->add_option("--verify-top", a->request.options.verify_top,
+                      "Measure exactly only the K MLP / head / patch rows with the largest "
+                      "estimated effect (P0 recomputation); the rest stay estimates")
+          ->capture_default_str();
+  cmd->add_flag("--exhaustive", a->request.options.exhaustive,
+                "Measure every row of the intervention table exactly (L H + 3 L - 1 forwards per "
+                "intervention sample)");
   AddPrecisionOption(cmd, &a->precision);
   cmd->add_option("--json", a->json, "Write the results as JSON (schema sinkscope.explain/1)");
   cmd->add_option("--html", a->html, "Write a self-contained HTML report");
-  cmd->callback([a] { RunExplain(*a); });
+  cmd->callback([a, verify_top] {
+    a->verify_top_given = verify_top->count() > 0;
+    RunExplain(*a);
+  });
 }
 
 }  // namespace ss::cli

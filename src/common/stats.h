@@ -2,8 +2,11 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <numeric>
 #include <vector>
 
 #include "common/error.h"
@@ -75,6 +78,39 @@ inline double MedianOfMagnitudes(std::vector<float>& v) {
   if (n % 2 == 1) return upper;
   const double lower = lo == hi ? select(in_hi, mid - 1 - start_hi) : select(in_lo, mid - 1 - start_lo);
   return 0.5 * (lower + upper);
+}
+
+// Spearman's rank correlation of x and y (pairs x[i], y[i]): Pearson's correlation of the ranks,
+// tied values sharing their mean rank (scipy.stats.spearmanr's default). NaN for fewer than two
+// pairs or when either side is constant (the correlation is undefined).
+inline double SpearmanCorrelation(const std::vector<double>& x, const std::vector<double>& y) {
+  SS_ASSERT(x.size() == y.size());
+  const size_t n = x.size();
+  if (n < 2) return std::numeric_limits<double>::quiet_NaN();
+  auto ranks = [n](const std::vector<double>& v) {
+    std::vector<size_t> order(n);
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
+    std::vector<double> r(n);
+    for (size_t i = 0; i < n;) {
+      size_t j = i;
+      while (j + 1 < n && v[order[j + 1]] == v[order[i]]) ++j;
+      const double mean_rank = 0.5 * static_cast<double>(i + j) + 1.0;
+      for (size_t k = i; k <= j; ++k) r[order[k]] = mean_rank;
+      i = j + 1;
+    }
+    return r;
+  };
+  const std::vector<double> rx = ranks(x), ry = ranks(y);
+  const double mean = 0.5 * static_cast<double>(n + 1);
+  double sxy = 0, sxx = 0, syy = 0;
+  for (size_t i = 0; i < n; ++i) {
+    sxy += (rx[i] - mean) * (ry[i] - mean);
+    sxx += (rx[i] - mean) * (rx[i] - mean);
+    syy += (ry[i] - mean) * (ry[i] - mean);
+  }
+  if (sxx <= 0 || syy <= 0) return std::numeric_limits<double>::quiet_NaN();
+  return sxy / std::sqrt(sxx * syy);
 }
 
 }  // namespace ss

@@ -71,6 +71,7 @@ void CheckOptions(const ExplainOptions& o) {
   if (o.max_components < 1) Fail("--max-components: expected at least 1, got {}", o.max_components);
   if (o.intervention_samples < 0)
     Fail("--intervention-samples: expected >= 0, got {}", o.intervention_samples);
+  if (o.verify_top < 1) Fail("--verify-top: expected at least 1 row to measure, got {}", o.verify_top);
 }
 
 namespace {
@@ -83,22 +84,39 @@ double Dot(const float* a, const float* b, int n) {
 double Norm(const float* a, int n) { return std::sqrt(Dot(a, a, n)); }
 double SafeCos(double dot, double na, double nb) { return na > 0 && nb > 0 ? dot / (na * nb) : 0.0; }
 
-// ||h_0|| / median_{i>=1} ||h_i|| of x (T, D).
-double P0NormRatio(const float* x, int T, int D) {
+// median_{i>=1} ||h_i|| of x (T, D): the P0 norm ratio's denominator.
+double OthersMedianNorm(const float* x, int T, int D) {
   std::vector<double> norms(T - 1);
   for (int i = 1; i < T; ++i) norms[i - 1] = Norm(x + static_cast<int64_t>(i) * D, D);
-  const double med = ss::Median(norms);
-  return med > 0 ? Norm(x, D) / med : 0.0;
+  return ss::Median(norms);
+}
+double NormRatio(double p0_norm, double others_median) {
+  return others_median > 0 ? p0_norm / others_median : 0.0;
 }
 
 // What one (possibly intervened) forward pass yields for the effect measures.
 struct RunMetrics {
   std::vector<int> sink0;       // (L) heads with alpha_0 > eps
   std::vector<int> sink1;       // (L) heads with alpha_1 > eps
-  std::vector<double> p0_ratio; // (L)
+  std::vector<double> alpha0;   // (L) sum over the layer's heads of alpha_0
+  std::vector<double> p0_ratio; // (L) ||h'_0|| / median_{i>=1} ||h'_i||
+  std::vector<double> p0_norm;  // (L) ||h'_0||
+  std::vector<double> others_median;  // (L) median_{i>=1} ||h'_i||
   std::vector<double> slot;     // (L) mean alpha_sink over the layer's heads (learned sink logits)
   std::vector<int> slot_heads;  // (L) heads with alpha_sink > eps
 };
+
+// What ablation writes at position 0 into columns [c0, c0 + width) of a (T, row) activation: zero,
+// or the mean of rows >= 1 (mean-ablation). out (width) may be row 0 of x itself.
+void P0Replacement(const float* x, int64_t T, int64_t row, int64_t c0, int64_t width, Ablation mode,
+                   float* out) {
+  for (int64_t c = c0; c < c0 + width; ++c) {
+    double mean = 0;
+    if (mode == Ablation::kMean)
+      for (int64_t i = 1; i < T; ++i) mean += x[i * row + c] / double(T - 1);
+    out[c - c0] = static_cast<float>(mean);
+  }
+}
 
 // Where an intervened forward may start: block `layer`, from the clean residual stream entering
 // it (prefix: (L, T, D), the clean run's hook_resid_pre of every block), with `clean`'s metrics
@@ -127,20 +145,31 @@ class Runner {
     RunMetrics m;
     m.sink0.assign(L, 0);
     m.sink1.assign(L, 0);
-    m.p0_ratio.assign(L, 0);
+    m.alpha0.assign(L, 0.0);
+    m.p0_ratio.assign(L, 0.0);
+    m.p0_norm.assign(L, 0.0);
+    m.others_median.assign(L, 0.0);
     hooks.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& x) {
-      m.p0_ratio[ctx.layer] = P0NormRatio(x.data(), T_, D);
+      const int l = ctx.layer;
+      m.others_median[l] = OthersMedianNorm(x.data(), T_, D);
+      m.p0_norm[l] = Norm(x.data(), D);
+      m.p0_ratio[l] = NormRatio(m.p0_norm[l], m.others_median[l]);
     });
     const int first = resume ? resume->layer : 0;
     Forward(tokens, &hooks, first, resume ? resume->ResidPre() : nullptr);
     for (int l = 0; l < first; ++l) {
       m.sink0[l] = resume->clean->sink0[l];
       m.sink1[l] = resume->clean->sink1[l];
+      m.alpha0[l] = resume->clean->alpha0[l];
       m.p0_ratio[l] = resume->clean->p0_ratio[l];
+      m.p0_norm[l] = resume->clean->p0_norm[l];
+      m.others_median[l] = resume->clean->others_median[l];
     }
     for (int l = first; l < L; ++l)
       for (int h = 0; h < H; ++h) {
-        m.sink0[l] += Alpha(l, h, 0) > eps_;
+        const double a0 = Alpha(l, h, 0);
+        m.sink0[l] += a0 > eps_;
+        m.alpha0[l] += a0;
         m.sink1[l] += Alpha(l, h, 1) > eps_;
       }
     if (c_.HasSinkSlot()) {  // the mass on each head's learned sink slot (the blocks run this pass)
@@ -175,10 +204,13 @@ class Runner {
 
   // alpha_k^{l,h} of the last run, from the fused statistics (k < 2).
   double Alpha(int l, int h, int k) const {
-    const float* p = stats_.first_k_probs.data() + ((static_cast<int64_t>(l) * c_.n_heads + h) * T_) * 2;
     double s = 0;
-    for (int i = k; i < T_; ++i) s += p[static_cast<int64_t>(i) * 2 + k];
+    for (int i = k; i < T_; ++i) s += Prob(l, h, i, k);
     return s / (T_ - k);
+  }
+  // p_ik^{l,h} of the last run: query i's attention on key k < 2.
+  float Prob(int l, int h, int i, int k) const {
+    return stats_.first_k_probs[((static_cast<int64_t>(l) * c_.n_heads + h) * T_ + i) * 2 + k];
   }
   // alpha_sink^{l,h} of the last run: mean over queries of the learned slot's mass.
   double SlotMass(int l, int h) const {
@@ -412,13 +444,7 @@ Hooks AblationHooks(const std::vector<Component>& set, int Dh, Ablation mode) {
   // Row 0 of columns [c0, c0 + width) of a (T, row) activation: zero, or the mean of rows >= 1.
   auto knock_out = [mode](Tensor& t, int64_t c0, int64_t width) {
     const int64_t T = t.dim(0), row = t.numel() / T;
-    float* x = t.data();
-    for (int64_t c = c0; c < c0 + width; ++c) {
-      double mean = 0;
-      if (mode == Ablation::kMean)
-        for (int64_t i = 1; i < T; ++i) mean += x[i * row + c] / double(T - 1);
-      x[c] = static_cast<float>(mean);
-    }
+    P0Replacement(t.data(), T, row, c0, width, mode, t.data() + c0);
   };
   Hooks hooks;
   for (const Component& comp : set) {
@@ -434,6 +460,178 @@ Hooks AblationHooks(const std::vector<Component>& set, int Dh, Ablation mode) {
     }
   }
   return hooks;
+}
+
+// ---- P0 estimates (explain.h): the clean state of an intervention sample that they read, and
+// position 0 recomputed under interventions.
+
+// The clean forward of one intervention sample, recorded for resuming and for the estimates.
+struct CleanRecord {
+  std::vector<float> resid_pre;  // (L, T, D) hook_resid_pre of every block
+  std::vector<float> q;          // (L, T, H * Dh) hook_q: after RoPE, before QueryScale
+  std::vector<float> k0;         // (L, Hkv * Dh) hook_k of position 0
+  std::vector<float> z_mean;     // (L, H * Dh) hook_z's mean over positions >= 1
+  std::vector<float> mlp_mean;   // (L, D) hook_mlp_out's mean over positions >= 1
+  // (L, H, T) logit(p_i0) - g(s_i0): query i's clean attention on key 0 with key 0's own weight
+  // taken out, so that a new key 0 gets p'_i0 = sigmoid(base + g(s'_i0)). +-inf where p_i0 is 1
+  // (position 0 itself) or 0 (outside a sliding window): it stays so.
+  std::vector<double> attn_base;
+  RunMetrics metrics;
+};
+
+double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// g(s) for query q (Dh) and key k (Dh) in block `layer`, scored as the attention kernels score
+// (QueryScale, 1 / sqrt(Dh), soft-cap): the log of the key's weight before normalisation, i.e. the
+// score for softmax and log sigmoid(score) for sigmoid attention.
+double LogWeight(const ModelConfig& c, int layer, const float* q, const float* k) {
+  double s = Dot(q, k, c.head_dim) * c.QueryScale(layer) / std::sqrt(static_cast<double>(c.head_dim));
+  if (c.attn_logit_softcap > 0) s = c.attn_logit_softcap * std::tanh(s / c.attn_logit_softcap);
+  if (c.attn_sigmoid) return s > 0 ? -std::log1p(std::exp(-s)) : s - std::log1p(std::exp(s));
+  return s;
+}
+
+// Runs the clean forward of `tokens`, recording the residual stream entering every block and, with
+// `estimates`, what the P0 estimates read.
+void RecordClean(Runner& runner, const ModelConfig& c, const std::vector<int>& tokens, bool estimates,
+                 CleanRecord& rec) {
+  const int L = c.n_layers, H = c.n_heads, D = c.dim, HD = c.q_dim(), KV = c.kv_dim();
+  const int Dh = c.head_dim, group = c.n_heads / c.n_kv_heads, T = static_cast<int>(tokens.size());
+  const int64_t block = static_cast<int64_t>(T) * D, q_block = static_cast<int64_t>(T) * HD;
+  rec.resid_pre.assign(static_cast<size_t>(L) * block, 0.0f);
+  Hooks record;
+  record.Add(HookPoint::kResidPre, -1, [&](const HookContext& ctx, Tensor& x) {
+    std::copy(x.data(), x.data() + block, rec.resid_pre.data() + ctx.layer * block);
+  });
+  if (estimates) {
+    rec.q.assign(static_cast<size_t>(L) * q_block, 0.0f);
+    rec.k0.assign(static_cast<size_t>(L) * KV, 0.0f);
+    rec.z_mean.assign(static_cast<size_t>(L) * HD, 0.0f);
+    rec.mlp_mean.assign(static_cast<size_t>(L) * D, 0.0f);
+    record.Add(HookPoint::kQ, -1, [&](const HookContext& ctx, Tensor& t) {
+      std::copy(t.data(), t.data() + q_block, rec.q.data() + ctx.layer * q_block);
+    });
+    record.Add(HookPoint::kK, -1, [&](const HookContext& ctx, Tensor& t) {
+      std::copy(t.data(), t.data() + KV, rec.k0.data() + static_cast<int64_t>(ctx.layer) * KV);
+    });
+    record.Add(HookPoint::kZ, -1, [&](const HookContext& ctx, Tensor& t) {
+      P0Replacement(t.data(), T, HD, 0, HD, Ablation::kMean, &rec.z_mean[static_cast<size_t>(ctx.layer) * HD]);
+    });
+    record.Add(HookPoint::kMlpOut, -1, [&](const HookContext& ctx, Tensor& t) {
+      P0Replacement(t.data(), T, D, 0, D, Ablation::kMean, &rec.mlp_mean[static_cast<size_t>(ctx.layer) * D]);
+    });
+  }
+  rec.metrics = runner.Run(tokens, record);
+  if (!estimates) return;
+  rec.attn_base.assign(static_cast<size_t>(L) * H * T, 0.0);
+  for (int l = 0; l < L; ++l)
+    for (int h = 0; h < H; ++h) {
+      const float* k = &rec.k0[static_cast<size_t>(l) * KV + (h / group) * Dh];
+      double* base = &rec.attn_base[(static_cast<size_t>(l) * H + h) * T];
+      for (int i = 0; i < T; ++i) {
+        const double p = runner.Prob(l, h, i, 0);
+        const float* q = &rec.q[static_cast<size_t>(l) * q_block + static_cast<int64_t>(i) * HD + h * Dh];
+        base[i] = p <= 0 ? -INFINITY : p >= 1 ? INFINITY : std::log(p) - std::log1p(-p) - LogWeight(c, l, q, k);
+      }
+    }
+}
+
+// Position 0 under `rows` interventions at once, from block `first` on: one forward of `rows`
+// copies of the first token at position 0, each attending to itself alone
+// (ForwardRequest::self_attention_only), which is what position 0 computes in the full forward
+// under the causal mask. The interventions' hooks write their rows; the call keeps each row's key
+// 0 in the blocks after `first` and ||h'_0|| from `first` on.
+class P0Recompute {
+ public:
+  P0Recompute(const Model& model, int rows)
+      : model_(model), rows_(rows), cache_(KVCache::CreateSingleUse(model.config, rows)) {}
+
+  struct Rows {
+    std::vector<float> k0;     // (rows, L, Hkv * Dh)
+    std::vector<double> norm;  // (rows, L)
+  };
+  // h0: (D) h_0 entering block `first` (unused at block 0, which starts from the embedding).
+  Rows Run(int token, const float* h0, int first, Hooks hooks) {
+    const ModelConfig& c = model_.config;
+    const int L = c.n_layers, D = c.dim, KV = c.kv_dim();
+    Rows out;
+    out.k0.assign(static_cast<size_t>(rows_) * L * KV, 0.0f);
+    out.norm.assign(static_cast<size_t>(rows_) * L, 0.0);
+    hooks.Add(HookPoint::kK, -1, [&](const HookContext& ctx, Tensor& t) {
+      if (ctx.layer <= first) return;
+      for (int r = 0; r < rows_; ++r)
+        std::copy(t.data() + static_cast<int64_t>(r) * KV, t.data() + static_cast<int64_t>(r + 1) * KV,
+                  &out.k0[(static_cast<size_t>(r) * L + ctx.layer) * KV]);
+    });
+    hooks.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& t) {
+      for (int r = 0; r < rows_; ++r) out.norm[static_cast<size_t>(r) * L + ctx.layer] = Norm(t.data() + static_cast<int64_t>(r) * D, D);
+    });
+    const std::vector<int> tokens(rows_, token), positions(rows_, 0);
+    std::vector<float> resid;
+    if (first > 0)
+      for (int r = 0; r < rows_; ++r) resid.insert(resid.end(), h0, h0 + D);
+    cache_.Clear();
+    ForwardRequest req;
+    req.tokens = tokens;
+    req.positions = positions;
+    req.logits = LogitsMode::kNone;
+    req.hooks = &hooks;
+    req.first_layer = first;
+    req.resid_pre = first > 0 ? resid.data() : nullptr;
+    req.self_attention_only = true;
+    ss::Forward(model_, cache_, state_, req);
+    ++calls;
+    blocks += static_cast<int64_t>(rows_) * (L - first);
+    return out;
+  }
+
+  int64_t calls = 0, blocks = 0;
+
+ private:
+  const Model& model_;
+  int rows_;
+  KVCache cache_;
+  RunState state_;
+};
+
+// The estimated metrics of an intervention that changes h_0 after block `layer`'s attention (an
+// MLP or head ablation in block `layer`, or a patch of h_0 after it): blocks up to `layer` keep the
+// clean attention, ||h'_0|| from `layer` on is `norm` (L) over the clean median of the other
+// positions, and each later block's attention on position 0 follows the new key 0 (k0: (L,
+// Hkv * Dh)) against the clean queries. Sink_1 and the slot stay clean (not estimated).
+RunMetrics EstimateMetrics(const CleanRecord& rec, const ModelConfig& c, int T, double eps, int layer,
+                           const float* k0, const double* norm) {
+  RunMetrics m = rec.metrics;
+  const int L = c.n_layers, H = c.n_heads, Dh = c.head_dim, KV = c.kv_dim(), HD = c.q_dim();
+  const int group = c.n_heads / c.n_kv_heads;
+  for (int l = std::max(layer, 0); l < L; ++l) {
+    m.p0_norm[l] = norm[l];
+    m.p0_ratio[l] = NormRatio(norm[l], m.others_median[l]);
+  }
+  for (int l = layer + 1; l < L; ++l) {
+    int sinks = 0;
+    double alpha_sum = 0;
+    for (int h = 0; h < H; ++h) {
+      const float* k = k0 + static_cast<int64_t>(l) * KV + (h / group) * Dh;
+      const double* base = &rec.attn_base[(static_cast<size_t>(l) * H + h) * T];
+      double alpha = 0;
+      for (int i = 0; i < T; ++i) {
+        if (base[i] == -INFINITY) continue;
+        if (base[i] == INFINITY) {
+          alpha += 1;
+          continue;
+        }
+        const float* q = &rec.q[(static_cast<size_t>(l) * T + i) * HD + h * Dh];
+        alpha += Sigmoid(base[i] + LogWeight(c, l, q, k));
+      }
+      alpha /= T;
+      sinks += alpha > eps;
+      alpha_sum += alpha;
+    }
+    m.sink0[l] = sinks;
+    m.alpha0[l] = alpha_sum;
+  }
+  return m;
 }
 
 }  // namespace
@@ -460,9 +658,15 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
   r.options = options;
   r.options.progress = nullptr;
 
-  // Plan of forwards for the progress line: clean N; per intervention sample: 2 L MLP, L H heads,
-  // 1 donor, L - 1 patches, 1 shift; plus the search.
-  const int64_t planned = N + static_cast<int64_t>(NI) * (2 * L + L * H + 1 + (L - 1) + 1 + (options.resume_at_block && L > 1));
+  // Plan of forwards for the progress line: clean N; per intervention sample: 1 clean record, 1
+  // donor, 1 shift, the --ablate set, and the measured rows of the 2 L MLP, L H head and L - 1
+  // patch rows (all with exhaustive, else verify_top of them after one more clean record); plus
+  // the search.
+  const int candidates = 2 * L + L * H + (L - 1);
+  const int verify = options.exhaustive ? candidates : std::min(options.verify_top, candidates);
+  const bool record_again = !options.exhaustive && options.resume_at_block && L > 1;
+  const int64_t planned =
+      N + static_cast<int64_t>(NI) * (3 + !options.ablate.empty() + verify + record_again);
   Runner runner(model, T, options.eps);
   auto report = [&] {
     if (options.progress) options.progress(runner.passes, std::max(planned, runner.passes));
@@ -538,81 +742,133 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
     }
 
   // ---- Interventions on the first NI samples.
-  const int Dh = c.head_dim;
-  // Accumulates one intervention's effect over the samples.
-  struct EffectAcc {
-    InterventionEffect e;
-    std::vector<double> clean_layer, after_layer, ratio_clean, ratio_after;
+  const int Dh = c.head_dim, D = c.dim, HD = c.q_dim(), KV = c.kv_dim();
+  const int64_t block_size = static_cast<int64_t>(T) * D;
+  // Sums of one intervention's metrics over the samples (measured, or estimated).
+  struct Sums {
+    int samples = 0;
+    std::vector<double> clean_layer, after_layer, ratio_clean, ratio_after, alpha_clean, alpha_after,
+        norm_after;
     double sink1 = 0;
   };
-  auto make = [&](std::string kind, int layer, int head) {
-    EffectAcc a;
-    a.e.kind = std::move(kind);
-    a.e.layer = layer;
-    a.e.head = head;
-    a.clean_layer.assign(L, 0);
-    a.after_layer.assign(L, 0);
-    a.ratio_clean.assign(L, 0);
-    a.ratio_after.assign(L, 0);
-    return a;
+  struct EffectAcc {
+    InterventionEffect e;
+    Sums measured, estimated;
   };
-  auto add = [&](EffectAcc& a, const RunMetrics& cl, const RunMetrics& af) {
+  auto add = [&](Sums& a, const RunMetrics& cl, const RunMetrics& af) {
+    if (a.samples == 0)
+      for (auto* v : {&a.clean_layer, &a.after_layer, &a.ratio_clean, &a.ratio_after, &a.alpha_clean,
+                      &a.alpha_after, &a.norm_after})
+        v->assign(L, 0.0);
     for (int l = 0; l < L; ++l) {
       a.clean_layer[l] += cl.sink0[l];
       a.after_layer[l] += af.sink0[l];
       a.ratio_clean[l] += cl.p0_ratio[l];
       a.ratio_after[l] += af.p0_ratio[l];
+      a.alpha_clean[l] += cl.alpha0[l];
+      a.alpha_after[l] += af.alpha0[l];
+      a.norm_after[l] += af.p0_norm[l];
       a.sink1 += af.sink1[l];
     }
-    ++a.e.samples;
+    ++a.samples;
+  };
+  // The search's target layers (explain.h, CircuitSearch), also where rows are ranked.
+  const int target_from = std::max(1, r.onset_layer);
+  // The effect quantities of summed metrics; clean figures into *sink_clean, *ratio_clean.
+  auto summarize = [&](const Sums& a, int layer, double* sink_clean, double* ratio_clean) {
+    EffectValues v;
+    const int from = layer + 1, n = std::max(1, a.samples);
+    double cl = 0, af = 0, tc = 0, ta = 0, ac = 0, aa = 0, rc = 0;
+    for (int l = 0; l < L && a.samples > 0; ++l) {
+      if (l >= from) cl += a.clean_layer[l], af += a.after_layer[l];
+      if (l >= target_from)
+        tc += a.clean_layer[l], ta += a.after_layer[l], ac += a.alpha_clean[l], aa += a.alpha_after[l];
+      if (l >= std::max(layer, 0)) {
+        rc = std::max(rc, a.ratio_clean[l] / n);
+        v.norm_ratio_after = std::max(v.norm_ratio_after, a.ratio_after[l] / n);
+      }
+    }
+    const double denom = std::max(1.0, static_cast<double>(a.samples) * H * (L - from));
+    *sink_clean = cl / denom;
+    *ratio_clean = rc;
+    v.sink_after = af / denom;
+    v.removed_share = cl > 0 ? 1.0 - af / cl : 0.0;
+    v.target_share = tc > 0 ? 1.0 - ta / tc : 0.0;
+    v.alpha0_share = ac > 0 ? 1.0 - aa / ac : 0.0;
+    v.layer_sink_after.assign(L, 0.0);
+    v.layer_p0_norm_after.assign(L, 0.0);
+    v.layer_norm_ratio_after.assign(L, 0.0);
+    for (int l = 0; l < L && a.samples > 0; ++l) {
+      v.layer_sink_after[l] = a.after_layer[l] / std::max(1.0, static_cast<double>(a.samples) * H);
+      v.layer_p0_norm_after[l] = a.norm_after[l] / n;
+      v.layer_norm_ratio_after[l] = a.ratio_after[l] / n;
+    }
+    return v;
   };
   std::vector<EffectAcc> effects;
+  auto make = [&](std::string kind, int layer, int head, bool estimated) {
+    EffectAcc a;
+    a.e.kind = std::move(kind);
+    a.e.layer = layer;
+    a.e.head = head;
+    a.e.estimated = estimated;
+    a.e.measured = !estimated || options.exhaustive;
+    effects.push_back(std::move(a));
+    return effects.size() - 1;
+  };
   const std::string mlp_kind = "mlp-" + AblationName(options.ablation);
   const std::string head_kind = "head-" + AblationName(options.ablation);
+  std::vector<size_t> mlp_zero_row(L), mlp_mean_row(L), patch_row(std::max(0, L - 1));
+  std::vector<std::vector<size_t>> head_row(L, std::vector<size_t>(H));
   for (int l = 0; l < L; ++l) {
-    effects.push_back(make("mlp-zero", l, -1));
-    effects.push_back(make("mlp-mean", l, -1));
-    for (int h = 0; h < H; ++h) effects.push_back(make(head_kind, l, h));
+    mlp_zero_row[l] = make("mlp-zero", l, -1, true);
+    mlp_mean_row[l] = make("mlp-mean", l, -1, true);
+    for (int h = 0; h < H; ++h) head_row[l][h] = make(head_kind, l, h, true);
   }
-  for (int l = 0; l + 1 < L; ++l) effects.push_back(make("patch-p0", l, -1));
-  effects.push_back(make("first-token", -1, -1));
-  effects.push_back(make("shift", -1, -1));
+  for (int l = 0; l + 1 < L; ++l) patch_row[l] = make("patch-p0", l, -1, true);
+  const size_t first_token_row = make("first-token", -1, -1, false);
+  const size_t shift_row = make("shift", -1, -1, false);
   int set_layer = -1;
   for (const Component& comp : options.ablate) {
     if (comp.layer >= L || (comp.kind == ComponentKind::kHead && comp.head >= H))
       Fail("--ablate: {} is outside the model ({} layers x {} heads)", comp.Name(), L, H);
     set_layer = std::max(set_layer, comp.layer);
   }
-  if (!options.ablate.empty()) effects.push_back(make("set", set_layer, -1));
+  const size_t set_row = options.ablate.empty() ? 0 : make("set", set_layer, -1, false);
 
-  std::vector<float> prefix;  // (L, T, D) clean hook_resid_pre of the current sample
-  RunMetrics prefix_clean;
+  // Resume at block l (from the clean residual stream `rec` recorded), or run from the embedding
+  // when options.resume_at_block is off or l = 0.
+  CleanRecord rec;
+  std::vector<Resume> resume(L);
+  for (int l = 0; l < L; ++l) resume[l] = {l, &rec.resid_pre, &rec.metrics, block_size};
+  auto at = [&](int l) -> const Resume* {
+    return options.resume_at_block && L > 1 && l > 0 ? &resume[l] : nullptr;
+  };
+  // The exact intervened forward of an MLP, head or patch row; donor_h0 (L, D) is the donor's h_0
+  // after every block.
+  auto run_exact = [&](const InterventionEffect& e, const std::vector<int>& tokens,
+                       const std::vector<float>& donor_h0) {
+    const int l = e.layer;
+    if (e.kind == "patch-p0") {
+      Hooks patch;
+      patch.Add(HookPoint::kResidPost, l, [&, l](const HookContext&, Tensor& x) {
+        std::copy(&donor_h0[static_cast<size_t>(l) * D], &donor_h0[static_cast<size_t>(l + 1) * D], x.data());
+      });
+      return runner.Run(tokens, patch, at(l));
+    }
+    const Ablation mode = e.kind == "mlp-zero"   ? Ablation::kZero
+                          : e.kind == "mlp-mean" ? Ablation::kMean
+                                                 : options.ablation;
+    const Component comp = e.head >= 0 ? Component{ComponentKind::kHead, l, e.head}
+                                       : Component{ComponentKind::kMlp, l, -1};
+    return runner.Run(tokens, AblationHooks({comp}, Dh, mode), at(l));
+  };
+
+  P0Recompute recompute(model, H + 2);
+  std::vector<std::vector<float>> donor_h0s(NI);  // per sample (L, D)
   for (int n = 0; n < NI; ++n) {
     const std::vector<int>& tokens = samples[n];
-    size_t e = 0;
-    // Resume at block l (from the clean residual stream, recorded by one more clean forward), or
-    // run from the embedding when options.resume_at_block is off or l = 0.
-    const int64_t block_size = static_cast<int64_t>(T) * c.dim;
-    if (options.resume_at_block && L > 1) {
-      prefix.assign(static_cast<size_t>(L) * block_size, 0.0f);
-      Hooks record;
-      record.Add(HookPoint::kResidPre, -1, [&](const HookContext& ctx, Tensor& x) {
-        std::copy(x.data(), x.data() + block_size, prefix.data() + ctx.layer * block_size);
-      });
-      prefix_clean = runner.Run(tokens, record);
-    }
-    std::vector<Resume> resume(L);
-    for (int l = 0; l < L; ++l) resume[l] = {l, &prefix, &prefix_clean, block_size};
-    auto at = [&](int l) -> const Resume* {
-      return options.resume_at_block && L > 1 && l > 0 ? &resume[l] : nullptr;
-    };
-    for (int l = 0; l < L; ++l) {
-      add(effects[e++], clean[n], runner.Run(tokens, AblationHooks({{ComponentKind::kMlp, l, -1}}, Dh, Ablation::kZero), at(l)));
-      add(effects[e++], clean[n], runner.Run(tokens, AblationHooks({{ComponentKind::kMlp, l, -1}}, Dh, Ablation::kMean), at(l)));
-      for (int h = 0; h < H; ++h)
-        add(effects[e++], clean[n], runner.Run(tokens, AblationHooks({{ComponentKind::kHead, l, h}}, Dh, options.ablation), at(l)));
-      report();
-    }
+    RecordClean(runner, c, tokens, /*estimates=*/true, rec);
     // Donor: the same sample with another first token; keep its h_0 after every block.
     // Donor first token: a text token (position 1 of another sample, so an ordinary token of the
     // same text, not an arbitrary id that may be a rare byte token), else any other id.
@@ -625,53 +881,146 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
         break;
       }
     }
-    std::vector<std::vector<float>> donor_h0(L);
+    std::vector<float>& donor_h0 = donor_h0s[n];
+    donor_h0.assign(static_cast<size_t>(L) * D, 0.0f);
+    std::vector<float> donor_k0(static_cast<size_t>(L) * KV, 0.0f);
+    std::vector<double> donor_norm(L, 0.0);
     Hooks capture;
     capture.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& x) {
-      donor_h0[ctx.layer].assign(x.data(), x.data() + x.dim(1));
+      std::copy(x.data(), x.data() + D, &donor_h0[static_cast<size_t>(ctx.layer) * D]);
+      donor_norm[ctx.layer] = Norm(x.data(), D);
+    });
+    capture.Add(HookPoint::kK, -1, [&](const HookContext& ctx, Tensor& x) {
+      std::copy(x.data(), x.data() + KV, &donor_k0[static_cast<size_t>(ctx.layer) * KV]);
     });
     const RunMetrics donor_metrics = runner.Run(donor, capture);
-    for (int l = 0; l + 1 < L; ++l) {
-      Hooks patch;
-      patch.Add(HookPoint::kResidPost, l, [&, l](const HookContext&, Tensor& x) {
-        std::copy(donor_h0[l].begin(), donor_h0[l].end(), x.data());
+
+    // P0 estimates. Block l's rows in one recomputation: row h < H ablates head h, row H zeroes
+    // the MLP output and row H + 1 mean-ablates it (the means are the clean run's, which is what
+    // the exact intervention computes: positions >= 1 of block l do not see the intervention).
+    auto t_est = Clock::now();
+    for (int l = 0; l < L; ++l) {
+      Hooks rows;
+      rows.Add(HookPoint::kZ, l, [&, l](const HookContext&, Tensor& t) {
+        for (int h = 0; h < H; ++h) {
+          float* z = t.data() + static_cast<int64_t>(h) * HD + h * Dh;
+          if (options.ablation == Ablation::kMean) {
+            const float* mean = &rec.z_mean[static_cast<size_t>(l) * HD + h * Dh];
+            std::copy(mean, mean + Dh, z);
+          } else {
+            std::fill(z, z + Dh, 0.0f);
+          }
+        }
       });
-      add(effects[e++], clean[n], runner.Run(tokens, patch, at(l)));
+      rows.Add(HookPoint::kMlpOut, l, [&, l](const HookContext&, Tensor& t) {
+        std::fill(t.data() + static_cast<int64_t>(H) * D, t.data() + static_cast<int64_t>(H + 1) * D, 0.0f);
+        const float* mean = &rec.mlp_mean[static_cast<size_t>(l) * D];
+        std::copy(mean, mean + D, t.data() + static_cast<int64_t>(H + 1) * D);
+      });
+      const P0Recompute::Rows out =
+          recompute.Run(tokens[0], &rec.resid_pre[static_cast<size_t>(l) * block_size], l, rows);
+      auto estimate = [&](size_t row, int r) {
+        add(effects[row].estimated, clean[n],
+            EstimateMetrics(rec, c, T, options.eps, l, &out.k0[static_cast<size_t>(r) * L * KV],
+                            &out.norm[static_cast<size_t>(r) * L]));
+      };
+      for (int h = 0; h < H; ++h) estimate(head_row[l][h], h);
+      estimate(mlp_zero_row[l], H);
+      estimate(mlp_mean_row[l], H + 1);
     }
-    add(effects[e++], clean[n], donor_metrics);
+    // A patch after block l puts the donor's h_0 there, and position 0 then computes what it
+    // computes in the donor's own forward: its keys and norms are the donor's.
+    for (int l = 0; l + 1 < L; ++l)
+      add(effects[patch_row[l]].estimated, clean[n],
+          EstimateMetrics(rec, c, T, options.eps, l, donor_k0.data(), donor_norm.data()));
+    r.estimate_seconds += since(t_est);
+
+    if (options.exhaustive)
+      for (EffectAcc& a : effects)
+        if (a.e.estimated) add(a.measured, clean[n], run_exact(a.e, tokens, donor_h0));
+    add(effects[first_token_row].measured, clean[n], donor_metrics);
     std::vector<int> shifted(T);
     shifted[0] = donor[0];
     std::copy(tokens.begin(), tokens.end() - 1, shifted.begin() + 1);
-    add(effects[e++], clean[n], runner.Run(shifted, Hooks()));
+    add(effects[shift_row].measured, clean[n], runner.Run(shifted, Hooks()));
     if (!options.ablate.empty()) {
       int first = L - 1;
       for (const Component& comp : options.ablate) first = std::min(first, comp.layer);
-      add(effects[e++], clean[n], runner.Run(tokens, AblationHooks(options.ablate, Dh, options.ablation), at(first)));
+      add(effects[set_row].measured, clean[n],
+          runner.Run(tokens, AblationHooks(options.ablate, Dh, options.ablation), at(first)));
     }
     report();
   }
+
+  // Rank the estimated rows (share of the search target removed, then of the attention mass on
+  // position 0) and measure the best verify_top of them.
+  auto t_rank = Clock::now();
+  std::vector<size_t> ranked;
+  for (size_t i = 0; i < effects.size(); ++i) {
+    EffectAcc& a = effects[i];
+    if (!a.e.estimated) continue;
+    double sink_clean = 0, ratio_clean = 0;
+    a.e.estimate = summarize(a.estimated, a.e.layer, &sink_clean, &ratio_clean);
+    ranked.push_back(i);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t x, size_t y) {
+    const EffectValues &a = effects[x].e.estimate, &b = effects[y].e.estimate;
+    if (a.target_share != b.target_share) return a.target_share > b.target_share;
+    return a.alpha0_share > b.alpha0_share;
+  });
+  for (size_t k = 0; k < ranked.size(); ++k) {
+    InterventionEffect& e = effects[ranked[k]].e;
+    e.rank = static_cast<int>(k) + 1;
+    e.measured = options.exhaustive || static_cast<int>(k) < options.verify_top;
+  }
+  r.estimate_seconds += since(t_rank);
+  if (!options.exhaustive) {
+    for (int n = 0; n < NI; ++n) {
+      const std::vector<int>& tokens = samples[n];
+      if (record_again) RecordClean(runner, c, tokens, /*estimates=*/false, rec);
+      for (EffectAcc& a : effects)
+        if (a.e.estimated && a.e.measured) add(a.measured, clean[n], run_exact(a.e, tokens, donor_h0s[n]));
+      report();
+    }
+  }
+
+  EstimateSummary& es = r.estimates;
+  es.exhaustive = options.exhaustive;
+  es.verify_top = options.verify_top;
+  es.candidates = static_cast<int>(ranked.size());
+  es.target_from_layer = target_from;
+  std::vector<double> est_target, got_target, est_alpha, got_alpha, est_ratio, got_ratio;
   for (EffectAcc& a : effects) {
     InterventionEffect& ef = a.e;
-    const int from = ef.layer + 1;
-    double cl = 0, af = 0;
-    for (int l = from; l < L; ++l) {
-      cl += a.clean_layer[l];
-      af += a.after_layer[l];
+    const EffectValues v = summarize(ef.measured ? a.measured : a.estimated, ef.layer, &ef.sink_clean,
+                                     &ef.norm_ratio_clean);
+    ef.samples = (ef.measured ? a.measured : a.estimated).samples;
+    ef.sink_after = v.sink_after;
+    ef.removed_share = v.removed_share;
+    ef.norm_ratio_after = v.norm_ratio_after;
+    ef.target_share = v.target_share;
+    ef.alpha0_share = v.alpha0_share;
+    ef.layer_sink_after = v.layer_sink_after;
+    ef.layer_p0_norm_after = v.layer_p0_norm_after;
+    ef.layer_norm_ratio_after = v.layer_norm_ratio_after;
+    if (ef.kind == "shift")
+      ef.sink1_after = a.measured.sink1 / std::max(1.0, static_cast<double>(a.measured.samples) * H * L);
+    if (ef.estimated && ef.measured) {
+      ++es.verified;
+      est_target.push_back(ef.estimate.target_share);
+      got_target.push_back(v.target_share);
+      est_alpha.push_back(ef.estimate.alpha0_share);
+      got_alpha.push_back(v.alpha0_share);
+      est_ratio.push_back(ef.estimate.norm_ratio_after);
+      got_ratio.push_back(v.norm_ratio_after);
     }
-    const double denom = std::max(1.0, static_cast<double>(ef.samples) * H * (L - from));
-    ef.sink_clean = cl / denom;
-    ef.sink_after = af / denom;
-    ef.removed_share = cl > 0 ? 1.0 - af / cl : 0.0;
-    for (int l = std::max(ef.layer, 0); l < L; ++l) {
-      ef.norm_ratio_clean = std::max(ef.norm_ratio_clean, a.ratio_clean[l] / std::max(1, ef.samples));
-      ef.norm_ratio_after = std::max(ef.norm_ratio_after, a.ratio_after[l] / std::max(1, ef.samples));
-    }
-    if (ef.kind == "shift") ef.sink1_after = a.sink1 / std::max(1.0, static_cast<double>(ef.samples) * H * L);
-    ef.layer_sink_after.resize(L);
-    for (int l = 0; l < L; ++l)
-      ef.layer_sink_after[l] = a.after_layer[l] / std::max(1.0, static_cast<double>(ef.samples) * H);
     r.interventions.push_back(ef);
   }
+  es.spearman_target = SpearmanCorrelation(est_target, got_target);
+  es.spearman_alpha0 = SpearmanCorrelation(est_alpha, got_alpha);
+  es.spearman_norm_ratio = SpearmanCorrelation(est_ratio, got_ratio);
+  es.recompute_calls = recompute.calls;
+  es.recompute_rows = recompute.blocks;
 
   r.intervention_seconds = since(t_phase);
   t_phase = Clock::now();
@@ -701,13 +1050,15 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
       report();
       return 1.0 - after / target;
     };
-    // Single effects on the target, from the zero-ablation rows of the table.
+    // Single effects on the target, from the measured ablation rows of the table (all of them
+    // with exhaustive, else the verified ones: the search never rests on an estimate).
     std::vector<std::pair<double, Component>> singles;
     for (const EffectAcc& a : effects) {
       if (a.e.kind != mlp_kind && a.e.kind != head_kind) continue;
       if (a.e.layer + 1 >= L) continue;  // nothing downstream
+      if (!a.e.measured) continue;
       double after = 0;
-      for (int l = cs.from_layer; l < L; ++l) after += a.after_layer[l];
+      for (int l = cs.from_layer; l < L; ++l) after += a.measured.after_layer[l];
       const double share = target > 0 ? 1.0 - after / target : 0.0;
       singles.push_back({share, a.e.kind == mlp_kind ? Component{ComponentKind::kMlp, a.e.layer, -1}
                                                        : Component{ComponentKind::kHead, a.e.layer, a.e.head}});

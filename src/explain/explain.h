@@ -23,6 +23,23 @@
 // prepended and the last token dropped, so the former P0 content sits at position 1). Effect = Sink_0^eps over the layers after the intervened
 // one, and the largest P0 norm ratio over layers >= that layer, clean vs intervened.
 // Circuit search: greedy over zero-ablations of MLPs and heads at P0 (see CircuitSearch).
+//
+// Cheap ranking, exact verification (issue 33). The L H head rows dominate the cost of the table
+// (one forward each), so by default every MLP, head and patch row is first *estimated* and only
+// the `verify_top` best by estimate are measured with the full intervention; the circuit search
+// draws its candidates from the measured rows only, so the circuit and the verdict rest on
+// measured effects alone. The estimate (method "p0-recompute") exploits the causal mask: position
+// 0 attends only to itself, so an intervention at P0 in block l changes h_0 from block l on
+// exactly as a forward of position 0 alone does (all rows of block l in one call of H + 2
+// one-token rows, ForwardRequest::self_attention_only; a patch row reads the donor's own forward).
+// The new h_0 reaches the other positions only through its key and value in later blocks: the
+// estimate keeps every other position clean (recorded once per sample) and recomputes their
+// attention on position 0 from the new key 0 against the clean queries, keeping the clean
+// scores of keys >= 1: with p_i0 the clean probability and s_i0 the clean score,
+//     p'_i0 = sigmoid(logit(p_i0) + g(s'_i0) - g(s_i0))   (g(s) = s; log sigmoid(s) for sigmoid
+// attention), exact for h_0 (so for the P0 norm ratio's numerator) and for the block right after
+// the intervention, first order beyond it (the other positions' own changes, through V_0, are
+// left out). `exhaustive` measures every row (and still estimates them, to compare).
 #pragma once
 
 #include <cstdint>
@@ -66,6 +83,11 @@ struct ExplainOptions {
   // (blocks before l cannot change), keeping the clean metrics of blocks < l. Exact; false runs
   // every intervention from the embedding (the tests compare both).
   bool resume_at_block = true;
+  // Rows measured after the P0 estimates (see the top of this file): the verify_top best MLP,
+  // head and patch rows by estimate (>= 1; more than there are rows measures them all), or every
+  // row with `exhaustive` (--exhaustive).
+  int verify_top = 16;
+  bool exhaustive = false;
 };
 
 // Validates options; throws ss::Error naming the flag (--eps, --share, ...).
@@ -97,6 +119,22 @@ struct LayerDecomposition {
   double other_sink_rate = 0;      // share of heads with max_{1<=k<=T/2} alpha_k > eps
 };
 
+// The effect quantities of one intervention row, as measured or as estimated.
+struct EffectValues {
+  double sink_after = 0;        // Sink_0^eps over layers > layer with the intervention
+  double removed_share = 0;     // 1 - after / clean over those layers (0 when clean is 0)
+  double norm_ratio_after = 0;  // max over layers >= max(layer, 0) of the mean P0 norm ratio
+  // Over the search's target layers (>= EstimateSummary::target_from_layer): the share of
+  // Sink_0^eps removed (what the circuit search ranks single components by) and the share of the
+  // attention mass on position 0 removed (1 - sum alpha_0 after / clean; continuous, so it also
+  // orders rows that move no head across eps).
+  double target_share = 0;
+  double alpha0_share = 0;
+  std::vector<double> layer_sink_after;        // (L) Sink_0^eps per layer
+  std::vector<double> layer_p0_norm_after;     // (L) mean ||h'_0|| per layer
+  std::vector<double> layer_norm_ratio_after;  // (L) mean P0 norm ratio per layer
+};
+
 struct InterventionEffect {
   // "mlp-zero", "mlp-mean", "head-mean" or "head-zero" (options.ablation), "patch-p0", "first-token", "shift", "set" (--ablate;
   // layer = its last layer)
@@ -111,6 +149,30 @@ struct InterventionEffect {
   double norm_ratio_after = 0;
   double sink1_after = -1;  // shift only: Sink_1^eps over all layers (the former P0 content)
   std::vector<double> layer_sink_after;  // (L) Sink_0^eps per layer with the intervention
+  double target_share = 0, alpha0_share = 0;  // see EffectValues
+  std::vector<double> layer_p0_norm_after, layer_norm_ratio_after;  // (L) each
+  // Where the values above come from: measured (true: full intervened forwards, method "exact")
+  // or, for a row that was estimated but not verified, the estimate (method "p0-recompute").
+  bool measured = true;
+  bool estimated = false;  // MLP, head and patch rows: `estimate` and `rank` are set
+  EffectValues estimate;
+  int rank = -1;  // 1-based rank by estimate among the estimated rows (target share, then alpha_0)
+  const char* Method() const { return measured ? "exact" : "p0-recompute"; }
+};
+
+// How the intervention table was ranked and verified.
+struct EstimateSummary {
+  bool exhaustive = false;
+  int verify_top = 0;         // the option
+  int candidates = 0;         // rows estimated (2 L MLP + L H head + L - 1 patch rows)
+  int verified = 0;           // of them measured
+  int target_from_layer = 1;  // max(1, onset layer); 1 without an onset
+  // Spearman's rank correlation, estimate vs measurement over the verified rows, of target_share,
+  // alpha0_share and norm_ratio_after (NaN where undefined: fewer than two rows, or one side
+  // constant, e.g. no sink anywhere).
+  double spearman_target = 0, spearman_alpha0 = 0, spearman_norm_ratio = 0;
+  int64_t recompute_calls = 0;  // forwards of position 0 alone (each H + 2 one-token rows)
+  int64_t recompute_rows = 0;   // one-token block evaluations in them
 };
 
 // Greedy search: the target is the number of (sample, layer, head) with alpha_0 > eps over layers
@@ -163,7 +225,10 @@ struct ExplainResult {
   std::string verdict;
   int64_t forward_passes = 0;
   int64_t block_evaluations = 0;  // blocks run over all passes (< passes x L when resuming)
-  double clean_seconds = 0, intervention_seconds = 0, search_seconds = 0;  // wall time per phase
+  EstimateSummary estimates;
+  // Wall time per phase; estimate_seconds is the part of intervention_seconds spent on the P0
+  // estimates and the ranking.
+  double clean_seconds = 0, intervention_seconds = 0, search_seconds = 0, estimate_seconds = 0;
 };
 
 // All samples must have the same length T >= 4.

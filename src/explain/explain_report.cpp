@@ -18,6 +18,39 @@ namespace {
 json Num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 json Layer(int l) { return l >= 0 ? json(l) : json(nullptr); }
 
+// The effect quantities of a row, as measured or as estimated.
+json Values(const EffectValues& v) {
+  return {{"sink_after", Num(v.sink_after)}, {"removed_share", Num(v.removed_share)},
+          {"norm_ratio_after", Num(v.norm_ratio_after)}, {"target_share", Num(v.target_share)},
+          {"alpha0_share", Num(v.alpha0_share)}};
+}
+EffectValues MeasuredValues(const InterventionEffect& e) {
+  EffectValues v;
+  v.sink_after = e.sink_after;
+  v.removed_share = e.removed_share;
+  v.norm_ratio_after = e.norm_ratio_after;
+  v.target_share = e.target_share;
+  v.alpha0_share = e.alpha0_share;
+  return v;
+}
+
+// How the table was made, for the summary and the page: rows estimated and measured, and how well
+// the estimates ranked the measured rows.
+std::string DescribeEstimates(const ExplainResult& r) {
+  const EstimateSummary& es = r.estimates;
+  auto rho = [](double v) { return std::isfinite(v) ? fmt::format("{:.3f}", v) : std::string("undefined"); };
+  return fmt::format(
+      "{} MLP / head / patch rows estimated by recomputing position 0 ({}), {} of them measured "
+      "exactly ({}); the circuit search uses measured rows only. Spearman rank correlation, estimate "
+      "vs measured over the {} measured rows: Sink_0 share removed in layers >= {} {}, alpha_0 mass "
+      "removed {}, P0 norm ratio after {}",
+      es.candidates, fmt::format("{} position-0 recomputations, {} one-token block evaluations",
+                                 es.recompute_calls, es.recompute_rows),
+      es.verified, es.exhaustive ? "--exhaustive" : fmt::format("the best {} by estimate", es.verify_top),
+      es.verified, es.target_from_layer, rho(es.spearman_target), rho(es.spearman_alpha0),
+      rho(es.spearman_norm_ratio));
+}
+
 std::string EffectName(const InterventionEffect& e) {
   if (e.kind == "head-zero" || e.kind == "head-mean") return fmt::format("{} {}.{}", e.kind, e.layer, e.head);
   if (e.kind == "set") return "set (--ablate)";
@@ -84,6 +117,7 @@ json ReportJson(const ExplainReport& rep) {
                    {"onset_threshold", o.onset_threshold}, {"share", o.share},
                    {"max_components", o.max_components}, {"greedy_width", o.greedy_width},
                    {"ablation", AblationName(o.ablation)},
+                   {"verify", o.exhaustive ? "all" : "top"}, {"verify_top", o.verify_top},
                    {"intervention_samples", std::min(r.samples, o.intervention_samples > 0 ? o.intervention_samples : r.samples)}};
   j["amplification_layer"] = Layer(r.amplification_layer);
   j["onset_layer"] = Layer(r.onset_layer);
@@ -96,7 +130,15 @@ json ReportJson(const ExplainReport& rep) {
   j["forward_passes"] = r.forward_passes;
   j["block_evaluations"] = r.block_evaluations;
   j["seconds"] = {{"clean", r.clean_seconds}, {"interventions", r.intervention_seconds},
-                  {"search", r.search_seconds}};
+                  {"estimate", r.estimate_seconds}, {"search", r.search_seconds}};
+  const EstimateSummary& es = r.estimates;
+  j["estimates"] = {{"method", "p0-recompute"}, {"verify", es.exhaustive ? "all" : "top"},
+                    {"verify_top", es.verify_top}, {"candidates", es.candidates},
+                    {"verified", es.verified}, {"target_from_layer", es.target_from_layer},
+                    {"spearman", {{"target_share", Num(es.spearman_target)},
+                                  {"alpha0_share", Num(es.spearman_alpha0)},
+                                  {"norm_ratio_after", Num(es.spearman_norm_ratio)}}},
+                    {"recompute_calls", es.recompute_calls}, {"recompute_rows", es.recompute_rows}};
   json layers = json::array();
   for (size_t l = 0; l < r.layers.size(); ++l) {
     const LayerDecomposition& d = r.layers[l];
@@ -145,7 +187,11 @@ json ReportJson(const ExplainReport& rep) {
     json ej = {{"kind", e.kind}, {"layer", Layer(e.layer)}, {"head", e.head >= 0 ? json(e.head) : json(nullptr)},
                {"samples", e.samples}, {"sink_clean", Num(e.sink_clean)}, {"sink_after", Num(e.sink_after)},
                {"removed_share", Num(e.removed_share)}, {"norm_ratio_clean", Num(e.norm_ratio_clean)},
-               {"norm_ratio_after", Num(e.norm_ratio_after)}};
+               {"norm_ratio_after", Num(e.norm_ratio_after)}, {"target_share", Num(e.target_share)},
+               {"alpha0_share", Num(e.alpha0_share)}, {"method", e.Method()},
+               {"rank", e.rank >= 0 ? json(e.rank) : json(nullptr)},
+               {"estimate", e.estimated ? Values(e.estimate) : json(nullptr)},
+               {"measured", e.measured ? Values(MeasuredValues(e)) : json(nullptr)}};
     if (e.sink1_after >= 0) ej["sink1_after"] = Num(e.sink1_after);
     effects.push_back(ej);
   }
@@ -179,13 +225,17 @@ std::string ReportSummary(const ExplainReport& rep) {
   }
   out += report::FormatTable(rows);
   std::vector<std::vector<std::string>> eff{{"intervention", "Sink_0 after layer: clean", "after",
-                                             "removed", "P0 ratio clean", "after"}};
+                                             "removed", "P0 ratio clean", "after", "method",
+                                             "estimated removed"}};
   for (const InterventionEffect* e : ShownEffects(r, 5))
     eff.push_back({EffectName(*e), FormatNumber(e->sink_clean), FormatNumber(e->sink_after),
                    FormatNumber(e->removed_share), FormatNumber(e->norm_ratio_clean),
-                   FormatNumber(e->norm_ratio_after)});
+                   FormatNumber(e->norm_ratio_after), e->Method(),
+                   e->estimated ? FormatNumber(e->estimate.removed_share) : "-"});
   out += "interventions at position 0 (" + std::to_string(r.interventions.empty() ? 0 : r.interventions[0].samples) +
-         " samples; the 5 heads with the largest effect):\n" + report::FormatTable(eff);
+         " samples; the 5 heads with the largest effect; method p0-recompute: an estimate, not "
+         "measured):\n" + report::FormatTable(eff);
+  out += DescribeEstimates(r) + "\n";
   double corr = 0;
   int p0_meas = 0;
   for (const ConeFit& f : r.cones) {
@@ -196,8 +246,10 @@ std::string ReportSummary(const ExplainReport& rep) {
     out += fmt::format("cone model: mean correlation predicted vs measured {:.3f} over {} heads; "
                        "position 0 has the largest measured norm in most samples for {} heads\n",
                        corr / r.cones.size(), r.cones.size(), p0_meas);
-  out += fmt::format("{} forward passes ({} block evaluations, {} without resuming)\n",
-                     r.forward_passes, r.block_evaluations, r.forward_passes * r.n_layers);
+  out += fmt::format("{} forward passes ({} block evaluations, {} without resuming) and {} "
+                     "position-0 recomputations ({} one-token block evaluations)\n",
+                     r.forward_passes, r.block_evaluations, r.forward_passes * r.n_layers,
+                     r.estimates.recompute_calls, r.estimates.recompute_rows);
   return out;
 }
 
@@ -262,12 +314,17 @@ std::string ReportHtml(const ExplainReport& rep) {
   ho.max_value = hi > lo ? hi : lo + 1;
   page.Raw(report::Heatmap(heads, ho));
   page.Heading("Interventions at position 0");
+  page.Paragraph(DescribeEstimates(r) + ". Rows marked p0-recompute show the estimate: they were "
+                 "not measured, and neither the circuit nor the verdict uses them.");
   std::vector<std::vector<std::string>> rows{{"intervention", "samples", "Sink_0 downstream (clean)",
-                                              "after", "removed share", "P0 ratio clean", "after"}};
+                                              "after", "removed share", "P0 ratio clean", "after",
+                                              "method", "estimated removed share", "rank"}};
   for (const InterventionEffect* e : ShownEffects(r, 20))
     rows.push_back({EffectName(*e), std::to_string(e->samples), FormatNumber(e->sink_clean),
                     FormatNumber(e->sink_after), FormatNumber(e->removed_share),
-                    FormatNumber(e->norm_ratio_clean), FormatNumber(e->norm_ratio_after)});
+                    FormatNumber(e->norm_ratio_clean), FormatNumber(e->norm_ratio_after), e->Method(),
+                    e->estimated ? FormatNumber(e->estimate.removed_share) : "-",
+                    e->rank >= 0 ? std::to_string(e->rank) : "-"});
   page.Table(rows);
   page.Heading("Cone model");
   page.Paragraph("Predicted E||o_i||^2 = a^2 + (1 - a^2) sum_j p_ij^2; measured ||o_i||^2 / mean_j ||v_j||^2.");

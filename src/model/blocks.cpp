@@ -229,7 +229,8 @@ static void KvBiasLogits(ForwardContext& ctx, int layer, const float* q) {
 static AttnOptions LayerAttnOptions(const ForwardContext& ctx, int layer) {
   const ModelConfig& c = ctx.config;
   const LayerWeights& w = ctx.model.weights.layers[layer];
-  AttnOptions o{c.Window(layer), c.attn_sinks ? w.attn_sinks.data() : nullptr, c.attn_logit_softcap};
+  AttnOptions o{ctx.request.self_attention_only ? 1 : c.Window(layer),
+                c.attn_sinks ? w.attn_sinks.data() : nullptr, c.attn_logit_softcap};
   if (c.attn_kv_bias) {
     o.slot_logits = ctx.state.slot_logits.data();
     o.slot_values = w.attn_bias_value.data();

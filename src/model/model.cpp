@@ -261,6 +261,7 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
               stream->sinks + stream->ring <= cache.capacity);
     if (request.stats) Fail("attention statistics are not available on a streaming cache");
     if (request.first_layer != 0) Fail("a streaming forward cannot resume at a later block");
+    if (request.self_attention_only) Fail("a streaming forward cannot attend to each token alone");
   } else if (cache.single_use && cache.length != 0) {
     Fail("a single-use KV cache holds only the last layer's entries: Clear() it before the next call");
   } else if (cache.length + T > cache.capacity) {

@@ -114,6 +114,11 @@ struct ForwardRequest {
   // statistics. Interventions at block l need only blocks l.. (explain's intervention table).
   int first_layer = 0;
   const float* resid_pre = nullptr;     // (T, D), required when first_layer > 0
+  // Every token attends to its own key alone (an attention window of one). With all positions 0
+  // the call computes T independent one-token forwards of position 0, which under the causal mask
+  // sees only itself: explain recomputes position 0 under many interventions in one call, reading
+  // the weights once. Not with a stream.
+  bool self_attention_only = false;
 };
 
 // Rows of the MLP's hidden activations computed at a time (see RunState::hb).
