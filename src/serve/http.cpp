@@ -384,7 +384,7 @@ void Server::Refuse(int fd, const Request& req, Response& res, const std::string
   if (Write(fd, req, res, /*close_after=*/true)) LingerClose(fd);
 }
 
-void Server::Answer(int fd, const Request& req, Response& res) {
+void Server::Answer(const Request& req, Response& res) {
   bool known_path = false;
   std::string allow;
   for (const Route_& r : routes_) {
@@ -502,7 +502,7 @@ void Server::Serve(int fd) {
                              (req.version == "HTTP/1.0" && !HasToken(req.Header("connection"), "keep-alive")) ||
                              served + 1 == limits_.max_requests_per_connection;
     try {
-      Answer(fd, req, res);
+      Answer(req, res);
     } catch (const ClientGone&) {
       return;
     }

@@ -117,7 +117,7 @@ class Server {
   void Serve(int fd);
   void Refuse(int fd, const Request& req, Response& res, const std::string& message);
   bool Write(int fd, const Request& req, Response& res, bool close);
-  void Answer(int fd, const Request& req, Response& res);
+  void Answer(const Request& req, Response& res);
 
   Limits limits_;
   struct Route_ {
