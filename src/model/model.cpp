@@ -184,32 +184,30 @@ void KVCache::CopyRow(const KVCache& from, int from_row, int to_row) {
   if (typed()) kept_slot[to_row] = from.kept_slot[from_row];  // the kept rows themselves are shared slots
 }
 
-KvRows KVCache::Keys(int layer) const {
+// One layer's keys or values as the attention kernel reads them.
+static KvRows LayerRows(const KVCache& c, const Tensor& f32, KvType type,
+                        const std::vector<uint8_t>& bytes, size_t row_bytes, const Tensor& kept) {
   KvRows r;
-  if (!typed()) {
-    r.f32 = k[layer].data();
+  if (!c.typed()) {
+    r.f32 = f32.data();
     return r;
   }
-  r.type = k_type;
-  r.bytes = k_rows[layer].data();
-  r.row_bytes = k_row_bytes;
-  r.kept_slot = keep.empty() ? nullptr : kept_slot.data();
-  r.kept = keep.empty() ? nullptr : k_kept[layer].data();
+  r.type = type;
+  r.bytes = bytes.data();
+  r.row_bytes = row_bytes;
+  r.kept_slot = c.keep.empty() ? nullptr : c.kept_slot.data();
+  r.kept = c.keep.empty() ? nullptr : kept.data();
   return r;
 }
 
+KvRows KVCache::Keys(int layer) const {
+  return typed() ? LayerRows(*this, Tensor(), k_type, k_rows[layer], k_row_bytes, k_kept[layer])
+                 : LayerRows(*this, k[layer], k_type, {}, 0, Tensor());
+}
+
 KvRows KVCache::Values(int layer) const {
-  KvRows r;
-  if (!typed()) {
-    r.f32 = v[layer].data();
-    return r;
-  }
-  r.type = v_type;
-  r.bytes = v_rows[layer].data();
-  r.row_bytes = v_row_bytes;
-  r.kept_slot = keep.empty() ? nullptr : kept_slot.data();
-  r.kept = keep.empty() ? nullptr : v_kept[layer].data();
-  return r;
+  return typed() ? LayerRows(*this, Tensor(), v_type, v_rows[layer], v_row_bytes, v_kept[layer])
+                 : LayerRows(*this, v[layer], v_type, {}, 0, Tensor());
 }
 
 int64_t KVCache::BytesPerToken() const {
