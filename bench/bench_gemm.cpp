@@ -1,5 +1,6 @@
 // bf16 and Q8_0 matrix products (kernels/gemm_bf16.h, kernels/gemm_q8.h), and products on weights
-// in a GGUF file's own Q4_0 / Q4_K rows (--precision native, kernels/gemm_ggml.h), against the f32 product
+// in a GGUF file's own Q4_0 / Q4_K / MXFP4 rows and in gpt-oss's split MXFP4 blocks + scales
+// (--precision native, kernels/gemm_ggml.h), against the f32 product
 // through OpenBLAS sgemm (MatMul's large-product path), y (T, out) = x (T, in) W^T, on the shapes
 // they are meant for: (in, out) = (768, 3072) MLP up, (3072, 768) MLP down, (768, 2304) fused QKV;
 // T = 512, 1024, 2048, 32 (a short prompt) and 1 (decode), with two decode shapes too large for the caches (a 32000 x
@@ -124,23 +125,37 @@ void Q8(benchmark::State& state, Shape s) {
   state.SetLabel(ss::Q8KernelName());
 }
 
-// W quantised to `type` (Q4_0 or Q4_K) in ggml's row layout, multiplied as --precision native does.
+// W quantised to `type` (Q4_0, Q4_K or MXFP4) in ggml's row layout, or MXFP4's split form (those
+// MXFP4 blocks' scales moved apart; the nibble order does not change the time), multiplied as
+// --precision native does.
 void Native(benchmark::State& state, Shape s, uint32_t type) {
   const auto x = Random(static_cast<size_t>(s.T) * s.in, 1);
   const auto w = Random(static_cast<size_t>(s.out) * s.in, 2);
   const int64_t n = static_cast<int64_t>(s.out) * s.in;
-  std::vector<uint8_t> bytes(ss::GgmlBytes(type, n));
-  if (type == ss::kGgmlTypeQ4_K)
+  const uint32_t stored = type == ss::kTypeMxfp4Split ? ss::kGgmlTypeMXFP4 : type;
+  std::vector<uint8_t> bytes(ss::GgmlBytes(stored, n)), scales;
+  if (stored == ss::kGgmlTypeQ4_K)
     ss::QuantizeQ4_K(w.data(), bytes.data(), n);
+  else if (stored == ss::kGgmlTypeMXFP4)
+    ss::QuantizeMXFP4(w.data(), bytes.data(), n);
   else
     ss::QuantizeQ4_0(w.data(), bytes.data(), n);
-  const ss::GgmlMatrix m = ss::GgmlView(type, s.out, s.in, bytes.data(), nullptr);
+  if (type == ss::kTypeMxfp4Split) {
+    std::vector<uint8_t> nibbles;
+    for (int64_t b = 0; b < n / 32; ++b) {
+      scales.push_back(bytes[17 * b]);
+      nibbles.insert(nibbles.end(), bytes.begin() + 17 * b + 1, bytes.begin() + 17 * b + 17);
+    }
+    bytes = nibbles;
+  }
+  const ss::GgmlMatrix m = ss::GgmlView(type, s.out, s.in, bytes.data(), nullptr, 1,
+                                        scales.empty() ? nullptr : scales.data());
   std::vector<float> y(static_cast<size_t>(s.T) * s.out);
   for (auto _ : state) {
     ss::MatMulGgml(x.data(), m, nullptr, y.data(), s.T);
     benchmark::DoNotOptimize(y.data());
   }
-  SetFlops(state, s, static_cast<double>(m.bytes()) / static_cast<double>(n));
+  SetFlops(state, s, static_cast<double>(m.bytes() + scales.size()) / static_cast<double>(n));
   state.SetLabel(ss::GgmlKernelName(type));
 }
 
@@ -201,6 +216,9 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(("q8_0/" + ShapeName(s)).c_str(), Q8, s)->UseRealTime();
     benchmark::RegisterBenchmark(("q4_0/" + ShapeName(s)).c_str(), Native, s, ss::kGgmlTypeQ4_0)->UseRealTime();
     benchmark::RegisterBenchmark(("q4_k/" + ShapeName(s)).c_str(), Native, s, ss::kGgmlTypeQ4_K)->UseRealTime();
+    benchmark::RegisterBenchmark(("mxfp4/" + ShapeName(s)).c_str(), Native, s, ss::kGgmlTypeMXFP4)->UseRealTime();
+    benchmark::RegisterBenchmark(("mxfp4_split/" + ShapeName(s)).c_str(), Native, s, ss::kTypeMxfp4Split)
+        ->UseRealTime();
   }
   for (const Shape& s : {kShapes[0], kShapes[1]})
     benchmark::RegisterBenchmark(
@@ -216,8 +234,9 @@ int main(int argc, char** argv) {
               ss::Bf16KernelName(), ss::Q8KernelName());
   RatioReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  std::printf("\n%-26s %11s %11s %11s %11s %11s %11s %11s %11s  (medians; decode: GB/s of W read)\n",
-              "shape", "sgemm", "bf16", "q8_0", "q4_0", "q4_k", "bf16/sgemm", "q8_0/sgemm", "q4_k/sgemm");
+  std::printf("\n%-26s %11s %11s %11s %11s %11s %11s %11s %11s %11s %11s  (medians; decode: GB/s of W read)\n",
+              "shape", "sgemm", "bf16", "q8_0", "q4_0", "q4_k", "mxfp4", "mxfp4_split", "bf16/sgemm",
+              "q8_0/sgemm", "q4_k/sgemm");
   for (const Shape& s : kShapes) {
     const std::string unit = s.T == 1 ? "GB/s " : "GFLOP/s ";
     const double a = reporter.Median(unit + "sgemm/" + ShapeName(s));
@@ -225,10 +244,13 @@ int main(int argc, char** argv) {
     const double q = reporter.Median(unit + "q8_0/" + ShapeName(s));
     const double q40 = reporter.Median(unit + "q4_0/" + ShapeName(s));
     const double q4k = reporter.Median(unit + "q4_k/" + ShapeName(s));
+    const double mx = reporter.Median(unit + "mxfp4/" + ShapeName(s));
+    const double mxs = reporter.Median(unit + "mxfp4_split/" + ShapeName(s));
     const double ta = reporter.Median("GFLOP/s sgemm/" + ShapeName(s));
     if (a > 0 && b > 0 && q > 0)
-      std::printf("%-26s %11.1f %11.1f %11.1f %11.1f %11.1f %10.2fx %10.2fx %10.2fx\n", ShapeName(s).c_str(),
-                  a, b, q, q40, q4k, reporter.Median("GFLOP/s bf16/" + ShapeName(s)) / ta,
+      std::printf("%-26s %11.1f %11.1f %11.1f %11.1f %11.1f %11.1f %11.1f %10.2fx %10.2fx %10.2fx\n",
+                  ShapeName(s).c_str(), a, b, q, q40, q4k, mx, mxs,
+                  reporter.Median("GFLOP/s bf16/" + ShapeName(s)) / ta,
                   reporter.Median("GFLOP/s q8_0/" + ShapeName(s)) / ta,
                   reporter.Median("GFLOP/s q4_k/" + ShapeName(s)) / ta);
   }

@@ -1,15 +1,22 @@
 // Dequantisation kernels against blocks built by hand from the layouts in kernels/dequant.h, and
-// the encoders' round trips against the error bounds dequant.h states.
+// the encoders' round trips against the error bounds dequant.h states. MXFP4's two decoders
+// (ggml's block_mxfp4 and gpt-oss's split blocks + scales) are held to a decoder written from the
+// OCP MX v1.0 spec (mxfp4_spec.h) element by element: every code in every position, every scale
+// byte, the sign of zero, the subnormal and overflowing ends, and NaN; its quantiser to MX v1.0's
+// conversion.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "common/error.h"
 #include "kernels/dequant.h"
+#include "mxfp4_spec.h"
 #include "tensor/half.h"
 #include "test_util.h"
 
@@ -34,6 +41,14 @@ TEST(Dequant, BlockSizes) {
   EXPECT_EQ(GgmlBlockBytes(kGgmlTypeQ6_K), 210u);
   EXPECT_EQ(GgmlBytes(kGgmlTypeQ4_K, 512), 288u);
   EXPECT_EQ(GgmlBytes(kGgmlTypeF16, 3), 6u);
+  EXPECT_EQ(GgmlBlockBytes(kGgmlTypeMXFP4), 17u);
+  EXPECT_EQ(GgmlBlockValues(kGgmlTypeMXFP4), 32);
+  EXPECT_EQ(GgmlBytes(kTypeMxfp4Split, 64), 32u);  // the nibbles; the scales lie apart
+  EXPECT_STREQ(GgmlTypeName(kGgmlTypeMXFP4), "MXFP4");
+  EXPECT_TRUE(IsDequantizable(kGgmlTypeMXFP4));
+  EXPECT_FALSE(IsDequantizable(kTypeMxfp4Split));  // two arrays: DequantizeMxfp4Split
+  EXPECT_THROW(DequantizeMxfp4Split(nullptr, nullptr, nullptr, 48), Error);
+  EXPECT_THROW(GgmlBytes(kGgmlTypeMXFP4, 48), Error);
 }
 
 TEST(Dequant, F16AndBF16) {
@@ -379,6 +394,178 @@ TEST(Dequant, Errors) {
   }
   EXPECT_THROW(QuantizeQ6_K(out.data(), buf.data(), 128), Error);
   EXPECT_THROW(GgmlBlockBytes(99), Error);
+}
+
+using test::SameAsSpec;
+using test::SpecE2M1;
+using test::SpecE8M0;
+using test::SpecGgmlElement;
+using test::SpecSplitElement;
+
+TEST(Mxfp4, ScalarsAreTheSpecs) {
+  for (int code = 0; code < 16; ++code) {
+    EXPECT_TRUE(SameAsSpec(E2M1ToFloat(code), SpecE2M1(code))) << code;
+  }
+  EXPECT_FALSE(std::signbit(E2M1ToFloat(0)));
+  EXPECT_TRUE(std::signbit(E2M1ToFloat(8)));  // -0
+  EXPECT_EQ(E2M1ToFloat(7), 6.0f);
+  EXPECT_EQ(E2M1ToFloat(9), -0.5f);
+  for (int e = 0; e < 256; ++e)
+    EXPECT_TRUE(SameAsSpec(E8M0ToFloat(static_cast<uint8_t>(e)), SpecE8M0(e))) << e;
+  EXPECT_EQ(std::fpclassify(E8M0ToFloat(0)), FP_SUBNORMAL);  // 2^-127
+  EXPECT_EQ(E8M0ToFloat(1), FLT_MIN);                        // 2^-126
+  EXPECT_EQ(E8M0ToFloat(127), 1.0f);
+  EXPECT_EQ(E8M0ToFloat(254), std::ldexp(1.0f, 127));
+  EXPECT_TRUE(std::isnan(E8M0ToFloat(255)));
+}
+
+// A block by hand: scale 2^1 (e = 128); ggml's low nibbles are elements 0-15.
+TEST(Mxfp4, HandBlockInBothLayouts) {
+  uint8_t block[17] = {128};
+  block[1] = 0x71;  // element 0: code 1 (0.5), element 16: code 7 (6)
+  block[2] = 0x8F;  // element 1: code 15 (-6), element 17: code 8 (-0)
+  float out[32];
+  Dequantize(kGgmlTypeMXFP4, block, out, 32);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[16], 12.0f);
+  EXPECT_EQ(out[1], -12.0f);
+  EXPECT_TRUE(out[17] == 0.0f && std::signbit(out[17]));
+  EXPECT_TRUE(out[2] == 0.0f && !std::signbit(out[2]));
+  // The same two bytes in the split form: byte 0 holds elements 0 (low) and 1 (high).
+  const uint8_t scale = 128;
+  DequantizeMxfp4Split(block + 1, &scale, out, 32);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], 12.0f);
+  EXPECT_EQ(out[2], -12.0f);
+  EXPECT_TRUE(out[3] == 0.0f && std::signbit(out[3]));
+}
+
+// Every scale byte with every code in every position, both layouts, against the spec. Values
+// beyond f32 (e = 253, 254 with large codes) decode to Inf and are the ones Mxfp4BlockFault
+// refuses; NaN scales decode to NaN and are refused too; nothing else is.
+TEST(Mxfp4, DecodersMatchTheSpecElementByElement) {
+  int64_t checked = 0, overflow = 0;
+  for (int e = 0; e < 256; ++e) {
+    for (int shift = 0; shift < 16; ++shift) {
+      uint8_t block[17];
+      block[0] = static_cast<uint8_t>(e);
+      for (int j = 0; j < 16; ++j)
+        block[1 + j] = static_cast<uint8_t>((j + shift) % 16 | ((15 - j + 5 * shift) % 16) << 4);
+      float ggml[32], split[32];
+      Dequantize(kGgmlTypeMXFP4, block, ggml, 32);
+      DequantizeMxfp4Split(block + 1, block, split, 32);
+      bool beyond = false;
+      for (int i = 0; i < 32; ++i) {
+        const double want_ggml = SpecGgmlElement(block, i),
+                     want_split = SpecSplitElement(block + 1, block, i);
+        ASSERT_TRUE(SameAsSpec(ggml[i], want_ggml))
+            << "ggml e " << e << " element " << i << ": " << ggml[i] << " vs " << want_ggml;
+        ASSERT_TRUE(SameAsSpec(split[i], want_split))
+            << "split e " << e << " element " << i << ": " << split[i] << " vs " << want_split;
+        beyond = beyond || std::isnan(want_ggml) || std::fabs(want_ggml) > FLT_MAX;
+        checked += 2;
+      }
+      overflow += beyond && e != 255;
+      EXPECT_EQ(Mxfp4BlockFault(block[0], block + 1) != nullptr, beyond)
+          << "e " << e << " shift " << shift;
+    }
+  }
+  std::printf(
+      "MXFP4: %lld decoded values equal the OCP MX v1.0 decoding (sign of zero included); "
+      "%lld blocks overflow f32 and are refused, as every 0xFF block is\n",
+      static_cast<long long>(checked), static_cast<long long>(overflow));
+  // The ends: 1.5 * 2^127 and 3 * 2^126 are finite; 2 * 2^127 and 4 * 2^126 are not.
+  uint8_t small[16] = {0x33};
+  EXPECT_EQ(Mxfp4BlockFault(254, small), nullptr);
+  small[3] = 0x04;
+  EXPECT_NE(Mxfp4BlockFault(254, small), nullptr);
+  uint8_t mid[16] = {0x55};
+  EXPECT_EQ(Mxfp4BlockFault(253, mid), nullptr);
+  mid[15] = 0xD6;  // codes 6 (4) and 13 (-3)
+  EXPECT_NE(Mxfp4BlockFault(253, mid), nullptr);
+  EXPECT_EQ(Mxfp4BlockFault(0, mid), nullptr);
+  EXPECT_NE(std::string(Mxfp4BlockFault(255, small)).find("NaN"), std::string::npos);
+}
+
+// MXFP4 values come back exactly (bytes may differ: a block whose largest code is below 4 gets a
+// smaller scale), -0 included.
+TEST(Mxfp4, QuantiserReturnsMxfp4ValuesExactly) {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> code(0, 15), e(0, 254);
+  std::vector<uint8_t> blocks;
+  for (int b = 0; b < 4000; ++b) {
+    const int scale = b < 16 ? b : b < 32 ? 238 + b - 16 : e(rng);
+    const int top = b % 5 == 0 ? 3 : 7;  // some blocks without a 4 or a 6
+    std::uniform_int_distribution<int> small(0, top);
+    uint8_t block[17] = {static_cast<uint8_t>(scale)};
+    for (int j = 0; j < 16; ++j) {
+      const int lo = small(rng) | (code(rng) & 8), hi = small(rng) | (code(rng) & 8);
+      block[1 + j] = static_cast<uint8_t>(lo | hi << 4);
+    }
+    if (Mxfp4BlockFault(block[0], block + 1)) continue;  // beyond f32: not a value to start from
+    blocks.insert(blocks.end(), block, block + 17);
+  }
+  const int64_t n = static_cast<int64_t>(blocks.size() / 17 * 32);
+  std::vector<float> values(n), again(n);
+  Dequantize(kGgmlTypeMXFP4, blocks.data(), values.data(), n);
+  std::vector<uint8_t> requantised(blocks.size());
+  QuantizeMXFP4(values.data(), requantised.data(), n);
+  Dequantize(kGgmlTypeMXFP4, requantised.data(), again.data(), n);
+  int64_t differ = 0, bytes_differ = 0;
+  for (int64_t i = 0; i < n; ++i) differ += std::memcmp(&values[i], &again[i], 4) != 0;
+  for (size_t i = 0; i < blocks.size(); ++i) bytes_differ += blocks[i] != requantised[i];
+  std::printf("MXFP4 requantised: %lld of %lld values differ (%lld bytes of %zu do)\n",
+              static_cast<long long>(differ), static_cast<long long>(n),
+              static_cast<long long>(bytes_differ), blocks.size());
+  EXPECT_EQ(differ, 0);
+}
+
+// MX v1.0's conversion: scale 2^(floor(log2 max |x|) - 2), each value to the nearest E2M1 value
+// times the scale, ties to the even mantissa, beyond 6 saturated.
+TEST(Mxfp4, QuantiserRoundsToNearestEvenAndSaturates) {
+  // Largest magnitude 4: scale 2^0. Ties at the midpoints, then values beyond 6.
+  float x[32] = {4.0f,   0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f,  5.0f, 7.9f, -5.0f,
+                 -0.25f, -0.0f, 0.2f,  0.3f,  2.4f,  2.6f, -1.2f, 3.0f, 6.0f, 4.5f};
+  const float want[32] = {4.0f,  0.0f,  1.0f, 1.0f, 2.0f, 2.0f, 4.0f,  4.0f, 6.0f, -4.0f,
+                          -0.0f, -0.0f, 0.0f, 0.5f, 2.0f, 3.0f, -1.0f, 3.0f, 6.0f, 4.0f};
+  uint8_t block[17];
+  QuantizeMXFP4(x, block, 32);
+  EXPECT_EQ(block[0], 127);
+  float got[32];
+  Dequantize(kGgmlTypeMXFP4, block, got, 32);
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_EQ(got[i], want[i]) << i << ": " << x[i];
+    EXPECT_EQ(std::signbit(got[i]), std::signbit(want[i])) << i;
+  }
+  // Random values: each is the nearest of the 16 values the block's scale offers.
+  const std::vector<float> r = test::NormalVector(32 * 500, 8);
+  std::vector<uint8_t> q(17 * 500);
+  std::vector<float> d(r.size());
+  QuantizeMXFP4(r.data(), q.data(), static_cast<int64_t>(r.size()));
+  Dequantize(kGgmlTypeMXFP4, q.data(), d.data(), static_cast<int64_t>(r.size()));
+  double worst = 0;
+  for (int b = 0; b < 500; ++b) {
+    double amax = 0;
+    for (int i = 0; i < 32; ++i)
+      amax = std::max(amax, std::fabs(static_cast<double>(r[32 * b + i])));
+    const double scale = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(amax))) - 2);
+    EXPECT_EQ(SpecE8M0(q[17 * b]), scale) << b;
+    for (int i = 0; i < 32; ++i) {
+      double best = 1e300;
+      for (int c = 0; c < 16; ++c)
+        best = std::min(best, std::fabs(r[32 * b + i] - SpecE2M1(c) * scale));
+      const double err = std::fabs(r[32 * b + i] - d[32 * b + i]);
+      EXPECT_LE(err, best * (1 + 1e-12)) << b << " " << i;
+      worst = std::max(worst, err / scale);
+    }
+  }
+  // At most half the widest step (4 to 6) times the scale, except for magnitudes between 6 and 8
+  // times it, which MX's choice of scale leaves to saturate to 6: up to 2.
+  std::printf(
+      "MXFP4 quantiser on N(0, 1): largest error %.3g of the block's scale (bound: 2, for "
+      "the values the conversion saturates from below 8 to 6)\n",
+      worst);
+  EXPECT_LE(worst, 2.0);
 }
 
 }  // namespace

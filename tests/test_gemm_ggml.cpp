@@ -1,8 +1,9 @@
 // MatMulGgml (kernels/gemm_ggml.h) for every weight type it multiplies, on every path, against a
 // double-precision product of x and the weights as kernels/dequant.h decodes them (that decoder is
-// held to hand-built blocks in test_dequant.cpp). The blocks are random bytes with the scales set to
-// sane f16 values, so every bit of the layout is exercised. What is left is the order of the f32
-// additions, so the tolerance is tight; the largest difference per type and path is printed.
+// held to hand-built blocks in test_dequant.cpp, and MXFP4's to a decoder written from the OCP MX
+// spec in test_mxfp4.cpp). The blocks are random bytes with the scales set to sane f16 (or E8M0)
+// values, so every bit of the layout is exercised. What is left is the order of the f32 additions,
+// so the tolerance is tight; the largest difference per type and path is printed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,8 @@
 #include <cstring>
 #include <random>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "common/error.h"
 #include "kernels/dequant.h"
@@ -61,27 +64,59 @@ std::vector<uint8_t> RandomRows(uint32_t type, int out, int in, uint32_t seed) {
         PutHalf(p + 2, scale(rng) / 8);
         break;
       case kGgmlTypeQ6_K: PutHalf(p + 208, scale(rng) / 16); break;
+      case kGgmlTypeMXFP4: p[0] = static_cast<uint8_t>(118 + byte(rng) % 14); break;  // 2^-9 .. 2^4
     }
   }
   return data;
 }
 
+// W (out, in) of `type` over random bytes that `data` (and `scales`) hold: every `row_step`-th row
+// of a stored tensor of out * row_step rows, from row `first` (gpt-oss's gate rows are the even
+// ones of gate_up_proj, its up rows the odd ones). The split MXFP4 form gets E8M0 scales of
+// 2^-9 .. 2^4.
+struct Stored {
+  std::vector<uint8_t> data, scales;
+  GgmlMatrix w;
+};
+Stored RandomMatrix(uint32_t type, int out, int in, uint32_t seed, int row_step = 1, int first = 0) {
+  Stored s;
+  const int rows = out * row_step;
+  if (type == kTypeMxfp4Split) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> byte(0, 255);
+    s.data.resize(static_cast<size_t>(rows) * in / 2);
+    s.scales.resize(static_cast<size_t>(rows) * in / 32);
+    for (uint8_t& b : s.data) b = static_cast<uint8_t>(byte(rng));
+    for (uint8_t& e : s.scales) e = static_cast<uint8_t>(118 + byte(rng) % 14);
+    s.w = GgmlView(type, out, in, s.data.data() + static_cast<size_t>(first) * in / 2, nullptr, row_step,
+                   s.scales.data() + static_cast<size_t>(first) * in / 32);
+  } else {
+    s.data = RandomRows(type, rows, in, seed);
+    s.w = GgmlView(type, out, in, s.data.data() + first * GgmlBytes(type, in), nullptr, row_step);
+  }
+  return s;
+}
+
 struct Case {
   uint32_t type;
   int in;
+  int row_step = 1, first = 0;  // rows a stride apart (RandomMatrix)
 };
 
 TEST(GemmGgml, MatchesDoubleProductOfDequantisedWeights) {
   const SimdLevel best = ActiveSimdLevel();
   for (Case c : {Case{kGgmlTypeF16, 37}, Case{kGgmlTypeF16, 256}, Case{kGgmlTypeBF16, 45},
                  Case{kGgmlTypeBF16, 128}, Case{kGgmlTypeQ8_0, 96}, Case{kGgmlTypeQ4_0, 160},
-                 Case{kGgmlTypeQ4_K, 256}, Case{kGgmlTypeQ4_K, 768}, Case{kGgmlTypeQ6_K, 512}}) {
+                 Case{kGgmlTypeQ4_K, 256}, Case{kGgmlTypeQ4_K, 768}, Case{kGgmlTypeQ6_K, 512},
+                 Case{kGgmlTypeMXFP4, 32}, Case{kGgmlTypeMXFP4, 288}, Case{kTypeMxfp4Split, 64},
+                 Case{kTypeMxfp4Split, 320}, Case{kTypeMxfp4Split, 96, 2, 1},
+                 Case{kGgmlTypeQ8_0, 64, 3, 2}}) {
     for (SimdLevel level : Levels()) {
       ForceSimdLevel(level);
       double worst[2] = {0, 0};  // fused (T < kGgmlWidenRows), widened
       for (int out : {1, 5, 131}) {
-        const std::vector<uint8_t> bytes = RandomRows(c.type, out, c.in, out * 7 + c.in);
-        const GgmlMatrix w = GgmlView(c.type, out, c.in, bytes.data(), nullptr);
+        const Stored stored = RandomMatrix(c.type, out, c.in, out * 7 + c.in, c.row_step, c.first);
+        const GgmlMatrix& w = stored.w;
         std::vector<float> wd(static_cast<size_t>(out) * c.in);
         DequantizeGgmlRows(w, 0, out, wd.data());
         const std::vector<float> bias = test::NormalVector(out, 99);
@@ -108,8 +143,9 @@ TEST(GemmGgml, MatchesDoubleProductOfDequantisedWeights) {
           }
         }
       }
-      std::printf("MatMulGgml %s in %d, %s: largest |difference| / sum |products| vs double: fused "
-                  "(%s) %.2e, widened (sgemm) %.2e\n", GgmlTypeName(c.type), c.in,
+      const std::string rows = c.row_step > 1 ? " (rows " + std::to_string(c.row_step) + " stored rows apart)" : "";
+      std::printf("MatMulGgml %s in %d%s, %s: largest |difference| / sum |products| vs double: "
+                  "fused (%s) %.2e, widened (sgemm) %.2e\n", GgmlTypeName(c.type), c.in, rows.c_str(),
                   SimdLevelName(level).c_str(), GgmlKernelName(c.type), worst[0], worst[1]);
     }
   }
@@ -129,8 +165,20 @@ TEST(GemmGgml, VectorDequantiserIsTheScalarDecoderBitForBit) {
   };
   std::vector<Rows> cases;
   for (Case c : {Case{kGgmlTypeF16, 37}, Case{kGgmlTypeBF16, 45}, Case{kGgmlTypeQ8_0, 96},
-                 Case{kGgmlTypeQ4_0, 160}, Case{kGgmlTypeQ4_K, 768}, Case{kGgmlTypeQ6_K, 512}})
+                 Case{kGgmlTypeQ4_0, 160}, Case{kGgmlTypeQ4_K, 768}, Case{kGgmlTypeQ6_K, 512},
+                 Case{kGgmlTypeMXFP4, 96}})
     cases.push_back({c.type, 9, c.in, RandomRows(c.type, 9, c.in, 21 + c.type)});
+  {
+    // MXFP4 with every scale byte but NaN's (e = 0 and 1 give f32 subnormal scales, 253 and 254
+    // values that overflow to Inf, the same in both) and every code in every position.
+    Rows every{kGgmlTypeMXFP4, 255, 64, {}};
+    for (int e = 0; e < 255; ++e)
+      for (int b = 0; b < 2; ++b) {
+        every.data.push_back(static_cast<uint8_t>(e));
+        for (int j = 0; j < 16; ++j) every.data.push_back(static_cast<uint8_t>((j + e + b) % 16 | ((15 - j + 3 * e) % 16) << 4));
+      }
+    cases.push_back(std::move(every));
+  }
   for (uint32_t type : {kGgmlTypeF16, kGgmlTypeBF16}) {
     Rows all{type, 256, 255, {}};  // 65280 patterns: every one but the last 256
     for (uint32_t bits = 0; bits < 256u * 255u; ++bits) {
@@ -159,14 +207,31 @@ TEST(GemmGgml, VectorDequantiserIsTheScalarDecoderBitForBit) {
     DequantizeGgmlRows(w, c.out - 3, 2, two.data());
     EXPECT_EQ(std::memcmp(two.data(), scalar.data() + static_cast<size_t>(c.out - 3) * c.in, two.size() * 4), 0);
   }
+  // The split MXFP4 form, rows two stored rows apart (gpt-oss's up rows), every scale but NaN.
+  const int out = 255, in = 64;
+  std::vector<uint8_t> nibbles(static_cast<size_t>(2 * out) * in / 2), scales(static_cast<size_t>(2 * out) * in / 32);
+  for (size_t i = 0; i < nibbles.size(); ++i) nibbles[i] = static_cast<uint8_t>(i * 37 + 11);
+  for (size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<uint8_t>(i / 4 % 255);
+  const GgmlMatrix w = GgmlView(kTypeMxfp4Split, out, in, nibbles.data() + in / 2, nullptr, 2, scales.data() + in / 32);
+  std::vector<float> scalar(static_cast<size_t>(out) * in), vec(scalar.size());
+  for (int r = 0; r < out; ++r)
+    DequantizeMxfp4Split(w.row(r), w.row_scales(r), scalar.data() + static_cast<size_t>(r) * in, in);
+  ForceSimdLevel(SimdLevel::kAvx2);
+  DequantizeGgmlRows(w, 0, out, vec.data());
+  ForceSimdLevel(best);
+  size_t differ = 0;
+  for (size_t i = 0; i < vec.size(); ++i) differ += std::memcmp(&vec[i], &scalar[i], 4) != 0;
+  std::printf("MXFP4 (blocks + scales), every other row: %zu values, %zu differ from the scalar decoder\n",
+              vec.size(), differ);
+  EXPECT_EQ(differ, 0u);
 }
 
 TEST(GemmGgml, SameBitsAtAnyThreadCount) {
   const int threads = ThreadCount();
-  for (uint32_t type : {kGgmlTypeQ4_K, kGgmlTypeQ6_K, kGgmlTypeQ4_0, kGgmlTypeF16}) {
+  for (uint32_t type : {kGgmlTypeQ4_K, kGgmlTypeQ6_K, kGgmlTypeQ4_0, kGgmlTypeF16, kGgmlTypeMXFP4, kTypeMxfp4Split}) {
     const int out = 1000, in = 512;
-    const std::vector<uint8_t> bytes = RandomRows(type, out, in, 3);
-    const GgmlMatrix w = GgmlView(type, out, in, bytes.data(), nullptr);
+    const Stored stored = RandomMatrix(type, out, in, 3);
+    const GgmlMatrix& w = stored.w;
     for (int T : {1, 4, 64}) {
       const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * in, 6);
       std::vector<float> one(static_cast<size_t>(T) * out), many(one.size());
@@ -198,6 +263,41 @@ TEST(GemmGgml, FindsTheFirstNonFiniteValueOrScale) {
       const GgmlMatrix wb = GgmlView(f.type, out, in, bad.data(), nullptr);
       EXPECT_EQ(GgmlFirstNonFinite(wb), b * per_block) << GgmlTypeName(f.type) << " block " << b;
     }
+  }
+}
+
+// MXFP4: a NaN scale (0xFF) anywhere, or a scale of 2^127 / 2^126 with a value of magnitude 2 / 4
+// or more (beyond the largest f32), is found and named; 1.5 * 2^127 and 3 * 2^126 are not. In the
+// ggml blocks and in the split form, rows two stored rows apart.
+TEST(GemmGgml, FindsMxfp4BlocksThatAreNotFinite) {
+  const int out = 40, in = 1024, groups = in / 32;
+  for (uint32_t type : {kGgmlTypeMXFP4, kTypeMxfp4Split}) {
+    const Stored good = RandomMatrix(type, out, in, 5, type == kTypeMxfp4Split ? 2 : 1, type == kTypeMxfp4Split ? 1 : 0);
+    EXPECT_EQ(GgmlFirstNonFinite(good.w), -1) << GgmlTypeName(type);
+    struct Edit { uint8_t e, code; bool bad; const char* reason; };
+    for (Edit edit : {Edit{0xFF, 0, true, "NaN"}, Edit{254, 4, true, "largest f32"}, Edit{254, 3, false, ""},
+                      Edit{253, 6, true, "largest f32"}, Edit{253, 13, false, ""}, Edit{252, 15, false, ""}})
+      for (int64_t block : {int64_t{0}, int64_t{out} * groups - 1, int64_t{17} * groups + 5}) {
+        Stored s = good;
+        const int r = static_cast<int>(block / groups), g = static_cast<int>(block % groups);
+        // Point the copy's view at its own bytes, then edit one block: every value small but one.
+        s.w.data = s.data.data() + (good.w.data - good.data.data());
+        if (!s.scales.empty()) s.w.scales = s.scales.data() + (good.w.scales - good.scales.data());
+        uint8_t* e = type == kTypeMxfp4Split ? const_cast<uint8_t*>(s.w.row_scales(r)) + g
+                                             : const_cast<uint8_t*>(s.w.row(r)) + 17 * g;
+        uint8_t* nibbles = type == kTypeMxfp4Split ? const_cast<uint8_t*>(s.w.row(r)) + 16 * g : e + 1;
+        *e = edit.e;
+        for (int j = 0; j < 16; ++j) nibbles[j] = 0x21;  // codes 1 and 2: 0.5 and 1
+        nibbles[7] = static_cast<uint8_t>(edit.code << 4 | 1);
+        const int64_t found = GgmlFirstNonFinite(s.w);
+        EXPECT_EQ(found, edit.bad ? block * 32 : -1) << GgmlTypeName(type) << " e " << int(edit.e) << " code "
+                                                     << int(edit.code) << " block " << block;
+        if (edit.bad && found >= 0) {
+          const std::string why = GgmlFaultReason(s.w, found);
+          EXPECT_NE(why.find(edit.reason), std::string::npos) << why;
+          EXPECT_NE(why.find(fmt::format("block {} of row {}", g, r)), std::string::npos) << why;
+        }
+      }
   }
 }
 

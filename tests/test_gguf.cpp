@@ -158,6 +158,10 @@ TEST(Gguf, GgmlTypeTable) {
   EXPECT_EQ(FindGgmlType(14)->block_bytes, 210);  // Q6_K
   EXPECT_EQ(FindGgmlType(30)->block_bytes, 2);    // BF16
   EXPECT_EQ(FindGgmlType(4), nullptr);            // removed Q4_2
+  EXPECT_STREQ(FindGgmlType(39)->name, "MXFP4");  // ggml.h: GGML_TYPE_MXFP4 = 39
+  EXPECT_EQ(FindGgmlType(39)->block_size, 32);
+  EXPECT_EQ(FindGgmlType(39)->block_bytes, 17);   // block_mxfp4: uint8 e + 16 bytes of nibbles
+  EXPECT_EQ(FindGgmlType(38), nullptr);           // removed IQ4_NL_8_8
   EXPECT_EQ(FindGgmlType(1000), nullptr);
 }
 

@@ -1,12 +1,13 @@
-// sinkscope convert --model PATH --to hf|gguf --out PATH [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k]
-//                   [--force]
+// sinkscope convert --model PATH --to hf|gguf --out PATH
+//                   [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|mxfp4] [--force]
 // Writes the model (any readable format) with its tokenizer as a Hugging Face directory
 // (model.safetensors + config.json + tokenizer.json) or a GGUF v3 file with the tokenizer
 // embedded. An existing --out is refused: a GGUF file is replaced only with --force, a directory
 // never (remove it first). Both outputs appear atomically: the GGUF file through a temporary file
 // and rename, the directory by writing a temporary directory beside --out and renaming it into
 // place. The block types (q8_0, q4_0, q4_k, q6_k) apply to 2-D weights; AddGgufModel writes a
-// weight whose rows are not whole blocks in another type, and the log names those weights.
+// weight whose rows are not whole blocks in another type, and the log names those weights. mxfp4
+// writes the MoE expert weights in MXFP4 and the other weights in Q8_0 (llama.cpp's MXFP4_MOE).
 #include <unistd.h>
 
 #include <filesystem>
@@ -63,6 +64,7 @@ std::string FallbackNote(const GgufWriter& writer, uint32_t ggml_type) {
   int count = 0;
   for (const auto& [name, type] : writer.TensorTypes()) {
     if (type == ggml_type || type == kGgmlTypeF32) continue;
+    if (ggml_type == kGgmlTypeMXFP4 && type == kGgmlTypeQ8_0) continue;  // the non-expert weights' type
     if (++count <= kListed)
       names += fmt::format("{}{} ({})", count > 1 ? ", " : "", name, GgmlTypeName(type));
   }
@@ -99,8 +101,9 @@ void Run(const ConvertOptions& o) {
     else if (o.type == "q4_0") ggml_type = kGgmlTypeQ4_0;
     else if (o.type == "q4_k") ggml_type = kGgmlTypeQ4_K;
     else if (o.type == "q6_k") ggml_type = kGgmlTypeQ6_K;
+    else if (o.type == "mxfp4") ggml_type = kGgmlTypeMXFP4;
     else if (o.type != "f32")
-      Fail("--type {}: GGUF output supports f32, f16, bf16, q8_0, q4_0, q4_k, q6_k", o.type);
+      Fail("--type {}: GGUF output supports f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, mxfp4", o.type);
   }
   LoadedModel loaded = o.model.Load();
   if (o.to == "hf") {
@@ -126,8 +129,8 @@ void RegisterConvert(CLI::App& app) {
   cmd->add_option("--out", o->out, "Output directory (hf) or file (gguf)")->required();
   cmd->add_option("--type", o->type,
                   "Tensor type: f32, f16, bf16, or (gguf only, for 2-D weights) q8_0, q4_0, q4_k, "
-                  "q6_k")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"}));
+                  "q6_k; or (gguf only) mxfp4: MoE experts in MXFP4, other weights in q8_0")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "mxfp4"}));
   cmd->add_flag("--force", o->force,
                 "Replace an existing --out GGUF file (a Hugging Face directory is never replaced)");
   cmd->callback([o] { Run(*o); });

@@ -1,4 +1,6 @@
-// sinkscope inspect --model PATH: architecture, dimensions, parameter count.
+// sinkscope inspect --model PATH: architecture, dimensions, parameter count, the stored tensor
+// types. The model is loaded at native precision, so that quantised weights (an MXFP4 gpt-oss
+// checkpoint's experts) stay views of the file rather than being expanded to f32.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -24,7 +26,7 @@ void RegisterInspect(CLI::App& app) {
   auto model_path = std::make_shared<std::string>();
   cmd->add_option("--model", *model_path, "Model file or directory")->required();
   cmd->callback([model_path] {
-    Model model = LoadModel(*model_path);
+    Model model = LoadModel(*model_path, Precision::kNative);
     const ModelConfig& c = model.config;
     const int64_t params = model.ParameterCount();
     fmt::print("model         {}\n", model.source);
@@ -68,6 +70,7 @@ void RegisterInspect(CLI::App& app) {
       features.push_back(fmt::format("YaRN RoPE scaling x{} (original {})", c.rope_scaling_factor,
                                      c.rope_original_max_seq_len));
     if (c.swiglu_limit > 0) features.push_back(fmt::format("clamped expert GLU (limit {})", c.swiglu_limit));
+    if (c.mxfp4_experts) features.push_back("experts stored as MXFP4 (quantization_config)");
     if (c.rotary_dim > 0) features.push_back(fmt::format("rotary dims {} of {}", c.rotary_dim, c.head_dim));
     if (c.rope_scaling == RopeScalingKind::kLinear)
       features.push_back(fmt::format("linear RoPE scaling x{}", c.rope_scaling_factor));
@@ -83,6 +86,10 @@ void RegisterInspect(CLI::App& app) {
     if (!features.empty()) fmt::print("features      {}\n", fmt::join(features, ", "));
     fmt::print("embeddings    {}\n", c.tied_embeddings ? "tied (classifier = embedding)" : "untied");
     fmt::print("parameters    {} ({:.2f} M)\n", params, params / 1e6);
+    std::vector<std::string> types;
+    for (const auto& [type, count] : StoredTensorTypes(*model_path))
+      types.push_back(fmt::format("{} {}", type, count));
+    if (!types.empty()) fmt::print("tensors       {}\n", fmt::join(types, ", "));
   });
 }
 

@@ -11,7 +11,8 @@ namespace {
 
 // Block sizes and bytes per block from ggml's type traits (ggml-common.h block structs):
 // e.g. Q4_0 = half d + 16 bytes of nibbles = 18 bytes per 32 values; the K-quants use
-// 256-value super-blocks. Ids 4, 5 and 31..33 were removed from ggml and stay unknown here.
+// 256-value super-blocks; MXFP4 (39) = an E8M0 byte + 16 bytes of nibbles per 32 values. Ids 4, 5,
+// 31..33 and 36..38 were removed from ggml and stay unknown here.
 constexpr GgmlTypeInfo kGgmlTypes[] = {
     {"F32", 1, 4},        {"F16", 1, 2},       {"Q4_0", 32, 18},    {"Q4_1", 32, 20},
     {nullptr, 0, 0},      {nullptr, 0, 0},     {"Q5_0", 32, 22},    {"Q5_1", 32, 24},
@@ -22,6 +23,7 @@ constexpr GgmlTypeInfo kGgmlTypes[] = {
     {"I8", 1, 1},         {"I16", 1, 2},       {"I32", 1, 4},       {"I64", 1, 8},
     {"F64", 1, 8},        {"IQ1_M", 256, 56},  {"BF16", 1, 2},      {nullptr, 0, 0},
     {nullptr, 0, 0},      {nullptr, 0, 0},     {"TQ1_0", 256, 54},  {"TQ2_0", 256, 66},
+    {nullptr, 0, 0},      {nullptr, 0, 0},     {nullptr, 0, 0},     {"MXFP4", 32, 17},
 };
 
 constexpr uint32_t kMaxDims = 4;        // GGML_MAX_DIMS

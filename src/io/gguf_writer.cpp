@@ -107,7 +107,8 @@ void GgufWriter::AddTensor(const std::string& name, const Tensor& tensor, uint32
     case kGgmlTypeQ8_0:
     case kGgmlTypeQ4_0:
     case kGgmlTypeQ4_K:
-    case kGgmlTypeQ6_K: {
+    case kGgmlTypeQ6_K:
+    case kGgmlTypeMXFP4: {
       // ggml quantises row by row: each row (ne[0] values) must be whole blocks.
       const int64_t block = GgmlBlockValues(ggml_type);
       if (t.ne[0] % block != 0)
@@ -118,12 +119,13 @@ void GgufWriter::AddTensor(const std::string& name, const Tensor& tensor, uint32
       if (ggml_type == kGgmlTypeQ8_0) QuantizeQ8_0(src, dst, n);
       else if (ggml_type == kGgmlTypeQ4_0) QuantizeQ4_0(src, dst, n);
       else if (ggml_type == kGgmlTypeQ4_K) QuantizeQ4_K(src, dst, n);
+      else if (ggml_type == kGgmlTypeMXFP4) QuantizeMXFP4(src, dst, n);
       else QuantizeQ6_K(src, dst, n);
       break;
     }
     default:
       Fail("GGUF writer: tensor '{}': writing type {} is not supported (F32, F16, BF16, Q8_0, "
-           "Q4_0, Q4_K, Q6_K)", name, GgmlTypeName(ggml_type));
+           "Q4_0, Q4_K, Q6_K, MXFP4)", name, GgmlTypeName(ggml_type));
   }
   tensors_.push_back(std::move(t));
 }

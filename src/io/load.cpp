@@ -3,12 +3,17 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "common/error.h"
 #include "common/file_util.h"
+#include "io/gguf.h"
 #include "io/llama2c.h"
 #include "io/model_files.h"
+#include "io/safetensors.h"
+#include "kernels/dequant.h"
 #include "model/precision.h"
 
 namespace ss {
@@ -37,6 +42,37 @@ Model LoadModel(const std::string& path, Precision precision) {
   Fail("{}: unrecognised model format (expected a llama2.c .bin, a GGUF file or a Hugging Face "
        "directory with config.json)",
        path);
+}
+
+std::vector<std::pair<std::string, int>> StoredTensorTypes(const std::string& path) {
+  std::map<std::string, int> counts;
+  if (IsDirectory(path)) {
+    const SafetensorsDir dir = SafetensorsDir::Open(path);
+    auto u8 = [&](const std::string& name) {
+      return dir.Has(name) && dir.Info(name).dtype == SafetensorsDtype::kU8;
+    };
+    for (const std::string& name : dir.names()) {
+      const std::string stem = name.ends_with("_blocks") ? name.substr(0, name.size() - 7)
+                               : name.ends_with("_scales") ? name.substr(0, name.size() - 7)
+                                                           : "";
+      if (!stem.empty() && u8(stem + "_blocks") && u8(stem + "_scales")) {
+        if (name.ends_with("_blocks")) ++counts[GgmlTypeName(kTypeMxfp4Split)];
+        continue;
+      }
+      ++counts[SafetensorsDtypeName(dir.Info(name).dtype)];
+    }
+  } else {
+    const int fd = OpenRegularFile(path);
+    char magic[4] = {};
+    const ssize_t n = read(fd, magic, 4);
+    close(fd);
+    if (n != 4 || std::memcmp(magic, "GGUF", 4) != 0) return {};
+    const GgufFile gguf = GgufFile::Open(path);
+    for (const GgufTensorInfo& t : gguf.tensors()) ++counts[GgmlTypeName(t.type)];
+  }
+  std::vector<std::pair<std::string, int>> out(counts.begin(), counts.end());
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
 }
 
 }  // namespace ss

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "model/weights.h"
 
@@ -13,5 +15,10 @@ namespace ss {
 // At Precision::kBf16 the dense projections and the LM head are held only as bf16 packs, never as
 // f32 (Model::packed_only): a BF16 checkpoint needs about its file size in memory.
 Model LoadModel(const std::string& path, Precision precision = Precision::kF32);
+
+// How many tensors of each stored type the model's files hold, most first: GGUF's ggml types, a
+// safetensors checkpoint's dtypes with each MXFP4 pair (`<x>_blocks` + `<x>_scales`, U8) counted
+// once as "MXFP4 (blocks + scales)". Empty for a llama2.c file (all F32). For inspect.
+std::vector<std::pair<std::string, int>> StoredTensorTypes(const std::string& path);
 
 }  // namespace ss

@@ -37,6 +37,13 @@ class SafetensorsSource : public TensorSource {
     out->data = dir_.RawData(name, &out->owner);
     return true;
   }
+  const uint8_t* BytesU8(const std::string& name, std::shared_ptr<const void>* owner) const override {
+    const SafetensorsDtype dtype = dir_.Info(name).dtype;
+    if (dtype != SafetensorsDtype::kU8)
+      Fail("{}: tensor '{}' is stored as {}, expected U8 (MXFP4 blocks and scales are bytes)",
+           dir_.FileOf(name), name, SafetensorsDtypeName(dtype));
+    return dir_.RawData(name, owner);
+  }
   const std::string& source() const override { return source_; }
 
  private:
@@ -62,7 +69,14 @@ class GgufSource : public TensorSource {
     const GgufTensorInfo* t = gguf_.FindTensor(name);
     if (!IsDequantizable(t->type))
       Fail("{}: tensor '{}' has ggml type {}, which sinkscope cannot dequantise (supported: F32, "
-           "F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)", gguf_.path(), name, GgmlTypeName(t->type));
+           "F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4)", gguf_.path(), name, GgmlTypeName(t->type));
+    if (t->type == kGgmlTypeMXFP4) {
+      // Named here, by block, rather than as the NaN or Inf the decoded tensor would hold.
+      const int64_t blocks = static_cast<int64_t>(t->n_bytes / 17);
+      if (const int64_t b = Mxfp4FirstFault(t->data, 17, t->data + 1, 17, blocks); b >= 0)
+        Fail("{}: tensor '{}' (MXFP4): block {} (scale byte 0x{:02X}): {}", gguf_.path(), name, b,
+             t->data[17 * b], Mxfp4BlockFault(t->data[17 * b], t->data + 17 * b + 1));
+    }
     Tensor out = Tensor::Zeros(Shape(name));
     Dequantize(t->type, t->data, out.data(), out.numel());
     if (gguf_.mapped()) ReleaseMappedPages(t->data, t->n_bytes);
@@ -102,7 +116,8 @@ void BindModel(Model& model, TensorNaming naming, const TensorSource& source,
         if (!packer || !packer->Packs(spec.targets[0])) return std::nullopt;
         if (precision != Precision::kNative) return BytesPerWeight(precision);
         StoredTensor stored;
-        if (CanKeepStored(spec) && source.Stored(name, &stored) && GgmlMatMulSupports(stored.ggml_type))
+        if (!spec.mxfp4_scales.empty() ||
+            (CanKeepStored(spec) && source.Stored(name, &stored) && GgmlMatMulSupports(stored.ggml_type)))
           return 0.0;
         return std::nullopt;
       });
@@ -359,6 +374,7 @@ ModelConfig HfConfigFor(const Model& model, SafetensorsDtype dtype) {
   c.torch_dtype = dtype == SafetensorsDtype::kF32   ? "float32"
                   : dtype == SafetensorsDtype::kF16 ? "float16"
                                                     : "bfloat16";
+  c.mxfp4_experts = false;  // the experts are written decoded, in `dtype`
   HfConfigJson(c);  // throws, naming the fields, if config.json cannot hold this config
   return c;
 }
@@ -366,7 +382,9 @@ ModelConfig HfConfigFor(const Model& model, SafetensorsDtype dtype) {
 void WriteHfModel(const Model& model, const std::string& dir, SafetensorsDtype dtype) {
   ModelConfig config = HfConfigFor(model, dtype);
   ModelWeights weights = model.weights;  // tensor handles: no data copied
-  TensorMap map = FamilyTensorMap(model.config, TensorNaming::kHf, weights);
+  ModelConfig layout = model.config;
+  layout.mxfp4_experts = false;  // written as plain (in, out) tensors, from the f32 members
+  TensorMap map = FamilyTensorMap(layout, TensorNaming::kHf, weights);
   auto tensors = ExportTensors(map, model.config.rope, model.config.head_dim, model.config.rot_dim());
   namespace fs = std::filesystem;
   WriteSafetensors((fs::path(dir) / "model.safetensors").string(), tensors, dtype,
@@ -389,7 +407,7 @@ uint32_t GgufWeightType(uint32_t requested, int64_t row) {
 
 }  // namespace
 
-void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type) {
+void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type, uint32_t expert_type) {
   const ModelConfig& c = model.config;
   const ArchEntry& family = FindArchitecture(c.arch);
   if (!family.gguf_arch) Fail("architecture '{}' has no GGUF naming", c.arch);
@@ -438,7 +456,18 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type) {
     Fail("attention soft-capping in GGUF is only defined for gemma2 / gemma3, not {}", c.arch);
   TensorMap map = FamilyTensorMap(c, TensorNaming::kGguf, weights);
   for (const auto& [name, tensor] : ExportTensors(map, c.rope, c.head_dim, c.rot_dim())) {
-    uint32_t type = tensor.rank() == 2 ? GgufWeightType(ggml_type, tensor.dim(-1)) : kGgmlTypeF32;
+    // MXFP4_MOE: Q8_0 weights, MXFP4 experts, and the router (ffn_gate_inp) kept F32 as llama.cpp's
+    // quantiser keeps it ("do not quantize expert gating tensors"): routing flips under small changes.
+    const bool moe_mxfp4 = ggml_type == kGgmlTypeMXFP4;
+    const uint32_t weights_type = moe_mxfp4 ? kGgmlTypeQ8_0 : ggml_type;
+    const uint32_t experts_type = moe_mxfp4 ? kGgmlTypeMXFP4 : expert_type;
+    uint32_t type = kGgmlTypeF32;
+    if (tensor.rank() == 3 && experts_type == kGgmlTypeMXFP4)
+      type = tensor.dim(-1) % kMxfp4Block == 0 ? kGgmlTypeMXFP4 : kGgmlTypeF16;
+    else if (tensor.rank() == 3)
+      type = GgufWeightType(experts_type, tensor.dim(-1));
+    else if (tensor.rank() == 2 && !(moe_mxfp4 && name.find("ffn_gate_inp.weight") != std::string::npos))
+      type = GgufWeightType(weights_type, tensor.dim(-1));
     w.AddTensor(name, tensor, type);
   }
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/error.h"
 #include "kernels/vecmath.h"
@@ -17,6 +18,7 @@ constexpr size_t kQ8_0Bytes = 2 + 32;
 constexpr size_t kQ4_0Bytes = 2 + 16;
 constexpr size_t kQ4_KBytes = 2 + 2 + 12 + 128;
 constexpr size_t kQ6_KBytes = 128 + 64 + 16 + 2;
+constexpr size_t kMxfp4Bytes = 1 + kMxfp4NibbleBytes;
 
 // Fields are read with memcpy: GGUF only guarantees the tensor start is aligned, and blocks of 18
 // or 210 bytes leave later blocks misaligned for 2-byte loads.
@@ -92,6 +94,29 @@ void DequantizeQ6_K(const uint8_t* src, float* dst, int64_t n) {
   }
 }
 
+// E2M1 magnitudes of codes 0-7 (bit 3 is the sign).
+constexpr float kE2M1Magnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+// One block of 32 values: value i's code from `code(i)`, times the scale.
+template <typename Code>
+inline void DecodeMxfp4Block(uint8_t e, float* dst, Code code) {
+  const float scale = E8M0ToFloat(e);
+  for (int i = 0; i < kMxfp4Block; ++i) {
+    const int c = code(i);
+    // The magnitude times a power of two is exact (or overflows to Inf, which the loaders refuse
+    // first); the sign is applied after, so that code 8 gives -0 as E2M1 defines it.
+    const float v = kE2M1Magnitude[c & 7] * scale;
+    dst[i] = c & 8 ? -v : v;
+  }
+}
+
+void DequantizeMXFP4(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / kMxfp4Block; ++b, src += kMxfp4Bytes, dst += kMxfp4Block) {
+    const uint8_t* qs = src + 1;
+    DecodeMxfp4Block(src[0], dst, [qs](int i) { return i < 16 ? qs[i] & 0xF : qs[i - 16] >> 4; });
+  }
+}
+
 void CheckQuantizable(const char* type, int64_t n, int64_t block = kQk) {
   if (n < 0 || n % block != 0)
     Fail("Quantize{}: {} values is not a whole number of {}-value blocks", type, n, block);
@@ -116,6 +141,8 @@ const char* GgmlTypeName(uint32_t ggml_type) {
     case kGgmlTypeQ6_K: return "Q6_K";
     case 15: return "Q8_K";
     case kGgmlTypeBF16: return "BF16";
+    case kGgmlTypeMXFP4: return "MXFP4";
+    case kTypeMxfp4Split: return "MXFP4 (blocks + scales)";
     default: return "unknown";
   }
 }
@@ -128,13 +155,14 @@ bool IsDequantizable(uint32_t ggml_type) {
     case kGgmlTypeQ8_0:
     case kGgmlTypeQ4_0:
     case kGgmlTypeQ4_K:
-    case kGgmlTypeQ6_K: return true;
+    case kGgmlTypeQ6_K:
+    case kGgmlTypeMXFP4: return true;
     default: return false;
   }
 }
 
 [[noreturn]] static void FailUnsupported(uint32_t ggml_type) {
-  Fail("ggml type {} ({}) is not supported; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K",
+  Fail("ggml type {} ({}) is not supported; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4",
        ggml_type, GgmlTypeName(ggml_type));
 }
 
@@ -144,7 +172,9 @@ int64_t GgmlBlockValues(uint32_t ggml_type) {
     case kGgmlTypeF16:
     case kGgmlTypeBF16: return 1;
     case kGgmlTypeQ8_0:
-    case kGgmlTypeQ4_0: return kQk;
+    case kGgmlTypeQ4_0:
+    case kGgmlTypeMXFP4:
+    case kTypeMxfp4Split: return kQk;
     case kGgmlTypeQ4_K:
     case kGgmlTypeQ6_K: return kQkK;
     default: FailUnsupported(ggml_type);
@@ -160,6 +190,8 @@ size_t GgmlBlockBytes(uint32_t ggml_type) {
     case kGgmlTypeQ4_0: return kQ4_0Bytes;
     case kGgmlTypeQ4_K: return kQ4_KBytes;
     case kGgmlTypeQ6_K: return kQ6_KBytes;
+    case kGgmlTypeMXFP4: return kMxfp4Bytes;
+    case kTypeMxfp4Split: return kMxfp4NibbleBytes;  // the nibbles; the scales lie apart
     default: FailUnsupported(ggml_type);
   }
 }
@@ -170,6 +202,44 @@ size_t GgmlBytes(uint32_t ggml_type, int64_t n) {
     Fail("ggml type {}: {} values is not a whole number of {}-value blocks",
          GgmlTypeName(ggml_type), n, block);
   return static_cast<size_t>(n / block) * GgmlBlockBytes(ggml_type);
+}
+
+float E2M1ToFloat(int code) {
+  SS_ASSERT(code >= 0 && code < 16);
+  return code & 8 ? -kE2M1Magnitude[code & 7] : kE2M1Magnitude[code & 7];
+}
+
+float E8M0ToFloat(uint8_t e) {
+  if (e == 0xFF) return std::numeric_limits<float>::quiet_NaN();
+  return std::ldexp(1.0f, static_cast<int>(e) - 127);
+}
+
+const char* Mxfp4BlockFault(uint8_t e, const uint8_t* nibbles) {
+  if (e == 0xFF) return "its E8M0 scale is 0xFF, which the MX format defines as NaN";
+  if (e < 253) return nullptr;  // 6 * 2^125 = 1.5 * 2^127 is still finite
+  // The smallest magnitude code that overflows: 2.0 (code 4) at 2^127, 4.0 (code 6) at 2^126.
+  const int limit = e == 254 ? 4 : 6;
+  for (int j = 0; j < kMxfp4NibbleBytes; ++j)
+    if ((nibbles[j] & 7) >= limit || ((nibbles[j] >> 4) & 7) >= limit)
+      return "its scale times one of its values exceeds the largest f32";
+  return nullptr;
+}
+
+int64_t Mxfp4FirstFault(const uint8_t* scales, size_t scale_stride, const uint8_t* nibbles,
+                        size_t nibble_stride, int64_t blocks) {
+  // Only scales of 253 and up can fault: one compare per block on the common path.
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t e = scales[b * scale_stride];
+    if (e >= 253 && Mxfp4BlockFault(e, nibbles + b * nibble_stride)) return b;
+  }
+  return -1;
+}
+
+void DequantizeMxfp4Split(const uint8_t* nibbles, const uint8_t* scales, float* dst, int64_t n) {
+  if (n < 0 || n % kMxfp4Block != 0)
+    Fail("MXFP4: {} values is not a whole number of {}-value blocks", n, kMxfp4Block);
+  for (int64_t b = 0; b < n / kMxfp4Block; ++b, nibbles += kMxfp4NibbleBytes, dst += kMxfp4Block)
+    DecodeMxfp4Block(scales[b], dst, [nibbles](int i) { return i % 2 ? nibbles[i / 2] >> 4 : nibbles[i / 2] & 0xF; });
 }
 
 void Dequantize(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n) {
@@ -188,6 +258,7 @@ void Dequantize(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n) {
     case kGgmlTypeQ4_0: DequantizeQ4_0(src, dst, n); return;
     case kGgmlTypeQ4_K: DequantizeQ4_K(src, dst, n); return;
     case kGgmlTypeQ6_K: DequantizeQ6_K(src, dst, n); return;
+    case kGgmlTypeMXFP4: DequantizeMXFP4(src, dst, n); return;
     default: FailUnsupported(ggml_type);
   }
 }
@@ -369,6 +440,45 @@ void QuantizeQ6_K(const float* src, uint8_t* dst, int64_t n) {
       const int u = q + 32;  // 0..63
       ql[64 * h + l + 32 * (k % 2)] |= static_cast<uint8_t>((u & 0xF) << (4 * (k / 2)));
       qh[32 * h + l] |= static_cast<uint8_t>((u >> 4) << (2 * k));
+    }
+  }
+}
+
+namespace {
+
+// The E2M1 code (0-7) nearest to v >= 0, beyond 6 saturated to 6 (code 7). A tie goes to the
+// even mantissa, which is the code's lowest bit: 0, 1, 2, 4 (codes 0, 2, 4, 6) win over 0.5, 1.5,
+// 3, 6 (codes 1, 3, 5, 7), as round-to-nearest-even does.
+int NearestE2M1(float v) {
+  // The midpoints between neighbouring magnitudes.
+  static constexpr float kMid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  int code = 0;
+  while (code < 7 && v > kMid[code]) ++code;
+  // v exactly on a midpoint stays on the lower code when that one is even, else moves up.
+  if (code < 7 && v == kMid[code] && code % 2 == 1) ++code;
+  return code;
+}
+
+}  // namespace
+
+void QuantizeMXFP4(const float* src, uint8_t* dst, int64_t n) {
+  CheckQuantizable("MXFP4", n);
+  for (int64_t b = 0; b < n / kMxfp4Block; ++b, src += kMxfp4Block, dst += kMxfp4Bytes) {
+    float amax = 0;
+    for (int i = 0; i < kMxfp4Block; ++i) amax = std::fmax(amax, std::fabs(src[i]));
+    int shared = -127;
+    if (amax > 0) {
+      int k = 0;
+      std::frexp(amax, &k);  // amax = f * 2^k, f in [0.5, 1): floor(log2(amax)) = k - 1
+      shared = std::clamp(k - 1 - 2, -127, 127);
+    }
+    dst[0] = static_cast<uint8_t>(shared + 127);
+    uint8_t* qs = dst + 1;
+    std::memset(qs, 0, kMxfp4NibbleBytes);
+    for (int i = 0; i < kMxfp4Block; ++i) {
+      const float x = src[i];
+      const int code = NearestE2M1(std::ldexp(std::fabs(x), -shared)) | (std::signbit(x) ? 8 : 0);
+      qs[i % 16] = static_cast<uint8_t>(qs[i % 16] | code << (i < 16 ? 0 : 4));
     }
   }
 }

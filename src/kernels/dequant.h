@@ -22,6 +22,29 @@
 //         x[128h + l + 32] = d * sc'[s + 2] * ((ql'[l + 32] & 0xF | ((qh'[l] >> 2) & 3) << 4) - 32)
 //         x[128h + l + 64] = d * sc'[s + 4] * ((ql'[l]      >> 4  | ((qh'[l] >> 4) & 3) << 4) - 32)
 //         x[128h + l + 96] = d * sc'[s + 6] * ((ql'[l + 32] >> 4  | ((qh'[l] >> 6) & 3) << 4) - 32)
+//   MXFP4 32 values in 17 bytes:  uint8 e | uint8 qs[16]         (ggml's block_mxfp4, type 39)
+//         x[i] = E2M1(qs[i] & 0xF) * 2^(e - 127) for i < 16 (low nibbles),
+//         x[i] = E2M1(qs[i - 16] >> 4) * 2^(e - 127) for i >= 16 (high nibbles), as Q4_0.
+//         ggml's dequantize_row_mxfp4 writes the same numbers as kvalues_mxfp4[n] * 2^(e - 128):
+//         its E2M1 table is doubled ({0, 1, 2, 3, 4, 6, 8, 12, 0, -1, ...}) and its scale
+//         (GGML_E8M0_TO_FP32_HALF) halved. ggml decodes e = 0xFF as 2^127; the format says NaN.
+//
+// MXFP4 itself is the OCP Microscaling Formats (MX) Specification v1.0's: blocks of 32 FP4 E2M1
+// elements sharing one E8M0 scale. E2M1 is 1 sign, 2 exponent (bias 1) and 1 mantissa bit, no
+// infinity or NaN: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 for codes 0-7, codes 8-15 the same
+// negated (code 8 is -0). E8M0 is an unsigned power of two, 2^(e - 127) for e = 0..254 (2^-127 to
+// 2^127; there is no zero), and e = 0xFF is NaN.
+//
+// MXFP4 as the published gpt-oss safetensors store it (transformers' integrations/mxfp4.py,
+// convert_moe_packed_tensors): not a ggml type, so it has an id of sinkscope's own,
+// kTypeMxfp4Split. The nibbles and the scales are two U8 tensors, `<name>_blocks` (..., G, 16)
+// and `<name>_scales` (..., G): row r's block g is the 16 bytes blocks[r, g] with the scale
+// scales[r, g], and byte j holds value 2j in its low nibble and value 2j + 1 in its high one:
+//         x[32g + 2j] = E2M1(blocks[r, g, j] & 0xF) * 2^(scales[r, g] - 127),
+//         x[32g + 2j + 1] = E2M1(blocks[r, g, j] >> 4) * 2^(scales[r, g] - 127)
+// (transformers: lut[blk & 0x0F] at even, lut[blk >> 4] at odd positions, then
+// ldexp(., scales - 127)). llama.cpp's converter repacks these bytes into block_mxfp4 (the nibble
+// order changed, the scale bytes copied), so both forms hold the same numbers.
 //
 // Type ids are ggml.h's `enum ggml_type`, as stored in GGUF tensor infos.
 #pragma once
@@ -38,6 +61,31 @@ inline constexpr uint32_t kGgmlTypeQ8_0 = 8;
 inline constexpr uint32_t kGgmlTypeQ4_K = 12;
 inline constexpr uint32_t kGgmlTypeQ6_K = 14;
 inline constexpr uint32_t kGgmlTypeBF16 = 30;
+inline constexpr uint32_t kGgmlTypeMXFP4 = 39;
+// MXFP4 with the nibbles and the scales in separate arrays, the nibbles in pairs (the layout
+// above). Not a ggml type (ggml's ids stay far below): GgmlMatrix and the kernels know it;
+// Dequantize and the GGUF files do not.
+inline constexpr uint32_t kTypeMxfp4Split = 0x10000 + 39;
+
+// Values per MXFP4 block, and bytes of its nibbles.
+inline constexpr int kMxfp4Block = 32;
+inline constexpr int kMxfp4NibbleBytes = 16;
+
+// An E2M1 code (0..15) as a float, sign of zero kept (code 8 is -0).
+float E2M1ToFloat(int code);
+// An E8M0 scale as a float: 2^(e - 127), NaN for 0xFF. (2^-127, e = 0, is an f32 subnormal.)
+float E8M0ToFloat(uint8_t e);
+// Why an MXFP4 block's values are not all finite f32 numbers: its scale is 0xFF (NaN), or
+// 2^(e - 127) times an element's magnitude exceeds f32's largest value (e = 254 and |x| >= 2, or
+// e = 253 and |x| >= 4). Returns nullptr for a good block. `nibbles` are its 16 bytes.
+const char* Mxfp4BlockFault(uint8_t e, const uint8_t* nibbles);
+// The first of `blocks` MXFP4 blocks that Mxfp4BlockFault refuses, or -1: block b's scale at
+// scales + b * scale_stride, its nibbles at nibbles + b * nibble_stride (ggml: both 17 apart;
+// the split form: 1 and 16).
+int64_t Mxfp4FirstFault(const uint8_t* scales, size_t scale_stride, const uint8_t* nibbles,
+                        size_t nibble_stride, int64_t blocks);
+// Decodes `n` values (whole blocks) of the split form: nibbles (n / 2 bytes) and scales (n / 32).
+void DequantizeMxfp4Split(const uint8_t* nibbles, const uint8_t* scales, float* dst, int64_t n);
 
 // Q4_K's 6-bit scale and min of sub-block j (0..7) from the 12 packed `scales` bytes (above).
 inline void Q4KScaleMin(int j, const uint8_t* scales, int* scale, int* min) {
@@ -84,5 +132,13 @@ void QuantizeQ8_0(const float* src, uint8_t* dst, int64_t n);
 void QuantizeQ4_0(const float* src, uint8_t* dst, int64_t n);
 void QuantizeQ4_K(const float* src, uint8_t* dst, int64_t n);
 void QuantizeQ6_K(const float* src, uint8_t* dst, int64_t n);
+// MXFP4 (ggml's block_mxfp4), as the OCP MX v1.0 conversion (its section 6.3) does it: the shared
+// exponent is floor(log2(max |x|)) - 2 (2 being E2M1's largest exponent), clamped to E8M0's
+// [-127, 127]; each x / 2^exponent is rounded to the nearest E2M1 value (ties to the even
+// mantissa), magnitudes beyond 6 saturating to 6; -0 stays -0. An all-zero block gets e = 0.
+// Values that are MXFP4 numbers already (a decoded MXFP4 tensor) come back exactly, though a
+// block's bytes may differ: one whose largest magnitude is below 4 times its scale gets a smaller
+// scale and larger codes for the same values.
+void QuantizeMXFP4(const float* src, uint8_t* dst, int64_t n);
 
 }  // namespace ss

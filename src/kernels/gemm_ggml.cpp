@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 #include "kernels/dequant.h"
 #include "kernels/simd.h"
@@ -67,7 +69,7 @@ SS_AVX2 inline __m256 DotU8x16(__m128i v, const float* x) {
                          _mm256_loadu_ps(x + 8), a);
 }
 
-SS_AVX2 float DotF16Avx2(const uint8_t* w, const float* x, const float*, int in) {
+SS_AVX2 float DotF16Avx2(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
   int i = 0;
   for (; i + 16 <= in; i += 16) {
@@ -86,7 +88,7 @@ SS_AVX2 inline __m256 Bf16x8(const uint8_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
 
-SS_AVX2 float DotBf16Avx2(const uint8_t* w, const float* x, const float*, int in) {
+SS_AVX2 float DotBf16Avx2(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
   int i = 0;
   for (; i + 16 <= in; i += 16) {
@@ -100,7 +102,7 @@ SS_AVX2 float DotBf16Avx2(const uint8_t* w, const float* x, const float*, int in
 }
 
 // Q8_0: 34-byte blocks, f16 d | int8 q[32].
-SS_AVX2 float DotQ8_0Avx2(const uint8_t* w, const float* x, const float*, int in) {
+SS_AVX2 float DotQ8_0Avx2(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
   __m256 total = _mm256_setzero_ps();
   for (int b = 0; b < in / 32; ++b, w += 34, x += 32) {
     PrefetchAhead(w, 64);
@@ -112,7 +114,7 @@ SS_AVX2 float DotQ8_0Avx2(const uint8_t* w, const float* x, const float*, int in
 
 // Q4_0: 18-byte blocks, f16 d | 16 bytes: values 0-15 in the low nibbles, 16-31 in the high ones,
 // each nibble - 8.
-SS_AVX2 float DotQ4_0Avx2(const uint8_t* w, const float* x, const float*, int in) {
+SS_AVX2 float DotQ4_0Avx2(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
   const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
   __m256 total = _mm256_setzero_ps();
   for (int b = 0; b < in / 32; ++b, w += 18, x += 32) {
@@ -122,6 +124,59 @@ SS_AVX2 float DotQ4_0Avx2(const uint8_t* w, const float* x, const float*, int in
     const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight);
     const __m256 s = _mm256_add_ps(DotI8x16(lo, x), DotI8x16(hi, x + 16));
     total = _mm256_fmadd_ps(s, _mm256_set1_ps(HalfToFloat(w)), total);
+  }
+  return HorizontalSum(total);
+}
+
+// MXFP4 (kernels/dequant.h). The E2M1 codes are looked up as ggml's doubled int8 values (2 x:
+// 0, 1, 2, 3, 4, 6, 8, 12 and negated; exact integers), so that a block's products with x form
+// the same FMA chains as Q4_0's, and the block's sum is multiplied by half its E8M0 scale,
+// 2^(e - 128) (kE8M0Half). Both halvings are exact, so this is x times the decoded values up to
+// the order of the sums (a -0 code adds as +0: the same sum).
+struct E8M0HalfTable {
+  float v[256];
+  E8M0HalfTable() {
+    for (int e = 0; e < 256; ++e) v[e] = E8M0ToFloat(static_cast<uint8_t>(e)) * 0.5f;  // 0xFF: NaN
+  }
+};
+const E8M0HalfTable kE8M0Half;
+
+SS_AVX2 inline __m128i Mxfp4DoubledTable() {
+  return _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+}
+
+// The 16 bytes at q as the doubled int8 values of their low and high nibbles.
+SS_AVX2 inline void Mxfp4Codes(__m128i q, __m128i* lo, __m128i* hi) {
+  const __m128i table = Mxfp4DoubledTable(), mask = _mm_set1_epi8(0x0F);
+  *lo = _mm_shuffle_epi8(table, _mm_and_si128(q, mask));
+  *hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), mask));
+}
+
+// ggml's block_mxfp4: 17-byte blocks, e | 16 bytes: values 0-15 in the low nibbles, 16-31 in the
+// high ones.
+SS_AVX2 float DotMxfp4Avx2(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
+  __m256 total = _mm256_setzero_ps();
+  for (int b = 0; b < in / 32; ++b, w += 17, x += 32) {
+    PrefetchAhead(w, 64);
+    __m128i lo, hi;
+    Mxfp4Codes(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 1)), &lo, &hi);
+    const __m256 s = _mm256_add_ps(DotI8x16(lo, x), DotI8x16(hi, x + 16));
+    total = _mm256_fmadd_ps(s, _mm256_set1_ps(kE8M0Half.v[w[0]]), total);
+  }
+  return HorizontalSum(total);
+}
+
+// The split form: 16 bytes of nibbles per block, value 2j in byte j's low nibble and 2j + 1 in
+// its high one (interleaved back into order by one unpack each half), the scales apart.
+SS_AVX2 float DotMxfp4SplitAvx2(const uint8_t* w, const uint8_t* scales, const float* x, const float*, int in) {
+  __m256 total = _mm256_setzero_ps();
+  for (int b = 0; b < in / 32; ++b, w += 16, x += 32) {
+    PrefetchAhead(w, 64);
+    __m128i lo, hi;
+    Mxfp4Codes(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)), &lo, &hi);
+    const __m256 s = _mm256_add_ps(DotI8x16(_mm_unpacklo_epi8(lo, hi), x),
+                                   DotI8x16(_mm_unpackhi_epi8(lo, hi), x + 16));
+    total = _mm256_fmadd_ps(s, _mm256_set1_ps(kE8M0Half.v[scales[b]]), total);
   }
   return HorizontalSum(total);
 }
@@ -148,7 +203,7 @@ SS_AVX2 inline Q4KGroup Q4KGroupAt(const uint8_t* w, int g, float d, float dmin,
 // Q4_K: 144-byte super-blocks of 256 values (kernels/dequant.h). Value = d * sc_j * q - dmin * m_j:
 // the q part is an FMA chain per sub-block; the offsets are dmin * m_j times xsum[j], the sum of
 // the sub-block's 32 values of x.
-SS_AVX2 float DotQ4_KAvx2(const uint8_t* w, const float* x, const float* xsum, int in) {
+SS_AVX2 float DotQ4_KAvx2(const uint8_t* w, const uint8_t*, const float* x, const float* xsum, int in) {
   __m256 total = _mm256_setzero_ps();
   float offset = 0.0f;
   for (int b = 0; b < in / 256; ++b, w += 144, x += 256, xsum += 8) {
@@ -191,7 +246,7 @@ SS_AVX2_NOFMA inline void Q6KHalf(const uint8_t* w, int h, __m256i q[4]) {
 
 // Q6_K: 210-byte super-blocks of 256 values (kernels/dequant.h): per half h, four vectors of 32
 // six-bit values (Q6KHalf) in 16-value sub-blocks with an int8 scale.
-SS_AVX2 float DotQ6_KAvx2(const uint8_t* w, const float* x, const float*, int in) {
+SS_AVX2 float DotQ6_KAvx2(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
   __m256 total = _mm256_setzero_ps();
   for (int b = 0; b < in / 256; ++b, w += 210, x += 256) {
     PrefetchAhead(w, 256);
@@ -224,7 +279,9 @@ SS_AVX2 void BlockSums32Avx2(const float* x, int n, float* sums) {
   }
 }
 
-using RowDot = float (*)(const uint8_t* w, const float* x, const float* xsum, int in);
+// sum_i dequant(w)[i] x[i] over a row of `in` values: w the row's bytes, `scales` its scales where
+// they lie apart (the split MXFP4), xsum Q4_K's sums of x.
+using RowDot = float (*)(const uint8_t* w, const uint8_t* scales, const float* x, const float* xsum, int in);
 
 RowDot Avx2RowDot(uint32_t type) {
   switch (type) {
@@ -234,6 +291,8 @@ RowDot Avx2RowDot(uint32_t type) {
     case kGgmlTypeQ4_0: return DotQ4_0Avx2;
     case kGgmlTypeQ4_K: return DotQ4_KAvx2;
     case kGgmlTypeQ6_K: return DotQ6_KAvx2;
+    case kGgmlTypeMXFP4: return DotMxfp4Avx2;
+    case kTypeMxfp4Split: return DotMxfp4SplitAvx2;
     default: return nullptr;
   }
 }
@@ -270,7 +329,7 @@ SS_AVX512 inline __m512 Bf16x16(const uint8_t* p) {
 
 // F16 or BF16 rows: two FMA chains of 16 lanes, the tail one value at a time.
 template <bool kBf16>
-SS_AVX512 float DotHalvesAvx512(const uint8_t* w, const float* x, const float*, int in) {
+SS_AVX512 float DotHalvesAvx512(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
   int i = 0;
   for (; i + 32 <= in; i += 32) {
@@ -290,7 +349,7 @@ SS_AVX512 inline __m512 DotI8x32(__m128i lo, __m128i hi, const float* x) {
                          _mm512_mul_ps(I8x16(lo), _mm512_loadu_ps(x)));
 }
 
-SS_AVX512 float DotQ8_0Avx512(const uint8_t* w, const float* x, const float*, int in) {
+SS_AVX512 float DotQ8_0Avx512(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
   __m512 total = _mm512_setzero_ps();
   for (int b = 0; b < in / 32; ++b, w += 34, x += 32) {
     PrefetchAhead(w, 64);
@@ -300,7 +359,7 @@ SS_AVX512 float DotQ8_0Avx512(const uint8_t* w, const float* x, const float*, in
   return _mm512_reduce_add_ps(total);
 }
 
-SS_AVX512 float DotQ4_0Avx512(const uint8_t* w, const float* x, const float*, int in) {
+SS_AVX512 float DotQ4_0Avx512(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
   const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
   __m512 total = _mm512_setzero_ps();
   for (int b = 0; b < in / 32; ++b, w += 18, x += 32) {
@@ -313,8 +372,32 @@ SS_AVX512 float DotQ4_0Avx512(const uint8_t* w, const float* x, const float*, in
   return _mm512_reduce_add_ps(total);
 }
 
+SS_AVX512 float DotMxfp4Avx512(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
+  __m512 total = _mm512_setzero_ps();
+  for (int b = 0; b < in / 32; ++b, w += 17, x += 32) {
+    PrefetchAhead(w, 64);
+    __m128i lo, hi;
+    Mxfp4Codes(Load128(w + 1), &lo, &hi);
+    total = _mm512_fmadd_ps(DotI8x32(lo, hi, x), _mm512_set1_ps(kE8M0Half.v[w[0]]), total);
+  }
+  return _mm512_reduce_add_ps(total);
+}
+
+SS_AVX512 float DotMxfp4SplitAvx512(const uint8_t* w, const uint8_t* scales, const float* x, const float*,
+                                    int in) {
+  __m512 total = _mm512_setzero_ps();
+  for (int b = 0; b < in / 32; ++b, w += 16, x += 32) {
+    PrefetchAhead(w, 64);
+    __m128i lo, hi;
+    Mxfp4Codes(Load128(w), &lo, &hi);
+    total = _mm512_fmadd_ps(DotI8x32(_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi), x),
+                            _mm512_set1_ps(kE8M0Half.v[scales[b]]), total);
+  }
+  return _mm512_reduce_add_ps(total);
+}
+
 // Q4_K as DotQ4_KAvx2: an FMA chain on the unsigned nibbles, the offsets from xsum.
-SS_AVX512 float DotQ4_KAvx512(const uint8_t* w, const float* x, const float* xsum, int in) {
+SS_AVX512 float DotQ4_KAvx512(const uint8_t* w, const uint8_t*, const float* x, const float* xsum, int in) {
   __m512 total = _mm512_setzero_ps();
   float offset = 0.0f;
   for (int b = 0; b < in / 256; ++b, w += 144, x += 256, xsum += 8) {
@@ -337,7 +420,7 @@ SS_AVX512 float DotQ4_KAvx512(const uint8_t* w, const float* x, const float* xsu
 }
 
 // Q6_K: each 16-value sub-block is one zmm of products, scaled by d times its int8 scale.
-SS_AVX512 float DotQ6_KAvx512(const uint8_t* w, const float* x, const float*, int in) {
+SS_AVX512 float DotQ6_KAvx512(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
   __m512 total = _mm512_setzero_ps();
   for (int b = 0; b < in / 256; ++b, w += 210, x += 256) {
     PrefetchAhead(w, 256);
@@ -368,6 +451,8 @@ RowDot Avx512RowDot(uint32_t type) {
     case kGgmlTypeQ4_0: return DotQ4_0Avx512;
     case kGgmlTypeQ4_K: return DotQ4_KAvx512;
     case kGgmlTypeQ6_K: return DotQ6_KAvx512;
+    case kGgmlTypeMXFP4: return DotMxfp4Avx512;
+    case kTypeMxfp4Split: return DotMxfp4SplitAvx512;
     default: return nullptr;
   }
 }
@@ -391,14 +476,14 @@ SS_AVX2_NOFMA inline void StoreScaledI8x16(__m128i q, __m256 d, float* dst) {
   _mm256_storeu_ps(dst + 8, _mm256_mul_ps(d, WidenI8(_mm_srli_si128(q, 8))));
 }
 
-SS_AVX2_NOFMA void DequantF16Avx2(const uint8_t* w, float* dst, int n) {
+SS_AVX2_NOFMA void DequantF16Avx2(const uint8_t* w, const uint8_t*, float* dst, int n) {
   int i = 0;
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i))));
   for (; i < n; ++i) dst[i] = F16ToF32(LoadU16(w + 2 * i));
 }
 
-SS_AVX2_NOFMA void DequantBf16Avx2(const uint8_t* w, float* dst, int n) {
+SS_AVX2_NOFMA void DequantBf16Avx2(const uint8_t* w, const uint8_t*, float* dst, int n) {
   int i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i)));
@@ -407,7 +492,7 @@ SS_AVX2_NOFMA void DequantBf16Avx2(const uint8_t* w, float* dst, int n) {
   for (; i < n; ++i) dst[i] = BF16ToF32(LoadU16(w + 2 * i));
 }
 
-SS_AVX2_NOFMA void DequantQ8_0Avx2(const uint8_t* w, float* dst, int n) {
+SS_AVX2_NOFMA void DequantQ8_0Avx2(const uint8_t* w, const uint8_t*, float* dst, int n) {
   for (int b = 0; b < n / 32; ++b, w += 34, dst += 32) {
     const __m256 d = _mm256_set1_ps(F16ToF32(LoadU16(w)));
     StoreScaledI8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)), d, dst);
@@ -415,7 +500,7 @@ SS_AVX2_NOFMA void DequantQ8_0Avx2(const uint8_t* w, float* dst, int n) {
   }
 }
 
-SS_AVX2_NOFMA void DequantQ4_0Avx2(const uint8_t* w, float* dst, int n) {
+SS_AVX2_NOFMA void DequantQ4_0Avx2(const uint8_t* w, const uint8_t*, float* dst, int n) {
   const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
   for (int b = 0; b < n / 32; ++b, w += 18, dst += 32) {
     const __m256 d = _mm256_set1_ps(F16ToF32(LoadU16(w)));
@@ -436,7 +521,7 @@ SS_AVX2_NOFMA inline void StoreQ4KSub(__m256i q, float scale, float min, float* 
   }
 }
 
-SS_AVX2_NOFMA void DequantQ4_KAvx2(const uint8_t* w, float* dst, int n) {
+SS_AVX2_NOFMA void DequantQ4_KAvx2(const uint8_t* w, const uint8_t*, float* dst, int n) {
   const __m256i mask = _mm256_set1_epi8(0x0F);
   for (int b = 0; b < n / 256; ++b, w += 144, dst += 256) {
     const float d = F16ToF32(LoadU16(w)), dmin = F16ToF32(LoadU16(w + 2));
@@ -466,7 +551,7 @@ SS_AVX2_NOFMA inline void StoreQ6KPart(__m256i q, int sc0, int sc1, __m256 d, fl
   }
 }
 
-SS_AVX2_NOFMA void DequantQ6_KAvx2(const uint8_t* w, float* dst, int n) {
+SS_AVX2_NOFMA void DequantQ6_KAvx2(const uint8_t* w, const uint8_t*, float* dst, int n) {
   for (int b = 0; b < n / 256; ++b, w += 210, dst += 256) {
     const __m256 d = _mm256_set1_ps(F16ToF32(LoadU16(w + 208)));
     const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
@@ -480,7 +565,43 @@ SS_AVX2_NOFMA void DequantQ6_KAvx2(const uint8_t* w, float* dst, int n) {
   }
 }
 
-using RowDequant = void (*)(const uint8_t* w, float* dst, int n);
+// 16 MXFP4 codes (a byte each, 0..15) into dst[0 .. 16): the doubled magnitude (an exact
+// integer) times half the scale, then the code's sign bit set, which is the scalar decoder's
+// magnitude times the scale with its sign applied (code 8 gives -0), bit for bit.
+SS_AVX2_NOFMA inline void StoreMxfp4x16(__m128i codes, __m256 half_scale, float* dst) {
+  const __m128i magnitude =
+      _mm_shuffle_epi8(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12), codes);
+  for (int k = 0; k < 2; ++k) {
+    const __m128i m = k ? _mm_srli_si128(magnitude, 8) : magnitude;
+    const __m128i c = k ? _mm_srli_si128(codes, 8) : codes;
+    const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m)), half_scale);
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(_mm256_cvtepu8_epi32(c), _mm256_set1_epi32(8)), 28);
+    _mm256_storeu_ps(dst + 8 * k, _mm256_or_ps(v, _mm256_castsi256_ps(sign)));
+  }
+}
+
+SS_AVX2_NOFMA void DequantMxfp4Avx2(const uint8_t* w, const uint8_t*, float* dst, int n) {
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  for (int b = 0; b < n / 32; ++b, w += 17, dst += 32) {
+    const __m256 half_scale = _mm256_set1_ps(kE8M0Half.v[w[0]]);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 1));
+    StoreMxfp4x16(_mm_and_si128(q, mask), half_scale, dst);
+    StoreMxfp4x16(_mm_and_si128(_mm_srli_epi16(q, 4), mask), half_scale, dst + 16);
+  }
+}
+
+SS_AVX2_NOFMA void DequantMxfp4SplitAvx2(const uint8_t* w, const uint8_t* scales, float* dst, int n) {
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  for (int b = 0; b < n / 32; ++b, w += 16, dst += 32) {
+    const __m256 half_scale = _mm256_set1_ps(kE8M0Half.v[scales[b]]);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+    const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+    StoreMxfp4x16(_mm_unpacklo_epi8(lo, hi), half_scale, dst);
+    StoreMxfp4x16(_mm_unpackhi_epi8(lo, hi), half_scale, dst + 16);
+  }
+}
+
+using RowDequant = void (*)(const uint8_t* w, const uint8_t* scales, float* dst, int n);
 
 RowDequant Avx2RowDequant(uint32_t type) {
   switch (type) {
@@ -490,15 +611,25 @@ RowDequant Avx2RowDequant(uint32_t type) {
     case kGgmlTypeQ4_0: return DequantQ4_0Avx2;
     case kGgmlTypeQ4_K: return DequantQ4_KAvx2;
     case kGgmlTypeQ6_K: return DequantQ6_KAvx2;
+    case kGgmlTypeMXFP4: return DequantMxfp4Avx2;
+    case kTypeMxfp4Split: return DequantMxfp4SplitAvx2;
     default: return nullptr;
   }
 }
 
+// Row r of W by the scalar decoders (kernels/dequant.h).
+void DequantizeRowScalar(const GgmlMatrix& w, int r, float* dst) {
+  if (w.type == kTypeMxfp4Split)
+    DequantizeMxfp4Split(w.row(r), w.row_scales(r), dst, w.in);
+  else
+    Dequantize(w.type, w.row(r), dst, w.in);
+}
+
 // The portable path: the row dequantised into scratch, then a dot product with 8 partial sums.
-float DotPortable(uint32_t type, const uint8_t* w, const float* x, int in) {
-  float* row = Workspace<float, 6>(static_cast<size_t>(in));
-  Dequantize(type, w, row, in);
-  return DotPartial8(row, x, in);
+float DotPortable(const GgmlMatrix& w, int r, const float* x) {
+  float* row = Workspace<float, 6>(static_cast<size_t>(w.in));
+  DequantizeRowScalar(w, r, row);
+  return DotPartial8(row, x, w.in);
 }
 
 // The fused path (T < kGgmlWidenRows): rows of W in contiguous ranges per thread (so each thread
@@ -517,8 +648,9 @@ void MatMulFused(const float* x, const GgmlMatrix& w, const float* bias, float* 
     const uint8_t* row = w.row(r);
     for (int t = 0; t < T; ++t) {
       const float* xt = x + static_cast<int64_t>(t) * in;
-      const float dot = avx2 ? avx2(row, xt, xsum ? xsum + t * (in / 32) : nullptr, in)
-                             : DotPortable(w.type, row, xt, in);
+      const float dot = avx2 ? avx2(row, w.scales ? w.row_scales(r) : nullptr, xt,
+                                    xsum ? xsum + t * (in / 32) : nullptr, in)
+                             : DotPortable(w, r, xt);
       y[static_cast<int64_t>(t) * out + r] = bias ? dot + bias[r] : dot;
     }
   }
@@ -527,24 +659,38 @@ void MatMulFused(const float* x, const GgmlMatrix& w, const float* bias, float* 
 }  // namespace
 
 bool GgmlMatMulSupports(uint32_t type) {
-  // Every type kernels/dequant.h decodes but F32, which stays an f32 tensor.
-  return type != kGgmlTypeF32 && IsDequantizable(type);
+  // Every type kernels/dequant.h decodes but F32, which stays an f32 tensor; and the split MXFP4.
+  return (type != kGgmlTypeF32 && IsDequantizable(type)) || type == kTypeMxfp4Split;
 }
 
-GgmlMatrix GgmlView(uint32_t type, int out, int in, const uint8_t* data, std::shared_ptr<const void> owner) {
+GgmlMatrix GgmlMatrix::Rows(int first, int count) const {
+  SS_ASSERT(first >= 0 && count >= 1 && first + count <= out);
+  GgmlMatrix m = *this;
+  m.owner = nullptr;
+  m.out = count;
+  m.data = row(first);
+  if (scales) m.scales = row_scales(first);
+  return m;
+}
+
+GgmlMatrix GgmlView(uint32_t type, int out, int in, const uint8_t* data, std::shared_ptr<const void> owner,
+                    int row_step, const uint8_t* scales) {
   if (!GgmlMatMulSupports(type))
     Fail("ggml type {} ({}): no matrix product kernel for it (supported: F16, BF16, Q8_0, Q4_0, "
-         "Q4_K, Q6_K)", type, GgmlTypeName(type));
+         "Q4_K, Q6_K, MXFP4)", type, GgmlTypeName(type));
   if (out < 1 || in < 1 || in % GgmlBlockValues(type) != 0)
     Fail("ggml type {}: a ({}, {}) matrix needs rows of whole {}-value blocks", GgmlTypeName(type),
          out, in, GgmlBlockValues(type));
-  SS_ASSERT(data != nullptr);
+  SS_ASSERT(data != nullptr && row_step >= 1 && (type == kTypeMxfp4Split) == (scales != nullptr));
   GgmlMatrix m;
   m.type = type;
   m.out = out;
   m.in = in;
   m.row_bytes = GgmlBytes(type, in);
+  m.row_stride = m.row_bytes * row_step;
   m.data = data;
+  m.scales = scales;
+  m.scale_stride = scales ? static_cast<size_t>(in / kMxfp4Block) * row_step : 0;
   m.owner = std::move(owner);
   return m;
 }
@@ -575,10 +721,46 @@ bool AnyAllOnes(const uint8_t* p, int64_t n, size_t stride, uint16_t exponent) {
 
 }  // namespace
 
-int64_t GgmlFirstNonFinite(const GgmlMatrix& w) {
-  const int64_t values = static_cast<int64_t>(w.out) * w.in;
+namespace {
+
+// MXFP4 rows: the first block Mxfp4BlockFault refuses, as the index of its first value.
+int64_t Mxfp4FirstNonFinite(const GgmlMatrix& w) {
+  const int groups = w.in / kMxfp4Block;
+  for (int r = 0; r < w.out; ++r) {
+    const int64_t g = w.type == kTypeMxfp4Split
+                          ? Mxfp4FirstFault(w.row_scales(r), 1, w.row(r), kMxfp4NibbleBytes, groups)
+                          : Mxfp4FirstFault(w.row(r), 17, w.row(r) + 1, 17, groups);
+    if (g >= 0) return static_cast<int64_t>(r) * w.in + g * kMxfp4Block;
+  }
+  return -1;
+}
+
+// Rows [row0, row0 + rows) of a matrix of the other types, whose f16 / bf16 fields sit at
+// `fields` in each block.
+int64_t HalvesFirstNonFinite(const GgmlMatrix& w, int row0, int rows, const std::vector<int>& fields,
+                             uint16_t exponent) {
   const int64_t per_block = GgmlBlockValues(w.type);
   const size_t block_bytes = GgmlBlockBytes(w.type);
+  const uint8_t* data = w.row(row0);
+  const int64_t first = static_cast<int64_t>(row0) * w.in / per_block;
+  constexpr int64_t kChunk = 4096;  // blocks
+  const int64_t blocks = static_cast<int64_t>(rows) * w.in / per_block;
+  for (int64_t c = 0; c < blocks; c += kChunk) {
+    const int64_t n = std::min(kChunk, blocks - c);
+    bool any = false;
+    for (int f : fields) any = any || AnyAllOnes(data + c * block_bytes + f, n, block_bytes, exponent);
+    if (!any) continue;
+    for (int64_t b = c; b < c + n; ++b)
+      for (int f : fields)
+        if ((LoadU16(data + b * block_bytes + f) & exponent) == exponent) return (first + b) * per_block;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t GgmlFirstNonFinite(const GgmlMatrix& w) {
+  if (w.type == kGgmlTypeMXFP4 || w.type == kTypeMxfp4Split) return Mxfp4FirstNonFinite(w);
   // Where each block's f16 / bf16 fields sit, and the exponent mask that marks Inf and NaN.
   std::vector<int> fields;
   uint16_t exponent = 0x7C00;  // binary16
@@ -591,27 +773,38 @@ int64_t GgmlFirstNonFinite(const GgmlMatrix& w) {
     case kGgmlTypeQ6_K: fields = {208}; break;
     default: SS_ASSERT(false);
   }
-  constexpr int64_t kChunk = 4096;  // blocks
-  const int64_t blocks = values / per_block;
-  for (int64_t c = 0; c < blocks; c += kChunk) {
-    const int64_t n = std::min(kChunk, blocks - c);
-    bool any = false;
-    for (int f : fields) any = any || AnyAllOnes(w.data + c * block_bytes + f, n, block_bytes, exponent);
-    if (!any) continue;
-    for (int64_t b = c; b < c + n; ++b)
-      for (int f : fields)
-        if ((LoadU16(w.data + b * block_bytes + f) & exponent) == exponent) return b * per_block;
-  }
+  // Contiguous rows are scanned as one run of blocks; rows a stride apart one at a time.
+  if (w.row_stride == w.row_bytes) return HalvesFirstNonFinite(w, 0, w.out, fields, exponent);
+  for (int r = 0; r < w.out; ++r)
+    if (const int64_t bad = HalvesFirstNonFinite(w, r, 1, fields, exponent); bad >= 0) return bad;
   return -1;
+}
+
+std::string GgmlFaultReason(const GgmlMatrix& w, int64_t element) {
+  SS_ASSERT(element >= 0 && element < static_cast<int64_t>(w.out) * w.in);
+  const int r = static_cast<int>(element / w.in), g = static_cast<int>(element % w.in / kMxfp4Block);
+  if (w.type == kTypeMxfp4Split) {
+    const uint8_t e = w.row_scales(r)[g];
+    const char* why = Mxfp4BlockFault(e, w.row(r) + kMxfp4NibbleBytes * g);
+    return fmt::format("holds a bad MXFP4 block, block {} of row {} (scale byte 0x{:02X}): {}", g, r, e, why ? why : "?");
+  }
+  if (w.type == kGgmlTypeMXFP4) {
+    const uint8_t* block = w.row(r) + 17 * g;
+    const char* why = Mxfp4BlockFault(block[0], block + 1);
+    return fmt::format("holds a bad MXFP4 block, block {} of row {} (scale byte 0x{:02X}): {}", g, r, block[0],
+                       why ? why : "?");
+  }
+  return fmt::format("holds a non-finite value or scale at element {}", element);
 }
 
 void DequantizeGgmlRows(const GgmlMatrix& w, int row0, int rows, float* dst) {
   SS_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= w.out);
   if (const RowDequant avx2 = Avx2Active() ? Avx2RowDequant(w.type) : nullptr) {
-    for (int r = 0; r < rows; ++r) avx2(w.row(row0 + r), dst + static_cast<int64_t>(r) * w.in, w.in);
+    for (int r = 0; r < rows; ++r)
+      avx2(w.row(row0 + r), w.scales ? w.row_scales(row0 + r) : nullptr, dst + static_cast<int64_t>(r) * w.in, w.in);
     return;
   }
-  for (int r = 0; r < rows; ++r) Dequantize(w.type, w.row(row0 + r), dst + static_cast<int64_t>(r) * w.in, w.in);
+  for (int r = 0; r < rows; ++r) DequantizeRowScalar(w, row0 + r, dst + static_cast<int64_t>(r) * w.in);
 }
 
 void MatMulWidened(const float* x, int in, int out, const float* bias, float* y, int T,

@@ -443,15 +443,23 @@ void MoeFfn(ForwardContext& ctx, int layer, const float* in, float* out) {
       const float weight = c.norm_topk_prob ? probs[e] / norm : probs[e];
       // Expert biases (gpt-oss): row e of the stacked (E, F) / (E, D) tensors.
       auto bias = [&](const Tensor& b, int64_t n) { return b.empty() ? nullptr : b.data() + e * n; };
-      MatMul(x, w.moe_w1.data() + static_cast<int64_t>(e) * F * D, bias(w.moe_b1, F), gate.data(), 1, D, F);
-      MatMul(x, w.moe_w3.data() + static_cast<int64_t>(e) * F * D, bias(w.moe_b3, F), up.data(), 1, D, F);
+      // Expert e's rows of a stacked (E, rows, cols) weight: its f32 slice, or (native) its rows
+      // of the stored matrix, so that only the chosen experts' bytes are read.
+      auto expert = [&](const Tensor& f32, const PackedWeight* stored, const float* input, int rows,
+                        int cols, const float* b, float* result) {
+        if (stored)
+          MatMulGgml(input, stored->ggml.Rows(e * rows, rows), b, result, 1);
+        else
+          MatMul(input, f32.data() + static_cast<int64_t>(e) * rows * cols, b, result, 1, cols, rows);
+      };
+      expert(w.moe_w1, Packed(w, &LayerPacked::moe_w1), x, F, D, bias(w.moe_b1, F), gate.data());
+      expert(w.moe_w3, Packed(w, &LayerPacked::moe_w3), x, F, D, bias(w.moe_b3, F), up.data());
       if (c.swiglu_limit > 0) {
         ClampedGlu(gate.data(), up.data(), F, c.swiglu_limit);
       } else {
         GatedActivation(gate.data(), up.data(), F, c.act);
       }
-      MatMul(gate.data(), w.moe_w2.data() + static_cast<int64_t>(e) * D * F, bias(w.moe_b2, D),
-             y.data(), 1, F, D);
+      expert(w.moe_w2, Packed(w, &LayerPacked::moe_w2), gate.data(), D, F, bias(w.moe_b2, D), y.data());
       for (int d = 0; d < D; ++d) o[d] += weight * y[d];
     }
   }

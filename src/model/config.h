@@ -83,6 +83,11 @@ struct ModelConfig {
   // plain gated activation act(gate) * up.
   float swiglu_limit = 0.0f;
   bool moe_bias = false;        // router and expert projections carry biases (gpt-oss)
+  // gpt-oss as published: the experts stored as MXFP4 blocks and scales (config.json's
+  // quantization_config with quant_method "mxfp4"), which the tensor map reads as
+  // mlp.experts.{gate_up,down}_proj_{blocks,scales}. Like torch_dtype a property of the checkpoint:
+  // a writer of config.json clears it, since it writes the experts dequantised.
+  bool mxfp4_experts = false;
   // ---- Gemma 2 / 3 (modeling_gemma2.py, modeling_gemma3.py).
   float norm_weight_offset = 0.0f;  // RMSNorm multiplies by (offset + w): 1 for Gemma
   float embed_scale = 0.0f;         // token embeddings multiplied by this; 0: not scaled

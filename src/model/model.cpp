@@ -78,7 +78,8 @@ int64_t Model::ParameterCount() const {
     if (l.packed)
       for (auto [t, p] : {std::pair{&l.wq, &l.packed->wq}, {&l.wk, &l.packed->wk}, {&l.wv, &l.packed->wv},
                           {&l.wo, &l.packed->wo}, {&l.w1, &l.packed->w1}, {&l.w2, &l.packed->w2},
-                          {&l.w3, &l.packed->w3}})
+                          {&l.w3, &l.packed->w3}, {&l.moe_w1, &l.packed->moe_w1},
+                          {&l.moe_w2, &l.packed->moe_w2}, {&l.moe_w3, &l.packed->moe_w3}})
         if (t->empty()) n += packed(*p);
     for (const Tensor* t : {&l.attn_norm, &l.attn_norm_bias, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq,
                             &l.bk, &l.bv, &l.bo, &l.ffn_norm, &l.ffn_norm_bias, &l.w1, &l.w2,

@@ -1,5 +1,7 @@
 #include "model/precision.h"
 
+#include <limits>
+
 #include "common/error.h"
 #include "kernels/dequant.h"
 #include "kernels/vecmath.h"
@@ -91,6 +93,10 @@ WeightPacker::WeightPacker(ModelWeights& weights, Precision precision) : precisi
     for (auto [tensor, slot] : {std::pair{&l.wq, &b->wq}, {&l.wk, &b->wk}, {&l.wv, &b->wv},
                                 {&l.wo, &b->wo}, {&l.w1, &b->w1}, {&l.w2, &b->w2}, {&l.w3, &b->w3}})
       slots_[tensor] = slot;
+    // Experts are kept only as stored (native); at bf16 and q8_0 they stay f32 (weights.h).
+    if (precision == Precision::kNative)
+      for (auto [tensor, slot] : {std::pair{&l.moe_w1, &b->moe_w1}, {&l.moe_w2, &b->moe_w2}, {&l.moe_w3, &b->moe_w3}})
+        slots_[tensor] = slot;
     layers_.push_back(std::move(b));
   }
   lm_head_ = std::make_shared<PackedWeight>();
@@ -113,12 +119,15 @@ bool WeightPacker::KeepStored(Tensor* tensor, const std::string& what,
   if (precision_ != Precision::kNative || (it == slots_.end() && !embedding) ||
       !GgmlMatMulSupports(stored.ggml_type))
     return false;
-  SS_ASSERT(shape.size() == 2);
-  GgmlMatrix w = GgmlView(stored.ggml_type, static_cast<int>(shape[0]), static_cast<int>(shape[1]),
-                          stored.data, stored.owner);
+  // A projection (out, in), or a stack of experts (E, rows, in) as one matrix of E * rows rows.
+  SS_ASSERT(shape.size() == 2 || (shape.size() == 3 && !embedding));
+  const int64_t rows = shape.size() == 3 ? shape[0] * shape[1] : shape[0];
+  if (rows > std::numeric_limits<int>::max())
+    Fail("{}: {} rows are more than a matrix holds", what, rows);
+  GgmlMatrix w = GgmlView(stored.ggml_type, static_cast<int>(rows), static_cast<int>(shape.back()),
+                          stored.data, stored.owner, stored.row_step, stored.scales);
   if (const int64_t bad = GgmlFirstNonFinite(w); bad >= 0)
-    Fail("{} ({}) holds a non-finite value or scale at element {}", what,
-         GgmlTypeName(stored.ggml_type), bad);
+    Fail("{} ({}) {}", what, GgmlTypeName(stored.ggml_type), GgmlFaultReason(w, bad));
   // The embedding's lookup dequantises the rows it needs (and a tied head multiplies them).
   (embedding ? embedding_stored_ : *it->second).ggml = std::move(w);
   *tensor = Tensor();

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "kernels/dequant.h"
 
 namespace ss {
 namespace {
@@ -102,7 +103,13 @@ Tensor PermuteRopeRows(const Tensor& w, int n_heads, int head_dim, int rot_dim, 
 
 bool CanKeepStored(const TensorSpec& spec) {
   return spec.targets.size() == 1 && spec.fused_rows.empty() && !spec.transposed &&
-         spec.offset == 0.0f && spec.shape.size() == 2;
+         spec.offset == 0.0f && (spec.shape.size() == 2 || spec.shape.size() == 3) &&
+         spec.mxfp4_scales.empty();
+}
+
+const uint8_t* TensorSource::BytesU8(const std::string& name, std::shared_ptr<const void>*) const {
+  Fail("{}: tensor '{}' is not stored as U8 bytes (MXFP4 blocks and scales are U8 tensors of a "
+       "safetensors checkpoint)", source(), name);
 }
 
 uint64_t BindBytes(
@@ -116,6 +123,7 @@ uint64_t BindBytes(
     if (!source.Has(name)) continue;  // BindTensors names it, or it is optional
     uint64_t n = 1;
     for (int64_t d : source.Shape(name)) n *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+    if (!spec.mxfp4_scales.empty()) n *= 2;  // two values a byte of blocks
     const std::optional<double> per_value =
         packed_bytes && !spec.targets.empty() ? packed_bytes(spec, name) : std::nullopt;
     bytes += per_value                                        ? static_cast<uint64_t>(static_cast<double>(n) * *per_value)
@@ -125,6 +133,118 @@ uint64_t BindBytes(
   return bytes;
 }
 
+namespace {
+
+// Why a required tensor may be missing, when the file holds it in the other form: MXFP4 blocks
+// where the family expects another type, or the reverse. Empty otherwise.
+std::string MissingHint(const TensorSpec& spec, const TensorSource& source) {
+  if (!spec.mxfp4_scales.empty()) {
+    const std::string plain = spec.name.substr(0, spec.name.size() - std::string("_blocks").size());
+    if (source.Has(plain))
+      return fmt::format("; the file stores '{}' instead, not MXFP4 blocks, but config.json's "
+                         "quantization_config says mxfp4", plain);
+    return "";
+  }
+  std::string stem = spec.name;
+  if (stem.ends_with(".weight")) stem.resize(stem.size() - std::string(".weight").size());
+  for (const std::string& blocks : {spec.name + "_blocks", stem + "_blocks"})
+    if (source.Has(blocks))
+      return fmt::format("; the file stores it as MXFP4 blocks ('{}'), which sinkscope reads only "
+                         "for gpt-oss's experts under a quantization_config with quant_method "
+                         "mxfp4", blocks);
+  return "";
+}
+
+int64_t Numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Keeps two owners (blocks and scales may lie in different shards) alive as one.
+std::shared_ptr<const void> BothOwners(std::shared_ptr<const void> a, std::shared_ptr<const void> b) {
+  if (a == b) return a;
+  return std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(
+      std::move(a), std::move(b));
+}
+
+// An MXFP4 spec (TensorSpec::mxfp4_scales): checks the pair, then keeps it as split-MXFP4 views
+// (native) or decodes it into the targets.
+void BindMxfp4(const TensorSpec& spec, const std::string& blocks, const TensorSource& source,
+               const std::string& family, const std::function<void(Tensor*)>& bound,
+               const KeepStoredFn& keep) {
+  const std::string& scales = spec.mxfp4_scales;
+  const std::string& src = source.source();
+  if (!source.Has(scales))
+    Fail("{}: missing tensor '{}' (the scales of '{}', required by the {} architecture)", src,
+         scales, blocks, family);
+  const int64_t in = spec.shape.back();
+  if (in % kMxfp4Block != 0)
+    Fail("{}: tensor '{}': rows of {} values are not a whole number of {}-value MXFP4 blocks", src,
+         blocks, in, kMxfp4Block);
+  std::vector<int64_t> want_scales(spec.shape.begin(), spec.shape.end() - 1);
+  want_scales.push_back(in / kMxfp4Block);
+  std::vector<int64_t> want_blocks = want_scales;
+  want_blocks.push_back(kMxfp4NibbleBytes);
+  // The type first (a U8 tensor each), then the shapes.
+  std::shared_ptr<const void> blocks_owner, scales_owner;
+  const uint8_t* nibbles = source.BytesU8(blocks, &blocks_owner);
+  const uint8_t* scale = source.BytesU8(scales, &scales_owner);
+  const std::vector<int64_t> found_blocks = source.Shape(blocks), found_scales = source.Shape(scales);
+  if (found_blocks.size() < 2 || found_blocks.back() != kMxfp4NibbleBytes)
+    Fail("{}: tensor '{}' has shape {}: MXFP4 blocks are {} bytes (32 values) each, so its last "
+         "dimension must be {}", src, blocks, ShapeString(found_blocks), kMxfp4NibbleBytes,
+         kMxfp4NibbleBytes);
+  if (!std::equal(found_blocks.begin(), found_blocks.end() - 1, found_scales.begin(), found_scales.end()))
+    Fail("{}: tensors '{}' {} and '{}' {} disagree: MXFP4 has one scale per 16-byte block", src,
+         blocks, ShapeString(found_blocks), scales, ShapeString(found_scales));
+  if (found_blocks != want_blocks)
+    Fail("{}: tensor '{}' has shape {}, expected {} (the MXFP4 blocks of a {} tensor)", src, blocks,
+         ShapeString(found_blocks), ShapeString(want_blocks), ShapeString(spec.shape));
+  const int64_t groups = Numel(want_scales);
+  if (const int64_t b = Mxfp4FirstFault(scale, 1, nibbles, kMxfp4NibbleBytes, groups); b >= 0)
+    Fail("{}: tensor '{}' (MXFP4): block {} (row {}, group {}; scale byte 0x{:02X} in '{}'): {}", src,
+         blocks, b, b / want_scales.back(), b % want_scales.back(), scale[b], scales,
+         Mxfp4BlockFault(scale[b], nibbles + b * kMxfp4NibbleBytes));
+  std::vector<int64_t> target_shape = spec.shape;
+  const size_t parts = spec.alternate_rows ? 2 : 1;
+  SS_ASSERT(spec.targets.size() == parts && spec.fused_rows.empty() && !spec.transposed);
+  if (spec.alternate_rows) {
+    SS_ASSERT(target_shape.size() >= 2 && target_shape[target_shape.size() - 2] % 2 == 0);
+    target_shape[target_shape.size() - 2] /= 2;
+  }
+  if (keep) {
+    const std::shared_ptr<const void> owner = BothOwners(blocks_owner, scales_owner);
+    const size_t row_nibbles = static_cast<size_t>(in) / 2, row_scales = static_cast<size_t>(in) / kMxfp4Block;
+    size_t kept = 0;
+    for (size_t i = 0; i < parts; ++i) {
+      StoredTensor stored{kTypeMxfp4Split, nibbles + i * row_nibbles, owner, scale + i * row_scales,
+                          static_cast<int>(parts)};
+      kept += keep(spec.targets[i], blocks, target_shape, stored);
+    }
+    SS_ASSERT(kept == 0 || kept == parts);  // the packer takes a whole spec or none of it
+    if (kept == parts) return;
+  }
+  Tensor t = Tensor::Zeros(spec.shape);
+  DequantizeMxfp4Split(nibbles, scale, t.data(), t.numel());
+  if (spec.alternate_rows) {
+    const int64_t rows = t.numel() / in;
+    for (size_t i = 0; i < parts; ++i) {
+      Tensor part = Tensor::Zeros(target_shape);
+      for (int64_t r = 0; r < rows / 2; ++r)
+        std::memcpy(part.data() + r * in, t.data() + (2 * r + i) * in, sizeof(float) * in);
+      *spec.targets[i] = part;
+    }
+  } else {
+    *spec.targets[0] = t;
+  }
+  t = Tensor();
+  if (bound)
+    for (Tensor* target : spec.targets) bound(target);
+}
+
+}  // namespace
+
 void BindTensors(const TensorMap& map, const TensorSource& source, const std::string& family,
                  const std::function<void(Tensor*)>& bound, const KeepStoredFn& keep) {
   for (const TensorSpec& spec : map.specs) {
@@ -133,8 +253,12 @@ void BindTensors(const TensorMap& map, const TensorSource& source, const std::st
       if (!source.Has(name) && source.Has(alias)) name = alias;
     if (!source.Has(name)) {
       if (spec.optional) continue;
-      Fail("{}: missing tensor '{}' (required by the {} architecture)", source.source(), spec.name,
-           family);
+      Fail("{}: missing tensor '{}' (required by the {} architecture){}", source.source(), spec.name,
+           family, MissingHint(spec, source));
+    }
+    if (!spec.mxfp4_scales.empty()) {
+      BindMxfp4(spec, name, source, family, bound, keep);
+      continue;
     }
     const std::vector<int64_t> expected = StoredShape(spec);
     const std::vector<int64_t> found = source.Shape(name);
@@ -200,6 +324,7 @@ void CheckNoExtraLayers(const TensorMap& map, const TensorSource& source, int n_
   std::set<std::string> bound;
   for (const TensorSpec& spec : map.specs) {
     bound.insert(spec.name);
+    if (!spec.mxfp4_scales.empty()) bound.insert(spec.mxfp4_scales);
     for (const std::string& alias : spec.aliases) bound.insert(alias);
   }
   for (const std::string& name : source.Names()) {
@@ -227,6 +352,8 @@ std::vector<std::pair<std::string, Tensor>> ExportTensors(const TensorMap& map, 
     }
     if (all_empty && spec.optional) continue;
     if (any_empty) Fail("cannot write tensor '{}': the model has no weights for it", spec.name);
+    if (!spec.mxfp4_scales.empty() || spec.alternate_rows)
+      Fail("cannot write tensor '{}': MXFP4 blocks are read, not written", spec.name);
     Tensor t;
     if (spec.fused_rows.empty()) {
       t = *spec.targets[0];

@@ -22,12 +22,16 @@ namespace ss {
 enum class TensorNaming { kHf, kGguf };
 
 // A tensor's bytes as the file stores them, in a ggml type's row layout (kernels/dequant.h; a
-// safetensors F16 / BF16 tensor is the same bytes), for a loader that keeps weights in their own
-// type (--precision native). `owner` keeps `data` alive.
+// safetensors F16 / BF16 tensor is the same bytes) or as the split MXFP4 (kTypeMxfp4Split: the
+// nibbles at `data`, the scales at `scales`), for a loader that keeps weights in their own type
+// (--precision native). `owner` keeps both alive. The member's rows are every `row_step`-th
+// stored row, the first at `data` (and `scales`).
 struct StoredTensor {
   uint32_t ggml_type = 0;
   const uint8_t* data = nullptr;
   std::shared_ptr<const void> owner;
+  const uint8_t* scales = nullptr;
+  int row_step = 1;
 };
 
 // A source of named float32 tensors (a safetensors checkpoint, a GGUF file). Shapes are in
@@ -50,6 +54,9 @@ class TensorSource {
     (void)name, (void)out;
     return false;
   }
+  // The bytes of a tensor stored as U8 (MXFP4 blocks and scales) and what keeps them alive. Throws
+  // ss::Error naming the source, the tensor and its type when it is not U8.
+  virtual const uint8_t* BytesU8(const std::string& name, std::shared_ptr<const void>* owner) const;
 };
 
 struct TensorSpec {
@@ -72,6 +79,14 @@ struct TensorSpec {
   // The file stores value + offset (llama.cpp's Gemma norms hold 1 + w): subtracted when read,
   // added when written.
   float offset = 0.0f;
+  // MXFP4 as the gpt-oss safetensors store it (kernels/dequant.h, kTypeMxfp4Split): `name` is the
+  // `<x>_blocks` tensor (..., G, 16), this names its `<x>_scales` (..., G), and `shape` is the
+  // decoded tensor's, (..., 32 G), in (out, in) order. Read only (writers never produce it).
+  std::string mxfp4_scales;
+  // Two targets whose rows alternate in the stored tensor: row 2i is target 0's row i, row 2i + 1
+  // target 1's (gpt-oss's gate_up_proj blocks: gate at even rows, up at odd ones). Each target's
+  // shape is `shape` with its second-to-last dimension halved.
+  bool alternate_rows = false;
 };
 
 // A plain spec: one stored tensor, one member, no layout change.
@@ -90,8 +105,9 @@ struct TensorMap {
   std::vector<std::function<void()>> after_bind;
 };
 
-// Whether a spec's stored rows are its member's rows as they are (one 2-D member, not fused, not
-// transposed, no offset), so that the member can be kept in the stored bytes.
+// Whether a spec's stored rows are its member's rows as they are (one 2-D member, or a 3-D stack
+// of experts; not fused, not transposed, no offset), so that the member can be kept in the stored
+// bytes. (MXFP4 specs are offered to `keep` on their own terms: BindTensors.)
 bool CanKeepStored(const TensorSpec& spec);
 
 // Takes a member (a spec for which CanKeepStored holds) in its stored bytes: returns true if it
@@ -101,9 +117,13 @@ using KeepStoredFn = std::function<bool(Tensor* member, const std::string& name,
 
 // Fills `weights` (layers already sized to config.n_layers) from `source` with `map`. Throws
 // ss::Error naming the source and tensor for a missing tensor ("missing tensor 'x'") and a shape
-// mismatch ("tensor 'x' has shape [..], expected [..]"). `bound`, if set, is called on each member
-// as soon as it is filled (WeightPacker packs projections there, one tensor at a time); `keep`, if
-// set, is offered each member the source stores in a non-F32 type first.
+// mismatch ("tensor 'x' has shape [..], expected [..]"); for an MXFP4 spec also for blocks and
+// scales whose shapes disagree, a type other than U8, and a block whose scale is NaN or whose
+// values overflow f32. A required tensor that is missing but stored as MXFP4 blocks
+// (`<name>_blocks`) is named as such. `bound`, if set, is called on each member as soon as it is
+// filled (WeightPacker packs projections there, one tensor at a time); `keep`, if set, is offered
+// each member the source stores in a non-F32 type first (an MXFP4 spec's members as
+// kTypeMxfp4Split views).
 void BindTensors(const TensorMap& map, const TensorSource& source, const std::string& family,
                  const std::function<void(Tensor*)>& bound = nullptr,
                  const KeepStoredFn& keep = nullptr);

@@ -18,8 +18,8 @@ namespace ss {
 // (OpenBLAS sgemm, the default), bf16 operands with f32 accumulation (MatMulBf16 on weights packed
 // once; the tiled attention too), or Q8_0 weights (int8 blocks with a scale, MatMulQ8) with f32
 // activations and attention; or native: each projection kept in the type the file stores it
-// (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K rows, usually a view of the file's mapping; MatMulGgml) with
-// f32 activations, and an F32 one as f32.
+// (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4 rows, usually a view of the file's mapping;
+// MatMulGgml) with f32 activations, and an F32 one as f32.
 enum class Precision { kF32, kBf16, kQ8_0, kNative };
 
 // A projection held in the model's precision rather than f32: a bf16 pack, Q8_0 blocks or the
@@ -43,10 +43,15 @@ inline void MatMulPacked(const float* x, const PackedWeight& w, const float* bia
     MatMulBf16(x, w.bf16, bias, y, T);
 }
 
-// A layer's projections in the model's precision (SetPrecision, WeightPacker). MoE experts and
-// the router stay f32: they run one token at a time, where the product is bound by memory.
+// A layer's projections in the model's precision (SetPrecision, WeightPacker). At bf16 and q8_0
+// the MoE experts and the router stay f32: they run one token at a time, where the product is
+// bound by memory. At native the experts stay in the file's bytes where the file stacks them in a
+// type MatMulGgml multiplies (GGUF ffn_*_exps, gpt-oss's MXFP4 blocks): all E experts as one
+// matrix of E * rows rows, expert e its rows [e * rows, (e + 1) * rows) (GgmlMatrix::Rows), so that
+// routing reads only the chosen experts' bytes.
 struct LayerPacked {
   PackedWeight wq, wk, wv, wo, w1, w2, w3;
+  PackedWeight moe_w1, moe_w2, moe_w3;  // (E * F, D), (E * D, F), (E * F, D); native only
 };
 
 struct LayerWeights {
