@@ -144,17 +144,8 @@ struct HttpError : Error {
   HttpError(int s, const std::string& m) : Error(m), status(s) {}
 };
 
-// A request's value for a message: at most 40 bytes, anything but printable ASCII as \xNN (a NUL
-// or an escape sequence must neither cut the message nor reach a terminal).
-std::string Shown(std::string_view s) {
-  std::string out;
-  for (unsigned char c : s.substr(0, 40)) {
-    if (c >= 0x20 && c < 0x7f && c != '\\') out += static_cast<char>(c);
-    else out += fmt::format("\\x{:02x}", c);
-  }
-  if (s.size() > 40) out += "...";
-  return out;
-}
+// A request's value for a message: at most 40 bytes, escaped as every message is (common/error.h).
+std::string Shown(std::string_view s) { return PrintableExcerpt(s, 40); }
 
 int IntField(const json& body, const char* key, int fallback, int lo, int hi) {
   if (!body.contains(key) || body[key].is_null()) return fallback;
