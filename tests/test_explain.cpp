@@ -487,6 +487,7 @@ TEST(Explain, FastPathMatchesExhaustiveOnEveryModel) {
     const Model m = ec.model();
     ExplainOptions all = ec.options;
     all.exhaustive = true;
+    all.early_stop = false;
     const ExplainResult want = Explain(m, ec.samples, all);
     const EstimateSummary& we = want.estimates;
     EXPECT_EQ(we.verified, we.candidates) << ec.name;
@@ -497,6 +498,7 @@ TEST(Explain, FastPathMatchesExhaustiveOnEveryModel) {
     for (int k : {16, 4}) {
       ExplainOptions fast = ec.options;
       fast.verify_top = k;
+      fast.early_stop = false;
       const ExplainResult got = Explain(m, ec.samples, fast);
       SCOPED_TRACE(ec.name + ", verify_top " + std::to_string(k));
       EXPECT_EQ(got.verdict, want.verdict);
@@ -541,6 +543,77 @@ TEST(Explain, FastPathMatchesExhaustiveOnEveryModel) {
   }
 }
 
+// With early stopping on (the default) both paths stop on the same rule: the fast path still
+// reaches the exhaustive verdict and circuit, on no more samples than the upper bound, and a
+// model without a P0 sink stops after the minimum of two intervention samples.
+TEST(Explain, EarlyStoppingKeepsTheVerdictAndCircuit) {
+  for (ExplainCase ec : Cases()) {
+    const Model m = ec.model();
+    ec.options.intervention_samples = 0;  // every sample is an intervention sample: stopping decides
+    ExplainOptions all = ec.options;
+    all.exhaustive = true;
+    all.early_stop = false;
+    const ExplainResult want = Explain(m, ec.samples, all);
+    ExplainOptions fast = ec.options;
+    const ExplainResult got = Explain(m, ec.samples, fast);
+    SCOPED_TRACE(ec.name);
+    EXPECT_EQ(got.verdict, want.verdict);
+    EXPECT_EQ(got.circuit.components, want.circuit.components);
+    EXPECT_EQ(got.circuit.found, want.circuit.found);
+    const StoppingSummary& st = got.stopping;
+    EXPECT_EQ(st.upper_bound, static_cast<int>(ec.samples.size()));
+    EXPECT_LE(st.used, st.upper_bound);
+    EXPECT_GE(st.used, st.min_samples);
+    EXPECT_EQ(want.stopping.used, want.stopping.upper_bound);
+    EXPECT_EQ(want.stopping.reason, "early stopping off");
+    if (!got.circuit.ran && st.upper_bound > 2) {
+      EXPECT_EQ(st.used, 2);
+      EXPECT_EQ(st.reason, "verdict from the clean pass");
+    }
+    // Every measured row holds exactly the samples the table measured.
+    for (const InterventionEffect& e : got.interventions)
+      if (e.measured) EXPECT_EQ(e.samples, st.used) << RowName(e);
+    std::printf("%-32s verdict %-26s stopped after %d of %d samples (%s; bounds %.3f / %.3f / %.3f), "
+                "%lld forwards against %lld\n", ec.name.c_str(), got.verdict.c_str(), st.used,
+                st.upper_bound, st.reason.c_str(), st.circuit_lower, st.circuit_upper, st.subset_upper,
+                static_cast<long long>(got.forward_passes), static_cast<long long>(want.forward_passes));
+  }
+}
+
+// A planted circuit removes every sample's sink, so the bounds equal the mean share (1) and two
+// samples settle it; the rest of the upper bound is not run.
+TEST(Explain, PlantedCircuitSettlesAfterTwoSamples) {
+  const Model m = ToyModel(3, /*amp=*/1, /*marker=*/1);
+  ExplainOptions o;
+  o.intervention_samples = 6;
+  const ExplainResult r = Explain(m, Samples(6, 32, 1, -1, 1), o);
+  EXPECT_EQ(r.verdict, "p0-circuit-in-blocks-0-1");
+  ASSERT_EQ(r.circuit.components.size(), 1u);
+  EXPECT_EQ(r.stopping.used, 2);
+  EXPECT_EQ(r.stopping.reason, "circuit settled");
+  EXPECT_DOUBLE_EQ(r.stopping.circuit_lower, 1.0);
+  EXPECT_EQ(r.estimates.samples, 2);
+  o.early_stop = false;
+  const ExplainResult all = Explain(m, Samples(6, 32, 1, -1, 1), o);
+  EXPECT_EQ(all.stopping.used, 6);
+  EXPECT_EQ(all.circuit.components, r.circuit.components);
+  EXPECT_LT(r.forward_passes, all.forward_passes);
+}
+
+// Student's t quantiles (scipy.stats.t.ppf) and the incomplete beta function behind them
+// (scipy.special.betainc), which the stopping rule's bounds use.
+TEST(Explain, StudentTQuantiles) {
+  EXPECT_NEAR(RegularizedIncompleteBeta(0.4, 2, 3), 0.5248, 1e-12);  // sum_{j=2}^{4} C(4,j) x^j (1-x)^(4-j)
+  EXPECT_NEAR(RegularizedIncompleteBeta(0.9, 0.5, 0.5), 0.7951672353008665, 1e-12);
+  struct Case {
+    double p, dof, want;
+  };
+  for (const Case& c : {Case{0.95, 1, 6.313751514675043}, Case{0.95, 7, 1.894578605061305},
+                        Case{0.99, 3, 4.540702858698419}, Case{0.975, 30, 2.0422724563012373},
+                        Case{0.5, 5, 0.0}})
+    EXPECT_NEAR(StudentTQuantile(c.p, c.dof), c.want, 1e-9 * std::max(1.0, c.want)) << c.p << " " << c.dof;
+}
+
 // What the estimate gets exactly (explain.h): h_0 from the intervened block on (position 0 sees
 // only itself), so ||h'_0|| in every later layer, and the P0 norm ratio in the intervened layer
 // (whose other positions the intervention cannot reach yet); and Sink_0 in the block right after it,
@@ -559,6 +632,8 @@ TEST(Explain, EstimateOfPositionZeroIsExact) {
     const Model m = ec.model();
     ExplainOptions all = ec.options;
     all.exhaustive = true;
+    all.early_stop = false;     // estimates and measurements over the same samples
+    all.estimate_samples = 0;
     const ExplainResult r = Explain(m, ec.samples, all);
     double worst_norm = 0, worst_ratio = 0;
     int rows = 0;
@@ -616,6 +691,14 @@ TEST(Explain, RejectsBadOptions) {
   o = {};
   o.verify_top = 1;
   EXPECT_NO_THROW(CheckOptions(o));
+  for (double c : {0.4, 1.0, -1.0, std::nan("")}) {
+    o = {};
+    o.confidence = c;
+    EXPECT_THROW(CheckOptions(o), Error) << c;
+  }
+  o = {};
+  o.estimate_samples = -1;
+  EXPECT_THROW(CheckOptions(o), Error);
 }
 
 }  // namespace
