@@ -38,6 +38,7 @@ struct ExplainArgs {
   std::string json, html;
   std::string precision = "f32";
   bool verify_top_given = false;  // --verify-top on the command line (it contradicts --exhaustive)
+  bool no_early_stop = false;
 };
 
 void RunExplain(ExplainArgs a) {
@@ -113,15 +114,14 @@ void RegisterExplain(CLI::App& app) {
   cmd->add_option("--confidence", a->request.options.confidence,
                   "Confidence of the bounds that decide when the circuit is settled and no more "
                   "intervention samples are needed, in [0.5, 1)")->capture_default_str();
-  auto* no_early_stop = cmd->add_flag("--no-early-stop",
-                                      "Measure every intervention sample, even once the verdict "
-                                      "and the circuit are settled");
+  cmd->add_flag("--no-early-stop", a->no_early_stop,
+                "Measure every intervention sample, even once the verdict and the circuit are settled");
   AddPrecisionOption(cmd, &a->precision);
   cmd->add_option("--json", a->json, "Write the results as JSON (schema sinkscope.explain/1)");
   cmd->add_option("--html", a->html, "Write a self-contained HTML report");
-  cmd->callback([a, verify_top, no_early_stop] {
+  cmd->callback([a, verify_top] {
     a->verify_top_given = verify_top->count() > 0;
-    a->request.options.early_stop = no_early_stop->count() == 0;
+    a->request.options.early_stop = !a->no_early_stop;
     RunExplain(*a);
   });
 }

@@ -209,6 +209,7 @@ Profile MeasureProfile(const Model& model, const std::vector<std::vector<int>>& 
   analysis::AnalyzeOptions ao;
   ao.first_k = options.first_k;
   ao.eps = options.eps;
+  ao.loss = true;  // the validation loss from the same forwards
   const analysis::ConditionResult r =
       analysis::AnalyzeSamples(model, analysis::Condition::kBos, samples, ao);
   Profile p;
@@ -236,30 +237,7 @@ Profile MeasureProfile(const Model& model, const std::vector<std::vector<int>>& 
   if (r.has_sink_slot) p.sink_slot_rate = r.sink_slot_rate_per_layer;
   ComputeLayers(p, options);
 
-  // Validation loss: mean cross-entropy of token t+1 given 0..t over every sample, in double.
-  const int T = static_cast<int>(samples[0].size());
-  KVCache cache = KVCache::CreateSingleUse(model.config, T);
-  RunState state;
-  double total = 0;
-  int64_t count = 0;
-  for (const auto& s : samples) {
-    cache.Clear();
-    ForwardRequest req;
-    req.tokens = s;
-    req.logits = LogitsMode::kAll;
-    const Tensor logits = Forward(model, cache, state, req);  // (T, V)
-    const int V = model.config.vocab_size;
-    for (int t = 0; t + 1 < T; ++t) {
-      const float* row = logits.data() + size_t(t) * V;
-      double mx = row[0];
-      for (int v = 1; v < V; ++v) mx = std::max<double>(mx, row[v]);
-      double z = 0;
-      for (int v = 0; v < V; ++v) z += std::exp(double(row[v]) - mx);
-      total += mx + std::log(z) - row[s[t + 1]];
-      ++count;
-    }
-  }
-  p.loss = count ? total / count : 0.0;
+  p.loss = r.loss;
   return p;
 }
 
