@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <span>
 
 #include "analysis/conditions.h"
 #include "common/stats.h"
@@ -598,6 +599,32 @@ TEST(Explain, PlantedCircuitSettlesAfterTwoSamples) {
   EXPECT_EQ(all.stopping.used, 6);
   EXPECT_EQ(all.circuit.components, r.circuit.components);
   EXPECT_LT(r.forward_passes, all.forward_passes);
+}
+
+// A sink so strong that every query's probability on position 0 rounds to 1 in float (the
+// planted toy with its keys and queries 10x larger: score gaps in the hundreds). The estimate
+// must still see that ablating the amplifier MLP removes it: its clean logit(p_i0) comes from the
+// scores, not from p = 1, so the amplifier ranks first and is measured, and the circuit is found
+// with the fewest rows measured.
+TEST(Explain, EstimateMovesASaturatedSink) {
+  Model m = ToyModel(4, /*amp=*/1, /*marker=*/1);
+  for (int l = 2; l < 4; ++l) {
+    for (float& x : std::span(m.weights.layers[l].wq.data(), m.weights.layers[l].wq.numel())) x *= 10;
+    for (float& x : std::span(m.weights.layers[l].wk.data(), m.weights.layers[l].wk.numel())) x *= 10;
+  }
+  const auto samples = Samples(3, 32, 1, -1, 5);
+  ExplainOptions o = Quick();
+  o.verify_top = 2;  // mlp-zero 1 and mlp-mean 1, the search's candidate (mean-ablation)
+  const ExplainResult r = Explain(m, samples, o);
+  const InterventionEffect& amp = Find(r, "mlp-mean", 1);
+  std::printf("estimated target share of mlp-mean 1: %.6f (rank %d); verdict %s\n",
+              amp.estimate.target_share, amp.rank, r.verdict.c_str());
+  EXPECT_DOUBLE_EQ(r.layers[2].sink_rate, 1.0);
+  EXPECT_DOUBLE_EQ(amp.estimate.target_share, 1.0);
+  EXPECT_LE(amp.rank, 2);  // beside mlp-zero 1, which removes it too
+  EXPECT_EQ(r.verdict, "p0-circuit-in-blocks-0-1");
+  ASSERT_EQ(r.circuit.components.size(), 1u);
+  EXPECT_EQ(r.circuit.components[0].layer, 1);
 }
 
 // Student's t quantiles (scipy.stats.t.ppf) and the incomplete beta function behind them

@@ -85,6 +85,8 @@ namespace {
 
 // Intervention samples measured before the stopping rule may end the table (explain.h).
 inline constexpr int kMinInterventionSamples = 2;
+// 1 - p_i0 below this: the clean logit(p_i0) is taken from the scores, not the probability.
+inline constexpr double kSaturated = 1e-3;
 
 double Dot(const float* a, const float* b, int n) {
   double s = 0;
@@ -221,6 +223,11 @@ class Runner {
   // p_ik^{l,h} of the last run: query i's attention on key k < 2.
   float Prob(int l, int h, int i, int k) const {
     return stats_.first_k_probs[((static_cast<int64_t>(l) * c_.n_heads + h) * T_ + i) * 2 + k];
+  }
+  // Query i's probability on the slot (learned sink logit or kv-bias) in the last run; 0 without.
+  float SlotProb(int l, int h, int i) const {
+    if (stats_.sink_prob.empty()) return 0.0f;
+    return stats_.sink_prob[(static_cast<int64_t>(l) * c_.n_heads + h) * T_ + i];
   }
   // alpha_sink^{l,h} of the last run: mean over queries of the learned slot's mass.
   double SlotMass(int l, int h) const {
@@ -600,6 +607,7 @@ struct CleanRecord {
   std::vector<float> resid_pre;  // (L, T, D) hook_resid_pre of every block
   std::vector<float> q;          // (L, T, H * Dh) hook_q: after RoPE, before QueryScale
   std::vector<float> k0;         // (L, Hkv * Dh) hook_k of position 0
+  std::vector<float> k;          // (L, T, Hkv * Dh) hook_k of every position (saturated rows)
   std::vector<float> z_mean;     // (L, H * Dh) hook_z's mean over positions >= 1
   std::vector<float> mlp_mean;   // (L, D) hook_mlp_out's mean over positions >= 1
   // (L, H, T) logit(p_i0) - g(s_i0): query i's clean attention on key 0 with key 0's own weight
@@ -613,7 +621,8 @@ struct CleanRecord {
   static int64_t Bytes(const ModelConfig& c, int T, bool estimates) {
     const int64_t L = c.n_layers;
     int64_t floats = L * T * c.dim;
-    if (estimates) floats += L * T * c.q_dim() + L * (c.kv_dim() + c.q_dim() + c.dim) + 2 * L * c.n_heads * T;
+    if (estimates)
+      floats += L * T * (c.q_dim() + c.kv_dim()) + L * (c.kv_dim() + c.q_dim() + c.dim) + 2 * L * c.n_heads * T;
     return floats * static_cast<int64_t>(sizeof(float));
   }
 };
@@ -651,8 +660,10 @@ void RecordClean(Runner& runner, const ModelConfig& c, const std::vector<int>& t
     record.Add(HookPoint::kQ, -1, [&](const HookContext& ctx, Tensor& t) {
       std::copy(t.data(), t.data() + q_block, rec.q.data() + ctx.layer * q_block);
     });
+    rec.k.assign(static_cast<size_t>(L) * T * KV, 0.0f);
     record.Add(HookPoint::kK, -1, [&](const HookContext& ctx, Tensor& t) {
       std::copy(t.data(), t.data() + KV, rec.k0.data() + static_cast<int64_t>(ctx.layer) * KV);
+      std::copy(t.data(), t.data() + static_cast<int64_t>(T) * KV, rec.k.data() + static_cast<int64_t>(ctx.layer) * T * KV);
     });
     record.Add(HookPoint::kZ, -1, [&](const HookContext& ctx, Tensor& t) {
       P0Replacement(t.data(), T, HD, 0, HD, Ablation::kMean, &rec.z_mean[static_cast<size_t>(ctx.layer) * HD]);
@@ -664,15 +675,51 @@ void RecordClean(Runner& runner, const ModelConfig& c, const std::vector<int>& t
   rec.metrics = runner.Run(tokens, record);
   if (!estimates) return;
   rec.attn_base.assign(static_cast<size_t>(L) * H * T, 0.0);
+  std::vector<float> qh, kh, scores;
+  std::vector<double> rest;
   for (int l = 0; l < L; ++l)
     for (int h = 0; h < H; ++h) {
       const float* k = &rec.k0[static_cast<size_t>(l) * KV + (h / group) * Dh];
       double* base = &rec.attn_base[(static_cast<size_t>(l) * H + h) * T];
+      bool saturated = false;
       for (int i = 0; i < T; ++i) {
         const double p = runner.Prob(l, h, i, 0);
         const float* q = &rec.q[static_cast<size_t>(l) * q_block + static_cast<int64_t>(i) * HD + h * Dh];
         base[i] = p <= 0 ? -INFINITY : p >= 1 ? INFINITY
                                               : std::log(p) - std::log1p(-p) - LogWeightOfDot(c, l, Dot(q, k, Dh));
+        saturated = saturated || (i > 0 && p > 1.0 - kSaturated);
+      }
+      if (!saturated) continue;
+      // A query that puts nearly all its weight on key 0 (a strong sink: 1 - p_i0 below the
+      // float resolution of p near 1) carries no usable logit(p_i0) in the statistics, and taken
+      // as p = 1 its estimate could never move. Its base comes from the scores instead: with g_j
+      // the log weights of the visible keys >= 1, and the slot's log weight g_0 + log(p_slot /
+      // p_i0) (its weight relative to key 0's is p_slot / p_i0),
+      //     base = logit(p_i0) - g_0 = -log sum_rest e^{g} = -logsumexp(g_rest),
+      // taken about its largest term, so no score gap is too large (a gap beyond 745 would
+      // underflow e^{g_j - g_0} in double).
+      qh.resize(static_cast<size_t>(T) * Dh);
+      kh.resize(static_cast<size_t>(T) * Dh);
+      scores.resize(static_cast<size_t>(T) * T);
+      for (int i = 0; i < T; ++i) {
+        std::copy_n(&rec.q[static_cast<size_t>(l) * q_block + static_cast<int64_t>(i) * HD + h * Dh], Dh, &qh[static_cast<size_t>(i) * Dh]);
+        std::copy_n(&rec.k[(static_cast<size_t>(l) * T + i) * KV + (h / group) * Dh], Dh, &kh[static_cast<size_t>(i) * Dh]);
+      }
+      MatMul(qh.data(), kh.data(), nullptr, scores.data(), T, Dh, T);  // (T, T) q_i . k_j
+      const int window = c.Window(l);
+      for (int i = 1; i < T; ++i) {
+        const double p = runner.Prob(l, h, i, 0);
+        if (!(p > 1.0 - kSaturated)) continue;
+        const float* row = &scores[static_cast<size_t>(i) * T];
+        rest.clear();
+        if (const double slot = runner.SlotProb(l, h, i); slot > 0)
+          rest.push_back(LogWeightOfDot(c, l, row[0]) + std::log(slot / p));
+        for (int j = window > 0 ? std::max(1, i - window + 1) : 1; j <= i; ++j)
+          rest.push_back(LogWeightOfDot(c, l, row[j]));
+        const double top = *std::max_element(rest.begin(), rest.end());
+        double sum = 0;
+        for (double g : rest) sum += std::exp(g - top);
+        base[i] = -(top + std::log(sum));
       }
     }
 }
