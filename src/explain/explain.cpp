@@ -1,5 +1,7 @@
 #include "explain/explain.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -9,6 +11,7 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "common/file_util.h"
 #include "common/stats.h"
 #include "kernels/ops.h"
 #include "model/precision.h"
@@ -734,16 +737,88 @@ struct DonorRun {
   int first_token = 0;
 };
 
+// The estimated metrics of R interventions that change h_0 after block `layer[r]`'s attention (an
+// MLP or head ablation in that block, or a patch of h_0 after it): blocks up to the row's layer
+// keep the clean attention, ||h'_0|| from that layer on is the row's recomputed norm over the
+// clean median of the other positions, and each later block's attention on position 0 follows
+// the row's new key 0 against the clean queries,
+//     p'_i0 = sigmoid(attn_base_i + g(q_i . k'_0)),
+// the scores of each (block, head) one product Q (T, Dh) K'^T over the rows that reach it. Keys
+// come in block by block (AddKeys), as the sweep computes them, so no row's keys are kept beyond
+// their block. Sink_1 and the slot stay clean (not estimated).
+class P0Estimate {
+ public:
+  P0Estimate(const CleanRecord& rec, const ModelConfig& c, int T, double eps, std::vector<int> layer)
+      : rec_(rec), c_(c), T_(T), eps_(eps), layer_(std::move(layer)),
+        out_(layer_.size(), rec.metrics) {}
+
+  // Row r's ||h'_0|| per block (L; read from the row's own layer on).
+  void SetNorms(int r, const double* norm) {
+    for (int l = std::max(layer_[r], 0); l < c_.n_layers; ++l) {
+      out_[r].p0_norm[l] = norm[l];
+      out_[r].p0_ratio[l] = NormRatio(norm[l], out_[r].others_median[l]);
+    }
+  }
+  // Block l's key 0 of rows `rows` (each with layer < l): keys (rows.size(), Hkv * Dh).
+  void AddKeys(int l, const std::vector<int>& rows, const float* keys) {
+    const int H = c_.n_heads, Dh = c_.head_dim, KV = c_.kv_dim(), HD = c_.q_dim();
+    const int group = c_.n_heads / c_.n_kv_heads, n = static_cast<int>(rows.size());
+    if (n == 0) return;
+    for (int r : rows) {
+      SS_ASSERT(layer_[r] < l);
+      out_[r].sink0[l] = 0;
+      out_[r].alpha0[l] = 0;
+    }
+    q_.resize(static_cast<size_t>(T_) * Dh);
+    k_.resize(static_cast<size_t>(n) * Dh);
+    scores_.resize(static_cast<size_t>(T_) * n);
+    for (int h = 0; h < H; ++h) {
+      for (int i = 0; i < T_; ++i)
+        std::copy_n(&rec_.q[(static_cast<size_t>(l) * T_ + i) * HD + h * Dh], Dh, &q_[static_cast<size_t>(i) * Dh]);
+      for (int j = 0; j < n; ++j)
+        std::copy_n(keys + static_cast<int64_t>(j) * KV + (h / group) * Dh, Dh, &k_[static_cast<size_t>(j) * Dh]);
+      MatMul(q_.data(), k_.data(), nullptr, scores_.data(), T_, Dh, n);  // (T, n) = q . k'
+      const double* base = &rec_.attn_base[(static_cast<size_t>(l) * H + h) * T_];
+      for (int j = 0; j < n; ++j) {
+        double alpha = 0;
+        for (int i = 0; i < T_; ++i) {
+          if (base[i] == -INFINITY) continue;
+          if (base[i] == INFINITY) {
+            alpha += 1;
+            continue;
+          }
+          alpha += Sigmoid(base[i] + LogWeightOfDot(c_, l, scores_[static_cast<size_t>(i) * n + j]));
+        }
+        alpha /= T_;
+        RunMetrics& m = out_[rows[j]];
+        m.sink0[l] += alpha > eps_;
+        m.alpha0[l] += alpha;
+      }
+    }
+  }
+  const RunMetrics& Result(int r) const { return out_[r]; }
+
+ private:
+  const CleanRecord& rec_;
+  const ModelConfig& c_;
+  int T_;
+  double eps_;
+  std::vector<int> layer_;
+  std::vector<RunMetrics> out_;
+  std::vector<float> q_, k_, scores_;
+};
+
 // Position 0 under every MLP and head row of the table, all blocks in one sweep (explain.h):
 // group l holds block l's H + 2 rows (row h < H ablates head h, row H zeroes the MLP output, row
-// H + 1 mean-ablates it). Block b runs the (b + 1) (H + 2) rows of groups 0..b as one forward of
-// one-token rows at position 0, each attending to itself alone
-// (ForwardRequest::self_attention_only, which is what position 0 computes in the full forward
-// under the causal mask), stopped after block b (ForwardRequest::last_layer); group b joins with
-// the clean h_0 entering block b and its interventions applied in block b. So each block's weights
-// are read once per sample, in one product over all the rows that pass through it, where running
-// each group from its block to the last read block l's weights once per group. Keeps each row's
-// key 0 in the blocks after its own and ||h'_0|| from its own block on.
+// H + 1 mean-ablates it), rows l (H + 2) .. l (H + 2) + H + 1 of the estimate. Block b runs the
+// (b + 1) (H + 2) rows of groups 0..b as one forward of one-token rows at position 0, each
+// attending to itself alone (ForwardRequest::self_attention_only, which is what position 0
+// computes in the full forward under the causal mask), stopped after block b
+// (ForwardRequest::last_layer); group b joins with the clean h_0 entering block b and its
+// interventions applied in block b. So each block's weights are read once per sample, in one
+// product over all the rows that pass through it, where running each group from its block to the
+// end read block b's weights b + 1 times. Hands the estimate every row's key 0 in the blocks after
+// its own and ||h'_0|| from its own block on.
 class P0Sweep {
  public:
   explicit P0Sweep(const Model& model)
@@ -751,51 +826,45 @@ class P0Sweep {
         cache_(KVCache::CreateSingleUse(model.config, c_.n_layers * group_)) {}
 
   int RowsPerGroup() const { return group_; }
-  struct Rows {
-    std::vector<float> k0;     // (L * group, L, Hkv * Dh); rows of group l valid in blocks > l
-    std::vector<double> norm;  // (L * group, L); valid from block l on
-  };
+  // Bytes the sweep holds beside its forward's state: the rows' residual stream and norms.
+  static int64_t Bytes(const ModelConfig& c) {
+    const int64_t rows = static_cast<int64_t>(c.n_layers) * (c.n_heads + 2);
+    return rows * (c.dim * static_cast<int64_t>(sizeof(float)) + c.n_layers * static_cast<int64_t>(sizeof(double)));
+  }
 
   // rec: the sample's clean record (h_0 entering every block, the means for mean-ablation).
-  Rows Run(int token, const CleanRecord& rec, Ablation head_ablation) {
+  void Run(int token, const CleanRecord& rec, Ablation head_ablation, P0Estimate& estimate) {
     const int L = c_.n_layers, H = c_.n_heads, D = c_.dim, HD = c_.q_dim(), Dh = c_.head_dim;
-    const int KV = c_.kv_dim(), T = static_cast<int>(rec.resid_pre.size() / (static_cast<size_t>(L) * D));
+    const int T = static_cast<int>(rec.resid_pre.size() / (static_cast<size_t>(L) * D));
     const int rows_all = L * group_;
-    Rows out;
-    out.k0.assign(static_cast<size_t>(rows_all) * L * KV, 0.0f);
-    out.norm.assign(static_cast<size_t>(rows_all) * L, 0.0);
+    std::vector<double> norm(static_cast<size_t>(rows_all) * L, 0.0);
     std::vector<float> stream(static_cast<size_t>(rows_all) * D, 0.0f);
+    std::vector<int> earlier;
     for (int b = 0; b < L; ++b) {
       const int rows = (b + 1) * group_;
       const int64_t first = static_cast<int64_t>(b) * group_;  // group b's first row
       for (int r = 0; r < group_; ++r)  // group b starts from the clean h_0 entering block b
-        std::copy(&rec.resid_pre[static_cast<size_t>(b) * T * D], &rec.resid_pre[static_cast<size_t>(b) * T * D] + D,
-                  &stream[static_cast<size_t>(first + r) * D]);
+        std::copy_n(&rec.resid_pre[static_cast<size_t>(b) * T * D], D, &stream[static_cast<size_t>(first + r) * D]);
       Hooks hooks;
       hooks.Add(HookPoint::kZ, b, [&](const HookContext&, Tensor& t) {
         for (int h = 0; h < H; ++h) {
           float* z = t.data() + (first + h) * HD + h * Dh;
-          if (head_ablation == Ablation::kMean) {
-            const float* mean = &rec.z_mean[static_cast<size_t>(b) * HD + h * Dh];
-            std::copy(mean, mean + Dh, z);
-          } else {
+          if (head_ablation == Ablation::kMean)
+            std::copy_n(&rec.z_mean[static_cast<size_t>(b) * HD + h * Dh], Dh, z);
+          else
             std::fill(z, z + Dh, 0.0f);
-          }
         }
       });
       hooks.Add(HookPoint::kMlpOut, b, [&](const HookContext&, Tensor& t) {
         std::fill(t.data() + (first + H) * D, t.data() + (first + H + 1) * D, 0.0f);
-        const float* mean = &rec.mlp_mean[static_cast<size_t>(b) * D];
-        std::copy(mean, mean + D, t.data() + (first + H + 1) * D);
+        std::copy_n(&rec.mlp_mean[static_cast<size_t>(b) * D], D, t.data() + (first + H + 1) * D);
       });
       hooks.Add(HookPoint::kK, b, [&](const HookContext&, Tensor& t) {
-        for (int r = 0; r < static_cast<int>(first); ++r)  // rows of the earlier groups
-          std::copy(t.data() + static_cast<int64_t>(r) * KV, t.data() + static_cast<int64_t>(r + 1) * KV,
-                    &out.k0[(static_cast<size_t>(r) * L + b) * KV]);
+        estimate.AddKeys(b, earlier, t.data());  // rows of the earlier groups are rows 0..first-1
       });
       hooks.Add(HookPoint::kResidPost, b, [&](const HookContext&, Tensor& t) {
-        for (int r = 0; r < rows; ++r) out.norm[static_cast<size_t>(r) * L + b] = Norm(t.data() + static_cast<int64_t>(r) * D, D);
-        std::copy(t.data(), t.data() + static_cast<int64_t>(rows) * D, stream.data());
+        for (int r = 0; r < rows; ++r) norm[static_cast<size_t>(r) * L + b] = Norm(t.data() + static_cast<int64_t>(r) * D, D);
+        std::copy_n(t.data(), static_cast<int64_t>(rows) * D, stream.data());
       });
       const std::vector<int> tokens(rows, token), positions(rows, 0);
       cache_.Clear();
@@ -811,8 +880,9 @@ class P0Sweep {
       ss::Forward(model_, cache_, state_, req);
       ++calls;
       blocks += rows;
+      for (int r = 0; r < group_; ++r) earlier.push_back(static_cast<int>(first) + r);
     }
-    return out;
+    for (int r = 0; r < rows_all; ++r) estimate.SetNorms(r, &norm[static_cast<size_t>(r) * L]);
   }
 
   int64_t calls = 0, blocks = 0;
@@ -824,66 +894,6 @@ class P0Sweep {
   KVCache cache_;
   RunState state_;
 };
-
-// The estimated metrics of interventions that change h_0 after block `layer[r]`'s attention (an MLP
-// or head ablation in that block, or a patch of h_0 after it), for R rows at once: blocks up to
-// the row's layer keep the clean attention, ||h'_0|| from that layer on is norm[r] (L) over the
-// clean median of the other positions, and each later block's attention on position 0 follows
-// the row's new key 0 (k0[r]: (L, Hkv * Dh)) against the clean queries,
-//     p'_i0 = sigmoid(attn_base_i + g(q_i . k'_0)),
-// with the scores of every (block, head) one product Q (T, Dh) K'^T over the rows that reach it.
-// Sink_1 and the slot stay clean (not estimated).
-std::vector<RunMetrics> EstimateMetrics(const CleanRecord& rec, const ModelConfig& c, int T, double eps,
-                                        const std::vector<int>& layer, const std::vector<const float*>& k0,
-                                        const std::vector<const double*>& norm) {
-  const int L = c.n_layers, H = c.n_heads, Dh = c.head_dim, KV = c.kv_dim(), HD = c.q_dim();
-  const int group = c.n_heads / c.n_kv_heads, R = static_cast<int>(layer.size());
-  std::vector<RunMetrics> out(R, rec.metrics);
-  for (int r = 0; r < R; ++r)
-    for (int l = std::max(layer[r], 0); l < L; ++l) {
-      out[r].p0_norm[l] = norm[r][l];
-      out[r].p0_ratio[l] = NormRatio(norm[r][l], out[r].others_median[l]);
-    }
-  std::vector<float> q(static_cast<size_t>(T) * Dh), keys, scores;
-  std::vector<int> reach;
-  for (int l = 1; l < L; ++l) {
-    reach.clear();
-    for (int r = 0; r < R; ++r)
-      if (layer[r] < l) reach.push_back(r);
-    if (reach.empty()) continue;
-    const int n = static_cast<int>(reach.size());
-    for (int r : reach) out[r].sink0[l] = 0, out[r].alpha0[l] = 0;
-    for (int h = 0; h < H; ++h) {
-      for (int i = 0; i < T; ++i)
-        std::copy(&rec.q[(static_cast<size_t>(l) * T + i) * HD + h * Dh],
-                  &rec.q[(static_cast<size_t>(l) * T + i) * HD + (h + 1) * Dh], &q[static_cast<size_t>(i) * Dh]);
-      keys.resize(static_cast<size_t>(n) * Dh);
-      for (int j = 0; j < n; ++j) {
-        const float* k = k0[reach[j]] + static_cast<int64_t>(l) * KV + (h / group) * Dh;
-        std::copy(k, k + Dh, &keys[static_cast<size_t>(j) * Dh]);
-      }
-      scores.resize(static_cast<size_t>(T) * n);
-      MatMul(q.data(), keys.data(), nullptr, scores.data(), T, Dh, n);  // (T, n) = q . k'
-      const double* base = &rec.attn_base[(static_cast<size_t>(l) * H + h) * T];
-      for (int j = 0; j < n; ++j) {
-        double alpha = 0;
-        for (int i = 0; i < T; ++i) {
-          if (base[i] == -INFINITY) continue;
-          if (base[i] == INFINITY) {
-            alpha += 1;
-            continue;
-          }
-          alpha += Sigmoid(base[i] + LogWeightOfDot(c, l, scores[static_cast<size_t>(i) * n + j]));
-        }
-        alpha /= T;
-        RunMetrics& m = out[reach[j]];
-        m.sink0[l] += alpha > eps;
-        m.alpha0[l] += alpha;
-      }
-    }
-  }
-  return out;
-}
 
 // ---- The intervention table: rows, their sums over samples, estimation and measurement.
 
@@ -987,30 +997,35 @@ class InterventionTable {
     s.have_rec = true;
     RunDonor(n);
     const int L = c_.n_layers, H = c_.n_heads, group = sweep_.RowsPerGroup();
-    const P0Sweep::Rows out = sweep_.Run(samples_[n][0], s.rec, options_.ablation);
+    // Estimate rows: the sweep's L (H + 2) rows in its order, then the L - 1 patch rows.
     std::vector<int> layer;
-    std::vector<const float*> k0;
-    std::vector<const double*> norm;
     std::vector<size_t> row;
-    const int KV = c_.kv_dim();
     for (int l = 0; l < L; ++l)
       for (int j = 0; j < group; ++j) {
-        const int r = l * group + j;
         row.push_back(j < H ? head_row_[l][j] : j == H ? mlp_zero_row_[l] : mlp_mean_row_[l]);
         layer.push_back(l);
-        k0.push_back(&out.k0[static_cast<size_t>(r) * L * KV]);
-        norm.push_back(&out.norm[static_cast<size_t>(r) * L]);
       }
-    // A patch after block l puts the donor's h_0 there, and position 0 then computes what it
-    // computes in the donor's own forward: its keys and norms are the donor's.
     for (int l = 0; l + 1 < L; ++l) {
       row.push_back(patch_row_[l]);
       layer.push_back(l);
-      k0.push_back(s.donor.k0.data());
-      norm.push_back(s.donor.norm.data());
     }
-    const std::vector<RunMetrics> est = EstimateMetrics(s.rec, c_, T_, options_.eps, layer, k0, norm);
-    for (size_t i = 0; i < row.size(); ++i) rows_[row[i]].estimated.Add(clean_[n], est[i], target_from_);
+    P0Estimate estimate(s.rec, c_, T_, options_.eps, layer);
+    sweep_.Run(samples_[n][0], s.rec, options_.ablation, estimate);
+    // A patch after block l puts the donor's h_0 there, and position 0 then computes what it
+    // computes in the donor's own forward: its keys and norms are the donor's.
+    const int patches = L * group;
+    std::vector<int> reach;
+    for (int b = 1; b < L; ++b) {
+      reach.clear();
+      for (int l = 0; l < b; ++l) reach.push_back(patches + l);
+      std::vector<float> keys;
+      for (size_t j = 0; j < reach.size(); ++j)
+        keys.insert(keys.end(), &s.donor.k0[static_cast<size_t>(b) * c_.kv_dim()],
+                    &s.donor.k0[static_cast<size_t>(b + 1) * c_.kv_dim()]);
+      estimate.AddKeys(b, reach, keys.data());
+    }
+    for (int l = 0; l + 1 < L; ++l) estimate.SetNorms(patches + l, s.donor.norm.data());
+    for (size_t i = 0; i < row.size(); ++i) rows_[row[i]].estimated.Add(clean_[n], estimate.Result(static_cast<int>(i)), target_from_);
     estimated_samples_ = n + 1;
     if (!keep_records_) s = SampleRuns();
   }
@@ -1512,8 +1527,19 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
   t_phase = Clock::now();
   const std::vector<RunMetrics> clean_iv(clean.begin(), clean.begin() + NI);
   const int target_from = std::max(1, r.onset_layer);
-  InterventionTable table(model, samples, options, runner, clean_iv, target_from);
   const int E = InterventionTable::EstimateSamples(options, NI);
+  {
+    // What the interventions hold beside the model and the clean pass: the clean records kept
+    // between the phases (or one), the position-0 sweep's rows and its forward's buffers.
+    const int64_t one = CleanRecord::Bytes(c, T, /*estimates=*/true);
+    const int64_t rows = static_cast<int64_t>(L) * (H + 2);
+    const int64_t sweep_state = static_cast<int64_t>(sizeof(float)) *
+                                (rows * (3 * c.dim + 2 * c.q_dim() + 2 * c.kv_dim()) +
+                                 2 * std::min<int64_t>(rows, kMlpRows) * c.hidden_dim);
+    CheckMemory(static_cast<uint64_t>(one * (one * E <= kKeptRecordBytes ? E : 1) + P0Sweep::Bytes(c) + sweep_state),
+                fmt::format("explain's clean records and position-0 sweep at --length {}", T));
+  }
+  InterventionTable table(model, samples, options, runner, clean_iv, target_from);
   auto t_est = Clock::now();
   for (int n = 0; n < E; ++n) {
     table.Estimate(n);
