@@ -627,7 +627,8 @@ PYBIND11_MODULE(_sinkscope, m) {
                       int length, uint64_t seed, double eps, double onset_threshold,
                       double amplification_threshold, double share, int intervention_samples,
                       int max_components, const std::string& ablation, const std::string& ablate,
-                      bool prompt) {
+                      bool prompt, int verify_top, bool exhaustive, int estimate_samples,
+                      double confidence, bool early_stop) {
           cli::SinkOptions sink;
           sink.eps = eps;
           sink.Validate();
@@ -644,6 +645,11 @@ PYBIND11_MODULE(_sinkscope, m) {
           req.options.share = share;
           req.options.intervention_samples = intervention_samples;
           req.options.max_components = max_components;
+          req.options.verify_top = verify_top;
+          req.options.exhaustive = exhaustive;
+          req.options.estimate_samples = estimate_samples;
+          req.options.confidence = confidence;
+          req.options.early_stop = early_stop;
           req.ablation = ablation;
           req.ablate = ablate;
           cli::ValidateExplain(req);
@@ -654,7 +660,9 @@ PYBIND11_MODULE(_sinkscope, m) {
         }, py::arg("model"), py::arg("input"), py::arg("condition"), py::arg("samples"),
         py::arg("length"), py::arg("seed"), py::arg("eps"), py::arg("onset_threshold"),
         py::arg("amplification_threshold"), py::arg("share"), py::arg("intervention_samples"),
-        py::arg("max_components"), py::arg("ablation"), py::arg("ablate"), py::arg("prompt"));
+        py::arg("max_components"), py::arg("ablation"), py::arg("ablate"), py::arg("prompt"),
+        py::arg("verify_top"), py::arg("exhaustive"), py::arg("estimate_samples"),
+        py::arg("confidence"), py::arg("early_stop"));
 
   py::class_<TraceResult>(m, "TraceResult")
       .def_property_readonly("steps", [](const TraceResult& r) {

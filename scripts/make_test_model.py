@@ -44,6 +44,11 @@ PRESETS = {
                        rope_theta=500000.0, norm_eps=1e-5),
     "mistral-7b": dict(layers=32, dim=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000, ctx=32768,
                        rope_theta=1000000.0, norm_eps=1e-5),
+    # Llama-3.2-1B (meta-llama/Llama-3.2-1B config.json): tied embeddings, llama3 RoPE scaling.
+    "llama-3.2-1b": dict(layers=16, dim=2048, heads=32, kv_heads=8, ffn=8192, vocab=128256, ctx=131072,
+                         rope_theta=500000.0, norm_eps=1e-5, tie=True,
+                         rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
     "stories110m": dict(layers=12, dim=768, heads=12, kv_heads=12, ffn=2048, vocab=32000, ctx=1024,
                         rope_theta=10000.0, norm_eps=1e-5),
     "stories15m": dict(layers=6, dim=288, heads=6, kv_heads=6, ffn=768, vocab=32000, ctx=256,
@@ -83,8 +88,54 @@ def tensors(s):
             out += [(p + "mlp.gate_proj.weight", (s["ffn"], d), "w"),
                     (p + "mlp.up_proj.weight", (s["ffn"], d), "w")]
         out.append((p + "mlp.down_proj.weight", (d, s["ffn"]), "w"))
-    out += [("model.norm.weight", (d,), "norm"), ("lm_head.weight", (s["vocab"], d), "w")]
+    out.append(("model.norm.weight", (d,), "norm"))
+    if not s.get("tie"):
+        out.append(("lm_head.weight", (s["vocab"], d), "w"))
     return out
+
+
+# --plant-p0-circuit B: a P0 sink circuit written into the random weights, the paper's mechanism at
+# a real shape (arXiv 2603.06591: an MLP in the first blocks amplifies position 0's hidden state
+# into a fixed high-norm direction that later heads key on). Residual dimensions: MARK is large on
+# the BOS token's embedding only, CONST on every token's; block B's MLP hidden unit 0 reads MARK
+# (gate and up) and its down projection writes a large value into MASS, so only a position holding
+# BOS gets a massive activation; in every block after B, each head's query reads CONST and its key
+# reads MASS in the rotary dimension of lowest frequency (rotate_half pairs i and i + head_dim/2,
+# angle position * theta^(-2i/head_dim): at i = head_dim/2 - 1 it stays below 0.01 rad over
+# thousands of positions), so every query attends to the amplified position. The rest stays
+# random. The circuit is mlp.B: mean-ablating it at position 0 removes the sink in blocks > B.
+MARK, MASS, CONST = 0, 1, 2
+BOS_ID = 1
+
+
+def plant_edits(s, block):
+    """{tensor name: [(rows, col, value)]}: rows a list (or None: every row), col an index or
+    None (the whole row); applied in order, so a row is zeroed before its one entry is set."""
+    hd = s["dim"] // s["heads"]
+    r = hd // 2 - 1
+    edits = {"model.embed_tokens.weight": [(None, CONST, 20.0), ([BOS_ID], MARK, 20.0)]}
+    p = f"model.layers.{block}.mlp."
+    edits[p + "gate_proj.weight"] = [([0], None, 0.0), ([0], MARK, 1.0)]
+    edits[p + "up_proj.weight"] = [([0], None, 0.0), ([0], MARK, 1.0)]
+    edits[p + "down_proj.weight"] = [(None, 0, 0.0), ([MASS], 0, 10.0)]
+    for i in range(block + 1, s["layers"]):
+        p = f"model.layers.{i}.self_attn."
+        q_rows = [h * hd + r for h in range(s["heads"])]
+        k_rows = [h * hd + r for h in range(s["kv_heads"])]
+        edits[p + "q_proj.weight"] = [(q_rows, None, 0.0), (q_rows, CONST, 1.0)]
+        edits[p + "k_proj.weight"] = [(k_rows, None, 0.0), (k_rows, MASS, 1.0)]
+    return edits
+
+
+def apply_edits(x, row0, edits):
+    """x: rows row0.. of a tensor, (rows, cols), edited in place."""
+    for rows, col, value in edits:
+        sel = (slice(None) if rows is None else
+               [i - row0 for i in rows if row0 <= i < row0 + x.shape[0]])
+        if col is None:
+            x[sel, :] = value
+        else:
+            x[sel, col] = value
 
 
 def gpt_oss_tensors(s):
@@ -120,7 +171,7 @@ def encode(x, dtype):
     return rounded.astype("<u2").tobytes()
 
 
-def write_shard(path, items, dtype, rng, sink_logit):
+def write_shard(path, items, dtype, rng, sink_logit, edits=None):
     name, width, _ = DTYPES[dtype]
     header, offset = {}, 0
     for tname, shape, _ in items:
@@ -135,8 +186,13 @@ def write_shard(path, items, dtype, rng, sink_logit):
         f.write(text)
         for tname, shape, kind in items:
             left = int(np.prod(shape))
+            mine = (edits or {}).get(tname)
+            cols = shape[-1]
+            row0 = 0
             while left:
                 n = min(left, CHUNK)
+                if mine:  # whole rows, so that the edits know which rows they see
+                    n = min(left, max(cols, CHUNK // cols * cols))
                 if kind == "norm":
                     x = np.ones(n, np.float32)
                 elif kind == "sink":
@@ -144,6 +200,11 @@ def write_shard(path, items, dtype, rng, sink_logit):
                          else rng.normal(0, 1, n).astype(np.float32))
                 else:
                     x = rng.normal(0, 0.02, n).astype(np.float32)
+                if mine:
+                    x = x.reshape(-1, cols)
+                    apply_edits(x, row0, mine)
+                    row0 += x.shape[0]
+                    x = x.reshape(-1)
                 f.write(encode(x, dtype))
                 left -= n
     return offset
@@ -163,6 +224,8 @@ def main():
     ap.add_argument("--sink-logit", type=float, help="gpt_oss: every head's sink logit")
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     ap.add_argument("--shard-gb", type=float, default=4.0, help="largest shard (GB)")
+    ap.add_argument("--plant-p0-circuit", type=int, metavar="BLOCK",
+                    help="llama: write a P0 sink circuit with its amplifier MLP in block BLOCK")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -182,6 +245,10 @@ def main():
     missing = [k for k in required if s.get(k) is None]
     if missing:
         sys.exit(f"make_test_model: give --preset or every shape flag (missing: {', '.join(missing)})")
+    if a.plant_p0_circuit is not None and (s["family"] != "llama" or
+                                           not 0 <= a.plant_p0_circuit < s["layers"] - 1 or
+                                           s["dim"] < 3 or s["vocab"] <= BOS_ID):
+        sys.exit("make_test_model: --plant-p0-circuit needs the llama family and a block before the last")
     if a.partial_rotary is not None and s["family"] != "phi3":
         sys.exit("make_test_model: --partial-rotary needs --family phi3")
     if (s["family"] != "gpt_oss" and s["dim"] % s["heads"]) or s["heads"] % s["kv_heads"]:
@@ -210,7 +277,8 @@ def main():
         for i, group in enumerate(shards):
             fname = (f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" if len(shards) > 1
                      else "model.safetensors")
-            total += write_shard(tmp / fname, group, a.dtype, rng, a.sink_logit)
+            edits = plant_edits(s, a.plant_p0_circuit) if a.plant_p0_circuit is not None else None
+            total += write_shard(tmp / fname, group, a.dtype, rng, a.sink_logit, edits)
             weight_map.update({t[0]: fname for t in group})
             print(f"wrote {fname} ({len(group)} tensors)", file=sys.stderr)
         if len(shards) > 1:
@@ -222,9 +290,11 @@ def main():
             "num_attention_heads": s["heads"], "num_key_value_heads": s["kv_heads"],
             "vocab_size": s["vocab"], "max_position_embeddings": s["ctx"],
             "rms_norm_eps": s["norm_eps"], "rope_theta": s["rope_theta"], "hidden_act": "silu",
-            "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
+            "tie_word_embeddings": bool(s.get("tie")), "bos_token_id": 1, "eos_token_id": 2,
             "torch_dtype": DTYPES[a.dtype][2],
         }
+        if s.get("rope_scaling"):
+            config["rope_scaling"] = s["rope_scaling"]
         if s["family"] == "gpt_oss":
             # gpt-oss's config.json keys (GptOssConfig); YaRN as the published checkpoints.
             original = min(4096, s["ctx"])

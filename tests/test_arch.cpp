@@ -220,6 +220,39 @@ TEST_P(Family, HfLayoutMatchesNaiveReferenceAndRoundTripsThroughGguf) {
     cache.Clear();
     EXPECT_THROW(Forward(model, cache, state, resumed), Error);
   }
+  // Stopping after block 0 (last_layer) leaves block 0's output as the full forward computes it,
+  // bit for bit, runs nothing deeper, and has no logits to give.
+  {
+    std::vector<float> full, stopped;
+    int deeper = 0;
+    Hooks hooks;
+    hooks.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& x) {
+      if (ctx.layer == 0) (full.empty() ? full : stopped).assign(x.data(), x.data() + x.numel());
+      else deeper += 1;
+    });
+    KVCache cache = KVCache::CreateSingleUse(model.config, static_cast<int>(kTokens.size()));
+    RunState state;
+    ForwardRequest req;
+    req.tokens = kTokens;
+    req.hooks = &hooks;
+    req.logits = LogitsMode::kNone;
+    Forward(model, cache, state, req);
+    const int full_deeper = deeper;
+    deeper = 0;
+    cache.Clear();
+    req.last_layer = 0;
+    EXPECT_TRUE(Forward(model, cache, state, req).empty());
+    EXPECT_EQ(full_deeper, model.config.n_layers - 1);
+    EXPECT_EQ(deeper, 0);
+    EXPECT_EQ(test::MaxDiff(stopped, full, fc.label + " stopped after block 0 vs full"), 0.0);
+    cache.Clear();
+    req.logits = LogitsMode::kAll;
+    if (model.config.n_layers > 1) EXPECT_THROW(Forward(model, cache, state, req), Error);
+    req.logits = LogitsMode::kNone;
+    req.last_layer = model.config.n_layers;
+    cache.Clear();
+    EXPECT_THROW(Forward(model, cache, state, req), Error);
+  }
   // Tokens that each attend to themselves alone at position 0 (self_attention_only) compute, row
   // for row, the one-token forward of each: how explain recomputes position 0 in one call.
   {

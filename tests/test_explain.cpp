@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <span>
 
 #include "analysis/conditions.h"
 #include "common/stats.h"
@@ -487,6 +488,7 @@ TEST(Explain, FastPathMatchesExhaustiveOnEveryModel) {
     const Model m = ec.model();
     ExplainOptions all = ec.options;
     all.exhaustive = true;
+    all.early_stop = false;
     const ExplainResult want = Explain(m, ec.samples, all);
     const EstimateSummary& we = want.estimates;
     EXPECT_EQ(we.verified, we.candidates) << ec.name;
@@ -497,6 +499,7 @@ TEST(Explain, FastPathMatchesExhaustiveOnEveryModel) {
     for (int k : {16, 4}) {
       ExplainOptions fast = ec.options;
       fast.verify_top = k;
+      fast.early_stop = false;
       const ExplainResult got = Explain(m, ec.samples, fast);
       SCOPED_TRACE(ec.name + ", verify_top " + std::to_string(k));
       EXPECT_EQ(got.verdict, want.verdict);
@@ -541,6 +544,103 @@ TEST(Explain, FastPathMatchesExhaustiveOnEveryModel) {
   }
 }
 
+// With early stopping on (the default) both paths stop on the same rule: the fast path still
+// reaches the exhaustive verdict and circuit, on no more samples than the upper bound, and a
+// model without a P0 sink stops after the minimum of two intervention samples.
+TEST(Explain, EarlyStoppingKeepsTheVerdictAndCircuit) {
+  for (ExplainCase ec : Cases()) {
+    const Model m = ec.model();
+    ec.options.intervention_samples = 0;  // every sample is an intervention sample: stopping decides
+    ExplainOptions all = ec.options;
+    all.exhaustive = true;
+    all.early_stop = false;
+    const ExplainResult want = Explain(m, ec.samples, all);
+    ExplainOptions fast = ec.options;
+    const ExplainResult got = Explain(m, ec.samples, fast);
+    SCOPED_TRACE(ec.name);
+    EXPECT_EQ(got.verdict, want.verdict);
+    EXPECT_EQ(got.circuit.components, want.circuit.components);
+    EXPECT_EQ(got.circuit.found, want.circuit.found);
+    const StoppingSummary& st = got.stopping;
+    EXPECT_EQ(st.upper_bound, static_cast<int>(ec.samples.size()));
+    EXPECT_LE(st.used, st.upper_bound);
+    EXPECT_GE(st.used, st.min_samples);
+    EXPECT_EQ(want.stopping.used, want.stopping.upper_bound);
+    EXPECT_EQ(want.stopping.reason, "early stopping off");
+    if (!got.circuit.ran && st.upper_bound > 2) {
+      EXPECT_EQ(st.used, 2);
+      EXPECT_EQ(st.reason, "verdict from the clean pass");
+    }
+    // Every measured row holds exactly the samples the table measured.
+    for (const InterventionEffect& e : got.interventions)
+      if (e.measured) EXPECT_EQ(e.samples, st.used) << RowName(e);
+    std::printf("%-32s verdict %-26s stopped after %d of %d samples (%s; bounds %.3f / %.3f / %.3f), "
+                "%lld forwards against %lld\n", ec.name.c_str(), got.verdict.c_str(), st.used,
+                st.upper_bound, st.reason.c_str(), st.circuit_lower, st.circuit_upper, st.subset_upper,
+                static_cast<long long>(got.forward_passes), static_cast<long long>(want.forward_passes));
+  }
+}
+
+// A planted circuit removes every sample's sink, so the bounds equal the mean share (1) and two
+// samples settle it; the rest of the upper bound is not run.
+TEST(Explain, PlantedCircuitSettlesAfterTwoSamples) {
+  const Model m = ToyModel(3, /*amp=*/1, /*marker=*/1);
+  ExplainOptions o;
+  o.intervention_samples = 6;
+  const ExplainResult r = Explain(m, Samples(6, 32, 1, -1, 1), o);
+  EXPECT_EQ(r.verdict, "p0-circuit-in-blocks-0-1");
+  ASSERT_EQ(r.circuit.components.size(), 1u);
+  EXPECT_EQ(r.stopping.used, 2);
+  EXPECT_EQ(r.stopping.reason, "circuit settled");
+  EXPECT_DOUBLE_EQ(r.stopping.circuit_lower, 1.0);
+  EXPECT_EQ(r.estimates.samples, 2);
+  o.early_stop = false;
+  const ExplainResult all = Explain(m, Samples(6, 32, 1, -1, 1), o);
+  EXPECT_EQ(all.stopping.used, 6);
+  EXPECT_EQ(all.circuit.components, r.circuit.components);
+  EXPECT_LT(r.forward_passes, all.forward_passes);
+}
+
+// A sink so strong that every query's probability on position 0 rounds to 1 in float (the
+// planted toy with its keys and queries 10x larger: score gaps in the hundreds). The estimate
+// must still see that ablating the amplifier MLP removes it: its clean logit(p_i0) comes from the
+// scores, not from p = 1, so the amplifier ranks first and is measured, and the circuit is found
+// with the fewest rows measured.
+TEST(Explain, EstimateMovesASaturatedSink) {
+  Model m = ToyModel(4, /*amp=*/1, /*marker=*/1);
+  for (int l = 2; l < 4; ++l) {
+    for (float& x : std::span(m.weights.layers[l].wq.data(), m.weights.layers[l].wq.numel())) x *= 10;
+    for (float& x : std::span(m.weights.layers[l].wk.data(), m.weights.layers[l].wk.numel())) x *= 10;
+  }
+  const auto samples = Samples(3, 32, 1, -1, 5);
+  ExplainOptions o = Quick();
+  o.verify_top = 2;  // mlp-zero 1 and mlp-mean 1, the search's candidate (mean-ablation)
+  const ExplainResult r = Explain(m, samples, o);
+  const InterventionEffect& amp = Find(r, "mlp-mean", 1);
+  std::printf("estimated target share of mlp-mean 1: %.6f (rank %d); verdict %s\n",
+              amp.estimate.target_share, amp.rank, r.verdict.c_str());
+  EXPECT_DOUBLE_EQ(r.layers[2].sink_rate, 1.0);
+  EXPECT_DOUBLE_EQ(amp.estimate.target_share, 1.0);
+  EXPECT_LE(amp.rank, 2);  // beside mlp-zero 1, which removes it too
+  EXPECT_EQ(r.verdict, "p0-circuit-in-blocks-0-1");
+  ASSERT_EQ(r.circuit.components.size(), 1u);
+  EXPECT_EQ(r.circuit.components[0].layer, 1);
+}
+
+// Student's t quantiles (scipy.stats.t.ppf) and the incomplete beta function behind them
+// (scipy.special.betainc), which the stopping rule's bounds use.
+TEST(Explain, StudentTQuantiles) {
+  EXPECT_NEAR(RegularizedIncompleteBeta(0.4, 2, 3), 0.5248, 1e-12);  // sum_{j=2}^{4} C(4,j) x^j (1-x)^(4-j)
+  EXPECT_NEAR(RegularizedIncompleteBeta(0.9, 0.5, 0.5), 0.7951672353008665, 1e-12);
+  struct Case {
+    double p, dof, want;
+  };
+  for (const Case& c : {Case{0.95, 1, 6.313751514675043}, Case{0.95, 7, 1.894578605061305},
+                        Case{0.99, 3, 4.540702858698419}, Case{0.975, 30, 2.0422724563012373},
+                        Case{0.5, 5, 0.0}})
+    EXPECT_NEAR(StudentTQuantile(c.p, c.dof), c.want, 1e-9 * std::max(1.0, c.want)) << c.p << " " << c.dof;
+}
+
 // What the estimate gets exactly (explain.h): h_0 from the intervened block on (position 0 sees
 // only itself), so ||h'_0|| in every later layer, and the P0 norm ratio in the intervened layer
 // (whose other positions the intervention cannot reach yet); and Sink_0 in the block right after it,
@@ -559,6 +659,8 @@ TEST(Explain, EstimateOfPositionZeroIsExact) {
     const Model m = ec.model();
     ExplainOptions all = ec.options;
     all.exhaustive = true;
+    all.early_stop = false;     // estimates and measurements over the same samples
+    all.estimate_samples = 0;
     const ExplainResult r = Explain(m, ec.samples, all);
     double worst_norm = 0, worst_ratio = 0;
     int rows = 0;
@@ -616,6 +718,14 @@ TEST(Explain, RejectsBadOptions) {
   o = {};
   o.verify_top = 1;
   EXPECT_NO_THROW(CheckOptions(o));
+  for (double c : {0.4, 1.0, -1.0, std::nan("")}) {
+    o = {};
+    o.confidence = c;
+    EXPECT_THROW(CheckOptions(o), Error) << c;
+  }
+  o = {};
+  o.estimate_samples = -1;
+  EXPECT_THROW(CheckOptions(o), Error);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // (against the analysis library run directly, and the loss of a near-uniform model).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -318,6 +320,35 @@ TEST(TraceProfile, AnalyseCacheAndFailures) {
   EXPECT_FALSE(shard[0].ok);
   EXPECT_TRUE(shard[0].error.empty());
   EXPECT_TRUE(shard[1].ok);
+  fs::remove_all(dir);
+}
+
+// Each file's hash is remembered against its size, mtime and inode: an unchanged file is not
+// hashed again (a planted wrong hash in its entry shows through), a changed one is.
+TEST(TraceProfile, FileHashesAreRememberedByStat) {
+  const std::string dir = test::TempDir("trace_hash_index");
+  const std::string ck = WriteCheckpoint(dir, 10, 1, 1.0f);
+  const std::string index = dir + "/index";
+  const std::string truth = trace::CheckpointHash(ck);
+  EXPECT_EQ(trace::CheckpointHash(ck, index), truth);
+  std::vector<std::string> entries;
+  for (const auto& e : fs::directory_iterator(index)) entries.push_back(e.path().string());
+  ASSERT_GE(entries.size(), 2u);  // config.json and model.safetensors at least
+  for (const std::string& entry : entries) {
+    nlohmann::json j = nlohmann::json::parse(ReadFile(entry));
+    j["sha256"] = std::string(64, '0');
+    std::ofstream(entry, std::ios::trunc) << j.dump();
+  }
+  const std::string remembered = trace::CheckpointHash(ck, index);
+  EXPECT_NE(remembered, truth);  // read from the entries, not from the files
+  std::ofstream(ck + "/model.safetensors", std::ios::app) << "x";  // size and mtime change
+  const std::string changed = trace::CheckpointHash(ck);
+  const std::string again = trace::CheckpointHash(ck, index);
+  EXPECT_NE(changed, truth);
+  EXPECT_NE(again, remembered);
+  // config.json's entry still holds the planted hash; model.safetensors was hashed again.
+  fs::remove_all(index);
+  EXPECT_EQ(trace::CheckpointHash(ck, index), changed);
   fs::remove_all(dir);
 }
 

@@ -108,7 +108,9 @@ def explain(model: Model, input: Input = None, *, condition: str = "bos", sample
             length: int = 64, seed: int = 0, eps: float = 0.3, onset_threshold: float = 0.5,
             amplification_threshold: float = 3.0, share: float = 0.8, intervention_samples: int = 8,
             max_components: int = 6, ablation: str = "mean", ablate: str = "",
-            prompt: bool = False) -> ExplainResult: ...
+            prompt: bool = False, verify_top: int = 16, exhaustive: bool = False,
+            estimate_samples: int = 2, confidence: float = 0.95,
+            early_stop: bool = True) -> ExplainResult: ...
 def trace(checkpoints: Union[PathLike, Sequence[PathLike]], *, samples: int = 16, length: int = 64,
           seed: int = 0, text_file: Optional[PathLike] = None, tokenizer: Optional[PathLike] = None,
           eps: float = 0.3, onset_threshold: float = 0.5, amplification_threshold: float = 3.0,

@@ -115,3 +115,22 @@ def test_phi3_fused_layout_equals_the_same_weights_as_llama(sinkscope, tmp_path)
     # A window shorter than the input changes the logits (every layer slides).
     windowed = make(tmp_path / "phi3w", "--dtype", "f32", "--family", "phi3", "--window", "8")
     assert np.abs(sinkscope.load(windowed).forward(ids) - a).max() > 1e-3
+
+
+def test_planted_p0_circuit_is_found(sinkscope, tmp_path):
+    """--plant-p0-circuit 1 writes the paper's mechanism into random weights; explain names it
+    (mlp.1, blocks 0-1) with its default fast path, and the exhaustive table agrees."""
+    path = tmp_path / "planted"
+    subprocess.run([sys.executable, str(SCRIPT), "--layers", "4", "--dim", "64", "--heads", "4",
+                    "--ffn", "96", "--vocab", "64", "--ctx", "256", "--seed", "3",
+                    "--plant-p0-circuit", "1", "--out", str(path)], check=True, capture_output=True)
+    m = sinkscope.load(path)
+    ids = list((np.arange(1, 2000) * 37 + 11) % 61 + 3)  # no BOS (id 1): the condition puts it first
+    fast = sinkscope.explain(m, ids, samples=8, length=32)
+    full = sinkscope.explain(m, ids, samples=8, length=32, exhaustive=True, early_stop=False)
+    for r in (fast, full):
+        assert r.verdict == "p0-circuit-in-blocks-0-1", r.summary()
+        assert [c["name"] for c in r.data["circuit"]["components"]] == ["mlp.1"]
+    assert fast.data["stopping"]["used"] == 2 and full.data["stopping"]["used"] == 8
+    assert fast.data["estimates"]["verified"] == 16 < full.data["estimates"]["verified"]
+    assert fast.data["forward_passes"] < full.data["forward_passes"]

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/stats.h"
+#include "kernels/ops.h"
 
 namespace ss::analysis {
 
@@ -472,14 +473,21 @@ ConditionResult AnalyzeSamples(const Model& model, Condition condition,
   RunState state;
   AttnStatsBuffers stats;
   stats.first_k = K;
+  double nll_sum = 0;
+  int64_t nll_count = 0;
   for (size_t s = 0; s < samples.size(); ++s) {
     cache.Clear();
     ForwardRequest request;
     request.tokens = samples[s];
-    request.logits = LogitsMode::kNone;
+    request.logits = options.loss ? LogitsMode::kAll : LogitsMode::kNone;
     request.hooks = &hooks;
     request.stats = fused ? &stats : nullptr;
-    Forward(model, cache, state, request);
+    const Tensor logits = Forward(model, cache, state, request);  // (T, V) with options.loss
+    if (options.loss)
+      for (int t = 0; t + 1 < T; ++t) {
+        nll_sum += TokenNll(logits.row(t), c.vocab_size, samples[s][t + 1]);
+        ++nll_count;
+      }
     if (fused) {
       for (int l = 0; l < L; ++l) {
         const int64_t base = static_cast<int64_t>(l) * H * T;
@@ -514,6 +522,7 @@ ConditionResult AnalyzeSamples(const Model& model, Condition condition,
   }
 
   ConditionResult result = acc.Finish(condition);
+  if (options.loss && nll_count > 0) result.loss = nll_sum / static_cast<double>(nll_count);
   for (CapturedPattern& p : captured)
     for (float& v : p.mean) v /= static_cast<float>(samples.size());
   result.patterns = std::move(captured);

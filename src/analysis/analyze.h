@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ struct AnalyzeOptions {
   std::vector<HeadRef> patterns;  // heads whose full (T, T) pattern is kept (mean over samples)
   // Called after each sample (done, total) for a progress line; may be empty.
   std::function<void(int64_t, int64_t)> progress;
+  // Also the mean next-token NLL over the samples (ConditionResult::loss), from the same forward:
+  // trace's validation loss costs the LM head, not a second pass.
+  bool loss = false;
 };
 
 // Sun et al. 2024, "Massive Activations in Large Language Models", section 2: an activation is
@@ -100,6 +104,9 @@ struct ConditionResult {
   std::vector<double> p0_cosine;           // (L) mean pairwise cosine of h_0 across samples
   std::vector<double> other_cosine;        // (L) the same over positions >= 1 (pooled)
   std::vector<CapturedPattern> patterns;
+  // AnalyzeOptions::loss: mean over samples and positions t < T - 1 of -log p(token t+1 | 0..t),
+  // in nats (NaN when not asked for).
+  double loss = std::numeric_limits<double>::quiet_NaN();
   // Models with learned sink logits (gpt-oss): the mass each head puts on its sink slot, which
   // the rows' probabilities over the keys then lack (they sum to 1 - alpha_sink).
   bool has_sink_slot = false;

@@ -1,7 +1,8 @@
 // sinkscope explain --model PATH [--text FILE | --prompt TEXT | --tokens FILE] [--conditions C]
 //   [--samples N] [--length T] [--seed S] [--eps E] [--amplification-threshold X]
 //   [--onset-threshold X] [--share X] [--intervention-samples N] [--max-components N]
-//   [--ablate SPEC] [--verify-top K | --exhaustive] [--json OUT] [--html OUT]
+//   [--ablate SPEC] [--verify-top K | --exhaustive] [--estimate-samples N] [--confidence C]
+//   [--no-early-stop] [--json OUT] [--html OUT]
 // Locates the P0 sink circuit with interventions at position 0 and fits the cone model
 // (explain/explain.h). Flags and output paths are checked before the model runs; outputs are
 // rendered first and written atomically at the end, so a failure leaves no partial file.
@@ -37,6 +38,7 @@ struct ExplainArgs {
   std::string json, html;
   std::string precision = "f32";
   bool verify_top_given = false;  // --verify-top on the command line (it contradicts --exhaustive)
+  bool no_early_stop = false;
 };
 
 void RunExplain(ExplainArgs a) {
@@ -107,11 +109,19 @@ void RegisterExplain(CLI::App& app) {
   cmd->add_flag("--exhaustive", a->request.options.exhaustive,
                 "Measure every row of the intervention table exactly (L H + 3 L - 1 forwards per "
                 "intervention sample)");
+  cmd->add_option("--estimate-samples", a->request.options.estimate_samples,
+                  "Intervention samples the estimates rank the rows on (0: all)")->capture_default_str();
+  cmd->add_option("--confidence", a->request.options.confidence,
+                  "Confidence of the bounds that decide when the circuit is settled and no more "
+                  "intervention samples are needed, in [0.5, 1)")->capture_default_str();
+  cmd->add_flag("--no-early-stop", a->no_early_stop,
+                "Measure every intervention sample, even once the verdict and the circuit are settled");
   AddPrecisionOption(cmd, &a->precision);
   cmd->add_option("--json", a->json, "Write the results as JSON (schema sinkscope.explain/1)");
   cmd->add_option("--html", a->html, "Write a self-contained HTML report");
   cmd->callback([a, verify_top] {
     a->verify_top_given = verify_top->count() > 0;
+    a->request.options.early_stop = !a->no_early_stop;
     RunExplain(*a);
   });
 }

@@ -113,4 +113,56 @@ inline double SpearmanCorrelation(const std::vector<double>& x, const std::vecto
   return sxy / std::sqrt(sxx * syy);
 }
 
+// The regularised incomplete beta function I_x(a, b), by its continued fraction (Abramowitz and
+// Stegun 26.5.8), evaluated with the modified Lentz method; the symmetry I_x(a, b) = 1 - I_{1-x}(b, a)
+// keeps x on the side where the fraction converges quickly (x < (a + 1) / (a + b + 2)).
+inline double RegularizedIncompleteBeta(double x, double a, double b) {
+  SS_ASSERT(a > 0 && b > 0);
+  if (x <= 0) return 0.0;
+  if (x >= 1) return 1.0;
+  if (x > (a + 1) / (a + b + 2)) return 1.0 - RegularizedIncompleteBeta(1.0 - x, b, a);
+  const double log_front = a * std::log(x) + b * std::log1p(-x) - std::log(a) + std::lgamma(a + b) -
+                           std::lgamma(a) - std::lgamma(b);
+  constexpr double kTiny = 1e-300, kEps = 1e-15;
+  // 1 / (1 + d_1 / (1 + d_2 / (1 + ...))): d_{2m+1} = -(a + m)(a + b + m) x / ((a + 2m)(a + 2m + 1)),
+  // d_{2m} = m (b - m) x / ((a + 2m - 1)(a + 2m)).
+  double c = 1.0, d = 1.0 - (a + b) * x / (a + 1);
+  if (std::fabs(d) < kTiny) d = kTiny;
+  d = 1.0 / d;
+  double f = d;
+  for (int m = 1; m <= 500; ++m) {
+    for (int odd = 0; odd < 2; ++odd) {
+      const double num = odd ? -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+                             : m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m));
+      d = 1.0 + num * d;
+      if (std::fabs(d) < kTiny) d = kTiny;
+      c = 1.0 + num / c;
+      if (std::fabs(c) < kTiny) c = kTiny;
+      d = 1.0 / d;
+      f *= c * d;
+      if (odd && std::fabs(c * d - 1.0) < kEps) return std::exp(log_front) * f;
+    }
+  }
+  return std::exp(log_front) * f;
+}
+
+// P(X <= t) for Student's t with `dof` degrees of freedom: 1 - I_{dof/(dof+t^2)}(dof/2, 1/2) / 2
+// for t >= 0, by symmetry below.
+inline double StudentTCdf(double t, double dof) {
+  const double tail = 0.5 * RegularizedIncompleteBeta(dof / (dof + t * t), 0.5 * dof, 0.5);
+  return t >= 0 ? 1.0 - tail : tail;
+}
+
+// The p-quantile of Student's t (p in [0.5, 1)), by bisection on the CDF to 1e-12.
+inline double StudentTQuantile(double p, double dof) {
+  SS_ASSERT(p >= 0.5 && p < 1 && dof > 0);
+  double lo = 0, hi = 1;
+  while (StudentTCdf(hi, dof) < p) hi *= 2;
+  for (int i = 0; i < 200 && hi - lo > 1e-12 * hi; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (StudentTCdf(mid, dof) < p ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
 }  // namespace ss

@@ -1,13 +1,19 @@
 #include "explain/explain.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <chrono>
+#include <map>
 #include <numeric>
+#include <tuple>
 
 #include "common/error.h"
+#include "common/file_util.h"
 #include "common/stats.h"
+#include "kernels/ops.h"
 #include "model/precision.h"
 
 namespace ss::explain {
@@ -72,9 +78,18 @@ void CheckOptions(const ExplainOptions& o) {
   if (o.intervention_samples < 0)
     Fail("--intervention-samples: expected >= 0, got {}", o.intervention_samples);
   if (o.verify_top < 1) Fail("--verify-top: expected at least 1 row to measure, got {}", o.verify_top);
+  if (o.estimate_samples < 0)
+    Fail("--estimate-samples: expected >= 0 (0: every intervention sample), got {}", o.estimate_samples);
+  if (!(o.confidence >= 0.5 && o.confidence < 1))
+    Fail("--confidence: expected a confidence in [0.5, 1), got {}", o.confidence);
 }
 
 namespace {
+
+// Intervention samples measured before the stopping rule may end the table (explain.h).
+inline constexpr int kMinInterventionSamples = 2;
+// 1 - p_i0 below this: the clean logit(p_i0) is taken from the scores, not the probability.
+inline constexpr double kSaturated = 1e-3;
 
 double Dot(const float* a, const float* b, int n) {
   double s = 0;
@@ -212,6 +227,11 @@ class Runner {
   float Prob(int l, int h, int i, int k) const {
     return stats_.first_k_probs[((static_cast<int64_t>(l) * c_.n_heads + h) * T_ + i) * 2 + k];
   }
+  // Query i's probability on the slot (learned sink logit or kv-bias) in the last run; 0 without.
+  float SlotProb(int l, int h, int i) const {
+    if (stats_.sink_prob.empty()) return 0.0f;
+    return stats_.sink_prob[(static_cast<int64_t>(l) * c_.n_heads + h) * T_ + i];
+  }
   // alpha_sink^{l,h} of the last run: mean over queries of the learned slot's mass.
   double SlotMass(int l, int h) const {
     const float* p = stats_.sink_prob.data() + (static_cast<int64_t>(l) * c_.n_heads + h) * T_;
@@ -242,6 +262,82 @@ struct ConeAcc {
   double a = 0, p0_pred_max = 0, p0_meas_max = 0, pred0 = 0, meas0 = 0, pred_o = 0, meas_o = 0;
 };
 
+// The per-head terms of the norm decomposition, u.(W_O[:, h] z_h) = (u W_O)[h slice] . z_h at
+// position 0 and at up to kOtherPositions other positions. The pass keeps u and z at those
+// positions and reduces them in batches of kHeadTermSamples samples, one product per layer and
+// batch: W_O is unpacked (from a bf16, Q8_0 or native weight) once per layer and batch instead of
+// once per layer and sample, and u W_O is one sgemm instead of a loop of D x H Dh multiply-adds
+// per position (on a 7B shape the loop cost about as much as the forward itself).
+inline constexpr int kHeadTermSamples = 16;
+
+class HeadTerms {
+ public:
+  HeadTerms(const Model& model, int T)
+      : model_(model), c_(model.config), positions_{0} {
+    const int n_other = std::min(T - 1, kOtherPositions);
+    for (int j = 0; j < n_other; ++j)
+      positions_.push_back(1 + static_cast<int>((static_cast<int64_t>(j) * (T - 1)) / n_other));
+    u_.resize(c_.n_layers);
+    z_.resize(c_.n_layers);
+  }
+  const std::vector<int>& Positions() const { return positions_; }
+
+  // Keeps layer l's unit directions of h' (post: (T, D)) and z ((T, H Dh)) at the positions.
+  void Keep(int l, const float* post, const float* z) {
+    const int D = c_.dim, HD = c_.q_dim();
+    for (int i : positions_) {
+      const float* h = post + static_cast<int64_t>(i) * D;
+      const double n = Norm(h, D);
+      for (int d = 0; d < D; ++d) u_[l].push_back(n > 0 ? static_cast<float>(h[d] / n) : 0.0f);
+      z_[l].insert(z_[l].end(), z + static_cast<int64_t>(i) * HD, z + static_cast<int64_t>(i + 1) * HD);
+    }
+  }
+  // Call after each sample: reduces the batch once it holds kHeadTermSamples samples.
+  void EndSample(std::vector<LayerDecomposition>& layers) {
+    if (++held_ >= kHeadTermSamples) Flush(layers);
+  }
+  // Adds the held samples' terms to layers[l].p0_head / other_head (sums over samples).
+  void Flush(std::vector<LayerDecomposition>& layers) {
+    const int L = c_.n_layers, D = c_.dim, HD = c_.q_dim(), H = c_.n_heads, Dh = c_.head_dim;
+    const int P = static_cast<int>(positions_.size());
+    if (held_ == 0) return;
+    std::vector<float> wo_t(static_cast<size_t>(HD) * D), g;
+    for (int l = 0; l < L; ++l) {
+      const LayerWeights& w = model_.weights.layers[l];
+      const Tensor wo = ProjectionF32(w.wo, w.packed ? &w.packed->wo : nullptr);  // (D, H Dh)
+      for (int d = 0; d < D; ++d)
+        for (int j = 0; j < HD; ++j) wo_t[static_cast<size_t>(j) * D + d] = wo.data()[static_cast<int64_t>(d) * HD + j];
+      const int rows = held_ * P;
+      g.assign(static_cast<size_t>(rows) * HD, 0.0f);
+      MatMul(u_[l].data(), wo_t.data(), nullptr, g.data(), rows, D, HD);  // (rows, H Dh) = u W_O
+      LayerDecomposition& dec = layers[l];
+      if (dec.p0_head.empty()) {
+        dec.p0_head.assign(H, 0.0);
+        dec.other_head.assign(H, 0.0);
+      }
+      for (int r = 0; r < rows; ++r) {
+        const float* gr = &g[static_cast<size_t>(r) * HD];
+        const float* zr = &z_[l][static_cast<size_t>(r) * HD];
+        for (int h = 0; h < H; ++h) {
+          const double t = Dot(gr + h * Dh, zr + h * Dh, Dh);
+          if (r % P == 0) dec.p0_head[h] += t;
+          else dec.other_head[h] += t / (P - 1);
+        }
+      }
+      u_[l].clear();
+      z_[l].clear();
+    }
+    held_ = 0;
+  }
+
+ private:
+  const Model& model_;
+  const ModelConfig& c_;
+  std::vector<int> positions_;               // 0, then the others
+  std::vector<std::vector<float>> u_, z_;    // per layer: (held, P, D), (held, P, H Dh)
+  int held_ = 0;
+};
+
 // Sums of the clean-pass quantities over samples.
 struct CleanAcc {
   std::vector<LayerDecomposition> layers;
@@ -253,11 +349,137 @@ struct LayerScratch {
   std::vector<float> pre, z, attn, mlp, v;  // (T, D), (T, H*Dh), (T, D), (T, D), (T, Hkv*Dh)
 };
 
+// The share of layer l's heads whose strongest sink on another position (max over k in [1, T/2]
+// of alpha_k, from the pattern (H, T, S)) exceeds eps.
+double OtherSinkRate(const Tensor& pattern, int H, int T, double eps) {
+  const int S = static_cast<int>(pattern.dim(2));
+  int count = 0;
+  std::vector<double> col(T / 2 + 1);
+  for (int h = 0; h < H; ++h) {
+    std::fill(col.begin(), col.end(), 0.0);
+    for (int i = 1; i < T; ++i) {
+      const float* row = pattern.data() + (static_cast<int64_t>(h) * T + i) * S;
+      for (int k = 1; k <= std::min(i, T / 2); ++k) col[k] += row[k];
+    }
+    double best = 0;
+    for (int k = 1; k <= T / 2; ++k) best = std::max(best, col[k] / (T - k));
+    count += best > eps;
+  }
+  return static_cast<double>(count) / H;
+}
+
+// Adds layer `dec`'s norm decomposition of one sample (explain.h): carry + attention + MLP along
+// u = h'/||h'|| at position 0, and the mean over positions >= 1. The per-head terms go through
+// HeadTerms.
+void AddDecomposition(const LayerScratch& s, const float* post, int T, int D, LayerDecomposition& dec) {
+  double o_pre = 0, o_post = 0, o_carry = 0, o_attn = 0, o_mlp = 0, o_cos_a = 0, o_cos_m = 0;
+  for (int i = 0; i < T; ++i) {
+    const int64_t off = static_cast<int64_t>(i) * D;
+    const float *hp = &s.pre[off], *a = &s.attn[off], *m = &s.mlp[off], *hq = post + off;
+    const double n_post = Norm(hq, D), n_pre = Norm(hp, D), n_a = Norm(a, D), n_m = Norm(m, D);
+    const double inv = n_post > 0 ? 1.0 / n_post : 0.0;
+    const double carry = Dot(hq, hp, D) * inv, at = Dot(hq, a, D) * inv, ml = Dot(hq, m, D) * inv;
+    if (i == 0) {
+      dec.p0_norm_pre += n_pre;
+      dec.p0_norm_post += n_post;
+      dec.p0_carry += carry;
+      dec.p0_attn += at;
+      dec.p0_mlp += ml;
+      dec.p0_unexplained += n_post - (carry + at + ml);
+      dec.p0_cos_pre += SafeCos(carry * n_post, n_pre, n_post);
+      dec.p0_cos_attn += SafeCos(at * n_post, n_a, n_post);
+      dec.p0_cos_mlp += SafeCos(ml * n_post, n_m, n_post);
+      dec.p0_attn_norm += n_a;
+      dec.p0_mlp_norm += n_m;
+    } else {
+      o_pre += n_pre;
+      o_post += n_post;
+      o_carry += carry;
+      o_attn += at;
+      o_mlp += ml;
+      o_cos_a += SafeCos(at * n_post, n_a, n_post);
+      o_cos_m += SafeCos(ml * n_post, n_m, n_post);
+    }
+  }
+  const double inv_o = 1.0 / (T - 1);
+  dec.other_norm_pre += o_pre * inv_o;
+  dec.other_norm_post += o_post * inv_o;
+  dec.other_carry += o_carry * inv_o;
+  dec.other_attn += o_attn * inv_o;
+  dec.other_mlp += o_mlp * inv_o;
+  dec.other_cos_attn += o_cos_a * inv_o;
+  dec.other_cos_mlp += o_cos_m * inv_o;
+}
+
+// Adds layer l's cone fits of one sample (ConeFit): per head, the cone of its values (kv head
+// h / group) and the predicted against measured output norms at every position.
+void AddConeFits(const LayerScratch& s, const Runner& runner, const ModelConfig& c, int l, int T,
+                 ConeAcc* cones) {
+  const int H = c.n_heads, Dh = c.head_dim, Hkv = c.n_kv_heads, group = H / Hkv, HD = c.q_dim();
+  std::vector<double> axis(Dh), vnorm(T);
+  for (int h = 0; h < H; ++h) {
+    const int kv = h / group;
+    std::fill(axis.begin(), axis.end(), 0.0);
+    double v_sq = 0;
+    for (int j = 0; j < T; ++j) {
+      const float* v = &s.v[(static_cast<int64_t>(j) * Hkv + kv) * Dh];
+      vnorm[j] = Norm(v, Dh);
+      v_sq += vnorm[j] * vnorm[j];
+      if (vnorm[j] > 0)
+        for (int e = 0; e < Dh; ++e) axis[e] += v[e] / vnorm[j];
+    }
+    double an = 0;
+    for (double x : axis) an += x * x;
+    an = std::sqrt(an);
+    double a = 0;
+    for (int j = 0; j < T; ++j) {
+      if (vnorm[j] <= 0 || an <= 0) continue;
+      const float* v = &s.v[(static_cast<int64_t>(j) * Hkv + kv) * Dh];
+      double d = 0;
+      for (int e = 0; e < Dh; ++e) d += v[e] * axis[e];
+      a += d / (vnorm[j] * an);
+    }
+    a /= T;
+    const double mean_v_sq = v_sq / T;
+    const float* sum_sq = runner.SumSq(l, h);
+    ConeAcc& ca = cones[h];
+    ca.a += a;
+    double best_pred = -1, best_meas = -1;
+    int arg_pred = 0, arg_meas = 0;
+    double pred_o = 0, meas_o = 0;
+    for (int i = 0; i < T; ++i) {
+      const double pred = a * a + (1 - a * a) * sum_sq[i];
+      const float* z = &s.z[static_cast<int64_t>(i) * HD + h * Dh];
+      const double meas = mean_v_sq > 0 ? Dot(z, z, Dh) / mean_v_sq : 0.0;
+      ca.n += 1;
+      ca.sx += pred;
+      ca.sy += meas;
+      ca.sxx += pred * pred;
+      ca.syy += meas * meas;
+      ca.sxy += pred * meas;
+      // Ties go to position 0 (its predicted value 1 is the bound every position can reach).
+      if (pred > best_pred + 1e-12) { best_pred = pred; arg_pred = i; }
+      if (meas > best_meas) { best_meas = meas; arg_meas = i; }
+      if (i == 0) {
+        ca.pred0 += pred;
+        ca.meas0 += meas;
+      } else {
+        pred_o += pred;
+        meas_o += meas;
+      }
+    }
+    ca.pred_o += pred_o / (T - 1);
+    ca.meas_o += meas_o / (T - 1);
+    ca.p0_pred_max += arg_pred == 0;
+    ca.p0_meas_max += arg_meas == 0;
+  }
+}
+
+// The clean forward of one sample with every observer the clean pass needs.
 void CleanPass(Runner& runner, const Model& model, const std::vector<int>& tokens, double eps,
-               CleanAcc& acc, RunMetrics& metrics) {
+               CleanAcc& acc, HeadTerms& head_terms, RunMetrics& metrics) {
   const ModelConfig& c = model.config;
-  const int L = c.n_layers, H = c.n_heads, D = c.dim, Dh = c.head_dim, T = static_cast<int>(tokens.size());
-  const int Hkv = c.n_kv_heads, group = H / Hkv, HD = c.q_dim();
+  const int L = c.n_layers, H = c.n_heads, D = c.dim, T = static_cast<int>(tokens.size());
   LayerScratch s;
   auto keep = [](std::vector<float>& dst) {
     return [&dst](const HookContext&, Tensor& t) { dst.assign(t.data(), t.data() + t.numel()); };
@@ -269,166 +491,84 @@ void CleanPass(Runner& runner, const Model& model, const std::vector<int>& token
   hooks.Add(HookPoint::kZ, -1, keep(s.z));
   hooks.Add(HookPoint::kAttnOut, -1, keep(s.attn));
   hooks.Add(HookPoint::kMlpOut, -1, keep(s.mlp));
-  // Strongest sink on another position: per head, max over k in [1, T/2] of alpha_k.
   hooks.Add(HookPoint::kPattern, -1, [&](const HookContext& ctx, Tensor& p) {
-    const int S = static_cast<int>(p.dim(2));
-    int count = 0;
-    std::vector<double> col(T / 2 + 1);
-    for (int h = 0; h < H; ++h) {
-      std::fill(col.begin(), col.end(), 0.0);
-      for (int i = 1; i < T; ++i) {
-        const float* row = p.data() + (static_cast<int64_t>(h) * T + i) * S;
-        for (int k = 1; k <= std::min(i, T / 2); ++k) col[k] += row[k];
-      }
-      double best = 0;
-      for (int k = 1; k <= T / 2; ++k) best = std::max(best, col[k] / (T - k));
-      count += best > eps;
-    }
-    other_rate[ctx.layer] = static_cast<double>(count) / H;
+    other_rate[ctx.layer] = OtherSinkRate(p, H, T, eps);
   });
-  hooks.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& post_t) {
+  hooks.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& post) {
     const int l = ctx.layer;
-    const float* post = post_t.data();
-    const LayerWeights& w = model.weights.layers[l];
-    // W_O in f32 (unpacked from its bf16 or Q8_0 pack for a model held packed only). Unpacked
-    // per call rather than kept: keeping every layer's would hold a 7B model's W_O in f32 (2 GiB)
-    // to save a D x D conversion beside a forward of T x (params) multiply-adds.
-    const Tensor wo = ProjectionF32(w.wo, w.packed ? &w.packed->wo : nullptr);
-    LayerDecomposition& dec = acc.layers[l];
-    if (dec.p0_head.empty()) {
-      dec.p0_head.assign(H, 0.0);
-      dec.other_head.assign(H, 0.0);
-    }
-    // Positions: 0, and up to kOtherPositions evenly spaced i >= 1 for the per-head terms.
-    std::vector<int> head_positions{0};
-    const int n_other = std::min(T - 1, kOtherPositions);
-    for (int j = 0; j < n_other; ++j) head_positions.push_back(1 + static_cast<int>((static_cast<int64_t>(j) * (T - 1)) / n_other));
-    std::vector<double> g(HD);
-    double o_pre = 0, o_post = 0, o_carry = 0, o_attn = 0, o_mlp = 0, o_cos_a = 0, o_cos_m = 0;
-    for (int i = 0; i < T; ++i) {
-      const int64_t off = static_cast<int64_t>(i) * D;
-      const float *hp = &s.pre[off], *a = &s.attn[off], *m = &s.mlp[off], *hq = post + off;
-      const double n_post = Norm(hq, D), n_pre = Norm(hp, D), n_a = Norm(a, D), n_m = Norm(m, D);
-      const double inv = n_post > 0 ? 1.0 / n_post : 0.0;
-      const double carry = Dot(hq, hp, D) * inv, at = Dot(hq, a, D) * inv, ml = Dot(hq, m, D) * inv;
-      if (i == 0) {
-        dec.p0_norm_pre += n_pre;
-        dec.p0_norm_post += n_post;
-        dec.p0_carry += carry;
-        dec.p0_attn += at;
-        dec.p0_mlp += ml;
-        dec.p0_unexplained += n_post - (carry + at + ml);
-        dec.p0_cos_pre += SafeCos(carry * n_post, n_pre, n_post);
-        dec.p0_cos_attn += SafeCos(at * n_post, n_a, n_post);
-        dec.p0_cos_mlp += SafeCos(ml * n_post, n_m, n_post);
-        dec.p0_attn_norm += n_a;
-        dec.p0_mlp_norm += n_m;
-      } else {
-        o_pre += n_pre;
-        o_post += n_post;
-        o_carry += carry;
-        o_attn += at;
-        o_mlp += ml;
-        o_cos_a += SafeCos(at * n_post, n_a, n_post);
-        o_cos_m += SafeCos(ml * n_post, n_m, n_post);
-      }
-    }
-    const double inv_o = 1.0 / (T - 1);
-    dec.other_norm_pre += o_pre * inv_o;
-    dec.other_norm_post += o_post * inv_o;
-    dec.other_carry += o_carry * inv_o;
-    dec.other_attn += o_attn * inv_o;
-    dec.other_mlp += o_mlp * inv_o;
-    dec.other_cos_attn += o_cos_a * inv_o;
-    dec.other_cos_mlp += o_cos_m * inv_o;
-    // Per head: u.(W_O[:, h] z_h) = (W_O^T u)[h slice] . z_h; W_O is (D, H*Dh).
-    for (size_t pi = 0; pi < head_positions.size(); ++pi) {
-      const int i = head_positions[pi];
-      const float* hq = post + static_cast<int64_t>(i) * D;
-      const double n_post = Norm(hq, D);
-      if (n_post <= 0) continue;
-      std::fill(g.begin(), g.end(), 0.0);
-      for (int d = 0; d < D; ++d) {
-        const double ud = hq[d] / n_post;
-        const float* wrow = wo.data() + static_cast<int64_t>(d) * HD;
-        for (int j = 0; j < HD; ++j) g[j] += ud * wrow[j];
-      }
-      const float* z = &s.z[static_cast<int64_t>(i) * HD];
-      for (int h = 0; h < H; ++h) {
-        double t = 0;
-        for (int e = 0; e < Dh; ++e) t += g[h * Dh + e] * z[h * Dh + e];
-        if (i == 0) dec.p0_head[h] += t;
-        else dec.other_head[h] += t / n_other;
-      }
-    }
-    // Cone model per head (values of kv head h / group).
-    const double* sq_unused = nullptr;
-    (void)sq_unused;
-    for (int h = 0; h < H; ++h) {
-      const int kv = h / group;
-      std::vector<double> axis(Dh, 0.0);
-      double v_sq = 0;
-      std::vector<double> vnorm(T);
-      for (int j = 0; j < T; ++j) {
-        const float* v = &s.v[(static_cast<int64_t>(j) * Hkv + kv) * Dh];
-        vnorm[j] = Norm(v, Dh);
-        v_sq += vnorm[j] * vnorm[j];
-        if (vnorm[j] > 0)
-          for (int e = 0; e < Dh; ++e) axis[e] += v[e] / vnorm[j];
-      }
-      double an = 0;
-      for (double x : axis) an += x * x;
-      an = std::sqrt(an);
-      double a = 0;
-      for (int j = 0; j < T; ++j) {
-        if (vnorm[j] <= 0 || an <= 0) continue;
-        const float* v = &s.v[(static_cast<int64_t>(j) * Hkv + kv) * Dh];
-        double d = 0;
-        for (int e = 0; e < Dh; ++e) d += v[e] * axis[e];
-        a += d / (vnorm[j] * an);
-      }
-      a /= T;
-      const double mean_v_sq = v_sq / T;
-      const float* sum_sq = runner.SumSq(l, h);
-      ConeAcc& ca = acc.cones[static_cast<size_t>(l) * H + h];
-      ca.a += a;
-      double best_pred = -1, best_meas = -1;
-      int arg_pred = 0, arg_meas = 0;
-      double pred_o = 0, meas_o = 0;
-      for (int i = 0; i < T; ++i) {
-        const double pred = a * a + (1 - a * a) * sum_sq[i];
-        const float* z = &s.z[static_cast<int64_t>(i) * HD + h * Dh];
-        const double meas = mean_v_sq > 0 ? Dot(z, z, Dh) / mean_v_sq : 0.0;
-        ca.n += 1;
-        ca.sx += pred;
-        ca.sy += meas;
-        ca.sxx += pred * pred;
-        ca.syy += meas * meas;
-        ca.sxy += pred * meas;
-        // Ties go to position 0 (its predicted value 1 is the bound every position can reach).
-        if (pred > best_pred + 1e-12) { best_pred = pred; arg_pred = i; }
-        if (meas > best_meas) { best_meas = meas; arg_meas = i; }
-        if (i == 0) {
-          ca.pred0 += pred;
-          ca.meas0 += meas;
-        } else {
-          pred_o += pred;
-          meas_o += meas;
-        }
-      }
-      ca.pred_o += pred_o / (T - 1);
-      ca.meas_o += meas_o / (T - 1);
-      ca.p0_pred_max += arg_pred == 0;
-      ca.p0_meas_max += arg_meas == 0;
-    }
+    AddDecomposition(s, post.data(), T, D, acc.layers[l]);
+    head_terms.Keep(l, post.data(), s.z.data());
+    AddConeFits(s, runner, c, l, T, &acc.cones[static_cast<size_t>(l) * H]);
   });
   metrics = runner.Run(tokens, hooks);
+  head_terms.EndSample(acc.layers);
   for (int l = 0; l < L; ++l) {
     acc.layers[l].other_sink_rate += other_rate[l];
     double alpha = 0;
     for (int h = 0; h < H; ++h) alpha += runner.Alpha(l, h, 0);
     acc.layers[l].mean_alpha0 += alpha / H;
   }
+}
+
+// Means over the clean pass's N samples: the per-layer decomposition, sink rates, onset,
+// amplification and slot layers, and the cone fits.
+void SummarizeCleanPass(const CleanAcc& acc, const std::vector<RunMetrics>& clean,
+                        const ExplainOptions& options, bool has_slot, ExplainResult& r) {
+  const int L = r.n_layers, H = r.n_heads, N = static_cast<int>(clean.size());
+  r.layers = acc.layers;
+  for (int l = 0; l < L; ++l) {
+    LayerDecomposition& d = r.layers[l];
+    auto mean = [N](double& x) { x /= N; };
+    for (double* x : {&d.p0_norm_pre, &d.p0_norm_post, &d.p0_carry, &d.p0_attn, &d.p0_mlp,
+                      &d.p0_unexplained, &d.p0_cos_pre, &d.p0_cos_attn, &d.p0_cos_mlp,
+                      &d.p0_attn_norm, &d.p0_mlp_norm, &d.other_norm_pre, &d.other_norm_post,
+                      &d.other_carry, &d.other_attn, &d.other_mlp, &d.other_cos_attn,
+                      &d.other_cos_mlp, &d.other_sink_rate, &d.mean_alpha0})
+      mean(*x);
+    for (double& x : d.p0_head) x /= N;
+    for (double& x : d.other_head) x /= N;
+    double ratio = 0, rate = 0;
+    for (int n = 0; n < N; ++n) {
+      ratio += clean[n].p0_ratio[l];
+      rate += static_cast<double>(clean[n].sink0[l]) / H;
+    }
+    d.p0_norm_ratio = ratio / N;
+    d.sink_rate = rate / N;
+    if (has_slot) {
+      double slot = 0, slot_rate = 0;
+      for (int n = 0; n < N; ++n) {
+        slot += clean[n].slot[l];
+        slot_rate += static_cast<double>(clean[n].slot_heads[l]) / H;
+      }
+      d.mean_alpha_sink = slot / N;
+      d.sink_slot_rate = slot_rate / N;
+      r.sink_slot_rate += d.sink_slot_rate / L;
+      if (r.slot_onset_layer < 0 && d.sink_slot_rate > options.onset_threshold) r.slot_onset_layer = l;
+    }
+    r.sink_rate += d.sink_rate / L;
+    if (r.amplification_layer < 0 && d.p0_norm_ratio > options.amplification_threshold)
+      r.amplification_layer = l;
+    if (r.onset_layer < 0 && d.sink_rate > options.onset_threshold) r.onset_layer = l;
+    if (r.other_sink_layer < 0 && d.other_sink_rate > options.onset_threshold) r.other_sink_layer = l;
+  }
+  for (int l = 0; l < L; ++l)
+    for (int h = 0; h < H; ++h) {
+      const ConeAcc& a = acc.cones[static_cast<size_t>(l) * H + h];
+      ConeFit f;
+      f.layer = l;
+      f.head = h;
+      f.a = a.a / N;
+      const double vx = a.sxx - a.sx * a.sx / a.n, vy = a.syy - a.sy * a.sy / a.n;
+      const double cxy = a.sxy - a.sx * a.sy / a.n;
+      f.correlation = vx > 0 && vy > 0 ? cxy / std::sqrt(vx * vy) : 0.0;
+      f.p0_predicted_max = a.p0_pred_max / N;
+      f.p0_measured_max = a.p0_meas_max / N;
+      f.predicted_p0 = a.pred0 / N;
+      f.measured_p0 = a.meas0 / N;
+      f.predicted_other = a.pred_o / N;
+      f.measured_other = a.meas_o / N;
+      r.cones.push_back(f);
+    }
 }
 
 // A replacement token for position 0: differs from `first`, never BOS/EOS.
@@ -470,6 +610,7 @@ struct CleanRecord {
   std::vector<float> resid_pre;  // (L, T, D) hook_resid_pre of every block
   std::vector<float> q;          // (L, T, H * Dh) hook_q: after RoPE, before QueryScale
   std::vector<float> k0;         // (L, Hkv * Dh) hook_k of position 0
+  std::vector<float> k;          // (L, T, Hkv * Dh) hook_k of every position (saturated rows)
   std::vector<float> z_mean;     // (L, H * Dh) hook_z's mean over positions >= 1
   std::vector<float> mlp_mean;   // (L, D) hook_mlp_out's mean over positions >= 1
   // (L, H, T) logit(p_i0) - g(s_i0): query i's clean attention on key 0 with key 0's own weight
@@ -477,15 +618,25 @@ struct CleanRecord {
   // (position 0 itself) or 0 (outside a sliding window): it stays so.
   std::vector<double> attn_base;
   RunMetrics metrics;
+  bool has_estimate_inputs = false;
+
+  // Bytes held, for the estimate inputs (q and the rest) or the resume input alone.
+  static int64_t Bytes(const ModelConfig& c, int T, bool estimates) {
+    const int64_t L = c.n_layers;
+    int64_t floats = L * T * c.dim;
+    if (estimates)
+      floats += L * T * (c.q_dim() + c.kv_dim()) + L * (c.kv_dim() + c.q_dim() + c.dim) + 2 * L * c.n_heads * T;
+    return floats * static_cast<int64_t>(sizeof(float));
+  }
 };
 
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-// g(s) for query q (Dh) and key k (Dh) in block `layer`, scored as the attention kernels score
-// (QueryScale, 1 / sqrt(Dh), soft-cap): the log of the key's weight before normalisation, i.e. the
-// score for softmax and log sigmoid(score) for sigmoid attention.
-double LogWeight(const ModelConfig& c, int layer, const float* q, const float* k) {
-  double s = Dot(q, k, c.head_dim) * c.QueryScale(layer) / std::sqrt(static_cast<double>(c.head_dim));
+// g(s) from the dot product q.k of a query and a key in block `layer`, scored as the attention
+// kernels score (QueryScale, 1 / sqrt(Dh), soft-cap): the log of the key's weight before
+// normalisation, i.e. the score for softmax and log sigmoid(score) for sigmoid attention.
+double LogWeightOfDot(const ModelConfig& c, int layer, double dot) {
+  double s = dot * c.QueryScale(layer) / std::sqrt(static_cast<double>(c.head_dim));
   if (c.attn_logit_softcap > 0) s = c.attn_logit_softcap * std::tanh(s / c.attn_logit_softcap);
   if (c.attn_sigmoid) return s > 0 ? -std::log1p(std::exp(-s)) : s - std::log1p(std::exp(s));
   return s;
@@ -498,6 +649,7 @@ void RecordClean(Runner& runner, const ModelConfig& c, const std::vector<int>& t
   const int L = c.n_layers, H = c.n_heads, D = c.dim, HD = c.q_dim(), KV = c.kv_dim();
   const int Dh = c.head_dim, group = c.n_heads / c.n_kv_heads, T = static_cast<int>(tokens.size());
   const int64_t block = static_cast<int64_t>(T) * D, q_block = static_cast<int64_t>(T) * HD;
+  rec.has_estimate_inputs = estimates;
   rec.resid_pre.assign(static_cast<size_t>(L) * block, 0.0f);
   Hooks record;
   record.Add(HookPoint::kResidPre, -1, [&](const HookContext& ctx, Tensor& x) {
@@ -511,8 +663,10 @@ void RecordClean(Runner& runner, const ModelConfig& c, const std::vector<int>& t
     record.Add(HookPoint::kQ, -1, [&](const HookContext& ctx, Tensor& t) {
       std::copy(t.data(), t.data() + q_block, rec.q.data() + ctx.layer * q_block);
     });
+    rec.k.assign(static_cast<size_t>(L) * T * KV, 0.0f);
     record.Add(HookPoint::kK, -1, [&](const HookContext& ctx, Tensor& t) {
       std::copy(t.data(), t.data() + KV, rec.k0.data() + static_cast<int64_t>(ctx.layer) * KV);
+      std::copy(t.data(), t.data() + static_cast<int64_t>(T) * KV, rec.k.data() + static_cast<int64_t>(ctx.layer) * T * KV);
     });
     record.Add(HookPoint::kZ, -1, [&](const HookContext& ctx, Tensor& t) {
       P0Replacement(t.data(), T, HD, 0, HD, Ablation::kMean, &rec.z_mean[static_cast<size_t>(ctx.layer) * HD]);
@@ -524,114 +678,793 @@ void RecordClean(Runner& runner, const ModelConfig& c, const std::vector<int>& t
   rec.metrics = runner.Run(tokens, record);
   if (!estimates) return;
   rec.attn_base.assign(static_cast<size_t>(L) * H * T, 0.0);
+  std::vector<float> qh, kh, scores;
+  std::vector<double> rest;
   for (int l = 0; l < L; ++l)
     for (int h = 0; h < H; ++h) {
       const float* k = &rec.k0[static_cast<size_t>(l) * KV + (h / group) * Dh];
       double* base = &rec.attn_base[(static_cast<size_t>(l) * H + h) * T];
+      bool saturated = false;
       for (int i = 0; i < T; ++i) {
         const double p = runner.Prob(l, h, i, 0);
         const float* q = &rec.q[static_cast<size_t>(l) * q_block + static_cast<int64_t>(i) * HD + h * Dh];
-        base[i] = p <= 0 ? -INFINITY : p >= 1 ? INFINITY : std::log(p) - std::log1p(-p) - LogWeight(c, l, q, k);
+        base[i] = p <= 0 ? -INFINITY : p >= 1 ? INFINITY
+                                              : std::log(p) - std::log1p(-p) - LogWeightOfDot(c, l, Dot(q, k, Dh));
+        saturated = saturated || (i > 0 && p > 1.0 - kSaturated);
+      }
+      if (!saturated) continue;
+      // A query that puts nearly all its weight on key 0 (a strong sink: 1 - p_i0 below the
+      // float resolution of p near 1) carries no usable logit(p_i0) in the statistics, and taken
+      // as p = 1 its estimate could never move. Its base comes from the scores instead: with g_j
+      // the log weights of the visible keys >= 1, and the slot's log weight g_0 + log(p_slot /
+      // p_i0) (its weight relative to key 0's is p_slot / p_i0),
+      //     base = logit(p_i0) - g_0 = -log sum_rest e^{g} = -logsumexp(g_rest),
+      // taken about its largest term, so no score gap is too large (a gap beyond 745 would
+      // underflow e^{g_j - g_0} in double).
+      qh.resize(static_cast<size_t>(T) * Dh);
+      kh.resize(static_cast<size_t>(T) * Dh);
+      scores.resize(static_cast<size_t>(T) * T);
+      for (int i = 0; i < T; ++i) {
+        std::copy_n(&rec.q[static_cast<size_t>(l) * q_block + static_cast<int64_t>(i) * HD + h * Dh], Dh, &qh[static_cast<size_t>(i) * Dh]);
+        std::copy_n(&rec.k[(static_cast<size_t>(l) * T + i) * KV + (h / group) * Dh], Dh, &kh[static_cast<size_t>(i) * Dh]);
+      }
+      MatMul(qh.data(), kh.data(), nullptr, scores.data(), T, Dh, T);  // (T, T) q_i . k_j
+      const int window = c.Window(l);
+      for (int i = 1; i < T; ++i) {
+        const double p = runner.Prob(l, h, i, 0);
+        if (!(p > 1.0 - kSaturated)) continue;
+        const float* row = &scores[static_cast<size_t>(i) * T];
+        rest.clear();
+        if (const double slot = runner.SlotProb(l, h, i); slot > 0)
+          rest.push_back(LogWeightOfDot(c, l, row[0]) + std::log(slot / p));
+        for (int j = window > 0 ? std::max(1, i - window + 1) : 1; j <= i; ++j)
+          rest.push_back(LogWeightOfDot(c, l, row[j]));
+        const double top = *std::max_element(rest.begin(), rest.end());
+        double sum = 0;
+        for (double g : rest) sum += std::exp(g - top);
+        base[i] = -(top + std::log(sum));
       }
     }
 }
 
-// Position 0 under `rows` interventions at once, from block `first` on: one forward of `rows`
-// copies of the first token at position 0, each attending to itself alone
-// (ForwardRequest::self_attention_only), which is what position 0 computes in the full forward
-// under the causal mask. The interventions' hooks write their rows; the call keeps each row's key
-// 0 in the blocks after `first` and ||h'_0|| from `first` on.
-class P0Recompute {
- public:
-  P0Recompute(const Model& model, int rows)
-      : model_(model), rows_(rows), cache_(KVCache::CreateSingleUse(model.config, rows)) {}
+// The donor run of an intervention sample: the sample with another first token, whose h_0, key 0
+// and ||h'_0|| after every block the patch rows read.
+struct DonorRun {
+  RunMetrics metrics;
+  std::vector<float> h0;     // (L, D)
+  std::vector<float> k0;     // (L, Hkv * Dh)
+  std::vector<double> norm;  // (L)
+  int first_token = 0;
+};
 
-  struct Rows {
-    std::vector<float> k0;     // (rows, L, Hkv * Dh)
-    std::vector<double> norm;  // (rows, L)
-  };
-  // h0: (D) h_0 entering block `first` (unused at block 0, which starts from the embedding).
-  Rows Run(int token, const float* h0, int first, Hooks hooks) {
-    const ModelConfig& c = model_.config;
-    const int L = c.n_layers, D = c.dim, KV = c.kv_dim();
-    Rows out;
-    out.k0.assign(static_cast<size_t>(rows_) * L * KV, 0.0f);
-    out.norm.assign(static_cast<size_t>(rows_) * L, 0.0);
-    hooks.Add(HookPoint::kK, -1, [&](const HookContext& ctx, Tensor& t) {
-      if (ctx.layer <= first) return;
-      for (int r = 0; r < rows_; ++r)
-        std::copy(t.data() + static_cast<int64_t>(r) * KV, t.data() + static_cast<int64_t>(r + 1) * KV,
-                  &out.k0[(static_cast<size_t>(r) * L + ctx.layer) * KV]);
-    });
-    hooks.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& t) {
-      for (int r = 0; r < rows_; ++r) out.norm[static_cast<size_t>(r) * L + ctx.layer] = Norm(t.data() + static_cast<int64_t>(r) * D, D);
-    });
-    const std::vector<int> tokens(rows_, token), positions(rows_, 0);
-    std::vector<float> resid;
-    if (first > 0)
-      for (int r = 0; r < rows_; ++r) resid.insert(resid.end(), h0, h0 + D);
-    cache_.Clear();
-    ForwardRequest req;
-    req.tokens = tokens;
-    req.positions = positions;
-    req.logits = LogitsMode::kNone;
-    req.hooks = &hooks;
-    req.first_layer = first;
-    req.resid_pre = first > 0 ? resid.data() : nullptr;
-    req.self_attention_only = true;
-    ss::Forward(model_, cache_, state_, req);
-    ++calls;
-    blocks += static_cast<int64_t>(rows_) * (L - first);
-    return out;
+// The estimated metrics of R interventions that change h_0 after block `layer[r]`'s attention (an
+// MLP or head ablation in that block, or a patch of h_0 after it): blocks up to the row's layer
+// keep the clean attention, ||h'_0|| from that layer on is the row's recomputed norm over the
+// clean median of the other positions, and each later block's attention on position 0 follows
+// the row's new key 0 against the clean queries,
+//     p'_i0 = sigmoid(attn_base_i + g(q_i . k'_0)),
+// the scores of each (block, head) one product Q (T, Dh) K'^T over the rows that reach it. Keys
+// come in block by block (AddKeys), as the sweep computes them, so no row's keys are kept beyond
+// their block. Sink_1 and the slot stay clean (not estimated).
+class P0Estimate {
+ public:
+  P0Estimate(const CleanRecord& rec, const ModelConfig& c, int T, double eps, std::vector<int> layer)
+      : rec_(rec), c_(c), T_(T), eps_(eps), layer_(std::move(layer)),
+        out_(layer_.size(), rec.metrics) {}
+
+  // Row r's ||h'_0|| per block (L; read from the row's own layer on).
+  void SetNorms(int r, const double* norm) {
+    for (int l = std::max(layer_[r], 0); l < c_.n_layers; ++l) {
+      out_[r].p0_norm[l] = norm[l];
+      out_[r].p0_ratio[l] = NormRatio(norm[l], out_[r].others_median[l]);
+    }
+  }
+  // Block l's key 0 of rows `rows` (each with layer < l): keys (rows.size(), Hkv * Dh).
+  void AddKeys(int l, const std::vector<int>& rows, const float* keys) {
+    const int H = c_.n_heads, Dh = c_.head_dim, KV = c_.kv_dim(), HD = c_.q_dim();
+    const int group = c_.n_heads / c_.n_kv_heads, n = static_cast<int>(rows.size());
+    if (n == 0) return;
+    for (int r : rows) {
+      SS_ASSERT(layer_[r] < l);
+      out_[r].sink0[l] = 0;
+      out_[r].alpha0[l] = 0;
+    }
+    q_.resize(static_cast<size_t>(T_) * Dh);
+    k_.resize(static_cast<size_t>(n) * Dh);
+    scores_.resize(static_cast<size_t>(T_) * n);
+    for (int h = 0; h < H; ++h) {
+      for (int i = 0; i < T_; ++i)
+        std::copy_n(&rec_.q[(static_cast<size_t>(l) * T_ + i) * HD + h * Dh], Dh, &q_[static_cast<size_t>(i) * Dh]);
+      for (int j = 0; j < n; ++j)
+        std::copy_n(keys + static_cast<int64_t>(j) * KV + (h / group) * Dh, Dh, &k_[static_cast<size_t>(j) * Dh]);
+      MatMul(q_.data(), k_.data(), nullptr, scores_.data(), T_, Dh, n);  // (T, n) = q . k'
+      const double* base = &rec_.attn_base[(static_cast<size_t>(l) * H + h) * T_];
+      for (int j = 0; j < n; ++j) {
+        double alpha = 0;
+        for (int i = 0; i < T_; ++i) {
+          if (base[i] == -INFINITY) continue;
+          if (base[i] == INFINITY) {
+            alpha += 1;
+            continue;
+          }
+          alpha += Sigmoid(base[i] + LogWeightOfDot(c_, l, scores_[static_cast<size_t>(i) * n + j]));
+        }
+        alpha /= T_;
+        RunMetrics& m = out_[rows[j]];
+        m.sink0[l] += alpha > eps_;
+        m.alpha0[l] += alpha;
+      }
+    }
+  }
+  const RunMetrics& Result(int r) const { return out_[r]; }
+
+ private:
+  const CleanRecord& rec_;
+  const ModelConfig& c_;
+  int T_;
+  double eps_;
+  std::vector<int> layer_;
+  std::vector<RunMetrics> out_;
+  std::vector<float> q_, k_, scores_;
+};
+
+// Position 0 under every MLP and head row of the table, all blocks in one sweep (explain.h):
+// group l holds block l's H + 2 rows (row h < H ablates head h, row H zeroes the MLP output, row
+// H + 1 mean-ablates it), rows l (H + 2) .. l (H + 2) + H + 1 of the estimate. Block b runs the
+// (b + 1) (H + 2) rows of groups 0..b as one forward of one-token rows at position 0, each
+// attending to itself alone (ForwardRequest::self_attention_only, which is what position 0
+// computes in the full forward under the causal mask), stopped after block b
+// (ForwardRequest::last_layer); group b joins with the clean h_0 entering block b and its
+// interventions applied in block b. So each block's weights are read once per sample, in one
+// product over all the rows that pass through it, where running each group from its block to the
+// end read block b's weights b + 1 times. Hands the estimate every row's key 0 in the blocks after
+// its own and ||h'_0|| from its own block on.
+class P0Sweep {
+ public:
+  explicit P0Sweep(const Model& model)
+      : model_(model), c_(model.config), group_(c_.n_heads + 2),
+        cache_(KVCache::CreateSingleUse(model.config, c_.n_layers * group_)) {}
+
+  int RowsPerGroup() const { return group_; }
+  // Bytes the sweep holds beside its forward's state: the rows' residual stream and norms.
+  static int64_t Bytes(const ModelConfig& c) {
+    const int64_t rows = static_cast<int64_t>(c.n_layers) * (c.n_heads + 2);
+    return rows * (c.dim * static_cast<int64_t>(sizeof(float)) + c.n_layers * static_cast<int64_t>(sizeof(double)));
+  }
+
+  // rec: the sample's clean record (h_0 entering every block, the means for mean-ablation).
+  void Run(int token, const CleanRecord& rec, Ablation head_ablation, P0Estimate& estimate) {
+    const int L = c_.n_layers, H = c_.n_heads, D = c_.dim, HD = c_.q_dim(), Dh = c_.head_dim;
+    const int T = static_cast<int>(rec.resid_pre.size() / (static_cast<size_t>(L) * D));
+    const int rows_all = L * group_;
+    std::vector<double> norm(static_cast<size_t>(rows_all) * L, 0.0);
+    std::vector<float> stream(static_cast<size_t>(rows_all) * D, 0.0f);
+    std::vector<int> earlier;
+    for (int b = 0; b < L; ++b) {
+      const int rows = (b + 1) * group_;
+      const int64_t first = static_cast<int64_t>(b) * group_;  // group b's first row
+      for (int r = 0; r < group_; ++r)  // group b starts from the clean h_0 entering block b
+        std::copy_n(&rec.resid_pre[static_cast<size_t>(b) * T * D], D, &stream[static_cast<size_t>(first + r) * D]);
+      Hooks hooks;
+      hooks.Add(HookPoint::kZ, b, [&](const HookContext&, Tensor& t) {
+        for (int h = 0; h < H; ++h) {
+          float* z = t.data() + (first + h) * HD + h * Dh;
+          if (head_ablation == Ablation::kMean)
+            std::copy_n(&rec.z_mean[static_cast<size_t>(b) * HD + h * Dh], Dh, z);
+          else
+            std::fill(z, z + Dh, 0.0f);
+        }
+      });
+      hooks.Add(HookPoint::kMlpOut, b, [&](const HookContext&, Tensor& t) {
+        std::fill(t.data() + (first + H) * D, t.data() + (first + H + 1) * D, 0.0f);
+        std::copy_n(&rec.mlp_mean[static_cast<size_t>(b) * D], D, t.data() + (first + H + 1) * D);
+      });
+      hooks.Add(HookPoint::kK, b, [&](const HookContext&, Tensor& t) {
+        estimate.AddKeys(b, earlier, t.data());  // rows of the earlier groups are rows 0..first-1
+      });
+      hooks.Add(HookPoint::kResidPost, b, [&](const HookContext&, Tensor& t) {
+        for (int r = 0; r < rows; ++r) norm[static_cast<size_t>(r) * L + b] = Norm(t.data() + static_cast<int64_t>(r) * D, D);
+        std::copy_n(t.data(), static_cast<int64_t>(rows) * D, stream.data());
+      });
+      const std::vector<int> tokens(rows, token), positions(rows, 0);
+      cache_.Clear();
+      ForwardRequest req;
+      req.tokens = tokens;
+      req.positions = positions;
+      req.logits = LogitsMode::kNone;
+      req.hooks = &hooks;
+      req.first_layer = b;
+      req.last_layer = b;
+      req.resid_pre = b > 0 ? stream.data() : nullptr;
+      req.self_attention_only = true;
+      ss::Forward(model_, cache_, state_, req);
+      ++calls;
+      blocks += rows;
+      for (int r = 0; r < group_; ++r) earlier.push_back(static_cast<int>(first) + r);
+    }
+    for (int r = 0; r < rows_all; ++r) estimate.SetNorms(r, &norm[static_cast<size_t>(r) * L]);
   }
 
   int64_t calls = 0, blocks = 0;
 
  private:
   const Model& model_;
-  int rows_;
+  const ModelConfig& c_;
+  int group_;
   KVCache cache_;
   RunState state_;
 };
 
-// The estimated metrics of an intervention that changes h_0 after block `layer`'s attention (an
-// MLP or head ablation in block `layer`, or a patch of h_0 after it): blocks up to `layer` keep the
-// clean attention, ||h'_0|| from `layer` on is `norm` (L) over the clean median of the other
-// positions, and each later block's attention on position 0 follows the new key 0 (k0: (L,
-// Hkv * Dh)) against the clean queries. Sink_1 and the slot stay clean (not estimated).
-RunMetrics EstimateMetrics(const CleanRecord& rec, const ModelConfig& c, int T, double eps, int layer,
-                           const float* k0, const double* norm) {
-  RunMetrics m = rec.metrics;
-  const int L = c.n_layers, H = c.n_heads, Dh = c.head_dim, KV = c.kv_dim(), HD = c.q_dim();
-  const int group = c.n_heads / c.n_kv_heads;
-  for (int l = std::max(layer, 0); l < L; ++l) {
-    m.p0_norm[l] = norm[l];
-    m.p0_ratio[l] = NormRatio(norm[l], m.others_median[l]);
-  }
-  for (int l = layer + 1; l < L; ++l) {
-    int sinks = 0;
-    double alpha_sum = 0;
-    for (int h = 0; h < H; ++h) {
-      const float* k = k0 + static_cast<int64_t>(l) * KV + (h / group) * Dh;
-      const double* base = &rec.attn_base[(static_cast<size_t>(l) * H + h) * T];
-      double alpha = 0;
-      for (int i = 0; i < T; ++i) {
-        if (base[i] == -INFINITY) continue;
-        if (base[i] == INFINITY) {
-          alpha += 1;
-          continue;
-        }
-        const float* q = &rec.q[(static_cast<size_t>(l) * T + i) * HD + h * Dh];
-        alpha += Sigmoid(base[i] + LogWeight(c, l, q, k));
-      }
-      alpha /= T;
-      sinks += alpha > eps;
-      alpha_sum += alpha;
+// ---- The intervention table: rows, their sums over samples, estimation and measurement.
+
+// Sums of one intervention's metrics over samples (measured, or estimated), and its per-sample
+// Sink_0 count over the target layers (for the circuit search's bounds).
+struct Sums {
+  int samples = 0;
+  std::vector<double> clean_layer, after_layer, ratio_clean, ratio_after, alpha_clean, alpha_after,
+      norm_after;
+  double sink1 = 0;
+  std::vector<double> target_after;  // (samples) sum over layers >= target_from of Sink_0 heads
+
+  void Add(const RunMetrics& cl, const RunMetrics& af, int target_from) {
+    const int L = static_cast<int>(cl.sink0.size());
+    if (samples == 0)
+      for (auto* v : {&clean_layer, &after_layer, &ratio_clean, &ratio_after, &alpha_clean, &alpha_after,
+                      &norm_after})
+        v->assign(L, 0.0);
+    double target = 0;
+    for (int l = 0; l < L; ++l) {
+      clean_layer[l] += cl.sink0[l];
+      after_layer[l] += af.sink0[l];
+      ratio_clean[l] += cl.p0_ratio[l];
+      ratio_after[l] += af.p0_ratio[l];
+      alpha_clean[l] += cl.alpha0[l];
+      alpha_after[l] += af.alpha0[l];
+      norm_after[l] += af.p0_norm[l];
+      sink1 += af.sink1[l];
+      if (l >= target_from) target += af.sink0[l];
     }
-    m.sink0[l] = sinks;
-    m.alpha0[l] = alpha_sum;
+    target_after.push_back(target);
+    ++samples;
   }
-  return m;
+};
+
+struct Row {
+  InterventionEffect e;
+  Sums measured, estimated;
+};
+
+// Where the interventions of one sample start from: its clean record (the resume point and the
+// estimates' input) and its donor run. Kept from the estimate phase to the measurement phase
+// when the records fit in kKeptRecordBytes; else recorded again.
+struct SampleRuns {
+  CleanRecord rec;
+  DonorRun donor;
+  bool have_rec = false, have_donor = false;
+};
+inline constexpr int64_t kKeptRecordBytes = int64_t{1} << 30;
+
+class InterventionTable {
+ public:
+  InterventionTable(const Model& model, const std::vector<std::vector<int>>& samples,
+                    const ExplainOptions& options, Runner& runner, const std::vector<RunMetrics>& clean,
+                    int target_from)
+      : model_(model), c_(model.config), samples_(samples), options_(options), runner_(runner),
+        clean_(clean), target_from_(target_from), T_(static_cast<int>(samples[0].size())),
+        mlp_kind_("mlp-" + AblationName(options.ablation)), head_kind_("head-" + AblationName(options.ablation)),
+        sweep_(model) {
+    const int L = c_.n_layers, H = c_.n_heads;
+    mlp_zero_row_.resize(L);
+    mlp_mean_row_.resize(L);
+    head_row_.assign(L, std::vector<size_t>(H));
+    patch_row_.resize(std::max(0, L - 1));
+    for (int l = 0; l < L; ++l) {
+      mlp_zero_row_[l] = Make("mlp-zero", l, -1, true);
+      mlp_mean_row_[l] = Make("mlp-mean", l, -1, true);
+      for (int h = 0; h < H; ++h) head_row_[l][h] = Make(head_kind_, l, h, true);
+    }
+    for (int l = 0; l + 1 < L; ++l) patch_row_[l] = Make("patch-p0", l, -1, true);
+    first_token_row_ = Make("first-token", -1, -1, false);
+    shift_row_ = Make("shift", -1, -1, false);
+    int set_layer = -1;
+    for (const Component& comp : options.ablate) {
+      if (comp.layer >= L || (comp.kind == ComponentKind::kHead && comp.head >= H))
+        Fail("--ablate: {} is outside the model ({} layers x {} heads)", comp.Name(), L, H);
+      set_layer = std::max(set_layer, comp.layer);
+    }
+    if (!options.ablate.empty()) set_row_ = Make("set", set_layer, -1, false);
+    const int NI = static_cast<int>(clean.size());
+    runs_.resize(NI);
+    const int E = EstimateSamples(options, NI);
+    keep_records_ = CleanRecord::Bytes(c_, T_, true) * E <= kKeptRecordBytes;
+  }
+
+  static int EstimateSamples(const ExplainOptions& o, int NI) {
+    return o.estimate_samples > 0 ? std::min(NI, o.estimate_samples) : NI;
+  }
+
+  int RowCount() const { return static_cast<int>(rows_.size()); }
+  const std::string& MlpKind() const { return mlp_kind_; }
+  const std::string& HeadKind() const { return head_kind_; }
+  const std::vector<Row>& Rows() const { return rows_; }
+  int EstimatedSamples() const { return estimated_samples_; }
+
+  // Estimates every MLP, head and patch row on sample n (one clean record, one donor run, one
+  // sweep of position 0).
+  void Estimate(int n) {
+    SampleRuns& s = runs_[n];
+    RecordClean(runner_, c_, samples_[n], /*estimates=*/true, s.rec);
+    s.have_rec = true;
+    RunDonor(n);
+    const int L = c_.n_layers, H = c_.n_heads, group = sweep_.RowsPerGroup();
+    // Estimate rows: the sweep's L (H + 2) rows in its order, then the L - 1 patch rows.
+    std::vector<int> layer;
+    std::vector<size_t> row;
+    for (int l = 0; l < L; ++l)
+      for (int j = 0; j < group; ++j) {
+        row.push_back(j < H ? head_row_[l][j] : j == H ? mlp_zero_row_[l] : mlp_mean_row_[l]);
+        layer.push_back(l);
+      }
+    for (int l = 0; l + 1 < L; ++l) {
+      row.push_back(patch_row_[l]);
+      layer.push_back(l);
+    }
+    P0Estimate estimate(s.rec, c_, T_, options_.eps, layer);
+    sweep_.Run(samples_[n][0], s.rec, options_.ablation, estimate);
+    // A patch after block l puts the donor's h_0 there, and position 0 then computes what it
+    // computes in the donor's own forward: its keys and norms are the donor's.
+    const int patches = L * group;
+    std::vector<int> reach;
+    for (int b = 1; b < L; ++b) {
+      reach.clear();
+      for (int l = 0; l < b; ++l) reach.push_back(patches + l);
+      std::vector<float> keys;
+      for (size_t j = 0; j < reach.size(); ++j)
+        keys.insert(keys.end(), &s.donor.k0[static_cast<size_t>(b) * c_.kv_dim()],
+                    &s.donor.k0[static_cast<size_t>(b + 1) * c_.kv_dim()]);
+      estimate.AddKeys(b, reach, keys.data());
+    }
+    for (int l = 0; l + 1 < L; ++l) estimate.SetNorms(patches + l, s.donor.norm.data());
+    for (size_t i = 0; i < row.size(); ++i) rows_[row[i]].estimated.Add(clean_[n], estimate.Result(static_cast<int>(i)), target_from_);
+    estimated_samples_ = n + 1;
+    if (!keep_records_) s = SampleRuns();
+  }
+
+  // Ranks the estimated rows (share of the search target removed, then of the attention mass on
+  // position 0) and marks the verify_top best (all with exhaustive) to be measured.
+  void Rank() {
+    std::vector<size_t> ranked;
+    for (size_t i = 0; i < rows_.size(); ++i) {
+      Row& a = rows_[i];
+      if (!a.e.estimated) continue;
+      double sink_clean = 0, ratio_clean = 0;
+      a.e.estimate = Summarize(a.estimated, a.e.layer, &sink_clean, &ratio_clean);
+      ranked.push_back(i);
+    }
+    std::stable_sort(ranked.begin(), ranked.end(), [&](size_t x, size_t y) {
+      const EffectValues &a = rows_[x].e.estimate, &b = rows_[y].e.estimate;
+      if (a.target_share != b.target_share) return a.target_share > b.target_share;
+      return a.alpha0_share > b.alpha0_share;
+    });
+    for (size_t k = 0; k < ranked.size(); ++k) {
+      InterventionEffect& e = rows_[ranked[k]].e;
+      e.rank = static_cast<int>(k) + 1;
+      e.measured = options_.exhaustive || static_cast<int>(k) < options_.verify_top;
+    }
+    candidates_ = static_cast<int>(ranked.size());
+  }
+
+  // Measures sample n: the first-token, shift and --ablate rows and every row marked measured,
+  // each an exact intervened forward (resumed at its block from the clean record).
+  void Measure(int n) {
+    SampleRuns& s = runs_[n];
+    const std::vector<int>& tokens = samples_[n];
+    const bool resumes = options_.resume_at_block && c_.n_layers > 1;
+    if (!s.have_rec && resumes) {
+      RecordClean(runner_, c_, tokens, /*estimates=*/false, s.rec);
+      s.have_rec = true;
+    }
+    if (!s.have_donor) RunDonor(n);
+    for (Row& a : rows_)
+      if (a.e.estimated && a.e.measured) a.measured.Add(clean_[n], RunExact(a.e, n), target_from_);
+    rows_[first_token_row_].measured.Add(clean_[n], s.donor.metrics, target_from_);
+    std::vector<int> shifted(T_);
+    shifted[0] = s.donor.first_token;
+    std::copy(tokens.begin(), tokens.end() - 1, shifted.begin() + 1);
+    rows_[shift_row_].measured.Add(clean_[n], runner_.Run(shifted, Hooks()), target_from_);
+    if (!options_.ablate.empty()) {
+      int first = c_.n_layers - 1;
+      for (const Component& comp : options_.ablate) first = std::min(first, comp.layer);
+      rows_[set_row_].measured.Add(
+          clean_[n], runner_.Run(tokens, AblationHooks(options_.ablate, c_.head_dim, options_.ablation), At(s, first)),
+          target_from_);
+    }
+    s = SampleRuns();  // this sample is done: free its record
+    measured_samples_ = n + 1;
+  }
+
+  // The measured single-component rows the circuit search starts from (layer + 1 < L: something
+  // downstream), with their per-sample Sink_0 counts over the target layers.
+  struct Single {
+    Component component;
+    const std::vector<double>* target_after;
+  };
+  std::vector<Single> Singles() const {
+    std::vector<Single> out;
+    for (const Row& a : rows_) {
+      if (a.e.kind != mlp_kind_ && a.e.kind != head_kind_) continue;
+      if (a.e.layer + 1 >= c_.n_layers || !a.e.measured) continue;
+      out.push_back({a.e.kind == mlp_kind_ ? Component{ComponentKind::kMlp, a.e.layer, -1}
+                                           : Component{ComponentKind::kHead, a.e.layer, a.e.head},
+                     &a.measured.target_after});
+    }
+    return out;
+  }
+
+  // Fills r.interventions and r.estimates from the sums.
+  void Report(ExplainResult& r) {
+    EstimateSummary& es = r.estimates;
+    es.exhaustive = options_.exhaustive;
+    es.verify_top = options_.verify_top;
+    es.candidates = candidates_;
+    es.target_from_layer = target_from_;
+    std::vector<double> est_target, got_target, est_alpha, got_alpha, est_ratio, got_ratio;
+    for (Row& a : rows_) {
+      InterventionEffect& ef = a.e;
+      const Sums& sums = ef.measured ? a.measured : a.estimated;
+      const EffectValues v = Summarize(sums, ef.layer, &ef.sink_clean, &ef.norm_ratio_clean);
+      ef.samples = sums.samples;
+      ef.sink_after = v.sink_after;
+      ef.removed_share = v.removed_share;
+      ef.norm_ratio_after = v.norm_ratio_after;
+      ef.target_share = v.target_share;
+      ef.alpha0_share = v.alpha0_share;
+      ef.layer_sink_after = v.layer_sink_after;
+      ef.layer_p0_norm_after = v.layer_p0_norm_after;
+      ef.layer_norm_ratio_after = v.layer_norm_ratio_after;
+      if (ef.kind == "shift")
+        ef.sink1_after = a.measured.sink1 / std::max(1.0, static_cast<double>(a.measured.samples) * c_.n_heads * c_.n_layers);
+      if (ef.estimated && ef.measured) {
+        ++es.verified;
+        est_target.push_back(ef.estimate.target_share);
+        got_target.push_back(v.target_share);
+        est_alpha.push_back(ef.estimate.alpha0_share);
+        got_alpha.push_back(v.alpha0_share);
+        est_ratio.push_back(ef.estimate.norm_ratio_after);
+        got_ratio.push_back(v.norm_ratio_after);
+      }
+      r.interventions.push_back(ef);
+    }
+    es.spearman_target = SpearmanCorrelation(est_target, got_target);
+    es.spearman_alpha0 = SpearmanCorrelation(est_alpha, got_alpha);
+    es.spearman_norm_ratio = SpearmanCorrelation(est_ratio, got_ratio);
+    es.recompute_calls = sweep_.calls;
+    es.recompute_rows = sweep_.blocks;
+    es.samples = estimated_samples_;
+  }
+
+ private:
+  size_t Make(std::string kind, int layer, int head, bool estimated) {
+    Row a;
+    a.e.kind = std::move(kind);
+    a.e.layer = layer;
+    a.e.head = head;
+    a.e.estimated = estimated;
+    a.e.measured = !estimated || options_.exhaustive;
+    rows_.push_back(std::move(a));
+    return rows_.size() - 1;
+  }
+
+  // Resume at block l from the sample's clean record, or run from the embedding when resuming is
+  // off or l = 0.
+  const Resume* At(SampleRuns& s, int l) {
+    if (!(options_.resume_at_block && c_.n_layers > 1 && l > 0)) return nullptr;
+    resume_ = {l, &s.rec.resid_pre, &s.rec.metrics, static_cast<int64_t>(T_) * c_.dim};
+    return &resume_;
+  }
+
+  // The donor: the same sample with another first token (position 1 of another sample, so an
+  // ordinary token of the same text, not an arbitrary id that may be a rare byte token; else any
+  // other id); keeps its h_0, key 0 and ||h'_0|| after every block.
+  void RunDonor(int n) {
+    const std::vector<int>& tokens = samples_[n];
+    const int N = static_cast<int>(samples_.size()), L = c_.n_layers, D = c_.dim, KV = c_.kv_dim();
+    std::vector<int> donor = tokens;
+    donor[0] = OtherFirstToken(tokens[0], c_);
+    for (int k = 1; k < N; ++k) {
+      const int t = samples_[(n + k) % N][1];
+      if (t != tokens[0] && t != c_.bos_id && t != c_.eos_id) {
+        donor[0] = t;
+        break;
+      }
+    }
+    DonorRun& d = runs_[n].donor;
+    d.first_token = donor[0];
+    d.h0.assign(static_cast<size_t>(L) * D, 0.0f);
+    d.k0.assign(static_cast<size_t>(L) * KV, 0.0f);
+    d.norm.assign(L, 0.0);
+    Hooks capture;
+    capture.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& x) {
+      std::copy(x.data(), x.data() + D, &d.h0[static_cast<size_t>(ctx.layer) * D]);
+      d.norm[ctx.layer] = Norm(x.data(), D);
+    });
+    capture.Add(HookPoint::kK, -1, [&](const HookContext& ctx, Tensor& x) {
+      std::copy(x.data(), x.data() + KV, &d.k0[static_cast<size_t>(ctx.layer) * KV]);
+    });
+    d.metrics = runner_.Run(donor, capture);
+    runs_[n].have_donor = true;
+  }
+
+  // The exact intervened forward of an MLP, head or patch row on sample n.
+  RunMetrics RunExact(const InterventionEffect& e, int n) {
+    SampleRuns& s = runs_[n];
+    const int l = e.layer, D = c_.dim;
+    if (e.kind == "patch-p0") {
+      Hooks patch;
+      patch.Add(HookPoint::kResidPost, l, [&, l](const HookContext&, Tensor& x) {
+        std::copy(&s.donor.h0[static_cast<size_t>(l) * D], &s.donor.h0[static_cast<size_t>(l + 1) * D], x.data());
+      });
+      return runner_.Run(samples_[n], patch, At(s, l));
+    }
+    const Ablation mode = e.kind == "mlp-zero"   ? Ablation::kZero
+                          : e.kind == "mlp-mean" ? Ablation::kMean
+                                                 : options_.ablation;
+    const Component comp = e.head >= 0 ? Component{ComponentKind::kHead, l, e.head}
+                                       : Component{ComponentKind::kMlp, l, -1};
+    return runner_.Run(samples_[n], AblationHooks({comp}, c_.head_dim, mode), At(s, l));
+  }
+
+  // The effect quantities of summed metrics; clean figures into *sink_clean, *ratio_clean.
+  EffectValues Summarize(const Sums& a, int layer, double* sink_clean, double* ratio_clean) const {
+    const int L = c_.n_layers, H = c_.n_heads;
+    EffectValues v;
+    const int from = layer + 1, n = std::max(1, a.samples);
+    double cl = 0, af = 0, tc = 0, ta = 0, ac = 0, aa = 0, rc = 0;
+    for (int l = 0; l < L && a.samples > 0; ++l) {
+      if (l >= from) cl += a.clean_layer[l], af += a.after_layer[l];
+      if (l >= target_from_)
+        tc += a.clean_layer[l], ta += a.after_layer[l], ac += a.alpha_clean[l], aa += a.alpha_after[l];
+      if (l >= std::max(layer, 0)) {
+        rc = std::max(rc, a.ratio_clean[l] / n);
+        v.norm_ratio_after = std::max(v.norm_ratio_after, a.ratio_after[l] / n);
+      }
+    }
+    const double denom = std::max(1.0, static_cast<double>(a.samples) * H * (L - from));
+    *sink_clean = cl / denom;
+    *ratio_clean = rc;
+    v.sink_after = af / denom;
+    v.removed_share = cl > 0 ? 1.0 - af / cl : 0.0;
+    v.target_share = tc > 0 ? 1.0 - ta / tc : 0.0;
+    v.alpha0_share = ac > 0 ? 1.0 - aa / ac : 0.0;
+    v.layer_sink_after.assign(L, 0.0);
+    v.layer_p0_norm_after.assign(L, 0.0);
+    v.layer_norm_ratio_after.assign(L, 0.0);
+    for (int l = 0; l < L && a.samples > 0; ++l) {
+      v.layer_sink_after[l] = a.after_layer[l] / std::max(1.0, static_cast<double>(a.samples) * H);
+      v.layer_p0_norm_after[l] = a.norm_after[l] / n;
+      v.layer_norm_ratio_after[l] = a.ratio_after[l] / n;
+    }
+    return v;
+  }
+
+  const Model& model_;
+  const ModelConfig& c_;
+  const std::vector<std::vector<int>>& samples_;
+  const ExplainOptions& options_;
+  Runner& runner_;
+  const std::vector<RunMetrics>& clean_;  // (intervention samples) the clean pass's metrics
+  int target_from_;
+  int T_;
+  std::string mlp_kind_, head_kind_;
+  P0Sweep sweep_;
+  std::vector<Row> rows_;
+  std::vector<size_t> mlp_zero_row_, mlp_mean_row_, patch_row_;
+  std::vector<std::vector<size_t>> head_row_;
+  size_t first_token_row_ = 0, shift_row_ = 0, set_row_ = 0;
+  std::vector<SampleRuns> runs_;
+  bool keep_records_ = true;
+  Resume resume_;
+  int candidates_ = 0, estimated_samples_ = 0, measured_samples_ = 0;
+};
+
+// ---- Circuit search (explain.h, CircuitSearch) over the first n intervention samples, with every
+// set's per-sample effect kept: searching again after one more sample runs only that sample's
+// forwards for the sets seen before.
+class CircuitSearcher {
+ public:
+  CircuitSearcher(const ModelConfig& c, const std::vector<std::vector<int>>& samples,
+                  const ExplainOptions& options, Runner& runner, const std::vector<RunMetrics>& clean,
+                  int from_layer, std::function<void()> report)
+      : c_(c), samples_(samples), options_(options), runner_(runner), clean_(clean),
+        from_(from_layer), report_(std::move(report)) {}
+
+  // The search over samples [0, n), the single-component rows measured on them.
+  CircuitSearch Run(int n, const std::vector<InterventionTable::Single>& singles_in) {
+    const int L = c_.n_layers, H = c_.n_heads;
+    n_ = n;
+    singles_.clear();
+    for (const auto& s : singles_in) singles_[Key({s.component})] = s.target_after;
+    CircuitSearch cs;
+    cs.ran = true;
+    cs.from_layer = from_;
+    const double target = Target();
+    cs.target_clean = target / std::max(1.0, static_cast<double>(n) * H * (L - from_));
+    // Single effects on the target, from the measured ablation rows of the table (all of them
+    // with exhaustive, else the verified ones: the search never rests on an estimate).
+    std::vector<std::pair<double, Component>> singles;
+    for (const auto& s : singles_in) singles.push_back({Removed({s.component}), s.component});
+    std::stable_sort(singles.begin(), singles.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+    std::vector<Component> set;
+    double best = 0;
+    if (!singles.empty() && singles[0].first > 0) {
+      set.push_back(singles[0].second);
+      best = singles[0].first;
+      cs.removed_after_step.push_back(best);
+    }
+    while (!set.empty() && best < options_.share && static_cast<int>(set.size()) < options_.max_components) {
+      double step_best = best;
+      Component pick;
+      bool picked = false;
+      int tried = 0;
+      for (const auto& [share, comp] : singles) {
+        if (tried >= options_.greedy_width) break;
+        if (std::find(set.begin(), set.end(), comp) != set.end()) continue;
+        ++tried;
+        std::vector<Component> trial = set;
+        trial.push_back(comp);
+        const double got = Removed(trial);
+        if (got > step_best + 1e-12) {
+          step_best = got;
+          pick = comp;
+          picked = true;
+        }
+      }
+      if (!picked) break;
+      set.push_back(pick);
+      best = step_best;
+      cs.removed_after_step.push_back(best);
+    }
+    if (best >= options_.share) {
+      // Prune: drop members the rest does not need.
+      for (size_t i = set.size(); set.size() > 1 && i-- > 0;) {
+        std::vector<Component> rest = set;
+        rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(i));
+        const double got = Removed(rest);
+        if (got >= options_.share) {
+          set = rest;
+          best = got;
+        }
+      }
+      cs.found = true;
+    }
+    cs.components = set;
+    cs.removed_share = best;
+    return cs;
+  }
+
+  // Per sample s < n with a target, the share of its target the set removes (the set must have
+  // been evaluated on them: a search result, its singles, or their rests).
+  std::vector<double> Shares(const std::vector<Component>& set) {
+    const std::vector<double>& after = After(set);
+    std::vector<double> out;
+    for (int s = 0; s < n_; ++s) {
+      const double t = SampleTarget(s);
+      if (t > 0) out.push_back(1.0 - after[s] / t);
+    }
+    return out;
+  }
+
+ private:
+  static std::string Key(std::vector<Component> set) {
+    std::sort(set.begin(), set.end(), [](const Component& a, const Component& b) {
+      return std::tie(a.kind, a.layer, a.head) < std::tie(b.kind, b.layer, b.head);
+    });
+    std::string key;
+    for (const Component& c : set) key += c.Name() + ",";
+    return key;
+  }
+  double SampleTarget(int s) const {
+    double t = 0;
+    for (int l = from_; l < c_.n_layers; ++l) t += clean_[s].sink0[l];
+    return t;
+  }
+  double Target() const {
+    double t = 0;
+    for (int s = 0; s < n_; ++s) t += SampleTarget(s);
+    return t;
+  }
+  // Sink_0 counts over the target layers with `set` ablated at P0, per sample s < n: a single
+  // component's from its measured row, a larger set's from forwards (whole ones, from the
+  // embedding), each run once per sample.
+  const std::vector<double>& After(const std::vector<Component>& set) {
+    const std::string key = Key(set);
+    if (set.size() == 1)
+      if (auto it = singles_.find(key); it != singles_.end()) {
+        SS_ASSERT(static_cast<int>(it->second->size()) >= n_);
+        return *it->second;
+      }
+    std::vector<double>& after = memo_[key];
+    if (static_cast<int>(after.size()) < n_) {
+      for (int s = static_cast<int>(after.size()); s < n_; ++s) {
+        const RunMetrics m = runner_.Run(samples_[s], AblationHooks(set, c_.head_dim, options_.ablation));
+        double a = 0;
+        for (int l = from_; l < c_.n_layers; ++l) a += m.sink0[l];
+        after.push_back(a);
+      }
+      if (report_) report_();
+    }
+    return after;
+  }
+  // The share of the target over samples [0, n) that ablating `set` removes.
+  double Removed(const std::vector<Component>& set) {
+    const double target = Target();
+    if (target <= 0) return 0.0;
+    const std::vector<double>& after = After(set);
+    double a = 0;
+    for (int s = 0; s < n_; ++s) a += after[s];
+    return 1.0 - a / target;
+  }
+
+  const ModelConfig& c_;
+  const std::vector<std::vector<int>>& samples_;
+  const ExplainOptions& options_;
+  Runner& runner_;
+  const std::vector<RunMetrics>& clean_;
+  int from_;
+  std::function<void()> report_;
+  int n_ = 0;
+  std::map<std::string, const std::vector<double>*> singles_;
+  std::map<std::string, std::vector<double>> memo_;
+};
+
+// One-sided bounds at `confidence` on the mean of `x` (Student's t over the samples; none from
+// fewer than two values).
+double LowerBound(const std::vector<double>& x, double confidence) {
+  const int n = static_cast<int>(x.size());
+  if (n < 2) return -INFINITY;
+  double mean = 0, var = 0;
+  for (double v : x) mean += v / n;
+  for (double v : x) var += (v - mean) * (v - mean) / (n - 1);
+  return mean - StudentTQuantile(confidence, n - 1) * std::sqrt(var / n);
+}
+double UpperBound(const std::vector<double>& x, double confidence) {
+  std::vector<double> neg(x.size());
+  for (size_t i = 0; i < x.size(); ++i) neg[i] = -x[i];
+  return -LowerBound(neg, confidence);
+}
+
+bool SameSet(std::vector<Component> a, std::vector<Component> b) {
+  auto order = [](const Component& x, const Component& y) {
+    return std::tie(x.kind, x.layer, x.head) < std::tie(y.kind, y.layer, y.head);
+  };
+  std::sort(a.begin(), a.end(), order);
+  std::sort(b.begin(), b.end(), order);
+  return a == b;
+}
+
+// Whether the circuit found on n samples is settled (explain.h, StoppingSummary): the same outcome
+// as on n - 1 samples, and bounds at the stopping confidence that put it clear of --share: a
+// found circuit's per-sample removed share has its lower bound at or above the share and, for a
+// circuit of several components, every one-smaller subset its upper bound below it; no circuit
+// found: the best set's upper bound below the share. Fills the bounds into `stop`.
+bool CircuitSettled(CircuitSearcher& searcher, const CircuitSearch& now, const CircuitSearch& before,
+                    const ExplainOptions& o, StoppingSummary& stop) {
+  stop.circuit_lower = stop.circuit_upper = stop.subset_upper = NAN;
+  if (now.found != before.found || !SameSet(now.components, before.components)) return false;
+  if (now.components.empty()) return true;  // no component removes anything, on two sample counts
+  const std::vector<double> shares = searcher.Shares(now.components);
+  stop.circuit_lower = LowerBound(shares, o.confidence);
+  stop.circuit_upper = UpperBound(shares, o.confidence);
+  if (!now.found) return stop.circuit_upper < o.share;
+  if (stop.circuit_lower < o.share) return false;
+  double worst = -INFINITY;
+  for (size_t i = 0; i < now.components.size() && now.components.size() > 1; ++i) {
+    std::vector<Component> rest = now.components;
+    rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(i));
+    worst = std::max(worst, UpperBound(searcher.Shares(rest), o.confidence));
+  }
+  if (now.components.size() > 1) stop.subset_upper = worst;
+  return now.components.size() == 1 || worst < o.share;
 }
 
 }  // namespace
@@ -658,459 +1491,107 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
   r.options = options;
   r.options.progress = nullptr;
 
-  // Plan of forwards for the progress line: clean N; per intervention sample: 1 clean record, 1
-  // donor, 1 shift, the --ablate set, and the measured rows of the 2 L MLP, L H head and L - 1
-  // patch rows (all with exhaustive, else verify_top of them after one more clean record); plus
-  // the search.
+  // Plan of forwards for the progress line, an upper bound: clean N; per intervention sample: 1
+  // clean record, 1 donor, 1 shift, the --ablate set and the measured rows of the 2 L MLP, L H
+  // head and L - 1 patch rows (all with exhaustive, else verify_top of them; one more record
+  // where a kept record would not fit); plus the search.
   const int candidates = 2 * L + L * H + (L - 1);
   const int verify = options.exhaustive ? candidates : std::min(options.verify_top, candidates);
-  const bool record_again = !options.exhaustive && options.resume_at_block && L > 1;
-  const int64_t planned =
-      N + static_cast<int64_t>(NI) * (3 + !options.ablate.empty() + verify + record_again);
+  const int64_t planned = N + static_cast<int64_t>(NI) * (4 + !options.ablate.empty() + verify);
   Runner runner(model, T, options.eps);
   auto report = [&] {
     if (options.progress) options.progress(runner.passes, std::max(planned, runner.passes));
   };
-
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-  auto t_phase = Clock::now();
+
   // ---- Clean pass.
-  CleanAcc acc;
-  acc.layers.assign(L, {});
-  acc.cones.assign(static_cast<size_t>(L) * H, {});
+  auto t_phase = Clock::now();
   std::vector<RunMetrics> clean(N);
-  for (int n = 0; n < N; ++n) {
-    CleanPass(runner, model, samples[n], options.eps, acc, clean[n]);
-    report();
-  }
-  r.layers = acc.layers;
-  r.clean_seconds = since(t_phase);
-  t_phase = Clock::now();
-  for (int l = 0; l < L; ++l) {
-    LayerDecomposition& d = r.layers[l];
-    auto mean = [N](double& x) { x /= N; };
-    for (double* x : {&d.p0_norm_pre, &d.p0_norm_post, &d.p0_carry, &d.p0_attn, &d.p0_mlp,
-                      &d.p0_unexplained, &d.p0_cos_pre, &d.p0_cos_attn, &d.p0_cos_mlp,
-                      &d.p0_attn_norm, &d.p0_mlp_norm, &d.other_norm_pre, &d.other_norm_post,
-                      &d.other_carry, &d.other_attn, &d.other_mlp, &d.other_cos_attn,
-                      &d.other_cos_mlp, &d.other_sink_rate, &d.mean_alpha0})
-      mean(*x);
-    for (double& x : d.p0_head) x /= N;
-    for (double& x : d.other_head) x /= N;
-    double ratio = 0, rate = 0;
+  {
+    CleanAcc acc;
+    acc.layers.assign(L, {});
+    acc.cones.assign(static_cast<size_t>(L) * H, {});
+    HeadTerms head_terms(model, T);
     for (int n = 0; n < N; ++n) {
-      ratio += clean[n].p0_ratio[l];
-      rate += static_cast<double>(clean[n].sink0[l]) / H;
-    }
-    d.p0_norm_ratio = ratio / N;
-    d.sink_rate = rate / N;
-    if (model.config.HasSinkSlot()) {
-      double slot = 0, slot_rate = 0;
-      for (int n = 0; n < N; ++n) {
-        slot += clean[n].slot[l];
-        slot_rate += static_cast<double>(clean[n].slot_heads[l]) / H;
-      }
-      d.mean_alpha_sink = slot / N;
-      d.sink_slot_rate = slot_rate / N;
-      r.sink_slot_rate += d.sink_slot_rate / L;
-      if (r.slot_onset_layer < 0 && d.sink_slot_rate > options.onset_threshold) r.slot_onset_layer = l;
-    }
-    r.sink_rate += d.sink_rate / L;
-    if (r.amplification_layer < 0 && d.p0_norm_ratio > options.amplification_threshold)
-      r.amplification_layer = l;
-    if (r.onset_layer < 0 && d.sink_rate > options.onset_threshold) r.onset_layer = l;
-    if (r.other_sink_layer < 0 && d.other_sink_rate > options.onset_threshold) r.other_sink_layer = l;
-  }
-  for (int l = 0; l < L; ++l)
-    for (int h = 0; h < H; ++h) {
-      const ConeAcc& a = acc.cones[static_cast<size_t>(l) * H + h];
-      ConeFit f;
-      f.layer = l;
-      f.head = h;
-      f.a = a.a / N;
-      const double vx = a.sxx - a.sx * a.sx / a.n, vy = a.syy - a.sy * a.sy / a.n;
-      const double cxy = a.sxy - a.sx * a.sy / a.n;
-      f.correlation = vx > 0 && vy > 0 ? cxy / std::sqrt(vx * vy) : 0.0;
-      f.p0_predicted_max = a.p0_pred_max / N;
-      f.p0_measured_max = a.p0_meas_max / N;
-      f.predicted_p0 = a.pred0 / N;
-      f.measured_p0 = a.meas0 / N;
-      f.predicted_other = a.pred_o / N;
-      f.measured_other = a.meas_o / N;
-      r.cones.push_back(f);
-    }
-
-  // ---- Interventions on the first NI samples.
-  const int Dh = c.head_dim, D = c.dim, HD = c.q_dim(), KV = c.kv_dim();
-  const int64_t block_size = static_cast<int64_t>(T) * D;
-  // Sums of one intervention's metrics over the samples (measured, or estimated).
-  struct Sums {
-    int samples = 0;
-    std::vector<double> clean_layer, after_layer, ratio_clean, ratio_after, alpha_clean, alpha_after,
-        norm_after;
-    double sink1 = 0;
-  };
-  struct EffectAcc {
-    InterventionEffect e;
-    Sums measured, estimated;
-  };
-  auto add = [&](Sums& a, const RunMetrics& cl, const RunMetrics& af) {
-    if (a.samples == 0)
-      for (auto* v : {&a.clean_layer, &a.after_layer, &a.ratio_clean, &a.ratio_after, &a.alpha_clean,
-                      &a.alpha_after, &a.norm_after})
-        v->assign(L, 0.0);
-    for (int l = 0; l < L; ++l) {
-      a.clean_layer[l] += cl.sink0[l];
-      a.after_layer[l] += af.sink0[l];
-      a.ratio_clean[l] += cl.p0_ratio[l];
-      a.ratio_after[l] += af.p0_ratio[l];
-      a.alpha_clean[l] += cl.alpha0[l];
-      a.alpha_after[l] += af.alpha0[l];
-      a.norm_after[l] += af.p0_norm[l];
-      a.sink1 += af.sink1[l];
-    }
-    ++a.samples;
-  };
-  // The search's target layers (explain.h, CircuitSearch), also where rows are ranked.
-  const int target_from = std::max(1, r.onset_layer);
-  // The effect quantities of summed metrics; clean figures into *sink_clean, *ratio_clean.
-  auto summarize = [&](const Sums& a, int layer, double* sink_clean, double* ratio_clean) {
-    EffectValues v;
-    const int from = layer + 1, n = std::max(1, a.samples);
-    double cl = 0, af = 0, tc = 0, ta = 0, ac = 0, aa = 0, rc = 0;
-    for (int l = 0; l < L && a.samples > 0; ++l) {
-      if (l >= from) cl += a.clean_layer[l], af += a.after_layer[l];
-      if (l >= target_from)
-        tc += a.clean_layer[l], ta += a.after_layer[l], ac += a.alpha_clean[l], aa += a.alpha_after[l];
-      if (l >= std::max(layer, 0)) {
-        rc = std::max(rc, a.ratio_clean[l] / n);
-        v.norm_ratio_after = std::max(v.norm_ratio_after, a.ratio_after[l] / n);
-      }
-    }
-    const double denom = std::max(1.0, static_cast<double>(a.samples) * H * (L - from));
-    *sink_clean = cl / denom;
-    *ratio_clean = rc;
-    v.sink_after = af / denom;
-    v.removed_share = cl > 0 ? 1.0 - af / cl : 0.0;
-    v.target_share = tc > 0 ? 1.0 - ta / tc : 0.0;
-    v.alpha0_share = ac > 0 ? 1.0 - aa / ac : 0.0;
-    v.layer_sink_after.assign(L, 0.0);
-    v.layer_p0_norm_after.assign(L, 0.0);
-    v.layer_norm_ratio_after.assign(L, 0.0);
-    for (int l = 0; l < L && a.samples > 0; ++l) {
-      v.layer_sink_after[l] = a.after_layer[l] / std::max(1.0, static_cast<double>(a.samples) * H);
-      v.layer_p0_norm_after[l] = a.norm_after[l] / n;
-      v.layer_norm_ratio_after[l] = a.ratio_after[l] / n;
-    }
-    return v;
-  };
-  std::vector<EffectAcc> effects;
-  auto make = [&](std::string kind, int layer, int head, bool estimated) {
-    EffectAcc a;
-    a.e.kind = std::move(kind);
-    a.e.layer = layer;
-    a.e.head = head;
-    a.e.estimated = estimated;
-    a.e.measured = !estimated || options.exhaustive;
-    effects.push_back(std::move(a));
-    return effects.size() - 1;
-  };
-  const std::string mlp_kind = "mlp-" + AblationName(options.ablation);
-  const std::string head_kind = "head-" + AblationName(options.ablation);
-  std::vector<size_t> mlp_zero_row(L), mlp_mean_row(L), patch_row(std::max(0, L - 1));
-  std::vector<std::vector<size_t>> head_row(L, std::vector<size_t>(H));
-  for (int l = 0; l < L; ++l) {
-    mlp_zero_row[l] = make("mlp-zero", l, -1, true);
-    mlp_mean_row[l] = make("mlp-mean", l, -1, true);
-    for (int h = 0; h < H; ++h) head_row[l][h] = make(head_kind, l, h, true);
-  }
-  for (int l = 0; l + 1 < L; ++l) patch_row[l] = make("patch-p0", l, -1, true);
-  const size_t first_token_row = make("first-token", -1, -1, false);
-  const size_t shift_row = make("shift", -1, -1, false);
-  int set_layer = -1;
-  for (const Component& comp : options.ablate) {
-    if (comp.layer >= L || (comp.kind == ComponentKind::kHead && comp.head >= H))
-      Fail("--ablate: {} is outside the model ({} layers x {} heads)", comp.Name(), L, H);
-    set_layer = std::max(set_layer, comp.layer);
-  }
-  const size_t set_row = options.ablate.empty() ? 0 : make("set", set_layer, -1, false);
-
-  // Resume at block l (from the clean residual stream `rec` recorded), or run from the embedding
-  // when options.resume_at_block is off or l = 0.
-  CleanRecord rec;
-  std::vector<Resume> resume(L);
-  for (int l = 0; l < L; ++l) resume[l] = {l, &rec.resid_pre, &rec.metrics, block_size};
-  auto at = [&](int l) -> const Resume* {
-    return options.resume_at_block && L > 1 && l > 0 ? &resume[l] : nullptr;
-  };
-  // The exact intervened forward of an MLP, head or patch row; donor_h0 (L, D) is the donor's h_0
-  // after every block.
-  auto run_exact = [&](const InterventionEffect& e, const std::vector<int>& tokens,
-                       const std::vector<float>& donor_h0) {
-    const int l = e.layer;
-    if (e.kind == "patch-p0") {
-      Hooks patch;
-      patch.Add(HookPoint::kResidPost, l, [&, l](const HookContext&, Tensor& x) {
-        std::copy(&donor_h0[static_cast<size_t>(l) * D], &donor_h0[static_cast<size_t>(l + 1) * D], x.data());
-      });
-      return runner.Run(tokens, patch, at(l));
-    }
-    const Ablation mode = e.kind == "mlp-zero"   ? Ablation::kZero
-                          : e.kind == "mlp-mean" ? Ablation::kMean
-                                                 : options.ablation;
-    const Component comp = e.head >= 0 ? Component{ComponentKind::kHead, l, e.head}
-                                       : Component{ComponentKind::kMlp, l, -1};
-    return runner.Run(tokens, AblationHooks({comp}, Dh, mode), at(l));
-  };
-
-  P0Recompute recompute(model, H + 2);
-  std::vector<std::vector<float>> donor_h0s(NI);  // per sample (L, D)
-  for (int n = 0; n < NI; ++n) {
-    const std::vector<int>& tokens = samples[n];
-    RecordClean(runner, c, tokens, /*estimates=*/true, rec);
-    // Donor: the same sample with another first token; keep its h_0 after every block.
-    // Donor first token: a text token (position 1 of another sample, so an ordinary token of the
-    // same text, not an arbitrary id that may be a rare byte token), else any other id.
-    std::vector<int> donor = tokens;
-    donor[0] = OtherFirstToken(tokens[0], c);
-    for (int k = 1; k < N; ++k) {
-      const int t = samples[(n + k) % N][1];
-      if (t != tokens[0] && t != c.bos_id && t != c.eos_id) {
-        donor[0] = t;
-        break;
-      }
-    }
-    std::vector<float>& donor_h0 = donor_h0s[n];
-    donor_h0.assign(static_cast<size_t>(L) * D, 0.0f);
-    std::vector<float> donor_k0(static_cast<size_t>(L) * KV, 0.0f);
-    std::vector<double> donor_norm(L, 0.0);
-    Hooks capture;
-    capture.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& x) {
-      std::copy(x.data(), x.data() + D, &donor_h0[static_cast<size_t>(ctx.layer) * D]);
-      donor_norm[ctx.layer] = Norm(x.data(), D);
-    });
-    capture.Add(HookPoint::kK, -1, [&](const HookContext& ctx, Tensor& x) {
-      std::copy(x.data(), x.data() + KV, &donor_k0[static_cast<size_t>(ctx.layer) * KV]);
-    });
-    const RunMetrics donor_metrics = runner.Run(donor, capture);
-
-    // P0 estimates. Block l's rows in one recomputation: row h < H ablates head h, row H zeroes
-    // the MLP output and row H + 1 mean-ablates it (the means are the clean run's, which is what
-    // the exact intervention computes: positions >= 1 of block l do not see the intervention).
-    auto t_est = Clock::now();
-    for (int l = 0; l < L; ++l) {
-      Hooks rows;
-      rows.Add(HookPoint::kZ, l, [&, l](const HookContext&, Tensor& t) {
-        for (int h = 0; h < H; ++h) {
-          float* z = t.data() + static_cast<int64_t>(h) * HD + h * Dh;
-          if (options.ablation == Ablation::kMean) {
-            const float* mean = &rec.z_mean[static_cast<size_t>(l) * HD + h * Dh];
-            std::copy(mean, mean + Dh, z);
-          } else {
-            std::fill(z, z + Dh, 0.0f);
-          }
-        }
-      });
-      rows.Add(HookPoint::kMlpOut, l, [&, l](const HookContext&, Tensor& t) {
-        std::fill(t.data() + static_cast<int64_t>(H) * D, t.data() + static_cast<int64_t>(H + 1) * D, 0.0f);
-        const float* mean = &rec.mlp_mean[static_cast<size_t>(l) * D];
-        std::copy(mean, mean + D, t.data() + static_cast<int64_t>(H + 1) * D);
-      });
-      const P0Recompute::Rows out =
-          recompute.Run(tokens[0], &rec.resid_pre[static_cast<size_t>(l) * block_size], l, rows);
-      auto estimate = [&](size_t row, int r) {
-        add(effects[row].estimated, clean[n],
-            EstimateMetrics(rec, c, T, options.eps, l, &out.k0[static_cast<size_t>(r) * L * KV],
-                            &out.norm[static_cast<size_t>(r) * L]));
-      };
-      for (int h = 0; h < H; ++h) estimate(head_row[l][h], h);
-      estimate(mlp_zero_row[l], H);
-      estimate(mlp_mean_row[l], H + 1);
-    }
-    // A patch after block l puts the donor's h_0 there, and position 0 then computes what it
-    // computes in the donor's own forward: its keys and norms are the donor's.
-    for (int l = 0; l + 1 < L; ++l)
-      add(effects[patch_row[l]].estimated, clean[n],
-          EstimateMetrics(rec, c, T, options.eps, l, donor_k0.data(), donor_norm.data()));
-    r.estimate_seconds += since(t_est);
-
-    if (options.exhaustive)
-      for (EffectAcc& a : effects)
-        if (a.e.estimated) add(a.measured, clean[n], run_exact(a.e, tokens, donor_h0));
-    add(effects[first_token_row].measured, clean[n], donor_metrics);
-    std::vector<int> shifted(T);
-    shifted[0] = donor[0];
-    std::copy(tokens.begin(), tokens.end() - 1, shifted.begin() + 1);
-    add(effects[shift_row].measured, clean[n], runner.Run(shifted, Hooks()));
-    if (!options.ablate.empty()) {
-      int first = L - 1;
-      for (const Component& comp : options.ablate) first = std::min(first, comp.layer);
-      add(effects[set_row].measured, clean[n],
-          runner.Run(tokens, AblationHooks(options.ablate, Dh, options.ablation), at(first)));
-    }
-    report();
-  }
-
-  // Rank the estimated rows (share of the search target removed, then of the attention mass on
-  // position 0) and measure the best verify_top of them.
-  auto t_rank = Clock::now();
-  std::vector<size_t> ranked;
-  for (size_t i = 0; i < effects.size(); ++i) {
-    EffectAcc& a = effects[i];
-    if (!a.e.estimated) continue;
-    double sink_clean = 0, ratio_clean = 0;
-    a.e.estimate = summarize(a.estimated, a.e.layer, &sink_clean, &ratio_clean);
-    ranked.push_back(i);
-  }
-  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t x, size_t y) {
-    const EffectValues &a = effects[x].e.estimate, &b = effects[y].e.estimate;
-    if (a.target_share != b.target_share) return a.target_share > b.target_share;
-    return a.alpha0_share > b.alpha0_share;
-  });
-  for (size_t k = 0; k < ranked.size(); ++k) {
-    InterventionEffect& e = effects[ranked[k]].e;
-    e.rank = static_cast<int>(k) + 1;
-    e.measured = options.exhaustive || static_cast<int>(k) < options.verify_top;
-  }
-  r.estimate_seconds += since(t_rank);
-  if (!options.exhaustive) {
-    for (int n = 0; n < NI; ++n) {
-      const std::vector<int>& tokens = samples[n];
-      if (record_again) RecordClean(runner, c, tokens, /*estimates=*/false, rec);
-      for (EffectAcc& a : effects)
-        if (a.e.estimated && a.e.measured) add(a.measured, clean[n], run_exact(a.e, tokens, donor_h0s[n]));
+      CleanPass(runner, model, samples[n], options.eps, acc, head_terms, clean[n]);
       report();
     }
+    head_terms.Flush(acc.layers);
+    SummarizeCleanPass(acc, clean, options, c.HasSinkSlot(), r);
   }
+  r.clean_seconds = since(t_phase);
 
-  EstimateSummary& es = r.estimates;
-  es.exhaustive = options.exhaustive;
-  es.verify_top = options.verify_top;
-  es.candidates = static_cast<int>(ranked.size());
-  es.target_from_layer = target_from;
-  std::vector<double> est_target, got_target, est_alpha, got_alpha, est_ratio, got_ratio;
-  for (EffectAcc& a : effects) {
-    InterventionEffect& ef = a.e;
-    const EffectValues v = summarize(ef.measured ? a.measured : a.estimated, ef.layer, &ef.sink_clean,
-                                     &ef.norm_ratio_clean);
-    ef.samples = (ef.measured ? a.measured : a.estimated).samples;
-    ef.sink_after = v.sink_after;
-    ef.removed_share = v.removed_share;
-    ef.norm_ratio_after = v.norm_ratio_after;
-    ef.target_share = v.target_share;
-    ef.alpha0_share = v.alpha0_share;
-    ef.layer_sink_after = v.layer_sink_after;
-    ef.layer_p0_norm_after = v.layer_p0_norm_after;
-    ef.layer_norm_ratio_after = v.layer_norm_ratio_after;
-    if (ef.kind == "shift")
-      ef.sink1_after = a.measured.sink1 / std::max(1.0, static_cast<double>(a.measured.samples) * H * L);
-    if (ef.estimated && ef.measured) {
-      ++es.verified;
-      est_target.push_back(ef.estimate.target_share);
-      got_target.push_back(v.target_share);
-      est_alpha.push_back(ef.estimate.alpha0_share);
-      got_alpha.push_back(v.alpha0_share);
-      est_ratio.push_back(ef.estimate.norm_ratio_after);
-      got_ratio.push_back(v.norm_ratio_after);
-    }
-    r.interventions.push_back(ef);
-  }
-  es.spearman_target = SpearmanCorrelation(est_target, got_target);
-  es.spearman_alpha0 = SpearmanCorrelation(est_alpha, got_alpha);
-  es.spearman_norm_ratio = SpearmanCorrelation(est_ratio, got_ratio);
-  es.recompute_calls = recompute.calls;
-  es.recompute_rows = recompute.blocks;
-
-  r.intervention_seconds = since(t_phase);
+  // ---- Interventions: estimate every row on the first E samples, rank, then measure sample by
+  // sample, searching the circuit after each, until the verdict and the circuit are settled.
   t_phase = Clock::now();
-  // ---- Verdict and circuit search.
-  if (r.onset_layer < 0) {
+  const std::vector<RunMetrics> clean_iv(clean.begin(), clean.begin() + NI);
+  const int target_from = std::max(1, r.onset_layer);
+  const int E = InterventionTable::EstimateSamples(options, NI);
+  {
+    // What the interventions hold beside the model and the clean pass: the clean records kept
+    // between the phases (or one), the position-0 sweep's rows and its forward's buffers.
+    const int64_t one = CleanRecord::Bytes(c, T, /*estimates=*/true);
+    const int64_t rows = static_cast<int64_t>(L) * (H + 2);
+    const int64_t sweep_state = static_cast<int64_t>(sizeof(float)) *
+                                (rows * (3 * c.dim + 2 * c.q_dim() + 2 * c.kv_dim()) +
+                                 2 * std::min<int64_t>(rows, kMlpRows) * c.hidden_dim);
+    CheckMemory(static_cast<uint64_t>(one * (one * E <= kKeptRecordBytes ? E : 1) + P0Sweep::Bytes(c) + sweep_state),
+                fmt::format("explain's clean records and position-0 sweep at --length {}", T));
+  }
+  InterventionTable table(model, samples, options, runner, clean_iv, target_from);
+  auto t_est = Clock::now();
+  for (int n = 0; n < E; ++n) {
+    table.Estimate(n);
+    report();
+  }
+  table.Rank();
+  r.estimate_seconds = since(t_est);
+
+  // A P0 sink (an onset layer) is what the circuit search explains; every other verdict rests on
+  // the clean pass alone.
+  const bool search = r.onset_layer >= 0;
+  CircuitSearcher searcher(c, samples, options, runner, clean_iv, target_from, report);
+  StoppingSummary& stop = r.stopping;
+  stop.early_stop = options.early_stop;
+  stop.confidence = options.confidence;
+  stop.min_samples = std::min(NI, kMinInterventionSamples);
+  stop.upper_bound = NI;
+  CircuitSearch previous;
+  for (int n = 0; n < NI; ++n) {
+    table.Measure(n);
+    report();
+    stop.used = n + 1;
+    if (search) {
+      const auto t_search = Clock::now();
+      CircuitSearch now = searcher.Run(n + 1, table.Singles());
+      const bool settled = n > 0 && CircuitSettled(searcher, now, previous, options, stop);
+      r.search_seconds += since(t_search);
+      previous = now;
+      if (settled && options.early_stop && n + 1 >= stop.min_samples && n + 1 < NI) {
+        stop.reason = "circuit settled";
+        break;
+      }
+    } else if (options.early_stop && n + 1 >= stop.min_samples && n + 1 < NI) {
+      stop.reason = "verdict from the clean pass";
+      break;
+    }
+  }
+  if (stop.reason.empty()) stop.reason = options.early_stop ? "upper bound reached" : "early stopping off";
+  table.Report(r);
+  r.intervention_seconds = since(t_phase) - r.search_seconds;
+
+  // ---- Verdict.
+  if (!search) {
     // A learned sink slot (gpt-oss) holding the mass is the model's sink; it is not a position,
     // so there is no position-0 circuit to look for.
     r.verdict = r.slot_onset_layer >= 0   ? "sink-on-learned-slot"
                 : r.other_sink_layer >= 0 ? "sink-not-at-p0"
                                           : "no-sink";
   } else {
-    CircuitSearch& cs = r.circuit;
-    cs.ran = true;
-    cs.from_layer = std::max(1, r.onset_layer);
-    double target = 0;
-    for (int n = 0; n < NI; ++n)
-      for (int l = cs.from_layer; l < L; ++l) target += clean[n].sink0[l];
-    cs.target_clean = target / std::max(1.0, static_cast<double>(NI) * H * (L - cs.from_layer));
-    // Removed share of the target by zero-ablating `set` at P0 (NI forwards).
-    auto removed = [&](const std::vector<Component>& set) {
-      if (target <= 0) return 0.0;
-      double after = 0;
-      for (int n = 0; n < NI; ++n) {
-        const RunMetrics m = runner.Run(samples[n], AblationHooks(set, Dh, options.ablation));
-        for (int l = cs.from_layer; l < L; ++l) after += m.sink0[l];
-      }
-      report();
-      return 1.0 - after / target;
-    };
-    // Single effects on the target, from the measured ablation rows of the table (all of them
-    // with exhaustive, else the verified ones: the search never rests on an estimate).
-    std::vector<std::pair<double, Component>> singles;
-    for (const EffectAcc& a : effects) {
-      if (a.e.kind != mlp_kind && a.e.kind != head_kind) continue;
-      if (a.e.layer + 1 >= L) continue;  // nothing downstream
-      if (!a.e.measured) continue;
-      double after = 0;
-      for (int l = cs.from_layer; l < L; ++l) after += a.measured.after_layer[l];
-      const double share = target > 0 ? 1.0 - after / target : 0.0;
-      singles.push_back({share, a.e.kind == mlp_kind ? Component{ComponentKind::kMlp, a.e.layer, -1}
-                                                       : Component{ComponentKind::kHead, a.e.layer, a.e.head}});
-    }
-    std::stable_sort(singles.begin(), singles.end(),
-                     [](const auto& x, const auto& y) { return x.first > y.first; });
-    std::vector<Component> set;
-    double best = 0;
-    if (!singles.empty() && singles[0].first > 0) {
-      set.push_back(singles[0].second);
-      best = singles[0].first;
-      cs.removed_after_step.push_back(best);
-    }
-    while (!set.empty() && best < options.share && static_cast<int>(set.size()) < options.max_components) {
-      double step_best = best;
-      Component pick;
-      bool picked = false;
-      int tried = 0;
-      for (const auto& [share, comp] : singles) {
-        if (tried >= options.greedy_width) break;
-        if (std::find(set.begin(), set.end(), comp) != set.end()) continue;
-        ++tried;
-        std::vector<Component> trial = set;
-        trial.push_back(comp);
-        const double got = removed(trial);
-        if (got > step_best + 1e-12) {
-          step_best = got;
-          pick = comp;
-          picked = true;
-        }
-      }
-      if (!picked) break;
-      set.push_back(pick);
-      best = step_best;
-      cs.removed_after_step.push_back(best);
-    }
-    if (best >= options.share) {
-      // Prune: drop members the rest does not need.
-      for (size_t i = set.size(); set.size() > 1 && i-- > 0;) {
-        std::vector<Component> rest = set;
-        rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(i));
-        const double got = removed(rest);
-        if (got >= options.share) {
-          set = rest;
-          best = got;
-        }
-      }
-      cs.found = true;
-    }
-    cs.components = set;
-    cs.removed_share = best;
-    if (!cs.found) {
+    r.circuit = previous;
+    const std::vector<Component>& set = r.circuit.components;
+    if (!r.circuit.found) {
       r.verdict = "p0-sink-no-circuit-found";
     } else {
       const bool early = std::all_of(set.begin(), set.end(), [](const Component& x) { return x.layer <= 1; });
@@ -1119,7 +1600,6 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
   }
   r.forward_passes = runner.passes;
   r.block_evaluations = runner.blocks;
-  r.search_seconds = since(t_phase);
   return r;
 }
 

@@ -42,6 +42,7 @@
 // left out). `exhaustive` measures every row (and still estimates them, to compare).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -88,6 +89,14 @@ struct ExplainOptions {
   // row with `exhaustive` (--exhaustive).
   int verify_top = 16;
   bool exhaustive = false;
+  // The estimates rank the rows from the first estimate_samples intervention samples (0: all of
+  // them); a row the ranking leaves unmeasured reports the estimate over those samples.
+  int estimate_samples = 2;
+  // Sample counts are upper bounds (issue 33: no work the verdict does not need). Intervention
+  // samples are measured one at a time; after at least two, the table stops once the verdict and
+  // the circuit are settled (StoppingSummary); early_stop = false measures all of them.
+  bool early_stop = true;
+  double confidence = 0.95;  // of the stopping rule's one-sided bounds, in [0.5, 1)
 };
 
 // Validates options; throws ss::Error naming the flag (--eps, --share, ...).
@@ -171,8 +180,34 @@ struct EstimateSummary {
   // alpha0_share and norm_ratio_after (NaN where undefined: fewer than two rows, or one side
   // constant, e.g. no sink anywhere).
   double spearman_target = 0, spearman_alpha0 = 0, spearman_norm_ratio = 0;
-  int64_t recompute_calls = 0;  // forwards of position 0 alone (each H + 2 one-token rows)
+  int64_t recompute_calls = 0;  // forwards of position-0 rows (one per block and estimated sample)
   int64_t recompute_rows = 0;   // one-token block evaluations in them
+  int samples = 0;              // intervention samples the estimates ran on
+};
+
+// When the intervention table stopped adding samples. The verdict comes from the clean pass
+// (onset, slot and other-position layers); only a P0 sink has a circuit to search. So:
+//   - no P0 sink: nothing the verdict needs comes from the interventions; the table stops after
+//     min_samples (2) samples ("verdict from the clean pass");
+//   - a P0 sink: after each sample n >= 2 the circuit is searched on samples 0..n-1, and the table
+//     stops once (a) the search gives the same outcome (found or not, and the same components) as
+//     on one sample fewer, and (b) one-sided Student t bounds at `confidence` over the per-sample
+//     shares of the target removed put the outcome clear of --share: a found circuit's lower
+//     bound >= share and, with several components, each one-smaller subset's upper bound < share
+//     (it is minimal); no circuit found: the best set's upper bound < share ("circuit settled").
+// With a constant share (a planted circuit removes all of every sample's sink) the bounds equal
+// the mean and two samples settle it; noisy shares need more. Otherwise the table runs to
+// upper_bound ("upper bound reached"), or early stopping is off ("early stopping off").
+struct StoppingSummary {
+  bool early_stop = true;
+  double confidence = 0.95;
+  int min_samples = 0;   // min(2, upper_bound)
+  int upper_bound = 0;   // --intervention-samples (at most the samples)
+  int used = 0;          // intervention samples measured
+  std::string reason;
+  // The last search's bounds on the per-sample removed share (NaN when not computed): of the
+  // circuit (or best set), and the largest upper bound over its one-smaller subsets.
+  double circuit_lower = NAN, circuit_upper = NAN, subset_upper = NAN;
 };
 
 // Greedy search: the target is the number of (sample, layer, head) with alpha_0 > eps over layers
@@ -226,6 +261,7 @@ struct ExplainResult {
   int64_t forward_passes = 0;
   int64_t block_evaluations = 0;  // blocks run over all passes (< passes x L when resuming)
   EstimateSummary estimates;
+  StoppingSummary stopping;
   // Wall time per phase; estimate_seconds is the part of intervention_seconds spent on the P0
   // estimates and the ranking.
   double clean_seconds = 0, intervention_seconds = 0, search_seconds = 0, estimate_seconds = 0;

@@ -39,15 +39,26 @@ EffectValues MeasuredValues(const InterventionEffect& e) {
 std::string DescribeEstimates(const ExplainResult& r) {
   const EstimateSummary& es = r.estimates;
   auto rho = [](double v) { return std::isfinite(v) ? fmt::format("{:.3f}", v) : std::string("undefined"); };
+  const StoppingSummary& st = r.stopping;
+  auto bound = [](double v) { return std::isfinite(v) ? fmt::format("{:.3f}", v) : std::string("-"); };
+  std::string stopping = fmt::format("measured on {} of at most {} intervention samples ({}", st.used,
+                                     st.upper_bound, st.reason);
+  if (st.early_stop && std::isfinite(st.circuit_lower))
+    stopping += fmt::format("; {:.0f}% bounds on the circuit's removed share: lower {}, upper {}{}",
+                            100 * st.confidence, bound(st.circuit_lower), bound(st.circuit_upper),
+                            std::isfinite(st.subset_upper)
+                                ? fmt::format(", its one-smaller subsets at most {}", bound(st.subset_upper))
+                                : std::string());
+  stopping += ")";
   return fmt::format(
-      "{} MLP / head / patch rows estimated by recomputing position 0 ({}), {} of them measured "
-      "exactly ({}); the circuit search uses measured rows only. Spearman rank correlation, estimate "
-      "vs measured over the {} measured rows: Sink_0 share removed in layers >= {} {}, alpha_0 mass "
-      "removed {}, P0 norm ratio after {}",
-      es.candidates, fmt::format("{} position-0 recomputations, {} one-token block evaluations",
-                                 es.recompute_calls, es.recompute_rows),
+      "{} MLP / head / patch rows estimated by recomputing position 0 on {} sample(s) ({}), {} of them "
+      "measured exactly ({}), {}; the circuit search uses measured rows only. Spearman rank "
+      "correlation, estimate vs measured over the {} measured rows: Sink_0 share removed in layers "
+      ">= {} {}, alpha_0 mass removed {}, P0 norm ratio after {}",
+      es.candidates, es.samples,
+      fmt::format("{} position-0 sweeps, {} one-token block evaluations", es.recompute_calls, es.recompute_rows),
       es.verified, es.exhaustive ? "--exhaustive" : fmt::format("the best {} by estimate", es.verify_top),
-      es.verified, es.target_from_layer, rho(es.spearman_target), rho(es.spearman_alpha0),
+      stopping, es.verified, es.target_from_layer, rho(es.spearman_target), rho(es.spearman_alpha0),
       rho(es.spearman_norm_ratio));
 }
 
@@ -118,6 +129,8 @@ json ReportJson(const ExplainReport& rep) {
                    {"max_components", o.max_components}, {"greedy_width", o.greedy_width},
                    {"ablation", AblationName(o.ablation)},
                    {"verify", o.exhaustive ? "all" : "top"}, {"verify_top", o.verify_top},
+                   {"estimate_samples", o.estimate_samples}, {"early_stop", o.early_stop},
+                   {"confidence", o.confidence},
                    {"intervention_samples", std::min(r.samples, o.intervention_samples > 0 ? o.intervention_samples : r.samples)}};
   j["amplification_layer"] = Layer(r.amplification_layer);
   j["onset_layer"] = Layer(r.onset_layer);
@@ -138,7 +151,14 @@ json ReportJson(const ExplainReport& rep) {
                     {"spearman", {{"target_share", Num(es.spearman_target)},
                                   {"alpha0_share", Num(es.spearman_alpha0)},
                                   {"norm_ratio_after", Num(es.spearman_norm_ratio)}}},
-                    {"recompute_calls", es.recompute_calls}, {"recompute_rows", es.recompute_rows}};
+                    {"recompute_calls", es.recompute_calls}, {"recompute_rows", es.recompute_rows},
+                    {"samples", es.samples}};
+  const StoppingSummary& st = r.stopping;
+  j["stopping"] = {{"early_stop", st.early_stop}, {"confidence", st.confidence},
+                   {"min_samples", st.min_samples}, {"upper_bound", st.upper_bound},
+                   {"used", st.used}, {"reason", st.reason},
+                   {"circuit_lower", Num(st.circuit_lower)}, {"circuit_upper", Num(st.circuit_upper)},
+                   {"subset_upper", Num(st.subset_upper)}};
   json layers = json::array();
   for (size_t l = 0; l < r.layers.size(); ++l) {
     const LayerDecomposition& d = r.layers[l];
@@ -232,8 +252,8 @@ std::string ReportSummary(const ExplainReport& rep) {
                    FormatNumber(e->removed_share), FormatNumber(e->norm_ratio_clean),
                    FormatNumber(e->norm_ratio_after), e->Method(),
                    e->estimated ? FormatNumber(e->estimate.removed_share) : "-"});
-  out += "interventions at position 0 (" + std::to_string(r.interventions.empty() ? 0 : r.interventions[0].samples) +
-         " samples; the 5 heads with the largest effect; method p0-recompute: an estimate, not "
+  out += "interventions at position 0 (" + std::to_string(r.stopping.used) +
+         " samples measured; the 5 heads with the largest effect; method p0-recompute: an estimate, not "
          "measured):\n" + report::FormatTable(eff);
   out += DescribeEstimates(r) + "\n";
   double corr = 0;

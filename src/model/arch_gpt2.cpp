@@ -25,7 +25,7 @@ void ForwardGpt2(ForwardContext& ctx) {
   const int64_t n = static_cast<int64_t>(ctx.T) * c.dim;
   EmbedTokens(ctx);
   AddPositionEmbeddings(ctx);
-  for (int l = ctx.request.first_layer; l < c.n_layers; ++l) {
+  for (int l = ctx.request.first_layer, last = LastLayer(ctx.request, c); l <= last; ++l) {
     PollInterrupt();  // a stopping point for work asked to end (common/interrupt.h)
     const LayerWeights& w = ctx.model.weights.layers[l];
     if (ctx.HookActive(HookPoint::kResidPre, l)) ctx.RunHook(HookPoint::kResidPre, l, s.x.data(), {ctx.T, c.dim});

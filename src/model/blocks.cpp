@@ -472,6 +472,8 @@ Tensor FinalLogits(ForwardContext& ctx) {
   const ModelWeights& w = ctx.model.weights;
   const int T = ctx.T, D = c.dim, V = c.vocab_size;
   const LogitsMode mode = ctx.request.logits;
+  // A forward stopped before the last block has no final residual: no final norm, no logits.
+  if (LastLayer(ctx.request, c) < c.n_layers - 1) return Tensor();
   const bool hook = ctx.HookActive(HookPoint::kLnFinal, -1);
   if (mode == LogitsMode::kNone && !hook) return Tensor();
   // Only the rows whose logits are wanted need the final norm, unless a hook reads them all.
@@ -510,7 +512,7 @@ void ForwardSequential(ForwardContext& ctx) {
     return s.xb.data();
   };
   EmbedTokens(ctx);
-  for (int l = ctx.request.first_layer; l < c.n_layers; ++l) {
+  for (int l = ctx.request.first_layer, last = LastLayer(ctx.request, c); l <= last; ++l) {
     PollInterrupt();  // a stopping point for work asked to end (common/interrupt.h)
     const LayerWeights& w = ctx.model.weights.layers[l];
     if (ctx.HookActive(HookPoint::kResidPre, l)) ctx.RunHook(HookPoint::kResidPre, l, s.x.data(), {ctx.T, c.dim});

@@ -270,6 +270,12 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
       (request.first_layer > 0 && request.resid_pre == nullptr))
     Fail("forward from block {}: needs 0 <= block < {} and the residual stream entering it",
          request.first_layer, c.n_layers);
+  if (request.last_layer >= c.n_layers || (request.last_layer >= 0 && request.last_layer < request.first_layer))
+    Fail("forward to block {}: needs {} <= block < {} (or -1: every block)", request.last_layer,
+         request.first_layer, c.n_layers);
+  if (LastLayer(request, c) < c.n_layers - 1 && request.logits != LogitsMode::kNone)
+    Fail("a forward that stops after block {} of {} has no logits: ask for LogitsMode::kNone",
+         request.last_layer, c.n_layers);
   for (int t = 0; t < T; ++t) {
     int id = request.tokens[t];
     if (id < 0 || id >= c.vocab_size)

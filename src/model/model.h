@@ -114,6 +114,11 @@ struct ForwardRequest {
   // statistics. Interventions at block l need only blocks l.. (explain's intervention table).
   int first_layer = 0;
   const float* resid_pre = nullptr;     // (T, D), required when first_layer > 0
+  // Stop after block last_layer (-1: run to the last block). Work that reads nothing deeper (a
+  // metric of the first blocks, explain's block-by-block sweep of position 0) skips the rest;
+  // the final norm and the logits need every block, so a request that stops early asks for
+  // LogitsMode::kNone.
+  int last_layer = -1;
   // Every token attends to its own key alone (an attention window of one). With all positions 0
   // the call computes T independent one-token forwards of position 0, which under the causal mask
   // sees only itself: explain recomputes position 0 under many interventions in one call, reading
@@ -148,6 +153,11 @@ struct RunState {
 // the logits in `state` ((T, V) for kAll, (1, V) for kLast, empty for kNone). Throws ss::Error when
 // the cache is too small or a token id is out of range.
 Tensor Forward(const Model& model, KVCache& cache, RunState& state, const ForwardRequest& request);
+
+// The last block `request` runs: request.last_layer, or the model's last block when it is -1.
+inline int LastLayer(const ForwardRequest& request, const ModelConfig& config) {
+  return request.last_layer < 0 ? config.n_layers - 1 : request.last_layer;
+}
 
 // Names of the registered architecture families, for error messages.
 std::vector<std::string> SupportedArchitectures();

@@ -59,7 +59,9 @@ void CheckSameFamily(const std::vector<CheckpointRef>& checkpoints);
 Model LoadCheckpoint(const std::string& path, Precision precision = Precision::kF32);
 
 // Content hash of a checkpoint: sha256 over its weight and config files (sorted names and bytes).
-std::string CheckpointHash(const std::string& path);
+// With index_dir, each file's hash is remembered there against its size, mtime and inode, and
+// reused while they are unchanged.
+std::string CheckpointHash(const std::string& path, const std::string& index_dir = "");
 
 // ---- per-checkpoint profile
 
