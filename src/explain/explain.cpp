@@ -1469,6 +1469,32 @@ bool CircuitSettled(CircuitSearcher& searcher, const CircuitSearch& now, const C
 
 }  // namespace
 
+// What the interventions hold beside the model and the clean pass: the clean records kept between
+// the phases (or one), the position-0 sweep's rows and its forward's buffers. Refused before they
+// start when that exceeds the available memory.
+static void CheckInterventionMemory(const ModelConfig& c, int T, int estimate_samples) {
+  const int64_t one = CleanRecord::Bytes(c, T, /*estimates=*/true);
+  const int64_t rows = static_cast<int64_t>(c.n_layers) * (c.n_heads + 2);
+  const int64_t sweep_state = static_cast<int64_t>(sizeof(float)) *
+                              (rows * (3 * c.dim + 2 * c.q_dim() + 2 * c.kv_dim()) +
+                               2 * std::min<int64_t>(rows, kMlpRows) * c.hidden_dim);
+  const int64_t records = one * (one * estimate_samples <= kKeptRecordBytes ? estimate_samples : 1);
+  CheckMemory(static_cast<uint64_t>(records + P0Sweep::Bytes(c) + sweep_state),
+              fmt::format("explain's clean records and position-0 sweep at --length {}", T));
+}
+
+// The verdict (explain.h) from the clean pass's layers and, for a P0 sink, the circuit search.
+static std::string Verdict(const ExplainResult& r, bool searched) {
+  // A learned sink slot (gpt-oss) holding the mass is the model's sink; it is not a position, so
+  // there is no position-0 circuit to look for.
+  if (!searched)
+    return r.slot_onset_layer >= 0 ? "sink-on-learned-slot" : r.other_sink_layer >= 0 ? "sink-not-at-p0" : "no-sink";
+  if (!r.circuit.found) return "p0-sink-no-circuit-found";
+  const std::vector<Component>& set = r.circuit.components;
+  const bool early = std::all_of(set.begin(), set.end(), [](const Component& x) { return x.layer <= 1; });
+  return early ? "p0-circuit-in-blocks-0-1" : "p0-circuit-elsewhere";
+}
+
 ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& samples,
                       const ExplainOptions& options) {
   CheckOptions(options);
@@ -1528,17 +1554,7 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
   const std::vector<RunMetrics> clean_iv(clean.begin(), clean.begin() + NI);
   const int target_from = std::max(1, r.onset_layer);
   const int E = InterventionTable::EstimateSamples(options, NI);
-  {
-    // What the interventions hold beside the model and the clean pass: the clean records kept
-    // between the phases (or one), the position-0 sweep's rows and its forward's buffers.
-    const int64_t one = CleanRecord::Bytes(c, T, /*estimates=*/true);
-    const int64_t rows = static_cast<int64_t>(L) * (H + 2);
-    const int64_t sweep_state = static_cast<int64_t>(sizeof(float)) *
-                                (rows * (3 * c.dim + 2 * c.q_dim() + 2 * c.kv_dim()) +
-                                 2 * std::min<int64_t>(rows, kMlpRows) * c.hidden_dim);
-    CheckMemory(static_cast<uint64_t>(one * (one * E <= kKeptRecordBytes ? E : 1) + P0Sweep::Bytes(c) + sweep_state),
-                fmt::format("explain's clean records and position-0 sweep at --length {}", T));
-  }
+  CheckInterventionMemory(c, T, E);
   InterventionTable table(model, samples, options, runner, clean_iv, target_from);
   auto t_est = Clock::now();
   for (int n = 0; n < E; ++n) {
@@ -1581,23 +1597,8 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
   table.Report(r);
   r.intervention_seconds = since(t_phase) - r.search_seconds;
 
-  // ---- Verdict.
-  if (!search) {
-    // A learned sink slot (gpt-oss) holding the mass is the model's sink; it is not a position,
-    // so there is no position-0 circuit to look for.
-    r.verdict = r.slot_onset_layer >= 0   ? "sink-on-learned-slot"
-                : r.other_sink_layer >= 0 ? "sink-not-at-p0"
-                                          : "no-sink";
-  } else {
-    r.circuit = previous;
-    const std::vector<Component>& set = r.circuit.components;
-    if (!r.circuit.found) {
-      r.verdict = "p0-sink-no-circuit-found";
-    } else {
-      const bool early = std::all_of(set.begin(), set.end(), [](const Component& x) { return x.layer <= 1; });
-      r.verdict = early ? "p0-circuit-in-blocks-0-1" : "p0-circuit-elsewhere";
-    }
-  }
+  if (search) r.circuit = previous;
+  r.verdict = Verdict(r, search);
   r.forward_passes = runner.passes;
   r.block_evaluations = runner.blocks;
   return r;
