@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "analysis/analyze_report.h"
 #include "analysis/conditions.h"
 #include "common/error.h"
+#include "common/file_util.h"
 #include "common/stats.h"
 #include "common/sha256.h"
 #include "io/llama2c.h"
@@ -508,6 +510,25 @@ TEST(Sha256, KnownVectors) {
   // The shipped model's hash as ../shared/data/README.md lists it.
   EXPECT_EQ(Sha256File(test::RepoPath("models/stories260K/stories260K.bin")),
             "b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696");
+}
+
+// A file's hash (OpenSSL's where the build has it) equals the plain FIPS 180-4 code's on the same
+// bytes, across lengths that end inside, at and past a 64-byte block and a 1 MiB read.
+TEST(Sha256, FileHashEqualsTheReference) {
+  const std::string dir = test::TempDir("sha256_file");
+  uint64_t x = 12345;
+  for (size_t n : {size_t{0}, size_t{55}, size_t{56}, size_t{64}, size_t{1000}, size_t{1} << 20,
+                   (size_t{3} << 20) + 17}) {
+    std::string bytes(n, '\0');
+    for (char& c : bytes) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      c = static_cast<char>(x >> 56);
+    }
+    const std::string path = dir + "/data.bin";
+    WriteFileAtomic(path, bytes);
+    EXPECT_EQ(Sha256File(path), Sha256Hex(bytes)) << n << " bytes";
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
