@@ -28,6 +28,32 @@ if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 
+def _blas_core_override(path):
+    """The OPENBLAS_CORETYPE to load OpenBLAS with where it does not know this CPU (the CLI's rule,
+    kernels/parallel.h BlasCoreOverride): when OpenBLAS, loaded in a throwaway process, reports
+    its SSE3 fallback "Prescott", the kernel set the CPU can run. None otherwise."""
+    import subprocess
+    import sys
+
+    probe = ("import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); "
+             "lib.openblas_get_corename.restype = ctypes.c_char_p; "
+             "print(lib.openblas_get_corename().decode())")
+    try:
+        core = subprocess.run([sys.executable, "-c", probe, path], capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if core != "Prescott":
+        return None
+    if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= set(flags):
+        return "SkylakeX"
+    if {"avx2", "fma"} <= set(flags):
+        return "Haswell"
+    return None
+
+
 def _load_openmp_openblas():
     """Loads OpenBLAS's OpenMP build by its path into the global symbol scope, before the extension.
 
@@ -43,6 +69,10 @@ def _load_openmp_openblas():
     for path in sorted(glob.glob("/usr/lib/*/openblas-openmp/libopenblas.so.0")) + [
             "/usr/lib64/openblas-openmp/libopenblas.so.0", "/usr/lib/openblas-openmp/libopenblas.so.0"]:
         if os.path.exists(path):
+            if "OPENBLAS_CORETYPE" not in os.environ:
+                core = _blas_core_override(path)
+                if core:
+                    os.environ["OPENBLAS_CORETYPE"] = core
             try:
                 ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
                 return

@@ -28,21 +28,27 @@
 // then sleeps within milliseconds of the last region, so an idle chat does not hold a core.
 // libgomp reads these once, before main, so the process re-executes itself once with the
 // variable set.
-static void ChooseSpin(int argc, char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
-  const char* spin = ss::kSpinCount;
-  for (int i = 1; i < argc; ++i) {
-    if (argv[i][0] == '-') continue;  // the verb is the first word that is not an option
-    spin = ss::SpinCountFor(argv[i]);
-    break;
+// OpenBLAS likewise chooses its kernels once, when it loads: where it does not know the CPU and
+// fell back to its SSE3 kernels, the same re-execution sets OPENBLAS_CORETYPE
+// (ss::BlasCoreOverride says when and why).
+static void ChooseRuntime(int argc, char** argv) {
+  bool again = false;
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
+    const char* spin = ss::kSpinCount;
+    for (int i = 1; i < argc; ++i) {
+      if (argv[i][0] == '-') continue;  // the verb is the first word that is not an option
+      spin = ss::SpinCountFor(argv[i]);
+      break;
+    }
+    again = setenv("GOMP_SPINCOUNT", spin, 1) == 0;
   }
-  if (setenv("GOMP_SPINCOUNT", spin, 1) != 0) return;
-  execv("/proc/self/exe", argv);
-  // If the re-exec fails we simply go on with the default policy.
+  if (const char* core = ss::BlasCoreOverride()) again = setenv("OPENBLAS_CORETYPE", core, 1) == 0 || again;
+  if (again) execv("/proc/self/exe", argv);
+  // If the re-exec fails we simply go on with the defaults.
 }
 
 int main(int argc, char** argv) {
-  ChooseSpin(argc, argv);
+  ChooseRuntime(argc, argv);
   CLI::App app{"sinkscope: find, explain and exploit attention sinks in transformer language models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", [] {

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "common/error.h"
 
 namespace ss {
@@ -43,6 +45,18 @@ BlasInfo GetBlasInfo() {
   Dl_info dl{};
   if (dladdr(reinterpret_cast<void*>(&cblas_sgemm), &dl) && dl.dli_fname) info.library = dl.dli_fname;
   return info;
+}
+
+const char* BlasCoreOverride() {
+  if (std::getenv("OPENBLAS_CORETYPE")) return nullptr;
+  const char* core = openblas_get_corename();
+  if (!core || std::string_view(core) != "Prescott") return nullptr;
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  return nullptr;
 }
 
 std::string BlasWarning() {

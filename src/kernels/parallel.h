@@ -45,6 +45,16 @@ struct BlasInfo {
 };
 BlasInfo GetBlasInfo();
 
+// The OPENBLAS_CORETYPE to run with when OpenBLAS does not know this CPU, or null. A DYNAMIC_ARCH
+// OpenBLAS picks its kernels from the CPU model and falls back to "Prescott" (SSE3) for one it
+// does not know: Debian 12's 0.3.21 on an Intel Xeon of family 6 model 207 (2026) ran sgemm there
+// at a quarter of the speed, every f32 product and every native prefill with it. When the user
+// set no OPENBLAS_CORETYPE and the loaded OpenBLAS reports Prescott, this names the kernel set
+// the CPU can run: "SkylakeX" with AVX-512 (F, BW, DQ, VL), "Haswell" with AVX2 and FMA. OpenBLAS
+// reads the variable once, when it loads, so the CLI re-executes itself with it set (cli's
+// main.cpp) and the Python package sets it before loading OpenBLAS (sinkscope/__init__.py).
+const char* BlasCoreOverride();
+
 // If the loaded OpenBLAS is not the OpenMP build (a LD_LIBRARY_PATH or LD_PRELOAD override, or a
 // build against another BLAS), returns a one-line warning; otherwise an empty string.
 std::string BlasWarning();
