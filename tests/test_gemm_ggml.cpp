@@ -113,7 +113,7 @@ TEST(GemmGgml, MatchesDoubleProductOfDequantisedWeights) {
                  Case{kGgmlTypeQ8_0, 64, 3, 2}}) {
     for (SimdLevel level : Levels()) {
       ForceSimdLevel(level);
-      double worst[2] = {0, 0};  // fused (T < kGgmlWidenRows), widened
+      double worst[2] = {0, 0};  // one row of x (decode), several
       for (int out : {1, 5, 131}) {
         const Stored stored = RandomMatrix(c.type, out, c.in, out * 7 + c.in, c.row_step, c.first);
         const GgmlMatrix& w = stored.w;
@@ -134,7 +134,7 @@ TEST(GemmGgml, MatchesDoubleProductOfDequantisedWeights) {
                   mag += std::fabs(prod);
                 }
                 const double err = std::fabs(y[t * out + o] - ref) / std::max(mag, 1e-30);
-                double& w_path = worst[T >= kGgmlWidenRows];
+                double& w_path = worst[T > 1];
                 w_path = std::max(w_path, err);
                 ASSERT_LT(err, 2e-6) << GgmlTypeName(c.type) << " " << SimdLevelName(level)
                                      << " out " << out << " in " << c.in << " T " << T << " ("
@@ -145,7 +145,7 @@ TEST(GemmGgml, MatchesDoubleProductOfDequantisedWeights) {
       }
       const std::string rows = c.row_step > 1 ? " (rows " + std::to_string(c.row_step) + " stored rows apart)" : "";
       std::printf("MatMulGgml %s in %d%s, %s: largest |difference| / sum |products| vs double: "
-                  "fused (%s) %.2e, widened (sgemm) %.2e\n", GgmlTypeName(c.type), c.in, rows.c_str(),
+                  "T = 1 (%s) %.2e, T > 1 %.2e\n", GgmlTypeName(c.type), c.in, rows.c_str(),
                   SimdLevelName(level).c_str(), GgmlKernelName(c.type), worst[0], worst[1]);
     }
   }
@@ -153,8 +153,8 @@ TEST(GemmGgml, MatchesDoubleProductOfDequantisedWeights) {
 }
 
 // A row's sum is formed the same way whichever thread computes it.
-// DequantizeGgmlRows (the widened path's rows, the native embedding lookup) on the vector path
-// gives the scalar decoder's bits exactly: random blocks of every type, and for F16 / BF16 every
+// DequantizeGgmlRows (the rows every product multiplies, the native embedding lookup) on each vector
+// path (AVX2, AVX-512) gives the scalar decoder's bits exactly: random blocks of every type, and for F16 / BF16 every
 // finite 16-bit pattern (subnormals included).
 TEST(GemmGgml, VectorDequantiserIsTheScalarDecoderBitForBit) {
   if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
@@ -191,21 +191,27 @@ TEST(GemmGgml, VectorDequantiserIsTheScalarDecoderBitForBit) {
     cases.push_back(std::move(all));
   }
   const SimdLevel best = ActiveSimdLevel();
+  std::vector<SimdLevel> vector_levels = Levels();
+  vector_levels.erase(vector_levels.begin());  // the portable level is the scalar decoder itself
   for (const Rows& c : cases) {
     const GgmlMatrix w = GgmlView(c.type, c.out, c.in, c.data.data(), nullptr);
     std::vector<float> scalar(static_cast<size_t>(c.out) * c.in), vec(scalar.size());
     Dequantize(c.type, c.data.data(), scalar.data(), static_cast<int64_t>(scalar.size()));
-    ForceSimdLevel(SimdLevel::kAvx2);
-    DequantizeGgmlRows(w, 0, c.out, vec.data());
+    for (SimdLevel level : vector_levels) {
+      ForceSimdLevel(level);
+      DequantizeGgmlRows(w, 0, c.out, vec.data());
+      size_t differ = 0;
+      for (size_t i = 0; i < vec.size(); ++i) differ += std::memcmp(&vec[i], &scalar[i], 4) != 0;
+      std::printf("%s, %s: %zu values, %zu differ from the scalar decoder\n", GgmlTypeName(c.type),
+                  SimdLevelName(level).c_str(), vec.size(), differ);
+      EXPECT_EQ(differ, 0u) << GgmlTypeName(c.type) << " " << SimdLevelName(level);
+      // Rows from the middle land where they belong.
+      std::vector<float> two(2 * static_cast<size_t>(c.in));
+      DequantizeGgmlRows(w, c.out - 3, 2, two.data());
+      EXPECT_EQ(std::memcmp(two.data(), scalar.data() + static_cast<size_t>(c.out - 3) * c.in, two.size() * 4), 0)
+          << GgmlTypeName(c.type) << " " << SimdLevelName(level);
+    }
     ForceSimdLevel(best);
-    size_t differ = 0;
-    for (size_t i = 0; i < vec.size(); ++i) differ += std::memcmp(&vec[i], &scalar[i], 4) != 0;
-    std::printf("%s: %zu values, %zu differ from the scalar decoder\n", GgmlTypeName(c.type), vec.size(), differ);
-    EXPECT_EQ(differ, 0u) << GgmlTypeName(c.type);
-    // Rows from the middle land where they belong.
-    std::vector<float> two(2 * static_cast<size_t>(c.in));
-    DequantizeGgmlRows(w, c.out - 3, 2, two.data());
-    EXPECT_EQ(std::memcmp(two.data(), scalar.data() + static_cast<size_t>(c.out - 3) * c.in, two.size() * 4), 0);
   }
   // The split MXFP4 form, rows two stored rows apart (gpt-oss's up rows), every scale but NaN.
   const int out = 255, in = 64;
@@ -216,14 +222,71 @@ TEST(GemmGgml, VectorDequantiserIsTheScalarDecoderBitForBit) {
   std::vector<float> scalar(static_cast<size_t>(out) * in), vec(scalar.size());
   for (int r = 0; r < out; ++r)
     DequantizeMxfp4Split(w.row(r), w.row_scales(r), scalar.data() + static_cast<size_t>(r) * in, in);
-  ForceSimdLevel(SimdLevel::kAvx2);
-  DequantizeGgmlRows(w, 0, out, vec.data());
+  for (SimdLevel level : vector_levels) {
+    ForceSimdLevel(level);
+    DequantizeGgmlRows(w, 0, out, vec.data());
+    size_t differ = 0;
+    for (size_t i = 0; i < vec.size(); ++i) differ += std::memcmp(&vec[i], &scalar[i], 4) != 0;
+    std::printf("MXFP4 (blocks + scales), every other row, %s: %zu values, %zu differ from the scalar decoder\n",
+                SimdLevelName(level).c_str(), vec.size(), differ);
+    EXPECT_EQ(differ, 0u) << SimdLevelName(level);
+  }
   ForceSimdLevel(best);
-  size_t differ = 0;
-  for (size_t i = 0; i < vec.size(); ++i) differ += std::memcmp(&vec[i], &scalar[i], 4) != 0;
-  std::printf("MXFP4 (blocks + scales), every other row: %zu values, %zu differ from the scalar decoder\n",
-              vec.size(), differ);
-  EXPECT_EQ(differ, 0u);
+}
+
+// A row of x gives the same bits alone (T = 1: decode, explain's recomputation of position 0) as
+// inside a product of any T: one pass over W (T <= 16), W decoded whole (T > 16), a register tile's
+// edge or its middle, with and without a bias; rows of 300 values (F16, BF16: a padded last chunk)
+// or 768 (three value blocks), 53 rows of W (three row blocks, tile edges).
+TEST(GemmGgml, RowGivesTheSameBitsAloneAsInsideAnyT) {
+  const SimdLevel best = ActiveSimdLevel();
+  for (uint32_t type : {kGgmlTypeBF16, kGgmlTypeF16, kGgmlTypeQ8_0, kGgmlTypeQ4_0, kGgmlTypeQ4_K, kGgmlTypeQ6_K,
+                        kGgmlTypeMXFP4, kTypeMxfp4Split}) {
+    const int out = 53, in = type == kGgmlTypeBF16 || type == kGgmlTypeF16 ? 300 : 768;
+    const Stored stored = RandomMatrix(type, out, in, 11);
+    const std::vector<float> bias = test::NormalVector(out, 12);
+    for (SimdLevel level : Levels()) {
+      ForceSimdLevel(level);
+      size_t rows = 0, differ = 0;
+      for (int T : {2, 5, 16, 17, 40}) {
+        const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * in, 13 + T);
+        for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+          std::vector<float> all(static_cast<size_t>(T) * out), alone(out);
+          MatMulGgml(x.data(), stored.w, b, all.data(), T);
+          for (int t = 0; t < T; ++t) {
+            MatMulGgml(x.data() + static_cast<size_t>(t) * in, stored.w, b, alone.data(), 1);
+            ++rows;
+            differ += std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
+          }
+        }
+      }
+      std::printf("MatMulGgml %s, %s: %zu rows alone against inside T = 2..40, %zu differ\n",
+                  GgmlTypeName(type), SimdLevelName(level).c_str(), rows, differ);
+      EXPECT_EQ(differ, 0u) << GgmlTypeName(type) << " " << SimdLevelName(level);
+    }
+  }
+  ForceSimdLevel(best);
+}
+
+// AVX-512 and AVX2 form every output with the same operations on the same lanes: the same bits.
+TEST(GemmGgml, Avx2AndAvx512GiveTheSameBits) {
+  if (CpuSimdLevel() != SimdLevel::kAvx512) GTEST_SKIP() << "the CPU has no AVX-512";
+  const SimdLevel best = ActiveSimdLevel();
+  for (uint32_t type : {kGgmlTypeBF16, kGgmlTypeF16, kGgmlTypeQ8_0, kGgmlTypeQ4_0, kGgmlTypeQ4_K, kGgmlTypeQ6_K,
+                        kGgmlTypeMXFP4, kTypeMxfp4Split}) {
+    const int out = 53, in = type == kGgmlTypeBF16 || type == kGgmlTypeF16 ? 300 : 768;
+    const Stored stored = RandomMatrix(type, out, in, 21);
+    for (int T : {1, 7, 33}) {
+      const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * in, 22 + T);
+      std::vector<float> a(static_cast<size_t>(T) * out), b(a.size());
+      ForceSimdLevel(SimdLevel::kAvx512);
+      MatMulGgml(x.data(), stored.w, nullptr, a.data(), T);
+      ForceSimdLevel(SimdLevel::kAvx2);
+      MatMulGgml(x.data(), stored.w, nullptr, b.data(), T);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << GgmlTypeName(type) << " T " << T;
+    }
+  }
+  ForceSimdLevel(best);
 }
 
 TEST(GemmGgml, SameBitsAtAnyThreadCount) {

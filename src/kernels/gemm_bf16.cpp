@@ -1,6 +1,5 @@
 #include "kernels/gemm_bf16.h"
 
-#include <cblas.h>
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -113,26 +112,19 @@ SS_BF16 void ConvertRow512(const float* x, int in, uint32_t* row, int stride) {
 // does no wasted rows.
 //   x: kTileRows rows of ldx pairs (already offset to the block's first pair)
 //   w: kc * kWidth pairs (the panel, offset likewise)
-// init: accumulate onto y if `accumulate`, else start from bias (or zero).
+// The sums start from zero, or from y if `accumulate` (a later block of pairs); `bias`, passed with
+// the last block of pairs only, is added after the last pair. So every column's sum runs over the
+// pairs in order from zero, then adds the bias, whatever the tile: as the matrix-vector product
+// (PanelsDot512) forms it, so a row gives the same bits alone as inside a larger T.
 template <int kTileRows>
 SS_BF16 void MicroKernel(const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
                          int64_t ldy, __mmask16 m0, __mmask16 m1, const float* bias,
                          bool accumulate) {
   __m512 acc0[kTileRows], acc1[kTileRows];
-  if (accumulate) {
 #pragma GCC unroll 8
-    for (int r = 0; r < kTileRows; ++r) {
-      acc0[r] = _mm512_maskz_loadu_ps(m0, y + r * ldy);
-      acc1[r] = _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
-    }
-  } else {
-    const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-    const __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
-#pragma GCC unroll 8
-    for (int r = 0; r < kTileRows; ++r) {
-      acc0[r] = b0;
-      acc1[r] = b1;
-    }
+  for (int r = 0; r < kTileRows; ++r) {
+    acc0[r] = accumulate ? _mm512_maskz_loadu_ps(m0, y + r * ldy) : _mm512_setzero_ps();
+    acc1[r] = accumulate ? _mm512_maskz_loadu_ps(m1, y + r * ldy + 16) : _mm512_setzero_ps();
   }
   for (int k = 0; k < kc; ++k) {
     const __m512bh w0 = reinterpret_cast<__m512bh>(_mm512_load_si512(w + k * kWidth));
@@ -145,6 +137,14 @@ SS_BF16 void MicroKernel(const uint32_t* x, int64_t ldx, const uint32_t* w, int 
       acc1[r] = _mm512_dpbf16_ps(acc1[r], xb, w1);
     }
   }
+  if (bias) {
+    const __m512 b0 = _mm512_maskz_loadu_ps(m0, bias), b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) {
+      acc0[r] = _mm512_add_ps(acc0[r], b0);
+      acc1[r] = _mm512_add_ps(acc1[r], b1);
+    }
+  }
 #pragma GCC unroll 8
   for (int r = 0; r < kTileRows; ++r) {
     _mm512_mask_storeu_ps(y + r * ldy, m0, acc0[r]);
@@ -155,15 +155,18 @@ SS_BF16 void MicroKernel(const uint32_t* x, int64_t ldx, const uint32_t* w, int 
 // The AVX2 + FMA micro-kernel: the same tile, with W widened to f32 in registers (a bf16 is the
 // upper half of an f32: the pair's lower element is bits << 16, its upper element bits & 0xffff0000)
 // and x's pair broadcast the same way. Each product of two bf16 values is exact in f32, so an FMA
-// adds it with one rounding, as VDPBF16PS does. 2 rows x 4 ymm accumulators (32 columns) plus the
-// widened operands fill the 16 ymm registers. Column tails go through a 32-float buffer.
-SS_AVX2 void MicroKernelAvx2Rows2(const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
+// adds it with one rounding. Every column's sum runs over the values in order (a pair's lower
+// element, then its upper one) from zero, in one FMA chain, then adds the bias (passed with the
+// last block of pairs only): the order of the AVX2 path's every product (PanelsDotAvx2 for one row,
+// WidenedTile from kWidenRows rows on). 2 rows x 4 ymm accumulators (32 columns) plus the widened
+// operands fill the 16 ymm registers. Column tails go through a 32-float buffer.
+template <int kTileRows>
+SS_AVX2 void MicroKernelAvx2(const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
                              int64_t ldy, int cols, const float* bias, bool accumulate) {
-  constexpr int kRows2 = 2;
-  __m256 acc[kRows2][4];
+  __m256 acc[kTileRows][4];
   alignas(32) float edge[kWidth];
-  for (int r = 0; r < kRows2; ++r) {
-    const float* init = accumulate ? y + r * ldy : bias;
+  for (int r = 0; r < kTileRows; ++r) {
+    const float* init = accumulate ? y + r * ldy : nullptr;
     if (init && cols < kWidth) {
       std::fill(edge, edge + kWidth, 0.0f);
       std::copy(init, init + cols, edge);
@@ -173,9 +176,9 @@ SS_AVX2 void MicroKernelAvx2Rows2(const uint32_t* x, int64_t ldx, const uint32_t
   }
   const __m256i upper = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   for (int k = 0; k < kc; ++k) {
-    __m256 x_lo[kRows2], x_hi[kRows2];
+    __m256 x_lo[kTileRows], x_hi[kTileRows];
 #pragma GCC unroll 4
-    for (int r = 0; r < kRows2; ++r) {
+    for (int r = 0; r < kTileRows; ++r) {
       const uint32_t pair = x[r * ldx + k];
       x_lo[r] = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair << 16)));
       x_hi[r] = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair & 0xffff0000u)));
@@ -187,51 +190,25 @@ SS_AVX2 void MicroKernelAvx2Rows2(const uint32_t* x, int64_t ldx, const uint32_t
       const __m256 w_lo = _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
       const __m256 w_hi = _mm256_castsi256_ps(_mm256_and_si256(bits, upper));
 #pragma GCC unroll 4
-      for (int r = 0; r < kRows2; ++r) {
+      for (int r = 0; r < kTileRows; ++r) {
         acc[r][q] = _mm256_fmadd_ps(x_lo[r], w_lo, acc[r][q]);
         acc[r][q] = _mm256_fmadd_ps(x_hi[r], w_hi, acc[r][q]);
       }
     }
   }
-  for (int r = 0; r < kRows2; ++r) {
+  for (int r = 0; r < kTileRows; ++r) {
     float* dst = cols < kWidth ? edge : y + r * ldy;
-    for (int q = 0; q < 4; ++q) _mm256_storeu_ps(dst + 8 * q, acc[r][q]);
+    for (int q = 0; q < 4; ++q) {
+      __m256 v = acc[r][q];
+      if (bias) {
+        alignas(32) float b[8] = {};
+        for (int j = 0; j < 8 && 8 * q + j < cols; ++j) b[j] = bias[8 * q + j];
+        v = _mm256_add_ps(v, _mm256_load_ps(b));
+      }
+      _mm256_storeu_ps(dst + 8 * q, v);
+    }
     if (cols < kWidth) std::copy(edge, edge + cols, y + r * ldy);
   }
-}
-
-// One row (decode, memory-bound): the pair's lower and upper halves go to separate accumulators
-// (8 independent FMA chains rather than 4 chains of two), summed at the end.
-SS_AVX2 void MicroKernelAvx2Row(const uint32_t* x, const uint32_t* w, int kc, float* y, int cols,
-                                const float* bias, bool accumulate) {
-  __m256 lo[4], hi[4];
-  alignas(32) float edge[kWidth];
-  const float* init = accumulate ? y : bias;
-  if (init && cols < kWidth) {
-    std::fill(edge, edge + kWidth, 0.0f);
-    std::copy(init, init + cols, edge);
-    init = edge;
-  }
-  for (int q = 0; q < 4; ++q) {
-    lo[q] = init ? _mm256_loadu_ps(init + 8 * q) : _mm256_setzero_ps();
-    hi[q] = _mm256_setzero_ps();
-  }
-  const __m256i upper = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  for (int k = 0; k < kc; ++k) {
-    const uint32_t pair = x[k];
-    const __m256 x_lo = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair << 16)));
-    const __m256 x_hi = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair & 0xffff0000u)));
-    const uint32_t* wk = w + k * kWidth;
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; ++q) {
-      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wk + 8 * q));
-      lo[q] = _mm256_fmadd_ps(x_lo, _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16)), lo[q]);
-      hi[q] = _mm256_fmadd_ps(x_hi, _mm256_castsi256_ps(_mm256_and_si256(bits, upper)), hi[q]);
-    }
-  }
-  float* dst = cols < kWidth ? edge : y;
-  for (int q = 0; q < 4; ++q) _mm256_storeu_ps(dst + 8 * q, _mm256_add_ps(lo[q], hi[q]));
-  if (cols < kWidth) std::copy(edge, edge + cols, y);
 }
 
 // Decode (T = 1, memory-bound): y = W x, each panel of W one contiguous stream.
@@ -242,7 +219,9 @@ SS_AVX2 void MicroKernelAvx2Row(const uint32_t* x, const uint32_t* w, int kc, fl
 constexpr int kBf16Streams = 2;
 constexpr int kPrefetchPairs = 16;  // how far ahead in its panel a stream asks for W (2 KiB)
 
-// acc (S panels x kWidth columns) = x (pairs) · the S panels w[s] (pairs * kWidth pairs each).
+// acc (S panels x kWidth columns) = x (pairs) · the S panels w[s] (pairs * kWidth pairs each),
+// each column's sum one FMA chain over the values in order, as MicroKernelAvx2 forms it (S = 2:
+// 8 chains of two FMAs a pair, which keeps both FMA ports busy).
 template <int S>
 SS_AVX2 void PanelsDotAvx2(const uint32_t* x, const uint32_t* const* w, int pairs, float* acc) {
   __m256 sum[S][4];
@@ -458,8 +437,6 @@ struct AmxPath {
         const float* cr = c + r * kWidth;
         if (accumulate)
           for (int j = 0; j < cols; ++j) yr[j] += cr[j];
-        else if (bias)
-          for (int j = 0; j < cols; ++j) yr[j] = cr[j] + bias[j];
         else
           std::copy(cr, cr + cols, yr);
       }
@@ -467,6 +444,9 @@ struct AmxPath {
         for (int r = 0; r < tiled_rows; r += Avx512Path::kRows)
           Avx512Path::Tile(std::min(Avx512Path::kRows, tiled_rows - r), x + r * ldx + kc16, ldx,
                            w + kc16 * kWidth, kc - kc16, y + r * ldy, ldy, cols, nullptr, true);
+      if (bias)  // after the last pairs, as on the other paths
+        for (int r = 0; r < tiled_rows; ++r)
+          for (int j = 0; j < cols; ++j) y[r * ldy + j] += bias[j];
     }
     for (int r = tiled_rows; r < rows; r += Avx512Path::kRows)  // rows below the 16-row tiles
       Avx512Path::Tile(std::min(Avx512Path::kRows, rows - r), x + r * ldx, ldx, w, kc, y + r * ldy,
@@ -483,9 +463,9 @@ struct Avx2Path {
   static void Tile(int rows, const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
                    int64_t ldy, int cols, const float* bias, bool accumulate) {
     if (rows == 2)
-      MicroKernelAvx2Rows2(x, ldx, w, kc, y, ldy, cols, bias, accumulate);
+      MicroKernelAvx2<2>(x, ldx, w, kc, y, ldy, cols, bias, accumulate);
     else
-      MicroKernelAvx2Row(x, w, kc, y, cols, bias, accumulate);
+      MicroKernelAvx2<1>(x, ldx, w, kc, y, ldy, cols, bias, accumulate);
   }
 };
 
@@ -550,7 +530,7 @@ void MatMulTiled(const float* x, const PackedBf16& w, const float* bias, float* 
           const uint32_t* wp = wdata + (static_cast<int64_t>(c / kWidth) * pairs + k0) * kWidth;
           Path::Tile(std::min(kRows, row1 - r), xp, ldx, wp, kc,
                      y + static_cast<int64_t>(r) * out + c, out, std::min(kWidth, column1 - c),
-                     bias ? bias + c : nullptr, k0 > 0);
+                     bias && k0 + kc == pairs ? bias + c : nullptr, k0 > 0);
         }
       }
     }
@@ -578,61 +558,85 @@ void BlockProductTiled(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int
   }
 }
 
-// Rows of x from which the AVX2 path widens W to f32 and hands the product to sgemm rather than
-// running its own micro-kernel: sgemm's register blocking beats the 2-row micro-kernel once
-// widening W (once per call) is small beside the T * in * out multiply-adds.
+// Rows of x from which the AVX2 path widens W to f32 once per call and runs WidenedTile, whose
+// register blocking (6 rows x 16 columns, the widened W read once per 6 rows) beats the 2-row
+// micro-kernel once widening W is small beside the T * in * out multiply-adds.
 constexpr int kWidenRows = 16;
-constexpr int kWidenPanels = 4;  // W is widened 4 panels (128 output columns) at a time
+constexpr int kWidenTileRows = 6;
 
-// Widens panels [panel0, panel0 + n) of W into wf as an (in, n * kWidth) f32 matrix (row i holds
-// element i of each output column), the layout sgemm reads as B.
-SS_AVX2 void WidenPanels(const PackedBf16& w, int panel0, int n, float* wf) {
-  const int cols = n * kWidth, in = w.in;
+// Widens panel p of W into wf as a (2 pairs, kWidth) f32 matrix (row i holds element i of the
+// panel's columns; the padding of an odd `in`, zero).
+SS_AVX2 void WidenPanel(const PackedBf16& w, int p, float* wf) {
+  const int in = w.in;
   const __m256i upper = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  for (int p = 0; p < n; ++p) {
-    const uint32_t* wp = reinterpret_cast<const uint32_t*>(w.data.data()) +
-                         static_cast<int64_t>(panel0 + p) * w.pairs * kWidth;
-    for (int k = 0; k < w.pairs; ++k) {
-      float* lo = wf + static_cast<int64_t>(2 * k) * cols + p * kWidth;
-      float* hi = lo + cols;
-      for (int q = 0; q < 4; ++q) {
-        const __m256i bits =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + k * kWidth + 8 * q));
-        _mm256_storeu_ps(lo + 8 * q, _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16)));
-        if (2 * k + 1 < in)
-          _mm256_storeu_ps(hi + 8 * q, _mm256_castsi256_ps(_mm256_and_si256(bits, upper)));
-      }
+  const uint32_t* wp = reinterpret_cast<const uint32_t*>(w.data.data()) + static_cast<int64_t>(p) * w.pairs * kWidth;
+  for (int k = 0; k < w.pairs; ++k) {
+    float* lo = wf + static_cast<int64_t>(2 * k) * kWidth;
+    float* hi = lo + kWidth;
+    for (int q = 0; q < 4; ++q) {
+      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + k * kWidth + 8 * q));
+      _mm256_storeu_ps(lo + 8 * q, _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16)));
+      _mm256_storeu_ps(hi + 8 * q, 2 * k + 1 < in ? _mm256_castsi256_ps(_mm256_and_si256(bits, upper))
+                                                  : _mm256_setzero_ps());
     }
   }
 }
 
-// The AVX2 path for T >= kWidenRows: x rounded to bf16 (kept as f32), W widened block by block,
-// each block's product by sgemm (one thread per block: OpenBLAS runs single-threaded inside an
-// OpenMP parallel region). The operands are exactly the tiled path's; only the order of the f32
-// additions differs.
+// y rows [0, R) x 16 columns (cols <= 16 of them stored) = xr rows (rounded x, ldx apart) · the
+// widened W columns at wf (ldw apart per value) over n values (the pairs, padding included), each
+// column's sum one FMA chain over the values in order from zero, then + bias: MicroKernelAvx2's
+// order.
+template <int R>
+SS_AVX2 void WidenedTile(const float* xr, int64_t ldx, const float* wf, int64_t ldw, int n, float* y,
+                         int64_t ldy, int cols, const float* bias) {
+  __m256 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int i = 0; i < n; ++i) {
+    const __m256 w0 = _mm256_loadu_ps(wf + i * ldw), w1 = _mm256_loadu_ps(wf + i * ldw + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 xb = _mm256_broadcast_ss(xr + r * ldx + i);
+      acc[r][0] = _mm256_fmadd_ps(xb, w0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(xb, w1, acc[r][1]);
+    }
+  }
+  alignas(32) float b[16] = {}, edge[16];
+  if (bias) std::copy(bias, bias + cols, b);
+  for (int r = 0; r < R; ++r) {
+    _mm256_store_ps(edge, _mm256_add_ps(acc[r][0], _mm256_load_ps(b)));
+    _mm256_store_ps(edge + 8, _mm256_add_ps(acc[r][1], _mm256_load_ps(b + 8)));
+    std::copy(edge, edge + cols, y + r * ldy);
+  }
+}
+
+// The AVX2 path for T >= kWidenRows: x rounded to bf16 (kept as f32) once, each panel of W widened
+// once (dynamic over the threads), then every 6 rows of x multiplied with it by WidenedTile.
 void MatMulWidened(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
-  const int in = w.in, out = w.out;
-  float* xr = Workspace<float, 1>(static_cast<size_t>(T) * in);
-  const int blocks = (w.panels + kWidenPanels - 1) / kWidenPanels;
+  const int in = w.in, out = w.out, n = 2 * w.pairs;
+  float* xr = Workspace<float, 1>(static_cast<size_t>(T) * n);
+  using TileFn = void (*)(const float*, int64_t, const float*, int64_t, int, float*, int64_t, int, const float*);
+  static constexpr TileFn kTiles[kWidenTileRows + 1] = {nullptr, WidenedTile<1>, WidenedTile<2>, WidenedTile<3>,
+                                                        WidenedTile<4>, WidenedTile<5>, WidenedTile<6>};
 #pragma omp parallel if (static_cast<int64_t>(T) * in * out >= kParallelMacs)
   {
 #pragma omp for schedule(static)
-    for (int t = 0; t < T; ++t)
-      RoundRowBf16(x + static_cast<int64_t>(t) * in, in, xr + static_cast<int64_t>(t) * in);
-    float* wf = Workspace<float, 2>(static_cast<size_t>(in + 1) * kWidenPanels * kWidth);
+    for (int t = 0; t < T; ++t) {
+      float* row = xr + static_cast<int64_t>(t) * n;
+      RoundRowBf16(x + static_cast<int64_t>(t) * in, in, row);
+      if (in < n) row[in] = 0.0f;
+    }
+    float* wf = Workspace<float, 2>(static_cast<size_t>(n) * kWidth);
 #pragma omp for schedule(dynamic, 1)
-    for (int b = 0; b < blocks; ++b) {
-      const int panel0 = b * kWidenPanels, n = std::min(kWidenPanels, w.panels - panel0);
-      const int column0 = panel0 * kWidth, cols = std::min(n * kWidth, out - column0);
-      WidenPanels(w, panel0, n, wf);
-      float beta = 0.0f;
-      if (bias) {
-        for (int t = 0; t < T; ++t)
-          std::copy(bias + column0, bias + column0 + cols, y + static_cast<int64_t>(t) * out + column0);
-        beta = 1.0f;
-      }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, cols, in, 1.0f, xr, in, wf,
-                  n * kWidth, beta, y + column0, out);
+    for (int p = 0; p < w.panels; ++p) {
+      WidenPanel(w, p, wf);
+      for (int r = 0; r < T; r += kWidenTileRows)
+        for (int half = 0; half < 2; ++half) {
+          const int column0 = p * kWidth + 16 * half, cols = std::min(16, out - column0);
+          if (cols <= 0) continue;
+          kTiles[std::min(kWidenTileRows, T - r)](xr + static_cast<int64_t>(r) * n, n, wf + 16 * half, kWidth, n,
+                                                  y + static_cast<int64_t>(r) * out + column0, out, cols,
+                                                  bias ? bias + column0 : nullptr);
+        }
     }
   }
 }
