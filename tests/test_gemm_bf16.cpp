@@ -35,22 +35,27 @@ struct Path {
   const char* name;
   SimdLevel level;
   bool amx = false;
+  Bf16Dot dot = Bf16Dot::kAuto;
 };
 std::vector<Path> Paths() {
   std::vector<Path> paths = {{"portable", SimdLevel::kPortable}};
   if (CpuSimdLevel() != SimdLevel::kPortable) paths.push_back({"avx2", SimdLevel::kAvx2});
-  if (CpuHasAvx512Bf16()) paths.push_back({"avx512_bf16", SimdLevel::kAvx512});
+  if (CpuSimdLevel() == SimdLevel::kAvx512)
+    paths.push_back({"avx512_fma", SimdLevel::kAvx512, false, Bf16Dot::kFma});
+  if (CpuHasAvx512Bf16()) paths.push_back({"avx512_bf16", SimdLevel::kAvx512, false, Bf16Dot::kVdpbf16ps});
   if (CpuHasAmxBf16()) paths.push_back({"amx_bf16", SimdLevel::kAvx512, true});
   return paths;
 }
 void Select(const Path& path) {
   ForceSimdLevel(path.level);
   AllowAmx(path.amx);
+  ChooseBf16Dot(path.dot);
 }
-// Back to the default: the best level, AMX allowed.
+// Back to the default: the best level, AMX allowed, the CPU's choice of kernel.
 void SelectBest(SimdLevel best) {
   ForceSimdLevel(best);
   AllowAmx(true);
+  ChooseBf16Dot(Bf16Dot::kAuto);
 }
 
 TEST(GemmBf16, PackFromBitsEqualsPackFromFloat) {
@@ -245,7 +250,29 @@ TEST(GemmBf16, RowGivesTheSameBitsAloneAsInsideAnyT) {
       }
     }
     std::printf("MatMulBf16 %s: %zu rows alone against inside T = 2..113, %zu differ\n", path.name, rows, differ);
-    if (!path.amx) EXPECT_EQ(differ, 0u) << path.name;
+    if (!path.amx) {
+      EXPECT_EQ(differ, 0u) << path.name;
+    }
+  }
+  SelectBest(best);
+}
+
+// The avx512_fma path is the AVX2 path's arithmetic in zmm registers: the same bits, for every T.
+TEST(GemmBf16, Avx512FmaGivesTheAvx2Bits) {
+  if (CpuSimdLevel() != SimdLevel::kAvx512) GTEST_SKIP() << "the CPU has no AVX-512";
+  const SimdLevel best = ActiveSimdLevel();
+  const int in = 1023, out = 77;
+  const auto w = Random(static_cast<size_t>(out) * in, 51);
+  const auto bias = Random(out, 52);
+  const PackedBf16 packed = PackBf16(w.data(), out, in);
+  for (int T : {1, 2, 9, 16, 33}) {
+    const auto x = Random(static_cast<size_t>(T) * in, 53 + T);
+    std::vector<float> a(static_cast<size_t>(T) * out), b(a.size());
+    Select({"avx512_fma", SimdLevel::kAvx512, false, Bf16Dot::kFma});
+    MatMulBf16(x.data(), packed, bias.data(), a.data(), T);
+    Select({"avx2", SimdLevel::kAvx2});
+    MatMulBf16(x.data(), packed, bias.data(), b.data(), T);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "T=" << T;
   }
   SelectBest(best);
 }

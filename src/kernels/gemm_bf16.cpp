@@ -88,6 +88,7 @@ constexpr int64_t kParallelMacs = int64_t{1} << 22;
 constexpr int64_t kParallelMatVec = int64_t{1} << 16;
 
 #define SS_BF16 __attribute__((target("avx512f,avx512bf16")))
+#define SS_AVX512F __attribute__((target("avx512f,avx2,fma")))
 #define SS_AVX2 __attribute__((target("avx2,fma")))
 #define SS_AMX __attribute__((target("amx-tile,amx-bf16")))
 
@@ -270,16 +271,51 @@ SS_BF16 void PanelsDot512(const uint32_t* x, const uint32_t* const* w, int pairs
   }
 }
 
-template <bool kBf16Dot, int S>
+// The zmm form of PanelsDotAvx2 (the avx512_fma path): each column one FMA chain over the values in
+// order, 16 columns a register, W asked for 2 KiB ahead.
+template <int S>
+SS_AVX512F void PanelsDot512Fma(const uint32_t* x, const uint32_t* const* w, int pairs, float* acc) {
+  __m512 sum[S][2];
+  for (int s = 0; s < S; ++s) sum[s][0] = sum[s][1] = _mm512_setzero_ps();
+  const __m512i upper = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int k = 0; k < pairs; ++k) {
+    const uint32_t pair = x[k];
+    const __m512 x_lo = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(pair << 16)));
+    const __m512 x_hi = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(pair & 0xffff0000u)));
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      const uint32_t* wk = w[s] + static_cast<int64_t>(k) * kWidth;
+      _mm_prefetch(reinterpret_cast<const char*>(wk + kPrefetchPairs * kWidth), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wk + kPrefetchPairs * kWidth + 16), _MM_HINT_T0);
+#pragma GCC unroll 2
+      for (int q = 0; q < 2; ++q) {
+        const __m512i bits = _mm512_load_si512(wk + 16 * q);
+        sum[s][q] = _mm512_fmadd_ps(x_lo, _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16)), sum[s][q]);
+        sum[s][q] = _mm512_fmadd_ps(x_hi, _mm512_castsi512_ps(_mm512_and_si512(bits, upper)), sum[s][q]);
+      }
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    _mm512_storeu_ps(acc + s * kWidth, sum[s][0]);
+    _mm512_storeu_ps(acc + s * kWidth + 16, sum[s][1]);
+  }
+}
+
+// How a matrix-vector product multiplies: VDPBF16PS, or W widened for FMA in ymm or zmm registers.
+enum class DotKind { kDpbf16, kFmaYmm, kFmaZmm };
+
+template <DotKind kKind, int S>
 void PanelsDot(const uint32_t* x, const uint32_t* const* w, int pairs, float* acc) {
-  if constexpr (kBf16Dot)
+  if constexpr (kKind == DotKind::kDpbf16)
     PanelsDot512<S>(x, w, pairs, acc);
+  else if constexpr (kKind == DotKind::kFmaZmm)
+    PanelsDot512Fma<S>(x, w, pairs, acc);
   else
     PanelsDotAvx2<S>(x, w, pairs, acc);
 }
 
-// y[p * kWidth + j] (+ bias) for the panels [p0, p1); kBf16Dot: VDPBF16PS, else AVX2 + FMA.
-template <bool kBf16Dot>
+// y[p * kWidth + j] (+ bias) for the panels [p0, p1).
+template <DotKind kKind>
 void MatVecPanels(const uint32_t* x, const PackedBf16& w, const float* bias, float* y, int p0,
                   int p1) {
   const uint32_t* wdata = reinterpret_cast<const uint32_t*>(w.data.data());
@@ -293,25 +329,25 @@ void MatVecPanels(const uint32_t* x, const PackedBf16& w, const float* bias, flo
   for (int i = 0; i < q; ++i) {
     const uint32_t* panels[kBf16Streams];
     for (int s = 0; s < kBf16Streams; ++s) panels[s] = wdata + (p0 + i + s * q) * panel_size;
-    PanelsDot<kBf16Dot, kBf16Streams>(x, panels, w.pairs, acc);
+    PanelsDot<kKind, kBf16Streams>(x, panels, w.pairs, acc);
     for (int s = 0; s < kBf16Streams; ++s) store(p0 + i + s * q, acc + s * kWidth);
   }
   for (int p = p0 + q * kBf16Streams; p < p1; ++p) {
     const uint32_t* panel = wdata + p * panel_size;
-    PanelsDot<kBf16Dot, 1>(x, &panel, w.pairs, acc);
+    PanelsDot<kKind, 1>(x, &panel, w.pairs, acc);
     store(p, acc);
   }
 }
 
 // y = W x + bias, each thread a contiguous range of panels.
-template <bool kBf16Dot>
+template <DotKind kKind>
 void MatVec(const float* x, const PackedBf16& w, const float* bias, float* y) {
   uint32_t* xb = Workspace<uint32_t, 0>(static_cast<size_t>(w.pairs));
   ConvertRowScalar(x, w.in, xb, w.pairs);
 #pragma omp parallel if (static_cast<int64_t>(w.in) * w.out >= kParallelMatVec)
   {
     const int threads = omp_get_num_threads(), id = omp_get_thread_num();
-    MatVecPanels<kBf16Dot>(xb, w, bias, y,
+    MatVecPanels<kKind>(xb, w, bias, y,
                            static_cast<int>(static_cast<int64_t>(w.panels) * id / threads),
                            static_cast<int>(static_cast<int64_t>(w.panels) * (id + 1) / threads));
   }
@@ -641,6 +677,103 @@ void MatMulWidened(const float* x, const PackedBf16& w, const float* bias, float
   }
 }
 
+// The avx512_fma path from 2 rows of x on: the AVX2 path's arithmetic (each column one FMA chain over
+// the values in order from zero, then + bias: the same bits) with 8 rows x 32 columns of zmm
+// accumulators. Each panel of W is widened once per call, kWidenKBlock values at a time (32 KiB,
+// which stay in L1 while every 8 rows of x pass over them); a tile's sums wait in y between value
+// blocks (stored and reloaded exactly).
+constexpr int kWiden512Rows = 8;
+constexpr int kWidenKBlock = 256;
+
+// Values [2 k0, 2 k1) of panel p of W widened into wf (32 floats a value; the padding of an odd
+// `in`, zero).
+SS_AVX512F void WidenPanel512(const PackedBf16& w, int p, int k0, int k1, float* wf) {
+  const int in = w.in;
+  const __m512i upper = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const uint32_t* wp = reinterpret_cast<const uint32_t*>(w.data.data()) + static_cast<int64_t>(p) * w.pairs * kWidth;
+  for (int k = k0; k < k1; ++k) {
+    float* lo = wf + static_cast<int64_t>(2 * (k - k0)) * kWidth;
+    float* hi = lo + kWidth;
+    for (int q = 0; q < 2; ++q) {
+      const __m512i bits = _mm512_load_si512(wp + k * kWidth + 16 * q);
+      _mm512_store_ps(lo + 16 * q, _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16)));
+      _mm512_store_ps(hi + 16 * q, 2 * k + 1 < in ? _mm512_castsi512_ps(_mm512_and_si512(bits, upper))
+                                                  : _mm512_setzero_ps());
+    }
+  }
+}
+
+// y rows [0, R) x the panel's columns (masks m0, m1) (+)= xr rows (ldx apart) · the panel's values
+// [i0, i1), widened in wf (32 floats a value, from i0): from zero when `first`, else from y;
+// + bias when `bias`.
+template <int R>
+SS_AVX512F void WidenedTile512(const float* xr, int64_t ldx, const float* wf, int i0, int i1, float* y, int64_t ldy,
+                               __mmask16 m0, __mmask16 m1, const float* bias, bool first) {
+  wf -= static_cast<int64_t>(i0) * kWidth;  // wf holds values [i0, i1)
+  __m512 acc[R][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, y + r * ldy);
+    acc[r][1] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
+  }
+  for (int i = i0; i < i1; ++i) {
+    const __m512 w0 = _mm512_load_ps(wf + i * kWidth), w1 = _mm512_load_ps(wf + i * kWidth + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 xb = _mm512_set1_ps(xr[r * ldx + i]);
+      acc[r][0] = _mm512_fmadd_ps(xb, w0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(xb, w1, acc[r][1]);
+    }
+  }
+  if (bias) {
+    const __m512 b0 = _mm512_maskz_loadu_ps(m0, bias), b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      acc[r][0] = _mm512_add_ps(acc[r][0], b0);
+      acc[r][1] = _mm512_add_ps(acc[r][1], b1);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, m0, acc[r][0]);
+    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, acc[r][1]);
+  }
+}
+
+void MatMulWidened512(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
+  const int in = w.in, out = w.out, n = 2 * w.pairs;
+  float* xr = Workspace<float, 1>(static_cast<size_t>(T) * n);
+  using TileFn = void (*)(const float*, int64_t, const float*, int, int, float*, int64_t, __mmask16, __mmask16,
+                          const float*, bool);
+  static constexpr TileFn kTiles[kWiden512Rows + 1] = {nullptr,           WidenedTile512<1>, WidenedTile512<2>,
+                                                       WidenedTile512<3>, WidenedTile512<4>, WidenedTile512<5>,
+                                                       WidenedTile512<6>, WidenedTile512<7>, WidenedTile512<8>};
+#pragma omp parallel if (static_cast<int64_t>(T) * in * out >= kParallelMacs)
+  {
+#pragma omp for schedule(static)
+    for (int t = 0; t < T; ++t) {
+      float* row = xr + static_cast<int64_t>(t) * n;
+      RoundRowBf16(x + static_cast<int64_t>(t) * in, in, row);
+      if (in < n) row[in] = 0.0f;
+    }
+    float* wf = Workspace<float, 2>(static_cast<size_t>(kWidenKBlock) * kWidth);
+#pragma omp for schedule(dynamic, 1)
+    for (int p = 0; p < w.panels; ++p) {
+      const int cols = std::min(kWidth, out - p * kWidth);
+      const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1);
+      const __mmask16 m1 = static_cast<__mmask16>(cols >= 32 ? 0xffff : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
+      for (int i0 = 0; i0 < n; i0 += kWidenKBlock) {
+        const int i1 = std::min(n, i0 + kWidenKBlock);
+        WidenPanel512(w, p, i0 / 2, i1 / 2, wf);
+        for (int r = 0; r < T; r += kWiden512Rows)
+          kTiles[std::min(kWiden512Rows, T - r)](xr + static_cast<int64_t>(r) * n, n, wf, i0, i1,
+                                                 y + static_cast<int64_t>(r) * out + p * kWidth, out, m0, m1,
+                                                 bias && i1 == n ? bias + p * kWidth : nullptr, i0 == 0);
+      }
+    }
+  }
+}
+
 // The same product in plain loops. x is rounded once into f32 rows; each panel of W is widened to
 // f32 once (pair k: its kWidth lower halves, then its kWidth upper halves) and then serves every
 // row, kPortableRows rows at a time, with kWidth f32 sums per row that the compiler vectorises.
@@ -728,12 +861,40 @@ std::atomic<bool> amx_allowed{[] {
   return !(env && std::string_view(env) == "0");
 }()};
 
-enum class Bf16Path { kPortable, kAvx2, kAvx512, kAmx };
+// SINKSCOPE_VDPBF16PS=1 / 0 chooses the VDPBF16PS or the FMA kernel where both can run; unset,
+// the CPU's vendor does (CpuPrefersDpbf16).
+Bf16Dot InitialBf16Dot() {
+  const char* env = std::getenv("SINKSCOPE_VDPBF16PS");
+  if (env && std::string_view(env) == "1") return Bf16Dot::kVdpbf16ps;
+  if (env && std::string_view(env) == "0") return Bf16Dot::kFma;
+  return Bf16Dot::kAuto;
+}
+std::atomic<Bf16Dot> bf16_dot{InitialBf16Dot()};
+
+// Whether VDPBF16PS outruns FMA on widened operands on this CPU. Zen 4 issues it at twice the
+// f32 FMA's multiply-adds; the Intel cores measured here at half (bench_gemm's peak loops, one
+// Xeon core: 81-85 against 155-171 GFLOP per second of CPU time), so there the FMA kernel is twice
+// as fast. Decided by the vendor, so that one machine always takes the same path (and gives the
+// same bits).
+bool CpuPrefersDpbf16() {
+  static const bool amd = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    return b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
+  }();
+  return amd;
+}
+
+enum class Bf16Path { kPortable, kAvx2, kAvx512Fma, kAvx512, kAmx };
 
 Bf16Path ActiveBf16Path() {
-  if (ActiveSimdLevel() == SimdLevel::kAvx512 && CpuHasAvx512Bf16()) {
-    if (amx_allowed.load(std::memory_order_relaxed) && CpuHasAmxBf16()) return Bf16Path::kAmx;
-    return Bf16Path::kAvx512;
+  if (ActiveSimdLevel() == SimdLevel::kAvx512) {
+    if (CpuHasAvx512Bf16()) {
+      if (amx_allowed.load(std::memory_order_relaxed) && CpuHasAmxBf16()) return Bf16Path::kAmx;
+      const Bf16Dot dot = bf16_dot.load(std::memory_order_relaxed);
+      if (dot == Bf16Dot::kVdpbf16ps || (dot == Bf16Dot::kAuto && CpuPrefersDpbf16())) return Bf16Path::kAvx512;
+    }
+    return Bf16Path::kAvx512Fma;
   }
   if (Avx2FmaActive()) return Bf16Path::kAvx2;
   return Bf16Path::kPortable;
@@ -743,12 +904,15 @@ Bf16Path ActiveBf16Path() {
 
 void AllowAmx(bool allow) { amx_allowed.store(allow, std::memory_order_relaxed); }
 
+void ChooseBf16Dot(Bf16Dot dot) { bf16_dot.store(dot, std::memory_order_relaxed); }
+
 bool Bf16KernelActive() { return ActiveBf16Path() != Bf16Path::kPortable; }
 
 const char* Bf16KernelName() {
   switch (ActiveBf16Path()) {
     case Bf16Path::kAmx: return "amx_bf16";
     case Bf16Path::kAvx512: return "avx512_bf16";
+    case Bf16Path::kAvx512Fma: return "avx512_fma";
     case Bf16Path::kAvx2: return "avx2";
     case Bf16Path::kPortable: break;
   }
@@ -778,7 +942,7 @@ void PackBf16Columns(const float* a, int out, int in, int64_t ld, PackedBf16* p)
 void ConvertBf16Rows(const float* x, int rows, int in, int64_t ld_in, uint32_t* xb, int64_t ldx) {
   SS_ASSERT(2 * ldx >= in);
   const Bf16Path path = ActiveBf16Path();
-  const bool avx512 = path == Bf16Path::kAvx512 || path == Bf16Path::kAmx;
+  const bool avx512 = path == Bf16Path::kAvx512 || path == Bf16Path::kAmx;  // VCVTNE2PS2BF16
   for (int r = 0; r < rows; ++r) {
     if (avx512)
       ConvertRow512(x + r * ld_in, in, xb + r * ldx, static_cast<int>(ldx));
@@ -803,6 +967,7 @@ void MatMulBf16Block(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int p
       BlockProductTiled<Avx512Path>(xb, ldx, w, panel0, panels, pair0, pairs, y, ldy, rows,
                                     accumulate);
       return;
+    case Bf16Path::kAvx512Fma:  // the AVX2 tiles' arithmetic, as this path's products
     case Bf16Path::kAvx2:
       BlockProductTiled<Avx2Path>(xb, ldx, w, panel0, panels, pair0, pairs, y, ldy, rows,
                                   accumulate);
@@ -839,15 +1004,21 @@ void MatMulBf16(const float* x, const PackedBf16& w, const float* bias, float* y
     case Bf16Path::kAvx512:
       // An AMX tile has 16 rows: fewer run the AVX-512 kernels.
       if (T == 1)
-        MatVec<true>(x, w, bias, y);
+        MatVec<DotKind::kDpbf16>(x, w, bias, y);
       else if (path == Bf16Path::kAmx && T >= 16)
         MatMulTiled<AmxPath>(x, w, bias, y, T);
       else
         MatMulTiled<Avx512Path>(x, w, bias, y, T);
       return;
+    case Bf16Path::kAvx512Fma:
+      if (T == 1)
+        MatVec<DotKind::kFmaZmm>(x, w, bias, y);
+      else
+        MatMulWidened512(x, w, bias, y, T);
+      return;
     case Bf16Path::kAvx2:
       if (T == 1)
-        MatVec<false>(x, w, bias, y);
+        MatVec<DotKind::kFmaYmm>(x, w, bias, y);
       else if (T >= kWidenRows)
         MatMulWidened(x, w, bias, y, T);
       else
