@@ -306,6 +306,11 @@ void Native(benchmark::State& state, Shape s, uint32_t type) {
 const std::pair<const char*, uint32_t> kNativeTypes[] = {
     {"q4_0", ss::kGgmlTypeQ4_0}, {"q4_k", ss::kGgmlTypeQ4_K}, {"mxfp4", ss::kGgmlTypeMXFP4},
     {"mxfp4_split", ss::kTypeMxfp4Split}};
+// Decode only (T = 1): the other stored types.
+const std::pair<const char*, uint32_t> kDecodeTypes[] = {{"native_bf16", ss::kGgmlTypeBF16},
+                                                        {"native_f16", ss::kGgmlTypeF16},
+                                                        {"native_q8_0", ss::kGgmlTypeQ8_0},
+                                                        {"q6_k", ss::kGgmlTypeQ6_K}};
 
 void Pack(benchmark::State& state, Shape s) {
   const auto w = Random(static_cast<size_t>(s.out) * s.in, 2);
@@ -372,6 +377,10 @@ int main(int argc, char** argv) {
     for (auto [name, type] : kNativeTypes)
       benchmark::RegisterBenchmark((std::string(name) + "/" + ShapeName(s)).c_str(), Native, s, type)
           ->UseRealTime()->MeasureProcessCPUTime();
+    if (s.T == 1)
+      for (auto [name, type] : kDecodeTypes)
+        benchmark::RegisterBenchmark((std::string(name) + "/" + ShapeName(s)).c_str(), Native, s, type)
+            ->UseRealTime()->MeasureProcessCPUTime();
   }
   for (const Shape& s : k7bShapes) {
     benchmark::RegisterBenchmark(("7b/sgemm/" + ShapeName(s)).c_str(), Sgemm, s)->UseRealTime()->MeasureProcessCPUTime();
@@ -435,6 +444,32 @@ int main(int argc, char** argv) {
                   reporter.Median("GFLOP/s bf16/" + ShapeName(s)) / ta,
                   reporter.Median("GFLOP/s q8_0/" + ShapeName(s)) / ta,
                   reporter.Median("GFLOP/s q4_k/" + ShapeName(s)) / ta);
+  }
+  // Decode: GB/s of W read by every kind of weight.
+  {
+    const char* kinds[] = {"sgemm", "openblas_sgemv", "bf16", "q8_0", "native_bf16", "native_f16", "native_q8_0",
+                           "q4_0", "q4_k", "q6_k", "mxfp4", "mxfp4_split"};
+    bool header = false;
+    for (const Shape& s : kShapes) {
+      if (s.T != 1) continue;
+      std::string line;
+      bool any = false;
+      for (const char* kind : kinds) {
+        const double v = reporter.Median(std::string("GB/s ") + kind + "/" + ShapeName(s));
+        any = any || v > 0;
+        char cell[32];
+        std::snprintf(cell, sizeof(cell), " %9.1f", v);
+        line += cell;
+      }
+      if (!any) continue;
+      if (!header) {
+        std::printf("\n%-22s", "decode (GB/s of W)");
+        for (const char* kind : kinds) std::printf(" %9.9s", kind);
+        std::printf("\n");
+        header = true;
+      }
+      std::printf("%-22s%s\n", ShapeName(s).c_str(), line.c_str());
+    }
   }
   // The 7B shapes: GFLOP/s (wall), ratios to sgemm, and GFLOP per CPU-second against the per-core
   // ceilings above (at this run's thread count).

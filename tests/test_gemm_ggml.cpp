@@ -289,6 +289,102 @@ TEST(GemmGgml, Avx2AndAvx512GiveTheSameBits) {
   ForceSimdLevel(best);
 }
 
+// x as the int8 products round it (kernels/gemm_int8.h), from the header's rule: each 32 values
+// scaled by 127 / max |x|, rounded to the nearest integer (ties to even), times max |x| / 127.
+std::vector<double> XRoundedToInt8(const std::vector<float>& x) {
+  std::vector<double> r(x.size());
+  for (size_t b = 0; b < x.size(); b += 32) {
+    float amax = 0;
+    for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float inv = amax > 0 ? 127.0f / amax : 0.0f, dx = amax / 127.0f;
+    for (size_t i = b; i < b + 32; ++i) r[i] = std::nearbyint(x[i] * inv) * static_cast<double>(dx);
+  }
+  return r;
+}
+
+// GgmlActivations::kInt8 on every type that has it and every vector level: against a double
+// product of the dequantised W and x rounded to int8 (only the order and rounding of the f32
+// steps remain: tight), and, printed, against the f32 product (what the rounding of x costs).
+TEST(GemmGgml, Int8ActivationsMatchDoubleProductOfRoundedX) {
+  if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
+  const SimdLevel best = ActiveSimdLevel();
+  for (Case c : {Case{kGgmlTypeQ4_0, 160}, Case{kGgmlTypeQ4_0, 96}, Case{kGgmlTypeMXFP4, 288},
+                 Case{kTypeMxfp4Split, 320}, Case{kTypeMxfp4Split, 96, 2, 1}, Case{kGgmlTypeQ4_K, 768},
+                 Case{kGgmlTypeQ6_K, 512}}) {
+    SetGgmlActivations(c.type, GgmlActivations::kInt8);
+    for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+      if (level > CpuSimdLevel()) continue;
+      ForceSimdLevel(level);
+      ASSERT_EQ(GgmlActivationsFor(c.type), GgmlActivations::kInt8);
+      double worst = 0, worst_f32 = 0;
+      for (int out : {1, 5, 131}) {
+        const Stored stored = RandomMatrix(c.type, out, c.in, out * 13 + c.in, c.row_step, c.first);
+        std::vector<float> wd(static_cast<size_t>(out) * c.in);
+        DequantizeGgmlRows(stored.w, 0, out, wd.data());
+        const std::vector<float> bias = test::NormalVector(out, 77);
+        for (int T : {1, 3, 20}) {
+          const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * c.in, T + 17);
+          const std::vector<double> xr = XRoundedToInt8(x);
+          std::vector<float> y(static_cast<size_t>(T) * out, NAN);
+          MatMulGgml(x.data(), stored.w, bias.data(), y.data(), T);
+          for (int t = 0; t < T; ++t)
+            for (int o = 0; o < out; ++o) {
+              double ref = bias[o], mag = std::fabs(ref), ref_f32 = bias[o];
+              for (int i = 0; i < c.in; ++i) {
+                ref += xr[t * c.in + i] * wd[o * c.in + i];
+                mag += std::fabs(xr[t * c.in + i] * wd[o * c.in + i]);
+                ref_f32 += static_cast<double>(x[t * c.in + i]) * wd[o * c.in + i];
+              }
+              const double err = std::fabs(y[t * out + o] - ref) / std::max(mag, 1e-30);
+              worst = std::max(worst, err);
+              worst_f32 = std::max(worst_f32, std::fabs(y[t * out + o] - ref_f32) / std::max(mag, 1e-30));
+              ASSERT_LT(err, 2e-6) << GgmlTypeName(c.type) << " " << SimdLevelName(level) << " out " << out
+                                   << " T " << T << " (" << t << "," << o << ")";
+            }
+        }
+      }
+      std::printf("MatMulGgml %s in %d, int8 x, %s: largest |difference| / sum |products| vs double on rounded x "
+                  "%.2e; vs the f32 product %.2e\n",
+                  GgmlTypeName(c.type), c.in, SimdLevelName(level).c_str(), worst, worst_f32);
+    }
+    SetGgmlActivations(c.type, GgmlActivations::kF32);
+  }
+  ForceSimdLevel(best);
+}
+
+// With int8 x too, a row gives the same bits alone as inside any T, and AVX2 the bits of AVX-512.
+TEST(GemmGgml, Int8RowsAreTIndependentAndTheSameOnEveryLevel) {
+  if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
+  const SimdLevel best = ActiveSimdLevel();
+  for (uint32_t type : {kGgmlTypeQ4_0, kGgmlTypeMXFP4, kTypeMxfp4Split, kGgmlTypeQ4_K, kGgmlTypeQ6_K}) {
+    SetGgmlActivations(type, GgmlActivations::kInt8);
+    const int out = 53, in = 768;
+    const Stored stored = RandomMatrix(type, out, in, 19);
+    const std::vector<float> bias = test::NormalVector(out, 20);
+    std::vector<std::vector<float>> by_level;
+    for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+      if (level > CpuSimdLevel()) continue;
+      ForceSimdLevel(level);
+      size_t differ = 0;
+      const int T = 17;
+      const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * in, 21);
+      std::vector<float> all(static_cast<size_t>(T) * out), alone(out);
+      MatMulGgml(x.data(), stored.w, bias.data(), all.data(), T);
+      for (int t = 0; t < T; ++t) {
+        MatMulGgml(x.data() + static_cast<size_t>(t) * in, stored.w, bias.data(), alone.data(), 1);
+        differ += std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
+      }
+      EXPECT_EQ(differ, 0u) << GgmlTypeName(type) << " " << SimdLevelName(level);
+      by_level.push_back(all);
+    }
+    if (by_level.size() == 2) {
+      EXPECT_TRUE(by_level[0] == by_level[1]) << GgmlTypeName(type) << ": AVX2 vs AVX-512";
+    }
+    SetGgmlActivations(type, GgmlActivations::kF32);
+  }
+  ForceSimdLevel(best);
+}
+
 TEST(GemmGgml, SameBitsAtAnyThreadCount) {
   const int threads = ThreadCount();
   for (uint32_t type : {kGgmlTypeQ4_K, kGgmlTypeQ6_K, kGgmlTypeQ4_0, kGgmlTypeF16, kGgmlTypeMXFP4, kTypeMxfp4Split}) {

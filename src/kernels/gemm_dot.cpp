@@ -44,13 +44,6 @@ struct TileArgs {
 constexpr int kRows512 = 4, kCols512 = 6;  // AVX-512: 24 zmm accumulators, 6 of W, 1 of x
 constexpr int kRows256 = 2, kCols256 = 3;  // AVX2: 12 ymm accumulators, 3 of W, 1 of x
 
-// The sum of a 16-lane accumulator in the order the header gives (lanes l + 8 onto l, then the
-// 8-lane HorizontalSum).
-SS_AVX512 inline float Reduce16(__m512 v) {
-  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  return HorizontalSum(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
-}
-
 template <int R, int C>
 SS_AVX512 void Tile512(const TileArgs& a) {
   __m512 acc[R][C];
@@ -118,7 +111,7 @@ SS_AVX2 void Tile256(const TileArgs& a) {
 #pragma GCC unroll 3
     for (int c = 0; c < C; ++c) {
       if (a.last) {
-        const float s = HorizontalSum(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
+        const float s = Reduce16(acc[r][c][0], acc[r][c][1]);
         a.y[r * a.ldy + c] = a.bias ? s + a.bias[c] : s;
       } else {
         for (int h = 0; h < 2; ++h) _mm256_store_ps(a.p + (r * kCols256 + c) * 16 + 8 * h, acc[r][c][h]);
@@ -195,24 +188,25 @@ struct Layout {
   int tiles_per_block;
 };
 
-// The tiles over x rows [t0, t1) (whole groups, t0 a multiple of kDotXBlock) and the row block's
-// W tiles, chunks [k0, k0 + chunks) of x; W's tile j chunk k0 at wb + (j * w_chunks + wk0) * C * 16.
-void RunBlock(const Layout& L, const float* xp, int t0, int t1, const float* wb, int64_t w_chunks, int64_t wk0,
-              int rows, int64_t k0, int chunks, float* p, bool first, bool last, float* y, int out, int o0,
-              const float* bias) {
+// The tiles over x rows [t0, t1) (whole groups, t0 a multiple of kDotXBlock) and W tiles [j0, j1)
+// of a row block (`rows` rows from o0), chunks [k0, k0 + chunks) of x; W tile j's chunk k0 at
+// wb + (j * w_chunks + wk0) * C * 16. Tile j's accumulators of group g at slot g * slots + j of p.
+void RunTiles(const Layout& L, const float* xp, int t0, int t1, const float* wb, int64_t w_chunks, int64_t wk0,
+              int j0, int j1, int rows, int64_t k0, int chunks, float* p, int slots, bool first, bool last, float* y,
+              int out, int o0, const float* bias) {
   const int64_t xs = static_cast<int64_t>(L.group) * 16, ws = static_cast<int64_t>(L.C) * 16;
-  for (int j = 0; j * L.C < rows; ++j) {
+  for (int j = j0; j < j1; ++j) {
     const int c0 = j * L.C, nc = std::min(L.C, rows - c0);
     const float* w = wb + (j * w_chunks + wk0) * ws;
     for (int r0 = t0; r0 < t1; r0 += L.group) {
       const int nr = std::min(L.group, t1 - r0);
-      const int g = (r0 - t0) / L.group;  // the group's slot in p
+      const int g = (r0 - t0) / L.group;
       const TileArgs a{xp + (static_cast<int64_t>(r0 / L.group) * L.x_chunks + k0) * xs,
                        xs,
                        w,
                        ws,
                        chunks,
-                       p + (static_cast<int64_t>(g) * L.tiles_per_block + j) * L.R * L.C * 16,
+                       p + (static_cast<int64_t>(g) * slots + j) * L.R * L.C * 16,
                        first,
                        last,
                        y + static_cast<int64_t>(r0) * out + o0 + c0,
@@ -226,9 +220,9 @@ void RunBlock(const Layout& L, const float* xp, int t0, int t1, const float* wb,
   }
 }
 
-// Rows [row0, row0 + rows) (at most kDotRowBlock), values [v0, v0 + n) of W decoded into tiles of
-// C rows: tile j's chunk k (counted from v0) at dst + (j * chunks + k) * C * 16, where `chunks` is
-// the buffer's chunks per tile; the values from `in` on (a row's last chunk) zero.
+// Rows [row0, row0 + rows), values [v0, v0 + n) of W decoded into tiles of C rows (from tile j0 of
+// the buffer): tile j's chunk k (counted from v0) at dst + (j * chunks + k) * C * 16, where
+// `chunks` is the buffer's chunks per tile; the values from `in` on (a row's last chunk) zero.
 void Decode(const DotWeights& w, const Layout& L, int row0, int rows, int v0, int n, float* dst, int64_t chunks) {
   const int valid = std::min(n, w.in - v0);
   const int cs = L.C * 16;
@@ -286,56 +280,52 @@ void MatMulDot(const float* x, const DotWeights& w, const float* bias, float* y,
     xp = packed;
   }
   const int blocks = (out + kDotRowBlock - 1) / kDotRowBlock;
-  // Up to kDotXBlock rows of x: one pass, W decoded a value block at a time (read once, from
-  // memory; the next block's bytes asked for while this one is multiplied). Beyond: each row block
-  // of W decoded whole, then every block of x rows over it, while the next row block's bytes are
-  // asked for a slice at a time.
+  const int slots = kDotRowBlock / L.C;  // tiles of a row block: p's slots per group of x rows
+  // Up to kDotXBlock rows of x: one pass, a tile of W (C rows) at a time, a value block at a time
+  // (W read once; the next tile's bytes asked for a slice per value block, in memory order, so the
+  // memory sees one sequential stream). Beyond: each row block of W decoded whole, then every block
+  // of x rows over it, while the next row block's bytes are asked for a slice at a time.
   const bool whole = T > kDotXBlock;
-  const int64_t w_chunks = (whole ? in_pad : kDotKBlock) / kDotChunk;  // chunks per tile in wb
+  // Values per pass: where W is read once, longer passes (fewer calls per row for the 4-bit types'
+  // few bytes); the pass boundaries do not change a sum (its partials wait in p exactly).
+  const int kc_block = whole ? kDotKBlock : kDotKBlockOnePass;
+  const int k_blocks = (in_pad + kc_block - 1) / kc_block;
+  const int64_t w_chunks = (whole ? in_pad : kc_block) / kDotChunk;  // chunks per tile in wb
 #pragma omp parallel if (static_cast<int64_t>(T) * in * out >= kParallelMacs)
   {
     const int threads = omp_get_num_threads(), id = omp_get_thread_num();
     const int b0 = static_cast<int>(static_cast<int64_t>(blocks) * id / threads);
     const int b1 = static_cast<int>(static_cast<int64_t>(blocks) * (id + 1) / threads);
+    const int o_end = std::min(out, b1 * kDotRowBlock);  // this thread's rows end here
     float* p = Workspace<float, 9>(static_cast<size_t>(kDotXBlock) * kDotRowBlock * kDotChunk);
-    float* wb = Workspace<float, 11>(static_cast<size_t>(kDotRowBlock) * w_chunks * kDotChunk);
+    float* wb = Workspace<float, 11>(static_cast<size_t>(whole ? kDotRowBlock : L.C) * w_chunks * kDotChunk);
     for (int b = b0; b < b1; ++b) {
       const int o0 = b * kDotRowBlock, rows = std::min(kDotRowBlock, out - o0);
-      const int next_rows = b + 1 < b1 ? std::min(kDotRowBlock, out - o0 - rows) : 0;
       if (!whole) {
-        for (int k0 = 0; k0 < in_pad; k0 += kDotKBlock) {
-          const int kc = std::min(kDotKBlock, in_pad - k0);
-          if (w.prefetch) {  // the next value block of these rows, or the next rows' first
-            if (k0 + kDotKBlock < in)
-              w.prefetch(w.ctx, o0, rows, k0 + kDotKBlock, std::min(kDotKBlock, in - k0 - kDotKBlock));
-            else if (next_rows > 0)
-              w.prefetch(w.ctx, o0 + rows, next_rows, 0, std::min(kDotKBlock, in));
+        for (int j = 0; j * L.C < rows; ++j) {
+          const int c0 = o0 + j * L.C, nc = std::min(L.C, out - c0);
+          for (int kb = 0; kb < k_blocks; ++kb) {
+            const int k0 = kb * kc_block, kc = std::min(kc_block, in_pad - k0);
+            Decode(w, L, c0, nc, k0, kc, wb, w_chunks);
+            RunTiles(L, xp, 0, T, wb - j * w_chunks * L.C * kDotChunk, w_chunks, 0, j, j + 1, rows, k0 / kDotChunk,
+                     kc / kDotChunk, p, slots, kb == 0, kb + 1 == k_blocks, y, out, o0, bias);
           }
-          Decode(w, L, o0, rows, k0, kc, wb, w_chunks);
-          RunBlock(L, xp, 0, T, wb, w_chunks, 0, rows, k0 / kDotChunk, kc / kDotChunk, p, k0 == 0,
-                   k0 + kc == in_pad, y, out, o0, bias);
         }
       } else {
-        for (int k0 = 0; k0 < in_pad; k0 += kDotKBlock)
-          Decode(w, L, o0, rows, k0, std::min(kDotKBlock, in_pad - k0), wb + (k0 / kDotChunk) * L.C * kDotChunk,
-                 w_chunks);
-        // The next row block's bytes, a slice of its values per pass of x rows and value block.
-        const int passes = (T + kDotXBlock - 1) / kDotXBlock * ((in_pad + kDotKBlock - 1) / kDotKBlock);
-        const int slices = (in + kDotBlockValues - 1) / kDotBlockValues;
+        const int next_rows = std::min(kDotRowBlock, o_end - o0 - rows);
+        Decode(w, L, o0, rows, 0, in_pad, wb, w_chunks);
+        const int tiles = (rows + L.C - 1) / L.C;
+        const int passes = (T + kDotXBlock - 1) / kDotXBlock * k_blocks * tiles;
         int pass = 0;
         for (int t0 = 0; t0 < T; t0 += kDotXBlock) {
           const int t1 = std::min(T, t0 + kDotXBlock);
-          for (int k0 = 0; k0 < in_pad; k0 += kDotKBlock, ++pass) {
-            if (w.prefetch && next_rows > 0) {
-              const int s0 = static_cast<int>(static_cast<int64_t>(slices) * pass / passes);
-              const int s1 = static_cast<int>(static_cast<int64_t>(slices) * (pass + 1) / passes);
-              if (s1 > s0)
-                w.prefetch(w.ctx, o0 + rows, next_rows, s0 * kDotBlockValues,
-                           std::min(in, s1 * kDotBlockValues) - s0 * kDotBlockValues);
+          for (int kb = 0; kb < k_blocks; ++kb) {
+            const int k0 = kb * kc_block, kc = std::min(kc_block, in_pad - k0);
+            for (int j = 0; j < tiles; ++j, ++pass) {
+              if (w.prefetch && next_rows > 0) w.prefetch(w.ctx, o0 + rows, next_rows, pass, passes);
+              RunTiles(L, xp, t0, t1, wb, w_chunks, k0 / kDotChunk, j, j + 1, rows, k0 / kDotChunk, kc / kDotChunk,
+                       p, slots, kb == 0, kb + 1 == k_blocks, y, out, o0, bias);
             }
-            const int kc = std::min(kDotKBlock, in_pad - k0);
-            RunBlock(L, xp, t0, t1, wb, w_chunks, k0 / kDotChunk, rows, k0 / kDotChunk, kc / kDotChunk, p, k0 == 0,
-                     k0 + kc == in_pad, y, out, o0, bias);
           }
         }
       }

@@ -22,9 +22,10 @@
 // tile's rows of x side by side (AVX-512 tiles: 4 rows of x by 6 of W, 24 zmm accumulators; AVX2:
 // 2 by 3, two ymm each). A tile walks kDotKBlock values at a time, so that its operands stay in L1,
 // and its partial sums wait in a per-thread buffer between value blocks. Up to kDotXBlock rows of
-// x, W is decoded a value block at a time and read once (the next block's bytes asked for while
-// this one is multiplied); beyond, each row block of W is decoded whole (into L2), serves every
-// block of kDotXBlock rows of x, and the next row block's bytes are asked for while it does.
+// x, W is decoded one tile's rows and one value block at a time and read once, while the next
+// tile's bytes are asked for in memory order (one sequential stream for the memory); beyond, each
+// row block of W is decoded whole (into L2), serves every block of kDotXBlock rows of x, and the
+// next row block's bytes are asked for while it does.
 #pragma once
 
 #include <cstdint>
@@ -33,9 +34,9 @@ namespace ss {
 
 inline constexpr int kDotChunk = 16;      // values per lane group: the unit of every row's sum
 inline constexpr int kDotKBlock = 512;    // values of a row per pass (a multiple of every block)
+inline constexpr int kDotKBlockOnePass = 1024;  // the same when W is read once (T <= kDotXBlock)
 inline constexpr int kDotRowBlock = 24;   // rows of W decoded together (a multiple of 6 and 3)
 inline constexpr int kDotXBlock = 16;     // rows of x per pass (a multiple of 4 and 2)
-inline constexpr int kDotBlockValues = 256;  // every type's block divides it (prefetch granularity)
 
 // W as the dot-form product reads it: `out` rows of `in` values that `decode` writes in f32.
 struct DotWeights {
@@ -46,9 +47,9 @@ struct DotWeights {
   // multiple of the type's block unless v0 + n = in. The engine pads a row's last chunk with zeros.
   void (*decode)(const void* ctx, int row0, int rows, int v0, int n, float* dst, int64_t rs, int cs) = nullptr;
   const void* ctx = nullptr;
-  // Asks for the bytes of rows [row0, row0 + rows), values [v0, v0 + n) (v0 and n whole blocks or
-  // n reaching `in`) to be brought into the caches ahead of their decoding; may be null.
-  void (*prefetch)(const void* ctx, int row0, int rows, int v0, int n) = nullptr;
+  // Asks for slice `part` of `parts` of the bytes of rows [row0, row0 + rows), cut in memory order
+  // (row after row), to be brought into the caches ahead of their decoding; may be null.
+  void (*prefetch)(const void* ctx, int row0, int rows, int part, int parts) = nullptr;
 };
 
 // y (T, out) = x (T, in) · W^T (+ bias (out) if not null), as above. Any T >= 0. Runs one OpenMP

@@ -3,7 +3,13 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <omp.h>
+
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <type_traits>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -11,6 +17,7 @@
 #include "common/error.h"
 #include "kernels/dequant.h"
 #include "kernels/gemm_dot.h"
+#include "kernels/gemm_int8.h"
 #include "kernels/simd.h"
 #include "kernels/vecmath.h"
 #include "kernels/workspace.h"
@@ -83,6 +90,9 @@ inline float* At(float* dst, int v, int cs) { return dst + (v >> 4) * cs + (v & 
 // -- AVX2 (+ F16C). No FMA in their target (SS_AVX2_NOFMA), so that no multiply and subtract is
 // fused: each value is rounded exactly as kernels/dequant.cpp's scalar loops round it.
 
+// An f16 field as f32 (F16C: exact, as the scalar decoders' F16ToF32).
+SS_AVX2_NOFMA inline float Half(const uint8_t* p) { return _cvtsh_ss(LoadU16(p)); }
+
 SS_AVX2_NOFMA inline __m256 WidenI8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
 
 // 16 int8 values times d into one chunk.
@@ -95,7 +105,7 @@ SS_AVX2_NOFMA void DequantF16Avx2(const uint8_t* w, const uint8_t*, float* dst, 
   int i = 0;
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(At(dst, i, cs), _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i))));
-  for (; i < n; ++i) *At(dst, i, cs) = F16ToF32(LoadU16(w + 2 * i));
+  for (; i < n; ++i) *At(dst, i, cs) = Half(w + 2 * i);
 }
 
 SS_AVX2_NOFMA void DequantBf16Avx2(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
@@ -109,7 +119,7 @@ SS_AVX2_NOFMA void DequantBf16Avx2(const uint8_t* w, const uint8_t*, float* dst,
 
 SS_AVX2_NOFMA void DequantQ8_0Avx2(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   for (int b = 0; b < n / 32; ++b, w += 34) {
-    const __m256 d = _mm256_set1_ps(F16ToF32(LoadU16(w)));
+    const __m256 d = _mm256_set1_ps(Half(w));
     StoreScaledI8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)), d, At(dst, 32 * b, cs));
     StoreScaledI8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 18)), d, At(dst, 32 * b + 16, cs));
   }
@@ -118,7 +128,7 @@ SS_AVX2_NOFMA void DequantQ8_0Avx2(const uint8_t* w, const uint8_t*, float* dst,
 SS_AVX2_NOFMA void DequantQ4_0Avx2(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
   for (int b = 0; b < n / 32; ++b, w += 18) {
-    const __m256 d = _mm256_set1_ps(F16ToF32(LoadU16(w)));
+    const __m256 d = _mm256_set1_ps(Half(w));
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
     StoreScaledI8x16(_mm_sub_epi8(_mm_and_si128(q, mask), eight), d, At(dst, 32 * b, cs));
     StoreScaledI8x16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight), d, At(dst, 32 * b + 16, cs));
@@ -139,7 +149,7 @@ SS_AVX2_NOFMA inline void StoreQ4KSub(__m256i q, float scale, float min, float* 
 SS_AVX2_NOFMA void DequantQ4_KAvx2(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   const __m256i mask = _mm256_set1_epi8(0x0F);
   for (int b = 0; b < n / 256; ++b, w += 144) {
-    const float d = F16ToF32(LoadU16(w)), dmin = F16ToF32(LoadU16(w + 2));
+    const float d = Half(w), dmin = Half(w + 2);
     for (int g = 0; g < 4; ++g) {
       int sc_lo, m_lo, sc_hi, m_hi;
       Q4KScaleMin(2 * g, w + 4, &sc_lo, &m_lo);
@@ -171,7 +181,7 @@ SS_AVX2_NOFMA inline void StoreQ6KPart(__m256i q, int sc0, int sc1, __m256 d, fl
 
 SS_AVX2_NOFMA void DequantQ6_KAvx2(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   for (int b = 0; b < n / 256; ++b, w += 210) {
-    const __m256 d = _mm256_set1_ps(F16ToF32(LoadU16(w + 208)));
+    const __m256 d = _mm256_set1_ps(Half(w + 208));
     const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
     for (int h = 0; h < 2; ++h) {
       __m256i q[4];
@@ -256,7 +266,7 @@ SS_AVX512 void DecodeF16Avx512(const uint8_t* w, const uint8_t*, float* dst, int
   int i = 0;
   for (; i + 16 <= n; i += 16)
     _mm512_storeu_ps(At(dst, i, cs), _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * i))));
-  for (; i < n; ++i) *At(dst, i, cs) = F16ToF32(LoadU16(w + 2 * i));
+  for (; i < n; ++i) *At(dst, i, cs) = Half(w + 2 * i);
 }
 
 SS_AVX512 void DecodeBf16Avx512(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
@@ -269,11 +279,10 @@ SS_AVX512 void DecodeBf16Avx512(const uint8_t* w, const uint8_t*, float* dst, in
 }
 
 SS_AVX512 void DecodeQ8_0Avx512(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
-  for (int b = 0; b < n / 32; ++b, w += 34) {
-    const __m512 d = _mm512_set1_ps(F16ToF32(LoadU16(w)));
-    _mm512_storeu_ps(At(dst, 32 * b, cs), _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 2)))));
-    _mm512_storeu_ps(At(dst, 32 * b + 16, cs),
-                     _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 18)))));
+  for (int b = 0; b < n / 32; ++b, w += 34, dst += 2 * cs) {
+    const __m512 d = _mm512_set1_ps(Half(w));
+    _mm512_storeu_ps(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 2)))));
+    _mm512_storeu_ps(dst + cs, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 18)))));
   }
 }
 
@@ -287,9 +296,8 @@ SS_AVX512 inline void LookUpNibbles(__m128i bytes, __m512 table, float* first, f
 
 SS_AVX512 void DecodeQ4_0Avx512(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   const __m512 codes = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
-  for (int b = 0; b < n / 32; ++b, w += 18)
-    LookUpNibbles(Load128(w + 2), _mm512_mul_ps(_mm512_set1_ps(F16ToF32(LoadU16(w))), codes), At(dst, 32 * b, cs),
-                  At(dst, 32 * b + 16, cs));
+  for (int b = 0; b < n / 32; ++b, w += 18, dst += 2 * cs)
+    LookUpNibbles(Load128(w + 2), _mm512_mul_ps(_mm512_set1_ps(Half(w)), codes), dst, dst + cs);
 }
 
 // The doubled E2M1 magnitudes of codes 0-15 times half the scale, codes 8-15 with the sign bit set
@@ -303,8 +311,8 @@ SS_AVX512 inline __m512 Mxfp4Table(uint8_t e) {
 }
 
 SS_AVX512 void DecodeMxfp4Avx512(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
-  for (int b = 0; b < n / 32; ++b, w += 17)
-    LookUpNibbles(Load128(w + 1), Mxfp4Table(w[0]), At(dst, 32 * b, cs), At(dst, 32 * b + 16, cs));
+  for (int b = 0; b < n / 32; ++b, w += 17, dst += 2 * cs)
+    LookUpNibbles(Load128(w + 1), Mxfp4Table(w[0]), dst, dst + cs);
 }
 
 // The split form: byte j holds values 2j (low nibble) and 2j + 1 (high), put back in order by
@@ -312,45 +320,54 @@ SS_AVX512 void DecodeMxfp4Avx512(const uint8_t* w, const uint8_t*, float* dst, i
 SS_AVX512 void DecodeMxfp4SplitAvx512(const uint8_t* w, const uint8_t* scales, float* dst, int n, int cs) {
   const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  for (int b = 0; b < n / 32; ++b, w += 16) {
+  for (int b = 0; b < n / 32; ++b, w += 16, dst += 2 * cs) {
     const __m512 table = Mxfp4Table(scales[b]);
     const __m512i wide = _mm512_cvtepu8_epi32(Load128(w));
     const __m512 even = _mm512_permutexvar_ps(wide, table);
     const __m512 odd = _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), table);
-    _mm512_storeu_ps(At(dst, 32 * b, cs), _mm512_permutex2var_ps(even, first, odd));
-    _mm512_storeu_ps(At(dst, 32 * b + 16, cs), _mm512_permutex2var_ps(even, second, odd));
+    _mm512_storeu_ps(dst, _mm512_permutex2var_ps(even, first, odd));
+    _mm512_storeu_ps(dst + cs, _mm512_permutex2var_ps(even, second, odd));
+  }
+}
+
+// Q4_K's eight 6-bit scales and mins of a super-block (the 12 packed bytes at `packed`), times d
+// and dmin: exact products, as the scalar decoder's d * sc and dmin * m.
+SS_AVX512 inline void Q4KScales(const uint8_t* packed, float d, float dmin, float* ds, float* dm) {
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    Q4KScaleMin(j, packed, &sc, &m);
+    ds[j] = d * static_cast<float>(sc);
+    dm[j] = dmin * static_cast<float>(m);
   }
 }
 
 SS_AVX512 void DecodeQ4_KAvx512(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  for (int b = 0; b < n / 256; ++b, w += 144) {
-    const float d = F16ToF32(LoadU16(w)), dmin = F16ToF32(LoadU16(w + 2));
+  alignas(32) float ds[8], dm[8];
+  for (int b = 0; b < n / 256; ++b, w += 144, dst += 16 * static_cast<int64_t>(cs)) {
+    Q4KScales(w + 4, Half(w), Half(w + 2), ds, dm);
     for (int g = 0; g < 4; ++g) {
-      int sc_lo, m_lo, sc_hi, m_hi;
-      Q4KScaleMin(2 * g, w + 4, &sc_lo, &m_lo);
-      Q4KScaleMin(2 * g + 1, w + 4, &sc_hi, &m_hi);
       // d sc q is exact, dmin m too: one rounding, at the subtraction, as the scalar decoder.
-      const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_set1_ps(d * static_cast<float>(sc_lo))),
-                                      _mm512_set1_ps(dmin * static_cast<float>(m_lo)));
-      const __m512 hi = _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_set1_ps(d * static_cast<float>(sc_hi))),
-                                      _mm512_set1_ps(dmin * static_cast<float>(m_hi)));
+      const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_set1_ps(ds[2 * g])), _mm512_set1_ps(dm[2 * g]));
+      const __m512 hi =
+          _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_set1_ps(ds[2 * g + 1])), _mm512_set1_ps(dm[2 * g + 1]));
       const uint8_t* q = w + 16 + 32 * g;
-      const int v = 256 * b + 64 * g;
+      float* out = dst + 4 * g * static_cast<int64_t>(cs);  // chunk 4 g of the super-block
       for (int half = 0; half < 2; ++half) {  // bytes 16 half .. 16 half + 15
         const __m512i wide = _mm512_cvtepu8_epi32(Load128(q + 16 * half));
-        _mm512_storeu_ps(At(dst, v + 16 * half, cs), _mm512_permutexvar_ps(wide, lo));
-        _mm512_storeu_ps(At(dst, v + 32 + 16 * half, cs), _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), hi));
+        _mm512_storeu_ps(out + half * cs, _mm512_permutexvar_ps(wide, lo));
+        _mm512_storeu_ps(out + (2 + half) * cs, _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), hi));
       }
     }
   }
 }
 
-// Q6_K: each 16-value sub-block's six-bit values (Q6KHalf) times its scale as integers, then
-// times d: the scalar decoder's d (sc q), exact (a q of 0 gives +0 whatever the sign of sc).
+// Q6_K: each 16-value sub-block's six-bit values (Q6KHalf) times d sc: the exact product the scalar
+// decoder's d (sc q) is, the + 0 turning a -0 (q = 0, sc < 0) into its +0.
 SS_AVX512 void DecodeQ6_KAvx512(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
+  const __m512 zero = _mm512_setzero_ps();
   for (int b = 0; b < n / 256; ++b, w += 210) {
-    const __m512 d = _mm512_set1_ps(F16ToF32(LoadU16(w + 208)));
+    const float d = Half(w + 208);
     const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
     for (int h = 0; h < 2; ++h) {
       __m256i q[4];
@@ -358,8 +375,10 @@ SS_AVX512 void DecodeQ6_KAvx512(const uint8_t* w, const uint8_t*, float* dst, in
       for (int k = 0; k < 4; ++k)  // values 32k .. 32k + 31 of the half: sub-blocks 2k, 2k + 1
         for (int s = 0; s < 2; ++s) {
           const __m128i part = s ? _mm256_extracti128_si256(q[k], 1) : _mm256_castsi256_si128(q[k]);
-          const __m512i v = _mm512_mullo_epi32(_mm512_cvtepi8_epi32(part), _mm512_set1_epi32(sc[8 * h + 2 * k + s]));
-          _mm512_storeu_ps(At(dst, 256 * b + 128 * h + 32 * k + 16 * s, cs), _mm512_mul_ps(d, _mm512_cvtepi32_ps(v)));
+          const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(part));
+          const __m512 scale = _mm512_set1_ps(d * static_cast<float>(sc[8 * h + 2 * k + s]));
+          _mm512_storeu_ps(dst + (16 * b + 8 * h + 2 * k + s) * static_cast<int64_t>(cs),
+                           _mm512_add_ps(_mm512_mul_ps(v, scale), zero));
         }
     }
   }
@@ -385,20 +404,374 @@ RowDequant VectorRowDecode(uint32_t type) {
   return ActiveSimdLevel() == SimdLevel::kAvx512 ? Avx512RowDecode(type) : Avx2RowDequant(type);
 }
 
+// ---- One row of x (decode): each row of W decoded a block at a time in registers and multiplied
+// at once, G rows side by side (one sequential stream of bytes each, asked for 1 KiB ahead), with
+// the arithmetic of MatMulDot's tiles: per row one 16-lane accumulator, each 16-value chunk of the
+// row in order FMA'd with x's chunk, the vector decoders' values, Reduce16, then the bias. So a
+// row gives the same bits here as in MatMulDot for any T (tests/test_gemm_ggml.cpp).
+constexpr int kRowGroup = 4;
+constexpr int kAheadBytes = 1024;
+
+// Each kind: kValues values (whole chunks) in kBytes bytes a block; Block512 / Block256 decode
+// block b of a row (w at the block; s: the split MXFP4's scale bytes from the row's first) and
+// add its chunks' products with x (at the block's first value) to the accumulator.
+#define SS_FUSED512 __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline
+#define SS_FUSED256 __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
+
+SS_FUSED512 void Step512(__m512 v, const float* x, __m512& acc) { acc = _mm512_fmadd_ps(v, _mm512_loadu_ps(x), acc); }
+SS_FUSED256 void Step256(__m256 lo, __m256 hi, const float* x, __m256* acc) {
+  acc[0] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(x), acc[0]);
+  acc[1] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(x + 8), acc[1]);
+}
+
+struct KindF16 {
+  static constexpr int kValues = 16, kBytes = 32;
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
+    Step512(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))), x, acc);
+  }
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
+    Step256(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))),
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16))), x, acc);
+  }
+};
+struct KindBf16 {
+  static constexpr int kValues = 16, kBytes = 32;
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
+    Step512(_mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)), x, acc);
+  }
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
+    __m256 v[2];
+    for (int h = 0; h < 2; ++h)
+      v[h] = _mm256_castsi256_ps(_mm256_slli_epi32(
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16 * h))), 16));
+    Step256(v[0], v[1], x, acc);
+  }
+};
+struct KindQ8_0 {
+  static constexpr int kValues = 32, kBytes = 34;
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
+    const __m512 d = _mm512_set1_ps(Half(w));
+    Step512(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 2)))), x, acc);
+    Step512(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 18)))), x + 16, acc);
+  }
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
+    const __m256 d = _mm256_set1_ps(Half(w));
+    for (int c = 0; c < 2; ++c) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 + 16 * c));
+      Step256(_mm256_mul_ps(d, WidenI8(q)), _mm256_mul_ps(d, WidenI8(_mm_srli_si128(q, 8))), x + 16 * c, acc);
+    }
+  }
+};
+struct KindQ4_0 {
+  static constexpr int kValues = 32, kBytes = 18;
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
+    const __m512 codes = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    const __m512 table = _mm512_mul_ps(_mm512_set1_ps(Half(w)), codes);
+    const __m512i wide = _mm512_cvtepu8_epi32(Load128(w + 2));
+    Step512(_mm512_permutexvar_ps(wide, table), x, acc);
+    Step512(_mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), table), x + 16, acc);
+  }
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
+    const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    const __m256 d = _mm256_set1_ps(Half(w));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight);
+    Step256(_mm256_mul_ps(d, WidenI8(lo)), _mm256_mul_ps(d, WidenI8(_mm_srli_si128(lo, 8))), x, acc);
+    Step256(_mm256_mul_ps(d, WidenI8(hi)), _mm256_mul_ps(d, WidenI8(_mm_srli_si128(hi, 8))), x + 16, acc);
+  }
+};
+// The AVX2 decoders' MXFP4 values of 16 codes (StoreMxfp4x16's arithmetic) as two halves.
+SS_FUSED256 void Mxfp4Values256(__m128i codes, __m256 half_scale, __m256* v) {
+  const __m128i magnitude =
+      _mm_shuffle_epi8(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12), codes);
+  for (int k = 0; k < 2; ++k) {
+    const __m128i m = k ? _mm_srli_si128(magnitude, 8) : magnitude;
+    const __m128i c = k ? _mm_srli_si128(codes, 8) : codes;
+    const __m256 value = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m)), half_scale);
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(_mm256_cvtepu8_epi32(c), _mm256_set1_epi32(8)), 28);
+    v[k] = _mm256_or_ps(value, _mm256_castsi256_ps(sign));
+  }
+}
+struct KindMxfp4 {
+  static constexpr int kValues = 32, kBytes = 17;
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
+    const __m512 table = Mxfp4Table(w[0]);
+    const __m512i wide = _mm512_cvtepu8_epi32(Load128(w + 1));
+    Step512(_mm512_permutexvar_ps(wide, table), x, acc);
+    Step512(_mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), table), x + 16, acc);
+  }
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m256 half_scale = _mm256_set1_ps(kE8M0Half.v[w[0]]);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 1));
+    __m256 v[2];
+    Mxfp4Values256(_mm_and_si128(q, mask), half_scale, v);
+    Step256(v[0], v[1], x, acc);
+    Mxfp4Values256(_mm_and_si128(_mm_srli_epi16(q, 4), mask), half_scale, v);
+    Step256(v[0], v[1], x + 16, acc);
+  }
+};
+struct KindMxfp4Split {
+  static constexpr int kValues = 32, kBytes = 16;
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t* s, int b, const float* x, __m512& acc) {
+    const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    const __m512 table = Mxfp4Table(s[b]);
+    const __m512i wide = _mm512_cvtepu8_epi32(Load128(w));
+    const __m512 even = _mm512_permutexvar_ps(wide, table);
+    const __m512 odd = _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), table);
+    Step512(_mm512_permutex2var_ps(even, first, odd), x, acc);
+    Step512(_mm512_permutex2var_ps(even, second, odd), x + 16, acc);
+  }
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t* s, int b, const float* x, __m256* acc) {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m256 half_scale = _mm256_set1_ps(kE8M0Half.v[s[b]]);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+    const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+    __m256 v[2];
+    Mxfp4Values256(_mm_unpacklo_epi8(lo, hi), half_scale, v);
+    Step256(v[0], v[1], x, acc);
+    Mxfp4Values256(_mm_unpackhi_epi8(lo, hi), half_scale, v);
+    Step256(v[0], v[1], x + 16, acc);
+  }
+};
+struct KindQ4_K {
+  static constexpr int kValues = 256, kBytes = 144;
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
+    const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    alignas(32) float ds[8], dm[8];
+    Q4KScales(w + 4, Half(w), Half(w + 2), ds, dm);
+    for (int g = 0; g < 4; ++g) {
+      const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_set1_ps(ds[2 * g])), _mm512_set1_ps(dm[2 * g]));
+      const __m512 hi =
+          _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_set1_ps(ds[2 * g + 1])), _mm512_set1_ps(dm[2 * g + 1]));
+      const __m512i w0 = _mm512_cvtepu8_epi32(Load128(w + 16 + 32 * g));
+      const __m512i w1 = _mm512_cvtepu8_epi32(Load128(w + 32 + 32 * g));
+      const float* xg = x + 64 * g;
+      Step512(_mm512_permutexvar_ps(w0, lo), xg, acc);
+      Step512(_mm512_permutexvar_ps(w1, lo), xg + 16, acc);
+      Step512(_mm512_permutexvar_ps(_mm512_srli_epi32(w0, 4), hi), xg + 32, acc);
+      Step512(_mm512_permutexvar_ps(_mm512_srli_epi32(w1, 4), hi), xg + 48, acc);
+    }
+  }
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    const float d = Half(w), dmin = Half(w + 2);
+    for (int g = 0; g < 4; ++g) {
+      int sc_lo, m_lo, sc_hi, m_hi;
+      Q4KScaleMin(2 * g, w + 4, &sc_lo, &m_lo);
+      Q4KScaleMin(2 * g + 1, w + 4, &sc_hi, &m_hi);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * g));
+      const __m256i nib[2] = {_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16(q, 4), mask)};
+      const float scale[2] = {d * static_cast<float>(sc_lo), d * static_cast<float>(sc_hi)};
+      const float min[2] = {dmin * static_cast<float>(m_lo), dmin * static_cast<float>(m_hi)};
+      for (int h = 0; h < 2; ++h) {  // the sub-block of the low nibbles, then the high ones
+        const __m256 s = _mm256_set1_ps(scale[h]), m = _mm256_set1_ps(min[h]);
+        const __m128i halves[2] = {_mm256_castsi256_si128(nib[h]), _mm256_extracti128_si256(nib[h], 1)};
+        __m256 v[4];
+        for (int k = 0; k < 4; ++k) {  // bytes 8k .. 8k + 7, StoreQ4KSub's arithmetic
+          const __m128i part = k % 2 ? _mm_srli_si128(halves[k / 2], 8) : halves[k / 2];
+          v[k] = _mm256_sub_ps(_mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part))), m);
+        }
+        Step256(v[0], v[1], x + 64 * g + 32 * h, acc);
+        Step256(v[2], v[3], x + 64 * g + 32 * h + 16, acc);
+      }
+    }
+  }
+};
+struct KindQ6_K {
+  static constexpr int kValues = 256, kBytes = 210;
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
+    const __m512 zero = _mm512_setzero_ps();
+    const float d = Half(w + 208);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
+    for (int h = 0; h < 2; ++h) {
+      __m256i q[4];
+      Q6KHalf(w, h, q);
+      for (int k = 0; k < 4; ++k)
+        for (int s = 0; s < 2; ++s) {
+          const __m128i part = s ? _mm256_extracti128_si256(q[k], 1) : _mm256_castsi256_si128(q[k]);
+          const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(part));
+          const __m512 scale = _mm512_set1_ps(d * static_cast<float>(sc[8 * h + 2 * k + s]));
+          Step512(_mm512_add_ps(_mm512_mul_ps(v, scale), zero), x + 128 * h + 32 * k + 16 * s, acc);
+        }
+    }
+  }
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
+    const __m256 d = _mm256_set1_ps(Half(w + 208));
+    const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
+    for (int h = 0; h < 2; ++h) {
+      __m256i q[4];
+      Q6KHalf(w, h, q);
+      for (int k = 0; k < 4; ++k) {  // StoreQ6KPart's arithmetic: integer products, then times d
+        const __m256i lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q[k]));
+        const __m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q[k], 1));
+        const __m256i p[2] = {_mm256_mullo_epi16(lo, _mm256_set1_epi16(sc[8 * h + 2 * k])),
+                              _mm256_mullo_epi16(hi, _mm256_set1_epi16(sc[8 * h + 2 * k + 1]))};
+        for (int s = 0; s < 2; ++s)
+          Step256(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(p[s])))),
+                  _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(p[s], 1)))),
+                  x + 128 * h + 32 * k + 16 * s, acc);
+      }
+    }
+  }
+};
+
+// G rows of W from r0 times x into y[r0 ..] (+ bias). F16 / BF16 rows whose length is not whole
+// chunks end with a masked chunk: its missing values are zero, as MatMulDot's padding.
+template <class Kind, int G>
+__attribute__((target("avx512f,avx2,fma,f16c"))) void RowsTimesX512(const GgmlMatrix& w, int r0, const float* x,
+                                                                   float* y, const float* bias) {
+  __m512 acc[G];
+  const uint8_t* row[G];
+  const uint8_t* sc[G];
+  for (int g = 0; g < G; ++g) {
+    acc[g] = _mm512_setzero_ps();
+    row[g] = w.row(r0 + g);
+    sc[g] = w.scales ? w.row_scales(r0 + g) : nullptr;
+  }
+  const int blocks = w.in / Kind::kValues;
+  for (int b = 0; b < blocks; ++b) {
+    const float* xb = x + b * Kind::kValues;
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* p = row[g] + static_cast<size_t>(b) * Kind::kBytes;
+      _mm_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes, _MM_HINT_T0);
+      Kind::Block512(p, sc[g], b, xb, acc[g]);
+    }
+  }
+  if (const int tail = w.in - blocks * Kind::kValues; tail > 0) {  // F16 / BF16 only
+    alignas(64) float v[16] = {}, xt[16] = {};
+    std::copy(x + blocks * Kind::kValues, x + w.in, xt);
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* p = row[g] + static_cast<size_t>(blocks) * Kind::kBytes;
+      for (int i = 0; i < tail; ++i)
+        v[i] = std::is_same_v<Kind, KindF16> ? Half(p + 2 * i) : BF16ToF32(LoadU16(p + 2 * i));
+      Step512(_mm512_load_ps(v), xt, acc[g]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    const float s = Reduce16(acc[g]);
+    y[r0 + g] = bias ? s + bias[r0 + g] : s;
+  }
+}
+
+template <class Kind, int G>
+__attribute__((target("avx2,fma,f16c"))) void RowsTimesX256(const GgmlMatrix& w, int r0, const float* x, float* y,
+                                                           const float* bias) {
+  __m256 acc[G][2];
+  const uint8_t* row[G];
+  const uint8_t* sc[G];
+  for (int g = 0; g < G; ++g) {
+    acc[g][0] = acc[g][1] = _mm256_setzero_ps();
+    row[g] = w.row(r0 + g);
+    sc[g] = w.scales ? w.row_scales(r0 + g) : nullptr;
+  }
+  const int blocks = w.in / Kind::kValues;
+  for (int b = 0; b < blocks; ++b) {
+    const float* xb = x + b * Kind::kValues;
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* p = row[g] + static_cast<size_t>(b) * Kind::kBytes;
+      _mm_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes, _MM_HINT_T0);
+      Kind::Block256(p, sc[g], b, xb, acc[g]);
+    }
+  }
+  if (const int tail = w.in - blocks * Kind::kValues; tail > 0) {  // F16 / BF16 only
+    alignas(32) float v[16] = {}, xt[16] = {};
+    std::copy(x + blocks * Kind::kValues, x + w.in, xt);
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* p = row[g] + static_cast<size_t>(blocks) * Kind::kBytes;
+      for (int i = 0; i < tail; ++i)
+        v[i] = std::is_same_v<Kind, KindF16> ? Half(p + 2 * i) : BF16ToF32(LoadU16(p + 2 * i));
+      Step256(_mm256_load_ps(v), _mm256_load_ps(v + 8), xt, acc[g]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    const float s = Reduce16(acc[g][0], acc[g][1]);
+    y[r0 + g] = bias ? s + bias[r0 + g] : s;
+  }
+}
+
+using RowsTimesXFn = void (*)(const GgmlMatrix&, int, const float*, float*, const float*);
+
+template <class Kind>
+constexpr std::array<RowsTimesXFn, kRowGroup + 1> RowsTimesX(bool avx512) {
+  if (avx512)
+    return {nullptr, RowsTimesX512<Kind, 1>, RowsTimesX512<Kind, 2>, RowsTimesX512<Kind, 3>, RowsTimesX512<Kind, 4>};
+  return {nullptr, RowsTimesX256<Kind, 1>, RowsTimesX256<Kind, 2>, RowsTimesX256<Kind, 3>, RowsTimesX256<Kind, 4>};
+}
+
+// The kernels for `type` at the active level (avx512 or avx2), or an empty table.
+std::array<RowsTimesXFn, kRowGroup + 1> RowKernels(uint32_t type) {
+  if (!Avx2Active()) return {};
+  const bool avx512 = ActiveSimdLevel() == SimdLevel::kAvx512;
+  switch (type) {
+    case kGgmlTypeF16: return RowsTimesX<KindF16>(avx512);
+    case kGgmlTypeBF16: return RowsTimesX<KindBf16>(avx512);
+    case kGgmlTypeQ8_0: return RowsTimesX<KindQ8_0>(avx512);
+    case kGgmlTypeQ4_0: return RowsTimesX<KindQ4_0>(avx512);
+    case kGgmlTypeQ4_K: return RowsTimesX<KindQ4_K>(avx512);
+    case kGgmlTypeQ6_K: return RowsTimesX<KindQ6_K>(avx512);
+    case kGgmlTypeMXFP4: return RowsTimesX<KindMxfp4>(avx512);
+    case kTypeMxfp4Split: return RowsTimesX<KindMxfp4Split>(avx512);
+    default: return {};
+  }
+}
+
+// y (out) = W x (+ bias): each thread a contiguous range of rows, kRowGroup at a time.
+void RowsTimesXAll(const std::array<RowsTimesXFn, kRowGroup + 1>& kernels, const GgmlMatrix& w, const float* x,
+                   float* y, const float* bias) {
+  const int groups = (w.out + kRowGroup - 1) / kRowGroup;
+#pragma omp parallel if (static_cast<int64_t>(w.in) * w.out >= (int64_t{1} << 16))
+  {
+    const int threads = omp_get_num_threads(), id = omp_get_thread_num();
+    const int g0 = static_cast<int>(static_cast<int64_t>(groups) * id / threads);
+    const int g1 = static_cast<int>(static_cast<int64_t>(groups) * (id + 1) / threads);
+    for (int g = g0; g < g1; ++g) {
+      const int r0 = g * kRowGroup;
+      kernels[std::min(kRowGroup, w.out - r0)](w, r0, x, y, bias);
+    }
+  }
+}
+
 // ---- W as MatMulDot reads it: rows [row0, row0 + rows), values [v0, v0 + n) (v0 whole blocks).
 
 // Bytes from a row's start to value v0's block (the split form: to its nibbles).
 size_t ValueOffset(const GgmlMatrix& w, int v0) {
-  return static_cast<size_t>(v0 / GgmlBlockValues(w.type)) * GgmlBlockBytes(w.type);
+  // A row of `in` values is row_bytes bytes of whole blocks, and v0 a whole number of blocks.
+  return static_cast<size_t>(v0) * w.row_bytes / static_cast<size_t>(w.in);
+}
+
+// Asks for the bytes of values [v0, v0 + n) of row r (or, past the row's end, the first n of row
+// r + rows: the row decoded after this block's) to be brought into L1, a line at a time: the
+// decoder's stream one value block ahead (n at most kDotKBlockOnePass).
+inline void PrefetchNext(const GgmlMatrix& w, int r, int rows, int v0, int n) {
+  n = std::min(n, kDotKBlockOnePass);
+  const char* p = nullptr;
+  size_t begin = 0, end = 0;
+  if (v0 < w.in) {
+    p = reinterpret_cast<const char*>(w.row(r));
+    begin = ValueOffset(w, v0);
+    end = std::min(w.row_bytes, ValueOffset(w, std::min(w.in, v0 + n)));
+  } else if (r + rows < w.out) {
+    p = reinterpret_cast<const char*>(w.row(r + rows));
+    end = std::min(w.row_bytes, ValueOffset(w, std::min(w.in, n)));
+  }
+  for (size_t o = begin; o < end; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
 }
 
 template <RowDequant kDecode>
 void DecodeRowsWith(const void* ctx, int row0, int rows, int v0, int n, float* dst, int64_t rs, int cs) {
   const GgmlMatrix& w = *static_cast<const GgmlMatrix*>(ctx);
   const size_t offset = ValueOffset(w, v0);
-  for (int r = 0; r < rows; ++r)
+  for (int r = 0; r < rows; ++r) {
+    PrefetchNext(w, row0 + r, rows, v0 + n, n);
     kDecode(w.row(row0 + r) + offset, w.scales ? w.row_scales(row0 + r) + v0 / kMxfp4Block : nullptr,
             dst + r * rs, n, cs);
+  }
 }
 
 // The scalar decoders write plain rows: into scratch, then chunk by chunk where MatMulDot wants them.
@@ -415,11 +788,18 @@ void DecodeRowsScalar(const void* ctx, int row0, int rows, int v0, int n, float*
   }
 }
 
-void PrefetchRows(const void* ctx, int row0, int rows, int v0, int n) {
+// Slice `part` of `parts` of rows [row0, row0 + rows)'s bytes, in memory order, into L2.
+void PrefetchRows(const void* ctx, int row0, int rows, int part, int parts) {
   const GgmlMatrix& w = *static_cast<const GgmlMatrix*>(ctx);
-  const size_t begin = ValueOffset(w, v0), end = std::min(w.row_bytes, ValueOffset(w, v0 + n) + 63);
-  for (int r = 0; r < rows; ++r)
-    for (size_t o = begin; o < end; o += 64) _mm_prefetch(reinterpret_cast<const char*>(w.row(row0 + r)) + o, _MM_HINT_T1);
+  const size_t total = static_cast<size_t>(rows) * w.row_bytes;
+  const size_t begin = total * part / parts, end = total * (part + 1) / parts;
+  size_t r = begin / w.row_bytes, offset = begin - r * w.row_bytes;
+  for (size_t done = begin; done < end && r < static_cast<size_t>(rows); ++r, offset = 0) {
+    const char* row = reinterpret_cast<const char*>(w.row(row0 + static_cast<int>(r)));
+    const size_t stop = std::min(w.row_bytes, offset + (end - done));
+    for (size_t o = offset; o < stop; o += 64) _mm_prefetch(row + o, _MM_HINT_T1);
+    done += stop - offset;
+  }
 }
 
 using RowsDecode = void (*)(const void*, int, int, int, int, float*, int64_t, int);
@@ -587,8 +967,63 @@ void DequantizeGgmlRows(const GgmlMatrix& w, int row0, int rows, float* dst) {
   for (int r = 0; r < rows; ++r) DequantizeRowScalar(w, row0 + r, dst + static_cast<int64_t>(r) * w.in);
 }
 
+namespace {
+
+// The types with int8 products, and the choice for each (SetGgmlActivations).
+constexpr uint32_t kInt8Types[] = {kGgmlTypeQ4_0, kGgmlTypeQ4_K, kGgmlTypeQ6_K, kGgmlTypeMXFP4, kTypeMxfp4Split};
+constexpr const char* kInt8TypeNames[] = {"q4_0", "q4_k", "q6_k", "mxfp4", "mxfp4"};
+
+int Int8Slot(uint32_t type) {
+  for (int i = 0; i < 5; ++i)
+    if (kInt8Types[i] == type) return i;
+  return -1;
+}
+
+std::atomic<bool>* Int8Chosen() {
+  static std::atomic<bool> chosen[5] = {};
+  static const bool initialised = [] {
+    const char* env = std::getenv("SINKSCOPE_INT8_ACTIVATIONS");
+    const std::string list = env ? std::string(",") + env + "," : "";
+    for (int i = 0; i < 5; ++i)
+      chosen[i] = list == ",all," || list.find(std::string(",") + kInt8TypeNames[i] + ",") != std::string::npos;
+    return true;
+  }();
+  (void)initialised;
+  return chosen;
+}
+
+}  // namespace
+
+void SetGgmlActivations(uint32_t type, GgmlActivations activations) {
+  const int slot = Int8Slot(type);
+  if (slot < 0) return;  // f32 is all such a type has
+  Int8Chosen()[slot].store(activations == GgmlActivations::kInt8, std::memory_order_relaxed);
+}
+
+GgmlActivations GgmlActivationsFor(uint32_t type) {
+  const int slot = Int8Slot(type);
+  return slot >= 0 && Int8Chosen()[slot].load(std::memory_order_relaxed) && Int8Supported(type)
+             ? GgmlActivations::kInt8
+             : GgmlActivations::kF32;
+}
+
+std::string GgmlActivationsName(uint32_t type) {
+  return GgmlActivationsFor(type) == GgmlActivations::kInt8 ? std::string("int8 (") + Int8KernelName() + ")"
+                                                            : std::string("f32");
+}
+
 void MatMulGgml(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T) {
   SS_ASSERT(T >= 0 && !w.empty());
+  if (GgmlActivationsFor(w.type) == GgmlActivations::kInt8) {
+    MatMulGgmlInt8(x, w, bias, y, T);
+    return;
+  }
+  if (T == 1) {
+    if (const auto kernels = RowKernels(w.type); kernels[1] != nullptr) {
+      RowsTimesXAll(kernels, w, x, y, bias);
+      return;
+    }
+  }
   DotWeights dot;
   dot.out = w.out;
   dot.in = w.in;

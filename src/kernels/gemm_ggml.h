@@ -59,6 +59,22 @@ GgmlMatrix GgmlView(uint32_t type, int out, int in, const uint8_t* data,
 // The decoder MatMulGgml uses for `type` now: "avx512", "avx2" or "portable".
 const char* GgmlKernelName(uint32_t type);
 
+// How MatMulGgml takes x for weights of a type. kF32, the default: x stays f32, and the product is
+// x times the dequantised W up to the order of f32 sums (the numbers of an f32 forward on the
+// stored weights). kInt8: each 32-value block of x rounded to int8 against its own scale and
+// multiplied with the weights' integer codes (kernels/gemm_int8.h), as llama.cpp's and llama2.c's
+// runq.c quantised kernels do: several times the 4-bit types' f32 throughput, at the cost of that
+// rounding (docs/BENCHMARKS.md measures both). Offered for Q4_0, Q4_K, Q6_K and MXFP4 (both forms);
+// where it cannot run (another type, no AVX2) x stays f32. The choice holds for every T, so a row
+// still gives the same bits alone as inside any product. SINKSCOPE_INT8_ACTIVATIONS at start-up
+// (a comma-separated list of q4_0, q4_k, q6_k, mxfp4, or "all") sets kInt8 for those types.
+enum class GgmlActivations { kF32, kInt8 };
+void SetGgmlActivations(uint32_t type, GgmlActivations activations);
+// What MatMulGgml does with x for `type` now: kInt8 only where chosen and supported.
+GgmlActivations GgmlActivationsFor(uint32_t type);
+// "int8 (avx512_vnni)", "int8 (avx2)" or "f32": the activations MatMulGgml uses for `type` now.
+std::string GgmlActivationsName(uint32_t type);
+
 // y (T, out) = x (T, in) · dequant(W)^T (+ bias (out) if not null). Any T >= 0. Runs one OpenMP
 // parallel region when the product is large enough (the caller must not be inside one).
 void MatMulGgml(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T);

@@ -79,6 +79,14 @@ inline void ScaleBlockPortable(const int8_t* q, float d, float* first, float* se
 template <void (*kScale)(const int8_t*, float, float*, float*)>
 void DecodeForDot(const void* ctx, int row0, int rows, int v0, int n, float* dst, int64_t rs, int cs) {
   const PackedQ8& w = *static_cast<const PackedQ8*>(ctx);
+  // The next value block of these rows' groups (each group's blocks lie together, its rows side
+  // by side), asked for into L1 a line at a time: the stream one value block ahead.
+  const int b_next = (v0 + n) / kQ8Block, b_end = std::min(w.blocks, b_next + kDotKBlockOnePass / kQ8Block);
+  for (int g = row0 / kQ8GroupRows; b_next < b_end && g <= (row0 + rows - 1) / kQ8GroupRows; ++g) {
+    const char* begin = reinterpret_cast<const char*>(w.qs.data() + w.q_at(g * kQ8GroupRows, b_next));
+    for (int64_t o = 0; o < static_cast<int64_t>(b_end - b_next) * kQ8GroupRows * kQ8Block; o += 64)
+      _mm_prefetch(begin + o, _MM_HINT_T0);
+  }
   alignas(64) float last[kQ8Block];
   for (int r = 0; r < rows; ++r) {
     float* out = dst + r * rs;
@@ -97,13 +105,15 @@ void DecodeForDot(const void* ctx, int row0, int rows, int v0, int n, float* dst
   }
 }
 
-void PrefetchForDot(const void* ctx, int row0, int rows, int v0, int n) {
+// Slice `part` of `parts` of the bytes of the row groups holding rows [row0, row0 + rows), in
+// memory order, into L2.
+void PrefetchForDot(const void* ctx, int row0, int rows, int part, int parts) {
   const PackedQ8& w = *static_cast<const PackedQ8*>(ctx);
-  for (int g = row0 / kQ8GroupRows; g <= (row0 + rows - 1) / kQ8GroupRows; ++g) {
-    const char* begin = reinterpret_cast<const char*>(w.qs.data() + w.q_at(g * kQ8GroupRows, v0 / kQ8Block));
-    const int64_t bytes = static_cast<int64_t>((n + kQ8Block - 1) / kQ8Block) * kQ8GroupRows * kQ8Block;
-    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(begin + o, _MM_HINT_T0);
-  }
+  const int g0 = row0 / kQ8GroupRows, g1 = (row0 + rows - 1) / kQ8GroupRows + 1;
+  const char* begin = reinterpret_cast<const char*>(w.qs.data() + w.q_at(g0 * kQ8GroupRows, 0));
+  const int64_t total = static_cast<int64_t>(g1 - g0) * w.blocks * kQ8GroupRows * kQ8Block;
+  for (int64_t o = total * part / parts / 64 * 64; o < total * (part + 1) / parts; o += 64)
+    _mm_prefetch(begin + o, _MM_HINT_T1);
 }
 
 }  // namespace
