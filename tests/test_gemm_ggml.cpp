@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "kernels/dequant.h"
 #include "kernels/gemm_ggml.h"
+#include "kernels/gemm_int8.h"
 #include "kernels/parallel.h"
 #include "kernels/vecmath.h"
 #include "tensor/half.h"
@@ -352,7 +353,8 @@ TEST(GemmGgml, Int8ActivationsMatchDoubleProductOfRoundedX) {
   ForceSimdLevel(best);
 }
 
-// With int8 x too, a row gives the same bits alone as inside any T, and AVX2 the bits of AVX-512.
+// With int8 x too, a row gives the same bits alone as inside any T, and AVX2 (with or without
+// AVX-VNNI) the bits of AVX-512.
 TEST(GemmGgml, Int8RowsAreTIndependentAndTheSameOnEveryLevel) {
   if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
   const SimdLevel best = ActiveSimdLevel();
@@ -362,9 +364,12 @@ TEST(GemmGgml, Int8RowsAreTIndependentAndTheSameOnEveryLevel) {
     const Stored stored = RandomMatrix(type, out, in, 19);
     const std::vector<float> bias = test::NormalVector(out, 20);
     std::vector<std::vector<float>> by_level;
-    for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    // AVX2 with VPMADDUBSW + VPMADDWD, AVX2 with AVX-VNNI where the CPU has it, AVX-512.
+    for (int run = 0; run < 3; ++run) {
+      const SimdLevel level = run < 2 ? SimdLevel::kAvx2 : SimdLevel::kAvx512;
       if (level > CpuSimdLevel()) continue;
       ForceSimdLevel(level);
+      AllowAvxVnniForInt8(run == 1);
       size_t differ = 0;
       const int T = 17;
       const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * in, 21);
@@ -374,12 +379,12 @@ TEST(GemmGgml, Int8RowsAreTIndependentAndTheSameOnEveryLevel) {
         MatMulGgml(x.data() + static_cast<size_t>(t) * in, stored.w, bias.data(), alone.data(), 1);
         differ += std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
       }
-      EXPECT_EQ(differ, 0u) << GgmlTypeName(type) << " " << SimdLevelName(level);
+      EXPECT_EQ(differ, 0u) << GgmlTypeName(type) << " " << Int8KernelName();
       by_level.push_back(all);
     }
-    if (by_level.size() == 2) {
-      EXPECT_TRUE(by_level[0] == by_level[1]) << GgmlTypeName(type) << ": AVX2 vs AVX-512";
-    }
+    AllowAvxVnniForInt8(true);
+    for (size_t i = 1; i < by_level.size(); ++i)
+      EXPECT_TRUE(by_level[i] == by_level[0]) << GgmlTypeName(type) << ": kernel " << i << " vs the AVX2 one";
     SetGgmlActivations(type, GgmlActivations::kF32);
   }
   ForceSimdLevel(best);

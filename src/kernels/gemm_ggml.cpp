@@ -541,12 +541,16 @@ struct KindQ4_K {
   static constexpr int kValues = 256, kBytes = 144;
   SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
     const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    alignas(32) float ds[8], dm[8];
-    Q4KScales(w + 4, Half(w), Half(w + 2), ds, dm);
+    // d sc_j in lanes 0-7, dmin m_j in lanes 8-15: exact products, as the scalar decoder's.
+    const __m512 d = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(Half(w)))),
+                                                         _mm256_castps_pd(_mm256_set1_ps(Half(w + 2))), 1));
+    const __m512 all = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(Q4KScaleBytes(w))));
+#pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) {
-      const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_set1_ps(ds[2 * g])), _mm512_set1_ps(dm[2 * g]));
-      const __m512 hi =
-          _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_set1_ps(ds[2 * g + 1])), _mm512_set1_ps(dm[2 * g + 1]));
+      const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_permutexvar_ps(_mm512_set1_epi32(2 * g), all)),
+                                      _mm512_permutexvar_ps(_mm512_set1_epi32(8 + 2 * g), all));
+      const __m512 hi = _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_permutexvar_ps(_mm512_set1_epi32(2 * g + 1), all)),
+                                      _mm512_permutexvar_ps(_mm512_set1_epi32(9 + 2 * g), all));
       const __m512i w0 = _mm512_cvtepu8_epi32(Load128(w + 16 + 32 * g));
       const __m512i w1 = _mm512_cvtepu8_epi32(Load128(w + 32 + 32 * g));
       const float* xg = x + 64 * g;
@@ -585,16 +589,19 @@ struct KindQ6_K {
   static constexpr int kValues = 256, kBytes = 210;
   SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
     const __m512 zero = _mm512_setzero_ps();
-    const float d = Half(w + 208);
-    const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
+    // d sc for the sixteen 16-value sub-blocks (exact), each then broadcast to its lanes.
+    const __m512 ds = _mm512_mul_ps(_mm512_set1_ps(Half(w + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 192))));
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       __m256i q[4];
       Q6KHalf(w, h, q);
+#pragma GCC unroll 4
       for (int k = 0; k < 4; ++k)
+#pragma GCC unroll 2
         for (int s = 0; s < 2; ++s) {
           const __m128i part = s ? _mm256_extracti128_si256(q[k], 1) : _mm256_castsi256_si128(q[k]);
           const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(part));
-          const __m512 scale = _mm512_set1_ps(d * static_cast<float>(sc[8 * h + 2 * k + s]));
+          const __m512 scale = _mm512_permutexvar_ps(_mm512_set1_epi32(8 * h + 2 * k + s), ds);
           Step512(_mm512_add_ps(_mm512_mul_ps(v, scale), zero), x + 128 * h + 32 * k + 16 * s, acc);
         }
     }

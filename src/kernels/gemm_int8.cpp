@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -19,10 +20,10 @@ namespace ss {
 
 namespace {
 
-#define SS_I512 __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")))
-#define SS_I256 __attribute__((target("avx2,fma,f16c")))
-#define SS_I512_INLINE __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c"), always_inline)) static inline
-#define SS_I256_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
+#define SS_I512 __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c,avxvnni")))
+#define SS_I256 __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define SS_I512_INLINE __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c,avxvnni"), always_inline)) static inline
+#define SS_I256_INLINE __attribute__((target("avx2,fma,f16c,avxvnni"), always_inline)) static inline
 
 constexpr int kBlock = 32;     // values of x per int8 block (and per lane group of 8 lanes)
 constexpr int kRowGroup = 4;   // rows of W multiplied side by side
@@ -45,13 +46,14 @@ const HalfScales kHalf;
 
 // ---- x, a row at a time: for each pair of 32-value blocks, its 64 int8 values in the order the
 // weight kind multiplies them (Arrangement), then 16 lanes of dx (each lane's block's scale) and
-// 16 lanes of o times the sum of each 4 values (the lanes VPDPBUSD forms), the rows padded to a
-// whole number of block pairs with zeros.
+// 16 lanes of -o times the sum of each 4 values (the lanes VPDPBUSD forms; where o = 0, Q4_K, the
+// sums themselves, for its dmin m term), the rows padded to a whole number of block pairs with
+// zeros.
 struct XRows {
   int pairs = 0;                  // block pairs per row
   const int8_t* q = nullptr;      // rows of pairs * 64 bytes
   const float* dx = nullptr;      // rows of pairs * 16 floats
-  const int32_t* sums = nullptr;  // rows of pairs * 16 int32: o * (sum of 4 q)
+  const int32_t* sums = nullptr;  // rows of pairs * 16 int32: -o * (sum of 4 q), or the sum (o = 0)
   const int8_t* qrow(int t) const { return q + static_cast<int64_t>(t) * pairs * 64; }
   const float* dxrow(int t) const { return dx + static_cast<int64_t>(t) * pairs * 16; }
   const int32_t* sumrow(int t) const { return sums + static_cast<int64_t>(t) * pairs * 16; }
@@ -114,7 +116,8 @@ XRows QuantizeX(const float* x, int T, int in, int offset, Arrangement arrangeme
         // Lane l's 4 values come from one block: the second for lanes 8-15 (kPlain), or 4-7 and
         // 12-15 (the others).
         dx[at * 16 + l] = block_dx[arrangement == Arrangement::kPlain ? l / 8 : (l / 4) % 2];
-        sums[at * 16 + l] = offset * (qp[4 * l] + qp[4 * l + 1] + qp[4 * l + 2] + qp[4 * l + 3]);
+        const int32_t sum = qp[4 * l] + qp[4 * l + 1] + qp[4 * l + 2] + qp[4 * l + 3];
+        sums[at * 16 + l] = offset > 0 ? -offset * sum : sum;
       }
     }
   }
@@ -124,26 +127,45 @@ XRows QuantizeX(const float* x, int T, int in, int offset, Arrangement arrangeme
   return r;
 }
 
-// ---- The lane step: acc (+)= float(u . q - o sum) * (w_scale * dx), and Q4_K's offset term.
+// ---- The lane step: acc (+)= float(u . q - o sum) * (w_scale * dx) (the integer part exact in
+// any order: VPDPBUSD starts from -o sum), and Q4_K's offset term.
 
-// kOffset: subtract the sums (the codes' offset o times the 4 values' sum); Q4_K's codes have none.
+std::atomic<bool> avx_vnni_allowed{true};
+
+bool CpuHasAvxVnni() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avxvnni") != 0;
+  }();
+  return has && avx_vnni_allowed.load(std::memory_order_relaxed);
+}
+
+// kOffset: start from the (negated offset) sums; Q4_K's codes have no offset.
 template <bool kOffset = true>
 SS_I512_INLINE void Step512(__m512i u, const int8_t* q, const int32_t* sums, const float* dx, __m512 w_scale,
                             __m512& acc) {
-  __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(q));
-  if constexpr (kOffset) p = _mm512_sub_epi32(p, _mm512_loadu_si512(sums));
+  const __m512i start = kOffset ? _mm512_loadu_si512(sums) : _mm512_setzero_si512();
+  const __m512i p = _mm512_dpbusd_epi32(start, u, _mm512_loadu_si512(q));
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(w_scale, _mm512_loadu_ps(dx)), acc);
 }
 SS_I512_INLINE void Offset512(const int32_t* sums, const float* dx, __m512 w_min, __m512& acc) {
   acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(sums)), _mm512_mul_ps(w_min, _mm512_loadu_ps(dx)),
                          acc);
 }
-template <bool kOffset = true>
+// The AVX2 form: VPDPBUSD on ymm where the CPU has AVX-VNNI, else VPMADDUBSW (pairs of products in
+// 16 bits: at most 2 x 63 x 127, no saturation) and VPMADDWD: the same exact sums.
+template <bool kOffset = true, bool kVnni = false>
 SS_I256_INLINE void Step256(__m256i u, const int8_t* q, const int32_t* sums, const float* dx, __m256 w_scale,
                             __m256& acc) {
-  const __m256i pairs = _mm256_maddubs_epi16(u, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
-  __m256i p = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-  if constexpr (kOffset) p = _mm256_sub_epi32(p, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums)));
+  const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+  const __m256i start = kOffset ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums)) : _mm256_setzero_si256();
+  __m256i p;
+  if constexpr (kVnni) {
+    p = _mm256_dpbusd_avx_epi32(start, u, xq);
+  } else {
+    p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, xq), _mm256_set1_epi16(1));
+    if constexpr (kOffset) p = _mm256_add_epi32(p, start);
+  }
   acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(w_scale, _mm256_loadu_ps(dx)), acc);
 }
 SS_I256_INLINE void Offset256(const int32_t* sums, const float* dx, __m256 w_min, __m256& acc) {
@@ -167,17 +189,19 @@ SS_I256_INLINE __m256i Mxfp4Bytes() {
 
 // ---- The 32-value kinds: for block pair p of a row (w at the row; s: the split form's scales),
 // its u bytes in the kind's arrangement as two halves (lanes 0-7 and 8-15) and the two blocks'
-// scales (the second 0 where the row has an odd number of blocks and this pair is its last).
+// scales in lanes 0 and 1 (kSecond false: a row's odd last block alone; the second's codes and
+// scale 0).
 struct KindQ4_0 {
   static constexpr int kOffset = 8, kBytes = 18;
   static constexpr Arrangement kArrangement = Arrangement::kHalves;
-  SS_I256_INLINE void Pair(const uint8_t* w, const uint8_t*, int p, bool second, __m256i* lo, __m256i* hi,
-                           float* d0, float* d1) {
+  template <bool kSecond>
+  SS_I256_INLINE void Pair(const uint8_t* w, const uint8_t*, int p, __m256i* lo, __m256i* hi, __m128* d) {
     const uint8_t* b = w + static_cast<size_t>(2 * p) * kBytes;
-    const __m128i q1 = second ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kBytes + 2)) : _mm_setzero_si128();
+    const __m128i q1 = kSecond ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kBytes + 2)) : _mm_setzero_si128();
     Nibbles(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)), q1, lo, hi);
-    *d0 = _cvtsh_ss(LoadU16(b));
-    *d1 = second ? _cvtsh_ss(LoadU16(b + kBytes)) : 0.0f;
+    __m128i h = _mm_cvtsi32_si128(LoadU16(b));
+    if constexpr (kSecond) h = _mm_insert_epi16(h, LoadU16(b + kBytes), 1);
+    *d = _mm_cvtph_ps(h);
   }
 };
 
@@ -185,19 +209,46 @@ template <bool kSplit>
 struct KindMxfp4 {
   static constexpr int kOffset = 12, kBytes = kSplit ? 16 : 17;
   static constexpr Arrangement kArrangement = kSplit ? Arrangement::kSplit : Arrangement::kHalves;
-  SS_I256_INLINE void Pair(const uint8_t* w, const uint8_t* s, int p, bool second, __m256i* lo, __m256i* hi,
-                           float* d0, float* d1) {
+  template <bool kSecond>
+  SS_I256_INLINE void Pair(const uint8_t* w, const uint8_t* s, int p, __m256i* lo, __m256i* hi, __m128* d) {
     const uint8_t* b = w + static_cast<size_t>(2 * p) * kBytes;
     const uint8_t* n = b + (kSplit ? 0 : 1);
-    const __m128i q1 = second ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(n + kBytes)) : _mm_setzero_si128();
+    const __m128i q1 = kSecond ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(n + kBytes)) : _mm_setzero_si128();
     __m256i c_lo, c_hi;
     Nibbles(_mm_loadu_si128(reinterpret_cast<const __m128i*>(n)), q1, &c_lo, &c_hi);
     *lo = _mm256_shuffle_epi8(Mxfp4Bytes(), c_lo);
     *hi = _mm256_shuffle_epi8(Mxfp4Bytes(), c_hi);
-    *d0 = kHalf.v[kSplit ? s[2 * p] : b[0]];
-    *d1 = second ? kHalf.v[kSplit ? s[2 * p + 1] : b[kBytes]] : 0.0f;
+    const float d0 = kHalf.v[kSplit ? s[2 * p] : b[0]];
+    const float d1 = kSecond ? kHalf.v[kSplit ? s[2 * p + 1] : b[kBytes]] : 0.0f;
+    *d = _mm_setr_ps(d0, d1, 0.0f, 0.0f);
   }
 };
+
+// Lanes 0-3 and 8-11 hold a pair's first block's values, 4-7 and 12-15 the second's.
+SS_I512_INLINE __m512 PairScales512(__m128 d) {
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1),
+                               _mm512_castps128_ps512(d));
+}
+SS_I256_INLINE __m256 PairScales256(__m128 d) {
+  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+
+template <class Kind, bool kSecond, int G>
+SS_I512_INLINE void Pair512(const uint8_t* const* row, const uint8_t* const* sc, int p, const XRows& x, int t,
+                            __m512* acc) {
+  const int8_t* q = x.qrow(t) + 64 * p;
+  const float* dx = x.dxrow(t) + 16 * p;
+  const int32_t* sums = x.sumrow(t) + 16 * p;
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g) {
+    _mm_prefetch(reinterpret_cast<const char*>(row[g]) + static_cast<size_t>(2 * p) * Kind::kBytes + kAheadBytes,
+                 _MM_HINT_T0);
+    __m256i lo, hi;
+    __m128 d;
+    Kind::template Pair<kSecond>(row[g], sc[g], p, &lo, &hi, &d);
+    Step512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), q, sums, dx, PairScales512(d), acc[g]);
+  }
+}
 
 template <class Kind, int G>
 SS_I512 void Rows32x512(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y, const float* bias) {
@@ -210,32 +261,34 @@ SS_I512 void Rows32x512(const GgmlMatrix& w, int r0, const XRows& x, int t, floa
     row[g] = w.row(r0 + g);
     sc[g] = w.scales ? w.row_scales(r0 + g) : nullptr;
   }
-  const int8_t* q = x.qrow(t);
-  const float* dx = x.dxrow(t);
-  const int32_t* sums = x.sumrow(t);
-  // Lanes 0-3 and 8-11 hold the first block's values, 4-7 and 12-15 the second's.
-  const __m512i pattern = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
-  for (int p = 0; p < x.pairs; ++p) {
-    const bool second = 2 * p + 1 < blocks;
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) {
-      _mm_prefetch(reinterpret_cast<const char*>(row[g]) + static_cast<size_t>(2 * p) * Kind::kBytes + kAheadBytes,
-                   _MM_HINT_T0);
-      __m256i lo, hi;
-      float d0, d1;
-      Kind::Pair(row[g], sc[g], p, second, &lo, &hi, &d0, &d1);
-      const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-      const __m512 scale = _mm512_permutexvar_ps(pattern, _mm512_castps128_ps512(_mm_setr_ps(d0, d1, 0.0f, 0.0f)));
-      Step512(u, q + 64 * p, sums + 16 * p, dx + 16 * p, scale, acc[g]);
-    }
-  }
+  for (int p = 0; p < blocks / 2; ++p) Pair512<Kind, true, G>(row, sc, p, x, t, acc);
+  if (blocks % 2) Pair512<Kind, false, G>(row, sc, blocks / 2, x, t, acc);
   for (int g = 0; g < G; ++g) {
     const float s = Reduce16(acc[g]);
     y[r0 + g] = bias ? s + bias[r0 + g] : s;
   }
 }
 
-template <class Kind, int G>
+template <class Kind, bool kSecond, int G, bool kVnni>
+SS_I256_INLINE void Pair256(const uint8_t* const* row, const uint8_t* const* sc, int p, const XRows& x, int t,
+                            __m256 (*acc)[2]) {
+  const int8_t* q = x.qrow(t) + 64 * p;
+  const float* dx = x.dxrow(t) + 16 * p;
+  const int32_t* sums = x.sumrow(t) + 16 * p;
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g) {
+    _mm_prefetch(reinterpret_cast<const char*>(row[g]) + static_cast<size_t>(2 * p) * Kind::kBytes + kAheadBytes,
+                 _MM_HINT_T0);
+    __m256i lo, hi;
+    __m128 d;
+    Kind::template Pair<kSecond>(row[g], sc[g], p, &lo, &hi, &d);
+    const __m256 scale = PairScales256(d);
+    Step256<true, kVnni>(lo, q, sums, dx, scale, acc[g][0]);
+    Step256<true, kVnni>(hi, q + 32, sums + 8, dx + 8, scale, acc[g][1]);
+  }
+}
+
+template <class Kind, int G, bool kVnni>
 SS_I256 void Rows32x256(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y, const float* bias) {
   const int blocks = w.in / kBlock;
   __m256 acc[G][2];
@@ -246,23 +299,8 @@ SS_I256 void Rows32x256(const GgmlMatrix& w, int r0, const XRows& x, int t, floa
     row[g] = w.row(r0 + g);
     sc[g] = w.scales ? w.row_scales(r0 + g) : nullptr;
   }
-  const int8_t* q = x.qrow(t);
-  const float* dx = x.dxrow(t);
-  const int32_t* sums = x.sumrow(t);
-  for (int p = 0; p < x.pairs; ++p) {
-    const bool second = 2 * p + 1 < blocks;
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) {
-      _mm_prefetch(reinterpret_cast<const char*>(row[g]) + static_cast<size_t>(2 * p) * Kind::kBytes + kAheadBytes,
-                   _MM_HINT_T0);
-      __m256i lo, hi;
-      float d0, d1;
-      Kind::Pair(row[g], sc[g], p, second, &lo, &hi, &d0, &d1);
-      const __m256 scale = _mm256_set_m128(_mm_set1_ps(d1), _mm_set1_ps(d0));
-      Step256(lo, q + 64 * p, sums + 16 * p, dx + 16 * p, scale, acc[g][0]);
-      Step256(hi, q + 64 * p + 32, sums + 16 * p + 8, dx + 16 * p + 8, scale, acc[g][1]);
-    }
-  }
+  for (int p = 0; p < blocks / 2; ++p) Pair256<Kind, true, G, kVnni>(row, sc, p, x, t, acc);
+  if (blocks % 2) Pair256<Kind, false, G, kVnni>(row, sc, blocks / 2, x, t, acc);
   for (int g = 0; g < G; ++g) {
     const float s = Reduce16(acc[g][0], acc[g][1]);
     y[r0 + g] = bias ? s + bias[r0 + g] : s;
@@ -272,28 +310,19 @@ SS_I256 void Rows32x256(const GgmlMatrix& w, int r0, const XRows& x, int t, floa
 // ---- Q4_K: super-blocks of 256 values (kernels/dequant.h), four block pairs each: group g's
 // 32 bytes hold sub-block 2g in their low nibbles and 2g + 1 in their high ones.
 
-struct Q4KScaleSet {
-  alignas(64) float v[16];  // d sc_j (ds), then dmin m_j (dm): exact products
-  float* ds() { return v; }
-  float* dm() { return v + 8; }
-};
-// The twelve packed bytes (kernels/dequant.h) as four words a, b, c: sc_0-3 = a & 63 and
-// m_0-3 = b & 63 byte by byte; sc_4-7 = c's low nibbles with a's top two bits above them, m_4-7 =
-// c's high nibbles with b's top two bits above them. Then d sc and dmin m, 16 lanes at once.
-SS_I256_INLINE void Q4KScalesOf(const uint8_t* w, Q4KScaleSet* s) {
-  uint32_t a, b, c;
-  std::memcpy(&a, w + 4, 4);
-  std::memcpy(&b, w + 8, 4);
-  std::memcpy(&c, w + 12, 4);
-  const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
-  const uint32_t sc_lo = a & low6, m_lo = b & low6;
-  const uint32_t sc_hi = (c & low4) | (((a >> 6) & low2) << 4);
-  const uint32_t m_hi = ((c >> 4) & low4) | (((b >> 6) & low2) << 4);
-  const __m128i bytes = _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo),
-                                       static_cast<int>(m_hi));
-  const __m256 d = _mm256_set1_ps(_cvtsh_ss(LoadU16(w))), dmin = _mm256_set1_ps(_cvtsh_ss(LoadU16(w + 2)));
-  _mm256_store_ps(s->ds(), _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes))));
-  _mm256_store_ps(s->dm(), _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)))));
+// Q4_K's eight d sc_j (lanes 0-7) and dmin m_j (lanes 8-15) of a super-block: exact products.
+SS_I512_INLINE __m512 Q4KScales512(const uint8_t* w) {
+  const __m512 ints = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(Q4KScaleBytes(w)));
+  const __m512 d = _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(_cvtsh_ss(LoadU16(w))))),
+                         _mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(LoadU16(w + 2)))), 1));
+  return _mm512_mul_ps(d, ints);
+}
+SS_I256_INLINE void Q4KScales256(const uint8_t* w, __m256* ds, __m256* dm) {
+  const __m128i bytes = Q4KScaleBytes(w);
+  *ds = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(LoadU16(w))), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)));
+  *dm = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(LoadU16(w + 2))),
+                      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8))));
 }
 
 template <int G>
@@ -307,26 +336,24 @@ SS_I512 void RowsQ4_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
   const int8_t* q = x.qrow(t);
   const float* dx = x.dxrow(t);
   const int32_t* sums = x.sumrow(t);
+  const __m256i mask = _mm256_set1_epi8(0x0F);
   for (int b = 0; b < w.in / 256; ++b) {
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const uint8_t* p = row[g] + static_cast<size_t>(b) * 144;
       _mm_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes, _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes + 64, _MM_HINT_T0);
-      Q4KScaleSet s;
-      Q4KScalesOf(p, &s);
+      const __m512 all = Q4KScales512(p);  // ds, then dm
+#pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {  // block pair 4 b + k: sub-blocks 2k, 2k + 1
         const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * k));
-        const __m256i mask = _mm256_set1_epi8(0x0F);
         const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, mask)),
                                              _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask), 1);
+        const __m512i scale_at = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(2 * k), _mm512_set1_epi32(2 * k + 1));
+        const __m512i min_at = _mm512_add_epi32(scale_at, _mm512_set1_epi32(8));
         const int pair = 4 * b + k;
-        const __m512i first = _mm512_set1_epi32(2 * k), second = _mm512_set1_epi32(2 * k + 1);
-        const __m512i idx = _mm512_mask_blend_epi32(0xFF00, first, second);  // [2k x 8 | 2k + 1 x 8]
-        const __m512 all = _mm512_load_ps(s.v);                             // ds then dm
-        Step512<false>(u, q + 64 * pair, sums + 16 * pair, dx + 16 * pair, _mm512_permutexvar_ps(idx, all), acc[g]);
-        Offset512(sums + 16 * pair, dx + 16 * pair,
-                  _mm512_permutexvar_ps(_mm512_add_epi32(idx, _mm512_set1_epi32(8)), all), acc[g]);
+        Step512<false>(u, q + 64 * pair, sums + 16 * pair, dx + 16 * pair, _mm512_permutexvar_ps(scale_at, all), acc[g]);
+        Offset512(sums + 16 * pair, dx + 16 * pair, _mm512_permutexvar_ps(min_at, all), acc[g]);
       }
     }
   }
@@ -336,7 +363,7 @@ SS_I512 void RowsQ4_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
   }
 }
 
-template <int G>
+template <int G, bool kVnni>
 SS_I256 void RowsQ4_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y, const float* bias) {
   __m256 acc[G][2];
   const uint8_t* row[G];
@@ -347,23 +374,26 @@ SS_I256 void RowsQ4_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
   const int8_t* q = x.qrow(t);
   const float* dx = x.dxrow(t);
   const int32_t* sums = x.sumrow(t);
+  const __m256i mask = _mm256_set1_epi8(0x0F);
   for (int b = 0; b < w.in / 256; ++b) {
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const uint8_t* p = row[g] + static_cast<size_t>(b) * 144;
       _mm_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes, _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes + 64, _MM_HINT_T0);
-      Q4KScaleSet s;
-      Q4KScalesOf(p, &s);
-      const __m256i mask = _mm256_set1_epi8(0x0F);
+      __m256 ds, dm;
+      Q4KScales256(p, &ds, &dm);
+#pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * k));
+#pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {  // block 8 b + 2k + h: lanes 0-7 (h = 0) or 8-15 of its pair
           const int block = 8 * b + 2 * k + h;
           const __m256i u = h ? _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask) : _mm256_and_si256(bytes, mask);
-          Step256<false>(u, q + 32 * block, sums + 8 * block, dx + 8 * block, _mm256_set1_ps(s.ds()[2 * k + h]),
-                         acc[g][h]);
-          Offset256(sums + 8 * block, dx + 8 * block, _mm256_set1_ps(s.dm()[2 * k + h]), acc[g][h]);
+          const __m256i at = _mm256_set1_epi32(2 * k + h);
+          Step256<false, kVnni>(u, q + 32 * block, sums + 8 * block, dx + 8 * block, _mm256_permutevar8x32_ps(ds, at),
+                                acc[g][h]);
+          Offset256(sums + 8 * block, dx + 8 * block, _mm256_permutevar8x32_ps(dm, at), acc[g][h]);
         }
       }
     }
@@ -411,14 +441,15 @@ SS_I512 void RowsQ6_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
     for (int g = 0; g < G; ++g) {
       const uint8_t* p = row[g] + static_cast<size_t>(b) * 210;
       for (int o = 0; o < 256; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes + o, _MM_HINT_T0);
-      const float d = _cvtsh_ss(LoadU16(p + 208));
-      const int8_t* sc = reinterpret_cast<const int8_t*>(p + 192);
-      alignas(64) float ds[16];
-      for (int i = 0; i < 16; ++i) ds[i] = d * static_cast<float>(sc[i]);
-      const __m512 all = _mm512_load_ps(ds);
+      // d sc for the sixteen 16-value sub-blocks: exact products.
+      const __m512 all = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(LoadU16(p + 208))),
+                                       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)))));
+#pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         __m256i v[4];
         Q6KHalfUnsigned(p, h, v);
+#pragma GCC unroll 2
         for (int k = 0; k < 2; ++k) {  // block pair 4 b + 2 h + k: values 64 k .. 64 k + 63 of the half
           const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(v[2 * k]), v[2 * k + 1], 1);
           const int base = 8 * h + 4 * k;  // its four 16-value sub-blocks
@@ -437,7 +468,7 @@ SS_I512 void RowsQ6_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
   }
 }
 
-template <int G>
+template <int G, bool kVnni>
 SS_I256 void RowsQ6_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y, const float* bias) {
   __m256 acc[G][2];
   const uint8_t* row[G];
@@ -453,16 +484,21 @@ SS_I256 void RowsQ6_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
     for (int g = 0; g < G; ++g) {
       const uint8_t* p = row[g] + static_cast<size_t>(b) * 210;
       for (int o = 0; o < 256; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes + o, _MM_HINT_T0);
-      const float d = _cvtsh_ss(LoadU16(p + 208));
-      const int8_t* sc = reinterpret_cast<const int8_t*>(p + 192);
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(LoadU16(p + 208)));
+      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
+      const __m256 ds[2] = {_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))),
+                            _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))))};
+#pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         __m256i v[4];
         Q6KHalfUnsigned(p, h, v);
+#pragma GCC unroll 4
         for (int k = 0; k < 4; ++k) {  // block 8 b + 4 h + k: sub-blocks 8 h + 2 k, + 1
           const int block = 8 * b + 4 * h + k;
-          const __m256 scale = _mm256_set_m128(_mm_set1_ps(d * static_cast<float>(sc[8 * h + 2 * k + 1])),
-                                               _mm_set1_ps(d * static_cast<float>(sc[8 * h + 2 * k])));
-          Step256(v[k], q + 32 * block, sums + 8 * block, dx + 8 * block, scale, acc[g][k % 2]);
+          const __m256 scale =
+              _mm256_permutevar8x32_ps(ds[h], _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1,
+                                                                2 * k + 1, 2 * k + 1));
+          Step256<true, kVnni>(v[k], q + 32 * block, sums + 8 * block, dx + 8 * block, scale, acc[g][k % 2]);
         }
       }
     }
@@ -493,48 +529,57 @@ bool CpuHasAvx512Vnni() {
 
 bool Use512() { return ActiveSimdLevel() == SimdLevel::kAvx512 && CpuHasAvx512Vnni(); }
 
+// RowsFn for G = 1 .. kRowGroup from a template taking <G, (AVX2 only) VNNI>.
+template <template <int> class F>
+void Fill(Kernels& k) {
+  k.fn[1] = F<1>::fn;
+  k.fn[2] = F<2>::fn;
+  k.fn[3] = F<3>::fn;
+  k.fn[4] = F<4>::fn;
+}
+template <class Kind> struct R32x512 { template <int G> struct F { static constexpr RowsFn fn = Rows32x512<Kind, G>; }; };
+template <class Kind, bool V> struct R32x256 { template <int G> struct F { static constexpr RowsFn fn = Rows32x256<Kind, G, V>; }; };
+template <int G> struct RQ4Kx512 { static constexpr RowsFn fn = RowsQ4_Kx512<G>; };
+template <bool V> struct RQ4Kx256 { template <int G> struct F { static constexpr RowsFn fn = RowsQ4_Kx256<G, V>; }; };
+template <int G> struct RQ6Kx512 { static constexpr RowsFn fn = RowsQ6_Kx512<G>; };
+template <bool V> struct RQ6Kx256 { template <int G> struct F { static constexpr RowsFn fn = RowsQ6_Kx256<G, V>; }; };
+
+template <class Kind>
+void FillKind(Kernels& k, bool avx512, bool vnni) {
+  if (avx512)
+    Fill<R32x512<Kind>::template F>(k);
+  else if (vnni)
+    Fill<R32x256<Kind, true>::template F>(k);
+  else
+    Fill<R32x256<Kind, false>::template F>(k);
+  k.offset = Kind::kOffset;
+  k.arrangement = Kind::kArrangement;
+}
+
 Kernels KernelsFor(uint32_t type) {
   Kernels k;
   if (ActiveSimdLevel() == SimdLevel::kPortable) return k;
-  const bool avx512 = Use512();
-  auto fill = [&](auto f512, auto f256) {
-    if (avx512) {
-      k.fn[1] = f512.template operator()<1>();
-      k.fn[2] = f512.template operator()<2>();
-      k.fn[3] = f512.template operator()<3>();
-      k.fn[4] = f512.template operator()<4>();
-    } else {
-      k.fn[1] = f256.template operator()<1>();
-      k.fn[2] = f256.template operator()<2>();
-      k.fn[3] = f256.template operator()<3>();
-      k.fn[4] = f256.template operator()<4>();
-    }
-  };
+  const bool avx512 = Use512(), vnni = CpuHasAvxVnni();
   switch (type) {
-    case kGgmlTypeQ4_0:
-      fill([]<int G>() -> RowsFn { return Rows32x512<KindQ4_0, G>; },
-           []<int G>() -> RowsFn { return Rows32x256<KindQ4_0, G>; });
-      k.offset = KindQ4_0::kOffset;
-      k.arrangement = KindQ4_0::kArrangement;
-      break;
-    case kGgmlTypeMXFP4:
-      fill([]<int G>() -> RowsFn { return Rows32x512<KindMxfp4<false>, G>; },
-           []<int G>() -> RowsFn { return Rows32x256<KindMxfp4<false>, G>; });
-      k.offset = KindMxfp4<false>::kOffset;
-      k.arrangement = KindMxfp4<false>::kArrangement;
-      break;
-    case kTypeMxfp4Split:
-      fill([]<int G>() -> RowsFn { return Rows32x512<KindMxfp4<true>, G>; },
-           []<int G>() -> RowsFn { return Rows32x256<KindMxfp4<true>, G>; });
-      k.offset = KindMxfp4<true>::kOffset;
-      k.arrangement = KindMxfp4<true>::kArrangement;
-      break;
+    case kGgmlTypeQ4_0: FillKind<KindQ4_0>(k, avx512, vnni); break;
+    case kGgmlTypeMXFP4: FillKind<KindMxfp4<false>>(k, avx512, vnni); break;
+    case kTypeMxfp4Split: FillKind<KindMxfp4<true>>(k, avx512, vnni); break;
     case kGgmlTypeQ4_K:
-      fill([]<int G>() -> RowsFn { return RowsQ4_Kx512<G>; }, []<int G>() -> RowsFn { return RowsQ4_Kx256<G>; });
-      k.offset = 1;  // the sums themselves, for the dmin m offset
+      if (avx512)
+        Fill<RQ4Kx512>(k);
+      else if (vnni)
+        Fill<RQ4Kx256<true>::template F>(k);
+      else
+        Fill<RQ4Kx256<false>::template F>(k);
+      k.offset = 0;  // no offset: the sums themselves, for the dmin m term
       break;
     case kGgmlTypeQ6_K:
-      fill([]<int G>() -> RowsFn { return RowsQ6_Kx512<G>; }, []<int G>() -> RowsFn { return RowsQ6_Kx256<G>; });
+      if (avx512)
+        Fill<RQ6Kx512>(k);
+      else if (vnni)
+        Fill<RQ6Kx256<true>::template F>(k);
+      else
+        Fill<RQ6Kx256<false>::template F>(k);
       k.offset = 32;
       break;
     default: break;
@@ -544,11 +589,13 @@ Kernels KernelsFor(uint32_t type) {
 
 }  // namespace
 
+void AllowAvxVnniForInt8(bool allow) { avx_vnni_allowed.store(allow, std::memory_order_relaxed); }
+
 bool Int8Supported(uint32_t type) { return KernelsFor(type).fn[1] != nullptr; }
 
 const char* Int8KernelName() {
   if (ActiveSimdLevel() == SimdLevel::kPortable) return "none";
-  return Use512() ? "avx512_vnni" : "avx2";
+  return Use512() ? "avx512_vnni" : CpuHasAvxVnni() ? "avx_vnni" : "avx2";
 }
 
 void MatMulGgmlInt8(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T) {
@@ -556,8 +603,6 @@ void MatMulGgmlInt8(const float* x, const GgmlMatrix& w, const float* bias, floa
   if (T == 0) return;
   const Kernels k = KernelsFor(w.type);
   SS_ASSERT(k.fn[1] != nullptr);
-  // Q4_K subtracts no offset from its sums (its codes are unsigned already): it takes them as
-  // they are, for the dmin m term.
   const XRows xr = QuantizeX(x, T, w.in, k.offset, k.arrangement);
   const int groups = (w.out + kRowGroup - 1) / kRowGroup;
 #pragma omp parallel if (static_cast<int64_t>(T) * w.in * w.out >= (int64_t{1} << 16))

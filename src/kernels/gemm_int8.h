@@ -22,17 +22,40 @@
 //   products keep x in f32.
 #pragma once
 
+#include <immintrin.h>
+
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/gemm_ggml.h"
 
 namespace ss {
 
+// Q4_K's eight 6-bit scales sc_0-7 (bytes 0-7) and mins m_0-7 (bytes 8-15) of the super-block at w
+// (its twelve packed bytes at w + 4, kernels/dequant.h). As three words a, b, c: sc_0-3 = a & 63
+// and m_0-3 = b & 63 byte by byte; sc_4-7 = c's low nibbles with a's top two bits above them,
+// m_4-7 = c's high nibbles with b's top two bits above them.
+__attribute__((target("sse2"))) inline __m128i Q4KScaleBytes(const uint8_t* w) {
+  uint32_t a, b, c;
+  std::memcpy(&a, w + 4, 4);
+  std::memcpy(&b, w + 8, 4);
+  std::memcpy(&c, w + 12, 4);
+  const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  const uint32_t sc_lo = a & low6, m_lo = b & low6;
+  const uint32_t sc_hi = (c & low4) | (((a >> 6) & low2) << 4);
+  const uint32_t m_hi = ((c >> 4) & low4) | (((b >> 6) & low2) << 4);
+  return _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo),
+                        static_cast<int>(m_hi));
+}
+
 // Whether the int8 products run for `type` now (the type has them and the SIMD level is AVX2 or
 // AVX-512; the AVX-512 form needs AVX-512 BW and VNNI, else the AVX2 one runs).
 bool Int8Supported(uint32_t type);
-// "avx512_vnni", "avx2" or "none".
+// "avx512_vnni", "avx_vnni" (AVX2 with AVX-VNNI's VPDPBUSD), "avx2" or "none".
 const char* Int8KernelName();
+// Lets the AVX2 form use AVX-VNNI where the CPU has it (the default), or keeps it on VPMADDUBSW +
+// VPMADDWD (tests: the two give the same bits).
+void AllowAvxVnniForInt8(bool allow);
 
 // y (T, out) = x (T, in) · W^T (+ bias), x rounded to int8 as above. Int8Supported(w.type).
 void MatMulGgmlInt8(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T);

@@ -1,6 +1,7 @@
 #include "kernels/gemm_q8.h"
 
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -168,10 +169,94 @@ std::vector<uint8_t> Q8RowBlocks(const PackedQ8& w, int row) {
   return bytes;
 }
 
+namespace {
+
+// ---- One row of x (decode): a group's four rows (their blocks side by side: one stream) decoded a
+// block at a time in registers and multiplied at once, with MatMulDot's arithmetic (a 16-lane FMA
+// chain per row over the chunks in order, the chunks past `in` left out, Reduce16, then the bias),
+// so a row gives the same bits as inside any T. x padded with zeros to whole blocks.
+template <int R>
+SS_AVX512 void GroupTimesX512(const PackedQ8& w, int g, const float* x, float* y, const float* bias) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const int8_t* q = w.qs.data() + w.q_at(g * kQ8GroupRows, 0);
+  const float* d = w.scales.data() + w.scale_at(g * kQ8GroupRows, 0);
+  for (int b = 0; b < w.blocks; ++b, q += kQ8GroupRows * kQ8Block, d += kQ8GroupRows) {
+    _mm_prefetch(reinterpret_cast<const char*>(q) + 1024, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(q) + 1024 + 64, _MM_HINT_T0);
+    const int chunks = std::min(2, (w.in - b * kQ8Block + 15) / 16);
+    for (int c = 0; c < chunks; ++c) {
+      const __m512 xv = _mm512_loadu_ps(x + b * kQ8Block + 16 * c);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512 v = _mm512_mul_ps(_mm512_set1_ps(d[r]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                                                 reinterpret_cast<const __m128i*>(q + r * kQ8Block + 16 * c)))));
+        acc[r] = _mm512_fmadd_ps(v, xv, acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const int row = g * kQ8GroupRows + r;
+    const float s = Reduce16(acc[r]);
+    y[row] = bias ? s + bias[row] : s;
+  }
+}
+
+template <int R>
+SS_AVX2 void GroupTimesX256(const PackedQ8& w, int g, const float* x, float* y, const float* bias) {
+  __m256 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const int8_t* q = w.qs.data() + w.q_at(g * kQ8GroupRows, 0);
+  const float* d = w.scales.data() + w.scale_at(g * kQ8GroupRows, 0);
+  for (int b = 0; b < w.blocks; ++b, q += kQ8GroupRows * kQ8Block, d += kQ8GroupRows) {
+    _mm_prefetch(reinterpret_cast<const char*>(q) + 1024, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(q) + 1024 + 64, _MM_HINT_T0);
+    const int chunks = std::min(2, (w.in - b * kQ8Block + 15) / 16);
+    for (int c = 0; c < chunks; ++c) {
+      const float* xc = x + b * kQ8Block + 16 * c;
+      const __m256 x0 = _mm256_loadu_ps(xc), x1 = _mm256_loadu_ps(xc + 8);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m256 s = _mm256_set1_ps(d[r]);
+        const int8_t* qc = q + r * kQ8Block + 16 * c;
+        acc[r][0] = _mm256_fmadd_ps(_mm256_mul_ps(s, Widen8(qc)), x0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(_mm256_mul_ps(s, Widen8(qc + 8)), x1, acc[r][1]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const int row = g * kQ8GroupRows + r;
+    const float s = Reduce16(acc[r][0], acc[r][1]);
+    y[row] = bias ? s + bias[row] : s;
+  }
+}
+
+void MatVecQ8(const float* x, const PackedQ8& w, const float* bias, float* y) {
+  const int64_t ldx = static_cast<int64_t>(w.blocks) * kQ8Block;
+  float* xp = Workspace<float, 4>(static_cast<size_t>(ldx));
+  std::copy(x, x + w.in, xp);
+  std::fill(xp + w.in, xp + ldx, 0.0f);
+  using Fn = void (*)(const PackedQ8&, int, const float*, float*, const float*);
+  const bool avx512 = ActiveSimdLevel() == SimdLevel::kAvx512;
+  static constexpr Fn k512[] = {nullptr, GroupTimesX512<1>, GroupTimesX512<2>, GroupTimesX512<3>, GroupTimesX512<4>};
+  static constexpr Fn k256[] = {nullptr, GroupTimesX256<1>, GroupTimesX256<2>, GroupTimesX256<3>, GroupTimesX256<4>};
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(w.in) * w.out >= (int64_t{1} << 16))
+  for (int g = 0; g < w.groups; ++g) {
+    const int rows = std::min(kQ8GroupRows, w.out - g * kQ8GroupRows);
+    (avx512 ? k512 : k256)[rows](w, g, xp, y, bias);
+  }
+}
+
+}  // namespace
+
 const char* Q8KernelName() { return DotKernelName(); }
 
 void MatMulQ8(const float* x, const PackedQ8& w, const float* bias, float* y, int T) {
   SS_ASSERT(T >= 0 && w.out >= 1 && w.in >= 1);
+  if (T == 1 && ActiveSimdLevel() != SimdLevel::kPortable) {
+    MatVecQ8(x, w, bias, y);
+    return;
+  }
   DotWeights dot;
   dot.out = w.out;
   dot.in = w.in;
