@@ -16,6 +16,9 @@
 # gcc -Ofast -march=native -fopenmp (their README's fast build, with its threads); models are made by
 # bench/make_llama2c_model.py into WORK (default /tmp/sinkscope_decode_bench). Each figure is the
 # best of REPEATS runs (default 3; this shared machine's speed moves by 10-25 % from run to run).
+# Beside the wall-clock rates, the same from CPU time (user + system seconds of a STEPS run less
+# those of a STEPS_SHORT run, default 32, times the threads): on a machine shared with other work
+# the wall clock counts the time others held the cores, the CPU time does not.
 # Usage: bench/run_decode_bench.sh [build dir]
 #   PRESETS="stories110m" SIMD_LEVELS="default avx2"
 #   TYPES="f32 bf16 q8_0 BF16 F16 Q8_0 Q4_0 Q4_K Q6_K MXFP4 Q4_0+int8 Q4_K+int8 Q6_K+int8 MXFP4+int8"
@@ -26,6 +29,7 @@ BUILD=${1:-build}
 PEERS=${LLAMA2C_DIR:-../shared/tools/peers/llama2c}
 WORK=${WORK:-/tmp/sinkscope_decode_bench}
 STEPS=${STEPS:-256}
+STEPS_SHORT=${STEPS_SHORT:-32}
 REPEATS=${REPEATS:-3}
 PRESETS=${PRESETS:-stories15m stories110m}
 SIMD_LEVELS=${SIMD_LEVELS:-default}
@@ -47,7 +51,7 @@ RESULTS=$(mktemp)
 trap 'rm -f "$RESULTS"' EXIT
 echo "$(lscpu | sed -n 's/^Model name: *//p'); $(nproc) CPUs; $(date -u +%Y-%m-%dT%H:%MZ); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$BUILD/bench/bench_membw" | tee "$WORK/membw.txt"
-printf '\n%-12s %-28s %-8s %8s %10s %10s\n' model engine simd threads "tokens/s" "GB/s read"
+printf '\n%-12s %-28s %-8s %8s %10s %10s %10s %10s\n' model engine simd threads "tokens/s" "GB/s read" "tok/CPU-s" "GB/CPU-s"
 for preset in $PRESETS; do
   [ -f "$WORK/$preset.bin" ] || /usr/bin/python3 "$(dirname "$0")/make_llama2c_model.py" --preset "$preset" --out "$WORK/$preset" >/dev/null
   # Weight bytes read per token: every matrix once (the classifier is the shared embedding).
@@ -75,30 +79,43 @@ print(l*(4*d*d+3*d*f)+abs(v)*d)")
     env_simd=()
     [ "$simd" = default ] || env_simd=(SINKSCOPE_SIMD="$simd")
     for threads in 1 2; do
-      run() {  # label bytes-per-weight command...
+      run() {  # label bytes-per-weight command... (@STEPS@ stands for the step count)
         local label=$1 bpw=$2
         shift 2
-        local tps=0 r
+        local tps=0 cps=0 r rep
         for ((rep = 0; rep < REPEATS; ++rep)); do  # the best of REPEATS runs
-          r=$(cd "$WORK" && env "${env_simd[@]}" "${env_int8[@]}" OMP_NUM_THREADS=$threads "$@" 2>&1 | sed -n -e 's/.*achieved tok\/s: \([0-9.]*\).*/\1/p' -e 's/.*(\([0-9.]*\) tokens\/s).*/\1/p' | tail -1)
-          tps=$(python3 -c "print(max($tps, ${r:-0}))")
+          # Wall: the program's own tokens/s. CPU: the process's user + system seconds for STEPS and
+          # for STEPS_SHORT steps; their difference is what the extra tokens cost, load and prefill
+          # left out, times the threads (the rate if each thread had its core).
+          local cpu=() n
+          for n in "$STEPS" "$STEPS_SHORT"; do
+            local args=("${@//@STEPS@/$n}")
+            r=$(cd "$WORK" && env "${env_simd[@]}" "${env_int8[@]}" OMP_NUM_THREADS=$threads /usr/bin/time -f 'cpu %U %S' "${args[@]}" 2>&1)
+            cpu+=("$(echo "$r" | sed -n 's/^cpu \([0-9.]*\) \([0-9.]*\)$/\1+\2/p' | tail -1)")
+            if [ "$n" = "$STEPS" ]; then
+              r=$(echo "$r" | sed -n -e 's/.*achieved tok\/s: \([0-9.]*\).*/\1/p' -e 's/.*(\([0-9.]*\) tokens\/s).*/\1/p' | tail -1)
+              tps=$(python3 -c "print(max($tps, ${r:-0}))")
+            fi
+          done
+          cps=$(python3 -c "c = (${cpu[0]:-0}) - (${cpu[1]:-0}); print(max($cps, $((STEPS - STEPS_SHORT)) / c * $threads if c > 0 else 0))")
         done
-        local gbs
+        local gbs cgbs
         gbs=$(python3 -c "print($tps*$params*$bpw/1e9)")
-        printf '%-12s %-28s %-8s %8s %10.1f %10.1f\n' "$preset" "$label" "$simd" "$threads" "$tps" "$gbs"
-        echo "$preset|$label|$simd|$threads|$tps|$gbs" >>"$RESULTS"
+        cgbs=$(python3 -c "print($cps*$params*$bpw/1e9)")
+        printf '%-12s %-28s %-8s %8s %10.1f %10.1f %10.1f %10.1f\n' "$preset" "$label" "$simd" "$threads" "$tps" "$gbs" "$cps" "$cgbs"
+        echo "$preset|$label|$simd|$threads|$tps|$gbs|$cps|$cgbs" >>"$RESULTS"
       }
       env_int8=()
-      [ $peers = 1 ] && [ "$simd" = default ] && run "llama2.c run.c (f32)" 4 ./run "$preset.bin" -t 0 -n "$STEPS" -i a
+      [ $peers = 1 ] && [ "$simd" = default ] && run "llama2.c run.c (f32)" 4 ./run "$preset.bin" -t 0 -n @STEPS@ -i a
       for entry in $TYPES; do
         type=${entry%+int8}
         env_int8=()
         suffix=""
         if [ "$type" != "$entry" ]; then env_int8=(SINKSCOPE_INT8_ACTIVATIONS=all); suffix=", int8 x"; fi
         case $type in
-          f32) run "sinkscope f32" 4 "$SS" generate --model "$preset.bin" --tokenizer tokenizer.bin --steps "$STEPS" --temperature 0 --prompt a ;;
-          bf16) run "sinkscope bf16 weights" 2 "$SS" generate --model "$preset.bin" --tokenizer tokenizer.bin --steps "$STEPS" --temperature 0 --prompt a --precision bf16 ;;
-          q8_0) run "sinkscope q8_0 weights" 1.125 "$SS" generate --model "$preset.bin" --tokenizer tokenizer.bin --steps "$STEPS" --temperature 0 --prompt a --precision q8_0 ;;
+          f32) run "sinkscope f32" 4 "$SS" generate --model "$preset.bin" --tokenizer tokenizer.bin --steps @STEPS@ --temperature 0 --prompt a ;;
+          bf16) run "sinkscope bf16 weights" 2 "$SS" generate --model "$preset.bin" --tokenizer tokenizer.bin --steps @STEPS@ --temperature 0 --prompt a --precision bf16 ;;
+          q8_0) run "sinkscope q8_0 weights" 1.125 "$SS" generate --model "$preset.bin" --tokenizer tokenizer.bin --steps @STEPS@ --temperature 0 --prompt a --precision q8_0 ;;
           *)
             # Bytes a weight: 2 for BF16 / F16, 34 per 32 for Q8_0, 18 per 32 for Q4_0, 17 per 32
             # for MXFP4, 144 and 210 per 256 for Q4_K and Q6_K (those only where rows are whole 256s).
@@ -107,30 +124,39 @@ print(l*(4*d*d+3*d*f)+abs(v)*d)")
               Q4_K) bpw=0.5625 ;; Q6_K) bpw=0.8203125 ;; *) echo "unknown type $type" >&2; exit 1 ;;
             esac
             if [[ $type == Q?_K ]] && [ $((dim % 256)) != 0 ]; then continue; fi
-            run "sinkscope native $type$suffix" $bpw "$SS" generate --model "$preset.${type,,}.gguf" --steps "$STEPS" --temperature 0 --prompt a --precision native ;;
+            run "sinkscope native $type$suffix" $bpw "$SS" generate --model "$preset.${type,,}.gguf" --steps @STEPS@ --temperature 0 --prompt a --precision native ;;
         esac
       done
       env_int8=()
-      [ $peers = 1 ] && [ "$simd" = default ] && run "llama2.c runq.c (Q8_0)" 1.0625 ./runq "$preset.q80.bin" -t 0 -n "$STEPS" -i a
+      [ $peers = 1 ] && [ "$simd" = default ] && run "llama2.c runq.c (Q8_0)" 1.0625 ./runq "$preset.q80.bin" -t 0 -n @STEPS@ -i a
     done
   done
 done
 echo
 echo "read bandwidth again, after the decode runs:"
 "$BUILD/bench/bench_membw" | tee "$WORK/membw_after.txt"
-# Each decode's GB/s against the higher of the two read-bandwidth figures at its thread count.
+# Each decode's GB/s against the higher of the two read-bandwidth figures at its thread count, by
+# the wall clock and by CPU time.
 python3 - "$WORK/membw.txt" "$WORK/membw_after.txt" "$RESULTS" <<'EOF'
 import re, sys
 bw = {1: 0.0, 2: 0.0}
+cpu = {1: 0.0, 2: 0.0}
 for path in sys.argv[1:3]:
     for line in open(path):
-        m = re.match(r"read (\d) threads?: ([0-9.]+) GB/s", line)
+        m = re.match(r"read (\d) threads?: ([0-9.]+) GB/s \(([0-9.]+) per CPU-second", line)
         if m:
-            bw[int(m.group(1))] = max(bw[int(m.group(1))], float(m.group(2)))
-print("\nshare of the read bandwidth (the higher of the two figures: %.1f GB/s on 1 thread, %.1f on 2)" % (bw[1], bw[2]))
-print("%-12s %-28s %-8s %8s %10s %8s" % ("model", "engine", "simd", "threads", "GB/s read", "share"))
+            t = int(m.group(1))
+            bw[t] = max(bw[t], float(m.group(2)))
+            cpu[t] = max(cpu[t], float(m.group(3)))
+print("\nshare of the read bandwidth (the higher of the two figures: wall %.1f / %.1f GB/s on 1 / 2 threads, "
+      "per CPU-second %.1f / %.1f)" % (bw[1], bw[2], cpu[1], cpu[2]))
+print("%-12s %-28s %-8s %8s %10s %8s %10s %8s" % ("model", "engine", "simd", "threads", "GB/s read", "share",
+                                                "GB/CPU-s", "share"))
 for line in open(sys.argv[3]):
-    preset, label, simd, threads, tps, gbs = line.strip().split("|")
-    share = float(gbs) / bw[int(threads)] if bw[int(threads)] else 0
-    print("%-12s %-28s %-8s %8s %10.1f %7.0f%%" % (preset, label, simd, threads, float(gbs), 100 * share))
+    preset, label, simd, threads, tps, gbs, cps, cgbs = line.strip().split("|")
+    t = int(threads)
+    share = float(gbs) / bw[t] if bw[t] else 0
+    cshare = float(cgbs) / cpu[t] if cpu[t] else 0
+    print("%-12s %-28s %-8s %8s %10.1f %7.0f%% %10.1f %7.0f%%" % (preset, label, simd, threads, float(gbs), 100 * share,
+                                                             float(cgbs), 100 * cshare))
 EOF

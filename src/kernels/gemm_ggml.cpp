@@ -405,12 +405,10 @@ RowDequant VectorRowDecode(uint32_t type) {
 }
 
 // ---- One row of x (decode): each row of W decoded a block at a time in registers and multiplied
-// at once, G rows side by side (one sequential stream of bytes each, asked for 1 KiB ahead), with
+// at once, G rows side by side (one sequential stream of bytes each, asked for ahead: RowAhead), with
 // the arithmetic of MatMulDot's tiles: per row one 16-lane accumulator, each 16-value chunk of the
 // row in order FMA'd with x's chunk, the vector decoders' values, Reduce16, then the bias. So a
 // row gives the same bits here as in MatMulDot for any T (tests/test_gemm_ggml.cpp).
-constexpr int kRowGroup = 4;
-constexpr int kAheadBytes = 1024;
 
 // Each kind: kValues values (whole chunks) in kBytes bytes a block; Block512 / Block256 decode
 // block b of a row (w at the block; s: the split MXFP4's scale bytes from the row's first) and
@@ -645,7 +643,7 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void RowsTimesX512(const GgmlMa
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const uint8_t* p = row[g] + static_cast<size_t>(b) * Kind::kBytes;
-      _mm_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes, _MM_HINT_T0);
+      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * Kind::kBytes, w.row_bytes, w.row_stride), _MM_HINT_T0);
       Kind::Block512(p, sc[g], b, xb, acc[g]);
     }
   }
@@ -682,7 +680,7 @@ __attribute__((target("avx2,fma,f16c"))) void RowsTimesX256(const GgmlMatrix& w,
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const uint8_t* p = row[g] + static_cast<size_t>(b) * Kind::kBytes;
-      _mm_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes, _MM_HINT_T0);
+      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * Kind::kBytes, w.row_bytes, w.row_stride), _MM_HINT_T0);
       Kind::Block256(p, sc[g], b, xb, acc[g]);
     }
   }

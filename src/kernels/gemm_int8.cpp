@@ -26,8 +26,6 @@ namespace {
 #define SS_I256_INLINE __attribute__((target("avx2,fma,f16c,avxvnni"), always_inline)) static inline
 
 constexpr int kBlock = 32;     // values of x per int8 block (and per lane group of 8 lanes)
-constexpr int kRowGroup = 4;   // rows of W multiplied side by side
-constexpr int kAheadBytes = 1024;
 
 uint16_t LoadU16(const uint8_t* p) {
   uint16_t v;
@@ -235,14 +233,13 @@ SS_I256_INLINE __m256 PairScales256(__m128 d) {
 
 template <class Kind, bool kSecond, int G>
 SS_I512_INLINE void Pair512(const uint8_t* const* row, const uint8_t* const* sc, int p, const XRows& x, int t,
-                            __m512* acc) {
+                            size_t row_bytes, size_t row_stride, __m512* acc) {
   const int8_t* q = x.qrow(t) + 64 * p;
   const float* dx = x.dxrow(t) + 16 * p;
   const int32_t* sums = x.sumrow(t) + 16 * p;
 #pragma GCC unroll 4
   for (int g = 0; g < G; ++g) {
-    _mm_prefetch(reinterpret_cast<const char*>(row[g]) + static_cast<size_t>(2 * p) * Kind::kBytes + kAheadBytes,
-                 _MM_HINT_T0);
+    _mm_prefetch(RowAhead(row[g], static_cast<size_t>(2 * p) * Kind::kBytes, row_bytes, row_stride), _MM_HINT_T0);
     __m256i lo, hi;
     __m128 d;
     Kind::template Pair<kSecond>(row[g], sc[g], p, &lo, &hi, &d);
@@ -261,8 +258,8 @@ SS_I512 void Rows32x512(const GgmlMatrix& w, int r0, const XRows& x, int t, floa
     row[g] = w.row(r0 + g);
     sc[g] = w.scales ? w.row_scales(r0 + g) : nullptr;
   }
-  for (int p = 0; p < blocks / 2; ++p) Pair512<Kind, true, G>(row, sc, p, x, t, acc);
-  if (blocks % 2) Pair512<Kind, false, G>(row, sc, blocks / 2, x, t, acc);
+  for (int p = 0; p < blocks / 2; ++p) Pair512<Kind, true, G>(row, sc, p, x, t, w.row_bytes, w.row_stride, acc);
+  if (blocks % 2) Pair512<Kind, false, G>(row, sc, blocks / 2, x, t, w.row_bytes, w.row_stride, acc);
   for (int g = 0; g < G; ++g) {
     const float s = Reduce16(acc[g]);
     y[r0 + g] = bias ? s + bias[r0 + g] : s;
@@ -271,14 +268,13 @@ SS_I512 void Rows32x512(const GgmlMatrix& w, int r0, const XRows& x, int t, floa
 
 template <class Kind, bool kSecond, int G, bool kVnni>
 SS_I256_INLINE void Pair256(const uint8_t* const* row, const uint8_t* const* sc, int p, const XRows& x, int t,
-                            __m256 (*acc)[2]) {
+                            size_t row_bytes, size_t row_stride, __m256 (*acc)[2]) {
   const int8_t* q = x.qrow(t) + 64 * p;
   const float* dx = x.dxrow(t) + 16 * p;
   const int32_t* sums = x.sumrow(t) + 16 * p;
 #pragma GCC unroll 4
   for (int g = 0; g < G; ++g) {
-    _mm_prefetch(reinterpret_cast<const char*>(row[g]) + static_cast<size_t>(2 * p) * Kind::kBytes + kAheadBytes,
-                 _MM_HINT_T0);
+    _mm_prefetch(RowAhead(row[g], static_cast<size_t>(2 * p) * Kind::kBytes, row_bytes, row_stride), _MM_HINT_T0);
     __m256i lo, hi;
     __m128 d;
     Kind::template Pair<kSecond>(row[g], sc[g], p, &lo, &hi, &d);
@@ -299,8 +295,8 @@ SS_I256 void Rows32x256(const GgmlMatrix& w, int r0, const XRows& x, int t, floa
     row[g] = w.row(r0 + g);
     sc[g] = w.scales ? w.row_scales(r0 + g) : nullptr;
   }
-  for (int p = 0; p < blocks / 2; ++p) Pair256<Kind, true, G, kVnni>(row, sc, p, x, t, acc);
-  if (blocks % 2) Pair256<Kind, false, G, kVnni>(row, sc, blocks / 2, x, t, acc);
+  for (int p = 0; p < blocks / 2; ++p) Pair256<Kind, true, G, kVnni>(row, sc, p, x, t, w.row_bytes, w.row_stride, acc);
+  if (blocks % 2) Pair256<Kind, false, G, kVnni>(row, sc, blocks / 2, x, t, w.row_bytes, w.row_stride, acc);
   for (int g = 0; g < G; ++g) {
     const float s = Reduce16(acc[g][0], acc[g][1]);
     y[r0 + g] = bias ? s + bias[r0 + g] : s;
@@ -341,8 +337,8 @@ SS_I512 void RowsQ4_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const uint8_t* p = row[g] + static_cast<size_t>(b) * 144;
-      _mm_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes + 64, _MM_HINT_T0);
+      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 144, w.row_bytes, w.row_stride), _MM_HINT_T0);
+      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 144 + 64, w.row_bytes, w.row_stride), _MM_HINT_T0);
       const __m512 all = Q4KScales512(p);  // ds, then dm
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {  // block pair 4 b + k: sub-blocks 2k, 2k + 1
@@ -379,8 +375,8 @@ SS_I256 void RowsQ4_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const uint8_t* p = row[g] + static_cast<size_t>(b) * 144;
-      _mm_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes + 64, _MM_HINT_T0);
+      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 144, w.row_bytes, w.row_stride), _MM_HINT_T0);
+      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 144 + 64, w.row_bytes, w.row_stride), _MM_HINT_T0);
       __m256 ds, dm;
       Q4KScales256(p, &ds, &dm);
 #pragma GCC unroll 4
@@ -440,7 +436,8 @@ SS_I512 void RowsQ6_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const uint8_t* p = row[g] + static_cast<size_t>(b) * 210;
-      for (int o = 0; o < 256; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes + o, _MM_HINT_T0);
+      for (int o = 0; o < 210; o += 64)
+        _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 210 + o, w.row_bytes, w.row_stride), _MM_HINT_T0);
       // d sc for the sixteen 16-value sub-blocks: exact products.
       const __m512 all = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(LoadU16(p + 208))),
                                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
@@ -483,7 +480,8 @@ SS_I256 void RowsQ6_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const uint8_t* p = row[g] + static_cast<size_t>(b) * 210;
-      for (int o = 0; o < 256; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes + o, _MM_HINT_T0);
+      for (int o = 0; o < 210; o += 64)
+        _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 210 + o, w.row_bytes, w.row_stride), _MM_HINT_T0);
       const __m256 d = _mm256_set1_ps(_cvtsh_ss(LoadU16(p + 208)));
       const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
       const __m256 ds[2] = {_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))),

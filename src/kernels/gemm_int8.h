@@ -48,6 +48,18 @@ __attribute__((target("sse2"))) inline __m128i Q4KScaleBytes(const uint8_t* w) {
                         static_cast<int>(m_hi));
 }
 
+// The one-row kernels (kernels/gemm_ggml.cpp, gemm_int8.cpp) read a group of 4 rows side by side,
+// each row a stream of its own, and ask for the bytes kRowAheadBytes further on: in the same row
+// while it lasts, then in the same row of the next group (4 rows on), which they read next, so
+// that rows shorter than the distance (a 768-wide model's 1.5 KiB of BF16) are asked for early too.
+inline constexpr size_t kRowAheadBytes = 1024;
+inline constexpr int kRowGroup = 4;
+inline const char* RowAhead(const uint8_t* row, size_t offset, size_t row_bytes, size_t row_stride) {
+  const size_t at = offset + kRowAheadBytes;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(row);  // may point past W's end: a prefetch does not fault
+  return reinterpret_cast<const char*>(at < row_bytes ? base + at : base + kRowGroup * row_stride + (at - row_bytes));
+}
+
 // Whether the int8 products run for `type` now (the type has them and the SIMD level is AVX2 or
 // AVX-512; the AVX-512 form needs AVX-512 BW and VNNI, else the AVX2 one runs).
 bool Int8Supported(uint32_t type);
