@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -34,22 +35,27 @@ struct Path {
   const char* name;
   SimdLevel level;
   bool amx = false;
+  Bf16Dot dot = Bf16Dot::kAuto;
 };
 std::vector<Path> Paths() {
   std::vector<Path> paths = {{"portable", SimdLevel::kPortable}};
   if (CpuSimdLevel() != SimdLevel::kPortable) paths.push_back({"avx2", SimdLevel::kAvx2});
-  if (CpuHasAvx512Bf16()) paths.push_back({"avx512_bf16", SimdLevel::kAvx512});
+  if (CpuSimdLevel() == SimdLevel::kAvx512)
+    paths.push_back({"avx512_fma", SimdLevel::kAvx512, false, Bf16Dot::kFma});
+  if (CpuHasAvx512Bf16()) paths.push_back({"avx512_bf16", SimdLevel::kAvx512, false, Bf16Dot::kVdpbf16ps});
   if (CpuHasAmxBf16()) paths.push_back({"amx_bf16", SimdLevel::kAvx512, true});
   return paths;
 }
 void Select(const Path& path) {
   ForceSimdLevel(path.level);
   AllowAmx(path.amx);
+  ChooseBf16Dot(path.dot);
 }
-// Back to the default: the best level, AMX allowed.
+// Back to the default: the best level, AMX allowed, the CPU's choice of kernel.
 void SelectBest(SimdLevel best) {
   ForceSimdLevel(best);
   AllowAmx(true);
+  ChooseBf16Dot(Bf16Dot::kAuto);
 }
 
 TEST(GemmBf16, PackFromBitsEqualsPackFromFloat) {
@@ -213,6 +219,62 @@ TEST(GemmBf16, AmxIgnoresAForeignTileConfiguration) {
   ReleaseTiles();
   SetThreadCount(threads);
   EXPECT_TRUE(first == second);
+}
+
+// A row of x gives the same bits alone (decode, explain's recomputation of position 0) as inside a
+// product of any T, with and without a bias: on the AVX-512 BF16 path every column's sum runs over
+// the pairs in order from zero, then adds the bias, in every tile and in the matrix-vector product;
+// on the AVX2 path likewise over the values (the 1- and 2-row tiles, and from 16 rows W widened
+// once); the portable path the same way for any T. in = 3071: six 256-pair blocks and an odd
+// value; out = 70: a partial panel; T up to 113: past the AVX-512 path's 96-row blocks. The AMX
+// tiles (16 rows and more) sum inside the tile unit in an order of its own: reported, not held to.
+TEST(GemmBf16, RowGivesTheSameBitsAloneAsInsideAnyT) {
+  const SimdLevel best = ActiveSimdLevel();
+  const int in = 3071, out = 70;
+  const auto w = Random(static_cast<size_t>(out) * in, 41);
+  const auto bias = Random(out, 42);
+  const PackedBf16 packed = PackBf16(w.data(), out, in);
+  for (const Path& path : Paths()) {
+    Select(path);
+    size_t differ = 0, rows = 0;
+    for (int T : {2, 3, 7, 15, 16, 17, 40, 113}) {
+      const auto x = Random(static_cast<size_t>(T) * in, 43 + T);
+      for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+        std::vector<float> all(static_cast<size_t>(T) * out), alone(out);
+        MatMulBf16(x.data(), packed, b, all.data(), T);
+        for (int t = 0; t < T; ++t) {
+          MatMulBf16(x.data() + static_cast<size_t>(t) * in, packed, b, alone.data(), 1);
+          differ += std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
+          ++rows;
+        }
+      }
+    }
+    std::printf("MatMulBf16 %s: %zu rows alone against inside T = 2..113, %zu differ\n", path.name, rows, differ);
+    if (!path.amx) {
+      EXPECT_EQ(differ, 0u) << path.name;
+    }
+  }
+  SelectBest(best);
+}
+
+// The avx512_fma path is the AVX2 path's arithmetic in zmm registers: the same bits, for every T.
+TEST(GemmBf16, Avx512FmaGivesTheAvx2Bits) {
+  if (CpuSimdLevel() != SimdLevel::kAvx512) GTEST_SKIP() << "the CPU has no AVX-512";
+  const SimdLevel best = ActiveSimdLevel();
+  const int in = 1023, out = 77;
+  const auto w = Random(static_cast<size_t>(out) * in, 51);
+  const auto bias = Random(out, 52);
+  const PackedBf16 packed = PackBf16(w.data(), out, in);
+  for (int T : {1, 2, 9, 16, 33}) {
+    const auto x = Random(static_cast<size_t>(T) * in, 53 + T);
+    std::vector<float> a(static_cast<size_t>(T) * out), b(a.size());
+    Select({"avx512_fma", SimdLevel::kAvx512, false, Bf16Dot::kFma});
+    MatMulBf16(x.data(), packed, bias.data(), a.data(), T);
+    Select({"avx2", SimdLevel::kAvx2});
+    MatMulBf16(x.data(), packed, bias.data(), b.data(), T);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "T=" << T;
+  }
+  SelectBest(best);
 }
 
 // Each output sums its products in the same order whatever the thread count (threads split

@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "kernels/dequant.h"
 #include "kernels/gemm_ggml.h"
+#include "kernels/gemm_int8.h"
 #include "kernels/parallel.h"
 #include "kernels/vecmath.h"
 #include "tensor/half.h"
@@ -113,7 +114,7 @@ TEST(GemmGgml, MatchesDoubleProductOfDequantisedWeights) {
                  Case{kGgmlTypeQ8_0, 64, 3, 2}}) {
     for (SimdLevel level : Levels()) {
       ForceSimdLevel(level);
-      double worst[2] = {0, 0};  // fused (T < kGgmlWidenRows), widened
+      double worst[2] = {0, 0};  // one row of x (decode), several
       for (int out : {1, 5, 131}) {
         const Stored stored = RandomMatrix(c.type, out, c.in, out * 7 + c.in, c.row_step, c.first);
         const GgmlMatrix& w = stored.w;
@@ -134,7 +135,7 @@ TEST(GemmGgml, MatchesDoubleProductOfDequantisedWeights) {
                   mag += std::fabs(prod);
                 }
                 const double err = std::fabs(y[t * out + o] - ref) / std::max(mag, 1e-30);
-                double& w_path = worst[T >= kGgmlWidenRows];
+                double& w_path = worst[T > 1];
                 w_path = std::max(w_path, err);
                 ASSERT_LT(err, 2e-6) << GgmlTypeName(c.type) << " " << SimdLevelName(level)
                                      << " out " << out << " in " << c.in << " T " << T << " ("
@@ -145,7 +146,7 @@ TEST(GemmGgml, MatchesDoubleProductOfDequantisedWeights) {
       }
       const std::string rows = c.row_step > 1 ? " (rows " + std::to_string(c.row_step) + " stored rows apart)" : "";
       std::printf("MatMulGgml %s in %d%s, %s: largest |difference| / sum |products| vs double: "
-                  "fused (%s) %.2e, widened (sgemm) %.2e\n", GgmlTypeName(c.type), c.in, rows.c_str(),
+                  "T = 1 (%s) %.2e, T > 1 %.2e\n", GgmlTypeName(c.type), c.in, rows.c_str(),
                   SimdLevelName(level).c_str(), GgmlKernelName(c.type), worst[0], worst[1]);
     }
   }
@@ -153,8 +154,8 @@ TEST(GemmGgml, MatchesDoubleProductOfDequantisedWeights) {
 }
 
 // A row's sum is formed the same way whichever thread computes it.
-// DequantizeGgmlRows (the widened path's rows, the native embedding lookup) on the vector path
-// gives the scalar decoder's bits exactly: random blocks of every type, and for F16 / BF16 every
+// DequantizeGgmlRows (the rows every product multiplies, the native embedding lookup) on each vector
+// path (AVX2, AVX-512) gives the scalar decoder's bits exactly: random blocks of every type, and for F16 / BF16 every
 // finite 16-bit pattern (subnormals included).
 TEST(GemmGgml, VectorDequantiserIsTheScalarDecoderBitForBit) {
   if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
@@ -191,21 +192,27 @@ TEST(GemmGgml, VectorDequantiserIsTheScalarDecoderBitForBit) {
     cases.push_back(std::move(all));
   }
   const SimdLevel best = ActiveSimdLevel();
+  std::vector<SimdLevel> vector_levels = Levels();
+  vector_levels.erase(vector_levels.begin());  // the portable level is the scalar decoder itself
   for (const Rows& c : cases) {
     const GgmlMatrix w = GgmlView(c.type, c.out, c.in, c.data.data(), nullptr);
     std::vector<float> scalar(static_cast<size_t>(c.out) * c.in), vec(scalar.size());
     Dequantize(c.type, c.data.data(), scalar.data(), static_cast<int64_t>(scalar.size()));
-    ForceSimdLevel(SimdLevel::kAvx2);
-    DequantizeGgmlRows(w, 0, c.out, vec.data());
+    for (SimdLevel level : vector_levels) {
+      ForceSimdLevel(level);
+      DequantizeGgmlRows(w, 0, c.out, vec.data());
+      size_t differ = 0;
+      for (size_t i = 0; i < vec.size(); ++i) differ += std::memcmp(&vec[i], &scalar[i], 4) != 0;
+      std::printf("%s, %s: %zu values, %zu differ from the scalar decoder\n", GgmlTypeName(c.type),
+                  SimdLevelName(level).c_str(), vec.size(), differ);
+      EXPECT_EQ(differ, 0u) << GgmlTypeName(c.type) << " " << SimdLevelName(level);
+      // Rows from the middle land where they belong.
+      std::vector<float> two(2 * static_cast<size_t>(c.in));
+      DequantizeGgmlRows(w, c.out - 3, 2, two.data());
+      EXPECT_EQ(std::memcmp(two.data(), scalar.data() + static_cast<size_t>(c.out - 3) * c.in, two.size() * 4), 0)
+          << GgmlTypeName(c.type) << " " << SimdLevelName(level);
+    }
     ForceSimdLevel(best);
-    size_t differ = 0;
-    for (size_t i = 0; i < vec.size(); ++i) differ += std::memcmp(&vec[i], &scalar[i], 4) != 0;
-    std::printf("%s: %zu values, %zu differ from the scalar decoder\n", GgmlTypeName(c.type), vec.size(), differ);
-    EXPECT_EQ(differ, 0u) << GgmlTypeName(c.type);
-    // Rows from the middle land where they belong.
-    std::vector<float> two(2 * static_cast<size_t>(c.in));
-    DequantizeGgmlRows(w, c.out - 3, 2, two.data());
-    EXPECT_EQ(std::memcmp(two.data(), scalar.data() + static_cast<size_t>(c.out - 3) * c.in, two.size() * 4), 0);
   }
   // The split MXFP4 form, rows two stored rows apart (gpt-oss's up rows), every scale but NaN.
   const int out = 255, in = 64;
@@ -216,14 +223,171 @@ TEST(GemmGgml, VectorDequantiserIsTheScalarDecoderBitForBit) {
   std::vector<float> scalar(static_cast<size_t>(out) * in), vec(scalar.size());
   for (int r = 0; r < out; ++r)
     DequantizeMxfp4Split(w.row(r), w.row_scales(r), scalar.data() + static_cast<size_t>(r) * in, in);
-  ForceSimdLevel(SimdLevel::kAvx2);
-  DequantizeGgmlRows(w, 0, out, vec.data());
+  for (SimdLevel level : vector_levels) {
+    ForceSimdLevel(level);
+    DequantizeGgmlRows(w, 0, out, vec.data());
+    size_t differ = 0;
+    for (size_t i = 0; i < vec.size(); ++i) differ += std::memcmp(&vec[i], &scalar[i], 4) != 0;
+    std::printf("MXFP4 (blocks + scales), every other row, %s: %zu values, %zu differ from the scalar decoder\n",
+                SimdLevelName(level).c_str(), vec.size(), differ);
+    EXPECT_EQ(differ, 0u) << SimdLevelName(level);
+  }
   ForceSimdLevel(best);
-  size_t differ = 0;
-  for (size_t i = 0; i < vec.size(); ++i) differ += std::memcmp(&vec[i], &scalar[i], 4) != 0;
-  std::printf("MXFP4 (blocks + scales), every other row: %zu values, %zu differ from the scalar decoder\n",
-              vec.size(), differ);
-  EXPECT_EQ(differ, 0u);
+}
+
+// A row of x gives the same bits alone (T = 1: decode, explain's recomputation of position 0) as
+// inside a product of any T: one pass over W (T <= 16), W decoded whole (T > 16), a register tile's
+// edge or its middle, with and without a bias; rows of 300 values (F16, BF16: a padded last chunk)
+// or 768 (three value blocks), 53 rows of W (three row blocks, tile edges).
+TEST(GemmGgml, RowGivesTheSameBitsAloneAsInsideAnyT) {
+  const SimdLevel best = ActiveSimdLevel();
+  for (uint32_t type : {kGgmlTypeBF16, kGgmlTypeF16, kGgmlTypeQ8_0, kGgmlTypeQ4_0, kGgmlTypeQ4_K, kGgmlTypeQ6_K,
+                        kGgmlTypeMXFP4, kTypeMxfp4Split}) {
+    const int out = 53, in = type == kGgmlTypeBF16 || type == kGgmlTypeF16 ? 300 : 768;
+    const Stored stored = RandomMatrix(type, out, in, 11);
+    const std::vector<float> bias = test::NormalVector(out, 12);
+    for (SimdLevel level : Levels()) {
+      ForceSimdLevel(level);
+      size_t rows = 0, differ = 0;
+      for (int T : {2, 5, 16, 17, 40}) {
+        const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * in, 13 + T);
+        for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+          std::vector<float> all(static_cast<size_t>(T) * out), alone(out);
+          MatMulGgml(x.data(), stored.w, b, all.data(), T);
+          for (int t = 0; t < T; ++t) {
+            MatMulGgml(x.data() + static_cast<size_t>(t) * in, stored.w, b, alone.data(), 1);
+            ++rows;
+            differ += std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
+          }
+        }
+      }
+      std::printf("MatMulGgml %s, %s: %zu rows alone against inside T = 2..40, %zu differ\n",
+                  GgmlTypeName(type), SimdLevelName(level).c_str(), rows, differ);
+      EXPECT_EQ(differ, 0u) << GgmlTypeName(type) << " " << SimdLevelName(level);
+    }
+  }
+  ForceSimdLevel(best);
+}
+
+// AVX-512 and AVX2 form every output with the same operations on the same lanes: the same bits.
+TEST(GemmGgml, Avx2AndAvx512GiveTheSameBits) {
+  if (CpuSimdLevel() != SimdLevel::kAvx512) GTEST_SKIP() << "the CPU has no AVX-512";
+  const SimdLevel best = ActiveSimdLevel();
+  for (uint32_t type : {kGgmlTypeBF16, kGgmlTypeF16, kGgmlTypeQ8_0, kGgmlTypeQ4_0, kGgmlTypeQ4_K, kGgmlTypeQ6_K,
+                        kGgmlTypeMXFP4, kTypeMxfp4Split}) {
+    const int out = 53, in = type == kGgmlTypeBF16 || type == kGgmlTypeF16 ? 300 : 768;
+    const Stored stored = RandomMatrix(type, out, in, 21);
+    for (int T : {1, 7, 33}) {
+      const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * in, 22 + T);
+      std::vector<float> a(static_cast<size_t>(T) * out), b(a.size());
+      ForceSimdLevel(SimdLevel::kAvx512);
+      MatMulGgml(x.data(), stored.w, nullptr, a.data(), T);
+      ForceSimdLevel(SimdLevel::kAvx2);
+      MatMulGgml(x.data(), stored.w, nullptr, b.data(), T);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << GgmlTypeName(type) << " T " << T;
+    }
+  }
+  ForceSimdLevel(best);
+}
+
+// x as the int8 products round it (kernels/gemm_int8.h), from the header's rule: each 32 values
+// scaled by 127 / max |x|, rounded to the nearest integer (ties to even), times max |x| / 127.
+std::vector<double> XRoundedToInt8(const std::vector<float>& x) {
+  std::vector<double> r(x.size());
+  for (size_t b = 0; b < x.size(); b += 32) {
+    float amax = 0;
+    for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float inv = amax > 0 ? 127.0f / amax : 0.0f, dx = amax / 127.0f;
+    for (size_t i = b; i < b + 32; ++i) r[i] = std::nearbyint(x[i] * inv) * static_cast<double>(dx);
+  }
+  return r;
+}
+
+// GgmlActivations::kInt8 on every type that has it and every vector level: against a double
+// product of the dequantised W and x rounded to int8 (only the order and rounding of the f32
+// steps remain: tight), and, printed, against the f32 product (what the rounding of x costs).
+TEST(GemmGgml, Int8ActivationsMatchDoubleProductOfRoundedX) {
+  if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
+  const SimdLevel best = ActiveSimdLevel();
+  for (Case c : {Case{kGgmlTypeQ4_0, 160}, Case{kGgmlTypeQ4_0, 96}, Case{kGgmlTypeMXFP4, 288},
+                 Case{kTypeMxfp4Split, 320}, Case{kTypeMxfp4Split, 96, 2, 1}, Case{kGgmlTypeQ4_K, 768},
+                 Case{kGgmlTypeQ6_K, 512}}) {
+    SetGgmlActivations(c.type, GgmlActivations::kInt8);
+    for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+      if (level > CpuSimdLevel()) continue;
+      ForceSimdLevel(level);
+      ASSERT_EQ(GgmlActivationsFor(c.type), GgmlActivations::kInt8);
+      double worst = 0, worst_f32 = 0;
+      for (int out : {1, 5, 131}) {
+        const Stored stored = RandomMatrix(c.type, out, c.in, out * 13 + c.in, c.row_step, c.first);
+        std::vector<float> wd(static_cast<size_t>(out) * c.in);
+        DequantizeGgmlRows(stored.w, 0, out, wd.data());
+        const std::vector<float> bias = test::NormalVector(out, 77);
+        for (int T : {1, 3, 20}) {
+          const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * c.in, T + 17);
+          const std::vector<double> xr = XRoundedToInt8(x);
+          std::vector<float> y(static_cast<size_t>(T) * out, NAN);
+          MatMulGgml(x.data(), stored.w, bias.data(), y.data(), T);
+          for (int t = 0; t < T; ++t)
+            for (int o = 0; o < out; ++o) {
+              double ref = bias[o], mag = std::fabs(ref), ref_f32 = bias[o];
+              for (int i = 0; i < c.in; ++i) {
+                ref += xr[t * c.in + i] * wd[o * c.in + i];
+                mag += std::fabs(xr[t * c.in + i] * wd[o * c.in + i]);
+                ref_f32 += static_cast<double>(x[t * c.in + i]) * wd[o * c.in + i];
+              }
+              const double err = std::fabs(y[t * out + o] - ref) / std::max(mag, 1e-30);
+              worst = std::max(worst, err);
+              worst_f32 = std::max(worst_f32, std::fabs(y[t * out + o] - ref_f32) / std::max(mag, 1e-30));
+              ASSERT_LT(err, 2e-6) << GgmlTypeName(c.type) << " " << SimdLevelName(level) << " out " << out
+                                   << " T " << T << " (" << t << "," << o << ")";
+            }
+        }
+      }
+      std::printf("MatMulGgml %s in %d, int8 x, %s: largest |difference| / sum |products| vs double on rounded x "
+                  "%.2e; vs the f32 product %.2e\n",
+                  GgmlTypeName(c.type), c.in, SimdLevelName(level).c_str(), worst, worst_f32);
+    }
+    SetGgmlActivations(c.type, GgmlActivations::kF32);
+  }
+  ForceSimdLevel(best);
+}
+
+// With int8 x too, a row gives the same bits alone as inside any T, and AVX2 (with or without
+// AVX-VNNI) the bits of AVX-512.
+TEST(GemmGgml, Int8RowsAreTIndependentAndTheSameOnEveryLevel) {
+  if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
+  const SimdLevel best = ActiveSimdLevel();
+  for (uint32_t type : {kGgmlTypeQ4_0, kGgmlTypeMXFP4, kTypeMxfp4Split, kGgmlTypeQ4_K, kGgmlTypeQ6_K}) {
+    SetGgmlActivations(type, GgmlActivations::kInt8);
+    const int out = 53, in = 768;
+    const Stored stored = RandomMatrix(type, out, in, 19);
+    const std::vector<float> bias = test::NormalVector(out, 20);
+    std::vector<std::vector<float>> by_level;
+    // AVX2 with VPMADDUBSW + VPMADDWD, AVX2 with AVX-VNNI where the CPU has it, AVX-512.
+    for (int run = 0; run < 3; ++run) {
+      const SimdLevel level = run < 2 ? SimdLevel::kAvx2 : SimdLevel::kAvx512;
+      if (level > CpuSimdLevel()) continue;
+      ForceSimdLevel(level);
+      AllowAvxVnniForInt8(run == 1);
+      size_t differ = 0;
+      const int T = 17;
+      const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * in, 21);
+      std::vector<float> all(static_cast<size_t>(T) * out), alone(out);
+      MatMulGgml(x.data(), stored.w, bias.data(), all.data(), T);
+      for (int t = 0; t < T; ++t) {
+        MatMulGgml(x.data() + static_cast<size_t>(t) * in, stored.w, bias.data(), alone.data(), 1);
+        differ += std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
+      }
+      EXPECT_EQ(differ, 0u) << GgmlTypeName(type) << " " << Int8KernelName();
+      by_level.push_back(all);
+    }
+    AllowAvxVnniForInt8(true);
+    for (size_t i = 1; i < by_level.size(); ++i)
+      EXPECT_TRUE(by_level[i] == by_level[0]) << GgmlTypeName(type) << ": kernel " << i << " vs the AVX2 one";
+    SetGgmlActivations(type, GgmlActivations::kF32);
+  }
+  ForceSimdLevel(best);
 }
 
 TEST(GemmGgml, SameBitsAtAnyThreadCount) {

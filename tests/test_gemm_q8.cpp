@@ -25,6 +25,7 @@ std::vector<float> Random(size_t n, uint32_t seed) { return test::NormalVector(n
 std::vector<SimdLevel> Levels() {
   std::vector<SimdLevel> levels = {SimdLevel::kPortable};
   if (CpuSimdLevel() != SimdLevel::kPortable) levels.push_back(SimdLevel::kAvx2);
+  if (CpuSimdLevel() == SimdLevel::kAvx512) levels.push_back(SimdLevel::kAvx512);
   return levels;
 }
 
@@ -158,6 +159,34 @@ TEST(GemmQ8, SameBitsAtAnyThreadCount) {
     SetThreadCount(threads);
     EXPECT_TRUE(one == many) << "T " << T;
   }
+}
+
+// A row of x gives the same bits alone (decode) as inside a product of any T, on every path.
+TEST(GemmQ8, RowGivesTheSameBitsAloneAsInsideAnyT) {
+  const SimdLevel best = ActiveSimdLevel();
+  const int out = 53, in = 700;  // three row blocks, three value blocks, a padded last block
+  const std::vector<float> w = Random(static_cast<size_t>(out) * in, 31);
+  const std::vector<float> bias = Random(out, 32);
+  const PackedQ8 p = PackQ8_0(w.data(), out, in);
+  for (SimdLevel level : Levels()) {
+    ForceSimdLevel(level);
+    size_t differ = 0;
+    for (int T : {2, 5, 16, 17, 40}) {
+      const std::vector<float> x = Random(static_cast<size_t>(T) * in, 33 + T);
+      for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+        std::vector<float> all(static_cast<size_t>(T) * out), alone(out);
+        MatMulQ8(x.data(), p, b, all.data(), T);
+        for (int t = 0; t < T; ++t) {
+          MatMulQ8(x.data() + static_cast<size_t>(t) * in, p, b, alone.data(), 1);
+          differ += std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
+        }
+      }
+    }
+    std::printf("MatMulQ8 %s: rows alone against inside T = 2..40: %zu differ\n", SimdLevelName(level).c_str(),
+                differ);
+    EXPECT_EQ(differ, 0u) << SimdLevelName(level);
+  }
+  ForceSimdLevel(best);
 }
 
 // The Q8_0 error against the f32 product, printed for the record (the README's accuracy table has

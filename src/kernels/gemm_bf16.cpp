@@ -1,6 +1,5 @@
 #include "kernels/gemm_bf16.h"
 
-#include <cblas.h>
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -89,6 +88,7 @@ constexpr int64_t kParallelMacs = int64_t{1} << 22;
 constexpr int64_t kParallelMatVec = int64_t{1} << 16;
 
 #define SS_BF16 __attribute__((target("avx512f,avx512bf16")))
+#define SS_AVX512F __attribute__((target("avx512f,avx2,fma")))
 #define SS_AVX2 __attribute__((target("avx2,fma")))
 #define SS_AMX __attribute__((target("amx-tile,amx-bf16")))
 
@@ -113,26 +113,19 @@ SS_BF16 void ConvertRow512(const float* x, int in, uint32_t* row, int stride) {
 // does no wasted rows.
 //   x: kTileRows rows of ldx pairs (already offset to the block's first pair)
 //   w: kc * kWidth pairs (the panel, offset likewise)
-// init: accumulate onto y if `accumulate`, else start from bias (or zero).
+// The sums start from zero, or from y if `accumulate` (a later block of pairs); `bias`, passed with
+// the last block of pairs only, is added after the last pair. So every column's sum runs over the
+// pairs in order from zero, then adds the bias, whatever the tile: as the matrix-vector product
+// (PanelsDot512) forms it, so a row gives the same bits alone as inside a larger T.
 template <int kTileRows>
 SS_BF16 void MicroKernel(const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
                          int64_t ldy, __mmask16 m0, __mmask16 m1, const float* bias,
                          bool accumulate) {
   __m512 acc0[kTileRows], acc1[kTileRows];
-  if (accumulate) {
 #pragma GCC unroll 8
-    for (int r = 0; r < kTileRows; ++r) {
-      acc0[r] = _mm512_maskz_loadu_ps(m0, y + r * ldy);
-      acc1[r] = _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
-    }
-  } else {
-    const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-    const __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
-#pragma GCC unroll 8
-    for (int r = 0; r < kTileRows; ++r) {
-      acc0[r] = b0;
-      acc1[r] = b1;
-    }
+  for (int r = 0; r < kTileRows; ++r) {
+    acc0[r] = accumulate ? _mm512_maskz_loadu_ps(m0, y + r * ldy) : _mm512_setzero_ps();
+    acc1[r] = accumulate ? _mm512_maskz_loadu_ps(m1, y + r * ldy + 16) : _mm512_setzero_ps();
   }
   for (int k = 0; k < kc; ++k) {
     const __m512bh w0 = reinterpret_cast<__m512bh>(_mm512_load_si512(w + k * kWidth));
@@ -145,6 +138,14 @@ SS_BF16 void MicroKernel(const uint32_t* x, int64_t ldx, const uint32_t* w, int 
       acc1[r] = _mm512_dpbf16_ps(acc1[r], xb, w1);
     }
   }
+  if (bias) {
+    const __m512 b0 = _mm512_maskz_loadu_ps(m0, bias), b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) {
+      acc0[r] = _mm512_add_ps(acc0[r], b0);
+      acc1[r] = _mm512_add_ps(acc1[r], b1);
+    }
+  }
 #pragma GCC unroll 8
   for (int r = 0; r < kTileRows; ++r) {
     _mm512_mask_storeu_ps(y + r * ldy, m0, acc0[r]);
@@ -155,15 +156,18 @@ SS_BF16 void MicroKernel(const uint32_t* x, int64_t ldx, const uint32_t* w, int 
 // The AVX2 + FMA micro-kernel: the same tile, with W widened to f32 in registers (a bf16 is the
 // upper half of an f32: the pair's lower element is bits << 16, its upper element bits & 0xffff0000)
 // and x's pair broadcast the same way. Each product of two bf16 values is exact in f32, so an FMA
-// adds it with one rounding, as VDPBF16PS does. 2 rows x 4 ymm accumulators (32 columns) plus the
-// widened operands fill the 16 ymm registers. Column tails go through a 32-float buffer.
-SS_AVX2 void MicroKernelAvx2Rows2(const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
+// adds it with one rounding. Every column's sum runs over the values in order (a pair's lower
+// element, then its upper one) from zero, in one FMA chain, then adds the bias (passed with the
+// last block of pairs only): the order of the AVX2 path's every product (PanelsDotAvx2 for one row,
+// WidenedTile from kWidenRows rows on). 2 rows x 4 ymm accumulators (32 columns) plus the widened
+// operands fill the 16 ymm registers. Column tails go through a 32-float buffer.
+template <int kTileRows>
+SS_AVX2 void MicroKernelAvx2(const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
                              int64_t ldy, int cols, const float* bias, bool accumulate) {
-  constexpr int kRows2 = 2;
-  __m256 acc[kRows2][4];
+  __m256 acc[kTileRows][4];
   alignas(32) float edge[kWidth];
-  for (int r = 0; r < kRows2; ++r) {
-    const float* init = accumulate ? y + r * ldy : bias;
+  for (int r = 0; r < kTileRows; ++r) {
+    const float* init = accumulate ? y + r * ldy : nullptr;
     if (init && cols < kWidth) {
       std::fill(edge, edge + kWidth, 0.0f);
       std::copy(init, init + cols, edge);
@@ -173,9 +177,9 @@ SS_AVX2 void MicroKernelAvx2Rows2(const uint32_t* x, int64_t ldx, const uint32_t
   }
   const __m256i upper = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   for (int k = 0; k < kc; ++k) {
-    __m256 x_lo[kRows2], x_hi[kRows2];
+    __m256 x_lo[kTileRows], x_hi[kTileRows];
 #pragma GCC unroll 4
-    for (int r = 0; r < kRows2; ++r) {
+    for (int r = 0; r < kTileRows; ++r) {
       const uint32_t pair = x[r * ldx + k];
       x_lo[r] = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair << 16)));
       x_hi[r] = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair & 0xffff0000u)));
@@ -187,51 +191,25 @@ SS_AVX2 void MicroKernelAvx2Rows2(const uint32_t* x, int64_t ldx, const uint32_t
       const __m256 w_lo = _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
       const __m256 w_hi = _mm256_castsi256_ps(_mm256_and_si256(bits, upper));
 #pragma GCC unroll 4
-      for (int r = 0; r < kRows2; ++r) {
+      for (int r = 0; r < kTileRows; ++r) {
         acc[r][q] = _mm256_fmadd_ps(x_lo[r], w_lo, acc[r][q]);
         acc[r][q] = _mm256_fmadd_ps(x_hi[r], w_hi, acc[r][q]);
       }
     }
   }
-  for (int r = 0; r < kRows2; ++r) {
+  for (int r = 0; r < kTileRows; ++r) {
     float* dst = cols < kWidth ? edge : y + r * ldy;
-    for (int q = 0; q < 4; ++q) _mm256_storeu_ps(dst + 8 * q, acc[r][q]);
+    for (int q = 0; q < 4; ++q) {
+      __m256 v = acc[r][q];
+      if (bias) {
+        alignas(32) float b[8] = {};
+        for (int j = 0; j < 8 && 8 * q + j < cols; ++j) b[j] = bias[8 * q + j];
+        v = _mm256_add_ps(v, _mm256_load_ps(b));
+      }
+      _mm256_storeu_ps(dst + 8 * q, v);
+    }
     if (cols < kWidth) std::copy(edge, edge + cols, y + r * ldy);
   }
-}
-
-// One row (decode, memory-bound): the pair's lower and upper halves go to separate accumulators
-// (8 independent FMA chains rather than 4 chains of two), summed at the end.
-SS_AVX2 void MicroKernelAvx2Row(const uint32_t* x, const uint32_t* w, int kc, float* y, int cols,
-                                const float* bias, bool accumulate) {
-  __m256 lo[4], hi[4];
-  alignas(32) float edge[kWidth];
-  const float* init = accumulate ? y : bias;
-  if (init && cols < kWidth) {
-    std::fill(edge, edge + kWidth, 0.0f);
-    std::copy(init, init + cols, edge);
-    init = edge;
-  }
-  for (int q = 0; q < 4; ++q) {
-    lo[q] = init ? _mm256_loadu_ps(init + 8 * q) : _mm256_setzero_ps();
-    hi[q] = _mm256_setzero_ps();
-  }
-  const __m256i upper = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  for (int k = 0; k < kc; ++k) {
-    const uint32_t pair = x[k];
-    const __m256 x_lo = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair << 16)));
-    const __m256 x_hi = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair & 0xffff0000u)));
-    const uint32_t* wk = w + k * kWidth;
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; ++q) {
-      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wk + 8 * q));
-      lo[q] = _mm256_fmadd_ps(x_lo, _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16)), lo[q]);
-      hi[q] = _mm256_fmadd_ps(x_hi, _mm256_castsi256_ps(_mm256_and_si256(bits, upper)), hi[q]);
-    }
-  }
-  float* dst = cols < kWidth ? edge : y;
-  for (int q = 0; q < 4; ++q) _mm256_storeu_ps(dst + 8 * q, _mm256_add_ps(lo[q], hi[q]));
-  if (cols < kWidth) std::copy(edge, edge + cols, y);
 }
 
 // Decode (T = 1, memory-bound): y = W x, each panel of W one contiguous stream.
@@ -242,7 +220,9 @@ SS_AVX2 void MicroKernelAvx2Row(const uint32_t* x, const uint32_t* w, int kc, fl
 constexpr int kBf16Streams = 2;
 constexpr int kPrefetchPairs = 16;  // how far ahead in its panel a stream asks for W (2 KiB)
 
-// acc (S panels x kWidth columns) = x (pairs) · the S panels w[s] (pairs * kWidth pairs each).
+// acc (S panels x kWidth columns) = x (pairs) · the S panels w[s] (pairs * kWidth pairs each),
+// each column's sum one FMA chain over the values in order, as MicroKernelAvx2 forms it (S = 2:
+// 8 chains of two FMAs a pair, which keeps both FMA ports busy).
 template <int S>
 SS_AVX2 void PanelsDotAvx2(const uint32_t* x, const uint32_t* const* w, int pairs, float* acc) {
   __m256 sum[S][4];
@@ -291,16 +271,51 @@ SS_BF16 void PanelsDot512(const uint32_t* x, const uint32_t* const* w, int pairs
   }
 }
 
-template <bool kBf16Dot, int S>
+// The zmm form of PanelsDotAvx2 (the avx512_fma path): each column one FMA chain over the values in
+// order, 16 columns a register, W asked for 2 KiB ahead.
+template <int S>
+SS_AVX512F void PanelsDot512Fma(const uint32_t* x, const uint32_t* const* w, int pairs, float* acc) {
+  __m512 sum[S][2];
+  for (int s = 0; s < S; ++s) sum[s][0] = sum[s][1] = _mm512_setzero_ps();
+  const __m512i upper = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int k = 0; k < pairs; ++k) {
+    const uint32_t pair = x[k];
+    const __m512 x_lo = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(pair << 16)));
+    const __m512 x_hi = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(pair & 0xffff0000u)));
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      const uint32_t* wk = w[s] + static_cast<int64_t>(k) * kWidth;
+      _mm_prefetch(reinterpret_cast<const char*>(wk + kPrefetchPairs * kWidth), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wk + kPrefetchPairs * kWidth + 16), _MM_HINT_T0);
+#pragma GCC unroll 2
+      for (int q = 0; q < 2; ++q) {
+        const __m512i bits = _mm512_load_si512(wk + 16 * q);
+        sum[s][q] = _mm512_fmadd_ps(x_lo, _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16)), sum[s][q]);
+        sum[s][q] = _mm512_fmadd_ps(x_hi, _mm512_castsi512_ps(_mm512_and_si512(bits, upper)), sum[s][q]);
+      }
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    _mm512_storeu_ps(acc + s * kWidth, sum[s][0]);
+    _mm512_storeu_ps(acc + s * kWidth + 16, sum[s][1]);
+  }
+}
+
+// How a matrix-vector product multiplies: VDPBF16PS, or W widened for FMA in ymm or zmm registers.
+enum class DotKind { kDpbf16, kFmaYmm, kFmaZmm };
+
+template <DotKind kKind, int S>
 void PanelsDot(const uint32_t* x, const uint32_t* const* w, int pairs, float* acc) {
-  if constexpr (kBf16Dot)
+  if constexpr (kKind == DotKind::kDpbf16)
     PanelsDot512<S>(x, w, pairs, acc);
+  else if constexpr (kKind == DotKind::kFmaZmm)
+    PanelsDot512Fma<S>(x, w, pairs, acc);
   else
     PanelsDotAvx2<S>(x, w, pairs, acc);
 }
 
-// y[p * kWidth + j] (+ bias) for the panels [p0, p1); kBf16Dot: VDPBF16PS, else AVX2 + FMA.
-template <bool kBf16Dot>
+// y[p * kWidth + j] (+ bias) for the panels [p0, p1).
+template <DotKind kKind>
 void MatVecPanels(const uint32_t* x, const PackedBf16& w, const float* bias, float* y, int p0,
                   int p1) {
   const uint32_t* wdata = reinterpret_cast<const uint32_t*>(w.data.data());
@@ -314,25 +329,25 @@ void MatVecPanels(const uint32_t* x, const PackedBf16& w, const float* bias, flo
   for (int i = 0; i < q; ++i) {
     const uint32_t* panels[kBf16Streams];
     for (int s = 0; s < kBf16Streams; ++s) panels[s] = wdata + (p0 + i + s * q) * panel_size;
-    PanelsDot<kBf16Dot, kBf16Streams>(x, panels, w.pairs, acc);
+    PanelsDot<kKind, kBf16Streams>(x, panels, w.pairs, acc);
     for (int s = 0; s < kBf16Streams; ++s) store(p0 + i + s * q, acc + s * kWidth);
   }
   for (int p = p0 + q * kBf16Streams; p < p1; ++p) {
     const uint32_t* panel = wdata + p * panel_size;
-    PanelsDot<kBf16Dot, 1>(x, &panel, w.pairs, acc);
+    PanelsDot<kKind, 1>(x, &panel, w.pairs, acc);
     store(p, acc);
   }
 }
 
 // y = W x + bias, each thread a contiguous range of panels.
-template <bool kBf16Dot>
+template <DotKind kKind>
 void MatVec(const float* x, const PackedBf16& w, const float* bias, float* y) {
   uint32_t* xb = Workspace<uint32_t, 0>(static_cast<size_t>(w.pairs));
   ConvertRowScalar(x, w.in, xb, w.pairs);
 #pragma omp parallel if (static_cast<int64_t>(w.in) * w.out >= kParallelMatVec)
   {
     const int threads = omp_get_num_threads(), id = omp_get_thread_num();
-    MatVecPanels<kBf16Dot>(xb, w, bias, y,
+    MatVecPanels<kKind>(xb, w, bias, y,
                            static_cast<int>(static_cast<int64_t>(w.panels) * id / threads),
                            static_cast<int>(static_cast<int64_t>(w.panels) * (id + 1) / threads));
   }
@@ -458,8 +473,6 @@ struct AmxPath {
         const float* cr = c + r * kWidth;
         if (accumulate)
           for (int j = 0; j < cols; ++j) yr[j] += cr[j];
-        else if (bias)
-          for (int j = 0; j < cols; ++j) yr[j] = cr[j] + bias[j];
         else
           std::copy(cr, cr + cols, yr);
       }
@@ -467,6 +480,9 @@ struct AmxPath {
         for (int r = 0; r < tiled_rows; r += Avx512Path::kRows)
           Avx512Path::Tile(std::min(Avx512Path::kRows, tiled_rows - r), x + r * ldx + kc16, ldx,
                            w + kc16 * kWidth, kc - kc16, y + r * ldy, ldy, cols, nullptr, true);
+      if (bias)  // after the last pairs, as on the other paths
+        for (int r = 0; r < tiled_rows; ++r)
+          for (int j = 0; j < cols; ++j) y[r * ldy + j] += bias[j];
     }
     for (int r = tiled_rows; r < rows; r += Avx512Path::kRows)  // rows below the 16-row tiles
       Avx512Path::Tile(std::min(Avx512Path::kRows, rows - r), x + r * ldx, ldx, w, kc, y + r * ldy,
@@ -483,9 +499,9 @@ struct Avx2Path {
   static void Tile(int rows, const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
                    int64_t ldy, int cols, const float* bias, bool accumulate) {
     if (rows == 2)
-      MicroKernelAvx2Rows2(x, ldx, w, kc, y, ldy, cols, bias, accumulate);
+      MicroKernelAvx2<2>(x, ldx, w, kc, y, ldy, cols, bias, accumulate);
     else
-      MicroKernelAvx2Row(x, w, kc, y, cols, bias, accumulate);
+      MicroKernelAvx2<1>(x, ldx, w, kc, y, ldy, cols, bias, accumulate);
   }
 };
 
@@ -550,7 +566,7 @@ void MatMulTiled(const float* x, const PackedBf16& w, const float* bias, float* 
           const uint32_t* wp = wdata + (static_cast<int64_t>(c / kWidth) * pairs + k0) * kWidth;
           Path::Tile(std::min(kRows, row1 - r), xp, ldx, wp, kc,
                      y + static_cast<int64_t>(r) * out + c, out, std::min(kWidth, column1 - c),
-                     bias ? bias + c : nullptr, k0 > 0);
+                     bias && k0 + kc == pairs ? bias + c : nullptr, k0 > 0);
         }
       }
     }
@@ -578,61 +594,182 @@ void BlockProductTiled(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int
   }
 }
 
-// Rows of x from which the AVX2 path widens W to f32 and hands the product to sgemm rather than
-// running its own micro-kernel: sgemm's register blocking beats the 2-row micro-kernel once
-// widening W (once per call) is small beside the T * in * out multiply-adds.
+// Rows of x from which the AVX2 path widens W to f32 once per call and runs WidenedTile, whose
+// register blocking (6 rows x 16 columns, the widened W read once per 6 rows) beats the 2-row
+// micro-kernel once widening W is small beside the T * in * out multiply-adds.
 constexpr int kWidenRows = 16;
-constexpr int kWidenPanels = 4;  // W is widened 4 panels (128 output columns) at a time
+constexpr int kWidenTileRows = 6;
 
-// Widens panels [panel0, panel0 + n) of W into wf as an (in, n * kWidth) f32 matrix (row i holds
-// element i of each output column), the layout sgemm reads as B.
-SS_AVX2 void WidenPanels(const PackedBf16& w, int panel0, int n, float* wf) {
-  const int cols = n * kWidth, in = w.in;
+// Widens panel p of W into wf as a (2 pairs, kWidth) f32 matrix (row i holds element i of the
+// panel's columns; the padding of an odd `in`, zero).
+SS_AVX2 void WidenPanel(const PackedBf16& w, int p, float* wf) {
+  const int in = w.in;
   const __m256i upper = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  for (int p = 0; p < n; ++p) {
-    const uint32_t* wp = reinterpret_cast<const uint32_t*>(w.data.data()) +
-                         static_cast<int64_t>(panel0 + p) * w.pairs * kWidth;
-    for (int k = 0; k < w.pairs; ++k) {
-      float* lo = wf + static_cast<int64_t>(2 * k) * cols + p * kWidth;
-      float* hi = lo + cols;
-      for (int q = 0; q < 4; ++q) {
-        const __m256i bits =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + k * kWidth + 8 * q));
-        _mm256_storeu_ps(lo + 8 * q, _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16)));
-        if (2 * k + 1 < in)
-          _mm256_storeu_ps(hi + 8 * q, _mm256_castsi256_ps(_mm256_and_si256(bits, upper)));
-      }
+  const uint32_t* wp = reinterpret_cast<const uint32_t*>(w.data.data()) + static_cast<int64_t>(p) * w.pairs * kWidth;
+  for (int k = 0; k < w.pairs; ++k) {
+    float* lo = wf + static_cast<int64_t>(2 * k) * kWidth;
+    float* hi = lo + kWidth;
+    for (int q = 0; q < 4; ++q) {
+      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + k * kWidth + 8 * q));
+      _mm256_storeu_ps(lo + 8 * q, _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16)));
+      _mm256_storeu_ps(hi + 8 * q, 2 * k + 1 < in ? _mm256_castsi256_ps(_mm256_and_si256(bits, upper))
+                                                  : _mm256_setzero_ps());
     }
   }
 }
 
-// The AVX2 path for T >= kWidenRows: x rounded to bf16 (kept as f32), W widened block by block,
-// each block's product by sgemm (one thread per block: OpenBLAS runs single-threaded inside an
-// OpenMP parallel region). The operands are exactly the tiled path's; only the order of the f32
-// additions differs.
+// y rows [0, R) x 16 columns (cols <= 16 of them stored) = xr rows (rounded x, ldx apart) · the
+// widened W columns at wf (ldw apart per value) over n values (the pairs, padding included), each
+// column's sum one FMA chain over the values in order from zero, then + bias: MicroKernelAvx2's
+// order.
+template <int R>
+SS_AVX2 void WidenedTile(const float* xr, int64_t ldx, const float* wf, int64_t ldw, int n, float* y,
+                         int64_t ldy, int cols, const float* bias) {
+  __m256 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int i = 0; i < n; ++i) {
+    const __m256 w0 = _mm256_loadu_ps(wf + i * ldw), w1 = _mm256_loadu_ps(wf + i * ldw + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 xb = _mm256_broadcast_ss(xr + r * ldx + i);
+      acc[r][0] = _mm256_fmadd_ps(xb, w0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(xb, w1, acc[r][1]);
+    }
+  }
+  alignas(32) float b[16] = {}, edge[16];
+  if (bias) std::copy(bias, bias + cols, b);
+  for (int r = 0; r < R; ++r) {
+    _mm256_store_ps(edge, _mm256_add_ps(acc[r][0], _mm256_load_ps(b)));
+    _mm256_store_ps(edge + 8, _mm256_add_ps(acc[r][1], _mm256_load_ps(b + 8)));
+    std::copy(edge, edge + cols, y + r * ldy);
+  }
+}
+
+// The AVX2 path for T >= kWidenRows: x rounded to bf16 (kept as f32) once, each panel of W widened
+// once (dynamic over the threads), then every 6 rows of x multiplied with it by WidenedTile.
 void MatMulWidened(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
-  const int in = w.in, out = w.out;
-  float* xr = Workspace<float, 1>(static_cast<size_t>(T) * in);
-  const int blocks = (w.panels + kWidenPanels - 1) / kWidenPanels;
+  const int in = w.in, out = w.out, n = 2 * w.pairs;
+  float* xr = Workspace<float, 1>(static_cast<size_t>(T) * n);
+  using TileFn = void (*)(const float*, int64_t, const float*, int64_t, int, float*, int64_t, int, const float*);
+  static constexpr TileFn kTiles[kWidenTileRows + 1] = {nullptr, WidenedTile<1>, WidenedTile<2>, WidenedTile<3>,
+                                                        WidenedTile<4>, WidenedTile<5>, WidenedTile<6>};
 #pragma omp parallel if (static_cast<int64_t>(T) * in * out >= kParallelMacs)
   {
 #pragma omp for schedule(static)
-    for (int t = 0; t < T; ++t)
-      RoundRowBf16(x + static_cast<int64_t>(t) * in, in, xr + static_cast<int64_t>(t) * in);
-    float* wf = Workspace<float, 2>(static_cast<size_t>(in + 1) * kWidenPanels * kWidth);
+    for (int t = 0; t < T; ++t) {
+      float* row = xr + static_cast<int64_t>(t) * n;
+      RoundRowBf16(x + static_cast<int64_t>(t) * in, in, row);
+      if (in < n) row[in] = 0.0f;
+    }
+    float* wf = Workspace<float, 2>(static_cast<size_t>(n) * kWidth);
 #pragma omp for schedule(dynamic, 1)
-    for (int b = 0; b < blocks; ++b) {
-      const int panel0 = b * kWidenPanels, n = std::min(kWidenPanels, w.panels - panel0);
-      const int column0 = panel0 * kWidth, cols = std::min(n * kWidth, out - column0);
-      WidenPanels(w, panel0, n, wf);
-      float beta = 0.0f;
-      if (bias) {
-        for (int t = 0; t < T; ++t)
-          std::copy(bias + column0, bias + column0 + cols, y + static_cast<int64_t>(t) * out + column0);
-        beta = 1.0f;
+    for (int p = 0; p < w.panels; ++p) {
+      WidenPanel(w, p, wf);
+      for (int r = 0; r < T; r += kWidenTileRows)
+        for (int half = 0; half < 2; ++half) {
+          const int column0 = p * kWidth + 16 * half, cols = std::min(16, out - column0);
+          if (cols <= 0) continue;
+          kTiles[std::min(kWidenTileRows, T - r)](xr + static_cast<int64_t>(r) * n, n, wf + 16 * half, kWidth, n,
+                                                  y + static_cast<int64_t>(r) * out + column0, out, cols,
+                                                  bias ? bias + column0 : nullptr);
+        }
+    }
+  }
+}
+
+// The avx512_fma path from 2 rows of x on: the AVX2 path's arithmetic (each column one FMA chain over
+// the values in order from zero, then + bias: the same bits) with 8 rows x 32 columns of zmm
+// accumulators. Each panel of W is widened once per call, kWidenKBlock values at a time (32 KiB,
+// which stay in L1 while every 8 rows of x pass over them); a tile's sums wait in y between value
+// blocks (stored and reloaded exactly).
+constexpr int kWiden512Rows = 8;
+constexpr int kWidenKBlock = 256;
+
+// Values [2 k0, 2 k1) of panel p of W widened into wf (32 floats a value; the padding of an odd
+// `in`, zero).
+SS_AVX512F void WidenPanel512(const PackedBf16& w, int p, int k0, int k1, float* wf) {
+  const int in = w.in;
+  const __m512i upper = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const uint32_t* wp = reinterpret_cast<const uint32_t*>(w.data.data()) + static_cast<int64_t>(p) * w.pairs * kWidth;
+  for (int k = k0; k < k1; ++k) {
+    float* lo = wf + static_cast<int64_t>(2 * (k - k0)) * kWidth;
+    float* hi = lo + kWidth;
+    for (int q = 0; q < 2; ++q) {
+      const __m512i bits = _mm512_load_si512(wp + k * kWidth + 16 * q);
+      _mm512_store_ps(lo + 16 * q, _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16)));
+      _mm512_store_ps(hi + 16 * q, 2 * k + 1 < in ? _mm512_castsi512_ps(_mm512_and_si512(bits, upper))
+                                                  : _mm512_setzero_ps());
+    }
+  }
+}
+
+// y rows [0, R) x the panel's columns (masks m0, m1) (+)= xr rows (ldx apart) · the panel's values
+// [i0, i1), widened in wf (32 floats a value, from i0): from zero when `first`, else from y;
+// + bias when `bias`.
+template <int R>
+SS_AVX512F void WidenedTile512(const float* xr, int64_t ldx, const float* wf, int i0, int i1, float* y, int64_t ldy,
+                               __mmask16 m0, __mmask16 m1, const float* bias, bool first) {
+  wf -= static_cast<int64_t>(i0) * kWidth;  // wf holds values [i0, i1)
+  __m512 acc[R][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, y + r * ldy);
+    acc[r][1] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
+  }
+  for (int i = i0; i < i1; ++i) {
+    const __m512 w0 = _mm512_load_ps(wf + i * kWidth), w1 = _mm512_load_ps(wf + i * kWidth + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 xb = _mm512_set1_ps(xr[r * ldx + i]);
+      acc[r][0] = _mm512_fmadd_ps(xb, w0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(xb, w1, acc[r][1]);
+    }
+  }
+  if (bias) {
+    const __m512 b0 = _mm512_maskz_loadu_ps(m0, bias), b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      acc[r][0] = _mm512_add_ps(acc[r][0], b0);
+      acc[r][1] = _mm512_add_ps(acc[r][1], b1);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, m0, acc[r][0]);
+    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, acc[r][1]);
+  }
+}
+
+void MatMulWidened512(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
+  const int in = w.in, out = w.out, n = 2 * w.pairs;
+  float* xr = Workspace<float, 1>(static_cast<size_t>(T) * n);
+  using TileFn = void (*)(const float*, int64_t, const float*, int, int, float*, int64_t, __mmask16, __mmask16,
+                          const float*, bool);
+  static constexpr TileFn kTiles[kWiden512Rows + 1] = {nullptr,           WidenedTile512<1>, WidenedTile512<2>,
+                                                       WidenedTile512<3>, WidenedTile512<4>, WidenedTile512<5>,
+                                                       WidenedTile512<6>, WidenedTile512<7>, WidenedTile512<8>};
+#pragma omp parallel if (static_cast<int64_t>(T) * in * out >= kParallelMacs)
+  {
+#pragma omp for schedule(static)
+    for (int t = 0; t < T; ++t) {
+      float* row = xr + static_cast<int64_t>(t) * n;
+      RoundRowBf16(x + static_cast<int64_t>(t) * in, in, row);
+      if (in < n) row[in] = 0.0f;
+    }
+    float* wf = Workspace<float, 2>(static_cast<size_t>(kWidenKBlock) * kWidth);
+#pragma omp for schedule(dynamic, 1)
+    for (int p = 0; p < w.panels; ++p) {
+      const int cols = std::min(kWidth, out - p * kWidth);
+      const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1);
+      const __mmask16 m1 = static_cast<__mmask16>(cols >= 32 ? 0xffff : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
+      for (int i0 = 0; i0 < n; i0 += kWidenKBlock) {
+        const int i1 = std::min(n, i0 + kWidenKBlock);
+        WidenPanel512(w, p, i0 / 2, i1 / 2, wf);
+        for (int r = 0; r < T; r += kWiden512Rows)
+          kTiles[std::min(kWiden512Rows, T - r)](xr + static_cast<int64_t>(r) * n, n, wf, i0, i1,
+                                                 y + static_cast<int64_t>(r) * out + p * kWidth, out, m0, m1,
+                                                 bias && i1 == n ? bias + p * kWidth : nullptr, i0 == 0);
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, cols, in, 1.0f, xr, in, wf,
-                  n * kWidth, beta, y + column0, out);
     }
   }
 }
@@ -724,12 +861,40 @@ std::atomic<bool> amx_allowed{[] {
   return !(env && std::string_view(env) == "0");
 }()};
 
-enum class Bf16Path { kPortable, kAvx2, kAvx512, kAmx };
+// SINKSCOPE_VDPBF16PS=1 / 0 chooses the VDPBF16PS or the FMA kernel where both can run; unset,
+// the CPU's vendor does (CpuPrefersDpbf16).
+Bf16Dot InitialBf16Dot() {
+  const char* env = std::getenv("SINKSCOPE_VDPBF16PS");
+  if (env && std::string_view(env) == "1") return Bf16Dot::kVdpbf16ps;
+  if (env && std::string_view(env) == "0") return Bf16Dot::kFma;
+  return Bf16Dot::kAuto;
+}
+std::atomic<Bf16Dot> bf16_dot{InitialBf16Dot()};
+
+// Whether VDPBF16PS outruns FMA on widened operands on this CPU. Zen 4 issues it at twice the
+// f32 FMA's multiply-adds; the Intel cores measured here at half (bench_gemm's peak loops, one
+// Xeon core: 81-85 against 155-171 GFLOP per second of CPU time), so there the FMA kernel is twice
+// as fast. Decided by the vendor, so that one machine always takes the same path (and gives the
+// same bits).
+bool CpuPrefersDpbf16() {
+  static const bool amd = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    return b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
+  }();
+  return amd;
+}
+
+enum class Bf16Path { kPortable, kAvx2, kAvx512Fma, kAvx512, kAmx };
 
 Bf16Path ActiveBf16Path() {
-  if (ActiveSimdLevel() == SimdLevel::kAvx512 && CpuHasAvx512Bf16()) {
-    if (amx_allowed.load(std::memory_order_relaxed) && CpuHasAmxBf16()) return Bf16Path::kAmx;
-    return Bf16Path::kAvx512;
+  if (ActiveSimdLevel() == SimdLevel::kAvx512) {
+    if (CpuHasAvx512Bf16()) {
+      if (amx_allowed.load(std::memory_order_relaxed) && CpuHasAmxBf16()) return Bf16Path::kAmx;
+      const Bf16Dot dot = bf16_dot.load(std::memory_order_relaxed);
+      if (dot == Bf16Dot::kVdpbf16ps || (dot == Bf16Dot::kAuto && CpuPrefersDpbf16())) return Bf16Path::kAvx512;
+    }
+    return Bf16Path::kAvx512Fma;
   }
   if (Avx2FmaActive()) return Bf16Path::kAvx2;
   return Bf16Path::kPortable;
@@ -739,12 +904,15 @@ Bf16Path ActiveBf16Path() {
 
 void AllowAmx(bool allow) { amx_allowed.store(allow, std::memory_order_relaxed); }
 
+void ChooseBf16Dot(Bf16Dot dot) { bf16_dot.store(dot, std::memory_order_relaxed); }
+
 bool Bf16KernelActive() { return ActiveBf16Path() != Bf16Path::kPortable; }
 
 const char* Bf16KernelName() {
   switch (ActiveBf16Path()) {
     case Bf16Path::kAmx: return "amx_bf16";
     case Bf16Path::kAvx512: return "avx512_bf16";
+    case Bf16Path::kAvx512Fma: return "avx512_fma";
     case Bf16Path::kAvx2: return "avx2";
     case Bf16Path::kPortable: break;
   }
@@ -774,7 +942,7 @@ void PackBf16Columns(const float* a, int out, int in, int64_t ld, PackedBf16* p)
 void ConvertBf16Rows(const float* x, int rows, int in, int64_t ld_in, uint32_t* xb, int64_t ldx) {
   SS_ASSERT(2 * ldx >= in);
   const Bf16Path path = ActiveBf16Path();
-  const bool avx512 = path == Bf16Path::kAvx512 || path == Bf16Path::kAmx;
+  const bool avx512 = path == Bf16Path::kAvx512 || path == Bf16Path::kAmx;  // VCVTNE2PS2BF16
   for (int r = 0; r < rows; ++r) {
     if (avx512)
       ConvertRow512(x + r * ld_in, in, xb + r * ldx, static_cast<int>(ldx));
@@ -799,6 +967,7 @@ void MatMulBf16Block(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int p
       BlockProductTiled<Avx512Path>(xb, ldx, w, panel0, panels, pair0, pairs, y, ldy, rows,
                                     accumulate);
       return;
+    case Bf16Path::kAvx512Fma:  // the AVX2 tiles' arithmetic, as this path's products
     case Bf16Path::kAvx2:
       BlockProductTiled<Avx2Path>(xb, ldx, w, panel0, panels, pair0, pairs, y, ldy, rows,
                                   accumulate);
@@ -835,15 +1004,21 @@ void MatMulBf16(const float* x, const PackedBf16& w, const float* bias, float* y
     case Bf16Path::kAvx512:
       // An AMX tile has 16 rows: fewer run the AVX-512 kernels.
       if (T == 1)
-        MatVec<true>(x, w, bias, y);
+        MatVec<DotKind::kDpbf16>(x, w, bias, y);
       else if (path == Bf16Path::kAmx && T >= 16)
         MatMulTiled<AmxPath>(x, w, bias, y, T);
       else
         MatMulTiled<Avx512Path>(x, w, bias, y, T);
       return;
+    case Bf16Path::kAvx512Fma:
+      if (T == 1)
+        MatVec<DotKind::kFmaZmm>(x, w, bias, y);
+      else
+        MatMulWidened512(x, w, bias, y, T);
+      return;
     case Bf16Path::kAvx2:
       if (T == 1)
-        MatVec<false>(x, w, bias, y);
+        MatVec<DotKind::kFmaYmm>(x, w, bias, y);
       else if (T >= kWidenRows)
         MatMulWidened(x, w, bias, y, T);
       else

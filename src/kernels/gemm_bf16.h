@@ -3,22 +3,27 @@
 //
 // On CPUs with AMX-BF16 (Sapphire Rapids and later Xeons), products of 16 rows of x and more run on
 // the tile unit (TDPBF16PS: 16 x 16 outputs over 32 products each per instruction; 4.5x sgemm's
-// rate on 2 cores here); fewer rows, and tiles' edges, run the AVX-512 micro-kernel. On CPUs with
-// AVX-512 BF16 but no AMX (Zen 4, Cooper Lake) the micro-kernel uses VDPBF16PS, which does
-// 32 multiply-adds per zmm instruction where an f32 FMA does 16: about twice sgemm's ceiling on
-// Zen 4 (Intel's cores issue it once a cycle, so it only matches their two FMA ports). Each
-// product of two bf16 values is exact in f32, so the result differs from a double-precision product
-// of the bf16-rounded operands only by the order of the f32 additions; it differs from the f32
-// product by the rounding of x and W to bf16 (8 significant bits: each operand within 2^-9
-// relative, so each product within about 2^-8; tests/test_gemm_bf16.cpp prints what it comes to).
-// On CPUs with AVX2 + FMA but no AVX-512 BF16 (Zen 2/3, most laptops) the same operands are widened
-// to f32 (a bf16 is the upper half of an f32) and multiplied with FMA: one exact product, one
-// rounding per addition, as above; from kWidenRows rows of x on, W is widened a block at a time and
-// OpenBLAS's sgemm multiplies the blocks (same operands, another order of additions). Elsewhere a
-// portable path computes the same thing in plain loops. The path is chosen at run time from the CPU
-// and the SIMD level (kernels/vecmath.h, SINKSCOPE_SIMD=portable|avx2|avx512, ForceSimdLevel). As
-// VDPBF16PS does, denormal operands (below 1.2e-38 in magnitude) count as zero on every path; on
-// the AVX-512 path a denormal result is also flushed to zero.
+// rate on 2 cores there); fewer rows, and tiles' edges, run the AVX-512 micro-kernel. On AMD CPUs
+// with AVX-512 BF16 (Zen 4) the micro-kernel uses VDPBF16PS, which does 32 multiply-adds per zmm
+// instruction where an f32 FMA does 16: about twice sgemm's ceiling there. Intel's cores issue
+// VDPBF16PS at a quarter of their FMA rate (half the multiply-adds: bench_gemm's peak loops), so
+// there, and on CPUs with AVX-512 but no BF16, the AVX-512 path widens W to f32 (a bf16 is the
+// upper half of an f32) and multiplies with FMA (`avx512_fma`; Bf16Dot chooses). Each product of
+// two bf16 values is exact in f32, so the result differs from a double-precision product of the
+// bf16-rounded operands only by the order of the f32 additions; it differs from the f32 product
+// by the rounding of x and W to bf16 (8 significant bits: each operand within 2^-9 relative, so
+// each product within about 2^-8; tests/test_gemm_bf16.cpp prints what it comes to). On CPUs with
+// AVX2 + FMA but no AVX-512 the same FMA arithmetic runs in ymm registers (avx2; the same bits as
+// avx512_fma). Elsewhere a portable path computes the same thing in plain loops. The path is chosen
+// at run time from the CPU and the SIMD level (kernels/vecmath.h, SINKSCOPE_SIMD=portable|avx2|
+// avx512, ForceSimdLevel). As VDPBF16PS does, denormal operands (below 1.2e-38 in magnitude) count
+// as zero on every path; on the VDPBF16PS path a denormal result is also flushed to zero.
+//
+// Every path but AMX forms each output the same way whatever T: a column's sum runs over the
+// pairs (VDPBF16PS) or the values (FMA) in order from zero, then adds the bias, in the
+// matrix-vector product (decode) and in every tile, so a row of x gives the same bits alone as
+// inside a prompt (tests/test_gemm_bf16.cpp). The AMX tiles sum inside the tile unit in their own
+// order.
 //
 // Packed layout of W (out, in): the output columns are cut into panels of kBf16PanelWidth (padded
 // with zero columns); the `in` dimension into pairs (padded with a zero when odd). Panel p stores,
@@ -45,12 +50,20 @@ bool CpuHasAmxBf16();
 // Lets MatMulBf16 use AMX where CpuHasAmxBf16() (the default, unless SINKSCOPE_AMX=0), or keeps it
 // on the AVX-512 BF16 kernel (tests and comparisons).
 void AllowAmx(bool allow);
+// Where the CPU has AVX-512 BF16 and no AMX is in use: whether MatMulBf16 multiplies with VDPBF16PS
+// (kVdpbf16ps: bf16 pairs, f32 sums) or widens W to f32 and multiplies with FMA (kFma: the AVX2
+// path's arithmetic in zmm registers, which CPUs without AVX-512 BF16 run too). kAuto (the
+// default; SINKSCOPE_VDPBF16PS=1 or 0 sets the others) takes VDPBF16PS on AMD CPUs, where it does
+// twice the multiply-adds of FMA, and FMA on Intel ones, where it does half.
+enum class Bf16Dot { kAuto, kVdpbf16ps, kFma };
+void ChooseBf16Dot(Bf16Dot dot);
 // Whether MatMulBf16 runs a vector path now: AVX-512 BF16, or AVX2 + FMA (W widened to f32 in
 // registers for small T, a block at a time for sgemm from kWidenRows rows on), as the CPU and the
 // SIMD level (SINKSCOPE_SIMD, ForceSimdLevel) allow. When it does not, the portable path is correct
 // but slow (about a quarter of sgemm's speed at x86-64 baseline flags).
 bool Bf16KernelActive();
-// The path MatMulBf16 runs now: "amx_bf16", "avx512_bf16", "avx2" or "portable".
+// The path MatMulBf16 runs now: "amx_bf16", "avx512_bf16" (VDPBF16PS), "avx512_fma", "avx2" or
+// "portable".
 const char* Bf16KernelName();
 
 // Asks the kernel to back [p, p + bytes) with transparent huge pages (madvise MADV_HUGEPAGE; a

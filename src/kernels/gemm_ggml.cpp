@@ -1,16 +1,23 @@
 #include "kernels/gemm_ggml.h"
 
-#include <cblas.h>
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <omp.h>
+
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <type_traits>
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "common/error.h"
 #include "kernels/dequant.h"
+#include "kernels/gemm_dot.h"
+#include "kernels/gemm_int8.h"
 #include "kernels/simd.h"
 #include "kernels/vecmath.h"
 #include "kernels/workspace.h"
@@ -23,11 +30,6 @@ namespace {
 #define SS_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define SS_AVX2_NOFMA __attribute__((target("avx2,f16c")))  // helpers both kinds of kernel inline
 
-constexpr int kWidenBlock = 128;      // rows of W dequantised at a time for sgemm
-constexpr int kPrefetchBytes = 1024;  // how far ahead of the block in use the fused kernels ask for W
-// Multiply-adds from which the products use every thread (as the f32, bf16 and Q8_0 kernels).
-constexpr int64_t kParallelMatVec = int64_t{1} << 16;
-constexpr int64_t kParallelMacs = int64_t{1} << 22;
 
 uint16_t LoadU16(const uint8_t* p) {
   uint16_t v;
@@ -35,104 +37,9 @@ uint16_t LoadU16(const uint8_t* p) {
   return v;
 }
 
-// ---- AVX2 + FMA (+ F16C) row dots: sum_i dequant(w)[i] * x[i] over one row of `in` values.
-
-SS_AVX2 inline float HalfToFloat(const uint8_t* p) { return _cvtsh_ss(LoadU16(p)); }
-
-SS_AVX2 inline void PrefetchAhead(const uint8_t* p, int bytes) {
-  for (int o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + o, _MM_HINT_T0);
-}
-
-// 16 signed (unsigned) bytes, widened to f32, times x[0 .. 16): two 8-lane products summed. The
-// bytes come from memory (one VPMOVSXBD with a memory operand per 8 values: Q8_0's stored bytes,
-// Q6_K's values assembled in L1) or from a register (Q4's nibbles, split there). Each type uses the
-// form that measured faster for it (a 11008 x 4096 product, one thread, alternating builds:
-// memory 9.3-9.8 / 6.7-6.8 Gvalues/s against register 8.6 / 5.5-5.8 for Q8_0 / Q6_K, register
-// 8.4-9.1 / 6.6-7.0 against memory 7.0-7.7 / 5.7-6.1 for Q4_0 / Q4_K).
-SS_AVX2 inline __m256 DotI8x16(const void* p, const float* x) {
-  const char* q = static_cast<const char*>(p);
-  const __m256 a = _mm256_mul_ps(
-      _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)))),
-      _mm256_loadu_ps(x));
-  return _mm256_fmadd_ps(
-      _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8)))),
-      _mm256_loadu_ps(x + 8), a);
-}
-SS_AVX2 inline __m256 DotI8x16(__m128i v, const float* x) {
-  const __m256 a = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), _mm256_loadu_ps(x));
-  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))),
-                         _mm256_loadu_ps(x + 8), a);
-}
-SS_AVX2 inline __m256 DotU8x16(__m128i v, const float* x) {
-  const __m256 a = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), _mm256_loadu_ps(x));
-  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8))),
-                         _mm256_loadu_ps(x + 8), a);
-}
-
-SS_AVX2 float DotF16Avx2(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-  int i = 0;
-  for (; i + 16 <= in; i += 16) {
-    PrefetchAhead(w + 2 * i, 32);
-    const __m128i* p = reinterpret_cast<const __m128i*>(w + 2 * i);
-    s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(p)), _mm256_loadu_ps(x + i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(p + 1)), _mm256_loadu_ps(x + i + 8), s1);
-  }
-  float total = HorizontalSum(_mm256_add_ps(s0, s1));
-  for (; i < in; ++i) total += HalfToFloat(w + 2 * i) * x[i];
-  return total;
-}
-
-SS_AVX2 inline __m256 Bf16x8(const uint8_t* p) {
-  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-}
-
-SS_AVX2 float DotBf16Avx2(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-  int i = 0;
-  for (; i + 16 <= in; i += 16) {
-    PrefetchAhead(w + 2 * i, 32);
-    s0 = _mm256_fmadd_ps(Bf16x8(w + 2 * i), _mm256_loadu_ps(x + i), s0);
-    s1 = _mm256_fmadd_ps(Bf16x8(w + 2 * i + 16), _mm256_loadu_ps(x + i + 8), s1);
-  }
-  float total = HorizontalSum(_mm256_add_ps(s0, s1));
-  for (; i < in; ++i) total += BF16ToF32(LoadU16(w + 2 * i)) * x[i];
-  return total;
-}
-
-// Q8_0: 34-byte blocks, f16 d | int8 q[32].
-SS_AVX2 float DotQ8_0Avx2(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
-  __m256 total = _mm256_setzero_ps();
-  for (int b = 0; b < in / 32; ++b, w += 34, x += 32) {
-    PrefetchAhead(w, 64);
-    const __m256 s = _mm256_add_ps(DotI8x16(w + 2, x), DotI8x16(w + 18, x + 16));
-    total = _mm256_fmadd_ps(s, _mm256_set1_ps(HalfToFloat(w)), total);
-  }
-  return HorizontalSum(total);
-}
-
-// Q4_0: 18-byte blocks, f16 d | 16 bytes: values 0-15 in the low nibbles, 16-31 in the high ones,
-// each nibble - 8.
-SS_AVX2 float DotQ4_0Avx2(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
-  const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-  __m256 total = _mm256_setzero_ps();
-  for (int b = 0; b < in / 32; ++b, w += 18, x += 32) {
-    PrefetchAhead(w, 64);
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
-    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
-    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight);
-    const __m256 s = _mm256_add_ps(DotI8x16(lo, x), DotI8x16(hi, x + 16));
-    total = _mm256_fmadd_ps(s, _mm256_set1_ps(HalfToFloat(w)), total);
-  }
-  return HorizontalSum(total);
-}
-
-// MXFP4 (kernels/dequant.h). The E2M1 codes are looked up as ggml's doubled int8 values (2 x:
-// 0, 1, 2, 3, 4, 6, 8, 12 and negated; exact integers), so that a block's products with x form
-// the same FMA chains as Q4_0's, and the block's sum is multiplied by half its E8M0 scale,
-// 2^(e - 128) (kE8M0Half). Both halvings are exact, so this is x times the decoded values up to
-// the order of the sums (a -0 code adds as +0: the same sum).
+// MXFP4's scales halved, 2^(e - 128): the vector decoders multiply ggml's doubled E2M1 values
+// (2 x: 0, 1, 2, 3, 4, 6, 8, 12, exact integers) by it, which is the value times 2^(e - 127)
+// exactly.
 struct E8M0HalfTable {
   float v[256];
   E8M0HalfTable() {
@@ -141,86 +48,13 @@ struct E8M0HalfTable {
 };
 const E8M0HalfTable kE8M0Half;
 
-SS_AVX2 inline __m128i Mxfp4DoubledTable() {
-  return _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-}
-
-// The 16 bytes at q as the doubled int8 values of their low and high nibbles.
-SS_AVX2 inline void Mxfp4Codes(__m128i q, __m128i* lo, __m128i* hi) {
-  const __m128i table = Mxfp4DoubledTable(), mask = _mm_set1_epi8(0x0F);
-  *lo = _mm_shuffle_epi8(table, _mm_and_si128(q, mask));
-  *hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), mask));
-}
-
-// ggml's block_mxfp4: 17-byte blocks, e | 16 bytes: values 0-15 in the low nibbles, 16-31 in the
-// high ones.
-SS_AVX2 float DotMxfp4Avx2(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
-  __m256 total = _mm256_setzero_ps();
-  for (int b = 0; b < in / 32; ++b, w += 17, x += 32) {
-    PrefetchAhead(w, 64);
-    __m128i lo, hi;
-    Mxfp4Codes(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 1)), &lo, &hi);
-    const __m256 s = _mm256_add_ps(DotI8x16(lo, x), DotI8x16(hi, x + 16));
-    total = _mm256_fmadd_ps(s, _mm256_set1_ps(kE8M0Half.v[w[0]]), total);
-  }
-  return HorizontalSum(total);
-}
-
-// The split form: 16 bytes of nibbles per block, value 2j in byte j's low nibble and 2j + 1 in
-// its high one (interleaved back into order by one unpack each half), the scales apart.
-SS_AVX2 float DotMxfp4SplitAvx2(const uint8_t* w, const uint8_t* scales, const float* x, const float*, int in) {
-  __m256 total = _mm256_setzero_ps();
-  for (int b = 0; b < in / 32; ++b, w += 16, x += 32) {
-    PrefetchAhead(w, 64);
-    __m128i lo, hi;
-    Mxfp4Codes(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)), &lo, &hi);
-    const __m256 s = _mm256_add_ps(DotI8x16(_mm_unpacklo_epi8(lo, hi), x),
-                                   DotI8x16(_mm_unpackhi_epi8(lo, hi), x + 16));
-    total = _mm256_fmadd_ps(s, _mm256_set1_ps(kE8M0Half.v[scales[b]]), total);
-  }
-  return HorizontalSum(total);
-}
-
-// Group g (values 64g .. 64g + 63) of the Q4_K super-block at w (scales d, dmin): its two
-// 32-value sub-blocks' nibbles (0..15, one byte each) and scales d * sc; their offsets, dmin * m
-// times the sub-blocks' sums of x (xsum[2g], xsum[2g + 1]), are added to *offset.
-struct Q4KGroup {
-  __m256i lo, hi;
-  float scale_lo, scale_hi;
-};
-SS_AVX2 inline Q4KGroup Q4KGroupAt(const uint8_t* w, int g, float d, float dmin, const float* xsum,
-                                   float* offset) {
-  const __m256i mask = _mm256_set1_epi8(0x0F);
-  int sc_lo, m_lo, sc_hi, m_hi;
-  Q4KScaleMin(2 * g, w + 4, &sc_lo, &m_lo);
-  Q4KScaleMin(2 * g + 1, w + 4, &sc_hi, &m_hi);
-  *offset += dmin * static_cast<float>(m_lo) * xsum[2 * g] + dmin * static_cast<float>(m_hi) * xsum[2 * g + 1];
-  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * g));
-  return {_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16(q, 4), mask),
-          d * static_cast<float>(sc_lo), d * static_cast<float>(sc_hi)};
-}
-
-// Q4_K: 144-byte super-blocks of 256 values (kernels/dequant.h). Value = d * sc_j * q - dmin * m_j:
-// the q part is an FMA chain per sub-block; the offsets are dmin * m_j times xsum[j], the sum of
-// the sub-block's 32 values of x.
-SS_AVX2 float DotQ4_KAvx2(const uint8_t* w, const uint8_t*, const float* x, const float* xsum, int in) {
-  __m256 total = _mm256_setzero_ps();
-  float offset = 0.0f;
-  for (int b = 0; b < in / 256; ++b, w += 144, x += 256, xsum += 8) {
-    PrefetchAhead(w, 192);
-    const float d = HalfToFloat(w), dmin = HalfToFloat(w + 2);
-    for (int g = 0; g < 4; ++g) {
-      const Q4KGroup q = Q4KGroupAt(w, g, d, dmin, xsum, &offset);
-      const float* xg = x + 64 * g;
-      const __m256 s_lo = _mm256_add_ps(DotU8x16(_mm256_castsi256_si128(q.lo), xg),
-                                        DotU8x16(_mm256_extracti128_si256(q.lo, 1), xg + 16));
-      const __m256 s_hi = _mm256_add_ps(DotU8x16(_mm256_castsi256_si128(q.hi), xg + 32),
-                                        DotU8x16(_mm256_extracti128_si256(q.hi, 1), xg + 48));
-      total = _mm256_fmadd_ps(s_lo, _mm256_set1_ps(q.scale_lo), total);
-      total = _mm256_fmadd_ps(s_hi, _mm256_set1_ps(q.scale_hi), total);
-    }
-  }
-  return HorizontalSum(total) - offset;
+bool Avx2Active() {
+  // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+  static const bool f16c = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+  }();
+  return f16c && Avx2FmaActive();
 }
 
 // Bits kShift, kShift + 1 of each byte of qh, moved to bits 4 and 5 (Q6_K's high bits).
@@ -244,302 +78,95 @@ SS_AVX2_NOFMA inline void Q6KHalf(const uint8_t* w, int h, __m256i q[4]) {
   for (int k = 0; k < 4; ++k) q[k] = _mm256_sub_epi8(q[k], k32);
 }
 
-// Q6_K: 210-byte super-blocks of 256 values (kernels/dequant.h): per half h, four vectors of 32
-// six-bit values (Q6KHalf) in 16-value sub-blocks with an int8 scale.
-SS_AVX2 float DotQ6_KAvx2(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
-  __m256 total = _mm256_setzero_ps();
-  for (int b = 0; b < in / 256; ++b, w += 210, x += 256) {
-    PrefetchAhead(w, 256);
-    const float d = HalfToFloat(w + 208);
-    const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
-    for (int h = 0; h < 2; ++h) {
-      __m256i q[4];
-      Q6KHalf(w, h, q);
-      const int8_t* sh = sc + 8 * h;
-      const float* xh = x + 128 * h;
-      alignas(32) int8_t v[128];
-      for (int k = 0; k < 4; ++k) _mm256_store_si256(reinterpret_cast<__m256i*>(v + 32 * k), q[k]);
-      for (int k = 0; k < 4; ++k) {
-        const __m256 first = DotI8x16(v + 32 * k, xh + 32 * k);
-        const __m256 second = DotI8x16(v + 32 * k + 16, xh + 32 * k + 16);
-        total = _mm256_fmadd_ps(first, _mm256_set1_ps(d * static_cast<float>(sh[2 * k])), total);
-        total = _mm256_fmadd_ps(second, _mm256_set1_ps(d * static_cast<float>(sh[2 * k + 1])), total);
-      }
-    }
-  }
-  return HorizontalSum(total);
-}
 
-// Sums of each 32 values of x (Q4_K's offsets), n a multiple of 32.
-SS_AVX2 void BlockSums32Avx2(const float* x, int n, float* sums) {
-  for (int b = 0; b < n / 32; ++b, x += 32) {
-    const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)),
-                                   _mm256_add_ps(_mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24)));
-    sums[b] = HorizontalSum(s);
-  }
-}
+// ---- The vector decoders. Each writes n values of a row (whole blocks; F16 / BF16 any n), value
+// v at dst + (v / 16) * cs + v % 16: cs = 16 is a plain row, MatMulDot's tiles ask for each
+// 16-value chunk cs floats after the previous one (their packed layout). Every value is the scalar
+// decoder's (kernels/dequant.h) bit for bit: tests/test_gemm_ggml.cpp compares every path.
+using RowDequant = void (*)(const uint8_t* w, const uint8_t* scales, float* dst, int n, int cs);
 
-// sum_i dequant(w)[i] x[i] over a row of `in` values: w the row's bytes, `scales` its scales where
-// they lie apart (the split MXFP4), xsum Q4_K's sums of x.
-using RowDot = float (*)(const uint8_t* w, const uint8_t* scales, const float* x, const float* xsum, int in);
+inline float* At(float* dst, int v, int cs) { return dst + (v >> 4) * cs + (v & 15); }
 
-RowDot Avx2RowDot(uint32_t type) {
-  switch (type) {
-    case kGgmlTypeF16: return DotF16Avx2;
-    case kGgmlTypeBF16: return DotBf16Avx2;
-    case kGgmlTypeQ8_0: return DotQ8_0Avx2;
-    case kGgmlTypeQ4_0: return DotQ4_0Avx2;
-    case kGgmlTypeQ4_K: return DotQ4_KAvx2;
-    case kGgmlTypeQ6_K: return DotQ6_KAvx2;
-    case kGgmlTypeMXFP4: return DotMxfp4Avx2;
-    case kTypeMxfp4Split: return DotMxfp4SplitAvx2;
-    default: return nullptr;
-  }
-}
+// -- AVX2 (+ F16C). No FMA in their target (SS_AVX2_NOFMA), so that no multiply and subtract is
+// fused: each value is rounded exactly as kernels/dequant.cpp's scalar loops round it.
 
-bool Avx2Active() {
-  // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
-  static const bool f16c = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
-  }();
-  return f16c && Avx2FmaActive();
-}
-
-// ---- AVX-512 row dots: the same blocks, 16 lanes at a time (one zmm per 16 values, where AVX2
-// takes two ymm and a sum), the block sums scaled and accumulated in one zmm. Chosen where the
-// active SIMD level is AVX-512 (kernels/vecmath.h); the nibble and six-bit unpacking is the AVX2
-// code's (128- and 256-bit integer operations).
-#define SS_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
-
-SS_AVX512 inline __m512 I8x16(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
-SS_AVX512 inline __m512 U8x16(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)); }
-SS_AVX512 inline __m128i Load128(const uint8_t* p) {
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-}
-
-// 16 halves at p widened to f32: F16 by VCVTPH2PS, BF16 (the upper half of an f32) by a shift.
-SS_AVX512 inline __m512 F16x16(const uint8_t* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-SS_AVX512 inline __m512 Bf16x16(const uint8_t* p) {
-  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-}
-
-// F16 or BF16 rows: two FMA chains of 16 lanes, the tail one value at a time.
-template <bool kBf16>
-SS_AVX512 float DotHalvesAvx512(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
-  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-  int i = 0;
-  for (; i + 32 <= in; i += 32) {
-    PrefetchAhead(w + 2 * i, 64);
-    s0 = _mm512_fmadd_ps(kBf16 ? Bf16x16(w + 2 * i) : F16x16(w + 2 * i), _mm512_loadu_ps(x + i), s0);
-    s1 = _mm512_fmadd_ps(kBf16 ? Bf16x16(w + 2 * i + 32) : F16x16(w + 2 * i + 32),
-                         _mm512_loadu_ps(x + i + 16), s1);
-  }
-  float total = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-  for (; i < in; ++i) total += (kBf16 ? BF16ToF32(LoadU16(w + 2 * i)) : HalfToFloat(w + 2 * i)) * x[i];
-  return total;
-}
-
-// A 32-value block's sum of q * x: lo holds values 0-15, hi values 16-31.
-SS_AVX512 inline __m512 DotI8x32(__m128i lo, __m128i hi, const float* x) {
-  return _mm512_fmadd_ps(I8x16(hi), _mm512_loadu_ps(x + 16),
-                         _mm512_mul_ps(I8x16(lo), _mm512_loadu_ps(x)));
-}
-
-SS_AVX512 float DotQ8_0Avx512(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
-  __m512 total = _mm512_setzero_ps();
-  for (int b = 0; b < in / 32; ++b, w += 34, x += 32) {
-    PrefetchAhead(w, 64);
-    total = _mm512_fmadd_ps(DotI8x32(Load128(w + 2), Load128(w + 18), x),
-                            _mm512_set1_ps(HalfToFloat(w)), total);
-  }
-  return _mm512_reduce_add_ps(total);
-}
-
-SS_AVX512 float DotQ4_0Avx512(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
-  const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-  __m512 total = _mm512_setzero_ps();
-  for (int b = 0; b < in / 32; ++b, w += 18, x += 32) {
-    PrefetchAhead(w, 64);
-    const __m128i q = Load128(w + 2);
-    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
-    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight);
-    total = _mm512_fmadd_ps(DotI8x32(lo, hi, x), _mm512_set1_ps(HalfToFloat(w)), total);
-  }
-  return _mm512_reduce_add_ps(total);
-}
-
-SS_AVX512 float DotMxfp4Avx512(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
-  __m512 total = _mm512_setzero_ps();
-  for (int b = 0; b < in / 32; ++b, w += 17, x += 32) {
-    PrefetchAhead(w, 64);
-    __m128i lo, hi;
-    Mxfp4Codes(Load128(w + 1), &lo, &hi);
-    total = _mm512_fmadd_ps(DotI8x32(lo, hi, x), _mm512_set1_ps(kE8M0Half.v[w[0]]), total);
-  }
-  return _mm512_reduce_add_ps(total);
-}
-
-SS_AVX512 float DotMxfp4SplitAvx512(const uint8_t* w, const uint8_t* scales, const float* x, const float*,
-                                    int in) {
-  __m512 total = _mm512_setzero_ps();
-  for (int b = 0; b < in / 32; ++b, w += 16, x += 32) {
-    PrefetchAhead(w, 64);
-    __m128i lo, hi;
-    Mxfp4Codes(Load128(w), &lo, &hi);
-    total = _mm512_fmadd_ps(DotI8x32(_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi), x),
-                            _mm512_set1_ps(kE8M0Half.v[scales[b]]), total);
-  }
-  return _mm512_reduce_add_ps(total);
-}
-
-// Q4_K as DotQ4_KAvx2: an FMA chain on the unsigned nibbles, the offsets from xsum.
-SS_AVX512 float DotQ4_KAvx512(const uint8_t* w, const uint8_t*, const float* x, const float* xsum, int in) {
-  __m512 total = _mm512_setzero_ps();
-  float offset = 0.0f;
-  for (int b = 0; b < in / 256; ++b, w += 144, x += 256, xsum += 8) {
-    PrefetchAhead(w, 192);
-    const float d = HalfToFloat(w), dmin = HalfToFloat(w + 2);
-    for (int g = 0; g < 4; ++g) {
-      const Q4KGroup q = Q4KGroupAt(w, g, d, dmin, xsum, &offset);
-      const float* xg = x + 64 * g;
-      const __m512 s_lo = _mm512_fmadd_ps(
-          U8x16(_mm256_extracti128_si256(q.lo, 1)), _mm512_loadu_ps(xg + 16),
-          _mm512_mul_ps(U8x16(_mm256_castsi256_si128(q.lo)), _mm512_loadu_ps(xg)));
-      const __m512 s_hi = _mm512_fmadd_ps(
-          U8x16(_mm256_extracti128_si256(q.hi, 1)), _mm512_loadu_ps(xg + 48),
-          _mm512_mul_ps(U8x16(_mm256_castsi256_si128(q.hi)), _mm512_loadu_ps(xg + 32)));
-      total = _mm512_fmadd_ps(s_lo, _mm512_set1_ps(q.scale_lo), total);
-      total = _mm512_fmadd_ps(s_hi, _mm512_set1_ps(q.scale_hi), total);
-    }
-  }
-  return _mm512_reduce_add_ps(total) - offset;
-}
-
-// Q6_K: each 16-value sub-block is one zmm of products, scaled by d times its int8 scale.
-SS_AVX512 float DotQ6_KAvx512(const uint8_t* w, const uint8_t*, const float* x, const float*, int in) {
-  __m512 total = _mm512_setzero_ps();
-  for (int b = 0; b < in / 256; ++b, w += 210, x += 256) {
-    PrefetchAhead(w, 256);
-    const float d = HalfToFloat(w + 208);
-    const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
-    for (int h = 0; h < 2; ++h) {
-      __m256i q[4];
-      Q6KHalf(w, h, q);
-      const int8_t* sh = sc + 8 * h;
-      const float* xh = x + 128 * h;
-      for (int k = 0; k < 4; ++k) {
-        const __m512 first = _mm512_mul_ps(I8x16(_mm256_castsi256_si128(q[k])), _mm512_loadu_ps(xh + 32 * k));
-        const __m512 second =
-            _mm512_mul_ps(I8x16(_mm256_extracti128_si256(q[k], 1)), _mm512_loadu_ps(xh + 32 * k + 16));
-        total = _mm512_fmadd_ps(first, _mm512_set1_ps(d * static_cast<float>(sh[2 * k])), total);
-        total = _mm512_fmadd_ps(second, _mm512_set1_ps(d * static_cast<float>(sh[2 * k + 1])), total);
-      }
-    }
-  }
-  return _mm512_reduce_add_ps(total);
-}
-
-RowDot Avx512RowDot(uint32_t type) {
-  switch (type) {
-    case kGgmlTypeF16: return DotHalvesAvx512<false>;
-    case kGgmlTypeBF16: return DotHalvesAvx512<true>;
-    case kGgmlTypeQ8_0: return DotQ8_0Avx512;
-    case kGgmlTypeQ4_0: return DotQ4_0Avx512;
-    case kGgmlTypeQ4_K: return DotQ4_KAvx512;
-    case kGgmlTypeQ6_K: return DotQ6_KAvx512;
-    case kGgmlTypeMXFP4: return DotMxfp4Avx512;
-    case kTypeMxfp4Split: return DotMxfp4SplitAvx512;
-    default: return nullptr;
-  }
-}
-
-// The fused product's row dot for `type` at the active SIMD level, or nullptr (portable).
-RowDot VectorRowDot(uint32_t type) {
-  if (!Avx2Active()) return nullptr;
-  return ActiveSimdLevel() == SimdLevel::kAvx512 ? Avx512RowDot(type) : Avx2RowDot(type);
-}
-
-// ---- AVX2 (+ F16C) dequantisers: a row of W into f32 for the widened (sgemm) path, the
-// embedding lookup and ProjectionF32. No FMA in their target (SS_AVX2_NOFMA), so that no multiply
-// and subtract is fused: each value is rounded exactly as kernels/dequant.cpp's scalar loops round
-// it, bit for bit (tests/test_gemm_ggml.cpp compares them).
+// An f16 field as f32 (F16C: exact, as the scalar decoders' F16ToF32).
+SS_AVX2_NOFMA inline float Half(const uint8_t* p) { return _cvtsh_ss(LoadU16(p)); }
 
 SS_AVX2_NOFMA inline __m256 WidenI8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
 
-// 16 int8 values times d into dst[0 .. 16).
+// 16 int8 values times d into one chunk.
 SS_AVX2_NOFMA inline void StoreScaledI8x16(__m128i q, __m256 d, float* dst) {
   _mm256_storeu_ps(dst, _mm256_mul_ps(d, WidenI8(q)));
   _mm256_storeu_ps(dst + 8, _mm256_mul_ps(d, WidenI8(_mm_srli_si128(q, 8))));
 }
 
-SS_AVX2_NOFMA void DequantF16Avx2(const uint8_t* w, const uint8_t*, float* dst, int n) {
+SS_AVX2_NOFMA void DequantF16Avx2(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   int i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i))));
-  for (; i < n; ++i) dst[i] = F16ToF32(LoadU16(w + 2 * i));
+    _mm256_storeu_ps(At(dst, i, cs), _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i))));
+  for (; i < n; ++i) *At(dst, i, cs) = Half(w + 2 * i);
 }
 
-SS_AVX2_NOFMA void DequantBf16Avx2(const uint8_t* w, const uint8_t*, float* dst, int n) {
+SS_AVX2_NOFMA void DequantBf16Avx2(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   int i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i)));
-    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+    _mm256_storeu_ps(At(dst, i, cs), _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
   }
-  for (; i < n; ++i) dst[i] = BF16ToF32(LoadU16(w + 2 * i));
+  for (; i < n; ++i) *At(dst, i, cs) = BF16ToF32(LoadU16(w + 2 * i));
 }
 
-SS_AVX2_NOFMA void DequantQ8_0Avx2(const uint8_t* w, const uint8_t*, float* dst, int n) {
-  for (int b = 0; b < n / 32; ++b, w += 34, dst += 32) {
-    const __m256 d = _mm256_set1_ps(F16ToF32(LoadU16(w)));
-    StoreScaledI8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)), d, dst);
-    StoreScaledI8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 18)), d, dst + 16);
+SS_AVX2_NOFMA void DequantQ8_0Avx2(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
+  for (int b = 0; b < n / 32; ++b, w += 34) {
+    const __m256 d = _mm256_set1_ps(Half(w));
+    StoreScaledI8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)), d, At(dst, 32 * b, cs));
+    StoreScaledI8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 18)), d, At(dst, 32 * b + 16, cs));
   }
 }
 
-SS_AVX2_NOFMA void DequantQ4_0Avx2(const uint8_t* w, const uint8_t*, float* dst, int n) {
+SS_AVX2_NOFMA void DequantQ4_0Avx2(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-  for (int b = 0; b < n / 32; ++b, w += 18, dst += 32) {
-    const __m256 d = _mm256_set1_ps(F16ToF32(LoadU16(w)));
+  for (int b = 0; b < n / 32; ++b, w += 18) {
+    const __m256 d = _mm256_set1_ps(Half(w));
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
-    StoreScaledI8x16(_mm_sub_epi8(_mm_and_si128(q, mask), eight), d, dst);
-    StoreScaledI8x16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight), d, dst + 16);
+    StoreScaledI8x16(_mm_sub_epi8(_mm_and_si128(q, mask), eight), d, At(dst, 32 * b, cs));
+    StoreScaledI8x16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight), d, At(dst, 32 * b + 16, cs));
   }
 }
 
-// 32 values q (0..15) of a Q4_K sub-block: scale * q - min into dst[0 .. 32).
-SS_AVX2_NOFMA inline void StoreQ4KSub(__m256i q, float scale, float min, float* dst) {
+// 32 values q (0..15) of a Q4_K sub-block: scale * q - min into two chunks.
+SS_AVX2_NOFMA inline void StoreQ4KSub(__m256i q, float scale, float min, float* first, float* second) {
   const __m256 s = _mm256_set1_ps(scale), m = _mm256_set1_ps(min);
   const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
   for (int k = 0; k < 4; ++k) {  // bytes 8k .. 8k + 7
     const __m128i part = k % 2 ? _mm_srli_si128(halves[k / 2], 8) : halves[k / 2];
     const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part));
-    _mm256_storeu_ps(dst + 8 * k, _mm256_sub_ps(_mm256_mul_ps(s, v), m));
+    _mm256_storeu_ps((k < 2 ? first : second) + 8 * (k % 2), _mm256_sub_ps(_mm256_mul_ps(s, v), m));
   }
 }
 
-SS_AVX2_NOFMA void DequantQ4_KAvx2(const uint8_t* w, const uint8_t*, float* dst, int n) {
+SS_AVX2_NOFMA void DequantQ4_KAvx2(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   const __m256i mask = _mm256_set1_epi8(0x0F);
-  for (int b = 0; b < n / 256; ++b, w += 144, dst += 256) {
-    const float d = F16ToF32(LoadU16(w)), dmin = F16ToF32(LoadU16(w + 2));
+  for (int b = 0; b < n / 256; ++b, w += 144) {
+    const float d = Half(w), dmin = Half(w + 2);
     for (int g = 0; g < 4; ++g) {
       int sc_lo, m_lo, sc_hi, m_hi;
       Q4KScaleMin(2 * g, w + 4, &sc_lo, &m_lo);
       Q4KScaleMin(2 * g + 1, w + 4, &sc_hi, &m_hi);
+      const int v = 256 * b + 64 * g;
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * g));
-      StoreQ4KSub(_mm256_and_si256(q, mask), d * static_cast<float>(sc_lo), dmin * static_cast<float>(m_lo), dst + 64 * g);
+      StoreQ4KSub(_mm256_and_si256(q, mask), d * static_cast<float>(sc_lo), dmin * static_cast<float>(m_lo),
+                  At(dst, v, cs), At(dst, v + 16, cs));
       StoreQ4KSub(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask), d * static_cast<float>(sc_hi),
-                  dmin * static_cast<float>(m_hi), dst + 64 * g + 32);
+                  dmin * static_cast<float>(m_hi), At(dst, v + 32, cs), At(dst, v + 48, cs));
     }
   }
 }
 
 // Q6_K: the 32 six-bit values of q (already - 32, int8) times their 16-value sub-blocks' int8
-// scales sc0, sc1 (the integer products, as the scalar loop forms them), then times d.
-SS_AVX2_NOFMA inline void StoreQ6KPart(__m256i q, int sc0, int sc1, __m256 d, float* dst) {
+// scales sc0, sc1 (the integer products, as the scalar loop forms them), then times d: two chunks.
+SS_AVX2_NOFMA inline void StoreQ6KPart(__m256i q, int sc0, int sc1, __m256 d, float* first, float* second) {
   const __m256i lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));       // values 0..15
   const __m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1));  // values 16..31
   const __m256i p0 = _mm256_mullo_epi16(lo, _mm256_set1_epi16(static_cast<int16_t>(sc0)));
@@ -547,27 +174,30 @@ SS_AVX2_NOFMA inline void StoreQ6KPart(__m256i q, int sc0, int sc1, __m256 d, fl
   for (int k = 0; k < 4; ++k) {
     const __m256i p = k < 2 ? p0 : p1;
     const __m128i half = k % 2 ? _mm256_extracti128_si256(p, 1) : _mm256_castsi256_si128(p);
-    _mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(half))));
+    _mm256_storeu_ps((k < 2 ? first : second) + 8 * (k % 2),
+                     _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(half))));
   }
 }
 
-SS_AVX2_NOFMA void DequantQ6_KAvx2(const uint8_t* w, const uint8_t*, float* dst, int n) {
-  for (int b = 0; b < n / 256; ++b, w += 210, dst += 256) {
-    const __m256 d = _mm256_set1_ps(F16ToF32(LoadU16(w + 208)));
+SS_AVX2_NOFMA void DequantQ6_KAvx2(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
+  for (int b = 0; b < n / 256; ++b, w += 210) {
+    const __m256 d = _mm256_set1_ps(Half(w + 208));
     const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
     for (int h = 0; h < 2; ++h) {
       __m256i q[4];
       Q6KHalf(w, h, q);
       const int8_t* sh = sc + 8 * h;
-      for (int k = 0; k < 4; ++k)  // values 32k .. 32k + 31 of the half: sub-blocks 2k, 2k + 1
-        StoreQ6KPart(q[k], sh[2 * k], sh[2 * k + 1], d, dst + 128 * h + 32 * k);
+      for (int k = 0; k < 4; ++k) {  // values 32k .. 32k + 31 of the half: sub-blocks 2k, 2k + 1
+        const int v = 256 * b + 128 * h + 32 * k;
+        StoreQ6KPart(q[k], sh[2 * k], sh[2 * k + 1], d, At(dst, v, cs), At(dst, v + 16, cs));
+      }
     }
   }
 }
 
-// 16 MXFP4 codes (a byte each, 0..15) into dst[0 .. 16): the doubled magnitude (an exact
-// integer) times half the scale, then the code's sign bit set, which is the scalar decoder's
-// magnitude times the scale with its sign applied (code 8 gives -0), bit for bit.
+// 16 MXFP4 codes (a byte each, 0..15) into one chunk: the doubled magnitude (an exact integer)
+// times half the scale, then the code's sign bit set, which is the scalar decoder's magnitude
+// times the scale with its sign applied (code 8 gives -0), bit for bit.
 SS_AVX2_NOFMA inline void StoreMxfp4x16(__m128i codes, __m256 half_scale, float* dst) {
   const __m128i magnitude =
       _mm_shuffle_epi8(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12), codes);
@@ -580,28 +210,26 @@ SS_AVX2_NOFMA inline void StoreMxfp4x16(__m128i codes, __m256 half_scale, float*
   }
 }
 
-SS_AVX2_NOFMA void DequantMxfp4Avx2(const uint8_t* w, const uint8_t*, float* dst, int n) {
+SS_AVX2_NOFMA void DequantMxfp4Avx2(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   const __m128i mask = _mm_set1_epi8(0x0F);
-  for (int b = 0; b < n / 32; ++b, w += 17, dst += 32) {
+  for (int b = 0; b < n / 32; ++b, w += 17) {
     const __m256 half_scale = _mm256_set1_ps(kE8M0Half.v[w[0]]);
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 1));
-    StoreMxfp4x16(_mm_and_si128(q, mask), half_scale, dst);
-    StoreMxfp4x16(_mm_and_si128(_mm_srli_epi16(q, 4), mask), half_scale, dst + 16);
+    StoreMxfp4x16(_mm_and_si128(q, mask), half_scale, At(dst, 32 * b, cs));
+    StoreMxfp4x16(_mm_and_si128(_mm_srli_epi16(q, 4), mask), half_scale, At(dst, 32 * b + 16, cs));
   }
 }
 
-SS_AVX2_NOFMA void DequantMxfp4SplitAvx2(const uint8_t* w, const uint8_t* scales, float* dst, int n) {
+SS_AVX2_NOFMA void DequantMxfp4SplitAvx2(const uint8_t* w, const uint8_t* scales, float* dst, int n, int cs) {
   const __m128i mask = _mm_set1_epi8(0x0F);
-  for (int b = 0; b < n / 32; ++b, w += 16, dst += 32) {
+  for (int b = 0; b < n / 32; ++b, w += 16) {
     const __m256 half_scale = _mm256_set1_ps(kE8M0Half.v[scales[b]]);
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
     const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
-    StoreMxfp4x16(_mm_unpacklo_epi8(lo, hi), half_scale, dst);
-    StoreMxfp4x16(_mm_unpackhi_epi8(lo, hi), half_scale, dst + 16);
+    StoreMxfp4x16(_mm_unpacklo_epi8(lo, hi), half_scale, At(dst, 32 * b, cs));
+    StoreMxfp4x16(_mm_unpackhi_epi8(lo, hi), half_scale, At(dst, 32 * b + 16, cs));
   }
 }
-
-using RowDequant = void (*)(const uint8_t* w, const uint8_t* scales, float* dst, int n);
 
 RowDequant Avx2RowDequant(uint32_t type) {
   switch (type) {
@@ -625,35 +253,571 @@ void DequantizeRowScalar(const GgmlMatrix& w, int r, float* dst) {
     Dequantize(w.type, w.row(r), dst, w.in);
 }
 
-// The portable path: the row dequantised into scratch, then a dot product with 8 partial sums.
-float DotPortable(const GgmlMatrix& w, int r, const float* x) {
-  float* row = Workspace<float, 6>(static_cast<size_t>(w.in));
-  DequantizeRowScalar(w, r, row);
-  return DotPartial8(row, x, w.in);
+// -- AVX-512: 16 values an instruction. The 4-bit types look their codes up in a 16-entry table of
+// the block's values (VPERMPS reads a lane's low 4 bits as the index: a byte's low nibble as it
+// stands, its high one after a shift), built once per block or sub-block: d (n - 8) for Q4_0, the
+// doubled E2M1 values times half the scale for MXFP4, d sc q - dmin m for Q4_K's sub-blocks; every
+// entry is the scalar decoder's product (exact) or its one rounded subtraction.
+#define SS_AVX512 __attribute__((target("avx512f,avx2,f16c")))
+
+SS_AVX512 inline __m128i Load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+SS_AVX512 void DecodeF16Avx512(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(At(dst, i, cs), _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * i))));
+  for (; i < n; ++i) *At(dst, i, cs) = Half(w + 2 * i);
 }
 
-// The fused path (T < kGgmlWidenRows): rows of W in contiguous ranges per thread (so each thread
-// reads one sequential stream), each row serving every row of x while it is in cache.
-void MatMulFused(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T) {
-  const int in = w.in, out = w.out;
-  const RowDot avx2 = VectorRowDot(w.type);
-  const float* xsum = nullptr;
-  if (avx2 && w.type == kGgmlTypeQ4_K) {
-    float* sums = Workspace<float, 7>(static_cast<size_t>(T) * (in / 32));
-    for (int t = 0; t < T; ++t) BlockSums32Avx2(x + static_cast<int64_t>(t) * in, in, sums + t * (in / 32));
-    xsum = sums;
+SS_AVX512 void DecodeBf16Avx512(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * i)));
+    _mm512_storeu_ps(At(dst, i, cs), _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
   }
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(T) * in * out >= kParallelMatVec)
-  for (int r = 0; r < out; ++r) {
-    const uint8_t* row = w.row(r);
-    for (int t = 0; t < T; ++t) {
-      const float* xt = x + static_cast<int64_t>(t) * in;
-      const float dot = avx2 ? avx2(row, w.scales ? w.row_scales(r) : nullptr, xt,
-                                    xsum ? xsum + t * (in / 32) : nullptr, in)
-                             : DotPortable(w, r, xt);
-      y[static_cast<int64_t>(t) * out + r] = bias ? dot + bias[r] : dot;
+  for (; i < n; ++i) *At(dst, i, cs) = BF16ToF32(LoadU16(w + 2 * i));
+}
+
+SS_AVX512 void DecodeQ8_0Avx512(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
+  for (int b = 0; b < n / 32; ++b, w += 34, dst += 2 * cs) {
+    const __m512 d = _mm512_set1_ps(Half(w));
+    _mm512_storeu_ps(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 2)))));
+    _mm512_storeu_ps(dst + cs, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 18)))));
+  }
+}
+
+// 16 bytes of codes: the values of their low nibbles (into `first`) and high nibbles (`second`)
+// from `table`.
+SS_AVX512 inline void LookUpNibbles(__m128i bytes, __m512 table, float* first, float* second) {
+  const __m512i wide = _mm512_cvtepu8_epi32(bytes);
+  _mm512_storeu_ps(first, _mm512_permutexvar_ps(wide, table));
+  _mm512_storeu_ps(second, _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), table));
+}
+
+SS_AVX512 void DecodeQ4_0Avx512(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
+  const __m512 codes = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+  for (int b = 0; b < n / 32; ++b, w += 18, dst += 2 * cs)
+    LookUpNibbles(Load128(w + 2), _mm512_mul_ps(_mm512_set1_ps(Half(w)), codes), dst, dst + cs);
+}
+
+// The doubled E2M1 magnitudes of codes 0-15 times half the scale, codes 8-15 with the sign bit set
+// (code 8: -0), as the scalar decoder gives them.
+SS_AVX512 inline __m512 Mxfp4Table(uint8_t e) {
+  const __m512 magnitudes = _mm512_setr_ps(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12);
+  const __m512i sign = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN,
+                                         INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN);
+  const __m512 v = _mm512_mul_ps(magnitudes, _mm512_set1_ps(kE8M0Half.v[e]));
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+}
+
+SS_AVX512 void DecodeMxfp4Avx512(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
+  for (int b = 0; b < n / 32; ++b, w += 17, dst += 2 * cs)
+    LookUpNibbles(Load128(w + 1), Mxfp4Table(w[0]), dst, dst + cs);
+}
+
+// The split form: byte j holds values 2j (low nibble) and 2j + 1 (high), put back in order by
+// interleaving the two looked-up vectors.
+SS_AVX512 void DecodeMxfp4SplitAvx512(const uint8_t* w, const uint8_t* scales, float* dst, int n, int cs) {
+  const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  for (int b = 0; b < n / 32; ++b, w += 16, dst += 2 * cs) {
+    const __m512 table = Mxfp4Table(scales[b]);
+    const __m512i wide = _mm512_cvtepu8_epi32(Load128(w));
+    const __m512 even = _mm512_permutexvar_ps(wide, table);
+    const __m512 odd = _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), table);
+    _mm512_storeu_ps(dst, _mm512_permutex2var_ps(even, first, odd));
+    _mm512_storeu_ps(dst + cs, _mm512_permutex2var_ps(even, second, odd));
+  }
+}
+
+// Q4_K's eight 6-bit scales and mins of a super-block (the 12 packed bytes at `packed`), times d
+// and dmin: exact products, as the scalar decoder's d * sc and dmin * m.
+SS_AVX512 inline void Q4KScales(const uint8_t* packed, float d, float dmin, float* ds, float* dm) {
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    Q4KScaleMin(j, packed, &sc, &m);
+    ds[j] = d * static_cast<float>(sc);
+    dm[j] = dmin * static_cast<float>(m);
+  }
+}
+
+SS_AVX512 void DecodeQ4_KAvx512(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
+  const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  alignas(32) float ds[8], dm[8];
+  for (int b = 0; b < n / 256; ++b, w += 144, dst += 16 * static_cast<int64_t>(cs)) {
+    Q4KScales(w + 4, Half(w), Half(w + 2), ds, dm);
+    for (int g = 0; g < 4; ++g) {
+      // d sc q is exact, dmin m too: one rounding, at the subtraction, as the scalar decoder.
+      const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_set1_ps(ds[2 * g])), _mm512_set1_ps(dm[2 * g]));
+      const __m512 hi =
+          _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_set1_ps(ds[2 * g + 1])), _mm512_set1_ps(dm[2 * g + 1]));
+      const uint8_t* q = w + 16 + 32 * g;
+      float* out = dst + 4 * g * static_cast<int64_t>(cs);  // chunk 4 g of the super-block
+      for (int half = 0; half < 2; ++half) {  // bytes 16 half .. 16 half + 15
+        const __m512i wide = _mm512_cvtepu8_epi32(Load128(q + 16 * half));
+        _mm512_storeu_ps(out + half * cs, _mm512_permutexvar_ps(wide, lo));
+        _mm512_storeu_ps(out + (2 + half) * cs, _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), hi));
+      }
     }
   }
+}
+
+// Q6_K: each 16-value sub-block's six-bit values (Q6KHalf) times d sc: the exact product the scalar
+// decoder's d (sc q) is, the + 0 turning a -0 (q = 0, sc < 0) into its +0.
+SS_AVX512 void DecodeQ6_KAvx512(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int b = 0; b < n / 256; ++b, w += 210) {
+    const float d = Half(w + 208);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
+    for (int h = 0; h < 2; ++h) {
+      __m256i q[4];
+      Q6KHalf(w, h, q);
+      for (int k = 0; k < 4; ++k)  // values 32k .. 32k + 31 of the half: sub-blocks 2k, 2k + 1
+        for (int s = 0; s < 2; ++s) {
+          const __m128i part = s ? _mm256_extracti128_si256(q[k], 1) : _mm256_castsi256_si128(q[k]);
+          const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(part));
+          const __m512 scale = _mm512_set1_ps(d * static_cast<float>(sc[8 * h + 2 * k + s]));
+          _mm512_storeu_ps(dst + (16 * b + 8 * h + 2 * k + s) * static_cast<int64_t>(cs),
+                           _mm512_add_ps(_mm512_mul_ps(v, scale), zero));
+        }
+    }
+  }
+}
+
+RowDequant Avx512RowDecode(uint32_t type) {
+  switch (type) {
+    case kGgmlTypeF16: return DecodeF16Avx512;
+    case kGgmlTypeBF16: return DecodeBf16Avx512;
+    case kGgmlTypeQ8_0: return DecodeQ8_0Avx512;
+    case kGgmlTypeQ4_0: return DecodeQ4_0Avx512;
+    case kGgmlTypeQ4_K: return DecodeQ4_KAvx512;
+    case kGgmlTypeQ6_K: return DecodeQ6_KAvx512;
+    case kGgmlTypeMXFP4: return DecodeMxfp4Avx512;
+    case kTypeMxfp4Split: return DecodeMxfp4SplitAvx512;
+    default: return nullptr;
+  }
+}
+
+// The vector decoder of `type` at the active SIMD level, or nullptr (the scalar decoders).
+RowDequant VectorRowDecode(uint32_t type) {
+  if (!Avx2Active()) return nullptr;
+  return ActiveSimdLevel() == SimdLevel::kAvx512 ? Avx512RowDecode(type) : Avx2RowDequant(type);
+}
+
+// ---- One row of x (decode): each row of W decoded a block at a time in registers and multiplied
+// at once, G rows side by side (one sequential stream of bytes each, asked for ahead: RowAhead), with
+// the arithmetic of MatMulDot's tiles: per row one 16-lane accumulator, each 16-value chunk of the
+// row in order FMA'd with x's chunk, the vector decoders' values, Reduce16, then the bias. So a
+// row gives the same bits here as in MatMulDot for any T (tests/test_gemm_ggml.cpp).
+
+// Each kind: kValues values (whole chunks) in kBytes bytes a block; Block512 / Block256 decode
+// block b of a row (w at the block; s: the split MXFP4's scale bytes from the row's first) and
+// add its chunks' products with x (at the block's first value) to the accumulator.
+#define SS_FUSED512 __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline
+#define SS_FUSED256 __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
+
+SS_FUSED512 void Step512(__m512 v, const float* x, __m512& acc) { acc = _mm512_fmadd_ps(v, _mm512_loadu_ps(x), acc); }
+SS_FUSED256 void Step256(__m256 lo, __m256 hi, const float* x, __m256* acc) {
+  acc[0] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(x), acc[0]);
+  acc[1] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(x + 8), acc[1]);
+}
+
+struct KindF16 {
+  static constexpr int kValues = 16, kBytes = 32;
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
+    Step512(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))), x, acc);
+  }
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
+    Step256(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))),
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16))), x, acc);
+  }
+};
+struct KindBf16 {
+  static constexpr int kValues = 16, kBytes = 32;
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
+    Step512(_mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)), x, acc);
+  }
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
+    __m256 v[2];
+    for (int h = 0; h < 2; ++h)
+      v[h] = _mm256_castsi256_ps(_mm256_slli_epi32(
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16 * h))), 16));
+    Step256(v[0], v[1], x, acc);
+  }
+};
+struct KindQ8_0 {
+  static constexpr int kValues = 32, kBytes = 34;
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
+    const __m512 d = _mm512_set1_ps(Half(w));
+    Step512(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 2)))), x, acc);
+    Step512(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 18)))), x + 16, acc);
+  }
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
+    const __m256 d = _mm256_set1_ps(Half(w));
+    for (int c = 0; c < 2; ++c) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 + 16 * c));
+      Step256(_mm256_mul_ps(d, WidenI8(q)), _mm256_mul_ps(d, WidenI8(_mm_srli_si128(q, 8))), x + 16 * c, acc);
+    }
+  }
+};
+struct KindQ4_0 {
+  static constexpr int kValues = 32, kBytes = 18;
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
+    const __m512 codes = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    const __m512 table = _mm512_mul_ps(_mm512_set1_ps(Half(w)), codes);
+    const __m512i wide = _mm512_cvtepu8_epi32(Load128(w + 2));
+    Step512(_mm512_permutexvar_ps(wide, table), x, acc);
+    Step512(_mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), table), x + 16, acc);
+  }
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
+    const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    const __m256 d = _mm256_set1_ps(Half(w));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight);
+    Step256(_mm256_mul_ps(d, WidenI8(lo)), _mm256_mul_ps(d, WidenI8(_mm_srli_si128(lo, 8))), x, acc);
+    Step256(_mm256_mul_ps(d, WidenI8(hi)), _mm256_mul_ps(d, WidenI8(_mm_srli_si128(hi, 8))), x + 16, acc);
+  }
+};
+// The AVX2 decoders' MXFP4 values of 16 codes (StoreMxfp4x16's arithmetic) as two halves.
+SS_FUSED256 void Mxfp4Values256(__m128i codes, __m256 half_scale, __m256* v) {
+  const __m128i magnitude =
+      _mm_shuffle_epi8(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12), codes);
+  for (int k = 0; k < 2; ++k) {
+    const __m128i m = k ? _mm_srli_si128(magnitude, 8) : magnitude;
+    const __m128i c = k ? _mm_srli_si128(codes, 8) : codes;
+    const __m256 value = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m)), half_scale);
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(_mm256_cvtepu8_epi32(c), _mm256_set1_epi32(8)), 28);
+    v[k] = _mm256_or_ps(value, _mm256_castsi256_ps(sign));
+  }
+}
+struct KindMxfp4 {
+  static constexpr int kValues = 32, kBytes = 17;
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
+    const __m512 table = Mxfp4Table(w[0]);
+    const __m512i wide = _mm512_cvtepu8_epi32(Load128(w + 1));
+    Step512(_mm512_permutexvar_ps(wide, table), x, acc);
+    Step512(_mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), table), x + 16, acc);
+  }
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m256 half_scale = _mm256_set1_ps(kE8M0Half.v[w[0]]);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 1));
+    __m256 v[2];
+    Mxfp4Values256(_mm_and_si128(q, mask), half_scale, v);
+    Step256(v[0], v[1], x, acc);
+    Mxfp4Values256(_mm_and_si128(_mm_srli_epi16(q, 4), mask), half_scale, v);
+    Step256(v[0], v[1], x + 16, acc);
+  }
+};
+struct KindMxfp4Split {
+  static constexpr int kValues = 32, kBytes = 16;
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t* s, int b, const float* x, __m512& acc) {
+    const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    const __m512 table = Mxfp4Table(s[b]);
+    const __m512i wide = _mm512_cvtepu8_epi32(Load128(w));
+    const __m512 even = _mm512_permutexvar_ps(wide, table);
+    const __m512 odd = _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), table);
+    Step512(_mm512_permutex2var_ps(even, first, odd), x, acc);
+    Step512(_mm512_permutex2var_ps(even, second, odd), x + 16, acc);
+  }
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t* s, int b, const float* x, __m256* acc) {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m256 half_scale = _mm256_set1_ps(kE8M0Half.v[s[b]]);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+    const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+    __m256 v[2];
+    Mxfp4Values256(_mm_unpacklo_epi8(lo, hi), half_scale, v);
+    Step256(v[0], v[1], x, acc);
+    Mxfp4Values256(_mm_unpackhi_epi8(lo, hi), half_scale, v);
+    Step256(v[0], v[1], x + 16, acc);
+  }
+};
+struct KindQ4_K {
+  static constexpr int kValues = 256, kBytes = 144;
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
+    const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    // d sc_j in lanes 0-7, dmin m_j in lanes 8-15: exact products, as the scalar decoder's.
+    const __m512 d = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(Half(w)))),
+                                                         _mm256_castps_pd(_mm256_set1_ps(Half(w + 2))), 1));
+    const __m512 all = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(Q4KScaleBytes(w))));
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_permutexvar_ps(_mm512_set1_epi32(2 * g), all)),
+                                      _mm512_permutexvar_ps(_mm512_set1_epi32(8 + 2 * g), all));
+      const __m512 hi = _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_permutexvar_ps(_mm512_set1_epi32(2 * g + 1), all)),
+                                      _mm512_permutexvar_ps(_mm512_set1_epi32(9 + 2 * g), all));
+      const __m512i w0 = _mm512_cvtepu8_epi32(Load128(w + 16 + 32 * g));
+      const __m512i w1 = _mm512_cvtepu8_epi32(Load128(w + 32 + 32 * g));
+      const float* xg = x + 64 * g;
+      Step512(_mm512_permutexvar_ps(w0, lo), xg, acc);
+      Step512(_mm512_permutexvar_ps(w1, lo), xg + 16, acc);
+      Step512(_mm512_permutexvar_ps(_mm512_srli_epi32(w0, 4), hi), xg + 32, acc);
+      Step512(_mm512_permutexvar_ps(_mm512_srli_epi32(w1, 4), hi), xg + 48, acc);
+    }
+  }
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    const float d = Half(w), dmin = Half(w + 2);
+    for (int g = 0; g < 4; ++g) {
+      int sc_lo, m_lo, sc_hi, m_hi;
+      Q4KScaleMin(2 * g, w + 4, &sc_lo, &m_lo);
+      Q4KScaleMin(2 * g + 1, w + 4, &sc_hi, &m_hi);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * g));
+      const __m256i nib[2] = {_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16(q, 4), mask)};
+      const float scale[2] = {d * static_cast<float>(sc_lo), d * static_cast<float>(sc_hi)};
+      const float min[2] = {dmin * static_cast<float>(m_lo), dmin * static_cast<float>(m_hi)};
+      for (int h = 0; h < 2; ++h) {  // the sub-block of the low nibbles, then the high ones
+        const __m256 s = _mm256_set1_ps(scale[h]), m = _mm256_set1_ps(min[h]);
+        const __m128i halves[2] = {_mm256_castsi256_si128(nib[h]), _mm256_extracti128_si256(nib[h], 1)};
+        __m256 v[4];
+        for (int k = 0; k < 4; ++k) {  // bytes 8k .. 8k + 7, StoreQ4KSub's arithmetic
+          const __m128i part = k % 2 ? _mm_srli_si128(halves[k / 2], 8) : halves[k / 2];
+          v[k] = _mm256_sub_ps(_mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part))), m);
+        }
+        Step256(v[0], v[1], x + 64 * g + 32 * h, acc);
+        Step256(v[2], v[3], x + 64 * g + 32 * h + 16, acc);
+      }
+    }
+  }
+};
+struct KindQ6_K {
+  static constexpr int kValues = 256, kBytes = 210;
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
+    const __m512 zero = _mm512_setzero_ps();
+    // d sc for the sixteen 16-value sub-blocks (exact), each then broadcast to its lanes.
+    const __m512 ds = _mm512_mul_ps(_mm512_set1_ps(Half(w + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 192))));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i q[4];
+      Q6KHalf(w, h, q);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k)
+#pragma GCC unroll 2
+        for (int s = 0; s < 2; ++s) {
+          const __m128i part = s ? _mm256_extracti128_si256(q[k], 1) : _mm256_castsi256_si128(q[k]);
+          const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(part));
+          const __m512 scale = _mm512_permutexvar_ps(_mm512_set1_epi32(8 * h + 2 * k + s), ds);
+          Step512(_mm512_add_ps(_mm512_mul_ps(v, scale), zero), x + 128 * h + 32 * k + 16 * s, acc);
+        }
+    }
+  }
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
+    const __m256 d = _mm256_set1_ps(Half(w + 208));
+    const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
+    for (int h = 0; h < 2; ++h) {
+      __m256i q[4];
+      Q6KHalf(w, h, q);
+      for (int k = 0; k < 4; ++k) {  // StoreQ6KPart's arithmetic: integer products, then times d
+        const __m256i lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q[k]));
+        const __m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q[k], 1));
+        const __m256i p[2] = {_mm256_mullo_epi16(lo, _mm256_set1_epi16(sc[8 * h + 2 * k])),
+                              _mm256_mullo_epi16(hi, _mm256_set1_epi16(sc[8 * h + 2 * k + 1]))};
+        for (int s = 0; s < 2; ++s)
+          Step256(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(p[s])))),
+                  _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(p[s], 1)))),
+                  x + 128 * h + 32 * k + 16 * s, acc);
+      }
+    }
+  }
+};
+
+// G rows of W from r0 times x into y[r0 ..] (+ bias). F16 / BF16 rows whose length is not whole
+// chunks end with a masked chunk: its missing values are zero, as MatMulDot's padding.
+template <class Kind, int G>
+__attribute__((target("avx512f,avx2,fma,f16c"))) void RowsTimesX512(const GgmlMatrix& w, int r0, const float* x,
+                                                                   float* y, const float* bias) {
+  __m512 acc[G];
+  const uint8_t* row[G];
+  const uint8_t* sc[G];
+  for (int g = 0; g < G; ++g) {
+    acc[g] = _mm512_setzero_ps();
+    row[g] = w.row(r0 + g);
+    sc[g] = w.scales ? w.row_scales(r0 + g) : nullptr;
+  }
+  const int blocks = w.in / Kind::kValues;
+  for (int b = 0; b < blocks; ++b) {
+    const float* xb = x + b * Kind::kValues;
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* p = row[g] + static_cast<size_t>(b) * Kind::kBytes;
+      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * Kind::kBytes, w.row_bytes, w.row_stride), _MM_HINT_T0);
+      Kind::Block512(p, sc[g], b, xb, acc[g]);
+    }
+  }
+  if (const int tail = w.in - blocks * Kind::kValues; tail > 0) {  // F16 / BF16 only
+    alignas(64) float v[16] = {}, xt[16] = {};
+    std::copy(x + blocks * Kind::kValues, x + w.in, xt);
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* p = row[g] + static_cast<size_t>(blocks) * Kind::kBytes;
+      for (int i = 0; i < tail; ++i)
+        v[i] = std::is_same_v<Kind, KindF16> ? Half(p + 2 * i) : BF16ToF32(LoadU16(p + 2 * i));
+      Step512(_mm512_load_ps(v), xt, acc[g]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    const float s = Reduce16(acc[g]);
+    y[r0 + g] = bias ? s + bias[r0 + g] : s;
+  }
+}
+
+template <class Kind, int G>
+__attribute__((target("avx2,fma,f16c"))) void RowsTimesX256(const GgmlMatrix& w, int r0, const float* x, float* y,
+                                                           const float* bias) {
+  __m256 acc[G][2];
+  const uint8_t* row[G];
+  const uint8_t* sc[G];
+  for (int g = 0; g < G; ++g) {
+    acc[g][0] = acc[g][1] = _mm256_setzero_ps();
+    row[g] = w.row(r0 + g);
+    sc[g] = w.scales ? w.row_scales(r0 + g) : nullptr;
+  }
+  const int blocks = w.in / Kind::kValues;
+  for (int b = 0; b < blocks; ++b) {
+    const float* xb = x + b * Kind::kValues;
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* p = row[g] + static_cast<size_t>(b) * Kind::kBytes;
+      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * Kind::kBytes, w.row_bytes, w.row_stride), _MM_HINT_T0);
+      Kind::Block256(p, sc[g], b, xb, acc[g]);
+    }
+  }
+  if (const int tail = w.in - blocks * Kind::kValues; tail > 0) {  // F16 / BF16 only
+    alignas(32) float v[16] = {}, xt[16] = {};
+    std::copy(x + blocks * Kind::kValues, x + w.in, xt);
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* p = row[g] + static_cast<size_t>(blocks) * Kind::kBytes;
+      for (int i = 0; i < tail; ++i)
+        v[i] = std::is_same_v<Kind, KindF16> ? Half(p + 2 * i) : BF16ToF32(LoadU16(p + 2 * i));
+      Step256(_mm256_load_ps(v), _mm256_load_ps(v + 8), xt, acc[g]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    const float s = Reduce16(acc[g][0], acc[g][1]);
+    y[r0 + g] = bias ? s + bias[r0 + g] : s;
+  }
+}
+
+using RowsTimesXFn = void (*)(const GgmlMatrix&, int, const float*, float*, const float*);
+
+template <class Kind>
+constexpr std::array<RowsTimesXFn, kRowGroup + 1> RowsTimesX(bool avx512) {
+  if (avx512)
+    return {nullptr, RowsTimesX512<Kind, 1>, RowsTimesX512<Kind, 2>, RowsTimesX512<Kind, 3>, RowsTimesX512<Kind, 4>};
+  return {nullptr, RowsTimesX256<Kind, 1>, RowsTimesX256<Kind, 2>, RowsTimesX256<Kind, 3>, RowsTimesX256<Kind, 4>};
+}
+
+// The kernels for `type` at the active level (avx512 or avx2), or an empty table.
+std::array<RowsTimesXFn, kRowGroup + 1> RowKernels(uint32_t type) {
+  if (!Avx2Active()) return {};
+  const bool avx512 = ActiveSimdLevel() == SimdLevel::kAvx512;
+  switch (type) {
+    case kGgmlTypeF16: return RowsTimesX<KindF16>(avx512);
+    case kGgmlTypeBF16: return RowsTimesX<KindBf16>(avx512);
+    case kGgmlTypeQ8_0: return RowsTimesX<KindQ8_0>(avx512);
+    case kGgmlTypeQ4_0: return RowsTimesX<KindQ4_0>(avx512);
+    case kGgmlTypeQ4_K: return RowsTimesX<KindQ4_K>(avx512);
+    case kGgmlTypeQ6_K: return RowsTimesX<KindQ6_K>(avx512);
+    case kGgmlTypeMXFP4: return RowsTimesX<KindMxfp4>(avx512);
+    case kTypeMxfp4Split: return RowsTimesX<KindMxfp4Split>(avx512);
+    default: return {};
+  }
+}
+
+// y (out) = W x (+ bias): each thread a contiguous range of rows, kRowGroup at a time.
+void RowsTimesXAll(const std::array<RowsTimesXFn, kRowGroup + 1>& kernels, const GgmlMatrix& w, const float* x,
+                   float* y, const float* bias) {
+  const int groups = (w.out + kRowGroup - 1) / kRowGroup;
+#pragma omp parallel if (static_cast<int64_t>(w.in) * w.out >= (int64_t{1} << 16))
+  {
+    const int threads = omp_get_num_threads(), id = omp_get_thread_num();
+    const int g0 = static_cast<int>(static_cast<int64_t>(groups) * id / threads);
+    const int g1 = static_cast<int>(static_cast<int64_t>(groups) * (id + 1) / threads);
+    for (int g = g0; g < g1; ++g) {
+      const int r0 = g * kRowGroup;
+      kernels[std::min(kRowGroup, w.out - r0)](w, r0, x, y, bias);
+    }
+  }
+}
+
+// ---- W as MatMulDot reads it: rows [row0, row0 + rows), values [v0, v0 + n) (v0 whole blocks).
+
+// Bytes from a row's start to value v0's block (the split form: to its nibbles).
+size_t ValueOffset(const GgmlMatrix& w, int v0) {
+  // A row of `in` values is row_bytes bytes of whole blocks, and v0 a whole number of blocks.
+  return static_cast<size_t>(v0) * w.row_bytes / static_cast<size_t>(w.in);
+}
+
+// Asks for the bytes of values [v0, v0 + n) of row r (or, past the row's end, the first n of row
+// r + rows: the row decoded after this block's) to be brought into L1, a line at a time: the
+// decoder's stream one value block ahead (n at most kDotKBlockOnePass).
+inline void PrefetchNext(const GgmlMatrix& w, int r, int rows, int v0, int n) {
+  n = std::min(n, kDotKBlockOnePass);
+  const char* p = nullptr;
+  size_t begin = 0, end = 0;
+  if (v0 < w.in) {
+    p = reinterpret_cast<const char*>(w.row(r));
+    begin = ValueOffset(w, v0);
+    end = std::min(w.row_bytes, ValueOffset(w, std::min(w.in, v0 + n)));
+  } else if (r + rows < w.out) {
+    p = reinterpret_cast<const char*>(w.row(r + rows));
+    end = std::min(w.row_bytes, ValueOffset(w, std::min(w.in, n)));
+  }
+  for (size_t o = begin; o < end; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
+template <RowDequant kDecode>
+void DecodeRowsWith(const void* ctx, int row0, int rows, int v0, int n, float* dst, int64_t rs, int cs) {
+  const GgmlMatrix& w = *static_cast<const GgmlMatrix*>(ctx);
+  const size_t offset = ValueOffset(w, v0);
+  for (int r = 0; r < rows; ++r) {
+    PrefetchNext(w, row0 + r, rows, v0 + n, n);
+    kDecode(w.row(row0 + r) + offset, w.scales ? w.row_scales(row0 + r) + v0 / kMxfp4Block : nullptr,
+            dst + r * rs, n, cs);
+  }
+}
+
+// The scalar decoders write plain rows: into scratch, then chunk by chunk where MatMulDot wants them.
+void DecodeRowsScalar(const void* ctx, int row0, int rows, int v0, int n, float* dst, int64_t rs, int cs) {
+  const GgmlMatrix& w = *static_cast<const GgmlMatrix*>(ctx);
+  const size_t offset = ValueOffset(w, v0);
+  float* row = Workspace<float, 6>(static_cast<size_t>(n));
+  for (int r = 0; r < rows; ++r) {
+    if (w.type == kTypeMxfp4Split)
+      DequantizeMxfp4Split(w.row(row0 + r) + offset, w.row_scales(row0 + r) + v0 / kMxfp4Block, row, n);
+    else
+      Dequantize(w.type, w.row(row0 + r) + offset, row, n);
+    for (int v = 0; v < n; v += 16) std::copy(row + v, row + std::min(n, v + 16), At(dst + r * rs, v, cs));
+  }
+}
+
+// Slice `part` of `parts` of rows [row0, row0 + rows)'s bytes, in memory order, into L2.
+void PrefetchRows(const void* ctx, int row0, int rows, int part, int parts) {
+  const GgmlMatrix& w = *static_cast<const GgmlMatrix*>(ctx);
+  const size_t total = static_cast<size_t>(rows) * w.row_bytes;
+  const size_t begin = total * part / parts, end = total * (part + 1) / parts;
+  size_t r = begin / w.row_bytes, offset = begin - r * w.row_bytes;
+  for (size_t done = begin; done < end && r < static_cast<size_t>(rows); ++r, offset = 0) {
+    const char* row = reinterpret_cast<const char*>(w.row(row0 + static_cast<int>(r)));
+    const size_t stop = std::min(w.row_bytes, offset + (end - done));
+    for (size_t o = offset; o < stop; o += 64) _mm_prefetch(row + o, _MM_HINT_T1);
+    done += stop - offset;
+  }
+}
+
+using RowsDecode = void (*)(const void*, int, int, int, int, float*, int64_t, int);
+
+// DecodeRowsWith<f> for a vector decoder f (DecodeRowsScalar for none).
+RowsDecode RowsDecoder(RowDequant f) {
+#define SS_CASE(fn) if (f == fn) return DecodeRowsWith<fn>;
+  SS_CASE(DecodeF16Avx512) SS_CASE(DecodeBf16Avx512) SS_CASE(DecodeQ8_0Avx512) SS_CASE(DecodeQ4_0Avx512)
+  SS_CASE(DecodeQ4_KAvx512) SS_CASE(DecodeQ6_KAvx512) SS_CASE(DecodeMxfp4Avx512) SS_CASE(DecodeMxfp4SplitAvx512)
+  SS_CASE(DequantF16Avx2) SS_CASE(DequantBf16Avx2) SS_CASE(DequantQ8_0Avx2) SS_CASE(DequantQ4_0Avx2)
+  SS_CASE(DequantQ4_KAvx2) SS_CASE(DequantQ6_KAvx2) SS_CASE(DequantMxfp4Avx2) SS_CASE(DequantMxfp4SplitAvx2)
+#undef SS_CASE
+  return DecodeRowsScalar;
 }
 
 }  // namespace
@@ -696,7 +860,7 @@ GgmlMatrix GgmlView(uint32_t type, int out, int in, const uint8_t* data, std::sh
 }
 
 const char* GgmlKernelName(uint32_t type) {
-  if (!VectorRowDot(type)) return "portable";
+  if (!VectorRowDecode(type)) return "portable";
   return ActiveSimdLevel() == SimdLevel::kAvx512 ? "avx512" : "avx2";
 }
 
@@ -799,45 +963,79 @@ std::string GgmlFaultReason(const GgmlMatrix& w, int64_t element) {
 
 void DequantizeGgmlRows(const GgmlMatrix& w, int row0, int rows, float* dst) {
   SS_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= w.out);
-  if (const RowDequant avx2 = Avx2Active() ? Avx2RowDequant(w.type) : nullptr) {
+  if (const RowDequant vector = VectorRowDecode(w.type)) {
     for (int r = 0; r < rows; ++r)
-      avx2(w.row(row0 + r), w.scales ? w.row_scales(row0 + r) : nullptr, dst + static_cast<int64_t>(r) * w.in, w.in);
+      vector(w.row(row0 + r), w.scales ? w.row_scales(row0 + r) : nullptr, dst + static_cast<int64_t>(r) * w.in, w.in,
+             kDotChunk);
     return;
   }
   for (int r = 0; r < rows; ++r) DequantizeRowScalar(w, row0 + r, dst + static_cast<int64_t>(r) * w.in);
 }
 
-void MatMulWidened(const float* x, int in, int out, const float* bias, float* y, int T,
-                   const std::function<void(int, int, float*)>& dequantise) {
-  const int blocks = (out + kWidenBlock - 1) / kWidenBlock;
-#pragma omp parallel if (static_cast<int64_t>(T) * in * out >= kParallelMacs)
-  {
-    float* wf = Workspace<float, 5>(static_cast<size_t>(kWidenBlock) * in);
-#pragma omp for schedule(dynamic, 1)
-    for (int b = 0; b < blocks; ++b) {
-      const int row0 = b * kWidenBlock, rows = std::min(kWidenBlock, out - row0);
-      dequantise(row0, rows, wf);
-      float beta = 0.0f;
-      if (bias) {
-        for (int t = 0; t < T; ++t)
-          std::copy(bias + row0, bias + row0 + rows, y + static_cast<int64_t>(t) * out + row0);
-        beta = 1.0f;
-      }
-      // One thread per block: OpenBLAS runs single-threaded inside an OpenMP parallel region.
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, rows, in, 1.0f, x, in, wf, in, beta,
-                  y + row0, out);
-    }
-  }
+namespace {
+
+// The types with int8 products, and the choice for each (SetGgmlActivations).
+constexpr uint32_t kInt8Types[] = {kGgmlTypeQ4_0, kGgmlTypeQ4_K, kGgmlTypeQ6_K, kGgmlTypeMXFP4, kTypeMxfp4Split};
+constexpr const char* kInt8TypeNames[] = {"q4_0", "q4_k", "q6_k", "mxfp4", "mxfp4"};
+
+int Int8Slot(uint32_t type) {
+  for (int i = 0; i < 5; ++i)
+    if (kInt8Types[i] == type) return i;
+  return -1;
+}
+
+std::atomic<bool>* Int8Chosen() {
+  static std::atomic<bool> chosen[5] = {};
+  static const bool initialised = [] {
+    const char* env = std::getenv("SINKSCOPE_INT8_ACTIVATIONS");
+    const std::string list = env ? std::string(",") + env + "," : "";
+    for (int i = 0; i < 5; ++i)
+      chosen[i] = list == ",all," || list.find(std::string(",") + kInt8TypeNames[i] + ",") != std::string::npos;
+    return true;
+  }();
+  (void)initialised;
+  return chosen;
+}
+
+}  // namespace
+
+void SetGgmlActivations(uint32_t type, GgmlActivations activations) {
+  const int slot = Int8Slot(type);
+  if (slot < 0) return;  // f32 is all such a type has
+  Int8Chosen()[slot].store(activations == GgmlActivations::kInt8, std::memory_order_relaxed);
+}
+
+GgmlActivations GgmlActivationsFor(uint32_t type) {
+  const int slot = Int8Slot(type);
+  return slot >= 0 && Int8Chosen()[slot].load(std::memory_order_relaxed) && Int8Supported(type)
+             ? GgmlActivations::kInt8
+             : GgmlActivations::kF32;
+}
+
+std::string GgmlActivationsName(uint32_t type) {
+  return GgmlActivationsFor(type) == GgmlActivations::kInt8 ? std::string("int8 (") + Int8KernelName() + ")"
+                                                            : std::string("f32");
 }
 
 void MatMulGgml(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T) {
   SS_ASSERT(T >= 0 && !w.empty());
-  if (T == 0) return;
-  if (T >= kGgmlWidenRows)
-    MatMulWidened(x, w.in, w.out, bias, y, T,
-                  [&w](int row0, int rows, float* dst) { DequantizeGgmlRows(w, row0, rows, dst); });
-  else
-    MatMulFused(x, w, bias, y, T);
+  if (GgmlActivationsFor(w.type) == GgmlActivations::kInt8) {
+    MatMulGgmlInt8(x, w, bias, y, T);
+    return;
+  }
+  if (T == 1) {
+    if (const auto kernels = RowKernels(w.type); kernels[1] != nullptr) {
+      RowsTimesXAll(kernels, w, x, y, bias);
+      return;
+    }
+  }
+  DotWeights dot;
+  dot.out = w.out;
+  dot.in = w.in;
+  dot.decode = RowsDecoder(VectorRowDecode(w.type));
+  dot.ctx = &w;
+  dot.prefetch = PrefetchRows;
+  MatMulDot(x, dot, bias, y, T);
 }
 
 }  // namespace ss

@@ -6,33 +6,23 @@
 // tensor, so W is usually a view of the file's mapping and is never expanded to f32 as a whole.
 // x and y stay f32.
 //
-// - Few rows of x (decode, T < kGgmlWidenRows): a fused dequantise-and-dot per row of W, in AVX2
-//   registers where the CPU has AVX2 + FMA (+ F16C for F16): each block's integers (or halves) are
-//   widened to f32 and multiplied with x by FMA, the block's sum scaled by its scale (in zmm
-//   registers, 16 values an instruction, where the CPU has AVX-512). Q4_K's
-//   per-sub-block offset enters as dmin * m * (sum of the sub-block's 32 values of x), computed once
-//   per row of x. MXFP4's E2M1 codes become ggml's doubled int8 values (2 x, -12..12) by one
-//   PSHUFB per 16, and each block's sum is scaled by half its E8M0 scale; the split form's
-//   nibble pairs are put in order by one byte unpack. Elsewhere the row is dequantised
-//   (kernels/dequant.h) into f32 and dotted.
-// - Many rows (prefill, analysis): W is dequantised kWidenBlock rows at a time into f32 and
-//   OpenBLAS sgemm multiplies the block (MatMulWidened, shared with the Q8_0 pack).
-// Either way the result is x times the dequantised W up to the order of f32 additions; a row's sum
-// is computed the same way whatever the thread count, so the result does not depend on it.
-// tests/test_gemm_ggml.cpp holds every type and path to a double-precision product of x and the
-// dequantised W and prints the largest difference.
+// Every product runs MatMulDot (kernels/gemm_dot.h): rows of W decoded to f32 a block at a time by
+// the type's decoder (AVX-512: 16 values an instruction, the 4-bit codes looked up in a table of
+// the block's 16 values by VPERMPS; AVX2: the ymm dequantisers; elsewhere the scalar decoders of
+// kernels/dequant.h, which every vector decoder matches bit for bit), then multiplied with x in
+// register tiles, each output one 16-lane FMA chain over its row in order. So a row of x gives the
+// same bits whatever T (decode, a prompt, a batch of interventions), the thread count or the SIMD
+// level (AVX-512 or AVX2), and the result is x times the dequantised W up to the order of f32
+// additions. tests/test_gemm_ggml.cpp holds every type and path to a double-precision product of x
+// and the dequantised W, prints the largest difference, and checks the row independence.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 
 namespace ss {
-
-// Rows of x from which MatMulGgml dequantises W into f32 blocks for sgemm.
-inline constexpr int kGgmlWidenRows = 16;
 
 struct GgmlMatrix {
   uint32_t type = 0;       // kGgmlType*, or kTypeMxfp4Split (kernels/dequant.h)
@@ -66,8 +56,24 @@ GgmlMatrix GgmlView(uint32_t type, int out, int in, const uint8_t* data,
                     std::shared_ptr<const void> owner, int row_step = 1,
                     const uint8_t* scales = nullptr);
 
-// The path MatMulGgml's fused product takes for `type` now: "avx512", "avx2" or "portable".
+// The decoder MatMulGgml uses for `type` now: "avx512", "avx2" or "portable".
 const char* GgmlKernelName(uint32_t type);
+
+// How MatMulGgml takes x for weights of a type. kF32, the default: x stays f32, and the product is
+// x times the dequantised W up to the order of f32 sums (the numbers of an f32 forward on the
+// stored weights). kInt8: each 32-value block of x rounded to int8 against its own scale and
+// multiplied with the weights' integer codes (kernels/gemm_int8.h), as llama.cpp's and llama2.c's
+// runq.c quantised kernels do: several times the 4-bit types' f32 throughput, at the cost of that
+// rounding (docs/BENCHMARKS.md measures both). Offered for Q4_0, Q4_K, Q6_K and MXFP4 (both forms);
+// where it cannot run (another type, no AVX2) x stays f32. The choice holds for every T, so a row
+// still gives the same bits alone as inside any product. SINKSCOPE_INT8_ACTIVATIONS at start-up
+// (a comma-separated list of q4_0, q4_k, q6_k, mxfp4, or "all") sets kInt8 for those types.
+enum class GgmlActivations { kF32, kInt8 };
+void SetGgmlActivations(uint32_t type, GgmlActivations activations);
+// What MatMulGgml does with x for `type` now: kInt8 only where chosen and supported.
+GgmlActivations GgmlActivationsFor(uint32_t type);
+// "int8 (avx512_vnni)", "int8 (avx2)" or "f32": the activations MatMulGgml uses for `type` now.
+std::string GgmlActivationsName(uint32_t type);
 
 // y (T, out) = x (T, in) · dequant(W)^T (+ bias (out) if not null). Any T >= 0. Runs one OpenMP
 // parallel region when the product is large enough (the caller must not be inside one).
@@ -85,12 +91,5 @@ std::string GgmlFaultReason(const GgmlMatrix& w, int64_t element);
 
 // W[row0 .. row0 + rows) dequantised into dst (rows, in), row-major.
 void DequantizeGgmlRows(const GgmlMatrix& w, int row0, int rows, float* dst);
-
-// y (T, out) = x (T, in) · W^T (+ bias), where W is available only a block of rows at a time:
-// dequantise(row0, rows, dst) writes rows [row0, row0 + rows) of W into dst (rows, in). Blocks of
-// kWidenBlock rows go to OpenBLAS sgemm, one block per thread. For T large enough that sgemm pays
-// for the dequantisation (the packed Q8_0 and the native types, from 16 rows of x on).
-void MatMulWidened(const float* x, int in, int out, const float* bias, float* y, int T,
-                   const std::function<void(int row0, int rows, float* dst)>& dequantise);
 
 }  // namespace ss

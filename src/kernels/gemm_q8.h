@@ -4,15 +4,12 @@
 // an f32 scale per block) against 2 for bf16 and 4 for f32, which is what decode, bound by reading
 // the weights once per token, is paid in.
 //
-// - Few rows of x (decode, T < kQ8WidenRows): a fused dequantise-and-dot. For each block the 32
-//   int8 are widened to f32 and multiplied with x in f32 (each product exact up to one rounding);
-//   the block's sum is scaled by d and added to the row's total. AVX2 + FMA where the CPU has it
-//   (kernels/vecmath.h, SINKSCOPE_SIMD), plain loops elsewhere; 4 rows of W share each load of x.
-// - Many rows (prefill, analysis): W is dequantised 128 rows at a time into f32 and OpenBLAS sgemm
-//   multiplies the block, so the product is that of f32 arithmetic on the dequantised weights.
-// Either way the result is x times the dequantised W, up to the order of f32 additions:
-// tests/test_gemm_q8.cpp holds each path to a double-precision product and prints the largest
-// difference.
+// Every product runs MatMulDot (kernels/gemm_dot.h), as the native kernels do: blocks of rows of W
+// dequantised to f32 (d * q, exact) and multiplied with x in register tiles, each output one
+// 16-lane FMA chain over its row in order, so a row of x gives the same bits whatever T, the thread
+// count or the SIMD level (AVX-512 or AVX2). The result is x times the dequantised W, up to the
+// order of f32 additions: tests/test_gemm_q8.cpp holds each path to a double-precision product and
+// prints the largest difference.
 //
 // Quantisation (PackQ8_0) is ggml's Q8_0 as kernels/dequant.h's QuantizeQ8_0 encodes it (the largest
 // magnitude of a block maps to 127, against the f16-rounded scale that is stored), so a tensor read
@@ -32,8 +29,6 @@ inline constexpr int kQ8Block = 32;
 // sequential stream (rows of a few hundred bytes read side by side as separate streams end before
 // the hardware prefetcher has ramped up: measured 40 % slower on a 768-wide model).
 inline constexpr int kQ8GroupRows = 4;
-// Rows of x from which the product dequantises W into f32 blocks for sgemm.
-inline constexpr int kQ8WidenRows = 16;
 
 // Layout: rows in groups of kQ8GroupRows (the last padded with zero rows); group g stores, for
 // each block b in order, its rows' 32 int8 values one row after the other:
@@ -61,7 +56,7 @@ void DequantizeQ8Rows(const PackedQ8& w, int row0, int rows, float* dst);
 // The stored blocks of one row in ggml's byte layout (f16 d | int8 qs[32], 34 bytes a block).
 std::vector<uint8_t> Q8RowBlocks(const PackedQ8& w, int row);
 
-// Whether MatMulQ8 runs its AVX2 + FMA path now; "avx2" or "portable".
+// The SIMD level MatMulQ8's tiles run at now: "avx512", "avx2" or "portable".
 const char* Q8KernelName();
 
 // y (T, out) = x (T, in) · dequant(W)^T (+ bias (out) if not null). Any T >= 0. Runs one OpenMP

@@ -1,4 +1,4 @@
-// Small pieces the kernels share (ops.cpp, vecmath.cpp, gemm_q8.cpp, gemm_ggml.cpp). The vector
+// Small pieces the kernels share (ops.cpp, vecmath.cpp, gemm_q8.cpp, gemm_ggml.cpp, gemm_dot.cpp). The vector
 // helper carries its own target attribute, so it inlines into any AVX2 / AVX-512 function and is
 // only ever reached from code that checked the CPU first.
 #pragma once
@@ -13,6 +13,16 @@ __attribute__((target("avx"))) inline float HorizontalSum(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+
+// The sum of a 16-lane accumulator (kernels/gemm_dot.h): lanes l + 8 added onto lanes l < 8, then
+// HorizontalSum. AVX2 holds the lanes in two halves, AVX-512 in one register: the same sum.
+__attribute__((target("avx"))) inline float Reduce16(__m256 lo, __m256 hi) {
+  return HorizontalSum(_mm256_add_ps(lo, hi));
+}
+__attribute__((target("avx512f"))) inline float Reduce16(__m512 v) {
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  return Reduce16(_mm512_castps512_ps256(v), hi);
 }
 
 // sum_i w[i] * x[i] over n values (w float or int8) with 8 partial sums combined pairwise, then

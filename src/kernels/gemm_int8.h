@@ -1,0 +1,75 @@
+// Products with x rounded to int8 (kernels/gemm_ggml.h's GgmlActivations::kInt8): the integer dot
+// products llama.cpp and llama2.c's runq.c use for quantised weights, as an explicit choice per
+// weight type. Internal to the kernels.
+//
+// x: each 32-value block of a row rounded to int8 against its own scale, dx = max |x| / 127,
+// q_i = x_i * (127 / max |x|) rounded to the nearest integer, ties to even (an all-zero block: all
+// 0, dx = 0), as ggml's quantize_row_q8_0 does (with the scale kept in f32 rather than f16).
+// W: each block's integer codes c (Q4_0: n - 8; MXFP4: ggml's doubled E2M1 values, with half the
+// E8M0 scale; Q4_K: the 4-bit q, with d sc and the offset dmin m; Q6_K: the six-bit q - 32 with d
+// and its 16-value sub-blocks' int8 scales sc), held as unsigned bytes u = c + o (o = 8, 12, 0, 32).
+//
+// Every output is formed the same way whatever T, the thread count or the SIMD level:
+//   for each pair of 32-value blocks (2p, 2p + 1), in order, and each of the 16 lanes l (lanes
+//   0-7: block 2p's values 4l .. 4l + 3; lanes 8-15: block 2p + 1's, likewise):
+//     s_l = sum of the 4 products u q (exact in int32) - o (sum of the 4 q)   (= sum of c q)
+//     acc_l = fma(float(s_l), w_scale_l * dx_l, acc_l)
+//   (Q4_K then acc_l = fma(-float(sum of the 4 q), dmin m_j * dx_l, acc_l) for its offset), a
+//   row's last pair with one block counting zeros for the other, then Reduce16 (kernels/simd.h)
+//   and the bias. AVX-512 (with VNNI and BW) keeps the 16 lanes in one zmm register (VPDPBUSD),
+//   AVX2 in two ymm (VPMADDUBSW then VPMADDWD: the same exact sums; the codes are at most 63, so
+//   no pair of products saturates 16 bits): the same bits. No portable form: without AVX2 the
+//   products keep x in f32.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/gemm_ggml.h"
+
+namespace ss {
+
+// Q4_K's eight 6-bit scales sc_0-7 (bytes 0-7) and mins m_0-7 (bytes 8-15) of the super-block at w
+// (its twelve packed bytes at w + 4, kernels/dequant.h). As three words a, b, c: sc_0-3 = a & 63
+// and m_0-3 = b & 63 byte by byte; sc_4-7 = c's low nibbles with a's top two bits above them,
+// m_4-7 = c's high nibbles with b's top two bits above them.
+__attribute__((target("sse2"))) inline __m128i Q4KScaleBytes(const uint8_t* w) {
+  uint32_t a, b, c;
+  std::memcpy(&a, w + 4, 4);
+  std::memcpy(&b, w + 8, 4);
+  std::memcpy(&c, w + 12, 4);
+  const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  const uint32_t sc_lo = a & low6, m_lo = b & low6;
+  const uint32_t sc_hi = (c & low4) | (((a >> 6) & low2) << 4);
+  const uint32_t m_hi = ((c >> 4) & low4) | (((b >> 6) & low2) << 4);
+  return _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo),
+                        static_cast<int>(m_hi));
+}
+
+// The one-row kernels (kernels/gemm_ggml.cpp, gemm_int8.cpp) read a group of 4 rows side by side,
+// each row a stream of its own, and ask for the bytes kRowAheadBytes further on: in the same row
+// while it lasts, then in the same row of the next group (4 rows on), which they read next, so
+// that rows shorter than the distance (a 768-wide model's 1.5 KiB of BF16) are asked for early too.
+inline constexpr size_t kRowAheadBytes = 1024;
+inline constexpr int kRowGroup = 4;
+inline const char* RowAhead(const uint8_t* row, size_t offset, size_t row_bytes, size_t row_stride) {
+  const size_t at = offset + kRowAheadBytes;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(row);  // may point past W's end: a prefetch does not fault
+  return reinterpret_cast<const char*>(at < row_bytes ? base + at : base + kRowGroup * row_stride + (at - row_bytes));
+}
+
+// Whether the int8 products run for `type` now (the type has them and the SIMD level is AVX2 or
+// AVX-512; the AVX-512 form needs AVX-512 BW and VNNI, else the AVX2 one runs).
+bool Int8Supported(uint32_t type);
+// "avx512_vnni", "avx_vnni" (AVX2 with AVX-VNNI's VPDPBUSD), "avx2" or "none".
+const char* Int8KernelName();
+// Lets the AVX2 form use AVX-VNNI where the CPU has it (the default), or keeps it on VPMADDUBSW +
+// VPMADDWD (tests: the two give the same bits).
+void AllowAvxVnniForInt8(bool allow);
+
+// y (T, out) = x (T, in) · W^T (+ bias), x rounded to int8 as above. Int8Supported(w.type).
+void MatMulGgmlInt8(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T);
+
+}  // namespace ss
