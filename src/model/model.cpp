@@ -117,9 +117,10 @@ KVCache KVCache::CreateSingleUse(const ModelConfig& config, int capacity) {
 int64_t KVCache::Bytes() const {
   if (head_major) {
     int64_t n = 0;
-    for (size_t l = 0; l < k_rows.size(); ++l)
-      n += static_cast<int64_t>(k_rows[l].size() + v_rows[l].size()) +
-           (k_kept[l].numel() + v_kept[l].numel()) * static_cast<int64_t>(sizeof(float));
+    for (size_t l = 0; l < k_rows.size(); ++l) {
+      n += static_cast<int64_t>(k_rows[l].size() + v_rows[l].size());
+      if (!keep.empty()) n += (k_kept[l].numel() + v_kept[l].numel()) * static_cast<int64_t>(sizeof(float));
+    }
     return n + static_cast<int64_t>(kept_slot.size() * sizeof(int));
   }
   const int64_t buffers = single_use ? 2 : static_cast<int64_t>(k.size()) * 2;
