@@ -447,6 +447,13 @@ TEST(KvStream, NonsenseSettingsGiveClearErrors) {
   recompute.policy = stream::Policy::kRecompute;
   recompute.v_type = KvType::kQ4_0;
   ExpectErrorContains([&] { stream::ValidateOptions(recompute, model.config); }, {"recompute", "q4_0"});
+  // A cache the machine cannot hold is refused before it is allocated (stories260K: 1,280 bytes
+  // a token in f32, 640 GB for 500M entries).
+  stream::StreamOptions huge = o;
+  huge.window = 500'000'000 - 4;
+  huge.force = true;
+  ExpectErrorContains([&] { stream::MakeStreamCache(model, huge); },
+                      {"--sinks + --window", "500000000 entries", "f32 keys", "needs", "available"});
   // A model whose rows are not whole blocks of 32 (kv_dim 48).
   ModelConfig narrow = model.config;
   narrow.n_kv_heads = 6;
