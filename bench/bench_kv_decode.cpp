@@ -55,19 +55,22 @@ int main(int argc, char** argv) {
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
     std::vector<int64_t> keep;
     for (int i = 0; i < keep_n; ++i) keep.push_back(i);
+    // The ring holds the window, and the prompt's chunk while it is prefilled (StreamLayout).
     StreamLayout layout;
     layout.sinks = kSinks;
     layout.window = entries - kSinks;
-    layout.ring = layout.window;
-    CheckMemory(static_cast<uint64_t>(c.n_layers) * entries *
+    layout.ring = layout.window - 1 + kPrompt;
+    const int capacity = kSinks + layout.ring;
+    CheckMemory(static_cast<uint64_t>(c.n_layers) * capacity *
                     (KvRowBytes(k_type, c.kv_dim()) + KvRowBytes(v_type, c.kv_dim())),
                 fmt::format("ENTRIES {}: a KV cache in {} / {}", entries, KvTypeName(k_type), KvTypeName(v_type)));
-    KVCache cache = KVCache::CreateTyped(c, entries, k_type, v_type, keep);
+    KVCache cache = KVCache::CreateTyped(c, capacity, k_type, v_type, keep);
     std::printf("%s: %d layers, %d heads (%d kv) of %d, loaded in %.1f s at native precision; %d threads\n",
                 path.c_str(), c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, load_s, omp_get_max_threads());
-    std::printf("cache: %d entries, %s keys / %s values%s: %.3f GiB (%lld bytes a token)\n", entries,
-                KvTypeName(k_type), KvTypeName(v_type), keep_n ? " (first entries kept f32)" : "",
-                cache.Bytes() / double(1 << 30), static_cast<long long>(cache.BytesPerToken()));
+    std::printf("cache: %d entries (%d rows with the prompt's chunk), %s keys / %s values%s: %.3f GiB (%lld "
+                "bytes a token)\n", entries, capacity, KvTypeName(k_type), KvTypeName(v_type),
+                keep_n ? " (first entries kept f32)" : "", cache.Bytes() / double(1 << 30),
+                static_cast<long long>(cache.BytesPerToken()));
 
     RunState state;
     std::vector<int> prompt(kPrompt);

@@ -27,6 +27,7 @@ for c in $cases; do
   echo "== $entries entries, $type"
   if [ "$type" != f32 ] || [ "$entries" -le 8192 ]; then
     /usr/bin/time -v "$bin" "$model" "$entries" "$type" "$tokens" 2>/tmp/kv_decode_time.$$ || true
+    sed -n '/Command being timed/q;p' /tmp/kv_decode_time.$$
     grep -E "Maximum resident|Elapsed|Major" /tmp/kv_decode_time.$$ | sed 's/^\t*/  time: /'
   fi
   window=$((entries - 4))
