@@ -148,7 +148,7 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const float
                          const float* v, float* out, int T, int n_heads, int n_kv_heads,
                          int head_dim, int sinks, int window, int ring, int64_t first_index,
                          const AttnOptions& opt = {});
-// The cache rows of SinkWindowAttention in a stored type (a quantised streaming cache, --kv-type).
+// The cache rows of SinkWindowAttention as a streaming cache stores them (--kv-type, f32 included).
 // Each row is cut into panels of panel_values values (0: one panel, the whole row); panel g of row r
 // is an encoded row of those values (KvEncodeRow) at bytes + g * panel_bytes + r * row_bytes. A
 // streaming cache stores panels of whole heads, each panel's rows contiguous (head-major,
@@ -157,7 +157,7 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const float
 // each: entries kept exact, --kv-keep). A head reads its slice of a run of rows decoded in
 // registers (KvRowDots, KvAddWeightedRows) or, where those do not apply, decoded to f32 a chunk
 // at a time: either way the scores and sums are the f32 kernel's on the dequantised cache.
-// With f32 set, the rows are plain f32 (the other fields unused).
+// With f32 set, the rows are plain row-major f32 rows of kv_row floats (the other fields unused).
 struct KvRows {
   const float* f32 = nullptr;
   KvType type = KvType::kF32;
