@@ -815,6 +815,7 @@ static KvHead HeadOf(const KvRows& kv, int kvh, int head_dim, int kv_row) {
 // (kept_slot -1, n rows) and single kept rows.
 template <typename F>
 static void ForEachStoredRun(const KvHead& h, int row0, int count, F&& f) {
+  if (!h.kept) return f(0, count, -1);
   for (int r = 0; r < count;) {
     const int slot = h.Kept(row0 + r);
     int end = r + 1;
