@@ -9,6 +9,8 @@
 #include <cstring>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 #include "io/load.h"
 #include "kernels/kv_types.h"
@@ -130,9 +132,10 @@ TEST(KvTypes, NamesAndDomains) {
   EXPECT_EQ(KvRowBytes(KvType::kF16, 64), 128u);
 }
 
-// A typed sinks + ring cache of random entries, some rows kept f32.
+// A typed sinks + ring cache of random entries, some rows kept f32, stored row-major (one panel:
+// the layout before head-major) or head-major as KVCache stores it (panels of KvPanelValues).
 struct TypedCache {
-  int rows, kv_row;
+  int rows, kv_row, panel;
   KvType type;
   std::vector<uint8_t> bytes;
   std::vector<int> kept_slot;
@@ -142,17 +145,20 @@ struct TypedCache {
     KvRows r;
     r.type = type;
     r.bytes = bytes.data();
-    r.row_bytes = KvRowBytes(type, kv_row);
+    r.row_bytes = KvRowBytes(type, panel);
+    r.panel_values = panel;
+    r.panel_bytes = static_cast<size_t>(rows) * r.row_bytes;
     r.kept_slot = kept_slot.data();
     r.kept = kept.data();
     return r;
   }
 };
 
-TypedCache MakeTypedCache(KvType type, int rows, int kv_row, const std::vector<int>& kept_rows, std::mt19937& rng) {
-  TypedCache c{rows, kv_row, type, {}, std::vector<int>(rows, -1), {}, {}};
-  const size_t rb = KvRowBytes(type, kv_row);
-  c.bytes.resize(rows * rb);
+TypedCache MakeTypedCache(KvType type, int rows, int kv_row, int panel, const std::vector<int>& kept_rows,
+                          std::mt19937& rng) {
+  TypedCache c{rows, kv_row, panel, type, {}, std::vector<int>(rows, -1), {}, {}};
+  const size_t pb = KvRowBytes(type, panel);
+  c.bytes.resize(rows * KvRowBytes(type, kv_row));
   c.decoded.resize(static_cast<size_t>(rows) * kv_row);
   for (int r = 0; r < rows; ++r) {
     // Outlier rows (a sink's key has a large norm) beside ordinary ones.
@@ -163,60 +169,173 @@ TypedCache MakeTypedCache(KvType type, int rows, int kv_row, const std::vector<i
       std::copy(x.begin(), x.end(), c.decoded.begin() + static_cast<size_t>(r) * kv_row);
       continue;
     }
-    KvEncodeRow(type, x.data(), kv_row, c.bytes.data() + r * rb);
-    KvDecodeSlice(type, c.bytes.data() + r * rb, 0, kv_row, c.decoded.data() + static_cast<size_t>(r) * kv_row);
+    for (int g = 0; g < kv_row / panel; ++g) {
+      uint8_t* at = c.bytes.data() + (static_cast<size_t>(g) * rows + r) * pb;
+      KvEncodeRow(type, x.data() + g * panel, panel, at);
+      KvDecodeSlice(type, at, 0, panel, c.decoded.data() + static_cast<size_t>(r) * kv_row + g * panel);
+    }
   }
   return c;
+}
+
+// The SIMD levels this CPU runs (the kernels' portable, AVX2 and AVX-512 paths).
+std::vector<SimdLevel> Levels() {
+  std::vector<SimdLevel> levels;
+  for (const SimdLevel level : {SimdLevel::kPortable, SimdLevel::kAvx2, SimdLevel::kAvx512})
+    if (level <= CpuSimdLevel()) levels.push_back(level);
+  return levels;
 }
 
 TEST(KvAttention, TypedCacheEqualsAttentionOnTheDequantisedCache) {
   std::mt19937 rng(11);
   const int sinks = 3, window = 9, ring = 12;
   const int rows = sinks + ring;
-  for (auto [H, Hkv, Dh] : std::vector<std::tuple<int, int, int>>{{4, 2, 32}, {8, 4, 8}, {2, 2, 64}}) {
-    const int kv_row = Hkv * Dh, q_row = H * Dh;
+  const SimdLevel before = ActiveSimdLevel();
+  struct Shape {
+    int H, Hkv, Dh;
+  };
+  // Heads of 32, 64, 128 and 256 (whole blocks; 256 fills sixteen AVX-512 accumulators), 8 (four
+  // heads to a q8_0 / q4_0 panel: decoded to f32 first), 24 and 40 (an odd 8 values after the
+  // 16-value steps; q8_0 / q4_0 panels of 96 and 160 values, heads not on block boundaries).
+  const Shape shapes[] = {{4, 2, 32}, {8, 4, 8}, {2, 2, 64}, {2, 1, 128}, {2, 1, 256}, {4, 4, 24}, {2, 4, 40}};
+  std::pair<KvType, KvType> types[] = {{KvType::kBf16, KvType::kBf16}, {KvType::kF16, KvType::kF16},
+                                       {KvType::kQ8_0, KvType::kQ8_0}, {KvType::kQ4_0, KvType::kQ4_0},
+                                       {KvType::kF32, KvType::kQ4_0},  {KvType::kQ8_0, KvType::kF16}};
+  double worst_all = 0;
+  for (const SimdLevel level : Levels()) {
+    ForceSimdLevel(level);
+    for (const Shape& shape : shapes) {
+      const int H = shape.H, Hkv = shape.Hkv, Dh = shape.Dh;
+      if (H % Hkv != 0) continue;
+      const int kv_row = Hkv * Dh, q_row = H * Dh;
+      for (auto [kt, vt] : types)
+        for (const bool head_major : {false, true}) {
+          // Kept rows: the sinks, and one inside the ring's run (it splits the stored rows).
+          const std::vector<int> kept_rows = {0, 1, sinks + 5};
+          const TypedCache k = MakeTypedCache(kt, rows, kv_row, head_major ? KvPanelValues(kt, Dh) : kv_row, kept_rows, rng);
+          const TypedCache v = MakeTypedCache(vt, rows, kv_row, head_major ? KvPanelValues(vt, Dh) : kv_row, kept_rows, rng);
+          const int T = 3;
+          const int64_t first_index = 40;  // the ring has wrapped: the recent rows run around it
+          const std::vector<float> q = RandomRow(T * q_row, rng), qs = RandomRow(T * q_row, rng);
+          std::vector<float> out(T * q_row), f32_out(T * q_row);
+          SinkWindowAttention(q.data(), qs.data(), k.View(), v.View(), out.data(), T, H, Hkv, Dh, sinks,
+                              window, ring, first_index, AttnOptions{});
+          SinkWindowAttention(q.data(), qs.data(), k.decoded.data(), v.decoded.data(), f32_out.data(), T,
+                              H, Hkv, Dh, sinks, window, ring, first_index);
+          const std::string what = fmt::format("{} keys, {} values, {} H {} Hkv {} Dh {} on {}", KvTypeName(kt),
+                                               KvTypeName(vt), head_major ? "head-major" : "row-major", H,
+                                               Hkv, Dh, SimdLevelName(level));
+          EXPECT_EQ(out, f32_out) << what;
+          // float64, from the visibility rule: sink rows [0, S) scored with q_sink, the W - 1 recent
+          // stream indices before m and m itself with q_recent, at row S + (s - S) % ring.
+          double worst = 0;
+          for (int t = 0; t < T; ++t)
+            for (int h = 0; h < H; ++h) {
+              const int kvh = h / (H / Hkv);
+              const int64_t m = first_index + t;
+              std::vector<std::pair<int, const float*>> seen;
+              for (int j = 0; j < sinks; ++j) seen.push_back({j, qs.data() + t * q_row + h * Dh});
+              for (int64_t s = m - window + 1; s <= m; ++s)
+                seen.push_back({sinks + static_cast<int>((s - sinks) % ring), q.data() + t * q_row + h * Dh});
+              std::vector<double> score;
+              double mx = -INFINITY;
+              for (auto [row, qq] : seen) {
+                double dot = 0;
+                for (int d = 0; d < Dh; ++d) dot += static_cast<double>(qq[d]) * k.decoded[row * kv_row + kvh * Dh + d];
+                score.push_back(dot / std::sqrt(static_cast<double>(Dh)));
+                mx = std::max(mx, score.back());
+              }
+              double z = 0;
+              for (double& s : score) z += (s = std::exp(s - mx));
+              for (int d = 0; d < Dh; ++d) {
+                double o = 0;
+                for (size_t i = 0; i < seen.size(); ++i) o += score[i] / z * v.decoded[seen[i].first * kv_row + kvh * Dh + d];
+                worst = std::max(worst, std::fabs(o - out[t * q_row + h * Dh + d]));
+              }
+            }
+          EXPECT_LT(worst, 2e-5) << what;
+          worst_all = std::max(worst_all, worst);
+        }
+    }
+  }
+  ForceSimdLevel(before);
+  std::printf("kv attention, every type pair, layout, shape and SIMD path: equal to the f32 kernel on the "
+              "dequantised rows; largest |diff| to float64 %.2e\n", worst_all);
+}
+
+// Which slices the fused kernels take (the others decode to f32 first, tested above).
+TEST(KvAttention, FusedKernelsTakeWholeBlocksAndMultiplesOfEight) {
+  const SimdLevel before = ActiveSimdLevel();
+  std::mt19937 rng(5);
+  const int rows = 5;
+  std::vector<uint8_t> bytes(rows * KvRowBytes(KvType::kQ8_0, 256) + 64);
+  std::vector<float> x = RandomRow(256, rng), y(rows), acc(256), p(rows, 0.5f);
+  for (const SimdLevel level : Levels()) {
+    ForceSimdLevel(level);
+    const bool fused = level != SimdLevel::kPortable;
+    const size_t q8 = KvRowBytes(KvType::kQ8_0, 256), b16 = KvRowBytes(KvType::kBf16, 256);
+    EXPECT_EQ(KvRowDots({KvType::kQ8_0, bytes.data(), q8, 0, 128, rows}, x.data(), y.data()), fused);
+    EXPECT_EQ(KvAddWeightedRows({KvType::kQ4_0, bytes.data(), q8, 32, 64, rows}, p.data(), acc.data()), fused);
+    EXPECT_EQ(KvRowDots({KvType::kBf16, bytes.data(), b16, 8, 24, rows}, x.data(), y.data()), fused);
+    EXPECT_FALSE(KvRowDots({KvType::kQ8_0, bytes.data(), q8, 8, 8, rows}, x.data(), y.data()));
+    EXPECT_FALSE(KvAddWeightedRows({KvType::kQ8_0, bytes.data(), q8, 0, 40, rows}, p.data(), acc.data()));
+    EXPECT_FALSE(KvRowDots({KvType::kF16, bytes.data(), b16, 0, 12, rows}, x.data(), y.data()));
+  }
+  ForceSimdLevel(before);
+}
+
+// KVCache stores its rows head-major: every head's slice, read where Keys() / Values() say, decodes
+// to the values of the whole row encoded row-major, through writes, kept entries and CopyRow into
+// a cache of another capacity (a stream's ring growing).
+TEST(KvCache, HeadMajorRowsDecodeAsWholeRows) {
+  std::mt19937 rng(3);
+  struct Shape {
+    int Hkv, Dh;
+  };
+  for (const Shape shape : {Shape{4, 8}, Shape{2, 128}, Shape{4, 24}, Shape{3, 32}}) {
+    ModelConfig config;
+    config.n_layers = 2;
+    config.n_heads = config.n_kv_heads = shape.Hkv;
+    config.head_dim = shape.Dh;
+    const int kv_dim = config.kv_dim(), capacity = 7;
     for (KvType type : {KvType::kBf16, KvType::kF16, KvType::kQ8_0, KvType::kQ4_0}) {
-      const TypedCache k = MakeTypedCache(type, rows, kv_row, {0, 1}, rng);
-      const TypedCache v = MakeTypedCache(type, rows, kv_row, {0, 1}, rng);
-      const int T = 3;
-      const int64_t first_index = 40;  // the ring has wrapped: the recent rows run around it
-      const std::vector<float> q = RandomRow(T * q_row, rng), qs = RandomRow(T * q_row, rng);
-      std::vector<float> out(T * q_row), f32_out(T * q_row);
-      SinkWindowAttention(q.data(), qs.data(), k.View(), v.View(), out.data(), T, H, Hkv, Dh, sinks,
-                          window, ring, first_index, AttnOptions{});
-      SinkWindowAttention(q.data(), qs.data(), k.decoded.data(), v.decoded.data(), f32_out.data(), T,
-                          H, Hkv, Dh, sinks, window, ring, first_index);
-      EXPECT_EQ(out, f32_out) << KvTypeName(type) << " H " << H << " Dh " << Dh;
-      // float64, from the visibility rule: sink rows [0, S) scored with q_sink, the W - 1 recent
-      // stream indices before m and m itself with q_recent, at row S + (s - S) % ring.
-      double worst = 0;
-      for (int t = 0; t < T; ++t)
-        for (int h = 0; h < H; ++h) {
-          const int kvh = h / (H / Hkv);
-          const int64_t m = first_index + t;
-          std::vector<std::pair<int, const float*>> seen;
-          for (int j = 0; j < sinks; ++j) seen.push_back({j, qs.data() + t * q_row + h * Dh});
-          for (int64_t s = m - window + 1; s <= m; ++s)
-            seen.push_back({sinks + static_cast<int>((s - sinks) % ring), q.data() + t * q_row + h * Dh});
-          std::vector<double> score;
-          double mx = -INFINITY;
-          for (auto [row, qq] : seen) {
-            double dot = 0;
-            for (int d = 0; d < Dh; ++d) dot += static_cast<double>(qq[d]) * k.decoded[row * kv_row + kvh * Dh + d];
-            score.push_back(dot / std::sqrt(static_cast<double>(Dh)));
-            mx = std::max(mx, score.back());
-          }
-          double z = 0;
-          for (double& s : score) z += (s = std::exp(s - mx));
-          for (int d = 0; d < Dh; ++d) {
-            double o = 0;
-            for (size_t i = 0; i < seen.size(); ++i) o += score[i] / z * v.decoded[seen[i].first * kv_row + kvh * Dh + d];
-            worst = std::max(worst, std::fabs(o - out[t * q_row + h * Dh + d]));
+      KVCache cache = KVCache::CreateTyped(config, capacity, type, KvType::kQ8_0, {2});
+      KVCache bigger = KVCache::CreateTyped(config, capacity + 5, type, KvType::kQ8_0, {2});
+      std::vector<std::vector<float>> k_rows(capacity), v_rows(capacity);
+      for (int r = 0; r < capacity; ++r)
+        for (int l = 0; l < 2; ++l) {
+          k_rows[r] = RandomRow(kv_dim, rng, 2.0f);
+          v_rows[r] = RandomRow(kv_dim, rng);
+          cache.WriteRow(l, r, /*index=*/r, k_rows[r].data(), v_rows[r].data());
+        }
+      for (int r = 0; r < capacity; ++r) bigger.CopyRow(cache, r, capacity + 4 - r);
+      auto check = [&](const KVCache& c, int row, int r) {
+        for (const bool keys : {true, false}) {
+          const KvRows view = keys ? c.Keys(1) : c.Values(1);
+          const std::vector<float>& x = keys ? k_rows[r] : v_rows[r];
+          std::vector<uint8_t> whole(KvRowBytes(view.type, kv_dim));
+          KvEncodeRow(view.type, x.data(), kv_dim, whole.data());
+          std::vector<float> expect(kv_dim), got(shape.Dh);
+          KvDecodeSlice(view.type, whole.data(), 0, kv_dim, expect.data());
+          for (int h = 0; h < shape.Hkv; ++h) {
+            const int e = h * shape.Dh, g = e / view.panel_values;
+            if (view.kept_slot[row] >= 0) {
+              ASSERT_EQ(r, 2);
+              std::copy_n(view.kept + static_cast<size_t>(view.kept_slot[row]) * kv_dim + e, shape.Dh, got.begin());
+              for (int d = 0; d < shape.Dh; ++d) ASSERT_EQ(got[d], x[e + d]);  // kept exact
+              continue;
+            }
+            KvDecodeSlice(view.type, view.bytes + g * view.panel_bytes + row * view.row_bytes,
+                          e - g * view.panel_values, shape.Dh, got.data());
+            for (int d = 0; d < shape.Dh; ++d)
+              ASSERT_EQ(got[d], expect[e + d]) << KvTypeName(view.type) << " Dh " << shape.Dh << " head " << h;
           }
         }
-      std::printf("kv attention %s (H %d, Hkv %d, Dh %d): largest |diff| to float64 on the dequantised cache %.2e\n",
-                  KvTypeName(type), H, Hkv, Dh, worst);
-      EXPECT_LT(worst, 2e-5);
+      };
+      for (int r = 0; r < capacity; ++r) {
+        check(cache, r, r);
+        check(bigger, capacity + 4 - r, r);
+      }
     }
   }
 }
@@ -274,6 +393,40 @@ TEST(KvStream, EveryEntryKeptEqualsTheF32CacheAndQuantisedDiffers) {
   EXPECT_LT(test::MaxDiff(dense_typed, dense_ref, "typed dense vs dense"), 1e-4);
 }
 
+// A prompt chunk longer than the ring has room for grows it (StreamCache::Prefill), moving the
+// visible entries to a new cache: the kept ones must move with their f32 rows. With every entry
+// kept, steps and prefills in any order give the f32 cache's logits bit for bit.
+TEST(KvStream, KeptEntriesSurviveTheRingGrowing) {
+  omp_set_num_threads(1);
+  Model model = LoadModel(kModelPath);
+  std::vector<int> tokens;
+  for (int i = 0; i < 16; ++i) tokens.push_back(1 + (i * 29) % 450);
+  stream::StreamOptions f32;
+  f32.policy = stream::Policy::kSinks;
+  f32.sinks = 4;
+  f32.window = 12;
+  f32.max_chunk = 64;
+  for (KvType type : {KvType::kQ8_0, KvType::kQ4_0}) {
+    stream::StreamOptions o = f32;
+    o.k_type = o.v_type = type;
+    bool detected = false;
+    o.keep = stream::ParseKvKeep("first:16", "--kv-keep", &detected);
+    auto a = stream::MakeStreamCache(model, f32), b = stream::MakeStreamCache(model, o);
+    // A chunk of 2 (the ring grows from W to W + 1 while empty), a step, a chunk of 5 (it grows to
+    // W + 4 holding 3 entries), a chunk of 8 (to W + 7, holding 8): 16 tokens, all kept.
+    size_t at = 0;
+    for (const size_t n : {2, 1, 5, 8}) {
+      const std::span<const int> chunk(tokens.data() + at, n);
+      const Tensor la = n == 1 ? a->Step(chunk[0]) : a->Prefill(chunk);
+      const Tensor lb = n == 1 ? b->Step(chunk[0]) : b->Prefill(chunk);
+      ASSERT_EQ(std::vector<float>(la.data(), la.data() + la.numel()),
+                std::vector<float>(lb.data(), lb.data() + lb.numel()))
+          << KvTypeName(type) << " after token " << at + n;
+      at += n;
+    }
+  }
+}
+
 TEST(KvStream, NonsenseSettingsGiveClearErrors) {
   Model model = LoadModel(kModelPath);
   stream::StreamOptions o;
@@ -294,6 +447,13 @@ TEST(KvStream, NonsenseSettingsGiveClearErrors) {
   recompute.policy = stream::Policy::kRecompute;
   recompute.v_type = KvType::kQ4_0;
   ExpectErrorContains([&] { stream::ValidateOptions(recompute, model.config); }, {"recompute", "q4_0"});
+  // A cache the machine cannot hold is refused before it is allocated (stories260K: 1,280 bytes
+  // a token in f32, 640 GB for 500M entries).
+  stream::StreamOptions huge = o;
+  huge.window = 500'000'000 - 4;
+  huge.force = true;
+  ExpectErrorContains([&] { stream::MakeStreamCache(model, huge); },
+                      {"--sinks + --window", "500000000 entries", "f32 keys", "needs", "available"});
   // A model whose rows are not whole blocks of 32 (kv_dim 48).
   ModelConfig narrow = model.config;
   narrow.n_kv_heads = 6;

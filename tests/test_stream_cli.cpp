@@ -172,6 +172,11 @@ TEST(StreamCli, KvCacheBadInput) {
   ExpectFails(base + " --kv-type q8_0 --policy recompute", "recompute");
   ExpectFails(base + " --compare-kv q8_0 --kv-type q4_0", "drop --kv-type");
   ExpectFails(base + " --compare-kv q8_0,zz", "--compare-kv");
+  // A cache larger than the machine's memory (640 GB in f32, 90 GB in q4_0) is refused before
+  // anything is allocated, with both sizes.
+  ExpectFails(base + " --sinks 4 --window 499999996 --force",
+              "--sinks + --window: a KV cache of 500000000 entries (f32 keys, f32 values): needs 596 GiB");
+  ExpectFails(base + " --sinks 4 --window 499999996 --force --kv-type q4_0", "(q4_0 keys, q4_0 values): needs 84 GiB");
   Result chat = RunCli("chat --model " + kModel + " --kv-type q8_0 --kv-keep detected", "hello\n");
   EXPECT_NE(chat.code, 0);
   EXPECT_NE(chat.err.find("first:N"), std::string::npos) << chat.err;

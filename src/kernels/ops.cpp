@@ -788,27 +788,77 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const float
                       window, ring, first_index, opt);
 }
 
-// One kv head's slice of `count` cache rows from row0: a view of an f32 cache (rows *ld floats
-// apart), or decoded into `scratch` (rows head_dim apart).
-static const float* HeadRows(const KvRows& kv, int row0, int count, int kvh, int head_dim,
-                             int kv_row, float* scratch, int64_t* ld) {
-  if (kv.f32) {
-    *ld = kv_row;
-    return kv.f32 + static_cast<int64_t>(row0) * kv_row + static_cast<int64_t>(kvh) * head_dim;
+// Rows of a stored-type cache decoded a chunk at a time where the fused kernels do not apply, so
+// the scratch stays in cache (64 x 128 floats: 32 KiB).
+constexpr int kDecodeChunk = 64;
+
+// A stored-type cache's view of one kv head: row r's slice starts at value `first` of the encoded
+// panel row at base + r * stride.
+struct KvHead {
+  const KvRows* kv;
+  const uint8_t* base;
+  size_t stride;
+  int first;
+  const float* kept;  // the head's slice of kept row 0 (rows kv_row floats apart), or null
+  int Kept(int row) const { return kept ? kv->kept_slot[row] : -1; }
+};
+static KvHead HeadOf(const KvRows& kv, int kvh, int head_dim, int kv_row) {
+  const int e = kvh * head_dim;
+  const int panel = kv.panel_values > 0 ? kv.panel_values : kv_row;
+  const int g = e / panel;
+  SS_ASSERT(e - g * panel + head_dim <= panel);  // panels hold whole heads
+  const float* kept = kv.kept_slot ? kv.kept + static_cast<int64_t>(kvh) * head_dim : nullptr;
+  return {&kv, kv.bytes + static_cast<size_t>(g) * kv.panel_bytes, kv.row_bytes, e - g * panel, kept};
+}
+
+// Calls f(r, n, kept_slot) over the rows [0, count) from row0, split into runs of stored rows
+// (kept_slot -1, n rows) and single kept rows.
+template <typename F>
+static void ForEachStoredRun(const KvHead& h, int row0, int count, F&& f) {
+  if (!h.kept) return f(0, count, -1);
+  for (int r = 0; r < count;) {
+    const int slot = h.Kept(row0 + r);
+    int end = r + 1;
+    if (slot < 0)
+      while (end < count && h.Kept(row0 + end) < 0) ++end;
+    f(r, end - r, slot);
+    r = end;
   }
-  for (int r = 0; r < count; ++r) {
-    const int row = row0 + r;
-    float* o = scratch + static_cast<int64_t>(r) * head_dim;
-    const int slot = kv.kept_slot ? kv.kept_slot[row] : -1;
+}
+
+// scores[j] = q · the head's key in row row0 + j, for j < count.
+static void StoredScores(const float* q, const KvHead& h, int row0, int count, int head_dim,
+                         int kv_row, float* scores, float* scratch) {
+  ForEachStoredRun(h, row0, count, [&](int r, int n, int slot) {
+    if (slot >= 0) return RowDots(q, h.kept + static_cast<int64_t>(slot) * kv_row, scores + r, head_dim, 1, kv_row);
+    const uint8_t* rows = h.base + static_cast<size_t>(row0 + r) * h.stride;
+    if (KvRowDots({h.kv->type, rows, h.stride, h.first, head_dim, n}, q, scores + r)) return;
+    for (int c0 = 0; c0 < n; c0 += kDecodeChunk) {
+      const int c = std::min(kDecodeChunk, n - c0);
+      for (int i = 0; i < c; ++i)
+        KvDecodeSlice(h.kv->type, rows + static_cast<size_t>(c0 + i) * h.stride, h.first, head_dim,
+                      scratch + static_cast<int64_t>(i) * head_dim);
+      RowDots(q, scratch, scores + r + c0, head_dim, c, head_dim);
+    }
+  });
+}
+
+// acc (head_dim) += sum over j < count of p[j] the head's value in row row0 + j.
+static void StoredValues(const float* p, const KvHead& h, int row0, int count, int head_dim,
+                         int kv_row, float* acc, float* scratch) {
+  ForEachStoredRun(h, row0, count, [&](int r, int n, int slot) {
     if (slot >= 0)
-      std::copy_n(kv.kept + static_cast<int64_t>(slot) * kv_row + static_cast<int64_t>(kvh) * head_dim,
-                  head_dim, o);
-    else
-      KvDecodeSlice(kv.type, kv.bytes + static_cast<size_t>(row) * kv.row_bytes, kvh * head_dim,
-                    head_dim, o);
-  }
-  *ld = head_dim;
-  return scratch;
+      return AddWeightedRows(p + r, h.kept + static_cast<int64_t>(slot) * kv_row, kv_row, 1, head_dim, acc);
+    const uint8_t* rows = h.base + static_cast<size_t>(row0 + r) * h.stride;
+    if (KvAddWeightedRows({h.kv->type, rows, h.stride, h.first, head_dim, n}, p + r, acc)) return;
+    for (int c0 = 0; c0 < n; c0 += kDecodeChunk) {
+      const int c = std::min(kDecodeChunk, n - c0);
+      for (int i = 0; i < c; ++i)
+        KvDecodeSlice(h.kv->type, rows + static_cast<size_t>(c0 + i) * h.stride, h.first, head_dim,
+                      scratch + static_cast<int64_t>(i) * head_dim);
+      AddWeightedRows(p + r + c0, scratch, head_dim, c, head_dim, acc);
+    }
+  });
 }
 
 void SinkWindowAttention(const float* q_recent, const float* q_sink, const KvRows& k,
@@ -827,12 +877,9 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const KvRow
 #pragma omp parallel if (parallel)
   {
     float* scores = Workspace<float, 15>(static_cast<size_t>(sinks) + window);
-    // A stored-type cache: one head's decoded keys and values for the visible rows.
-    const bool decode = !k.f32 || !v.f32;
-    // Decoded a chunk of rows at a time, so the scratch stays in cache (64 x 128 floats: 32 KiB).
-    constexpr int kChunk = 64;
-    float* k_scratch = decode ? Workspace<float, 16>(static_cast<size_t>(kChunk) * head_dim) : nullptr;
-    float* v_scratch = decode ? Workspace<float, 17>(static_cast<size_t>(kChunk) * head_dim) : nullptr;
+    // A stored-type cache's rows decoded to f32 where the fused kernels do not apply.
+    const bool stored = !k.f32 || !v.f32;
+    float* scratch = stored ? Workspace<float, 16>(static_cast<size_t>(kDecodeChunk) * head_dim) : nullptr;
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < work; ++item) {
       const int h = static_cast<int>(item / T);
@@ -861,14 +908,13 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const KvRow
         runs[n_runs++] = {row, count, qr};
         s += count;
       }
+      const KvHead kh = k.f32 ? KvHead{} : HeadOf(k, kvh, head_dim, kv_row);
       for (int r = 0; r < n_runs; ++r) {
-        const int step = k.f32 ? runs[r].count : kChunk;
-        for (int c0 = 0; c0 < runs[r].count; c0 += step) {
-          const int rows = std::min(step, runs[r].count - c0);
-          int64_t ld = 0;
-          const float* kh = HeadRows(k, runs[r].row0 + c0, rows, kvh, head_dim, kv_row, k_scratch, &ld);
-          RowDots(runs[r].q, kh, scores + n + c0, head_dim, rows, ld);
-        }
+        if (k.f32)
+          RowDots(runs[r].q, k.f32 + static_cast<int64_t>(runs[r].row0) * kv_row + kvh * head_dim,
+                  scores + n, head_dim, runs[r].count, kv_row);
+        else
+          StoredScores(runs[r].q, kh, runs[r].row0, runs[r].count, head_dim, kv_row, scores + n, scratch);
         n += runs[r].count;
       }
       for (int j = 0; j < n; ++j) scores[j] *= scale;
@@ -881,14 +927,13 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const KvRow
       float* o = out + static_cast<int64_t>(t) * q_row + h * head_dim;
       std::fill(o, o + head_dim, 0.0f);
       AddSlotValue(opt, kvh, head_dim, slot_p, o);
+      const KvHead vh = v.f32 ? KvHead{} : HeadOf(v, kvh, head_dim, kv_row);
       for (int r = 0, at = 0; r < n_runs; at += runs[r].count, ++r) {
-        const int step = v.f32 ? runs[r].count : kChunk;
-        for (int c0 = 0; c0 < runs[r].count; c0 += step) {
-          const int rows = std::min(step, runs[r].count - c0);
-          int64_t ld = 0;
-          const float* vh = HeadRows(v, runs[r].row0 + c0, rows, kvh, head_dim, kv_row, v_scratch, &ld);
-          AddWeightedRows(scores + at + c0, vh, ld, rows, head_dim, o);
-        }
+        if (v.f32)
+          AddWeightedRows(scores + at, v.f32 + static_cast<int64_t>(runs[r].row0) * kv_row + kvh * head_dim,
+                          kv_row, runs[r].count, head_dim, o);
+        else
+          StoredValues(scores + at, vh, runs[r].row0, runs[r].count, head_dim, kv_row, o, scratch);
       }
     }
   }

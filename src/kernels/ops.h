@@ -148,16 +148,23 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const float
                          const float* v, float* out, int T, int n_heads, int n_kv_heads,
                          int head_dim, int sinks, int window, int ring, int64_t first_index,
                          const AttnOptions& opt = {});
-// The cache rows of SinkWindowAttention in a stored type (a quantised streaming cache, --kv-type):
-// row r's bytes at bytes + r * row_bytes, except rows with kept_slot[r] >= 0, which are f32 rows of
-// `kept` (kv_row floats each: entries kept exact, --kv-keep). Each head reads its slice of a run of
-// rows decoded to f32 (KvDecodeSlice), so the scores and sums are those of the dequantised cache.
-// With f32 set, the rows are plain f32 (the other fields unused).
+// The cache rows of SinkWindowAttention as a streaming cache stores them (--kv-type, f32 included).
+// Each row is cut into panels of panel_values values (0: one panel, the whole row); panel g of row r
+// is an encoded row of those values (KvEncodeRow) at bytes + g * panel_bytes + r * row_bytes. A
+// streaming cache stores panels of whole heads, each panel's rows contiguous (head-major,
+// kernels/kv_types.h KvPanelValues); row_bytes = KvRowBytes(type, kv_row) and one panel is the
+// row-major layout. Rows with kept_slot[r] >= 0 are f32 rows of `kept` instead (kv_row floats
+// each: entries kept exact, --kv-keep). A head reads its slice of a run of rows decoded in
+// registers (KvRowDots, KvAddWeightedRows) or, where those do not apply, decoded to f32 a chunk
+// at a time: either way the scores and sums are the f32 kernel's on the dequantised cache.
+// With f32 set, the rows are plain row-major f32 rows of kv_row floats (the other fields unused).
 struct KvRows {
   const float* f32 = nullptr;
   KvType type = KvType::kF32;
   const uint8_t* bytes = nullptr;
-  size_t row_bytes = 0;
+  size_t row_bytes = 0;       // from a row of a panel to the next
+  int panel_values = 0;       // values of a row per panel; 0: the whole row
+  size_t panel_bytes = 0;     // from a panel to the next
   const int* kept_slot = nullptr;  // per row, or null: none kept
   const float* kept = nullptr;
 };

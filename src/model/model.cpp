@@ -115,11 +115,12 @@ KVCache KVCache::CreateSingleUse(const ModelConfig& config, int capacity) {
 }
 
 int64_t KVCache::Bytes() const {
-  if (typed()) {
+  if (head_major) {
     int64_t n = 0;
-    for (size_t l = 0; l < k_rows.size(); ++l)
-      n += static_cast<int64_t>(k_rows[l].size() + v_rows[l].size()) +
-           (k_kept[l].numel() + v_kept[l].numel()) * static_cast<int64_t>(sizeof(float));
+    for (size_t l = 0; l < k_rows.size(); ++l) {
+      n += static_cast<int64_t>(k_rows[l].size() + v_rows[l].size());
+      if (!keep.empty()) n += (k_kept[l].numel() + v_kept[l].numel()) * static_cast<int64_t>(sizeof(float));
+    }
     return n + static_cast<int64_t>(kept_slot.size() * sizeof(int));
   }
   const int64_t buffers = single_use ? 2 : static_cast<int64_t>(k.size()) * 2;
@@ -128,18 +129,21 @@ int64_t KVCache::Bytes() const {
 
 KVCache KVCache::CreateTyped(const ModelConfig& config, int capacity, KvType k_type, KvType v_type,
                              std::vector<int64_t> keep) {
-  if (k_type == KvType::kF32 && v_type == KvType::kF32) return Create(config, capacity);
   KVCache cache;
+  cache.head_major = true;
   cache.capacity = capacity;
   cache.kv_dim = config.kv_dim();
   cache.k_type = k_type;
   cache.v_type = v_type;
   cache.k_row_bytes = KvRowBytes(k_type, cache.kv_dim);
   cache.v_row_bytes = KvRowBytes(v_type, cache.kv_dim);
+  cache.k_panel = KvPanelValues(k_type, config.head_dim);
+  cache.v_panel = KvPanelValues(v_type, config.head_dim);
+  SS_ASSERT(cache.kv_dim % cache.k_panel == 0 && cache.kv_dim % cache.v_panel == 0);
   std::sort(keep.begin(), keep.end());
   keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
   cache.keep = std::move(keep);
-  cache.kept_slot.assign(capacity, -1);
+  if (!cache.keep.empty()) cache.kept_slot.assign(capacity, -1);
   const int64_t kept = std::max<int64_t>(static_cast<int64_t>(cache.keep.size()), 1);
   for (int l = 0; l < config.n_layers; ++l) {
     cache.k_rows.emplace_back(static_cast<size_t>(capacity) * cache.k_row_bytes);
@@ -150,8 +154,25 @@ KVCache KVCache::CreateTyped(const ModelConfig& config, int capacity, KvType k_t
   return cache;
 }
 
+// Row `row` of a head-major layer (capacity rows, panels of `panel` values): each panel's values
+// encoded as a row of their own, which gives the bytes of the whole row's blocks.
+static void EncodePanels(KvType type, int panel, const float* x, int kv_dim, int capacity, int row,
+                         uint8_t* layer) {
+  const size_t panel_bytes = KvRowBytes(type, panel);
+  for (int g = 0; g < kv_dim / panel; ++g)
+    KvEncodeRow(type, x + static_cast<int64_t>(g) * panel, panel,
+                layer + (static_cast<size_t>(g) * capacity + row) * panel_bytes);
+}
+static void CopyPanels(KvType type, int panel, int kv_dim, const uint8_t* from, int from_capacity,
+                       int from_row, uint8_t* to, int to_capacity, int to_row) {
+  const size_t panel_bytes = KvRowBytes(type, panel);
+  for (int g = 0; g < kv_dim / panel; ++g)
+    std::copy_n(from + (static_cast<size_t>(g) * from_capacity + from_row) * panel_bytes, panel_bytes,
+                to + (static_cast<size_t>(g) * to_capacity + to_row) * panel_bytes);
+}
+
 void KVCache::WriteRow(int layer, int row, int64_t index, const float* kr, const float* vr) {
-  if (!typed()) {
+  if (!head_major) {
     std::copy_n(kr, kv_dim, k[layer].row(row));
     std::copy_n(vr, kv_dim, v[layer].row(row));
     return;
@@ -164,56 +185,62 @@ void KVCache::WriteRow(int layer, int row, int64_t index, const float* kr, const
     kept_slot[row] = slot;
     return;
   }
-  KvEncodeRow(k_type, kr, kv_dim, k_rows[layer].data() + static_cast<size_t>(row) * k_row_bytes);
-  KvEncodeRow(v_type, vr, kv_dim, v_rows[layer].data() + static_cast<size_t>(row) * v_row_bytes);
-  kept_slot[row] = -1;
+  EncodePanels(k_type, k_panel, kr, kv_dim, capacity, row, k_rows[layer].data());
+  EncodePanels(v_type, v_panel, vr, kv_dim, capacity, row, v_rows[layer].data());
+  if (!keep.empty()) kept_slot[row] = -1;
 }
 
 void KVCache::CopyRow(const KVCache& from, int from_row, int to_row) {
   SS_ASSERT(from.k_type == k_type && from.v_type == v_type && from.keep == keep);
-  for (size_t l = 0; l < (typed() ? k_rows.size() : k.size()); ++l) {
-    if (!typed()) {
+  for (size_t l = 0; l < (head_major ? k_rows.size() : k.size()); ++l) {
+    if (!head_major) {
       std::copy_n(from.k[l].row(from_row), kv_dim, k[l].row(to_row));
       std::copy_n(from.v[l].row(from_row), kv_dim, v[l].row(to_row));
       continue;
     }
-    std::copy_n(from.k_rows[l].data() + static_cast<size_t>(from_row) * k_row_bytes, k_row_bytes,
-                k_rows[l].data() + static_cast<size_t>(to_row) * k_row_bytes);
-    std::copy_n(from.v_rows[l].data() + static_cast<size_t>(from_row) * v_row_bytes, v_row_bytes,
-                v_rows[l].data() + static_cast<size_t>(to_row) * v_row_bytes);
+    // A kept entry's slot is its index in `keep`, the same in both caches: copy the f32 rows.
+    if (const int slot = from.KeptSlot(from_row); slot >= 0) {
+      std::copy_n(from.k_kept[l].row(slot), kv_dim, k_kept[l].row(slot));
+      std::copy_n(from.v_kept[l].row(slot), kv_dim, v_kept[l].row(slot));
+      continue;
+    }
+    CopyPanels(k_type, k_panel, kv_dim, from.k_rows[l].data(), from.capacity, from_row, k_rows[l].data(), capacity, to_row);
+    CopyPanels(v_type, v_panel, kv_dim, from.v_rows[l].data(), from.capacity, from_row, v_rows[l].data(), capacity, to_row);
   }
-  if (typed()) kept_slot[to_row] = from.kept_slot[from_row];  // the kept rows themselves are shared slots
+  if (!keep.empty()) kept_slot[to_row] = from.kept_slot[from_row];
 }
 
 // One layer's keys or values as the attention kernel reads them.
 static KvRows LayerRows(const KVCache& c, const Tensor& f32, KvType type,
-                        const std::vector<uint8_t>& bytes, size_t row_bytes, const Tensor& kept) {
+                        const std::vector<uint8_t>& bytes, int panel, const Tensor& kept) {
   KvRows r;
-  if (!c.typed()) {
+  if (!c.head_major) {
     r.f32 = f32.data();
     return r;
   }
   r.type = type;
   r.bytes = bytes.data();
-  r.row_bytes = row_bytes;
+  r.row_bytes = KvRowBytes(type, panel);
+  r.panel_values = panel;
+  r.panel_bytes = static_cast<size_t>(c.capacity) * r.row_bytes;
   r.kept_slot = c.keep.empty() ? nullptr : c.kept_slot.data();
   r.kept = c.keep.empty() ? nullptr : kept.data();
   return r;
 }
 
 KvRows KVCache::Keys(int layer) const {
-  return typed() ? LayerRows(*this, Tensor(), k_type, k_rows[layer], k_row_bytes, k_kept[layer])
+  return head_major ? LayerRows(*this, Tensor(), k_type, k_rows[layer], k_panel, k_kept[layer])
                  : LayerRows(*this, k[layer], k_type, {}, 0, Tensor());
 }
 
 KvRows KVCache::Values(int layer) const {
-  return typed() ? LayerRows(*this, Tensor(), v_type, v_rows[layer], v_row_bytes, v_kept[layer])
+  return head_major ? LayerRows(*this, Tensor(), v_type, v_rows[layer], v_panel, v_kept[layer])
                  : LayerRows(*this, v[layer], v_type, {}, 0, Tensor());
 }
 
 int64_t KVCache::BytesPerToken() const {
-  const int64_t layers = typed() ? static_cast<int64_t>(k_rows.size()) : static_cast<int64_t>(k.size());
-  if (!typed()) return layers * 2 * kv_dim * static_cast<int64_t>(sizeof(float));
+  const int64_t layers = head_major ? static_cast<int64_t>(k_rows.size()) : static_cast<int64_t>(k.size());
+  if (!head_major) return layers * 2 * kv_dim * static_cast<int64_t>(sizeof(float));
   return layers * static_cast<int64_t>(k_row_bytes + v_row_bytes);
 }
 

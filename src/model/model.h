@@ -35,16 +35,23 @@ struct KVCache {
   void Clear() { length = 0; }
   int64_t Bytes() const;  // memory held by the cache
 
-  // A streaming cache may store its entries in a smaller type (kernels/kv_types.h, --kv-type):
-  // then k and v are empty and k_rows / v_rows hold each layer's capacity rows of KvRowBytes.
-  // Entries whose stream index is in `keep` (sorted) are held in f32 instead, one row of k_kept /
-  // v_kept each, so that a sink's entry stays exact (--kv-keep; IntactKV, arXiv 2403.01241).
+  // A streaming cache (CreateTyped) stores each layer's capacity rows of KvRowBytes in k_rows /
+  // v_rows, in any type (kernels/kv_types.h, --kv-type; f32 included) and head-major: panel g
+  // (k_panel values of each row: a head, or the fewest whole heads that are whole blocks) of row r
+  // at (g * capacity + r) * KvRowBytes(k_type, k_panel), so that a head's rows are one contiguous
+  // run for the attention to read (a 7B shape's head reads 512 bytes every 16 KiB in the
+  // row-major f32 layout; contiguous, the f32 attention over 32K entries took a third of the
+  // time: docs/STREAMING.md). k and v are then empty. Entries whose stream index is in `keep`
+  // (sorted) are held in f32 instead, one row of k_kept / v_kept each, so that a sink's entry
+  // stays exact (--kv-keep; IntactKV, arXiv 2403.01241).
   static KVCache CreateTyped(const ModelConfig& config, int capacity, KvType k_type, KvType v_type,
                              std::vector<int64_t> keep);
+  bool head_major = false;  // made by CreateTyped: k_rows / v_rows hold the entries
   bool typed() const { return k_type != KvType::kF32 || v_type != KvType::kF32; }
   // Stores entry `index` of the stream in `row` of `layer` (k, v: kv_dim floats each).
   void WriteRow(int layer, int row, int64_t index, const float* k, const float* v);
-  // Copies every layer's `from_row` of `from` (a cache of the same types and keep) into `to_row`.
+  // Copies every layer's `from_row` of `from` (a cache of the same types and keep) into `to_row`,
+  // a kept entry's f32 rows included.
   void CopyRow(const KVCache& from, int from_row, int to_row);
   // The attention kernel's view of one layer's keys or values.
   KvRows Keys(int layer) const;
@@ -54,9 +61,12 @@ struct KVCache {
 
   KvType k_type = KvType::kF32, v_type = KvType::kF32;
   size_t k_row_bytes = 0, v_row_bytes = 0;
+  int k_panel = 0, v_panel = 0;  // values per panel (KvPanelValues)
   std::vector<std::vector<uint8_t>> k_rows, v_rows;  // per layer (capacity * row bytes)
   std::vector<int64_t> keep;
   std::vector<int> kept_slot;                       // per row: its slot in k_kept / v_kept, or -1
+                                                    // (empty when nothing is kept)
+  int KeptSlot(int row) const { return kept_slot.empty() ? -1 : kept_slot[row]; }
   std::vector<Tensor> k_kept, v_kept;               // per layer (keep.size(), kv_dim)
 };
 

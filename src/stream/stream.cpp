@@ -4,6 +4,10 @@
 #include <cmath>
 #include <deque>
 
+#include <fmt/format.h>
+
+#include "common/file_util.h"
+
 namespace ss::stream {
 
 Policy ParsePolicy(const std::string& name, const std::string& flag) {
@@ -82,6 +86,16 @@ namespace {
 
 Tensor LastRow(const Tensor& logits) { return logits.Rows(logits.dim(0) - 1, 1).Reshaped({logits.dim(1)}); }
 
+// Refuses a cache of `entries` entries that the machine cannot hold, before allocating it: a 7B
+// shape's f32 cache takes 1 MiB a token (32 GiB at 32K). `what` names the flags that sized it.
+void CheckCacheMemory(const ModelConfig& c, int64_t entries, const StreamOptions& o, const std::string& what) {
+  const int64_t row = static_cast<int64_t>(KvRowBytes(o.k_type, c.kv_dim()) + KvRowBytes(o.v_type, c.kv_dim()));
+  const int64_t kept = o.typed() ? static_cast<int64_t>(o.keep.size()) * 2 * c.kv_dim() * 4 : 0;
+  CheckMemory(static_cast<uint64_t>(c.n_layers * (entries * row + kept)),
+              fmt::format("{}: a KV cache of {} entries ({} keys, {} values)", what, entries,
+                          KvTypeName(o.k_type), KvTypeName(o.v_type)));
+}
+
 // sinks and window: S fixed rows plus a ring of recent entries (model/model.h StreamLayout).
 // The window policy is this cache with no sinks and a window of S + W.
 class SinkWindowCache final : public StreamCache {
@@ -138,6 +152,8 @@ class SinkWindowCache final : public StreamCache {
   }
 
   void Allocate(int ring) {
+    CheckCacheMemory(model_.config, static_cast<int64_t>(layout_.sinks) + ring, options_,
+                     context_ > 0 ? "--policy dense" : "--sinks + --window");
     layout_.ring = ring;
     cache_ = KVCache::CreateTyped(model_.config, layout_.sinks + ring, options_.k_type,
                                   options_.v_type, options_.keep);
@@ -206,6 +222,7 @@ class DenseCache final : public StreamCache {
   }
   void Grow(int capacity) {
     if (!options_.force) capacity = std::min(capacity, context_);
+    CheckCacheMemory(model_.config, capacity, options_, "--policy dense");
     KVCache bigger = KVCache::Create(model_.config, capacity);
     for (size_t l = 0; l < cache_.k.size(); ++l) {
       std::copy(cache_.k[l].data(), cache_.k[l].row(cache_.length), bigger.k[l].data());
@@ -226,6 +243,7 @@ class RecomputeCache final : public StreamCache {
  public:
   RecomputeCache(const Model& model, StreamOptions o) : StreamCache(model, o) {
     budget_ = o.sinks + o.window;
+    CheckCacheMemory(model.config, budget_, o, "--sinks + --window");
     cache_ = KVCache::Create(model.config, budget_);
     peak_kv_bytes_ = cache_.Bytes();
     recent_.reserve(2 * static_cast<size_t>(budget_));
