@@ -20,7 +20,7 @@ namespace ss::cli {
 namespace {
 
 struct ChatArgs {
-  std::string model, tokenizer, policy = "sinks", precision = "f32";
+  std::string model, tokenizer, policy = "sinks", precision;
   int sinks = 4, window = 252, max_reply = 256;
   SamplingOptions sampling;
   uint64_t seed = 42;

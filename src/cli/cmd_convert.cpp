@@ -105,7 +105,11 @@ void Run(const ConvertOptions& o) {
     else if (o.type != "f32")
       Fail("--type {}: GGUF output supports f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, mxfp4", o.type);
   }
-  LoadedModel loaded = o.model.Load();
+  // The writers read every weight as f32 (and encode it to --type).
+  ModelOptions model = o.model;
+  model.precision = "f32";
+  model.precision_reason = "convert reads the weights in f32";
+  LoadedModel loaded = model.Load();
   if (o.to == "hf") {
     WriteHfDirectory(loaded, o.out, dtype);
   } else {

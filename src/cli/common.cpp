@@ -34,7 +34,7 @@ void ModelOptions::Add(CLI::App* cmd) {
 
 LoadedModel ModelOptions::Load() const {
   LoadedModel loaded;
-  loaded.model = LoadModelAt(model_path, precision);
+  loaded.model = LoadModelAt(model_path, precision, precision_reason);
   loaded.tokenizer = FindTokenizer(loaded.model, tokenizer_path);
   const ModelConfig& c = loaded.model.config;
   Log(fmt::format("loaded {} ({}, {}, {} layers, width {}, {:.2f} M parameters; tokenizer {}, {} "
@@ -315,12 +315,30 @@ void AddPrecisionOption(CLI::App* cmd, std::string* precision) {
                   "bf16 only: half the memory; bf16 operands, f32 sums), q8_0 (weights held "
                   "as Q8_0 blocks: 28 % of the memory; f32 activations) or native (each "
                   "projection kept in the type the file stores: F16, BF16, Q8_0, Q4_0, Q4_K, "
-                  "Q6_K, mapped from the file; f32 activations)")
-      ->capture_default_str();
+                  "Q6_K, MXFP4, mapped from the file; f32 activations). Default: the file's, "
+                  "native, or f32 for a file that stores every weight as F32");
 }
 
-Model LoadModelAt(const std::string& path, const std::string& precision) {
-  const Precision p = ParsePrecision(precision);
+void CheckPrecisionFlag(const std::string& precision) {
+  if (!precision.empty()) ParsePrecision(precision);
+}
+
+Precision ResolvePrecision(const std::string& path, const std::string& precision,
+                           const std::string& reason) {
+  if (!precision.empty()) {
+    const Precision p = ParsePrecision(precision);
+    Log(fmt::format("precision {} ({})", PrecisionName(p), reason));
+    return p;
+  }
+  std::string why;
+  const Precision p = FilePrecision(path, &why);
+  Log(fmt::format("precision {} (the file's: {}{})", PrecisionName(p), why,
+                  p == Precision::kF32 ? "" : "; --precision f32 for the f32 reference"));
+  return p;
+}
+
+Model LoadModelAt(const std::string& path, const std::string& precision, const std::string& reason) {
+  const Precision p = ResolvePrecision(path, precision, reason);
   if (const std::string note = PrecisionNote(p); !note.empty()) Log("note: " + note);
   return LoadModel(path, p);
 }

@@ -13,6 +13,7 @@
 #include "common/file_util.h"
 #include "common/sha256.h"
 #include "io/hf_config.h"
+#include "io/load.h"
 #include "model/precision.h"
 #include "report/report.h"
 #include "tokenizer/find.h"
@@ -135,7 +136,7 @@ explain::ExplainReport RunExplanation(const Model& model, const SampleStream& in
 
 void ValidateTrace(const TraceRequest& r) {
   if (r.checkpoints.empty()) Fail("--checkpoints: expected a run directory or checkpoints");
-  ParsePrecision(r.precision);
+  CheckPrecisionFlag(r.precision);
   r.input.Validate(/*conditions=*/1);
   r.sink.Validate();
   r.layers.Validate();
@@ -249,7 +250,13 @@ TraceRun RunTraceAnalysis(const TraceRequest& r, int rank, int ranks,
   settings.samples = r.input.samples;
   settings.length = r.input.length;
   settings.seed = r.input.seed;
-  settings.precision = ParsePrecision(r.precision);
+  // Not given: the first checkpoint's (a run's checkpoints share one type; a trainer's are F32).
+  std::string why = "--precision";
+  settings.precision =
+      r.precision.empty() ? FilePrecision(refs.front().path, &why) : ParsePrecision(r.precision);
+  if (rank == 0 && log)
+    log(fmt::format("precision {} ({}{})", PrecisionName(settings.precision),
+                    r.precision.empty() ? "the checkpoints': " : "", why));
   if (const std::string note = PrecisionNote(settings.precision); !note.empty()) Log("note: " + note);
   settings.profile.eps = r.sink.eps;
   settings.profile.onset_sink_rate = r.layers.onset;
@@ -514,7 +521,7 @@ nlohmann::json StreamJson(const StreamDocument& d, const std::vector<StreamRun>&
   doc["bos"] = d.bos;
   doc["block_size"] = kStreamBlock;
   doc["settings"] = {{"sinks", d.sinks}, {"window", d.window}, {"force", d.force},
-                     {"max_tokens", d.max_tokens}};
+                     {"max_tokens", d.max_tokens}, {"precision", d.precision}};
   doc["runs"] = nlohmann::json::array();
   for (const auto& r : runs) {
     nlohmann::json blocks = nlohmann::json::array();
