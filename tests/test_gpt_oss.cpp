@@ -358,6 +358,15 @@ TEST(MakeTestModel, GptOssTinyIsThePublishedLayout) {
   }
   std::printf("make_test_model gpt-oss-tiny: %lld expert weights equal the spec's decoding of the "
               "stored blocks\n", static_cast<long long>(checked));
+  // Every stored value is a parameter (two weights a block byte; scales are none), biases included.
+  int64_t stored = 0;
+  for (const std::string& name : st.names()) {
+    int64_t n = 1;
+    for (int64_t d : st.Info(name).shape) n *= d;
+    stored += name.ends_with("_scales") ? 0 : name.ends_with("_blocks") ? 2 * n : n;
+  }
+  EXPECT_EQ(f32.ParameterCount(), stored);
+  EXPECT_EQ(native.ParameterCount(), stored);
 
   std::vector<int> tokens;
   for (int i = 0; i < 24; ++i) tokens.push_back((37 * i + 5) % c.vocab_size);

@@ -65,6 +65,7 @@ void RunChat(const ChatArgs& a) {
   Sampler sampler(SamplerOptions{a.sampling.temperature, a.sampling.top_p, a.seed});
   const int V = model.config.vocab_size;
   const int bos = tokenizer->bos_id(), eos = tokenizer->eos_id();
+  LogPending();
   Log(fmt::format("chat: {} cache, {} + {} entries ({} keys, {} values){}; one turn per line, end of "
                   "input (Ctrl-D) quits",
                   stream::PolicyName(o.policy), o.sinks, o.window, KvTypeName(o.k_type), KvTypeName(o.v_type),

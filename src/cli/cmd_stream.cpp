@@ -110,6 +110,7 @@ void RunStream(const StreamArgs& a) {
            "--max-tokens {}, a streaming policy, or --force",
            tokens.size(), model.config.max_seq_len, model.config.max_seq_len);
   }
+  LogPending();
   Log(fmt::format("streaming {} tokens of {} through {} ({})", tokens.size(), input, a.model,
                   fmt::join(SplitList(a.compare.empty() ? a.policy : a.compare), ", ")));
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <utility>
 
 #include "cli/commands.h"
 #include "common/error.h"
@@ -38,10 +39,10 @@ LoadedModel ModelOptions::Load() const {
   loaded.tokenizer = FindTokenizer(loaded.model, tokenizer_path);
   const ModelConfig& c = loaded.model.config;
   Log(fmt::format("loaded {} ({}, {}, {} layers, width {}, {:.2f} M parameters; tokenizer {}, {} "
-                  "tokens)",
+                  "tokens); {}",
                   loaded.model.source, loaded.model.format, c.arch, c.n_layers, c.dim,
                   loaded.model.ParameterCount() / 1e6, loaded.tokenizer->kind(),
-                  loaded.tokenizer->vocab_size()));
+                  loaded.tokenizer->vocab_size(), TakePending()));
   return loaded;
 }
 
@@ -323,24 +324,34 @@ void CheckPrecisionFlag(const std::string& precision) {
   if (!precision.empty()) ParsePrecision(precision);
 }
 
-Precision ResolvePrecision(const std::string& path, const std::string& precision,
-                           const std::string& reason) {
+namespace {
+std::string pending_line;  // LoadModelAt's precision line, until the verb's work starts
+}  // namespace
+
+PrecisionChoice ResolvePrecision(const std::string& path, const std::string& precision,
+                                 const std::string& reason) {
   if (!precision.empty()) {
     const Precision p = ParsePrecision(precision);
-    Log(fmt::format("precision {} ({})", PrecisionName(p), reason));
-    return p;
+    return {p, fmt::format("precision {} ({})", PrecisionName(p), reason)};
   }
   std::string why;
   const Precision p = FilePrecision(path, &why);
-  Log(fmt::format("precision {} (the file's: {}{})", PrecisionName(p), why,
-                  p == Precision::kF32 ? "" : "; --precision f32 for the f32 reference"));
-  return p;
+  return {p, fmt::format("precision {} (the file's: {}{})", PrecisionName(p), why,
+                         p == Precision::kF32 ? "" : "; --precision f32 for the f32 reference")};
 }
 
 Model LoadModelAt(const std::string& path, const std::string& precision, const std::string& reason) {
-  const Precision p = ResolvePrecision(path, precision, reason);
-  if (const std::string note = PrecisionNote(p); !note.empty()) Log("note: " + note);
-  return LoadModel(path, p);
+  const PrecisionChoice choice = ResolvePrecision(path, precision, reason);
+  if (const std::string note = PrecisionNote(choice.precision); !note.empty()) Log("note: " + note);
+  Model model = LoadModel(path, choice.precision);
+  pending_line = choice.line;
+  return model;
 }
+
+void LogPending() {
+  if (!pending_line.empty()) Log(TakePending());
+}
+
+std::string TakePending() { return std::exchange(pending_line, std::string()); }
 
 }  // namespace ss::cli

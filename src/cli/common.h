@@ -152,13 +152,24 @@ void AddPrecisionOption(CLI::App* cmd, std::string* precision);
 // The flag's value checked (empty passes: the file decides), before anything is loaded.
 void CheckPrecisionFlag(const std::string& precision);
 // The precision `precision` (a --precision value, or empty for the file's) stands for on the model
-// at `path`; logs the choice and why: "precision native (the file's: weights stored as BF16, F32;
-// ...)", or "precision bf16 (<reason>)" for a value given.
-Precision ResolvePrecision(const std::string& path, const std::string& precision,
-                           const std::string& reason = "--precision");
+// at `path`, and the log line that says which and why: "precision native (the file's: weights
+// stored as BF16, F32; ...)", or "precision bf16 (<reason>)" for a value given.
+struct PrecisionChoice {
+  Precision precision;
+  std::string line;
+};
+PrecisionChoice ResolvePrecision(const std::string& path, const std::string& precision,
+                                 const std::string& reason = "--precision");
 // Loads the model at that precision (io/load.h: at bf16 or q8_0 the projections are held in that
-// form only, never in f32) and logs a note when the kernel runs on its portable path.
+// form only, never in f32) and logs a note when the kernel runs on its portable path. The choice's
+// line waits (PendingLog) for the verb's work to start.
 Model LoadModelAt(const std::string& path, const std::string& precision,
                   const std::string& reason = "--precision");
+// The line LoadModelAt leaves to be logged once the verb has checked its input and starts work, so
+// that a refused input keeps its error to one line. LogPending logs it (nothing if none is left:
+// the Python module and serve share the verbs' code); TakePending hands it over to be folded into
+// another line.
+void LogPending();
+std::string TakePending();
 
 }  // namespace ss::cli
