@@ -295,6 +295,39 @@ TEST(ChatCli, GptOssTurnsAreHarmonyMessages) {
   EXPECT_NE(refused.err.find("has no special token <|start|>"), std::string::npos) << refused.err;
 }
 
+// convert --expert-type writes the same model's experts in another type (here BF16 beside Q8_0
+// weights): kept as stored at native, the forward of the file's values (the file at f32).
+TEST(ConvertCli, ExpertTypeWritesTheExpertsInThatType) {
+  const std::string dir = TinyGptOssWithTokenizer("convert_experts");
+  const std::string out = test::TempDir("convert_experts_out") + "/m.gguf";
+  test::CliResult r =
+      test::RunCli("convert --model " + dir + " --to gguf --type q8_0 --expert-type bf16 --out " + out);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("experts bf16"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("fell back: blk.0.ffn_gate_exps"), std::string::npos) << r.err;
+  const Model native = LoadModel(out, Precision::kNative);
+  const Model f32 = LoadModel(out, Precision::kF32);
+  ASSERT_TRUE(native.weights.layers[0].packed);
+  EXPECT_EQ(native.weights.layers[0].packed->moe_w1.ggml.type, kGgmlTypeBF16);
+  EXPECT_EQ(native.weights.layers[0].packed->moe_w2.ggml.type, kGgmlTypeBF16);
+  std::vector<int> tokens;
+  for (int i = 0; i < 16; ++i) tokens.push_back((29 * i + 3) % 256);
+  auto logits = [&](const Model& m) {
+    KVCache cache = KVCache::Create(m.config, static_cast<int>(tokens.size()));
+    RunState state;
+    ForwardRequest req;
+    req.tokens = tokens;
+    const Tensor t = Forward(m, cache, state, req);
+    return std::vector<float>(t.data(), t.data() + t.numel());
+  };
+  EXPECT_LT(test::MaxRelDiff(logits(native), logits(f32), "GGUF Q8_0 + BF16 experts, native vs f32"), 1e-5);
+  for (const std::string& bad : {"--to hf --expert-type bf16", "--to gguf --type mxfp4 --expert-type q8_0"}) {
+    r = test::RunCli("convert --model " + dir + " " + bad + " --out " + out + ".x");
+    EXPECT_EQ(r.code, 1) << bad;
+    EXPECT_NE(r.err.find("--expert-type: only for --to gguf"), std::string::npos) << r.err;
+  }
+}
+
 // scripts/make_test_model.py's tiny gpt-oss, sharded: the published layout as the loader reads it.
 TEST(MakeTestModel, GptOssTinyIsThePublishedLayout) {
   if (std::system("/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
