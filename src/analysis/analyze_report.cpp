@@ -300,9 +300,9 @@ std::string ReportSummary(const AnalyzeReport& report) {
     out += per_layer("output gate, mean at positions >= 1", [](const ConditionResult& r, int l) { return r.gate_rest[l]; });
   }
   for (const auto& r : conds) out += fmt::format("sink carried by ({}): {}\n", ConditionName(r.condition), SinkCarrier(r));
-  out += "\n";
-  out += per_layer("mean alpha_0 over the layer's heads",
-                   [](const ConditionResult& r, int l) { return LayerMeanAlpha(r, 0, l); });
+  if (!conds[0].has_sink_slot)  // else in the table beside alpha_sink above
+    out += "\n" + per_layer("mean alpha_0 over the layer's heads",
+                            [](const ConditionResult& r, int l) { return LayerMeanAlpha(r, 0, l); });
   out += "\n" + per_layer("P0 norm ratio ||h_0|| / median_{i>=1} ||h_i|| after each block",
                           [](const ConditionResult& r, int l) { return r.p0_norm_ratio[l]; });
   out += "\nTop sink heads by alpha_0 (top key: most frequent argmax position, share of queries)\n";
