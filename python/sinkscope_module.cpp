@@ -125,7 +125,8 @@ class PyModel {
   // needs it (a model read only through token ids may have none).
   PyModel(const std::string& path, const std::string& tokenizer, const std::string& precision)
       : tokenizer_path_(tokenizer) {
-    const Precision p = ParsePrecision(precision);
+    // Not given: the file's own, as the CLI's (native, or f32 for an all-F32 file).
+    const Precision p = precision.empty() ? FilePrecision(path) : ParsePrecision(precision);
     model_ = LoadModel(path, p);
     if (!tokenizer_path_.empty()) tokenizer_ = FindTokenizer(model_, tokenizer_path_);
   }
@@ -538,7 +539,7 @@ PYBIND11_MODULE(_sinkscope, m) {
 
   py::class_<PyModel>(m, "Model", "A loaded model (llama2.c .bin, GGUF, or a Hugging Face directory).")
       .def(py::init<const std::string&, const std::string&, const std::string&>(), py::arg("path"),
-           py::arg("tokenizer") = "", py::arg("precision") = "f32")
+           py::arg("tokenizer") = "", py::arg("precision") = "")
       .def_property_readonly("config", &PyModel::Config)
       .def_property_readonly("path", [](const PyModel& p) { return p.model().source; })
       .def_property_readonly("n_layers", [](const PyModel& p) { return p.model().config.n_layers; })
@@ -786,6 +787,7 @@ PYBIND11_MODULE(_sinkscope, m) {
           out->doc.sinks = sinks;
           out->doc.window = window;
           out->doc.force = force;
+          out->doc.precision = PrecisionName(model.precision);
           out->doc.max_tokens = max_tokens;
           RunReleased([&] {
             for (const auto& o : options)

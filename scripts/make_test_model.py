@@ -10,11 +10,34 @@ in CI; the tests make tiny ones.
         --vocab 512 --out /tmp/tiny --dtype bf16
     python3 scripts/make_test_model.py --preset gpt-oss-tiny --sink-logit 4 --out /tmp/gptoss
 
---family gpt_oss (the gpt-oss presets set it) writes transformers' GptOssForCausalLM layout: the
-Llama tensors plus attention biases, one learned sink logit per head (self_attn.sinks, filled with
---sink-logit, or normal(0, 1) if not given), a biased router and the experts fused as
-mlp.experts.gate_up_proj (E, D, 2F) / down_proj (E, F, D) with their biases; layers alternate
-sliding window (--window) and full attention from layer 0, RoPE is YaRN as gpt-oss's config.json.
+--family gpt_oss (the gpt-oss presets set it) writes the layout of the published gpt-oss
+checkpoints (openai/gpt-oss-20b: transformers' GptOssForCausalLM with MXFP4 experts): the Llama
+tensors plus attention biases, one learned sink logit per head (self_attn.sinks, filled with
+--sink-logit, or normal(0, 1) if not given), a biased router, and the experts in MXFP4 as
+mlp.experts.gate_up_proj_blocks (E, 2F, D/32, 16) + gate_up_proj_scales (E, 2F, D/32) and
+down_proj_blocks (E, D, F/32, 16) + down_proj_scales (E, D, F/32), all U8, beside their biases
+gate_up_proj_bias (E, 2F) / down_proj_bias (E, D) in --dtype; config.json carries the published
+quantization_config. MXFP4 is the OCP Microscaling spec's: 32 E2M1 codes (4 bits, value 2j in
+the low nibble of byte j, 2j + 1 in the high one) sharing one E8M0 scale byte 2^(e - 127); the
+codes here are uniform random bytes and the scales 2^-8 .. 2^-6, so the weights have about the
+other tensors' spread (uniform codes have an RMS of 2.9). --expert-dtype bf16|f16|f32 writes the
+experts unquantised instead, fused and (in, out)-ordered as transformers holds them after
+dequantising: mlp.experts.gate_up_proj (E, D, 2F) / down_proj (E, F, D). Layers alternate sliding
+window (--window) and full attention from layer 0; RoPE is YaRN as gpt-oss's config.json. Shards
+are named as the published ones (model-00000-of-0000N.safetensors, numbered from 0).
+
+gpt_oss also gets a tokenizer.json that sinkscope's loader reads: byte-level BPE behind the o200k
+Split (the pattern of tests/data/tokenizers/o200k_pretokenize.json, tiktoken's o200k_base /
+o200k_harmony pat_str) with the model's vocabulary size, and the harmony special tokens of
+o200k_harmony (openai/harmony, src/tiktoken_ext/public_encodings.rs): <|startoftext|> 199998,
+<|endoftext|> 199999, <|return|> 200002, <|constrain|> 200003, <|channel|> 200005, <|start|> 200006,
+<|end|> 200007, <|message|> 200008, <|call|> 200012, the <|reserved_N|> ids between them and from
+200014 to the end of the vocabulary. The real o200k merges are not shipped (no copy of the
+vocabulary is at hand, and it is not ours to ship): the regular tokens are the 256 bytes (GPT-2's
+bytes_to_unicode order) and then synthetic merges (two characters, then three), enough to fill
+ids 0 .. 199997, so texts encode to 2-3 characters a token. With a vocabulary smaller than
+gpt-oss's 201088 (the tiny preset) the 16 named slots 199998 .. 200013 move to the top 16 ids,
+in the same order, and nothing is reserved.
 
 --family phi3 writes transformers' Phi3ForCausalLM layout: the Llama tensors with q, k, v fused in
 self_attn.qkv_proj (rows [q | k | v]) and gate, up in mlp.gate_up_proj (rows [gate | up]); every
@@ -63,6 +86,18 @@ PRESETS = {
 }
 DTYPES = {"bf16": ("BF16", 2, "bfloat16"), "f16": ("F16", 2, "float16"), "f32": ("F32", 4, "float32")}
 CHUNK = 1 << 22  # values drawn at a time
+MXFP4_BLOCK = 32  # values per block (OCP MX v1.0): 16 bytes of E2M1 codes, one E8M0 scale byte
+# The scales' exponents (E8M0 bytes): 2^-8 .. 2^-6 times codes of RMS 2.9.
+MXFP4_SCALE_BYTES = (119, 120, 121)
+# The published quantization_config (openai/gpt-oss-20b config.json).
+QUANTIZATION_CONFIG = {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                  "model.embed_tokens", "lm_head"],
+                       "quant_method": "mxfp4"}
+GPT_OSS_VOCAB = 201088
+# o200k_harmony's named special tokens from id 199998 on (None: <|reserved_ID|>).
+HARMONY_SPECIALS = ["<|startoftext|>", "<|endoftext|>", None, None, "<|return|>", "<|constrain|>", None,
+                    "<|channel|>", "<|start|>", "<|end|>", "<|message|>", None, None, None, "<|call|>", None]
+HARMONY_FIRST = 199998
 
 
 def tensors(s):
@@ -139,7 +174,8 @@ def apply_edits(x, row0, edits):
 
 
 def gpt_oss_tensors(s):
-    """transformers' GptOssForCausalLM state dict (modeling_gpt_oss.py)."""
+    """transformers' GptOssForCausalLM state dict (modeling_gpt_oss.py), the experts as stored in the
+    published checkpoints (MXFP4 blocks + scales) or, with --expert-dtype, unquantised."""
     d, hd, e, f = s["dim"], s["head_dim"], s["experts"], s["ffn"]
     q, kv = s["heads"] * hd, s["kv_heads"] * hd
     out = [("model.embed_tokens.weight", (s["vocab"], d), "w")]
@@ -152,10 +188,17 @@ def gpt_oss_tensors(s):
                 (p + "self_attn.o_proj.weight", (d, q), "w"), (p + "self_attn.o_proj.bias", (d,), "w"),
                 (p + "self_attn.sinks", (s["heads"],), "sink"),
                 (p + "post_attention_layernorm.weight", (d,), "norm"),
-                (p + "mlp.router.weight", (e, d), "w"), (p + "mlp.router.bias", (e,), "w"),
-                (p + "mlp.experts.gate_up_proj", (e, d, 2 * f), "w"),
-                (p + "mlp.experts.gate_up_proj_bias", (e, 2 * f), "w"),
-                (p + "mlp.experts.down_proj", (e, f, d), "w"),
+                (p + "mlp.router.weight", (e, d), "w"), (p + "mlp.router.bias", (e,), "w")]
+        if s["expert_dtype"] == "mxfp4":
+            # (out, in) rows of in / 32 blocks: gate_up's rows interleave gate (even) and up (odd).
+            out += [(p + "mlp.experts.gate_up_proj_blocks", (e, 2 * f, d // MXFP4_BLOCK, 16), "blocks"),
+                    (p + "mlp.experts.gate_up_proj_scales", (e, 2 * f, d // MXFP4_BLOCK), "scales"),
+                    (p + "mlp.experts.down_proj_blocks", (e, d, f // MXFP4_BLOCK, 16), "blocks"),
+                    (p + "mlp.experts.down_proj_scales", (e, d, f // MXFP4_BLOCK), "scales")]
+        else:
+            out += [(p + "mlp.experts.gate_up_proj", (e, d, 2 * f), "expert"),
+                    (p + "mlp.experts.down_proj", (e, f, d), "expert")]
+        out += [(p + "mlp.experts.gate_up_proj_bias", (e, 2 * f), "w"),
                 (p + "mlp.experts.down_proj_bias", (e, d), "w")]
     out += [("model.norm.weight", (d,), "norm"), ("lm_head.weight", (s["vocab"], d), "w")]
     return out
@@ -171,12 +214,25 @@ def encode(x, dtype):
     return rounded.astype("<u2").tobytes()
 
 
-def write_shard(path, items, dtype, rng, sink_logit, edits=None):
-    name, width, _ = DTYPES[dtype]
+def stored(kind, dtype, expert_dtype):
+    """(safetensors dtype, bytes a value) of a tensor of this kind."""
+    if kind in ("blocks", "scales"):
+        return "U8", 1
+    if kind == "expert" and expert_dtype != "mxfp4":
+        return DTYPES[expert_dtype][:2]
+    return DTYPES[dtype][:2]
+
+
+def tensor_bytes(t, dtype, expert_dtype):
+    return int(np.prod(t[1])) * stored(t[2], dtype, expert_dtype)[1]
+
+
+def write_shard(path, items, dtype, rng, sink_logit, expert_dtype="mxfp4", edits=None):
     header, offset = {}, 0
-    for tname, shape, _ in items:
-        n = int(np.prod(shape)) * width
-        header[tname] = {"dtype": name, "shape": list(shape), "data_offsets": [offset, offset + n]}
+    for t in items:
+        n = tensor_bytes(t, dtype, expert_dtype)
+        header[t[0]] = {"dtype": stored(t[2], dtype, expert_dtype)[0], "shape": list(t[1]),
+                        "data_offsets": [offset, offset + n]}
         offset += n
     header["__metadata__"] = {"format": "pt", "generator": "sinkscope scripts/make_test_model.py"}
     text = json.dumps(header, separators=(",", ":")).encode()
@@ -193,6 +249,14 @@ def write_shard(path, items, dtype, rng, sink_logit, edits=None):
                 n = min(left, CHUNK)
                 if mine:  # whole rows, so that the edits know which rows they see
                     n = min(left, max(cols, CHUNK // cols * cols))
+                if kind == "blocks":  # E2M1 code pairs: every byte value
+                    f.write(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+                    left -= n
+                    continue
+                if kind == "scales":
+                    f.write(rng.choice(np.array(MXFP4_SCALE_BYTES, np.uint8), n).tobytes())
+                    left -= n
+                    continue
                 if kind == "norm":
                     x = np.ones(n, np.float32)
                 elif kind == "sink":
@@ -205,9 +269,101 @@ def write_shard(path, items, dtype, rng, sink_logit, edits=None):
                     apply_edits(x, row0, mine)
                     row0 += x.shape[0]
                     x = x.reshape(-1)
-                f.write(encode(x, dtype))
+                f.write(encode(x, expert_dtype if kind == "expert" else dtype))
                 left -= n
     return offset
+
+
+def bytes_to_unicode():
+    """GPT-2's byte-level alphabet: byte b -> a printable character (the printable Latin-1 bytes
+    stand for themselves, the others are moved to U+0100 on), as byte-level BPE vocabularies spell
+    their pieces."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def harmony_specials(vocab):
+    """{id: content} of the harmony special tokens in a vocabulary of `vocab` ids (see the top)."""
+    first = HARMONY_FIRST if vocab >= GPT_OSS_VOCAB else vocab - len(HARMONY_SPECIALS)
+    out = {}
+    for i, name in enumerate(HARMONY_SPECIALS):
+        out[first + i] = name or f"<|reserved_{HARMONY_FIRST + i}|>"
+    if vocab >= GPT_OSS_VOCAB:
+        for i in range(HARMONY_FIRST + len(HARMONY_SPECIALS), vocab):
+            out[i] = f"<|reserved_{i}|>"
+    return out
+
+
+def write_tokenizer(path, vocab):
+    """A byte-level BPE tokenizer.json of `vocab` ids (see the top): the 256 bytes, synthetic
+    merges up to the first special id, then the harmony special tokens."""
+    specials = harmony_specials(vocab)
+    regular = min(specials)
+    if regular < 256 + 1:
+        sys.exit(f"make_test_model: a vocabulary of {vocab} leaves no room for the 256 bytes and the "
+                 f"{len(specials)} harmony tokens; give --vocab {256 + 1 + len(HARMONY_SPECIALS)} or more")
+    byte_char = bytes_to_unicode()
+    pieces = [byte_char[b] for b in range(256)]
+    merges = []
+    # The alphabet merges draw from: space first, then letters roughly by English frequency,
+    # digits and punctuation; the space (GPT-2's "Ġ") only starts a piece, as the o200k split
+    # only puts a space at the start of a word.
+    order = (" etaoinshrdlcumwfgypbvkjxqzETAOINSHRDLCUMWFGYPBVKJXQZ0123456789"
+             ".,'\"-!?:;()[]{}/\\_*&%$#@+=<>|^~`")
+    alphabet = [byte_char[ord(c)] for c in order]
+    tails = alphabet[1:]
+    seen = set(pieces)
+
+    def add(left, right):
+        piece = left + right
+        if piece in seen or len(pieces) >= regular:
+            return
+        seen.add(piece)
+        pieces.append(piece)
+        merges.append([left, right])
+
+    for a in alphabet:  # two characters
+        for b in tails:
+            add(a, b)
+    level = [p for p in pieces if len(p) == 2]
+    while len(pieces) < regular and level:  # then one more character at a time
+        longer = []
+        for prefix in level:
+            for b in tails:
+                add(prefix, b)
+                longer.append(prefix + b)
+                if len(pieces) >= regular:
+                    break
+            if len(pieces) >= regular:
+                break
+        level = longer
+    if len(pieces) < regular:
+        sys.exit("make_test_model: could not fill the vocabulary")  # not reached: 94^k grows fast
+    pattern = json.loads((pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "tokenizers"
+                          / "o200k_pretokenize.json").read_text())["pattern"]
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True} for i, c in sorted(specials.items())],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                  "ignore_merges": True, "vocab": {p: i for i, p in enumerate(pieces)}, "merges": merges},
+    }
+    path.write_text(json.dumps(tokenizer, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
+    return specials
 
 
 def main():
@@ -222,6 +378,9 @@ def main():
     for k in ("head_dim", "experts", "top_k", "window"):
         ap.add_argument("--" + k.replace("_", "-"), type=int)
     ap.add_argument("--sink-logit", type=float, help="gpt_oss: every head's sink logit")
+    ap.add_argument("--expert-dtype", choices=["mxfp4"] + sorted(DTYPES), default="mxfp4",
+                    help="gpt_oss: the experts in MXFP4 blocks + scales as published (default), or unquantised")
+    ap.add_argument("--no-tokenizer", action="store_true", help="gpt_oss: write no tokenizer.json")
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     ap.add_argument("--shard-gb", type=float, default=4.0, help="largest shard (GB)")
     ap.add_argument("--plant-p0-circuit", type=int, metavar="BLOCK",
@@ -237,6 +396,7 @@ def main():
             s[k] = getattr(a, k)
     s.setdefault("kv_heads", s.get("heads"))
     s.setdefault("family", "llama")
+    s["expert_dtype"] = a.expert_dtype
     required = ["layers", "dim", "heads", "ffn", "vocab"]
     if s["family"] == "gpt_oss":
         required += ["head_dim", "experts", "top_k", "window"]
@@ -253,6 +413,12 @@ def main():
         sys.exit("make_test_model: --partial-rotary needs --family phi3")
     if (s["family"] != "gpt_oss" and s["dim"] % s["heads"]) or s["heads"] % s["kv_heads"]:
         sys.exit("make_test_model: dim must be a multiple of heads, and heads of kv-heads")
+    if s["family"] == "gpt_oss" and a.expert_dtype == "mxfp4" and (s["dim"] % MXFP4_BLOCK or s["ffn"] % MXFP4_BLOCK):
+        sys.exit(f"make_test_model: MXFP4 experts need dim and ffn in whole {MXFP4_BLOCK}-value blocks "
+                 f"(got {s['dim']} and {s['ffn']}); give --expert-dtype bf16")
+    if s["family"] == "gpt_oss" and not a.no_tokenizer and s["vocab"] < 256 + 1 + len(HARMONY_SPECIALS):
+        sys.exit(f"make_test_model: the tokenizer needs --vocab {256 + 1 + len(HARMONY_SPECIALS)} or more "
+                 "(the 256 bytes and the harmony tokens), or --no-tokenizer")
 
     out = pathlib.Path(a.out)
     if out.exists():
@@ -261,11 +427,10 @@ def main():
     tmp.mkdir(parents=True)
     try:
         items = tensors(s)
-        width = DTYPES[a.dtype][1]
         limit = int(a.shard_gb * 1e9)
         shards, cur, size = [], [], 0
         for t in items:
-            n = int(np.prod(t[1])) * width
+            n = tensor_bytes(t, a.dtype, a.expert_dtype)
             if cur and size + n > limit:
                 shards.append(cur)
                 cur, size = [], 0
@@ -275,10 +440,14 @@ def main():
         rng = np.random.Generator(np.random.PCG64(a.seed))
         total, weight_map = 0, {}
         for i, group in enumerate(shards):
-            fname = (f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" if len(shards) > 1
-                     else "model.safetensors")
+            if len(shards) == 1:
+                fname = "model.safetensors"
+            elif s["family"] == "gpt_oss":  # as published: numbered from 0, "of" the last number
+                fname = f"model-{i:05d}-of-{len(shards) - 1:05d}.safetensors"
+            else:
+                fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
             edits = plant_edits(s, a.plant_p0_circuit) if a.plant_p0_circuit is not None else None
-            total += write_shard(tmp / fname, group, a.dtype, rng, a.sink_logit, edits)
+            total += write_shard(tmp / fname, group, a.dtype, rng, a.sink_logit, a.expert_dtype, edits)
             weight_map.update({t[0]: fname for t in group})
             print(f"wrote {fname} ({len(group)} tensors)", file=sys.stderr)
         if len(shards) > 1:
@@ -308,7 +477,17 @@ def main():
                 "rope_scaling": {"rope_type": "yarn", "factor": s["ctx"] / original,
                                  "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
                                  "original_max_position_embeddings": original},
+                "experts_per_token": s["top_k"], "initial_context_length": original,
+                "router_aux_loss_coef": 0.9, "output_router_logits": False, "attention_dropout": 0.0,
                 "bos_token_id": None, "eos_token_id": None})
+            if a.expert_dtype == "mxfp4":
+                config["quantization_config"] = QUANTIZATION_CONFIG
+            if not a.no_tokenizer:
+                # eos <|return|> and pad <|endoftext|>, as the published config.json (ids of the
+                # tokenizer written here: the published ones at gpt-oss's vocabulary size).
+                specials = write_tokenizer(tmp / "tokenizer.json", s["vocab"])
+                ids = {c: i for i, c in specials.items()}
+                config.update({"eos_token_id": ids["<|return|>"], "pad_token_id": ids["<|endoftext|>"]})
         if s["family"] == "phi3":
             # Phi3Config's keys (Phi-3-mini's config.json).
             config.update({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
@@ -319,8 +498,10 @@ def main():
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    params = sum(int(np.prod(t[1])) for t in items)
-    print(f"{out}: {params / 1e6:,.2f} M parameters, {total / 1e6:,.1f} MB of {a.dtype} in "
+    per_value = {"blocks": 2, "scales": 0}  # a block byte holds two weights; scales hold none
+    params = sum(int(np.prod(t[1])) * per_value.get(t[2], 1) for t in items)
+    experts = " and MXFP4 experts" if s["family"] == "gpt_oss" and a.expert_dtype == "mxfp4" else ""
+    print(f"{out}: {params / 1e6:,.2f} M parameters, {total / 1e6:,.1f} MB of {a.dtype}{experts} in "
           f"{len(shards)} shard(s)", file=sys.stderr)
 
 

@@ -218,6 +218,11 @@ TEST_F(AnalyzeCli, GptOssReportsTheLearnedSinkSlot) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("sink carried by (no-bos): the learned sink slot (100 % of heads), not position 0"),
             std::string::npos) << r.output;
+  // alpha_sink beside alpha_0, per layer and for the heads at both ends of the slot's mass.
+  EXPECT_NE(r.output.find("layer  alpha_sink no-bos  alpha_0 no-bos  alpha_sink random-p0  alpha_0 random-p0"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("heads with the most (left) and the least (right) mass on the sink slot"),
+            std::string::npos) << r.output;
   std::ifstream in(json_path);
   const nlohmann::json j = nlohmann::json::parse(in);
   const auto& c = j["conditions"][0];

@@ -27,6 +27,7 @@
 #include "kernels/vecmath.h"
 #include "model/model.h"
 #include "model/precision.h"
+#include "naive_hf.h"
 #include "random_model.h"
 #include "test_util.h"
 
@@ -612,6 +613,76 @@ TEST(PrecisionCli, AnalyzeRecordsThePrecisionAndSaysWhenItIsSlow) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("note: --precision bf16:"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("portable path"), std::string::npos) << r.output;
+}
+
+// Without --precision a model runs at the file's own precision: f32 for a file that stores every
+// weight as F32 (the llama2.c file, HF and GGUF F32), native for one that stores them in a type the
+// kernels multiply (HF BF16 / F16, GGUF Q8_0 / Q4_K, gpt-oss's MXFP4 experts in GGUF). The choice is
+// logged and recorded in the JSON, and the results are exactly those of the explicit flag.
+TEST(PrecisionCli, DefaultIsTheFilesPrecision) {
+  const std::string dir = test::TempDir("precision_default");
+  std::vector<std::pair<std::string, Precision>> files = {{kStories, Precision::kF32}};
+  // A random Llama with rows of 256 and 512 (whole blocks of every type, Q4_K's included).
+  Model random = test::RandomLlama({2, 4, 2, 256, 512, 300, 256, 5});
+  for (auto [name, dtype, p] : {std::tuple{"hf_f32", SafetensorsDtype::kF32, Precision::kF32},
+                                {"hf_bf16", SafetensorsDtype::kBF16, Precision::kNative},
+                                {"hf_f16", SafetensorsDtype::kF16, Precision::kNative}}) {
+    std::filesystem::create_directories(dir + "/" + name);
+    WriteHfModel(random, dir + "/" + name, dtype);
+    files.emplace_back(dir + "/" + name, p);
+  }
+  for (auto [type, p] : {std::pair{kGgmlTypeF32, Precision::kF32}, {kGgmlTypeQ8_0, Precision::kNative},
+                         {kGgmlTypeQ4_K, Precision::kNative}}) {
+    const std::string path = dir + "/m_" + GgmlTypeName(type) + ".gguf";
+    GgufWriter writer;
+    AddGgufModel(random, writer, type);
+    writer.Write(path);
+    files.emplace_back(path, p);
+  }
+  // gpt-oss with its experts in MXFP4 (convert's --type mxfp4: the experts MXFP4, the rest Q8_0).
+  const std::string oss = test::WriteRandomHf(
+      R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 64, "intermediate_size": 32,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+      "vocab_size": 61, "max_position_embeddings": 64, "num_local_experts": 4,
+      "num_experts_per_tok": 2, "sliding_window": 8})",
+      3, "precision_default_oss");
+  GgufWriter oss_writer;
+  AddGgufModel(LoadModel(oss), oss_writer, kGgmlTypeMXFP4);
+  oss_writer.Write(dir + "/oss.gguf");
+  files.emplace_back(dir + "/oss.gguf", Precision::kNative);
+  files.emplace_back(oss, Precision::kF32);  // the same model as written: F32 safetensors
+
+  const std::string tokens = dir + "/tokens.txt";
+  std::string ids;
+  for (int i = 0; i < 40; ++i) ids += std::to_string(3 + (7 * i) % 55) + " ";
+  WriteFileAtomic(tokens, ids);
+  for (const auto& [path, want] : files) {
+    std::string why;
+    EXPECT_EQ(FilePrecision(path, &why), want) << path << ": " << why;
+    const std::string args = "analyze --model " + path + " --tokens " + tokens +
+                             " --samples 2 --length 16 --conditions no-bos --json " + dir + "/";
+    const CliRun by_default = Cli(args + "default.json");
+    ASSERT_EQ(by_default.code, 0) << path << "\n" << by_default.output;
+    EXPECT_NE(by_default.output.find(std::string("precision ") + PrecisionName(want) + " (the file's: "),
+              std::string::npos)
+        << by_default.output;
+    const CliRun given = Cli(args + "given.json --precision " + PrecisionName(want));
+    ASSERT_EQ(given.code, 0) << path << "\n" << given.output;
+    EXPECT_NE(given.output.find(std::string("precision ") + PrecisionName(want) + " (--precision)"),
+              std::string::npos)
+        << given.output;
+    const auto a = nlohmann::json::parse(ReadFile(dir + "/default.json"));
+    const auto b = nlohmann::json::parse(ReadFile(dir + "/given.json"));
+    EXPECT_EQ(a["model"]["precision"], PrecisionName(want)) << path;
+    EXPECT_EQ(a["conditions"], b["conditions"]) << path << ": the default differs from --precision "
+                                                << PrecisionName(want);
+    if (want == Precision::kF32) {  // native on an all-F32 file is the f32 forward too
+      ASSERT_EQ(Cli(args + "native.json --precision native").code, 0) << path;
+      EXPECT_EQ(a["conditions"], nlohmann::json::parse(ReadFile(dir + "/native.json"))["conditions"]) << path;
+    }
+    std::printf("%s: default precision %s (%s); its analysis equals --precision %s's\n", path.c_str(),
+                PrecisionName(want), why.c_str(), PrecisionName(want));
+  }
 }
 
 // ppl at q8_0 on the shipped model: the per-token NLL of the f32 run within the Q8_0 rounding

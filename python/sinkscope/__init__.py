@@ -122,16 +122,18 @@ def _require_path(path, what):
     return path
 
 
-def load(path, tokenizer=None, precision="f32"):
+def load(path, tokenizer=None, precision=None):
     """Loads a model: a llama2.c ``.bin``, a GGUF file, or a Hugging Face directory (config.json +
     safetensors). ``tokenizer`` overrides the tokenizer found beside the model (it is read and
     checked against the model here: a file that is no tokenizer raises at once); ``precision`` is
-    "f32" (default), "bf16" (weights held in bf16; bf16 operands, f32 sums), "q8_0" (weights held
-    as Q8_0 blocks; f32 activations) or "native" (each projection kept in the type the file stores:
-    F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, mapped from the file; f32 activations)."""
+    "f32" (the reference), "bf16" (weights held in bf16; bf16 operands, f32 sums), "q8_0" (weights
+    held as Q8_0 blocks; f32 activations) or "native" (each projection kept in the type the file
+    stores: F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4, mapped from the file; f32 activations). None
+    (the default): the file's own, as the CLI's: "native", or "f32" for a file that stores every
+    weight as F32 (llama2.c files, trainer checkpoints); ``config["precision"]`` says which."""
     path = _require_path(path, "model")
     tok = _require_path(tokenizer, "tokenizer") if tokenizer is not None else ""
-    return Model(path, tok, precision)
+    return Model(path, tok, precision or "")
 
 
 def _input(input):
@@ -186,10 +188,11 @@ def explain(model, input=None, *, condition="bos", samples=16, length=64, seed=0
 
 def trace(checkpoints, *, samples=16, length=64, seed=0, text_file=None, tokenizer=None, eps=0.3,
           onset_threshold=0.5, amplification_threshold=3.0, early_blocks=1, other_share=0.1,
-          stable_window=3, no_cache=False, precision="f32"):
+          stable_window=3, no_cache=False, precision=None):
     """Sink profile and formation stage of every checkpoint of a run (``sinkscope trace``).
     ``checkpoints``: a run directory, or a list of checkpoint directories / GGUF files. Returns a
-    TraceResult (``steps``, ``stages``, ``table()``, ``to_json()``)."""
+    TraceResult (``steps``, ``stages``, ``table()``, ``to_json()``). ``precision``: as ``load``'s
+    (None: the checkpoints' own)."""
     if isinstance(checkpoints, (str, os.PathLike)):
         checkpoints = [checkpoints]
     paths = [_require_path(c, "checkpoints") for c in checkpoints]
@@ -197,7 +200,7 @@ def trace(checkpoints, *, samples=16, length=64, seed=0, text_file=None, tokeniz
     tok = _require_path(tokenizer, "tokenizer") if tokenizer is not None else ""
     return _sinkscope.trace(paths, samples, length, seed, text, tok, eps, onset_threshold,
                             amplification_threshold, early_blocks, other_share, stable_window,
-                            no_cache, precision)
+                            no_cache, precision or "")
 
 
 def stream(model, input, *, policy="sinks", sinks=4, window=252, force=False, max_tokens=0,

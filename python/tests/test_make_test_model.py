@@ -58,6 +58,11 @@ def test_bf16_is_the_rounded_f32_draw_and_all_load(sinkscope, tmp_path):
     rel = np.abs(l16 - l32).max() / np.abs(l32).max()
     print(f"bf16 vs f32 weights: largest logit difference {rel:.3g} of the largest logit")
     assert 0 < rel < 0.05
+    # load()'s default is the file's precision: native for BF16, f32 for F32, the same numbers as
+    # the explicit value.
+    assert m16.config["precision"] == "native" and m32.config["precision"] == "f32"
+    assert np.array_equal(l16, sinkscope.load(bf16, precision="native").forward(ids))
+    assert np.array_equal(l32, sinkscope.load(f32, precision="f32").forward(ids))
 
 
 def test_refuses_an_existing_directory_and_bad_shapes(tmp_path):

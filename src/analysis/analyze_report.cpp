@@ -245,11 +245,44 @@ std::string ReportSummary(const AnalyzeReport& report) {
   if (conds[0].has_sink_slot) {
     out += "\n" + per_layer(fmt::format("learned sink slot: share of heads with alpha_sink > {:g} per layer", conds[0].eps),
                              [](const ConditionResult& r, int l) { return r.sink_slot_rate_per_layer[l]; });
-    out += per_layer("mean alpha_sink over the layer's heads", [](const ConditionResult& r, int l) {
-      double sum = 0;
-      for (int h = 0; h < r.n_heads; ++h) sum += r.alpha_sink[static_cast<size_t>(l) * r.n_heads + h];
-      return sum / r.n_heads;
-    });
+    // The slot's mass beside position 0's, per layer and per head: which of the two the heads use.
+    std::vector<std::vector<std::string>> rows = {{"layer"}};
+    for (const auto& r : conds)
+      for (const char* m : {"alpha_sink", "alpha_0"})
+        rows[0].push_back(fmt::format("{} {}", m, ConditionName(r.condition)));
+    for (int l = 0; l < L; ++l) {
+      std::vector<std::string> row = {std::to_string(l)};
+      for (const auto& r : conds) {
+        double sum = 0;
+        for (int h = 0; h < r.n_heads; ++h) sum += r.alpha_sink[static_cast<size_t>(l) * r.n_heads + h];
+        row.push_back(F(sum / r.n_heads));
+        row.push_back(F(LayerMeanAlpha(r, 0, l)));
+      }
+      rows.push_back(row);
+    }
+    out += "mean alpha_sink and alpha_0 over the layer's heads\n" + report::FormatTable(rows);
+    std::vector<std::vector<std::string>> heads = {
+        {"condition", "layer", "head", "alpha_sink", "alpha_0", "", "layer", "head", "alpha_sink", "alpha_0"}};
+    for (const auto& r : conds) {
+      // Heads ordered by alpha_sink: the three that use the slot most, and the three that use it least.
+      std::vector<std::pair<int, int>> order;
+      for (int l = 0; l < r.n_layers; ++l)
+        for (int h = 0; h < r.n_heads; ++h) order.push_back({l, h});
+      auto slot = [&](std::pair<int, int> lh) {
+        return r.alpha_sink[static_cast<size_t>(lh.first) * r.n_heads + lh.second];
+      };
+      std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return slot(a) > slot(b); });
+      const size_t n = std::min<size_t>(3, order.size());
+      for (size_t i = 0; i < n; ++i) {
+        const auto top = order[i], low = order[order.size() - n + i];
+        heads.push_back({ConditionName(r.condition), std::to_string(top.first), std::to_string(top.second),
+                         F(slot(top)), F(r.Alpha(0, top.first, top.second)), "|",
+                         std::to_string(low.first), std::to_string(low.second), F(slot(low)),
+                         F(r.Alpha(0, low.first, low.second))});
+      }
+    }
+    out += "heads with the most (left) and the least (right) mass on the sink slot\n" +
+           report::FormatTable(heads);
   }
   if (conds[0].has_sigmoid_weights) {
     auto layer_mean = [](const std::vector<double>& v, const ConditionResult& r, int l) {
@@ -267,21 +300,25 @@ std::string ReportSummary(const AnalyzeReport& report) {
     out += per_layer("output gate, mean at positions >= 1", [](const ConditionResult& r, int l) { return r.gate_rest[l]; });
   }
   for (const auto& r : conds) out += fmt::format("sink carried by ({}): {}\n", ConditionName(r.condition), SinkCarrier(r));
-  out += "\n";
-  out += per_layer("mean alpha_0 over the layer's heads",
-                   [](const ConditionResult& r, int l) { return LayerMeanAlpha(r, 0, l); });
+  if (!conds[0].has_sink_slot)  // else in the table beside alpha_sink above
+    out += "\n" + per_layer("mean alpha_0 over the layer's heads",
+                            [](const ConditionResult& r, int l) { return LayerMeanAlpha(r, 0, l); });
   out += "\n" + per_layer("P0 norm ratio ||h_0|| / median_{i>=1} ||h_i|| after each block",
                           [](const ConditionResult& r, int l) { return r.p0_norm_ratio[l]; });
   out += "\nTop sink heads by alpha_0 (top key: most frequent argmax position, share of queries)\n";
+  const bool slot = conds[0].has_sink_slot;
   std::vector<std::vector<std::string>> heads = {{"condition", "layer", "head", "alpha_0", "alpha_1",
                                                   "top key", "top share"}};
+  if (slot) heads[0].push_back("alpha_sink");
   for (const auto& r : conds)
-    for (auto [l, h] : TopHeads(r, 3))
+    for (auto [l, h] : TopHeads(r, 3)) {
       heads.push_back({ConditionName(r.condition), std::to_string(l), std::to_string(h),
                        F(r.Alpha(0, l, h)), r.first_k > 1 ? F(r.Alpha(1, l, h)) : "-",
                        fmt::format("pos {} ({})", r.top_mode[l * r.n_heads + h],
                                    F(r.top_mode_rate[l * r.n_heads + h], 2)),
                        F(r.top_share[l * r.n_heads + h])});
+      if (slot) heads.back().push_back(F(r.alpha_sink[static_cast<size_t>(l) * r.n_heads + h]));
+    }
   out += report::FormatTable(heads);
 
   out += "\nLargest activation per condition (massive: |x| > 100 and > 1000 x median |x|)\n";

@@ -33,13 +33,13 @@ struct AnalyzeArgs {
   ConditionOptions conditions;
   std::string json;
   std::string html;
-  std::string precision = "f32";
+  std::string precision;  // empty: the file's
 };
 
 void RunAnalyze(AnalyzeArgs a) {
   a.request.conditions = a.conditions.Parse(/*single=*/false);
   ValidateAnalyze(a.request);
-  ParsePrecision(a.precision);
+  CheckPrecisionFlag(a.precision);
   const SampleOptions& in = a.request.input;
   CheckOutputs({{"--json", a.json}, {"--html", a.html}},
                SampleInputs(a.model, in.text_file, in.tokens_file, in.tokenizer));

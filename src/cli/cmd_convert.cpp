@@ -1,5 +1,5 @@
 // sinkscope convert --model PATH --to hf|gguf --out PATH
-//                   [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|mxfp4] [--force]
+//                   [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|mxfp4] [--expert-type TYPE] [--force]
 // Writes the model (any readable format) with its tokenizer as a Hugging Face directory
 // (model.safetensors + config.json + tokenizer.json) or a GGUF v3 file with the tokenizer
 // embedded. An existing --out is refused: a GGUF file is replaced only with --force, a directory
@@ -8,9 +8,13 @@
 // place. The block types (q8_0, q4_0, q4_k, q6_k) apply to 2-D weights; AddGgufModel writes a
 // weight whose rows are not whole blocks in another type, and the log names those weights. mxfp4
 // writes the MoE expert weights in MXFP4 and the other weights in Q8_0 (llama.cpp's MXFP4_MOE).
+// The stacked MoE experts are otherwise written F32, as llama.cpp's converters write them, unless
+// --expert-type names their type (gguf: the same model's experts in Q8_0 or BF16, say, to compare
+// with MXFP4).
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -32,6 +36,7 @@ struct ConvertOptions {
   std::string to;
   std::string out;
   std::string type = "f32";
+  std::string expert_type;  // empty: F32 (MXFP4 with --type mxfp4)
   bool force = false;
 };
 
@@ -58,13 +63,14 @@ void WriteHfDirectory(const LoadedModel& loaded, const std::string& out, Safeten
 
 // The weights written in another type than `ggml_type` because their rows are not whole blocks of
 // it, for the log; empty if none. 1-D tensors stay F32 by design and are not listed.
-std::string FallbackNote(const GgufWriter& writer, uint32_t ggml_type) {
+std::string FallbackNote(const GgufWriter& writer, uint32_t ggml_type, uint32_t expert_type) {
   constexpr int kListed = 8;
   std::string names;
   int count = 0;
   for (const auto& [name, type] : writer.TensorTypes()) {
     if (type == ggml_type || type == kGgmlTypeF32) continue;
     if (ggml_type == kGgmlTypeMXFP4 && type == kGgmlTypeQ8_0) continue;  // the non-expert weights' type
+    if (type == expert_type && name.find("_exps.") != std::string::npos) continue;  // --expert-type
     if (++count <= kListed)
       names += fmt::format("{}{} ({})", count > 1 ? ", " : "", name, GgmlTypeName(type));
   }
@@ -87,7 +93,9 @@ void Run(const ConvertOptions& o) {
   if (const OutputTarget t = ResolveOutput(o.out, "--out"); !t.in_place && t.exists && !o.force)
     Fail("--out {}: already exists; pass --force to replace it, or choose another path", o.out);
   SafetensorsDtype dtype = SafetensorsDtype::kF32;
-  uint32_t ggml_type = kGgmlTypeF32;
+  uint32_t ggml_type = kGgmlTypeF32, expert_type = kGgmlTypeF32;
+  if (!o.expert_type.empty() && (o.to != "gguf" || o.type == "mxfp4"))
+    Fail("--expert-type: only for --to gguf, and not with --type mxfp4 (whose experts are MXFP4)");
   if (o.to == "hf") {
     if (o.type == "f16") dtype = SafetensorsDtype::kF16;
     else if (o.type == "bf16") dtype = SafetensorsDtype::kBF16;
@@ -104,19 +112,29 @@ void Run(const ConvertOptions& o) {
     else if (o.type == "mxfp4") ggml_type = kGgmlTypeMXFP4;
     else if (o.type != "f32")
       Fail("--type {}: GGUF output supports f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, mxfp4", o.type);
+    const std::map<std::string, uint32_t> experts = {
+        {"f32", kGgmlTypeF32},   {"f16", kGgmlTypeF16},   {"bf16", kGgmlTypeBF16},
+        {"q8_0", kGgmlTypeQ8_0}, {"q4_0", kGgmlTypeQ4_0}, {"q4_k", kGgmlTypeQ4_K},
+        {"q6_k", kGgmlTypeQ6_K}, {"mxfp4", kGgmlTypeMXFP4}};
+    if (!o.expert_type.empty()) expert_type = experts.at(o.expert_type);
   }
-  LoadedModel loaded = o.model.Load();
+  // The writers read every weight as f32 (and encode it to --type).
+  ModelOptions model = o.model;
+  model.precision = "f32";
+  model.precision_reason = "convert reads the weights in f32";
+  LoadedModel loaded = model.Load();
   if (o.to == "hf") {
     WriteHfDirectory(loaded, o.out, dtype);
   } else {
     GgufWriter writer;
-    AddGgufModel(loaded.model, writer, ggml_type);
+    AddGgufModel(loaded.model, writer, ggml_type, expert_type);
     AddGgufTokenizer(*loaded.tokenizer, writer);
     writer.Write(o.out);
-    if (std::string note = FallbackNote(writer, ggml_type); !note.empty()) Log(note);
+    if (std::string note = FallbackNote(writer, ggml_type, expert_type); !note.empty()) Log(note);
   }
-  Log(fmt::format("wrote {} ({} {}, {})", o.out, o.to == "hf" ? "Hugging Face" : "GGUF",
-                  loaded.model.config.arch, o.type));
+  Log(fmt::format("wrote {} ({} {}, {}{})", o.out, o.to == "hf" ? "Hugging Face" : "GGUF",
+                  loaded.model.config.arch, o.type,
+                  o.expert_type.empty() ? "" : ", experts " + o.expert_type));
 }
 
 }  // namespace
@@ -130,6 +148,10 @@ void RegisterConvert(CLI::App& app) {
   cmd->add_option("--type", o->type,
                   "Tensor type: f32, f16, bf16, or (gguf only, for 2-D weights) q8_0, q4_0, q4_k, "
                   "q6_k; or (gguf only) mxfp4: MoE experts in MXFP4, other weights in q8_0")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "mxfp4"}));
+  cmd->add_option("--expert-type", o->expert_type,
+                  "gguf: the stacked MoE experts' type (default f32, as llama.cpp's converters; "
+                  "mxfp4 with --type mxfp4)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "mxfp4"}));
   cmd->add_flag("--force", o->force,
                 "Replace an existing --out GGUF file (a Hugging Face directory is never replaced)");

@@ -36,7 +36,7 @@ struct ExplainArgs {
   SinkOptions sink;
   LayerThresholdOptions layers;
   std::string json, html;
-  std::string precision = "f32";
+  std::string precision;  // empty: the file's
   bool verify_top_given = false;  // --verify-top on the command line (it contradicts --exhaustive)
   bool no_early_stop = false;
 };
@@ -52,7 +52,7 @@ void RunExplain(ExplainArgs a) {
   r.options.amplification_threshold = a.layers.amplification;
   r.condition = a.conditions.Parse(/*single=*/true)[0];
   ValidateExplain(r);
-  ParsePrecision(a.precision);
+  CheckPrecisionFlag(a.precision);
   const SampleOptions& in = r.input;
   CheckOutputs({{"--json", a.json}, {"--html", a.html}},
                SampleInputs(a.model, in.text_file, in.tokens_file, in.tokenizer));

@@ -8,6 +8,7 @@
 #include "common/file_util.h"
 #include "kernels/ops.h"
 #include "model/model.h"
+#include "model/precision.h"
 #include "report/report.h"
 
 namespace ss::cli {
@@ -25,7 +26,8 @@ void RegisterPpl(CLI::App& app) {
   auto* prompt_opt = cmd->add_option("--prompt", a->prompt, "Text to score");
   auto* text_opt = cmd->add_option("--text", a->text, "File whose text to score");
   cmd->add_flag("--no-bos", a->no_bos, "Do not put BOS first");
-  cmd->add_option("--json", a->json, "Write tokens, per-token NLL, mean NLL and perplexity here");
+  cmd->add_option("--json", a->json,
+                  "Write tokens, per-token NLL, mean NLL, perplexity and the precision here");
   cmd->callback([a, prompt_opt, text_opt] {
     CheckOutputs({{"--json", a->json}},
                  SampleInputs(a->model.model_path, a->text, "", a->model.tokenizer_path));
@@ -55,6 +57,7 @@ void RegisterPpl(CLI::App& app) {
     if (!a->json.empty()) {
       nlohmann::json doc = {{"schema", "sinkscope.ppl/1"},
                             {"model", m.model.source},
+                            {"precision", PrecisionName(m.model.precision)},
                             {"tokens", tokens},
                             {"nll", nll},
                             {"mean_nll", mean},

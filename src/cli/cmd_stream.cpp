@@ -16,6 +16,7 @@
 #include "common/file_util.h"
 #include "io/load.h"
 #include "io/token_ids.h"
+#include "model/precision.h"
 #include "report/report.h"
 #include "stream/stream.h"
 #include "tokenizer/find.h"
@@ -38,7 +39,7 @@ std::vector<std::string> SplitList(const std::string& text) {
 
 struct StreamArgs {
   std::string model, text, token_file, tokenizer, policy = "sinks", compare, csv, json, html;
-  std::string precision = "f32";
+  std::string precision;  // empty: the file's
   KvCacheFlags kv;
   std::string compare_kv;
   int sinks = 4, window = 252;
@@ -109,6 +110,7 @@ void RunStream(const StreamArgs& a) {
            "--max-tokens {}, a streaming policy, or --force",
            tokens.size(), model.config.max_seq_len, model.config.max_seq_len);
   }
+  LogPending();
   Log(fmt::format("streaming {} tokens of {} through {} ({})", tokens.size(), input, a.model,
                   fmt::join(SplitList(a.compare.empty() ? a.policy : a.compare), ", ")));
 
@@ -165,7 +167,7 @@ void RunStream(const StreamArgs& a) {
 
   if (!a.json.empty()) {
     const StreamDocument doc{a.model, input,   static_cast<int64_t>(tokens.size()), !a.no_bos,
-                             a.sinks, a.window, a.force, a.max_tokens};
+                             a.sinks, a.window, a.force, a.max_tokens, PrecisionName(model.precision)};
     report::WriteJson(a.json, StreamJson(doc, results));
   }
   if (!a.html.empty()) {

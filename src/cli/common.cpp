@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <utility>
 
 #include "cli/commands.h"
 #include "common/error.h"
@@ -34,14 +35,14 @@ void ModelOptions::Add(CLI::App* cmd) {
 
 LoadedModel ModelOptions::Load() const {
   LoadedModel loaded;
-  loaded.model = LoadModelAt(model_path, precision);
+  loaded.model = LoadModelAt(model_path, precision, precision_reason);
   loaded.tokenizer = FindTokenizer(loaded.model, tokenizer_path);
   const ModelConfig& c = loaded.model.config;
   Log(fmt::format("loaded {} ({}, {}, {} layers, width {}, {:.2f} M parameters; tokenizer {}, {} "
-                  "tokens)",
+                  "tokens); {}",
                   loaded.model.source, loaded.model.format, c.arch, c.n_layers, c.dim,
                   loaded.model.ParameterCount() / 1e6, loaded.tokenizer->kind(),
-                  loaded.tokenizer->vocab_size()));
+                  loaded.tokenizer->vocab_size(), TakePending()));
   return loaded;
 }
 
@@ -315,14 +316,42 @@ void AddPrecisionOption(CLI::App* cmd, std::string* precision) {
                   "bf16 only: half the memory; bf16 operands, f32 sums), q8_0 (weights held "
                   "as Q8_0 blocks: 28 % of the memory; f32 activations) or native (each "
                   "projection kept in the type the file stores: F16, BF16, Q8_0, Q4_0, Q4_K, "
-                  "Q6_K, mapped from the file; f32 activations)")
-      ->capture_default_str();
+                  "Q6_K, MXFP4, mapped from the file; f32 activations). Default: the file's, "
+                  "native, or f32 for a file that stores every weight as F32");
 }
 
-Model LoadModelAt(const std::string& path, const std::string& precision) {
-  const Precision p = ParsePrecision(precision);
-  if (const std::string note = PrecisionNote(p); !note.empty()) Log("note: " + note);
-  return LoadModel(path, p);
+void CheckPrecisionFlag(const std::string& precision) {
+  if (!precision.empty()) ParsePrecision(precision);
 }
+
+namespace {
+std::string pending_line;  // LoadModelAt's precision line, until the verb's work starts
+}  // namespace
+
+PrecisionChoice ResolvePrecision(const std::string& path, const std::string& precision,
+                                 const std::string& reason) {
+  if (!precision.empty()) {
+    const Precision p = ParsePrecision(precision);
+    return {p, fmt::format("precision {} ({})", PrecisionName(p), reason)};
+  }
+  std::string why;
+  const Precision p = FilePrecision(path, &why);
+  return {p, fmt::format("precision {} (the file's: {}{})", PrecisionName(p), why,
+                         p == Precision::kF32 ? "" : "; --precision f32 for the f32 reference")};
+}
+
+Model LoadModelAt(const std::string& path, const std::string& precision, const std::string& reason) {
+  const PrecisionChoice choice = ResolvePrecision(path, precision, reason);
+  if (const std::string note = PrecisionNote(choice.precision); !note.empty()) Log("note: " + note);
+  Model model = LoadModel(path, choice.precision);
+  pending_line = choice.line;
+  return model;
+}
+
+void LogPending() {
+  if (!pending_line.empty()) Log(TakePending());
+}
+
+std::string TakePending() { return std::exchange(pending_line, std::string()); }
 
 }  // namespace ss::cli

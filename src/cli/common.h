@@ -26,7 +26,9 @@ struct LoadedModel {
 struct ModelOptions {
   std::string model_path;
   std::string tokenizer_path;
-  std::string precision = "f32";  // --precision where the verb registers it (AddPrecisionOption)
+  // --precision where the verb registers it (AddPrecisionOption); empty: the file's (FilePrecision).
+  std::string precision;
+  std::string precision_reason = "--precision";  // why `precision` was set, for the log
   void Add(CLI::App* cmd);
   LoadedModel Load() const;  // logs a one-line summary to stderr
 };
@@ -143,11 +145,31 @@ std::vector<FlagPath> ModelInputs(const std::string& flag, const std::string& pa
 std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& text_file,
                                    const std::string& tokens_file, const std::string& tokenizer);
 
-// --precision f32|bf16|q8_0 (default f32) on the verbs that run forwards: analyze, explain, trace,
-// stream, ppl, generate, chat.
+// --precision f32|bf16|q8_0|native on the verbs that run forwards: analyze, explain, trace,
+// stream, ppl, generate, chat. Not given (empty): the file's own (io/load.h FilePrecision: native,
+// or f32 for a file that stores every weight as F32).
 void AddPrecisionOption(CLI::App* cmd, std::string* precision);
+// The flag's value checked (empty passes: the file decides), before anything is loaded.
+void CheckPrecisionFlag(const std::string& precision);
+// The precision `precision` (a --precision value, or empty for the file's) stands for on the model
+// at `path`, and the log line that says which and why: "precision native (the file's: weights
+// stored as BF16, F32; ...)", or "precision bf16 (<reason>)" for a value given.
+struct PrecisionChoice {
+  Precision precision;
+  std::string line;
+};
+PrecisionChoice ResolvePrecision(const std::string& path, const std::string& precision,
+                                 const std::string& reason = "--precision");
 // Loads the model at that precision (io/load.h: at bf16 or q8_0 the projections are held in that
-// form only, never in f32) and logs a note when the kernel runs on its portable path.
-Model LoadModelAt(const std::string& path, const std::string& precision);
+// form only, never in f32) and logs a note when the kernel runs on its portable path. The choice's
+// line waits (PendingLog) for the verb's work to start.
+Model LoadModelAt(const std::string& path, const std::string& precision,
+                  const std::string& reason = "--precision");
+// The line LoadModelAt leaves to be logged once the verb has checked its input and starts work, so
+// that a refused input keeps its error to one line. LogPending logs it (nothing if none is left:
+// the Python module and serve share the verbs' code); TakePending hands it over to be folded into
+// another line.
+void LogPending();
+std::string TakePending();
 
 }  // namespace ss::cli

@@ -13,6 +13,7 @@
 #include "common/file_util.h"
 #include "common/sha256.h"
 #include "io/hf_config.h"
+#include "io/load.h"
 #include "model/precision.h"
 #include "report/report.h"
 #include "tokenizer/find.h"
@@ -70,6 +71,7 @@ analysis::AnalyzeReport RunAnalysis(const Model& model, const SampleStream& inpu
                                         : analysis::AttnPath::kMaterialised;
   options.patterns = heads;
   analysis::AnalyzeReport rep;
+  LogPending();  // the input is checked: the precision line (CLI)
   for (size_t i = 0; i < r.conditions.size(); ++i) {
     report::Progress progress("analyze " + analysis::ConditionName(r.conditions[i]),
                               static_cast<int64_t>(samples[i].size()), "samples");
@@ -119,6 +121,7 @@ explain::ExplainReport RunExplanation(const Model& model, const SampleStream& in
     Fail("{}: {} token(s); explain needs at least {}", input.flag, T, SampleOptions::kMinLength);
   CheckLength(c, T, /*allow_long=*/false, /*has_allow_flag=*/false);
 
+  LogPending();  // the input is checked: the precision line (CLI)
   report::Progress progress("explain", 1, "forwards");
   options.progress = [&](int64_t done, int64_t) { progress.Update(done); };
   explain::ExplainReport rep;
@@ -135,7 +138,7 @@ explain::ExplainReport RunExplanation(const Model& model, const SampleStream& in
 
 void ValidateTrace(const TraceRequest& r) {
   if (r.checkpoints.empty()) Fail("--checkpoints: expected a run directory or checkpoints");
-  ParsePrecision(r.precision);
+  CheckPrecisionFlag(r.precision);
   r.input.Validate(/*conditions=*/1);
   r.sink.Validate();
   r.layers.Validate();
@@ -249,7 +252,10 @@ TraceRun RunTraceAnalysis(const TraceRequest& r, int rank, int ranks,
   settings.samples = r.input.samples;
   settings.length = r.input.length;
   settings.seed = r.input.seed;
-  settings.precision = ParsePrecision(r.precision);
+  // Not given: the first checkpoint's (a run's checkpoints share one type; a trainer's are F32).
+  std::string why = "--precision";
+  settings.precision =
+      r.precision.empty() ? FilePrecision(refs.front().path, &why) : ParsePrecision(r.precision);
   if (const std::string note = PrecisionNote(settings.precision); !note.empty()) Log("note: " + note);
   settings.profile.eps = r.sink.eps;
   settings.profile.onset_sink_rate = r.layers.onset;
@@ -259,10 +265,13 @@ TraceRun RunTraceAnalysis(const TraceRequest& r, int rank, int ranks,
   settings.stage.stable_window = r.stable_window;
   settings.cache_dir = cache_dir;
   if (rank == 0 && log)
-    log(fmt::format("{} checkpoints (steps {} .. {}); samples: {} x {} tokens, {}, seed {}{}",
+    log(fmt::format("{} checkpoints (steps {} .. {}); samples: {} x {} tokens, {}, seed {}{}; "
+                    "precision {} ({}{})",
                     refs.size(), refs.front().step, refs.back().step, r.input.samples,
                     r.input.length, plan.source, r.input.seed,
-                    ranks > 1 ? fmt::format("; {} MPI ranks", ranks) : ""));
+                    ranks > 1 ? fmt::format("; {} MPI ranks", ranks) : "",
+                    PrecisionName(settings.precision), r.precision.empty() ? "the checkpoints': " : "",
+                    why));
 
   run.results = trace::AnalyseCheckpoints(refs, settings, MakeSampleMaker(plan, r), rank, ranks, log);
   run.results = trace::GatherResults(run.results, rank, ranks);
@@ -514,7 +523,7 @@ nlohmann::json StreamJson(const StreamDocument& d, const std::vector<StreamRun>&
   doc["bos"] = d.bos;
   doc["block_size"] = kStreamBlock;
   doc["settings"] = {{"sinks", d.sinks}, {"window", d.window}, {"force", d.force},
-                     {"max_tokens", d.max_tokens}};
+                     {"max_tokens", d.max_tokens}, {"precision", d.precision}};
   doc["runs"] = nlohmann::json::array();
   for (const auto& r : runs) {
     nlohmann::json blocks = nlohmann::json::array();

@@ -70,7 +70,7 @@ struct TraceRequest {
   double other_share = 0.1;
   int stable_window = 3;
   bool no_cache = false;
-  std::string precision = "f32";
+  std::string precision;  // --precision; empty: the checkpoints' own (FilePrecision)
 };
 
 struct TraceRun {
@@ -155,6 +155,7 @@ struct StreamDocument {
   int sinks = 4, window = 252;
   bool force = false;
   int64_t max_tokens = 0;
+  std::string precision = "f32";  // the model's (PrecisionName)
 };
 // The sinkscope.stream/1 document.
 nlohmann::json StreamJson(const StreamDocument& doc, const std::vector<StreamRun>& runs);

@@ -7,6 +7,9 @@
 #include <cstring>
 #include <map>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "common/error.h"
 #include "common/file_util.h"
 #include "io/gguf.h"
@@ -73,6 +76,37 @@ std::vector<std::pair<std::string, int>> StoredTensorTypes(const std::string& pa
   std::vector<std::pair<std::string, int>> out(counts.begin(), counts.end());
   std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   return out;
+}
+
+Precision FilePrecision(const std::string& path, std::string* why) {
+  auto say = [&](const std::string& text) {
+    if (why) *why = text;
+  };
+  std::vector<std::pair<std::string, int>> types;
+  try {
+    if (!FileExists(path) || (IsDirectory(path) && !FileExists(path + "/config.json"))) {
+      say("not a model file");
+      return Precision::kF32;
+    }
+    types = StoredTensorTypes(path);
+  } catch (const Error&) {
+    // The loader reads the same headers and reports the fault in its own words.
+    say("unreadable");
+    return Precision::kF32;
+  }
+  if (types.empty()) {  // not GGUF, not a directory: llama2.c, all f32
+    say("a llama2.c file, every weight F32");
+    return Precision::kF32;
+  }
+  std::vector<std::string> names;
+  bool all_f32 = true;
+  for (const auto& [type, count] : types) {
+    names.push_back(type);
+    all_f32 = all_f32 && type == "F32";
+  }
+  say(all_f32 ? std::string("every weight stored as F32")
+              : "weights stored as " + fmt::format("{}", fmt::join(names, ", ")));
+  return all_f32 ? Precision::kF32 : Precision::kNative;
 }
 
 }  // namespace ss

@@ -466,7 +466,10 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type, uint32_
       type = tensor.dim(-1) % kMxfp4Block == 0 ? kGgmlTypeMXFP4 : kGgmlTypeF16;
     else if (tensor.rank() == 3)
       type = GgufWeightType(experts_type, tensor.dim(-1));
-    else if (tensor.rank() == 2 && !(moe_mxfp4 && name.find("ffn_gate_inp.weight") != std::string::npos))
+    // Weights only: gpt-oss's expert biases (ffn_*_exps.bias, (E, F)) are 2-D too and stay F32,
+    // as llama.cpp quantises only tensors named *.weight.
+    else if (tensor.rank() == 2 && name.ends_with(".weight") &&
+             !(moe_mxfp4 && name.find("ffn_gate_inp.weight") != std::string::npos))
       type = GgufWeightType(weights_type, tensor.dim(-1));
     w.AddTensor(name, tensor, type);
   }

@@ -84,7 +84,8 @@ int64_t Model::ParameterCount() const {
     for (const Tensor* t : {&l.attn_norm, &l.attn_norm_bias, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq,
                             &l.bk, &l.bv, &l.bo, &l.ffn_norm, &l.ffn_norm_bias, &l.w1, &l.w2,
                             &l.w3, &l.b1, &l.b2, &l.q_norm, &l.k_norm, &l.moe_router, &l.moe_w1,
-                            &l.moe_w2, &l.moe_w3, &l.b3, &l.attn_post_norm, &l.ffn_post_norm,
+                            &l.moe_w2, &l.moe_w3, &l.moe_router_bias, &l.moe_b1, &l.moe_b2,
+                            &l.moe_b3, &l.b3, &l.attn_post_norm, &l.ffn_post_norm,
                             &l.attn_sinks, &l.attn_gate, &l.attn_bias_key, &l.attn_bias_value})
       n += count(*t);
   }

@@ -13,7 +13,8 @@
 // activations: the numbers are those of the f32 forward on the stored weights, and the memory is
 // the file's. The embedding's lookup dequantises the rows it needs. A tensor stored as F32 (and a
 // llama2.c file, all F32) stays f32.
-// f32 is the default and the reference.
+// f32 is the reference. Without --precision the verbs run at the file's own precision (native, or
+// f32 for a file that stores every weight as F32: io/load.h FilePrecision).
 #pragma once
 
 #include <memory>

@@ -28,6 +28,7 @@
 #include "io/load.h"
 #include "kernels/ops.h"
 #include "model/model.h"
+#include "model/precision.h"
 #include "serve/http.h"
 #include "tokenizer/find.h"
 #include "tokenizer/tokenizer.h"
@@ -736,7 +737,8 @@ class Server {
       for (const auto& o : options)
         runs.push_back(cli::RunStreamPolicy(model_, o, tokens, nullptr, false, /*keep_nll=*/true));
       const cli::StreamDocument doc{model_.source, "text (viewer)", static_cast<int64_t>(tokens.size()),
-                                    true, sinks, window, false, max_tokens};
+                                    true, sinks, window, false, max_tokens,
+                                    PrecisionName(model_.precision)};
       json out = cli::StreamJson(doc, runs);
       json nll = json::object();
       for (const auto& r : runs) nll[stream::PolicyName(r.policy)] = r.nll;

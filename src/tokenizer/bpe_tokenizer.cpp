@@ -166,6 +166,13 @@ BpeTokenizer::BpeTokenizer(BpeModel model) : model_(std::move(model)) {
   }
 }
 
+int BpeTokenizer::SpecialTokenId(std::string_view text) const {
+  const int id = Lookup(text);
+  if (id < 0) return -1;
+  const TokenType type = model_.types[id];
+  return type == TokenType::kControl || type == TokenType::kUserDefined ? id : -1;
+}
+
 int BpeTokenizer::Lookup(std::string_view piece) const {
   auto it = piece_to_id_.find(std::string(piece));
   return it == piece_to_id_.end() ? -1 : it->second;

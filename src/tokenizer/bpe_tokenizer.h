@@ -61,6 +61,7 @@ class BpeTokenizer : public Tokenizer {
   int bos_id() const override { return model_.bos; }
   int eos_id() const override { return model_.eos; }
   std::string kind() const override { return model_.name; }
+  int SpecialTokenId(std::string_view text) const override;
   const BpeModel& model() const { return model_; }
 
  private:

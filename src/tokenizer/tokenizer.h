@@ -36,6 +36,9 @@ class Tokenizer {
   virtual int eos_id() const = 0;  // -1 if the model has none
   // Describes the model and pre-tokenizer, e.g. "llama2c", "spm", "bpe/gpt-2".
   virtual std::string kind() const = 0;
+  // The id of the special token spelled `text` (a control or added token: "<|start|>"), or -1 if
+  // the vocabulary has none. Ordinary pieces do not count.
+  virtual int SpecialTokenId(std::string_view text) const = 0;
 };
 
 // llama2.c's tokenizer.bin: the vocabulary size is not stored, so the caller passes the model's.
