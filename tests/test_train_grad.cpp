@@ -1,4 +1,5 @@
-// Finite-difference gradient checks of the trainer in float64 (TESTING: STYLE.md #9): every op on
+// Finite-difference gradient checks of the trainer in float64 (a hand-written backward has no
+// other independent check): every op on
 // its own, then the whole model (dense and MoE) against central differences of its loss. Each
 // check prints the largest relative error |analytic - numeric| / max(|analytic|, |numeric|, 1e-6).
 #include <gtest/gtest.h>

@@ -24,7 +24,5 @@ void RegisterExplain(CLI::App& app);
 
 // Logs go to stderr so that stdout holds only the command's output.
 void Log(const std::string& line);
-// True when stderr is a terminal: progress lines are shown only then.
-bool StderrIsTerminal();
 
 }  // namespace ss::cli

@@ -565,12 +565,6 @@ std::vector<std::string> SupportedHfArchitectures() {
   return out;
 }
 
-std::vector<std::string> SupportedHfModelTypes() {
-  std::vector<std::string> out;
-  for (const ArchEntry& a : Architectures()) out.push_back(a.name);
-  return out;
-}
-
 ModelConfig ParseHfConfig(std::string_view json_text, const std::string& source) {
   json j = ParseJsonStrict(json_text, source, "config.json");
   if (!j.is_object()) Fail("{}: expected a JSON object, found {}", source, j.type_name());

@@ -364,16 +364,6 @@ float GeluTanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
-float Activate(float x, ActKind kind) {
-  switch (kind) {
-    case ActKind::kSilu: return Silu(x);
-    case ActKind::kGelu: return Gelu(x);
-    case ActKind::kGeluTanh: return GeluTanh(x);
-    case ActKind::kRelu: return x > 0 ? x : 0.0f;
-  }
-  return x;
-}
-
 // Elementwise work is split into chunks of kChunk values over the OpenMP threads when there is
 // enough of it to pay for the fork (an MLP's (T, F) activations: millions of values).
 namespace {

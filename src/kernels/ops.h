@@ -62,7 +62,6 @@ double TokenNll(const float* logits, int n, int target);
 float Silu(float x);
 float Gelu(float x);      // exact erf form (torch "gelu")
 float GeluTanh(float x);  // tanh approximation (torch "gelu_new" / "gelu_pytorch_tanh")
-float Activate(float x, ActKind kind);
 // gate (n) = act(gate) * up (SwiGLU when act is SiLU). In place on gate.
 void GatedActivation(float* gate, const float* up, int64_t n, ActKind kind);
 void ActivationInPlace(float* x, int64_t n, ActKind kind);

@@ -91,11 +91,4 @@ const ParamTensor* ParamLayout::Find(const std::string& name) const {
   return nullptr;
 }
 
-const ParamTensor& ParamLayout::Owner(int64_t i) const {
-  for (const auto& t : tensors)
-    if (i >= t.offset && i < t.offset + t.numel) return t;
-  SS_ASSERT(false);
-  return tensors.front();
-}
-
 }  // namespace ss::train

@@ -42,8 +42,6 @@ struct ParamLayout {
 
   static ParamLayout Build(const TrainConfig& config);
   const ParamTensor* Find(const std::string& name) const;
-  // The tensor containing flat index i (for error messages).
-  const ParamTensor& Owner(int64_t i) const;
 };
 
 }  // namespace ss::train

@@ -8,8 +8,6 @@
 //   top activation of layer l = the largest |h^l[i, d]| over the sequences, with its ratio to the
 //   median |h^l[i, d]| of its sequence and whether it sits at position 0 (Sun et al. 2024's massive
 //   activations: above 100 and 1000x the median).
-// A small self-contained version: the analysis library (another branch) will own the full metric
-// set; this should be unified with it once merged.
 #pragma once
 
 #include <nlohmann/json.hpp>
