@@ -35,6 +35,7 @@
 #include "kernels/gemm_ggml.h"
 #include "kernels/gemm_q8.h"
 #include "kernels/parallel.h"
+#include "model/attention.h"
 #include "model/model.h"
 #include "model/precision.h"
 #include "report/report.h"
@@ -156,11 +157,11 @@ class PyModel {
     d["learned_positions"] = c.learned_pos;
     d["tied_embeddings"] = c.tied_embeddings;
     d["sliding_window"] = c.sliding_window;
-    // The attention variant (the trainer's --set attention=..., gpt-oss's sinks).
-    d["attn_sinks"] = c.attn_sinks;
-    d["attn_output_gate"] = c.attn_output_gate;
-    d["attn_kv_bias"] = c.attn_kv_bias;
-    d["attn_sigmoid"] = c.attn_sigmoid;
+    // The attention variant (the trainer's --set attention=..., gpt-oss's sinks): each variant's
+    // flag (model/attention.h), and its name.
+    for (const AttnVariant* v : AttnVariants())
+      if (v->flag) d[v->flag_name] = c.*(v->flag);
+    d["attention"] = ModelAttention(c).name;
     d["n_experts"] = c.n_experts;
     d["n_experts_per_tok"] = c.n_experts_per_tok;
     d["bos_id"] = c.bos_id;

@@ -14,6 +14,7 @@
 #include "kernels/ops.h"
 #include "kernels/parallel.h"
 #include "kernels/vecmath.h"
+#include "model/attention.h"
 #include "tensor/half.h"
 #include "test_util.h"
 
@@ -374,7 +375,7 @@ TEST(Kernels, KvBiasSlotAndSigmoidMatchNaiveOnBothPaths) {
         }
       AttnOptions opt{c.window};
       if (sigmoid) {
-        opt.sigmoid = true;
+        opt.rule = &FindAttnVariant("sigmoid", "test").rule();  // model/attn_sigmoid.cpp
       } else {
         opt.slot_logits = slot_logits.data();
         opt.slot_values = slot_values.data();
