@@ -35,6 +35,7 @@
 #include "kernels/gemm_ggml.h"
 #include "kernels/gemm_q8.h"
 #include "kernels/parallel.h"
+#include "model/attention.h"
 #include "model/model.h"
 #include "model/precision.h"
 #include "report/report.h"
@@ -157,11 +158,11 @@ class PyModel {
     d["learned_positions"] = c.learned_pos;
     d["tied_embeddings"] = c.tied_embeddings;
     d["sliding_window"] = c.sliding_window;
-    // The attention variant (the trainer's --set attention=..., gpt-oss's sinks).
-    d["attn_sinks"] = c.attn_sinks;
-    d["attn_output_gate"] = c.attn_output_gate;
-    d["attn_kv_bias"] = c.attn_kv_bias;
-    d["attn_sigmoid"] = c.attn_sigmoid;
+    // The attention variant (the trainer's --set attention=..., gpt-oss's sinks): each variant's
+    // flag (model/attention.h), and its name.
+    for (const AttnVariant* v : AttnVariants())
+      if (v->flag) d[v->flag_name] = c.*(v->flag);
+    d["attention"] = ModelAttention(c).name;
     d["n_experts"] = c.n_experts;
     d["n_experts_per_tok"] = c.n_experts_per_tok;
     d["bos_id"] = c.bos_id;
@@ -496,11 +497,11 @@ std::string Dump(const nlohmann::json& j) { return j.dump(2) + "\n"; }
 }  // namespace
 }  // namespace ss::python
 
-using namespace ss;
-using namespace ss::python;
+namespace ss::python {
+namespace {
 
-PYBIND11_MODULE(_sinkscope, m) {
-  m.doc() = "sinkscope engine (C++): models, hooks and the analyze / explain / trace / stream verbs";
+// Errors (ss::Error as sinkscope.Error, out of memory as MemoryError), threads and the BLAS in use.
+void BindEngine(py::module_& m) {
   static py::exception<Error> error(m, "Error", PyExc_ValueError);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -529,7 +530,10 @@ PYBIND11_MODULE(_sinkscope, m) {
     return d;
   }, "The OpenBLAS the engine calls (config, core, library path, whether it is the OpenMP build) "
      "and the bf16 kernel in use.");
+}
 
+// HookPoint and Model: loading, tokens, forward, hooks and the activation cache.
+void BindModel(py::module_& m) {
   py::class_<PyHookContext>(m, "HookPoint", "Where a hook runs: its name, layer (-1 for hook_embed "
                                             "and ln_final) and the position of the call's first token.")
       .def_readonly("name", &PyHookContext::name)
@@ -573,7 +577,10 @@ PYBIND11_MODULE(_sinkscope, m) {
              return py::make_tuple(r.logits, cache);
            }, py::arg("ids"), py::arg("names") = py::none(), py::arg("hooks") = py::none(),
            py::arg("allow_long_context") = false);
+}
 
+// analyze(): cli::RunAnalysis on the model, and its result.
+void BindAnalyze(py::module_& m) {
   py::class_<AnalyzeResult>(m, "AnalyzeResult")
       .def_property_readonly("conditions", [](const AnalyzeResult& r) {
         py::dict d;
@@ -605,7 +612,10 @@ PYBIND11_MODULE(_sinkscope, m) {
         }, py::arg("model"), py::arg("input"), py::arg("conditions"), py::arg("samples"),
         py::arg("length"), py::arg("seed"), py::arg("first_k"), py::arg("eps"), py::arg("patterns"),
         py::arg("attention"), py::arg("prompt"), py::arg("allow_long_context"));
+}
 
+// explain(): cli::RunExplanation, and its result.
+void BindExplain(py::module_& m) {
   py::class_<ExplainResultBox>(m, "ExplainResult")
       .def_property_readonly("verdict", [](const ExplainResultBox& r) { return r.report.result.verdict; })
       .def_property_readonly("onset_layer", [](const ExplainResultBox& r) { return r.report.result.onset_layer; })
@@ -664,7 +674,10 @@ PYBIND11_MODULE(_sinkscope, m) {
         py::arg("max_components"), py::arg("ablation"), py::arg("ablate"), py::arg("prompt"),
         py::arg("verify_top"), py::arg("exhaustive"), py::arg("estimate_samples"),
         py::arg("confidence"), py::arg("early_stop"));
+}
 
+// trace(): cli::RunTraceAnalysis over checkpoints, and its result.
+void BindTrace(py::module_& m) {
   py::class_<TraceResult>(m, "TraceResult")
       .def_property_readonly("steps", [](const TraceResult& r) {
         std::vector<int64_t> v;
@@ -715,7 +728,10 @@ PYBIND11_MODULE(_sinkscope, m) {
         py::arg("text_file"), py::arg("tokenizer"), py::arg("eps"), py::arg("onset_threshold"),
         py::arg("amplification_threshold"), py::arg("early_blocks"), py::arg("other_share"),
         py::arg("stable_window"), py::arg("no_cache"), py::arg("precision"));
+}
 
+// stream(): cli::RunStreamPolicy per policy, and its result.
+void BindStream(py::module_& m) {
   py::class_<StreamResult>(m, "StreamResult")
       .def_property_readonly("runs", [](const StreamResult& r) {
         py::list out;
@@ -798,4 +814,21 @@ PYBIND11_MODULE(_sinkscope, m) {
         }, py::arg("model"), py::arg("input"), py::arg("policies"), py::arg("sinks"), py::arg("window"),
         py::arg("force"), py::arg("max_tokens"), py::arg("bos"), py::arg("kv_type"),
         py::arg("kv_type_k"), py::arg("kv_type_v"), py::arg("kv_keep"));
+}
+
+}  // namespace
+}  // namespace ss::python
+
+using namespace ss;
+using namespace ss::python;
+
+// The module in phases, one function each (above).
+PYBIND11_MODULE(_sinkscope, m) {
+  m.doc() = "sinkscope engine (C++): models, hooks and the analyze / explain / trace / stream verbs";
+  BindEngine(m);
+  BindModel(m);
+  BindAnalyze(m);
+  BindExplain(m);
+  BindTrace(m);
+  BindStream(m);
 }

@@ -10,6 +10,7 @@
 #include "kernels/dequant.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/gemm_ggml.h"
+#include "cli/commands.h"
 #include "kernels/parallel.h"
 #include "test_util.h"
 
@@ -72,9 +73,9 @@ TEST(Blas, CliSpinsBrieflyUnlessTheUserChose) {
 // The verbs that decode a token at a time spin longer; the rest (and --version) briefly.
 TEST(Blas, DecodeVerbsSpinLonger) {
   for (const char* verb : {"generate", "chat", "stream", "serve"})
-    EXPECT_STREQ(SpinCountFor(verb), kDecodeSpinCount) << verb;
+    EXPECT_STREQ(cli::SpinCountFor(verb), kDecodeSpinCount) << verb;
   for (const char* verb : {"analyze", "explain", "trace", "train", "ppl", "inspect", "convert"})
-    EXPECT_STREQ(SpinCountFor(verb), kSpinCount) << verb;
+    EXPECT_STREQ(cli::SpinCountFor(verb), kSpinCount) << verb;
   EXPECT_GT(std::stol(kDecodeSpinCount), 10 * std::stol(kSpinCount));
 }
 

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "io/load.h"
+#include "model/attention.h"
 
 namespace ss::cli {
 
@@ -56,9 +57,7 @@ void RegisterInspect(CLI::App& app) {
                              : fmt::format("sliding window {} on {} of {} layers", c.sliding_window,
                                            sliding, c.n_layers));
     }
-    if (c.attn_sinks) features.push_back("learned sink logit per head");
-    if (c.attn_kv_bias) features.push_back("learnable key/value bias slot per kv head");
-    if (c.attn_sigmoid) features.push_back("sigmoid attention (no normalisation)");
+    if (const AttnVariant& v = ModelAttention(c); v.feature) features.push_back(v.feature);
     if (!c.dense_layers.empty()) {
       std::vector<int> dense;
       for (int l = 0; l < c.n_layers; ++l)

@@ -5,6 +5,9 @@
 #include <CLI/CLI.hpp>
 
 #include <string>
+#include <string_view>
+
+#include "kernels/parallel.h"
 
 namespace ss::cli {
 
@@ -22,9 +25,14 @@ void RegisterChat(CLI::App& app);
 void RegisterTrace(CLI::App& app);
 void RegisterExplain(CLI::App& app);
 
+// The GOMP_SPINCOUNT for a verb: kDecodeSpinCount for the verbs that decode a token at a time
+// (generate, chat, stream, serve), kSpinCount for every other verb (src/app/main.cpp says why).
+inline const char* SpinCountFor(std::string_view verb) {
+  return verb == "generate" || verb == "chat" || verb == "stream" || verb == "serve" ? kDecodeSpinCount
+                                                                                     : kSpinCount;
+}
+
 // Logs go to stderr so that stdout holds only the command's output.
 void Log(const std::string& line);
-// True when stderr is a terminal: progress lines are shown only then.
-bool StderrIsTerminal();
 
 }  // namespace ss::cli

@@ -24,7 +24,6 @@
 namespace ss::cli {
 
 void Log(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
-bool StderrIsTerminal() { return isatty(fileno(stderr)); }
 
 void ModelOptions::Add(CLI::App* cmd) {
   cmd->add_option("--model", model_path,

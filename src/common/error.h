@@ -1,4 +1,5 @@
-// Two kinds of errors (STYLE.md #7):
+// Two kinds of errors, because their readers differ (a user who gave bad input, a developer who
+// broke an invariant):
 //  - ss::Error: bad input from outside (files, flags). Carries one clear line that names the file or
 //    argument, what was expected and what was found. The CLI prints it and exits non-zero.
 //  - SS_ASSERT: a broken internal invariant. Prints file and line and aborts.

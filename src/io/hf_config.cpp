@@ -15,6 +15,7 @@
 #include "common/file_util.h"
 #include "io/json_util.h"
 #include "model/arch.h"
+#include "model/attention.h"
 
 namespace ss {
 namespace {
@@ -565,12 +566,6 @@ std::vector<std::string> SupportedHfArchitectures() {
   return out;
 }
 
-std::vector<std::string> SupportedHfModelTypes() {
-  std::vector<std::string> out;
-  for (const ArchEntry& a : Architectures()) out.push_back(a.name);
-  return out;
-}
-
 ModelConfig ParseHfConfig(std::string_view json_text, const std::string& source) {
   json j = ParseJsonStrict(json_text, source, "config.json");
   if (!j.is_object()) Fail("{}: expected a JSON object, found {}", source, j.type_name());
@@ -635,10 +630,14 @@ std::vector<std::string> DiffFields(const ModelConfig& a, const ModelConfig& b) 
   SS_DIFF(rope_scaling_factor) SS_DIFF(rope_low_freq_factor) SS_DIFF(rope_high_freq_factor)
   SS_DIFF(rope_original_max_seq_len) SS_DIFF(attn_logit_softcap) SS_DIFF(final_logit_softcap)
   SS_DIFF(eos_ids) SS_DIFF(torch_dtype) SS_DIFF(attn_scale_sqrt_dim) SS_DIFF(attn_scale_inverse_layer)
-  SS_DIFF(layer_attention) SS_DIFF(attn_sinks) SS_DIFF(attn_output_gate) SS_DIFF(attn_kv_bias) SS_DIFF(attn_sigmoid) SS_DIFF(swiglu_limit) SS_DIFF(moe_bias)
+  SS_DIFF(layer_attention) SS_DIFF(swiglu_limit) SS_DIFF(moe_bias)
   SS_DIFF(rope_yarn_beta_fast) SS_DIFF(rope_yarn_beta_slow) SS_DIFF(rope_yarn_truncate)
   SS_DIFF(norm_weight_offset) SS_DIFF(embed_scale) SS_DIFF(query_pre_attn_scalar) SS_DIFF(rope_local_theta)
 #undef SS_DIFF
+  for (const AttnVariant* v : AttnVariants())  // the attention variants' flags (model/attention.h)
+    if (v->flag && a.*(v->flag) != b.*(v->flag) &&
+        std::find(out.begin(), out.end(), v->flag_name) == out.end())
+      out.push_back(v->flag_name);
   if (out.empty() && !(a == b)) out.push_back("(a field DiffFields does not list)");
   return out;
 }

@@ -37,8 +37,7 @@ std::string HfConfigJson(const ModelConfig& config);
 // Writes HfConfigJson(config) to `path` atomically.
 void WriteHfConfig(const std::string& path, const ModelConfig& config);
 
-// The architectures[0] class names and model_type names this file understands.
+// The architectures[0] class names this file understands.
 std::vector<std::string> SupportedHfArchitectures();
-std::vector<std::string> SupportedHfModelTypes();
 
 }  // namespace ss

@@ -364,16 +364,6 @@ float GeluTanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
-float Activate(float x, ActKind kind) {
-  switch (kind) {
-    case ActKind::kSilu: return Silu(x);
-    case ActKind::kGelu: return Gelu(x);
-    case ActKind::kGeluTanh: return GeluTanh(x);
-    case ActKind::kRelu: return x > 0 ? x : 0.0f;
-  }
-  return x;
-}
-
 // Elementwise work is split into chunks of kChunk values over the OpenMP threads when there is
 // enough of it to pay for the fork (an MLP's (T, F) activations: millions of values).
 namespace {
@@ -434,26 +424,19 @@ float SlotLogit(const AttnOptions& opt, int h, int T, int64_t t) {
   return opt.sink_logits ? opt.sink_logits[h] : -INFINITY;
 }
 
-// Weights over the visible keys of one query row, then the statistics and the pattern row; returns
-// the slot's probability. row: scores for keys [key0, key0 + n) of the block; the query sees
-// [first, last] (absolute). slot_logit (-inf: none) joins the softmax and its column is then
-// dropped; opt.softcap > 0 caps the visible scores first; opt.sigmoid takes sigmoid(score) instead
-// of the softmax, with statistics over the weights divided by their sum.
+// Weights over the visible keys of one query row (opt's rule), then the statistics and the pattern
+// row; returns the slot's probability. row: scores for keys [key0, key0 + n) of the block; the
+// query sees [first, last] (absolute). slot_logit (-inf: none) is the slot column's; opt.softcap > 0
+// caps the visible scores first. The statistics read the weights times the rule's stat_scale.
 float FinishRow(float* row, int key0, int n, int first, int last, int S, int64_t ht,
                 float* pattern_row, const AttnStats* stats, float slot_logit, const AttnOptions& opt) {
   float* vis = row + (first - key0);
   const int count = last - first + 1;
   if (opt.softcap > 0) SoftCap(vis, count, opt.softcap);
-  float slot_p = 0.0f, stat_scale = 1.0f, sum = 0.0f;
-  if (opt.sigmoid) {
-    Sigmoid(vis, vis, count);
-    for (int j = 0; j < count; ++j) sum += vis[j];
-    stat_scale = sum > 0 ? 1.0f / sum : 0.0f;
-  } else {
-    slot_p = SoftmaxWithSink(vis, count, slot_logit);
-  }
+  const AttnRowInfo<float> info = opt.Rule().Row(vis, count, slot_logit, nullptr);
+  const float slot_p = info.slot_p, stat_scale = info.stat_scale;
   if (stats && stats->sink_prob) stats->sink_prob[ht] = slot_p;
-  if (stats && stats->row_sum) stats->row_sum[ht] = opt.sigmoid ? sum : 1.0f - slot_p;
+  if (stats && stats->row_sum) stats->row_sum[ht] = info.row_sum;
   std::fill(row, vis, 0.0f);
   std::fill(vis + count, row + n, 0.0f);
   if (pattern_row) {
@@ -561,206 +544,241 @@ static void MaterialisedAttention(const float* q, const float* k, const float* v
 
 // Tiled causal attention with an online softmax (Milakov & Gimelshein 2018; FlashAttention-2, Dao
 // 2023, section 3.1): per head and block of tile_q (64 or 256) queries, key tiles of kTileK are
-// scored with one sgemm, each row's running max m, normaliser l and sum of squared exponentials
-// are rescaled as the max grows, and the output accumulates P V with one more sgemm; tiles above
-// the diagonal (and before the window) are never computed. Memory per thread: tile_q x kTileK
-// scores, not x S.
-// The statistics are exact functions of the final m and l: p_j = exp(s_j - m) / l for the first K
-// logits (kept raw), top_prob = exp(s_max - m) / l, sum_j p_j^2 = sum_j exp(2 (s_j - m)) / l^2.
+// scored with one sgemm, each row's weights are taken at a running scale that its rule rescales as
+// the tiles come (softmax: the running max m, with the normaliser l and the sum of squared
+// exponentials), and the output accumulates P V with one more sgemm; tiles above the diagonal (and
+// before the window) are never computed. Memory per thread: tile_q x kTileK scores, not x S.
+// The statistics are exact functions of the row's final state: for softmax p_j = exp(s_j - m) / l
+// for the first K logits (kept raw), top_prob = exp(s_max - m) / l, sum_j p_j^2 = sum_j
+// exp(2 (s_j - m)) / l^2 (AttnRule::Weight and AttnRowEnd::stat_scale for every rule).
 //
 // bf16 (--precision bf16): each kv head's K and V are packed once per call (PackBf16Rows /
 // PackBf16Columns), each query block is scaled and rounded once, the probabilities of a tile are
 // rounded before p v; both products run MatMulBf16Block. Key tiles then start on multiples of
 // kBf16PanelWidth (the packed panels), which only moves where a windowed tile begins.
+namespace {
+
+constexpr int kTileK = 512;
+static_assert(kTileK % kBf16PanelWidth == 0);
+
+// What every (head, query block) item of one call shares.
+struct TiledPlan {
+  const float *q, *k, *v;
+  float* out;
+  int T, S, n_heads, head_dim, group, q_row, kv_row, K, tile_q;
+  float scale;
+  const AttnOptions& opt;
+  const AttnRule& rule;
+  const AttnStats* stats;
+  bool bf16;
+  int dh_pairs;
+  int64_t ldq, ldp;
+  const PackedBf16* kp;  // (Hkv) each kv head's keys and values, packed for bf16
+  const PackedBf16* vp;
+};
+
+// One thread's scratch, kept between calls (a decode step calls the kernel once per layer), sized
+// for the rows a block can have: one row in decode.
+struct TiledScratch {
+  std::span<float> scores, q_scaled, acc, best, first_logits;
+  std::span<uint32_t> qb16, pb16;
+  std::span<AttnRowState> state;
+  std::span<int> best_j;
+
+  TiledScratch(const TiledPlan& p) {
+    const size_t tq = static_cast<size_t>(std::min(p.tile_q, p.T));
+    const size_t bf = p.bf16 ? tq : 0;
+    scores = {Workspace<float, 10>(tq * kTileK), tq * kTileK};
+    q_scaled = {Workspace<float, 11>(bf * p.head_dim), bf * p.head_dim};
+    qb16 = {Workspace<uint32_t, 10>(bf * p.ldq), bf * static_cast<size_t>(p.ldq)};
+    pb16 = {Workspace<uint32_t, 11>(bf * p.ldp), bf * static_cast<size_t>(p.ldp)};
+    acc = {Workspace<float, 12>(tq * p.head_dim), tq * p.head_dim};
+    best = {Workspace<float, 13>(tq), tq};
+    state = {Workspace<AttnRowState, 13>(tq), tq};
+    first_logits = {Workspace<float, 14>(tq * p.K), tq * p.K};
+    best_j = {Workspace<int, 10>(tq), tq};
+  }
+};
+
+// One query block: its queries, rows and the keys it sees.
+struct QueryBlock {
+  int h, kvh, t0, rows, key0, key_end;  // keys [key0, key_end) (key_end - 1 seen by the last row)
+};
+
+// The bf16 packs of each kv head's keys (S, Dh) and values as (Dh, S), kept between calls.
+void PackKvBf16(const float* k, const float* v, int S, int n_kv_heads, int head_dim, int kv_row,
+                bool parallel, PackedBf16** kp, PackedBf16** vp) {
+  thread_local std::vector<PackedBf16> k_packs, v_packs;
+  if (static_cast<int>(k_packs.size()) < n_kv_heads) {
+    k_packs.resize(n_kv_heads);
+    v_packs.resize(n_kv_heads);
+  }
+  // (The parallel region uses these pointers: inside it the thread_local names would be each
+  // worker's own.)
+  PackedBf16* const kpacks = k_packs.data();
+  PackedBf16* const vpacks = v_packs.data();
+#pragma omp parallel for schedule(dynamic) if (parallel)
+  for (int item = 0; item < 2 * n_kv_heads; ++item) {
+    const int h = item / 2;
+    if (item % 2 == 0)
+      PackBf16Rows(k + h * head_dim, S, head_dim, kv_row, &kpacks[h]);
+    else
+      PackBf16Columns(v + h * head_dim, head_dim, S, kv_row, &vpacks[h]);
+  }
+  *kp = kpacks;
+  *vp = vpacks;
+}
+
+// Scores (rows, nk) of the block's queries against keys [j0, j0 + nk) into s.scores.
+void ScoreTile(const TiledPlan& p, const QueryBlock& b, TiledScratch& s, int j0, int nk) {
+  if (p.bf16) {
+    MatMulBf16Block(s.qb16.data(), p.ldq, p.kp[b.kvh], j0 / kBf16PanelWidth,
+                    (nk + kBf16PanelWidth - 1) / kBf16PanelWidth, 0, p.dh_pairs, s.scores.data(),
+                    kTileK, b.rows, /*accumulate=*/false);
+    return;
+  }
+  const float* qb = p.q + static_cast<int64_t>(b.t0) * p.q_row + b.h * p.head_dim;
+  const float* kt = p.k + static_cast<int64_t>(j0) * p.kv_row + b.kvh * p.head_dim;
+  BlockScores(qb, p.q_row, kt, p.kv_row, b.rows, nk, p.head_dim, p.scale, s.scores.data(), kTileK);
+}
+
+// Each row's scores of the tile become weights at the row's running scale (the rule's Tile): keys a
+// row does not see are zeroed, the first K logits and the largest are kept for the statistics, and
+// the row's accumulated output is rescaled when its scale moves.
+void WeighTile(const TiledPlan& p, const QueryBlock& b, TiledScratch& s, int j0, int nk) {
+  const int K = p.K;
+  for (int r = 0; r < b.rows; ++r) {
+    float* row = s.scores.data() + static_cast<int64_t>(r) * kTileK;
+    const int last = p.S - p.T + b.t0 + r;
+    const int first = p.opt.window > 0 ? std::max(0, last - p.opt.window + 1) : 0;
+    const int a = std::max(j0, first), e = std::min(j0 + nk - 1, last);  // visible in tile
+    if (a > e) {
+      std::fill(row, row + nk, 0.0f);
+      continue;
+    }
+    std::fill(row, row + (a - j0), 0.0f);
+    std::fill(row + (e - j0 + 1), row + nk, 0.0f);
+    float* vis = row + (a - j0);
+    const int count = e - a + 1;
+    if (p.opt.softcap > 0) SoftCap(vis, count, p.opt.softcap);
+    for (int j = a; j <= std::min(e, K - 1); ++j) s.first_logits[r * K + j] = row[j - j0];
+    const float tile_max = MaxOf(vis, count);
+    if (tile_max > s.best[r]) {  // the first key holding the largest logit so far
+      s.best[r] = tile_max;
+      s.best_j[r] = a + static_cast<int>(std::find(vis, vis + count, tile_max) - vis);
+    }
+    const float corr = p.rule.Tile(vis, count, tile_max, s.state[r]);
+    if (corr != 1.0f) Scale(s.acc.data() + static_cast<int64_t>(r) * p.head_dim, p.head_dim, corr);
+  }
+}
+
+// acc (rows, Dh) += the tile's weights (rows, nk) times its values.
+void AccumulateTile(const TiledPlan& p, const QueryBlock& b, TiledScratch& s, int j0, int nk) {
+  if (p.bf16) {
+    ConvertBf16Rows(s.scores.data(), b.rows, nk, kTileK, s.pb16.data(), p.ldp);
+    MatMulBf16Block(s.pb16.data(), p.ldp, p.vp[b.kvh], 0, p.vp[b.kvh].panels, j0 / 2, (nk + 1) / 2,
+                    s.acc.data(), p.head_dim, b.rows, /*accumulate=*/true);
+    return;
+  }
+  const float* vt = p.v + static_cast<int64_t>(j0) * p.kv_row + b.kvh * p.head_dim;
+  if (b.rows == 1) {
+    AddWeightedRows(s.scores.data(), vt, p.kv_row, nk, p.head_dim, s.acc.data());
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b.rows, p.head_dim, nk, 1.0f,
+                s.scores.data(), kTileK, vt, p.kv_row, 1.0f, s.acc.data(), p.head_dim);
+  }
+}
+
+// Closes the block's rows: a slot (learned sink logit, or kv-bias) is one more column of every row,
+// joining the normaliser after the last tile (the rule's End); a kv-bias slot adds its value. Then
+// the output rows and the statistics.
+void FinishBlock(const TiledPlan& p, const QueryBlock& b, TiledScratch& s) {
+  const int K = p.K, Dh = p.head_dim;
+  const AttnStats* stats = p.stats;
+  float* ob = p.out + static_cast<int64_t>(b.t0) * p.q_row + b.h * Dh;
+  for (int r = 0; r < b.rows; ++r) {
+    float* ar = s.acc.data() + static_cast<int64_t>(r) * Dh;
+    float* orow = ob + static_cast<int64_t>(r) * p.q_row;
+    const int64_t ht = static_cast<int64_t>(b.h) * p.T + b.t0 + r;
+    AttnRowState& st = s.state[r];
+    const AttnRowEnd e = p.rule.End(st, SlotLogit(p.opt, b.h, p.T, b.t0 + r));
+    if (e.acc_scale != 1.0f) Scale(ar, Dh, e.acc_scale);
+    for (int d = 0; d < Dh; ++d) orow[d] = ar[d] * e.out_scale;
+    AddSlotValue(p.opt, b.kvh, Dh, e.slot_p, orow);
+    if (!stats) continue;
+    if (stats->first_k_probs)
+      for (int j = 0; j < K; ++j)
+        stats->first_k_probs[ht * K + j] = p.rule.Weight(s.first_logits[r * K + j], st) * e.stat_scale;
+    if (stats->top_key) stats->top_key[ht] = s.best_j[r];
+    if (stats->top_prob) stats->top_prob[ht] = p.rule.Weight(s.best[r], st) * e.stat_scale;
+    if (stats->sum_sq) stats->sum_sq[ht] = st.sq * e.stat_scale * e.stat_scale;
+    if (stats->sink_prob) stats->sink_prob[ht] = e.slot_p;
+    if (stats->row_sum) stats->row_sum[ht] = e.row_sum;
+  }
+}
+
+// One (head, query block) item: its queries (scaled and rounded once at bf16), then the key tiles
+// it sees, then its rows' outputs and statistics.
+void TiledBlock(const TiledPlan& p, TiledScratch& s, int h, int block) {
+  QueryBlock b;
+  b.h = h;
+  b.kvh = h / p.group;
+  b.t0 = block * p.tile_q;
+  b.rows = std::min(p.T, b.t0 + p.tile_q) - b.t0;
+  b.key_end = p.S - p.T + b.t0 + b.rows;
+  b.key0 = p.opt.window > 0 ? std::max(0, p.S - p.T + b.t0 - p.opt.window + 1) : 0;
+  if (p.bf16) {
+    b.key0 -= b.key0 % kBf16PanelWidth;  // tiles on panel boundaries (masked by WeighTile)
+    const float* qb = p.q + static_cast<int64_t>(b.t0) * p.q_row + h * p.head_dim;
+    for (int r = 0; r < b.rows; ++r)
+      for (int d = 0; d < p.head_dim; ++d)
+        s.q_scaled[static_cast<size_t>(r) * p.head_dim + d] = qb[static_cast<int64_t>(r) * p.q_row + d] * p.scale;
+    ConvertBf16Rows(s.q_scaled.data(), b.rows, p.head_dim, p.head_dim, s.qb16.data(), p.ldq);
+  }
+  for (int r = 0; r < b.rows; ++r) p.rule.Start(s.state[r]);
+  std::fill(s.best.begin(), s.best.end(), -INFINITY);
+  std::fill(s.first_logits.begin(), s.first_logits.end(), -INFINITY);
+  std::fill(s.best_j.begin(), s.best_j.end(), 0);
+  std::fill(s.acc.begin(), s.acc.begin() + static_cast<int64_t>(b.rows) * p.head_dim, 0.0f);
+  for (int j0 = b.key0; j0 < b.key_end; j0 += kTileK) {
+    const int nk = std::min(kTileK, b.key_end - j0);
+    ScoreTile(p, b, s, j0, nk);
+    WeighTile(p, b, s, j0, nk);
+    AccumulateTile(p, b, s, j0, nk);
+  }
+  FinishBlock(p, b, s);
+}
+
+}  // namespace
+
 static void TiledAttention(const float* q, const float* k, const float* v, float* out, int T,
                            int S, int n_heads, int n_kv_heads, int head_dim, const AttnOptions& opt,
                            const AttnStats* stats, bool bf16) {
-  const int window = opt.window;
-  constexpr int kTileK = 512;
   // Long inputs take blocks of 256 queries, so that sgemm packs each key and value tile a quarter
   // as often as with 64 (analyze at T = 32,768: 268 s against 338 s); below 1,024 queries blocks of
   // 64 keep enough (head, block) items for many threads (12 heads x 16 blocks at T = 1,023). The
   // choice depends on T only, so the result does not depend on the thread count.
   const int tile_q = T >= 1024 ? 256 : 64;
-  static_assert(kTileK % kBf16PanelWidth == 0);
-  const int group = n_heads / n_kv_heads;
-  const int q_row = n_heads * head_dim;
   const int kv_row = n_kv_heads * head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const int K = stats ? stats->first_k : 0;
   const int n_blocks = (T + tile_q - 1) / tile_q;
   const int64_t work = static_cast<int64_t>(n_heads) * n_blocks;
   const bool parallel = static_cast<int64_t>(n_heads) * T * S * head_dim > (1 << 17);
-  // bf16 packs of each kv head's keys (S, Dh) and values as (Dh, S), kept between calls.
-  thread_local std::vector<PackedBf16> k_packs, v_packs;
   const int dh_pairs = (head_dim + 1) / 2;
-  const int64_t ldq = (dh_pairs + 15) / 16 * 16, ldp = kTileK / 2;
-  // (The parallel regions use these pointers: inside them the names would be each worker's own.)
   PackedBf16* kp = nullptr;
   PackedBf16* vp = nullptr;
-  if (bf16) {
-    if (static_cast<int>(k_packs.size()) < n_kv_heads) {
-      k_packs.resize(n_kv_heads);
-      v_packs.resize(n_kv_heads);
-    }
-    kp = k_packs.data();
-    vp = v_packs.data();
-#pragma omp parallel for schedule(dynamic) if (parallel)
-    for (int item = 0; item < 2 * n_kv_heads; ++item) {
-      const int h = item / 2;
-      if (item % 2 == 0)
-        PackBf16Rows(k + h * head_dim, S, head_dim, kv_row, &kp[h]);
-      else
-        PackBf16Columns(v + h * head_dim, head_dim, S, kv_row, &vp[h]);
-    }
-  }
+  if (bf16) PackKvBf16(k, v, S, n_kv_heads, head_dim, kv_row, parallel, &kp, &vp);
+  const TiledPlan plan{q, k, v, out, T, S, n_heads, head_dim, n_heads / n_kv_heads,
+                       n_heads * head_dim, kv_row, stats ? stats->first_k : 0, tile_q,
+                       1.0f / std::sqrt(static_cast<float>(head_dim)), opt, opt.Rule(), stats,
+                       bf16, dh_pairs, (dh_pairs + 15) / 16 * 16, kTileK / 2, kp, vp};
 #pragma omp parallel if (parallel)
   {
-    // Per-thread scratch kept between calls (a decode step calls this once per layer), sized for
-    // the rows a tile can have: one row in decode.
-    const size_t tq = static_cast<size_t>(std::min(tile_q, T));
-    auto scratch = [](auto* p, size_t n) { return std::span(p, n); };
-    const auto sc = scratch(Workspace<float, 10>(tq * kTileK), tq * kTileK);
-    const auto q_scaled = scratch(Workspace<float, 11>(bf16 ? tq * head_dim : 0), bf16 ? tq * head_dim : 0);
-    const auto qb16 = scratch(Workspace<uint32_t, 10>(bf16 ? tq * ldq : 0), bf16 ? tq * ldq : 0);
-    const auto pb16 = scratch(Workspace<uint32_t, 11>(bf16 ? tq * ldp : 0), bf16 ? tq * ldp : 0);
-    const auto acc = scratch(Workspace<float, 12>(tq * head_dim), tq * head_dim);
-    float* row_state = Workspace<float, 13>(4 * tq);
-    const auto m = scratch(row_state, tq), l = scratch(row_state + tq, tq),
-               sq = scratch(row_state + 2 * tq, tq), best = scratch(row_state + 3 * tq, tq);
-    const auto first_logits = scratch(Workspace<float, 14>(tq * K), tq * K);
-    const auto best_j = scratch(Workspace<int, 10>(tq), tq);
+    TiledScratch scratch(plan);
     // Later query blocks see more keys: hand them out first so the last items are the short ones.
 #pragma omp for schedule(dynamic)
-    for (int64_t item = 0; item < work; ++item) {
-      const int b = n_blocks - 1 - static_cast<int>(item / n_heads);
-      const int h = static_cast<int>(item % n_heads);
-      const int kvh = h / group;
-      const int t0 = b * tile_q, rows = std::min(T, t0 + tile_q) - t0;
-      const int key_end = S - T + t0 + rows;  // exclusive: the last row sees key_end - 1
-      int key0 = window > 0 ? std::max(0, S - T + t0 - window + 1) : 0;
-      if (bf16) key0 -= key0 % kBf16PanelWidth;  // tiles on panel boundaries (masked below)
-      const float* qb = q + static_cast<int64_t>(t0) * q_row + h * head_dim;
-      if (bf16) {
-        for (int r = 0; r < rows; ++r)
-          for (int d = 0; d < head_dim; ++d)
-            q_scaled[static_cast<size_t>(r) * head_dim + d] = qb[static_cast<int64_t>(r) * q_row + d] * scale;
-        ConvertBf16Rows(q_scaled.data(), rows, head_dim, head_dim, qb16.data(), ldq);
-      }
-      std::fill(m.begin(), m.end(), -INFINITY);
-      std::fill(best.begin(), best.end(), -INFINITY);
-      std::fill(l.begin(), l.end(), 0.0f);
-      std::fill(sq.begin(), sq.end(), 0.0f);
-      std::fill(first_logits.begin(), first_logits.end(), -INFINITY);
-      std::fill(best_j.begin(), best_j.end(), 0);
-      std::fill(acc.begin(), acc.begin() + static_cast<int64_t>(rows) * head_dim, 0.0f);
-      for (int j0 = key0; j0 < key_end; j0 += kTileK) {
-        const int nk = std::min(kTileK, key_end - j0);
-        const float* kt = k + static_cast<int64_t>(j0) * kv_row + kvh * head_dim;
-        const float* vt = v + static_cast<int64_t>(j0) * kv_row + kvh * head_dim;
-        if (bf16) {
-          MatMulBf16Block(qb16.data(), ldq, kp[kvh], j0 / kBf16PanelWidth,
-                          (nk + kBf16PanelWidth - 1) / kBf16PanelWidth, 0, dh_pairs, sc.data(),
-                          kTileK, rows, /*accumulate=*/false);
-        } else {
-          BlockScores(qb, q_row, kt, kv_row, rows, nk, head_dim, scale, sc.data(), kTileK);
-        }
-        for (int r = 0; r < rows; ++r) {
-          float* row = sc.data() + static_cast<int64_t>(r) * kTileK;
-          const int last = S - T + t0 + r;
-          const int first = window > 0 ? std::max(0, last - window + 1) : 0;
-          const int a = std::max(j0, first), e = std::min(j0 + nk - 1, last);  // visible in tile
-          if (a > e) {
-            std::fill(row, row + nk, 0.0f);
-            continue;
-          }
-          std::fill(row, row + (a - j0), 0.0f);
-          std::fill(row + (e - j0 + 1), row + nk, 0.0f);
-          float* vis = row + (a - j0);
-          const int count = e - a + 1;
-          if (opt.softcap > 0) SoftCap(vis, count, opt.softcap);
-          for (int j = a; j <= std::min(e, K - 1); ++j) first_logits[r * K + j] = row[j - j0];
-          const float tile_max = MaxOf(vis, count);
-          if (tile_max > best[r]) {  // the first key holding the largest logit so far
-            best[r] = tile_max;
-            best_j[r] = a + static_cast<int>(std::find(vis, vis + count, tile_max) - vis);
-          }
-          if (opt.sigmoid) {  // independent weights: no running maximum, l is only for statistics
-            Sigmoid(vis, vis, count);
-            for (int j = 0; j < count; ++j) {
-              l[r] += vis[j];
-              sq[r] += vis[j] * vis[j];
-            }
-            continue;
-          }
-          const float m_new = std::max(m[r], tile_max);
-          const float corr = std::exp(m[r] - m_new);  // 0 on the first visible tile
-          float tile_sq = 0.0f;
-          const float tile_sum = ExpShiftSum(vis, count, m_new, &tile_sq);
-          l[r] = l[r] * corr + tile_sum;
-          sq[r] = sq[r] * corr * corr + tile_sq;
-          if (corr != 1.0f) Scale(acc.data() + static_cast<int64_t>(r) * head_dim, head_dim, corr);
-          m[r] = m_new;
-        }
-        if (bf16) {
-          ConvertBf16Rows(sc.data(), rows, nk, kTileK, pb16.data(), ldp);
-          MatMulBf16Block(pb16.data(), ldp, vp[kvh], 0, vp[kvh].panels, j0 / 2,
-                          (nk + 1) / 2, acc.data(), head_dim, rows, /*accumulate=*/true);
-        } else if (rows == 1) {
-          AddWeightedRows(sc.data(), vt, kv_row, nk, head_dim, acc.data());
-        } else {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, nk, 1.0f,
-                      sc.data(), kTileK, vt, kv_row, 1.0f, acc.data(), head_dim);
-        }
-      }
-      // A slot (learned sink logit, or kv-bias) is one more column of every row: it joins the
-      // normaliser (rescaled if it is the new maximum); a kv-bias slot adds its value below.
-      float* ob = out + static_cast<int64_t>(t0) * q_row + h * head_dim;
-      for (int r = 0; r < rows; ++r) {
-        const float* ar = acc.data() + static_cast<int64_t>(r) * head_dim;
-        float* orow = ob + static_cast<int64_t>(r) * q_row;
-        const int64_t ht = static_cast<int64_t>(h) * T + t0 + r;
-        if (opt.sigmoid) {  // the output is the weighted sum itself; statistics over w / sum(w)
-          std::copy(ar, ar + head_dim, orow);
-          if (!stats) continue;
-          const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-          auto sig = [](float x) { return 1.0f / (1.0f + std::exp(-x)); };
-          if (stats->first_k_probs)
-            for (int j = 0; j < K; ++j)
-              stats->first_k_probs[ht * K + j] =
-                  first_logits[r * K + j] == -INFINITY ? 0.0f : sig(first_logits[r * K + j]) * inv;
-          if (stats->top_key) stats->top_key[ht] = best_j[r];
-          if (stats->top_prob) stats->top_prob[ht] = sig(best[r]) * inv;
-          if (stats->sum_sq) stats->sum_sq[ht] = sq[r] * inv * inv;
-          if (stats->sink_prob) stats->sink_prob[ht] = 0.0f;
-          if (stats->row_sum) stats->row_sum[ht] = l[r];
-          continue;
-        }
-        const float sink_logit = SlotLogit(opt, h, T, t0 + r);
-        float sink_e = 0.0f;
-        if (sink_logit != -INFINITY) {
-          const float m_new = std::max(m[r], sink_logit);
-          const float corr = std::exp(m[r] - m_new);
-          sink_e = std::exp(sink_logit - m_new);
-          l[r] = l[r] * corr + sink_e;
-          sq[r] *= corr * corr;
-          if (corr != 1.0f) Scale(acc.data() + static_cast<int64_t>(r) * head_dim, head_dim, corr);
-          m[r] = m_new;
-        }
-        const float inv = 1.0f / l[r];
-        for (int d = 0; d < head_dim; ++d) orow[d] = ar[d] * inv;
-        AddSlotValue(opt, kvh, head_dim, sink_e * inv, orow);
-        if (!stats) continue;
-        if (stats->first_k_probs)
-          for (int j = 0; j < K; ++j)
-            stats->first_k_probs[ht * K + j] = std::exp(first_logits[r * K + j] - m[r]) * inv;
-        if (stats->top_key) stats->top_key[ht] = best_j[r];
-        if (stats->top_prob) stats->top_prob[ht] = std::exp(best[r] - m[r]) * inv;
-        if (stats->sum_sq) stats->sum_sq[ht] = sq[r] * inv * inv;
-        if (stats->sink_prob) stats->sink_prob[ht] = sink_e * inv;
-        if (stats->row_sum) stats->row_sum[ht] = 1.0f - sink_e * inv;
-      }
-    }
+    for (int64_t item = 0; item < work; ++item)
+      TiledBlock(plan, scratch, static_cast<int>(item % n_heads),
+                 n_blocks - 1 - static_cast<int>(item / n_heads));
   }
 }
 
@@ -768,7 +786,7 @@ void Attention(const float* q, const float* k, const float* v, float* out, int T
                int n_heads, int n_kv_heads, int head_dim, const AttnOptions& opt, float* pattern,
                const AttnStats* stats, bool bf16) {
   SS_ASSERT(T <= S && n_heads % n_kv_heads == 0 && opt.window >= 0 && opt.softcap >= 0);
-  SS_ASSERT(!(opt.sigmoid && (opt.sink_logits || opt.slot_logits)));
+  SS_ASSERT(opt.Rule().TakesSlot() || !(opt.sink_logits || opt.slot_logits));
   if (pattern) {
     MaterialisedAttention(q, k, v, out, T, S, n_heads, n_kv_heads, head_dim, opt, pattern, stats);
   } else {
@@ -919,11 +937,7 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const KvRow
       }
       for (int j = 0; j < n; ++j) scores[j] *= scale;
       if (opt.softcap > 0) SoftCap(scores, n, opt.softcap);
-      float slot_p = 0.0f;
-      if (opt.sigmoid)
-        Sigmoid(scores, scores, n);
-      else
-        slot_p = SoftmaxWithSink(scores, n, SlotLogit(opt, h, T, t));
+      const float slot_p = opt.Rule().Row(scores, n, SlotLogit(opt, h, T, t), nullptr).slot_p;
       float* o = out + static_cast<int64_t>(t) * q_row + h * head_dim;
       std::fill(o, o + head_dim, 0.0f);
       AddSlotValue(opt, kvh, head_dim, slot_p, o);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/attn_rule.h"
 #include "kernels/kv_types.h"
 #include "kernels/kinds.h"
 
@@ -62,7 +63,6 @@ double TokenNll(const float* logits, int n, int target);
 float Silu(float x);
 float Gelu(float x);      // exact erf form (torch "gelu")
 float GeluTanh(float x);  // tanh approximation (torch "gelu_new" / "gelu_pytorch_tanh")
-float Activate(float x, ActKind kind);
 // gate (n) = act(gate) * up (SwiGLU when act is SiLU). In place on gate.
 void GatedActivation(float* gate, const float* up, int64_t n, ActKind kind);
 void ActivationInPlace(float* x, int64_t n, ActKind kind);
@@ -97,16 +97,18 @@ struct AttnStats {
 //     section 4.3; the trainer's attention=kv-bias): one more softmax column per row whose logit
 //     is given per head and query, slot_logits (H, T) [h * T + t] (it replaces sink_logits), and
 //     whose value slot_values (Hkv, Dh) is added with the slot's probability. Null: none.
-//   sigmoid: the weights are sigmoid(score) with no normalisation (Gu et al. 2024, arXiv
-//     2410.10781, section 7.4); no slot. The statistics then describe the weights divided by their
-//     sum per query (Gu et al.'s "proxy attention scores"); pattern holds the weights themselves.
+//   rule: how a row's scores become weights (kernels/attn_rule.h): null is softmax; other rules
+//     (sigmoid, softpick) come from the model's attention variant (model/attention.h). A slot
+//     needs a rule that takes one. The statistics describe the weights times the rule's
+//     stat_scale (sigmoid: each row divided by its sum); pattern holds the weights themselves.
 struct AttnOptions {
   int window = 0;
   const float* sink_logits = nullptr;
   float softcap = 0.0f;
   const float* slot_logits = nullptr;
   const float* slot_values = nullptr;
-  bool sigmoid = false;
+  const AttnRule* rule = nullptr;
+  const AttnRule& Rule() const { return rule ? *rule : SoftmaxRule(); }
 };
 
 // Causal grouped-query attention of T new queries over S cached keys (the last T of which are the

@@ -69,9 +69,4 @@ std::string BlasWarning() {
       info.library.empty() ? info.config : info.library, info.parallel);
 }
 
-const char* SpinCountFor(std::string_view verb) {
-  return verb == "generate" || verb == "chat" || verb == "stream" || verb == "serve" ? kDecodeSpinCount
-                                                                                     : kSpinCount;
-}
-
 }  // namespace ss

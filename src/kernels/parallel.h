@@ -10,14 +10,11 @@
 namespace ss {
 
 // GOMP_SPINCOUNT the CLI and the Python module set when the user chose no OpenMP wait policy:
-// threads spin about this many iterations (tens of microseconds) before sleeping (src/cli/main.cpp).
+// threads spin about this many iterations (tens of microseconds) before sleeping (src/app/main.cpp).
 inline constexpr const char* kSpinCount = "10000";
-// The spin of the verbs that decode a token at a time (generate, chat, stream, serve): about a
-// hundred times longer, a few milliseconds (src/cli/main.cpp says why).
+// The spin of work that decodes a token at a time: about a hundred times longer, a few
+// milliseconds (src/app/main.cpp says why; cli/commands.h's SpinCountFor picks it per verb).
 inline constexpr const char* kDecodeSpinCount = "1000000";
-// The GOMP_SPINCOUNT for a CLI verb: kDecodeSpinCount for generate, chat, stream and serve,
-// kSpinCount for every other verb.
-const char* SpinCountFor(std::string_view verb);
 
 // The thread counts a user may ask for, the same wherever they are given (the CLI's --threads,
 // train's "threads", the Python module's set_threads): 1 to kMaxThreads.

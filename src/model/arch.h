@@ -1,7 +1,8 @@
 // The architecture registry. A family is one file, model/arch_<file>.cpp, holding everything
 // about it: its names (Hugging Face model_type and class, llama.cpp architecture), how it reads and
 // writes its configuration in config.json and GGUF (model/family.h: one reader over both), its
-// tensor map (Hugging Face and GGUF names, model/tensor_map.h) and its forward loop (STYLE.md #2).
+// tensor map (Hugging Face and GGUF names, model/tensor_map.h) and its forward loop, so that a
+// family is read, changed and reviewed in one place.
 // Each file defines `std::span<const ArchEntry> Families_<file>()`; the build lists the files
 // (src/model/CMakeLists.txt generates families.inc), so adding a family edits no table or switch.
 // tests/test_model.cpp and tests/test_arch.cpp walk the registry.

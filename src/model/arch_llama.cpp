@@ -9,6 +9,7 @@
 // permutes them); the map records that so writers permute, while readers keep the file's order and
 // set config.rope to match (no permutation at load).
 #include "model/arch.h"
+#include "model/attention.h"
 #include "model/blocks.h"
 
 namespace ss {
@@ -48,21 +49,9 @@ TensorMap LlamaLayoutTensors(const ModelConfig& c, TensorNaming naming, ModelWei
     }
     if (c.attn_out_bias)
       specs.push_back(Spec(name("self_attn.o_proj.bias", "attn_output.bias"), {&lw.bo}, {D}));
-    // Learned sink logits (gpt-oss; sinkscope's trainer with attention=sink-logit).
-    if (c.attn_sinks)
-      specs.push_back(Spec(name("self_attn.sinks", "attn_sinks.weight"), {&lw.attn_sinks}, {c.n_heads}));
-    // Gated attention (sinkscope's trainer with attention=gated): a separate gate projection.
-    // Qwen3-Next stores the same rows inside q_proj, per head [q | gate]; a converter interleaves.
-    if (c.attn_output_gate)
-      specs.push_back(Spec(name("self_attn.output_gate.weight", "attn_output_gate.weight"), {&lw.attn_gate}, {q_dim, D}));
-    // A kv-bias slot (sinkscope's trainer with attention=kv-bias): a key and a value per kv head.
-    if (c.attn_kv_bias) {
-      // The key is dotted with the query before RoPE: its dims follow q's (GGUF's row order).
-      TensorSpec key = Spec(name("self_attn.bias_key", "attn_bias_key.weight"), {&lw.attn_bias_key}, {kv_dim});
-      key.rope_heads = c.n_kv_heads;
-      specs.push_back(key);
-      specs.push_back(Spec(name("self_attn.bias_value", "attn_bias_value.weight"), {&lw.attn_bias_value}, {kv_dim}));
-    }
+    // The attention variant's tensors (model/attention.h: learned sink logits, an output gate, a
+    // kv-bias slot), as sinkscope's trainer writes them.
+    AppendAttentionTensors(c, naming, l, lw, specs);
     if (input_norms)
       specs.push_back(Spec(name("post_attention_layernorm.weight", "ffn_norm.weight"), {&lw.ffn_norm}, {D}));
     specs.push_back(Spec(name("mlp.gate_proj.weight", "ffn_gate.weight"), {&lw.w1}, {F, D}));

@@ -10,6 +10,7 @@
 #include "common/interrupt.h"
 #include "kernels/ops.h"
 #include "kernels/vecmath.h"
+#include "model/attention.h"
 
 namespace ss {
 
@@ -171,18 +172,20 @@ static void ProjectEach(const float* x, std::initializer_list<Projection> projec
   for (const Projection& p : projections) Project(x, p.w, p.packed, p.bias, p.y, T, in, p.out);
 }
 
-// Gated attention (config.attn_output_gate): z (T, H*Dh) *= sigmoid(in W_gate^T), in the block's
-// normed input; hook_gate sees the gate, hook_z the gated output W_O reads.
+// An output gate (the attention variant's, model/attention.h; gated attention): z (T, H*Dh) *= the
+// gate of in W_gate^T, in the block's normed input; hook_gate sees the gate, hook_z the gated
+// output W_O reads.
 static void GateAttentionOutput(ForwardContext& ctx, int layer, const float* in) {
-  const LayerWeights& w = ctx.model.weights.layers[layer];
-  if (w.attn_gate.empty()) return;
+  const AttnVariant& variant = ModelAttention(ctx.config);
+  if (variant.gate_param < 0) return;
+  const Tensor& gate = ctx.model.weights.layers[layer].*variant.params[variant.gate_param].field;
   const ModelConfig& c = ctx.config;
   RunState& s = ctx.state;
   const int T = ctx.T;
   const int64_t n = static_cast<int64_t>(T) * c.q_dim();
   if (s.gate.numel() < n) s.gate = Tensor::Zeros({n});
-  Project(in, w.attn_gate, nullptr, Tensor(), s.gate.data(), T, c.dim, c.q_dim());
-  Sigmoid(s.gate.data(), s.gate.data(), n);
+  Project(in, gate, nullptr, Tensor(), s.gate.data(), T, c.dim, c.q_dim());
+  variant.f32.gate(s.gate.data(), n);
   if (ctx.HookActive(HookPoint::kAttnGate, layer))
     ctx.RunHook(HookPoint::kAttnGate, layer, s.gate.data(), {T, c.n_heads, c.head_dim});
   float* z = s.z.data();
@@ -203,40 +206,28 @@ static void NormalizeQk(const ModelConfig& c, const LayerWeights& w, float* q, f
   }
 }
 
-// A kv-bias slot (config.attn_kv_bias): each head's slot logit q_t . k*_kvh / sqrt(Dh) for the T
-// queries q (T, H*Dh) before RoPE, into s.slot_logits (H, T). Nothing without one.
-static void KvBiasLogits(ForwardContext& ctx, int layer, const float* q) {
-  const LayerWeights& w = ctx.model.weights.layers[layer];
-  if (w.attn_bias_key.empty()) return;
+// A slot whose logit comes from the query (the attention variant's, model/attention.h; kv-bias):
+// each head's slot logit for the T queries q (T, H*Dh) before RoPE, into s.slot_logits (H, T).
+// Nothing without one.
+static void SlotLogits(ForwardContext& ctx, int layer, const float* q) {
+  const AttnVariant& variant = ModelAttention(ctx.config);
+  if (variant.slot != AttnSlot::kPerQuery) return;
   const ModelConfig& c = ctx.config;
   RunState& s = ctx.state;
-  const int T = ctx.T, H = c.n_heads, Dh = c.head_dim, group = c.n_heads / c.n_kv_heads;
-  if (s.slot_logits.numel() < static_cast<int64_t>(H) * T) s.slot_logits = Tensor::Zeros({int64_t(H) * T});
-  const float scale = 1.0f / std::sqrt(static_cast<float>(Dh));
-  for (int h = 0; h < H; ++h) {
-    const float* key = w.attn_bias_key.data() + static_cast<int64_t>(h / group) * Dh;
-    for (int t = 0; t < T; ++t) {
-      const float* qt = q + static_cast<int64_t>(t) * c.q_dim() + h * Dh;
-      float dot = 0.0f;
-      for (int d = 0; d < Dh; ++d) dot += qt[d] * key[d];
-      s.slot_logits[static_cast<int64_t>(h) * T + t] = dot * scale;
-    }
-  }
+  const int64_t n = static_cast<int64_t>(c.n_heads) * ctx.T;
+  if (s.slot_logits.numel() < n) s.slot_logits = Tensor::Zeros({n});
+  const std::vector<const float*> params = AttnParamData(variant, ctx.model.weights.layers[layer]);
+  variant.f32.slot_logits(params.data(), q, s.slot_logits.data(),
+                          AttnShape{1, ctx.T, c.n_heads, c.n_kv_heads, c.head_dim, c.dim});
 }
 
-// Layer `layer`'s window, sink slot (learned logits or the kv-bias slot KvBiasLogits computed),
-// soft-cap and weighting (softmax or sigmoid).
+// Layer `layer`'s window, soft-cap and the variant's rule and slot (learned logits, or the slot
+// logits SlotLogits computed).
 static AttnOptions LayerAttnOptions(const ForwardContext& ctx, int layer) {
   const ModelConfig& c = ctx.config;
-  const LayerWeights& w = ctx.model.weights.layers[layer];
-  AttnOptions o{ctx.request.self_attention_only ? 1 : c.Window(layer),
-                c.attn_sinks ? w.attn_sinks.data() : nullptr, c.attn_logit_softcap};
-  if (c.attn_kv_bias) {
-    o.slot_logits = ctx.state.slot_logits.data();
-    o.slot_values = w.attn_bias_value.data();
-  }
-  o.sigmoid = c.attn_sigmoid;
-  return o;
+  return ss::LayerAttnOptions(c, ctx.model.weights.layers[layer],
+                              ctx.request.self_attention_only ? 1 : c.Window(layer),
+                              ctx.state.slot_logits.empty() ? nullptr : ctx.state.slot_logits.data());
 }
 
 // Self-attention on a sink + ring streaming cache (ForwardRequest::stream; see model.h).
@@ -260,7 +251,7 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
                {w.wv, Packed(w, &LayerPacked::wv), w.bv, s.v_new.data(), kv_dim}},
               T, D);
   NormalizeQk(c, w, s.q.data(), s.k_new.data(), T);
-  KvBiasLogits(ctx, layer, s.q.data());
+  SlotLogits(ctx, layer, s.q.data());
   const bool has_sinks = layout.sinks > 0;
   if (c.rope != RopeKind::kNone) {
     // Stream indices fit in int for 2^31 tokens; beyond that the stream must be restarted.
@@ -326,7 +317,7 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
                {w.wv, Packed(w, &LayerPacked::wv), w.bv, v_new, c.kv_dim()}},
               T, D);
   NormalizeQk(c, w, s.q.data(), k_new, T);
-  KvBiasLogits(ctx, layer, s.q.data());
+  SlotLogits(ctx, layer, s.q.data());
   if (c.rope != RopeKind::kNone) {
     RopeWithFrequencies(s.q.data(), ctx.positions, H, Dh, c.rot_dim(), ctx.RopeFreq(layer), c.rope);
     RopeWithFrequencies(k_new, ctx.positions, Hkv, Dh, c.rot_dim(), ctx.RopeFreq(layer), c.rope);

@@ -1,5 +1,6 @@
-// Sublayer helpers shared by the architecture families (STYLE.md #3): a family's forward loop is a
-// sequence of these named calls.
+// Sublayer helpers shared by the architecture families: a family's forward loop is a sequence of
+// these named calls (norm, attention, residual, norm, MLP, residual), so that it reads like the
+// paper's block and the arithmetic lives once, here.
 #pragma once
 
 #include <vector>

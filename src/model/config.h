@@ -78,6 +78,9 @@ struct ModelConfig {
   // Sigmoid attention without normalisation (Gu et al. 2024, arXiv 2410.10781, section 7.4; the
   // trainer's attention=sigmoid): weights sigmoid(q . k / sqrt(Dh)), not a softmax.
   bool attn_sigmoid = false;
+  // Softpick attention (Zuhri et al. 2025, arXiv 2504.20966; model/attn_softpick.cpp): rectified
+  // softmax weights ReLU(e^x - 1) / (sum |e^x - 1| + eps).
+  bool attn_softpick = false;
   // gpt-oss's expert activation (modeling_gpt_oss.py GptOssExperts): gate clamped above at the
   // limit, up clamped to [-limit, limit], out = (up + 1) * gate * sigmoid(1.702 gate). 0: the
   // plain gated activation act(gate) * up.

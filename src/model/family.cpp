@@ -4,10 +4,9 @@
 #include <cmath>
 #include <string_view>
 
-namespace ss {
+#include "model/attention.h"
 
-// sinkscope's extension for the trainer's attention=sigmoid (docs/TRAINING.md).
-constexpr Key kSigmoidKey{"sinkscope_attn_sigmoid", "sinkscope.attention.sigmoid"};
+namespace ss {
 
 int ConfigReader::PositiveInt(Key k, std::optional<int64_t> fallback) const {
   const int64_t v = Int(k, fallback);
@@ -60,23 +59,10 @@ void ReadLlamaCore(const ConfigReader& r, const FamilyDefaults& d, int head_dim_
     c->qkv_bias = r.HasTensor("blk.0.attn_q.bias");
     c->attn_out_bias = r.HasTensor("blk.0.attn_output.bias");
     c->mlp_bias = r.HasTensor("blk.0.ffn_gate.bias");
-    c->attn_sinks = r.HasTensor("blk.0.attn_sinks.weight");  // gpt-oss, or a sink-logit model
-    c->attn_output_gate = r.HasTensor("blk.0.attn_output_gate.weight");
-    c->attn_kv_bias = r.HasTensor("blk.0.attn_bias_key.weight");
-  } else {
-    // sinkscope's extension for models its trainer made with --set attention=sink-logit: a
-    // learned sink logit per head (self_attn.sinks, as gpt-oss stores it) on a Llama / Qwen layout.
-    c->attn_sinks = r.Bool({"sinkscope_attn_sinks", nullptr}, false);
-    // And with --set attention=gated: an output gate per head (self_attn.output_gate.weight).
-    c->attn_output_gate = r.Bool({"sinkscope_attn_output_gate", nullptr}, false);
-    // With attention=kv-bias: a key/value slot per kv head (self_attn.bias_key / bias_value).
-    c->attn_kv_bias = r.Bool({"sinkscope_attn_kv_bias", nullptr}, false);
   }
-  // With attention=sigmoid: sigmoid weights without normalisation (no tensor shows it in GGUF).
-  c->attn_sigmoid = r.Bool(kSigmoidKey, false);
-  if (c->attn_sigmoid && c->HasSinkSlot())
-    r.Fail(kSigmoidKey, "cannot be combined with a sink slot (sinks or kv-bias): sigmoid weights "
-           "are not normalised, so there is no mass for a slot to hold");
+  // The attention variant (model/attention.h): sinkscope's extension keys for the models its trainer
+  // makes with --set attention=..., or in GGUF the variant's tensors (gpt-oss's sinks included).
+  ReadAttentionVariant(r, c);
   if (c->n_heads % c->n_kv_heads != 0)
     ss::Fail("{}: {} {} is not a multiple of {} {}", r.source(), r.Name(heads), c->n_heads,
              r.Name(kv_heads), c->n_kv_heads);
@@ -95,10 +81,7 @@ void WriteLlamaCore(const ModelConfig& c, ConfigWriter& w, CoreWrite options) {
   w.Float({"rms_norm_eps", "attention.layer_norm_rms_epsilon"}, c.norm_eps);
   w.String({options.act_key, nullptr}, ActName(c.act));
   w.Float({"rope_theta", nullptr}, c.rope_theta);  // GGUF: rope.freq_base with the other RoPE keys
-  if (c.attn_sinks && options.sink_extension) w.Bool({"sinkscope_attn_sinks", nullptr}, true);
-  if (c.attn_output_gate) w.Bool({"sinkscope_attn_output_gate", nullptr}, true);
-  if (c.attn_kv_bias) w.Bool({"sinkscope_attn_kv_bias", nullptr}, true);
-  if (c.attn_sigmoid) w.Bool(kSigmoidKey, true);
+  WriteAttentionVariant(c, w, options.sink_extension ? nullptr : &ModelConfig::attn_sinks);
 }
 
 void ReadAttentionBias(const ConfigReader& r, bool fallback, ModelConfig* c) {

@@ -111,15 +111,16 @@ const char* ActName(ActKind act, const char* gelu_tanh_name = "gelu_pytorch_tanh
 // The Llama-style core every family but GPT-2 and GPT-NeoX shares: sizes, heads, head_dim
 // (`head_dim_default`; 0: hidden / heads), vocabulary (config.json; GGUF's comes from the
 // embedding), context, RMSNorm epsilon, activation, rotate-half RoPE and its base, biases (GGUF:
-// from the tensors present), learned sinks (config.json: sinkscope's "sinkscope_attn_sinks"
-// extension; GGUF: attn_sinks tensors), and intermediate_size into hidden_dim unless
-// `read_ffn_width` is false.
+// from the tensors present), the attention variant (model/attention.h: sinkscope's extension keys
+// such as "sinkscope_attn_sinks"; GGUF: the variant's tensors or keys), and intermediate_size into
+// hidden_dim unless `read_ffn_width` is false.
 void ReadLlamaCore(const ConfigReader& r, const FamilyDefaults& d, int head_dim_default,
                    ModelConfig* c, bool read_ffn_width = true);
 // Writes what ReadLlamaCore reads. `act_key`: config.json's name for the activation.
 struct CoreWrite {
   bool ffn_width = true;       // intermediate_size / feed_forward_length is hidden_dim
-  bool sink_extension = true;  // "sinkscope_attn_sinks" when the model has learned sinks
+  // "sinkscope_attn_sinks" when the model has learned sinks (false: the family's own, gpt-oss)
+  bool sink_extension = true;
   const char* act_key = "hidden_act";
 };
 void WriteLlamaCore(const ModelConfig& c, ConfigWriter& w, CoreWrite options = {});

@@ -1,5 +1,5 @@
 // ModelWeights: the tensors of a model, separate from its config and from any run state
-// (STYLE.md #5: one set of weights serves many KV caches and runs). Linear weights are stored as
+// (one set of weights serves many KV caches and many runs at once). Linear weights are stored as
 // PyTorch's nn.Linear stores them, (out, in), so y = x W^T.
 #pragma once
 

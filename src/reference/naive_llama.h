@@ -1,6 +1,7 @@
 // An independent, deliberately plain forward pass for Llama-family models: one token at a time,
-// plain loops, one thread, no BLAS and none of the shared kernels (STYLE.md #10). It is the slow
-// reference that tests hold the fast path to, and the naive baseline in the benchmarks.
+// plain loops, one thread, no BLAS and none of the shared kernels, so that an error in a fast
+// kernel cannot hide in the reference too. It is the slow reference that tests hold the fast path
+// to, and the naive baseline in the benchmarks.
 #pragma once
 
 #include <vector>

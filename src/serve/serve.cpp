@@ -27,6 +27,7 @@
 #include "explain/explain_report.h"
 #include "io/load.h"
 #include "kernels/ops.h"
+#include "model/attention.h"
 #include "model/model.h"
 #include "model/precision.h"
 #include "serve/http.h"
@@ -51,11 +52,14 @@ void ForEachQueryBlock(const Model& model, int layer, const float* q, const floa
                        int head, int q0, int q1, const float* slot_logits, Fn fn) {
   const ModelConfig& c = model.config;
   const int Dh = c.head_dim, H = c.n_heads, Hkv = c.n_kv_heads;
-  const Tensor& sinks = model.weights.layers[layer].attn_sinks;
-  AttnOptions opt{c.Window(layer), c.attn_sinks ? sinks.data() + head : nullptr, c.attn_logit_softcap};
-  opt.sigmoid = c.attn_sigmoid;  // the tiles show sigmoid attention's weights as they are
-  if (c.attn_kv_bias && !slot_logits)
+  // The layer's options (model/attention.h): the tiles show a rule's weights as they are (sigmoid
+  // attention's unnormalised); one head against its kv head, so a per-head slot is this head's.
+  const bool per_query_slot = ModelAttention(c).slot == AttnSlot::kPerQuery;
+  if (per_query_slot && !slot_logits)
     Fail("layer {}: a kv-bias model's pattern needs the slot logits of the forward pass", layer);
+  AttnOptions opt = LayerAttnOptions(c, model.weights.layers[layer], c.Window(layer), nullptr);
+  if (opt.sink_logits) opt.sink_logits += head;
+  opt.slot_values = nullptr;  // the tiles read the weights only
   const float query_scale = c.QueryScale(layer);  // hook_q is taken before it
   const int kv_head = head / (H / Hkv);
   std::vector<float> kh(static_cast<size_t>(q1) * Dh), vh(static_cast<size_t>(q1) * Dh, 0.0f);
@@ -72,7 +76,7 @@ void ForEachQueryBlock(const Model& model, int layer, const float* q, const floa
     out.resize(static_cast<size_t>(rows) * Dh);
     probs.assign(static_cast<size_t>(rows) * S, 0.0f);
     // The slot's logits of this head's queries b .. b + rows: (1, rows) for the one-head call.
-    if (c.attn_kv_bias) opt.slot_logits = slot_logits + static_cast<int64_t>(head) * T + b;
+    if (per_query_slot) opt.slot_logits = slot_logits + static_cast<int64_t>(head) * T + b;
     // One head against its kv head: the same kernel, scaling and window as the forward pass.
     Attention(qh.data(), kh.data(), vh.data(), out.data(), rows, S, 1, 1, Dh, opt, probs.data(),
               nullptr);
@@ -543,7 +547,7 @@ class Server {
         hooks.Add(HookPoint::kQ, l, [&s](const HookContext&, Tensor& a) { s.q = a.Copy(); });
         hooks.Add(HookPoint::kK, l, [&s, &state, &c, l, layer](const HookContext&, Tensor& a) {
           s.k = a.Copy();
-          if (c.attn_kv_bias) {  // this layer's slot logits, computed before RoPE (blocks.cpp)
+          if (ModelAttention(c).slot == AttnSlot::kPerQuery) {  // this layer's slot logits, computed before RoPE (blocks.cpp)
             const int64_t n = static_cast<int64_t>(c.n_heads) * a.dim(0);
             s.slot = Tensor::Zeros({n});
             std::copy_n(state.slot_logits.data(), n, s.slot.data());

@@ -7,7 +7,8 @@
 //   H  query heads   Hkv  key/value heads  Dh  head size               E  experts
 //   K  first key positions tracked by the fused attention statistics
 //
-// Costs are explicit (STYLE.md #6): copying a Tensor copies the handle, never the data;
+// Costs are explicit, so that no copy of a large tensor happens unseen: copying a Tensor copies the
+// handle, never the data;
 // Copy() is the deep copy.
 #pragma once
 

@@ -16,6 +16,7 @@
 #include "io/hf_config.h"
 #include "io/load.h"
 #include "io/safetensors.h"
+#include "model/attention.h"
 #include "train/train_config.h"
 
 namespace ss::train {
@@ -104,11 +105,11 @@ Model ExportModel(const TrainConfig& c, const ParamLayout& layout, std::vector<f
     w.wk = ViewParam(params, o.wk, {kvd, D});
     w.wv = ViewParam(params, o.wv, {kvd, D});
     w.wo = ViewParam(params, o.wo, {D, qd});
-    if (o.sinks >= 0) w.attn_sinks = ViewParam(params, o.sinks, {c.n_heads});
-    if (o.gate >= 0) w.attn_gate = ViewParam(params, o.gate, {qd, D});
-    if (o.bias_key >= 0) {
-      w.attn_bias_key = ViewParam(params, o.bias_key, {kvd});
-      w.attn_bias_value = ViewParam(params, o.bias_value, {kvd});
+    const AttnVariant& variant = FindAttnVariant(c.attention, "attention");
+    for (size_t i = 0; i < variant.params.size(); ++i) {
+      const AttnParam& a = variant.params[i];
+      w.*a.field = ViewParam(params, o.attn[i],
+                             AttnParamShape(a.shape, {1, 0, c.n_heads, c.n_kv_heads, int(Dh), int(D)}));
     }
     if (o.q_norm >= 0) w.q_norm = ViewParam(params, o.q_norm, {Dh});
     if (o.k_norm >= 0) w.k_norm = ViewParam(params, o.k_norm, {Dh});

@@ -10,14 +10,6 @@
 
 namespace ss::train {
 
-bool MpiAvailable() {
-#ifdef SINKSCOPE_HAVE_MPI
-  return true;
-#else
-  return false;
-#endif
-}
-
 Comm& Comm::World() {
   static Comm comm;
   return comm;

@@ -30,7 +30,4 @@ class Comm {
   bool mpi_ = false;
 };
 
-// True when this binary was built with MPI.
-bool MpiAvailable();
-
 }  // namespace ss::train

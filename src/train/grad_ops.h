@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/attn_rule.h"
 #include "kernels/kinds.h"
 #include "kernels/vecmath.h"
 
@@ -170,57 +171,45 @@ inline void GemmLd(bool ta, bool tb, int M, int N, int K, double alpha, const do
               K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-// Softmax in place over row[0, n): float rows take the vectorised kernels (kernels/vecmath.h),
-// double rows (the finite-difference checks) plain loops.
+// Softmax in place over row[0, n): the attention kernels' own (kernels/attn_rule.h; float rows
+// take the vectorised kernels, double rows, for the finite-difference checks, plain loops).
 template <typename Real>
 void SoftmaxRow(Real* row, int n) {
-  if constexpr (std::is_same_v<Real, float>) {
-    const float mx = MaxOf(row, n);
-    Scale(row, n, 1.0f / ExpShiftSum(row, n, mx));
-  } else {
-    const Real mx = *std::max_element(row, row + n);
-    Real sum = 0;
-    for (int i = 0; i < n; ++i) {
-      row[i] = std::exp(row[i] - mx);
-      sum += row[i];
-    }
-    const Real inv = Real(1) / sum;
-    for (int i = 0; i < n; ++i) row[i] *= inv;
-  }
+  SoftmaxRule().Row(row, n, Real(-INFINITY), static_cast<Real*>(nullptr));
 }
 
 // ---- Causal grouped-query self-attention over B sequences of T tokens.
 //   q (N, H*Dh) rotated; k, v (N, Hkv*Dh); probs (B, H, T, T) saved (0 above the diagonal);
 //   z (N, H*Dh). Head h reads kv head h / (H / Hkv).
-// Per (sequence, head) three small GEMMs: S = q k^T / sqrt(Dh) (T, T), causal softmax, z = P v.
+// Per (sequence, head) three small GEMMs: S = q k^T / sqrt(Dh) (T, T), the rows' weights, z = P v.
 // Computing the masked upper triangle too costs 2x the FLOPs of a causal loop but runs at BLAS
 // speed, several times faster than scalar loops at these head sizes. Inside the parallel region
 // OpenBLAS (OpenMP build) runs each call single-threaded.
 //
-// The variants (train_config.h `attention`) beside plain softmax:
-//   sinks (H): a learned sink logit per head (gpt-oss; sink-logit, softmax1): one more softmax
-//     column without a value, so a row sums to 1 - p_slot.
-//   slot_logits (B, H, T) and slot_values (Hkv, Dh): a kv-bias slot (Sun et al. 2024, arXiv
-//     2402.17762): the column's logit is given per query (q . k* / sqrt(Dh), computed by the
-//     caller) and its value v* is added with its probability.
-//   sigmoid: P = sigmoid(S) on and below the diagonal, no normalisation (Gu et al. 2024, arXiv
-//     2410.10781, section 7.4).
-// slot_probs (B, H, T) receives each row's slot probability when there is a slot.
+// A row's weights are its rule's (kernels/attn_rule.h: the forward and backward the engine's
+// kernels run too; softmax unless the attention variant has another, model/attention.h). Beside
+// the rule, AttnRows carries a slot column:
+//   slot_logits (B, H, T): the slot's logit per query (a per-head sink logit broadcast, or a
+//     kv-bias slot's q . k* / sqrt(Dh), both computed by the caller); null: no slot;
+//   slot_values (Hkv, Dh): the slot's value, added to z with its probability (kv-bias); or null;
+//   slot_probs (B, H, T): receives each row's slot probability (needed with a slot);
+//   saved (B, H, T, T): the rule's own saved rows, when it keeps them (AttnRule::SavesRow).
 template <typename Real>
-struct AttnVariant {
-  const Real* sinks = nullptr;
+struct AttnRows {
+  const AttnRule* rule = nullptr;
   const Real* slot_logits = nullptr;
   const Real* slot_values = nullptr;
   Real* slot_probs = nullptr;
-  bool sigmoid = false;
-  bool has_slot() const { return sinks || slot_logits; }
+  Real* saved = nullptr;
+  const AttnRule& Rule() const { return rule ? *rule : SoftmaxRule(); }
 };
 
 template <typename Real>
 void AttentionForward(const Real* q, const Real* k, const Real* v, Real* probs, Real* z, int B,
-                      int T, int H, int Hkv, int Dh, const AttnVariant<Real>& var = {}) {
+                      int T, int H, int Hkv, int Dh, const AttnRows<Real>& rows = {}) {
   const int group = H / Hkv, qd = H * Dh, kvd = Hkv * Dh;
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(Dh));
+  const AttnRule& rule = rows.Rule();
 #pragma omp parallel for schedule(static) if (int64_t(B) * H * T * T * Dh > 65536)
   for (int bh = 0; bh < B * H; ++bh) {
     const int b = bh / H, h = bh % H, kh = h / group;
@@ -232,53 +221,41 @@ void AttentionForward(const Real* q, const Real* k, const Real* v, Real* probs, 
     GemmLd(false, true, T, T, Dh, scale, qb, qd, kb, kvd, Real(0), P, T);
     for (int t = 0; t < T; ++t) {
       Real* p = P + int64_t(t) * T;
-      if (var.sigmoid) {
-        for (int j = 0; j <= t; ++j) p[j] = Real(1) / (Real(1) + std::exp(-p[j]));
-      } else if (var.has_slot()) {
-        // The slot is one more softmax column: its logit joins the maximum and the normaliser.
-        const Real slot = var.slot_logits ? var.slot_logits[int64_t(bh) * T + t] : var.sinks[h];
-        Real mx = slot;
-        for (int j = 0; j <= t; ++j) mx = std::max(mx, p[j]);
-        const Real e_slot = std::exp(slot - mx);
-        Real sum = e_slot;
-        for (int j = 0; j <= t; ++j) sum += (p[j] = std::exp(p[j] - mx));
-        for (int j = 0; j <= t; ++j) p[j] /= sum;
-        if (var.slot_probs) var.slot_probs[int64_t(bh) * T + t] = e_slot / sum;
-      } else {
-        SoftmaxRow(p, t + 1);
-      }
+      Real* saved = rows.saved ? rows.saved + (int64_t(bh) * T + t) * T : nullptr;
+      const Real slot = rows.slot_logits ? rows.slot_logits[int64_t(bh) * T + t] : Real(-INFINITY);
+      const AttnRowInfo<Real> info = rule.Row(p, t + 1, slot, saved);
+      if (rows.slot_logits) rows.slot_probs[int64_t(bh) * T + t] = info.slot_p;
       for (int j = t + 1; j < T; ++j) p[j] = 0;
+      if (saved) std::fill(saved + t + 1, saved + T, Real(0));
     }
     GemmLd(false, false, T, Dh, T, Real(1), P, T, vb, kvd, Real(0), zb, qd);
-    if (var.slot_values) {
-      const Real* sv = var.slot_values + int64_t(kh) * Dh;
+    if (rows.slot_values) {
+      const Real* sv = rows.slot_values + int64_t(kh) * Dh;
       for (int t = 0; t < T; ++t) {
-        const Real ps = var.slot_probs[int64_t(bh) * T + t];
+        const Real ps = rows.slot_probs[int64_t(bh) * T + t];
         for (int d = 0; d < Dh; ++d) zb[int64_t(t) * qd + d] += ps * sv[d];
       }
     }
   }
 }
-// dP = dz v^T;  dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij');  dq = scale dS k;
-// dk = scale sum_heads dS^T q;  dv = sum_heads P^T dz.  dq, dk, dv are overwritten.
-// Parallel over (sequence, kv head): the heads of one group write the same dk/dv rows, so they
-// run in one task in a fixed order.
-// With a slot of probability p_s and value v* (0 for sink logits): dp_s = dz . v*, the row's
-// sum includes p_s dp_s, and the slot's logit gets ds_s = p_s (dp_s - sum): summed into
-// dsinks[h] over sequences and queries, or written per row into dslot_logits (B, H, T);
-// dslot_values[kv head] += sum over heads, sequences and queries of p_s dz.
-// Sigmoid: dS_ij = dP_ij P_ij (1 - P_ij).
+// dP = dz v^T; each row's rule turns dP into dS (softmax: dS_ij = P_ij (dP_ij - sum_j' P_ij'
+// dP_ij')); dq = scale dS k; dk = scale sum_heads dS^T q; dv = sum_heads P^T dz. dq, dk, dv are
+// overwritten. Parallel over (sequence, kv head): the heads of one group write the same dk/dv rows,
+// so they run in one task in a fixed order.
+// With a slot of probability p_s and value v* (0 without one): dp_s = dz . v*, and the rule returns
+// the slot logit's gradient, written per row into dslot_logits (B, H, T); dslot_values[kv head] +=
+// sum over heads, sequences and queries of p_s dz.
 template <typename Real>
 void AttentionBackward(const Real* dz, const Real* q, const Real* k, const Real* v,
                        const Real* probs, Real* dq, Real* dk, Real* dv, int B, int T, int H,
-                       int Hkv, int Dh, const AttnVariant<Real>& var = {}, Real* dsinks = nullptr,
-                       Real* dslot_logits = nullptr, Real* dslot_values = nullptr) {
+                       int Hkv, int Dh, const AttnRows<Real>& rows = {}, Real* dslot_logits = nullptr,
+                       Real* dslot_values = nullptr) {
   const int group = H / Hkv, qd = H * Dh, kvd = Hkv * Dh;
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(Dh));
-  // Per (sequence, head) slot gradients, summed over sequences in order below (thread-count
+  const AttnRule& rule = rows.Rule();
+  // Per (sequence, head) slot-value gradients, summed over sequences in order below (thread-count
   // independent).
-  std::vector<Real> dsink_bh(var.sinks ? size_t(B) * H : 0, Real(0));
-  std::vector<Real> dvalue_bh(var.slot_values ? size_t(B) * H * Dh : 0, Real(0));
+  std::vector<Real> dvalue_bh(rows.slot_values ? size_t(B) * H * Dh : 0, Real(0));
 #pragma omp parallel for schedule(static) if (int64_t(B) * H * T * T * Dh > 65536)
   for (int bk = 0; bk < B * Hkv; ++bk) {
     const int b = bk / Hkv, kh = bk % Hkv;
@@ -287,7 +264,7 @@ void AttentionBackward(const Real* dz, const Real* q, const Real* k, const Real*
     const Real* vb = v + int64_t(b) * T * kvd + kh * Dh;
     Real* dkb = dk + int64_t(b) * T * kvd + kh * Dh;
     Real* dvb = dv + int64_t(b) * T * kvd + kh * Dh;
-    const Real* sv = var.slot_values ? var.slot_values + int64_t(kh) * Dh : nullptr;
+    const Real* sv = rows.slot_values ? rows.slot_values + int64_t(kh) * Dh : nullptr;
     for (int h = kh * group; h < (kh + 1) * group; ++h) {
       const int64_t bh = int64_t(b) * H + h;
       const Real* P = probs + bh * T * T;
@@ -298,30 +275,21 @@ void AttentionBackward(const Real* dz, const Real* q, const Real* k, const Real*
       GemmLd(false, true, T, T, Dh, Real(1), dzb, qd, vb, kvd, Real(0), dS.data(), T);
       for (int t = 0; t < T; ++t) {
         const Real* p = P + int64_t(t) * T;
+        const Real* saved = rows.saved ? rows.saved + (bh * T + t) * T : nullptr;
         Real* ds = dS.data() + int64_t(t) * T;
-        if (var.sigmoid) {
-          for (int j = 0; j <= t; ++j) ds[j] *= p[j] * (Real(1) - p[j]);
-          for (int j = t + 1; j < T; ++j) ds[j] = 0;
-          continue;
-        }
-        Real sum = 0;
-        for (int j = 0; j <= t; ++j) sum += p[j] * ds[j];
-        if (var.has_slot()) {
-          const Real ps = var.slot_probs[bh * T + t];
+        AttnSlotGrad<Real> slot;
+        if (rows.slot_logits) {
+          slot.p = rows.slot_probs[bh * T + t];
           const Real* dzt = dzb + int64_t(t) * qd;
-          Real dps = 0;
           if (sv) {
             for (int d = 0; d < Dh; ++d) {
-              dps += dzt[d] * sv[d];
-              dvalue_bh[size_t(bh) * Dh + d] += ps * dzt[d];
+              slot.d_p += dzt[d] * sv[d];
+              dvalue_bh[size_t(bh) * Dh + d] += slot.p * dzt[d];
             }
           }
-          sum += ps * dps;
-          const Real dslot = ps * (dps - sum);
-          if (var.sinks) dsink_bh[size_t(bh)] += dslot;
-          if (dslot_logits) dslot_logits[bh * T + t] = dslot;
         }
-        for (int j = 0; j <= t; ++j) ds[j] = p[j] * (ds[j] - sum);
+        const Real dslot = rule.RowBackward(p, saved, ds, t + 1, rows.slot_logits ? &slot : nullptr);
+        if (dslot_logits) dslot_logits[bh * T + t] = dslot;
         for (int j = t + 1; j < T; ++j) ds[j] = 0;
       }
       GemmLd(false, false, T, Dh, T, scale, dS.data(), T, kb, kvd, Real(0),
@@ -329,9 +297,6 @@ void AttentionBackward(const Real* dz, const Real* q, const Real* k, const Real*
       GemmLd(true, false, T, Dh, T, scale, dS.data(), T, qb, qd, first, dkb, kvd);
     }
   }
-  if (dsinks)
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < H; ++h) dsinks[h] += dsink_bh[size_t(b) * H + h];
   if (dslot_values)
     for (int b = 0; b < B; ++b)
       for (int h = 0; h < H; ++h)

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "model/attention.h"
 
 namespace ss::train {
 
@@ -37,21 +38,16 @@ ParamLayout ParamLayout::Build(const TrainConfig& c) {
     p.tensors.back().rope_heads = static_cast<int>(Hkv);
     o.wv = add(pre + "self_attn.v_proj.weight", {Hkv * Dh, D}, true);
     o.wo = add(pre + "self_attn.o_proj.weight", {D, H * Dh}, true);
-    if (c.attention == "sink-logit" || c.attention == "softmax1") {
-      o.sinks = add(pre + "self_attn.sinks", {H}, false);
-      // softmax1 (softmax-off-by-one, Miller 2023): the same slot with its logit held at 0.
-      p.tensors.back().frozen = c.attention == "softmax1";
-    }
-    // Gated attention: z *= sigmoid(xn W_gate^T) before o_proj (a sinkscope extension of the
-    // Llama layout, self_attn.output_gate.weight; Qwen3-Next keeps these rows inside q_proj).
-    if (c.attention == "gated") o.gate = add(pre + "self_attn.output_gate.weight", {H * Dh, D}, true);
-    // kv-bias: a key and a value slot per kv head (a sinkscope extension, self_attn.bias_key /
-    // bias_value), not decayed (like the sink logits, they are per-head constants).
-    if (c.attention == "kv-bias") {
-      o.bias_key = add(pre + "self_attn.bias_key", {Hkv * Dh}, false);
-      p.tensors.back().rope_rows = true;  // dotted with the query: its dims follow q's layout
-      p.tensors.back().rope_heads = static_cast<int>(Hkv);
-      o.bias_value = add(pre + "self_attn.bias_value", {Hkv * Dh}, false);
+    // The attention variant's tensors (model/attention.h), with their decay, and frozen when the
+    // variant trains them not at all (softmax1).
+    const AttnVariant& variant = FindAttnVariant(c.attention, "attention");
+    const AttnShape shape{1, 0, static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(Dh), static_cast<int>(D)};
+    for (const AttnParam& a : variant.params) {
+      o.attn.push_back(add(pre + a.hf, AttnParamShape(a.shape, shape), a.decay));
+      p.tensors.back().frozen = variant.frozen;
+      p.tensors.back().rope_rows = a.rope_rows;  // dotted with the query: its dims follow q's layout
+      if (a.rope_rows)
+        p.tensors.back().rope_heads = static_cast<int>(a.shape == AttnParam::Shape::kHeads ? H : Hkv);
     }
     if (c.qk_norm) {
       o.q_norm = add(pre + "self_attn.q_norm.weight", {Dh}, false);
@@ -89,13 +85,6 @@ const ParamTensor* ParamLayout::Find(const std::string& name) const {
   for (const auto& t : tensors)
     if (t.name == name) return &t;
   return nullptr;
-}
-
-const ParamTensor& ParamLayout::Owner(int64_t i) const {
-  for (const auto& t : tensors)
-    if (i >= t.offset && i < t.offset + t.numel) return t;
-  SS_ASSERT(false);
-  return tensors.front();
 }
 
 }  // namespace ss::train

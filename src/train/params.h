@@ -25,9 +25,7 @@ struct ParamTensor {
 // Offsets of one layer's tensors in the flat array (-1 when absent).
 struct LayerOffsets {
   int64_t attn_norm = -1, wq = -1, wk = -1, wv = -1, wo = -1, q_norm = -1, k_norm = -1;
-  int64_t sinks = -1;                                        // (H) attention=sink-logit
-  int64_t gate = -1;                                         // (H*Dh, D) attention=gated
-  int64_t bias_key = -1, bias_value = -1;                    // (Hkv*Dh) each, attention=kv-bias
+  std::vector<int64_t> attn;  // the attention variant's tensors, AttnVariant::params order
   int64_t ffn_norm = -1, w1 = -1, w2 = -1, w3 = -1;          // dense SwiGLU
   int64_t router = -1, ew1 = -1, ew2 = -1, ew3 = -1;         // MoE: (E, D), (E, F, D), (E, D, F), (E, F, D)
 };
@@ -42,8 +40,6 @@ struct ParamLayout {
 
   static ParamLayout Build(const TrainConfig& config);
   const ParamTensor* Find(const std::string& name) const;
-  // The tensor containing flat index i (for error messages).
-  const ParamTensor& Owner(int64_t i) const;
 };
 
 }  // namespace ss::train

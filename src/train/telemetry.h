@@ -1,15 +1,13 @@
-// The sink profile measured during training, on the exported model through the analysis forward
-// pass (ss::Forward with fused attention statistics and a residual hook), with DESIGN.md's
-// definitions:
+// The sink profile measured during training: analyze's metrics (analysis::AnalyzeSamples on the
+// exported model, fused attention statistics, K = 2) on the trainer's validation sequences, per
+// layer as the telemetry log records them:
 //   alpha_k^{l,h} = mean over queries i in [k, T-1] of A^{l,h}[i, k], averaged over the sequences;
-//   sink rate of layer l = share of its heads with alpha_0 > eps (0.3);
+//   sink rate of layer l = share of its heads whose alpha_0 (the sequences' mean) > eps (0.3);
 //   P0 norm ratio of layer l = ||h_0^l|| / median_{i>=1} ||h_i^l||, h^l the residual after block l,
 //   averaged over the sequences;
 //   top activation of layer l = the largest |h^l[i, d]| over the sequences, with its ratio to the
 //   median |h^l[i, d]| of its sequence and whether it sits at position 0 (Sun et al. 2024's massive
 //   activations: above 100 and 1000x the median).
-// A small self-contained version: the analysis library (another branch) will own the full metric
-// set; this should be unified with it once merged.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -11,6 +11,7 @@
 #include "common/file_util.h"
 #include "io/json_util.h"
 #include "kernels/parallel.h"
+#include "model/attention.h"
 #include "model/precision.h"
 
 namespace ss::train {
@@ -47,10 +48,7 @@ ModelConfig TrainConfig::ToModelConfig() const {
   c.n_experts_per_tok = n_experts_per_tok;
   c.norm_topk_prob = n_experts > 0 && norm_topk_prob;
   if (qk_norm) c.qk_norm = QkNormKind::kPerHead;
-  c.attn_sinks = attention == "sink-logit" || attention == "softmax1";
-  c.attn_output_gate = attention == "gated";
-  c.attn_kv_bias = attention == "kv-bias";
-  c.attn_sigmoid = attention == "sigmoid";
+  if (const AttnVariant& v = FindAttnVariant(attention, "attention"); v.flag) c.*(v.flag) = true;
   if (data == DataKind::kBigramBackcopy) {
     c.bos_id = 0;  // the synthetic task's BOS (train/data.h)
     c.eos_id = -1;
@@ -88,10 +86,7 @@ void TrainConfig::Validate(const std::string& src) const {
   if (rope != "half" && rope != "interleaved")
     Fail("{}: 'rope' must be \"half\" or \"interleaved\", found \"{}\"", src, rope);
   if (hidden_dim < 0) Fail("{}: 'hidden_dim' must be >= 0, found {}", src, hidden_dim);
-  if (attention != "softmax" && attention != "sink-logit" && attention != "softmax1" &&
-      attention != "gated" && attention != "kv-bias" && attention != "sigmoid")
-    Fail("{}: unknown attention variant '{}' (expected softmax, softmax1, sink-logit, gated, "
-         "kv-bias or sigmoid)", src, attention);
+  FindAttnVariant(attention, src);  // a name model/attention.h lists
   if (sink_token && data == DataKind::kBigramBackcopy)
     Fail("{}: sink_token=true: on Bigram-Backcopy the BOS token (--bos) already is a learned "
          "token at position 0 of every sample; use --bos / --no-bos", src);

@@ -30,9 +30,8 @@ struct TrainConfig {
   // is supported and permuted to rotate_half on export (checkpoint.cpp).
   std::string rope = "half";
   bool qk_norm = false;        // per-head RMSNorm on q and k before RoPE (Qwen3); on for MoE
-  // The attention variant (docs/TRAINING.md): "softmax", "sink-logit" (a learned logit per head
-  // in every row's softmax, without a value: gpt-oss's sinks, written as self_attn.sinks), or
-  // "softmax1" (the same slot with its logit fixed at 0: softmax-off-by-one).
+  // The attention variant: a name model/attention.h lists ("softmax", "sink-logit", "gated", ...;
+  // each is one file, model/attn_<name>.cpp; docs/TRAINING.md describes them).
   std::string attention = "softmax";
   int n_experts = 0;           // E; 0: dense SwiGLU MLP
   int n_experts_per_tok = 0;   // top-k

@@ -65,6 +65,7 @@ void TrainModel<Real>::LinearBack(const Real* dy, const Real* x, const Real* w, 
 template <typename Real>
 TrainModel<Real>::TrainModel(const TrainConfig& config, int batch, int seq_len)
     : config_(config),
+      variant_(FindAttnVariant(config.attention, "attention")),
       layout_(ParamLayout::Build(config)),
       B_(batch),
       T_(seq_len),
@@ -99,17 +100,16 @@ TrainModel<Real>::TrainModel(const TrainConfig& config, int batch, int seq_len)
     Resize(a.v, N * kvd);
     Resize(a.probs, int64_t(B_) * H_ * T_ * T_);
     Resize(a.z, N * qd);
-    if (config.attention == "gated") {
+    if (variant_.rule().SavesRow()) Resize(a.attn_saved, int64_t(B_) * H_ * T_ * T_);
+    if (variant_.gate_param >= 0) {
       Resize(a.gate, N * qd);
       Resize(a.zg, N * qd);
     }
-    const bool kv_bias = config.attention == "kv-bias";
-    if (kv_bias || config.attention == "sink-logit" || config.attention == "softmax1")
+    if (variant_.slot != AttnSlot::kNone) {
       Resize(a.slot_p, int64_t(B_) * H_ * T_);
-    if (kv_bias) {
       Resize(a.slot_logits, int64_t(B_) * H_ * T_);
-      Resize(a.q_unrot, N * qd);
     }
+    if (variant_.slot == AttnSlot::kPerQuery) Resize(a.q_unrot, N * qd);
     Resize(a.x_mid, N * D_);
     Resize(a.xn2, N * D_);
     Resize(a.rstd2, N);
@@ -140,8 +140,8 @@ TrainModel<Real>::TrainModel(const TrainConfig& config, int batch, int seq_len)
   Resize(dk_, N * kvd);
   Resize(dv_, N * kvd);
   Resize(dz_, N * qd);
-  if (config.attention == "gated") Resize(dgate_, N * qd);
-  if (config.attention == "kv-bias") Resize(dslot_, int64_t(B_) * H_ * T_);
+  if (variant_.gate_param >= 0) Resize(dgate_, N * qd);
+  if (variant_.slot != AttnSlot::kNone) Resize(dslot_, int64_t(B_) * H_ * T_);
   Resize(dtmp_, N * std::max<int64_t>(D_, qd));
   if (E_ == 0) {
     Resize(dh1_, N * F_);
@@ -156,11 +156,15 @@ template <typename Real>
 void TrainModel<Real>::InitParams(uint64_t seed) {
   Rng rng(seed);
   const double residual_scale = 1.0 / std::sqrt(2.0 * config_.n_layers);
+  // The attention variant's tensors that start at 0 (sink logits: a key scored 0; a kv-bias slot at
+  // k* = v* = 0, softmax1 at init); the others start as projections do.
+  std::vector<int64_t> zeros;
+  for (const LayerOffsets& o : layout_.layers)
+    for (size_t i = 0; i < o.attn.size(); ++i)
+      if (variant_.params[i].zero_init) zeros.push_back(o.attn[i]);
   for (const ParamTensor& t : layout_.tensors) {
     Real* p = params.data() + t.offset;
-    // Sink logits start at 0 (a key scored 0); a kv-bias slot at k* = v* = 0 (softmax1 at init).
-    if (t.name.ends_with("self_attn.sinks") || t.name.ends_with("self_attn.bias_key") ||
-        t.name.ends_with("self_attn.bias_value")) {
+    if (std::find(zeros.begin(), zeros.end(), t.offset) != zeros.end()) {
       std::fill(p, p + t.numel, Real(0));
       continue;
     }
@@ -175,21 +179,33 @@ void TrainModel<Real>::InitParams(uint64_t seed) {
   }
 }
 
-// Layer l's attention variant for AttentionForward / AttentionBackward (grad_ops.h).
 template <typename Real>
-AttnVariant<Real> TrainModel<Real>::Variant(int l) {
+AttnRows<Real> TrainModel<Real>::Rows(int l) {
   const LayerOffsets& o = layout_.layers[l];
   LayerActs& a = acts_[l];
-  const Real* P = params.data();
-  AttnVariant<Real> v;
-  if (o.sinks >= 0) v.sinks = P + o.sinks;
-  if (o.bias_key >= 0) {
-    v.slot_logits = a.slot_logits.data();
-    v.slot_values = P + o.bias_value;
+  AttnRows<Real> r;
+  r.rule = &variant_.rule();
+  if (variant_.slot != AttnSlot::kNone) {
+    r.slot_logits = a.slot_logits.data();
+    r.slot_probs = a.slot_p.data();
   }
-  if (v.has_slot()) v.slot_probs = a.slot_p.data();
-  v.sigmoid = config_.attention == "sigmoid";
-  return v;
+  if (variant_.slot_value >= 0) r.slot_values = params.data() + o.attn[variant_.slot_value];
+  if (!a.attn_saved.empty()) r.saved = a.attn_saved.data();
+  return r;
+}
+
+template <typename Real>
+std::vector<const Real*> TrainModel<Real>::AttnParams(int l) const {
+  std::vector<const Real*> out;
+  for (int64_t off : layout_.layers[l].attn) out.push_back(params.data() + off);
+  return out;
+}
+
+template <typename Real>
+std::vector<Real*> TrainModel<Real>::AttnGrads(int l) {
+  std::vector<Real*> out;
+  for (int64_t off : layout_.layers[l].attn) out.push_back(grads.data() + off);
+  return out;
 }
 
 template <typename Real>
@@ -222,29 +238,22 @@ double TrainModel<Real>::Forward(const int* tokens, const int* targets) {
       LinearPair(a.xn1.data(), P + o.wq, a.q.data(), qd, P + o.wk, a.k.data(), kvd, N, D);
     }
     Linear(a.xn1.data(), P + o.wv, a.v.data(), N, D, kvd);
-    if (o.bias_key >= 0) {  // kv-bias: slot logits q . k* / sqrt(Dh) on the query before RoPE
+    // The variant's slot logits: from the query before RoPE (kv-bias), or each head's logit.
+    if (variant_.slot == AttnSlot::kPerQuery) {
       std::copy(a.q.begin(), a.q.end(), a.q_unrot.begin());
-      const Real scale = Real(1) / std::sqrt(static_cast<Real>(Dh));
-      for (int n = 0; n < N; ++n)
-        for (int h = 0; h < H; ++h) {
-          const Real* qn = a.q_unrot.data() + int64_t(n) * qd + h * Dh;
-          const Real* key = P + o.bias_key + int64_t(h / (H / Hkv)) * Dh;
-          Real dot = 0;
-          for (int d = 0; d < Dh; ++d) dot += qn[d] * key[d];
-          a.slot_logits[(int64_t(n / T_) * H + h) * T_ + n % T_] = dot * scale;
-        }
+      variant_.Ops<Real>().slot_logits(AttnParams(l).data(), a.q_unrot.data(), a.slot_logits.data(), Shape());
+    } else if (variant_.slot == AttnSlot::kPerHead) {
+      BroadcastHeadSlot(P + o.attn[0], a.slot_logits.data(), Shape());
     }
     RopeApply(a.q.data(), rope_, N, H, Dh, rope_kind_, false);
     RopeApply(a.k.data(), rope_, N, Hkv, Dh, rope_kind_, false);
     AttentionForward(a.q.data(), a.k.data(), a.v.data(), a.probs.data(), a.z.data(), B_, T_, H, Hkv,
-                     Dh, Variant(l));
+                     Dh, Rows(l));
     const Real* z_out = a.z.data();
-    if (o.gate >= 0) {  // gated attention: z * sigmoid(xn1 Wg^T), elementwise per head dimension
-      Linear(a.xn1.data(), P + o.gate, a.gate.data(), N, D, qd);
-      for (int64_t i = 0; i < int64_t(N) * qd; ++i) {
-        a.gate[i] = Real(1) / (Real(1) + std::exp(-a.gate[i]));
-        a.zg[i] = a.z[i] * a.gate[i];
-      }
+    if (variant_.gate_param >= 0) {  // an output gate of xn1 Wg^T, elementwise per head dimension
+      Linear(a.xn1.data(), P + o.attn[variant_.gate_param], a.gate.data(), N, D, qd);
+      variant_.Ops<Real>().gate(a.gate.data(), int64_t(N) * qd);
+      for (int64_t i = 0; i < int64_t(N) * qd; ++i) a.zg[i] = a.z[i] * a.gate[i];
       z_out = a.zg.data();
     }
     Linear(z_out, P + o.wo, a.x_mid.data(), N, qd, D);
@@ -457,35 +466,22 @@ void TrainModel<Real>::Backward() {
     RmsNormBackward(dxn_.data(), a.x_mid.data(), P + o.ffn_norm, a.rstd2.data(), dx_.data(),
                     G + o.ffn_norm, N, D);
     // Attention: x_mid = x_in + Wo z.
-    LinearBack(dx_.data(), o.gate >= 0 ? a.zg.data() : a.z.data(), P + o.wo, dz_.data(), G + o.wo, N, qd, D);
-    if (o.gate >= 0) {  // d gate_pre = d zg * z * g (1 - g); d z = d zg * g
-      for (int64_t i = 0; i < int64_t(N) * qd; ++i) {
-        const Real g = a.gate[i];
-        dgate_[i] = dz_[i] * a.z[i] * g * (Real(1) - g);
-        dz_[i] *= g;
-      }
-    }
+    const bool gated = variant_.gate_param >= 0;
+    LinearBack(dx_.data(), gated ? a.zg.data() : a.z.data(), P + o.wo, dz_.data(), G + o.wo, N, qd, D);
+    if (gated) variant_.Ops<Real>().gate_backward(a.gate.data(), a.z.data(), dz_.data(), dgate_.data(), int64_t(N) * qd);
+    const bool slot = variant_.slot != AttnSlot::kNone;
     AttentionBackward(dz_.data(), a.q.data(), a.k.data(), a.v.data(), a.probs.data(), dq_.data(),
-                      dk_.data(), dv_.data(), B_, T_, H, Hkv, Dh, Variant(l),
-                      o.sinks >= 0 && config_.attention == "sink-logit" ? G + o.sinks : nullptr,
-                      o.bias_key >= 0 ? dslot_.data() : nullptr,
-                      o.bias_value >= 0 ? G + o.bias_value : nullptr);
+                      dk_.data(), dv_.data(), B_, T_, H, Hkv, Dh, Rows(l), slot ? dslot_.data() : nullptr,
+                      variant_.slot_value >= 0 ? G + o.attn[variant_.slot_value] : nullptr);
     RopeApply(dq_.data(), rope_, N, H, Dh, rope_kind_, true);
     RopeApply(dk_.data(), rope_, N, Hkv, Dh, rope_kind_, true);
-    if (o.bias_key >= 0) {  // the slot logit's gradient into the unrotated query and k* (serial)
-      const Real scale = Real(1) / std::sqrt(static_cast<Real>(Dh));
-      for (int n = 0; n < N; ++n)
-        for (int h = 0; h < H; ++h) {
-          const Real g = dslot_[(int64_t(n / T_) * H + h) * T_ + n % T_] * scale;
-          const int64_t kv = int64_t(h / (H / Hkv)) * Dh;
-          const Real* qn = a.q_unrot.data() + int64_t(n) * qd + h * Dh;
-          Real* dqn = dq_.data() + int64_t(n) * qd + h * Dh;
-          for (int d = 0; d < Dh; ++d) {
-            dqn[d] += g * P[o.bias_key + kv + d];
-            G[o.bias_key + kv + d] += g * qn[d];
-          }
-        }
-    }
+    // The slot logits' gradient: into the unrotated query and the variant's tensors (kv-bias), or
+    // summed into each head's logit.
+    if (variant_.slot == AttnSlot::kPerQuery)
+      variant_.Ops<Real>().slot_logits_backward(AttnParams(l).data(), a.q_unrot.data(), dslot_.data(),
+                                                dq_.data(), AttnGrads(l).data(), Shape());
+    else if (variant_.slot == AttnSlot::kPerHead)
+      HeadSlotBackward(dslot_.data(), G + o.attn[0], Shape());
     std::fill(dxn_.begin(), dxn_.end(), Real(0));
     if (config_.qk_norm) {
       // Through the per-head RMSNorm: dtmp_ = d q_pre, then into the projection.
@@ -502,7 +498,10 @@ void TrainModel<Real>::Backward() {
       LinearBack(dk_.data(), a.xn1.data(), P + o.wk, dxn_.data(), G + o.wk, N, D, kvd, true);
     }
     LinearBack(dv_.data(), a.xn1.data(), P + o.wv, dxn_.data(), G + o.wv, N, D, kvd, true);
-    if (o.gate >= 0) LinearBack(dgate_.data(), a.xn1.data(), P + o.gate, dxn_.data(), G + o.gate, N, D, qd, true);
+    if (gated) {
+      const int64_t g = o.attn[variant_.gate_param];
+      LinearBack(dgate_.data(), a.xn1.data(), P + g, dxn_.data(), G + g, N, D, qd, true);
+    }
     RmsNormBackward(dxn_.data(), a.x_in.data(), P + o.attn_norm, a.rstd1.data(), dx_.data(),
                     G + o.attn_norm, N, D);
   }
@@ -512,6 +511,9 @@ void TrainModel<Real>::Backward() {
     const Real* d = dx_.data() + int64_t(n) * D;
     for (int i = 0; i < D; ++i) ge[i] += d[i];
   }
+  // A frozen tensor (softmax1's sink logits) is never trained: its gradient is 0.
+  for (const ParamTensor& t : layout_.tensors)
+    if (t.frozen) std::fill(G + t.offset, G + t.offset + t.numel, Real(0));
 }
 
 template <typename Real>

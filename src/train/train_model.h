@@ -13,6 +13,7 @@
 #include <cmath>
 #include <vector>
 
+#include "model/attention.h"
 #include "train/grad_ops.h"
 #include "train/linear_bf16.h"
 #include "train/params.h"
@@ -80,9 +81,10 @@ class TrainModel {
     std::vector<Real> q, k, v;              // (N, H*Dh), (N, Hkv*Dh) x2, after norm and RoPE
     std::vector<Real> probs;                // (B, H, T, T)
     std::vector<Real> z;                    // (N, H*Dh)
-    std::vector<Real> gate, zg;             // attention=gated: sigmoid(xn1 Wg^T) and z * gate
-    std::vector<Real> slot_p;               // (B, H, T) the slot's probability (sinks, kv-bias)
-    std::vector<Real> slot_logits, q_unrot; // kv-bias: (B, H, T) and the query before RoPE (N, H*Dh)
+    std::vector<Real> attn_saved;           // (B, H, T, T) the rule's saved rows, if it keeps any
+    std::vector<Real> gate, zg;             // an output gate (N, H*Dh): the gate and z * gate
+    std::vector<Real> slot_p, slot_logits;  // a slot: (B, H, T) its probability and logit
+    std::vector<Real> q_unrot;              // a slot logit from the query: it before RoPE (N, H*Dh)
     std::vector<Real> x_mid;                // (N, D)
     std::vector<Real> xn2, rstd2;           // (N, D), (N)
     std::vector<Real> h1, h3, g;            // dense: (N, F) each
@@ -95,11 +97,16 @@ class TrainModel {
     std::vector<Real> counts;               // (E) routed assignments per expert, global batch
   };
 
-  AttnVariant<Real> Variant(int l);
+  // Layer l's rows for AttentionForward / AttentionBackward, and its variant tensors (data, grads).
+  AttnRows<Real> Rows(int l);
+  std::vector<const Real*> AttnParams(int l) const;
+  std::vector<Real*> AttnGrads(int l);
+  AttnShape Shape() const { return {B_, T_, H_, Hkv_, Dh_, D_}; }
   void MoeForward(int l, const Real* in, Real* out);
   void MoeBackward(int l, const Real* dout, Real* din);
 
   TrainConfig config_;
+  const AttnVariant& variant_;  // config.attention (model/attention.h)
   ParamLayout layout_;
   int B_, T_, N_, D_, H_, Hkv_, Dh_, F_, V_, E_, K_;
   RopeKind rope_kind_;
@@ -110,7 +117,7 @@ class TrainModel {
   std::vector<Real> probs_;                   // (N, V) logits -> probabilities -> dlogits
   // backward scratch
   std::vector<Real> dx_, dxn_, dq_, dk_, dv_, dz_, dh1_, dh3_, dg_, dtmp_, dgate_;
-  std::vector<Real> dslot_;                   // kv-bias: (B, H, T) the slot logits' gradient
+  std::vector<Real> dslot_;                   // a slot: (B, H, T) its logits' gradient
   double ce_loss_ = 0, aux_loss_ = 0;
   bool bf16_ = false;  // config.precision == "bf16" (TrainModel<float> only)
   Bf16Linear bf16_linear_;

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <fstream>
+#include <memory>
 
 #include "common/error.h"
 #include "common/file_util.h"
@@ -129,173 +130,159 @@ void PrepareRunDirectory(const std::string& out, bool resume, bool overwrite,
   }
 }
 
-TrainResult RunTraining(const TrainConfig& config_in, const TrainerOptions& options) {
-  const Comm& comm = Comm::World();
-  TrainConfig config = config_in;
-  config.Validate("config");
-  {
+namespace {
+
+// One run of RunTraining, in the phases it goes through: the configuration checked, the run
+// directory and the data prepared (resume: the checkpoint's configuration compared), the model and
+// optimiser initialised or restored, the logs opened; then per step the update, and on cadence an
+// evaluation with the sink telemetry and a checkpoint.
+class TrainingRun {
+ public:
+  TrainingRun(const TrainConfig& config, const TrainerOptions& options)
+      : comm_(Comm::World()), config_(config), options_(options) {}
+
+  TrainResult Run() {
+    CheckConfig();
+    PrepareOutput();
+    PrepareData();
+    InitModel();
+    OpenLogs();
+    report::Progress progress("train", int64_t(config_.steps - result_.start_step) * B_ * T_, "tok");
+    const auto wall_start = std::chrono::steady_clock::now();
+    for (int step = result_.start_step; step < config_.steps; ++step) {
+      Step(step);
+      const int done = step + 1;
+      if (!options_.quiet && comm_.is_root()) progress.Update(int64_t(done - result_.start_step) * B_ * T_);
+      if (done % config_.eval_every == 0 || done == config_.steps) Evaluate(done, result_.losses.back());
+      if (done % config_.checkpoint_every == 0 || done == config_.steps) Checkpoint(done);
+      if (options_.stop_after > 0 && done == options_.stop_after) break;
+    }
+    if (!options_.quiet && comm_.is_root()) progress.Finish();
+    result_.end_step = result_.start_step + static_cast<int>(result_.losses.size());
+    result_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+    result_.tokens_per_second =
+        train_seconds_ > 0 ? double(result_.losses.size()) * B_ * T_ / train_seconds_ : 0;
+    Log(fmt::format("train: {} steps in {:.1f} s, {:.0f} tokens/s (training only); {}",
+                    result_.losses.size(), result_.seconds, result_.tokens_per_second,
+                    result_.val_step > 0 ? fmt::format("last val loss {:.4f} (step {})",
+                                                       result_.val_loss, result_.val_step)
+                                         : std::string("no evaluation ran")));
+    return result_;
+  }
+
+ private:
+  void Log(const std::string& line) const {
+    if (comm_.is_root() && !options_.quiet) std::fprintf(stderr, "%s\n", line.c_str());
+  }
+
+  // The configuration, its memory (before anything is allocated) and its split over the ranks.
+  void CheckConfig() {
+    config_.Validate("config");
     // Weights, gradients and AdamW's two moments: 16 bytes a parameter (activations come on top).
     // Refused before anything is allocated, rather than failing inside an allocation.
-    const double D = config.dim, Dh = D / config.n_heads, F = config.EffectiveHiddenDim();
+    const double D = config_.dim, Dh = D / config_.n_heads, F = config_.EffectiveHiddenDim();
     const double params =
-        2 * D * config.vocab_size +
-        config.n_layers * (D * Dh * 2 * (config.n_heads + config.n_kv_heads) +
-                           3 * D * F * std::max(1, config.n_experts));
+        2 * D * config_.vocab_size +
+        config_.n_layers * (D * Dh * 2 * (config_.n_heads + config_.n_kv_heads) +
+                            3 * D * F * std::max(1, config_.n_experts));
     const double bytes = 16 * params;
     CheckMemory(bytes < 1.8e19 ? static_cast<uint64_t>(bytes) : std::numeric_limits<uint64_t>::max(),
                 fmt::format("the model of this config (about {:.3g} parameters, 16 bytes each for "
                             "training)", params));
+    if (config_.batch_size % comm_.size() != 0)
+      Fail("batch_size {} is not divisible by the {} MPI ranks (the global batch is split evenly)",
+           config_.batch_size, comm_.size());
   }
-  if (config.batch_size % comm.size() != 0)
-    Fail("batch_size {} is not divisible by the {} MPI ranks (the global batch is split evenly)",
-         config.batch_size, comm.size());
-  SetThreads(config.threads);
-  const std::string out = config.out;
-  // Under MPI only rank 0 removes an earlier run (--overwrite); every rank refuses a non-empty
-  // directory alike before the barrier below, after which rank 0 writes into it.
-  if (comm.is_root() || !options.overwrite)
-    PrepareRunDirectory(out, !options.resume.empty(), options.overwrite, config);
-  if (comm.is_root()) fs::create_directories(out);
-  comm.Barrier();
-  CheckWritable(out + "/telemetry.jsonl", "--out");
 
-  // Resume: the checkpoint must come from a compatible configuration.
-  std::string resume_dir;
-  if (!options.resume.empty()) {
-    resume_dir = FindCheckpoint(options.resume);
-    const TrainConfig saved = ReadCheckpointConfig(resume_dir);
-    const auto diff = IncompatibleFields(saved, config);
+  // Threads, the run directory, and (resume) the checkpoint, which must come from a compatible
+  // configuration.
+  void PrepareOutput() {
+    SetThreads(config_.threads);
+    const std::string& out = config_.out;
+    // Under MPI only rank 0 removes an earlier run (--overwrite); every rank refuses a non-empty
+    // directory alike before the barrier below, after which rank 0 writes into it.
+    if (comm_.is_root() || !options_.overwrite)
+      PrepareRunDirectory(out, !options_.resume.empty(), options_.overwrite, config_);
+    if (comm_.is_root()) fs::create_directories(out);
+    comm_.Barrier();
+    CheckWritable(out + "/telemetry.jsonl", "--out");
+    if (options_.resume.empty()) return;
+    resume_dir_ = FindCheckpoint(options_.resume);
+    const TrainConfig saved = ReadCheckpointConfig(resume_dir_);
+    const auto diff = IncompatibleFields(saved, config_);
     if (!diff.empty())
       Fail("--resume: {} was trained with a different configuration ({} differ: checkpoint {} vs now {})",
-           resume_dir, fmt::join(diff, ", "), ToJson(saved)[diff[0]].dump(), ToJson(config)[diff[0]].dump());
+           resume_dir_, fmt::join(diff, ", "), ToJson(saved)[diff[0]].dump(), ToJson(config_)[diff[0]].dump());
   }
 
-  std::string tokenizer;
-  std::unique_ptr<DataSource> data;
-  if (comm.is_root()) data = MakeDataSource(config, out, &tokenizer);
-  comm.Barrier();
-  if (!comm.is_root()) data = MakeDataSource(config, out, &tokenizer);
-
-  const int B = config.batch_size, T = config.seq_len, local_B = B / comm.size();
-  TrainModel<float> model(config, local_B, T);
-  model.ranks = comm.size();
-  model.all_reduce_sum = [&comm](double* x, int64_t n) { comm.AllReduceSum(x, n); };
-  AdamW adam;
-  adam.Init(model.layout().total);
-  Rng data_rng(config.seed ^ kDataStream);
-  TrainResult result;
-  int64_t tokens_seen = 0;
-  if (!resume_dir.empty()) {
-    TrainerState s = ReadCheckpointState(resume_dir, config, model.layout());
-    model.params = std::move(s.params);
-    adam.m = std::move(s.adam_m);
-    adam.v = std::move(s.adam_v);
-    adam.t = s.adam_t;
-    data_rng.set_state(s.rng);
-    tokens_seen = s.tokens_seen;
-    result.start_step = s.step;
-    result.last_checkpoint = resume_dir;
-  } else {
-    model.InitParams(config.seed);
+  // The data source: rank 0 prepares it (a text corpus is tokenised once), then every rank opens it.
+  void PrepareData() {
+    if (comm_.is_root()) data_ = MakeDataSource(config_, config_.out, &tokenizer_);
+    comm_.Barrier();
+    if (!comm_.is_root()) data_ = MakeDataSource(config_, config_.out, &tokenizer_);
+    B_ = config_.batch_size, T_ = config_.seq_len;
+    tokens_.resize(size_t(B_) * T_);
+    targets_.resize(size_t(B_) * T_);
+    // Bigram-Backcopy: the validation loss split by the input token (Guo et al.): after a trigger
+    // the next token is the copy of the one before it, elsewhere a bigram draw.
+    backcopy_ = dynamic_cast<const BigramBackcopy*>(data_.get());
   }
-  const std::string loss_log = out + "/train_loss.tsv", telemetry_log = out + "/telemetry.jsonl";
-  if (comm.is_root()) {
-    if (resume_dir.empty()) {
-      WriteFileAtomic(loss_log, "step\tloss\tce\taux\tlr\tgrad_norm\n");
-      WriteFileAtomic(telemetry_log, "");
-    } else {
-      TruncateLog(loss_log, result.start_step, false);
-      TruncateLog(telemetry_log, result.start_step, true);
+
+  // The model (this rank's share of the batch) and AdamW: fresh, or restored from the checkpoint.
+  void InitModel() {
+    const int local_B = B_ / comm_.size();
+    local_off_ = size_t(comm_.rank()) * local_B * T_;
+    local_n_ = local_B * T_;
+    model_ = std::make_unique<TrainModel<float>>(config_, local_B, T_);
+    model_->ranks = comm_.size();
+    model_->all_reduce_sum = [this](double* x, int64_t n) { comm_.AllReduceSum(x, n); };
+    adam_.Init(model_->layout().total);
+    data_rng_ = Rng(config_.seed ^ kDataStream);
+    if (resume_dir_.empty()) {
+      model_->InitParams(config_.seed);
+      return;
     }
+    TrainerState s = ReadCheckpointState(resume_dir_, config_, model_->layout());
+    model_->params = std::move(s.params);
+    adam_.m = std::move(s.adam_m);
+    adam_.v = std::move(s.adam_v);
+    adam_.t = s.adam_t;
+    data_rng_.set_state(s.rng);
+    tokens_seen_ = s.tokens_seen;
+    result_.start_step = s.step;
+    result_.last_checkpoint = resume_dir_;
   }
-  auto log = [&](const std::string& line) {
-    if (comm.is_root() && !options.quiet) std::fprintf(stderr, "%s\n", line.c_str());
-  };
-  log(fmt::format("train: {} | {} params | {} layers x {} wide, {} heads ({} kv){} | batch {} x {} "
-                  "| {} steps{}{}{}",
-                  data->Describe(), model.layout().total, config.n_layers, config.dim,
-                  config.n_heads, config.n_kv_heads,
-                  config.n_experts ? fmt::format(", {} experts top-{}", config.n_experts, config.n_experts_per_tok) : "",
-                  B, T, config.steps, comm.size() > 1 ? fmt::format(" | {} MPI ranks", comm.size()) : "",
-                  config.precision == "bf16" ? " | bf16 products" : "",
-                  resume_dir.empty() ? "" : " | resumed from " + resume_dir));
 
-  std::vector<int> tokens(size_t(B) * T), targets(size_t(B) * T);
-  const size_t local_off = size_t(comm.rank()) * local_B * T;
-  const int local_n = local_B * T;  // tokens of this rank in a batch
-  auto state_now = [&](int step) {
-    TrainerState s;
-    s.step = step;
-    s.adam_t = adam.t;
-    s.rng = data_rng.state();
-    s.tokens_seen = tokens_seen;
-    s.params = model.params;
-    s.adam_m = adam.m;
-    s.adam_v = adam.v;
-    return s;
-  };
-  auto checkpoint = [&](int step) {
-    if (comm.is_root()) {
-      result.last_checkpoint = SaveCheckpoint(out, config, model.layout(), state_now(step), tokenizer);
-      log(fmt::format("checkpoint {}", result.last_checkpoint));
+  // train_loss.tsv and telemetry.jsonl: new, or cut back to the resumed checkpoint's step.
+  void OpenLogs() {
+    loss_log_ = config_.out + "/train_loss.tsv", telemetry_log_ = config_.out + "/telemetry.jsonl";
+    if (comm_.is_root()) {
+      if (resume_dir_.empty()) {
+        WriteFileAtomic(loss_log_, "step\tloss\tce\taux\tlr\tgrad_norm\n");
+        WriteFileAtomic(telemetry_log_, "");
+      } else {
+        TruncateLog(loss_log_, result_.start_step, false);
+        TruncateLog(telemetry_log_, result_.start_step, true);
+      }
     }
-    comm.Barrier();
-  };
-  // Bigram-Backcopy: the validation loss split by the input token (Guo et al.): after a trigger the
-  // next token is the copy of the one before it, elsewhere a bigram draw.
-  const auto* backcopy = dynamic_cast<const BigramBackcopy*>(data.get());
-  auto evaluate = [&](int step, double train_loss) {
-    double val = 0;
-    double split[4] = {0, 0, 0, 0};  // trigger loss sum, trigger count, other sum, other count
-    for (int i = 0; i < config.eval_batches; ++i) {
-      data->ValBatch(i, B, T, tokens.data(), targets.data());
-      model.Forward(tokens.data() + local_off, targets.data() + local_off);
-      val += model.ce_loss();
-      if (backcopy)
-        for (int n = 0; n < local_n; ++n) {
-          const bool trigger = backcopy->IsTrigger(tokens[local_off + n]);
-          split[trigger ? 0 : 2] += model.TokenLoss(n);
-          split[trigger ? 1 : 3] += 1;
-        }
-    }
-    val /= config.eval_batches;
-    comm.AllReduceMean(&val, 1);
-    if (backcopy) comm.AllReduceMean(split, 4);
-    result.val_loss = val;
-    result.val_step = step;
-    if (!comm.is_root()) return;
-    data->ValBatch(0, B, T, tokens.data(), targets.data());
-    std::vector<std::vector<int>> seqs;
-    for (int b = 0; b < std::min(B, 4); ++b)
-      seqs.emplace_back(tokens.begin() + size_t(b) * T, tokens.begin() + size_t(b + 1) * T);
-    const Model exported = ExportModel(config, model.layout(), model.params);
-    const SinkProfile profile = MeasureSinkProfile(exported, seqs);
-    nlohmann::ordered_json j;
-    j["step"] = step;
-    j["tokens"] = tokens_seen;
-    j["train_loss"] = train_loss;
-    j["val_loss"] = val;
-    if (backcopy && split[1] > 0 && split[3] > 0) {
-      j["trigger_loss"] = split[0] / split[1];
-      j["other_loss"] = split[2] / split[3];
-    }
-    j["lr"] = LearningRate(config, std::max(0, step - 1));
-    const nlohmann::json pj = ToJson(profile);
-    for (auto it = pj.begin(); it != pj.end(); ++it) j[it.key()] = it.value();
-    AppendLine(telemetry_log, j.dump());
-    log(fmt::format("step {:>6} | train {:.4f} | val {:.4f} | sink@0.3{}| a0{}| p0 ratio{}", step,
-                    train_loss, val, Join(profile.sink_rate, " {:.2f}"), Join(profile.alpha0, " {:.2f}"),
-                    Join(profile.p0_norm_ratio, " {:.1f}")));
-  };
+    const TrainConfig& c = config_;
+    Log(fmt::format("train: {} | {} params | {} layers x {} wide, {} heads ({} kv){} | batch {} x {} "
+                    "| {} steps{}{}{}",
+                    data_->Describe(), model_->layout().total, c.n_layers, c.dim, c.n_heads, c.n_kv_heads,
+                    c.n_experts ? fmt::format(", {} experts top-{}", c.n_experts, c.n_experts_per_tok) : "",
+                    B_, T_, c.steps, comm_.size() > 1 ? fmt::format(" | {} MPI ranks", comm_.size()) : "",
+                    c.precision == "bf16" ? " | bf16 products" : "",
+                    resume_dir_.empty() ? "" : " | resumed from " + resume_dir_));
+  }
 
-  report::Progress progress("train", int64_t(config.steps - result.start_step) * B * T, "tok");
-  double train_seconds = 0;
-  const auto wall_start = std::chrono::steady_clock::now();
-  for (int step = result.start_step; step < config.steps; ++step) {
+  // One update: a batch, forward, backward, the ranks' mean, clipping and AdamW; a non-finite loss
+  // or gradient stops the run before anything is saved, naming the step and the first such tensor.
+  void Step(int step) {
+    TrainModel<float>& model = *model_;
     const auto t0 = std::chrono::steady_clock::now();
-    data->TrainBatch(data_rng, B, T, tokens.data(), targets.data());
-    double loss = model.Forward(tokens.data() + local_off, targets.data() + local_off);
-    comm.AllReduceMean(&loss, 1);
+    data_->TrainBatch(data_rng_, B_, T_, tokens_.data(), targets_.data());
+    double loss = model.Forward(tokens_.data() + local_off_, targets_.data() + local_off_);
+    comm_.AllReduceMean(&loss, 1);
     if (!std::isfinite(loss)) {
       std::string where;
       for (const ParamTensor& t : model.layout().tensors)
@@ -304,11 +291,11 @@ TrainResult RunTraining(const TrainConfig& config_in, const TrainerOptions& opti
       if (where.empty()) where = "activation " + model.FirstNonFiniteActivation();
       Fail("step {}: the loss is {} (first non-finite tensor: {}); stopped without saving, the last "
            "good checkpoint is {}",
-           step + 1, loss, where, result.last_checkpoint.empty() ? "none (no checkpoint yet)" : result.last_checkpoint);
+           step + 1, loss, where, LastGoodCheckpoint());
     }
     model.Backward();
-    comm.AllReduceMean(model.grads.data(), int64_t(model.grads.size()));
-    const double norm = ClipGradNorm(model.grads, config.grad_clip);
+    comm_.AllReduceMean(model.grads.data(), int64_t(model.grads.size()));
+    const double norm = ClipGradNorm(model.grads, config_.grad_clip);
     if (!std::isfinite(norm)) {
       std::string where = "?";
       for (const ParamTensor& t : model.layout().tensors)
@@ -316,32 +303,107 @@ TrainResult RunTraining(const TrainConfig& config_in, const TrainerOptions& opti
           if (!std::isfinite(model.grads[t.offset + i])) where = t.name;
       Fail("step {}: the gradient norm is {} (first non-finite gradient: {}); stopped without "
            "saving, the last good checkpoint is {}",
-           step + 1, norm, where, result.last_checkpoint.empty() ? "none (no checkpoint yet)" : result.last_checkpoint);
+           step + 1, norm, where, LastGoodCheckpoint());
     }
-    const double lr = LearningRate(config, step);
-    adam.Step(model.params, model.grads, model.layout(), config, lr);
-    tokens_seen += int64_t(B) * T;
-    train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    result.losses.push_back(loss);
-    const int done = step + 1;
-    if (comm.is_root())
-      AppendLine(loss_log, fmt::format("{}\t{:.17g}\t{:.9g}\t{:.9g}\t{:.6g}\t{:.6g}", done, loss,
-                                       model.ce_loss(), model.aux_loss(), lr, norm));
-    if (!options.quiet && comm.is_root()) progress.Update(int64_t(done - result.start_step) * B * T);
-    if (done % config.eval_every == 0 || done == config.steps) evaluate(done, loss);
-    if (done % config.checkpoint_every == 0 || done == config.steps) checkpoint(done);
-    if (options.stop_after > 0 && done == options.stop_after) break;
+    const double lr = LearningRate(config_, step);
+    adam_.Step(model.params, model.grads, model.layout(), config_, lr);
+    tokens_seen_ += int64_t(B_) * T_;
+    train_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    result_.losses.push_back(loss);
+    if (comm_.is_root())
+      AppendLine(loss_log_, fmt::format("{}\t{:.17g}\t{:.9g}\t{:.9g}\t{:.6g}\t{:.6g}", step + 1, loss,
+                                        model.ce_loss(), model.aux_loss(), lr, norm));
   }
-  if (!options.quiet && comm.is_root()) progress.Finish();
-  result.end_step = result.start_step + static_cast<int>(result.losses.size());
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  result.tokens_per_second = train_seconds > 0 ? double(result.losses.size()) * B * T / train_seconds : 0;
-  log(fmt::format("train: {} steps in {:.1f} s, {:.0f} tokens/s (training only); {}",
-                  result.losses.size(), result.seconds, result.tokens_per_second,
-                  result.val_step > 0 ? fmt::format("last val loss {:.4f} (step {})",
-                                                    result.val_loss, result.val_step)
-                                      : std::string("no evaluation ran")));
-  return result;
+
+  std::string LastGoodCheckpoint() const {
+    return result_.last_checkpoint.empty() ? "none (no checkpoint yet)" : result_.last_checkpoint;
+  }
+
+  // Validation loss over the fixed batches (on Bigram-Backcopy split after triggers and elsewhere),
+  // then on rank 0 the sink profile of the current weights, one telemetry line and a terminal line.
+  void Evaluate(int step, double train_loss) {
+    TrainModel<float>& model = *model_;
+    double val = 0;
+    double split[4] = {0, 0, 0, 0};  // trigger loss sum, trigger count, other sum, other count
+    for (int i = 0; i < config_.eval_batches; ++i) {
+      data_->ValBatch(i, B_, T_, tokens_.data(), targets_.data());
+      model.Forward(tokens_.data() + local_off_, targets_.data() + local_off_);
+      val += model.ce_loss();
+      if (backcopy_)
+        for (int n = 0; n < local_n_; ++n) {
+          const bool trigger = backcopy_->IsTrigger(tokens_[local_off_ + n]);
+          split[trigger ? 0 : 2] += model.TokenLoss(n);
+          split[trigger ? 1 : 3] += 1;
+        }
+    }
+    val /= config_.eval_batches;
+    comm_.AllReduceMean(&val, 1);
+    if (backcopy_) comm_.AllReduceMean(split, 4);
+    result_.val_loss = val;
+    result_.val_step = step;
+    if (!comm_.is_root()) return;
+    data_->ValBatch(0, B_, T_, tokens_.data(), targets_.data());
+    std::vector<std::vector<int>> seqs;
+    for (int b = 0; b < std::min(B_, 4); ++b)
+      seqs.emplace_back(tokens_.begin() + size_t(b) * T_, tokens_.begin() + size_t(b + 1) * T_);
+    const Model exported = ExportModel(config_, model.layout(), model.params);
+    const SinkProfile profile = MeasureSinkProfile(exported, seqs);
+    nlohmann::ordered_json j;
+    j["step"] = step;
+    j["tokens"] = tokens_seen_;
+    j["train_loss"] = train_loss;
+    j["val_loss"] = val;
+    if (backcopy_ && split[1] > 0 && split[3] > 0) {
+      j["trigger_loss"] = split[0] / split[1];
+      j["other_loss"] = split[2] / split[3];
+    }
+    j["lr"] = LearningRate(config_, std::max(0, step - 1));
+    const nlohmann::json pj = ToJson(profile);
+    for (auto it = pj.begin(); it != pj.end(); ++it) j[it.key()] = it.value();
+    AppendLine(telemetry_log_, j.dump());
+    Log(fmt::format("step {:>6} | train {:.4f} | val {:.4f} | sink@0.3{}| a0{}| p0 ratio{}", step,
+                    train_loss, val, Join(profile.sink_rate, " {:.2f}"), Join(profile.alpha0, " {:.2f}"),
+                    Join(profile.p0_norm_ratio, " {:.1f}")));
+  }
+
+  void Checkpoint(int step) {
+    if (comm_.is_root()) {
+      TrainerState s;
+      s.step = step;
+      s.adam_t = adam_.t;
+      s.rng = data_rng_.state();
+      s.tokens_seen = tokens_seen_;
+      s.params = model_->params;
+      s.adam_m = adam_.m;
+      s.adam_v = adam_.v;
+      result_.last_checkpoint = SaveCheckpoint(config_.out, config_, model_->layout(), s, tokenizer_);
+      Log(fmt::format("checkpoint {}", result_.last_checkpoint));
+    }
+    comm_.Barrier();
+  }
+
+  const Comm& comm_;
+  TrainConfig config_;
+  const TrainerOptions& options_;
+  std::string resume_dir_, tokenizer_, loss_log_, telemetry_log_;
+  std::unique_ptr<DataSource> data_;
+  const BigramBackcopy* backcopy_ = nullptr;
+  int B_ = 0, T_ = 0;                  // the global batch
+  size_t local_off_ = 0;               // this rank's first token in a batch
+  int local_n_ = 0;                    // tokens of this rank in a batch
+  std::unique_ptr<TrainModel<float>> model_;
+  AdamW adam_;
+  Rng data_rng_{0};
+  std::vector<int> tokens_, targets_;  // (B * T) the current batch
+  TrainResult result_;
+  int64_t tokens_seen_ = 0;
+  double train_seconds_ = 0;
+};
+
+}  // namespace
+
+TrainResult RunTraining(const TrainConfig& config, const TrainerOptions& options) {
+  return TrainingRun(config, options).Run();
 }
 
 double EvaluateCheckpoint(const std::string& step_dir, int batches) {

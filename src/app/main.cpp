@@ -1,3 +1,5 @@
+// The sinkscope executable: every verb of src/cli and `serve` (src/serve, which builds on the
+// verbs), above both, so that neither library depends on the other's registration.
 #include <cstdio>
 #include <cstdlib>
 #include <unistd.h>
@@ -37,7 +39,7 @@ static void ChooseRuntime(int argc, char** argv) {
     const char* spin = ss::kSpinCount;
     for (int i = 1; i < argc; ++i) {
       if (argv[i][0] == '-') continue;  // the verb is the first word that is not an option
-      spin = ss::SpinCountFor(argv[i]);
+      spin = ss::cli::SpinCountFor(argv[i]);
       break;
     }
     again = setenv("GOMP_SPINCOUNT", spin, 1) == 0;
