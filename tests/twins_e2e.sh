@@ -32,10 +32,10 @@ if "$here/scripts/twins.sh" "$work/t" softmax -- "${args[@]}" 2> "$work/err"; th
   echo "an existing OUT was accepted" >&2; exit 1
 fi
 grep -q "exists and is not empty" "$work/err"
-if "$here/scripts/twins.sh" "$work/u" softmax,softpick -- "${args[@]}" 2> "$work/err2"; then
+if "$here/scripts/twins.sh" "$work/u" softmax,no-such-rule -- "${args[@]}" 2> "$work/err2"; then
   echo "an unknown variant was accepted" >&2; exit 1
 fi
-grep -q "softpick" "$work/err2"
+grep -q "no-such-rule" "$work/err2"
 test ! -e "$work/u/comparison.json"
 # trace --twins: every variant's checkpoints on the same samples, side by side and overlaid.
 "$bin" trace --twins "$work/t" --samples 2 --length 16 --json "$work/tw.json" --html "$work/tw.html" > "$work/tw.txt"

@@ -45,6 +45,10 @@ void GgufWriter::SetU32(const std::string& key, uint32_t value) {
   Key(key, static_cast<uint32_t>(GgufType::kUint32));
   Put(kv_, value);
 }
+void GgufWriter::SetI32(const std::string& key, int32_t value) {
+  Key(key, static_cast<uint32_t>(GgufType::kInt32));
+  Put(kv_, value);
+}
 void GgufWriter::SetF32(const std::string& key, float value) {
   Key(key, static_cast<uint32_t>(GgufType::kFloat32));
   Put(kv_, value);

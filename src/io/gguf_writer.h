@@ -17,6 +17,7 @@ class GgufWriter {
  public:
   void SetString(const std::string& key, const std::string& value);
   void SetU32(const std::string& key, uint32_t value);
+  void SetI32(const std::string& key, int32_t value);  // bench/gguf_retype copies such keys
   void SetF32(const std::string& key, float value);
   void SetBool(const std::string& key, bool value);
   void SetStringArray(const std::string& key, const std::vector<std::string>& values);
