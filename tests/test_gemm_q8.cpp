@@ -189,8 +189,8 @@ TEST(GemmQ8, RowGivesTheSameBitsAloneAsInsideAnyT) {
   ForceSimdLevel(best);
 }
 
-// The Q8_0 error against the f32 product, printed for the record (the README's accuracy table has
-// what it does to a model's NLL).
+// The Q8_0 error against the f32 product, printed for the record (docs/BENCHMARKS.md's accuracy
+// table has what it does to a model's NLL).
 TEST(GemmQ8, QuantisationErrorIsWithinHalfAScaleStep) {
   const int out = 64, in = 256;
   const std::vector<float> w = Random(static_cast<size_t>(out) * in, 8);

@@ -3,7 +3,7 @@
 // bf16 rounds x and W to bf16 (8 significant bits) and accumulates in f32 (kernels/gemm_bf16.h):
 // on CPUs with AVX-512 BF16 about twice sgemm's rate. The projections (q, k, v, o, MLP, LM head)
 // and the tiled attention's two products change; norms, RoPE, softmax and statistics stay f32, so
-// the analysis metrics move by the bf16 rounding of the products' operands (README and
+// the analysis metrics move by the bf16 rounding of the products' operands (docs/BENCHMARKS.md and
 // docs/DESIGN.md give the measured differences).
 // q8_0 holds the projections and the LM head as ggml Q8_0 blocks (kernels/gemm_q8.h: 1.125 bytes a
 // weight); activations, attention and everything else stay f32, so the numbers are those of the
