@@ -196,5 +196,9 @@ int main(int argc, char** argv) {
   std::printf("verdicts %s / %s, circuits %s; measured rows on the same samples differing from the "
               "exhaustive run: %d of %d\n", a.verdict.c_str(), b.verdict.c_str(),
               a.circuit.components == b.circuit.components ? "equal" : "DIFFERENT", differing, compared);
+  if (compared == 0)
+    std::printf("  (no row is comparable: the default path stopped after %d of %d intervention samples; "
+                "--mode fast-all and tests/test_explain.cpp compare the rows with early stopping off)\n",
+                b.stopping.used, b.stopping.upper_bound);
   return differing == 0 && a.verdict == b.verdict && a.circuit.components == b.circuit.components ? 0 : 1;
 }

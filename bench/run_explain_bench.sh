@@ -16,7 +16,7 @@
 set -euo pipefail
 BUILD=${BUILD:-build}
 WORK=${WORK:-/tmp/sinkscope_explain_bench}
-SS=$(realpath "$BUILD/src/app/sinkscope")
+SS=$(realpath "$BUILD/src/cli/sinkscope")
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$WORK"
 
