@@ -181,7 +181,15 @@ SamplePlan PlanSamples(const TraceRequest& r, const std::string& first_checkpoin
 }
 
 trace::SampleMaker MakeSampleMaker(const SamplePlan& plan, const TraceRequest& r) {
-  return [plan, input = r.input](const Model& model) {
+  // The checkpoints of a run share their tokenizer: text samples are encoded once per tokenizer
+  // (the --tokenizer file, or a checkpoint directory's tokenizer.json by content, with the
+  // model's vocabulary size and BOS / EOS ids) and reused by the checkpoints that have the same.
+  struct Encoded {
+    std::string key;
+    std::vector<std::vector<int>> samples;
+  };
+  auto last = std::make_shared<Encoded>();
+  return [plan, input = r.input, last](const Model& model) {
     // Each checkpoint's context, as analyze and explain check theirs.
     CheckLength(model.config, input.length, /*allow_long=*/false, /*has_allow_flag=*/false);
     std::vector<std::vector<int>> samples;
@@ -195,11 +203,22 @@ trace::SampleMaker MakeSampleMaker(const SamplePlan& plan, const TraceRequest& r
       }
       return samples;
     }
-    const std::vector<int> stream = FindTokenizer(model, input.tokenizer)->Encode(plan.text, false);
     const ModelConfig& c = model.config;
+    std::string key;
+    if (!input.tokenizer.empty())
+      key = "file " + input.tokenizer;
+    else if (IsDirectory(model.source) && FileExists(model.source + "/tokenizer.json"))
+      key = "sha256 " + Sha256File(model.source + "/tokenizer.json");
+    if (!key.empty()) {
+      key += fmt::format(" vocab {} bos {} eos {}", c.vocab_size, c.bos_id, c.eos_id);
+      if (key == last->key) return last->samples;
+    }
+    const std::vector<int> stream = FindTokenizer(model, input.tokenizer)->Encode(plan.text, false);
     analysis::SampleSpec spec{input.samples, input.length, input.seed,
                               c.vocab_size,  c.bos_id,     c.eos_id};
-    return analysis::BuildSamples(stream, analysis::Condition::kBos, spec, "--text " + plan.text_name);
+    samples = analysis::BuildSamples(stream, analysis::Condition::kBos, spec, "--text " + plan.text_name);
+    if (!key.empty()) *last = Encoded{key, samples};
+    return samples;
   };
 }
 
