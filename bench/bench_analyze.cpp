@@ -2,9 +2,9 @@
 // shaped like GPT-2 small (12 layers, 12 heads, width 768, MLP 3072) in the Llama family.
 //   build/bench/bench_analyze [--lengths 512,2048,8192] [--fused-only 32768] [--vocab 50257]
 //                             [--limit-gb 24] [--layers 12 --heads 12 --dim 768 --hidden 3072]
-// Each (path, T) runs in a forked child, so its peak resident memory (wait4's ru_maxrss) is its own;
-// a child that only builds the model gives the baseline. Times cover AnalyzeSamples on one sample of
-// T tokens (one forward with the statistics, all metrics), not the model's construction.
+// Each (path, T) runs in a forked child, so its peak resident memory (wait4's ru_maxrss) is its
+// own; a child that only builds the model gives the baseline. Times cover AnalyzeSamples on one
+// sample of T tokens (one forward with the statistics, all metrics), not the model's construction.
 // Paths:
 //   fused          statistics inside the attention kernel: memory O(L x H x T x K)
 //   materialised   each layer's full (H, T, T) pattern through blocks.{l}.attn.hook_pattern,
@@ -18,12 +18,11 @@
 //   --repeat N    the fastest of N analyses in each child;  --print-flops T   print and exit
 //   --bf16        also "fused bf16" rows (--precision bf16: projections through MatMulBf16 on
 //                 weights packed before the timing starts; the packing time goes to stderr)
+#include <cblas.h>
+#include <omp.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,9 +33,9 @@
 #include <string>
 #include <vector>
 
+#include "../tests/random_model.h"
 #include "analysis/analyze.h"
 #include "model/precision.h"
-#include "../tests/random_model.h"
 
 namespace {
 
@@ -158,7 +157,8 @@ double Analyze(const Args& a, ss::analysis::AttnPath path, int T, double* cpu_se
     const auto start = std::chrono::steady_clock::now();
     const double cpu_start = CpuSeconds();
     result = ss::analysis::AnalyzeSamples(model, ss::analysis::Condition::kBos, {tokens}, options);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (s < seconds) {
       seconds = s;
       *cpu_seconds = CpuSeconds() - cpu_start;
@@ -168,8 +168,7 @@ double Analyze(const Args& a, ss::analysis::AttnPath path, int T, double* cpu_se
                path == ss::analysis::AttnPath::kFused          ? "fused"
                : path == ss::analysis::AttnPath::kMaterialised ? "materialised"
                                                                : "keep-all",
-               bf16 ? " bf16" : "", T, seconds,
-               [&] {
+               bf16 ? " bf16" : "", T, seconds, [&] {
                  double s = 0;
                  const size_t n = static_cast<size_t>(a.shape.n_layers) * a.shape.n_heads;
                  for (size_t i = 0; i < n; ++i) s += result.alpha[i];
@@ -190,30 +189,39 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (!std::strcmp(argv[i], "--lengths")) a.lengths = ParseList(next());
-    else if (!std::strcmp(argv[i], "--fused-only")) a.fused_only = ParseList(next());
-    else if (!std::strcmp(argv[i], "--vocab")) a.shape.vocab_size = std::atoi(next());
-    else if (!std::strcmp(argv[i], "--layers")) a.shape.n_layers = std::atoi(next());
-    else if (!std::strcmp(argv[i], "--heads")) a.shape.n_heads = a.shape.n_kv_heads = std::atoi(next());
-    else if (!std::strcmp(argv[i], "--dim")) a.shape.dim = std::atoi(next());
-    else if (!std::strcmp(argv[i], "--hidden")) a.shape.hidden_dim = std::atoi(next());
-    else if (!std::strcmp(argv[i], "--limit-gb")) a.limit_gb = std::atof(next());
-    else if (!std::strcmp(argv[i], "--tsv")) a.tsv = true;
-    else if (!std::strcmp(argv[i], "--bf16")) a.bf16 = true;
-    else if (!std::strcmp(argv[i], "--repeat")) a.repeat = std::max(1, std::atoi(next()));
+    if (!std::strcmp(argv[i], "--lengths"))
+      a.lengths = ParseList(next());
+    else if (!std::strcmp(argv[i], "--fused-only"))
+      a.fused_only = ParseList(next());
+    else if (!std::strcmp(argv[i], "--vocab"))
+      a.shape.vocab_size = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--layers"))
+      a.shape.n_layers = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--heads"))
+      a.shape.n_heads = a.shape.n_kv_heads = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--dim"))
+      a.shape.dim = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--hidden"))
+      a.shape.hidden_dim = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--limit-gb"))
+      a.limit_gb = std::atof(next());
+    else if (!std::strcmp(argv[i], "--tsv"))
+      a.tsv = true;
+    else if (!std::strcmp(argv[i], "--bf16"))
+      a.bf16 = true;
+    else if (!std::strcmp(argv[i], "--repeat"))
+      a.repeat = std::max(1, std::atoi(next()));
     else if (!std::strcmp(argv[i], "--print-flops")) {  // for scripts: the work of one forward
       std::printf("%.0f\n", ForwardFlops(a, std::atoi(next())));
       return 0;
-    }
-    else if (!std::strcmp(argv[i], "--arch")) {
+    } else if (!std::strcmp(argv[i], "--arch")) {
       const std::string arch = next();
       if (arch != "gpt2" && arch != "llama") {
         std::fprintf(stderr, "bench_analyze: --arch gpt2|llama\n");
         return 1;
       }
       a.llama = arch == "llama";
-    }
-    else {
+    } else {
       std::fprintf(stderr, "bench_analyze: unknown flag %s\n", argv[i]);
       return 1;
     }
@@ -231,7 +239,9 @@ int main(int argc, char** argv) {
   std::vector<std::pair<int, double>> peaks;
   for (const std::vector<int>* list : {&a.lengths, &a.fused_only})
     for (int T : *list)
-      if (T <= 4096) peaks.emplace_back(T, RunChild("sgemm", T, [&](double*) { return SgemmGflops(a, T); }).seconds);
+      if (T <= 4096)
+        peaks.emplace_back(
+            T, RunChild("sgemm", T, [&](double*) { return SgemmGflops(a, T); }).seconds);
   std::vector<Row> rows;
   rows.push_back(RunChild("model only", 0, [&](double*) {
     ss::Model model = MakeModel(a);
@@ -239,13 +249,20 @@ int main(int argc, char** argv) {
   }));
   const double L = a.shape.n_layers, H = a.shape.n_heads;
   for (int T : a.lengths) {
-    rows.push_back(RunChild("fused", T, [&](double* cpu) { return Analyze(a, AttnPath::kFused, T, cpu); }));
+    rows.push_back(
+        RunChild("fused", T, [&](double* cpu) { return Analyze(a, AttnPath::kFused, T, cpu); }));
     if (a.bf16)
-      rows.push_back(RunChild("fused bf16", T, [&](double* cpu) { return Analyze(a, AttnPath::kFused, T, cpu, true); }));
-    rows.push_back(RunChild("materialised", T, [&](double* cpu) { return Analyze(a, AttnPath::kMaterialised, T, cpu); }));
+      rows.push_back(RunChild("fused bf16", T, [&](double* cpu) {
+        return Analyze(a, AttnPath::kFused, T, cpu, true);
+      }));
+    rows.push_back(RunChild("materialised", T, [&](double* cpu) {
+      return Analyze(a, AttnPath::kMaterialised, T, cpu);
+    }));
     const double keep_all_gb = L * H * double(T) * T * 4 / 1e9;
     if (keep_all_gb <= a.limit_gb * 0.75) {
-      rows.push_back(RunChild("keep-all", T, [&](double* cpu) { return Analyze(a, AttnPath::kMaterialisedKeepAll, T, cpu); }));
+      rows.push_back(RunChild("keep-all", T, [&](double* cpu) {
+        return Analyze(a, AttnPath::kMaterialisedKeepAll, T, cpu);
+      }));
     } else {
       Row r{"keep-all", T};
       r.note = "does not fit: the patterns alone need " + std::to_string(keep_all_gb).substr(0, 5) +
@@ -254,12 +271,15 @@ int main(int argc, char** argv) {
     }
   }
   for (int T : a.fused_only)
-    rows.push_back(RunChild("fused", T, [&](double* cpu) { return Analyze(a, AttnPath::kFused, T, cpu); }));
+    rows.push_back(
+        RunChild("fused", T, [&](double* cpu) { return Analyze(a, AttnPath::kFused, T, cpu); }));
 
   const double base = rows[0].peak_mib;
-  std::printf("model: %s, %d layers, %d heads, width %d, MLP %d, vocab %d; random weights; "
-              "%d OpenMP threads\n", a.llama ? "Llama (SwiGLU MLP)" : "GPT-2 (gelu_new MLP)", a.shape.n_layers, a.shape.n_heads, a.shape.dim,
-              a.shape.hidden_dim, a.shape.vocab_size, omp_get_max_threads());
+  std::printf(
+      "model: %s, %d layers, %d heads, width %d, MLP %d, vocab %d; random weights; "
+      "%d OpenMP threads\n",
+      a.llama ? "Llama (SwiGLU MLP)" : "GPT-2 (gelu_new MLP)", a.shape.n_layers, a.shape.n_heads,
+      a.shape.dim, a.shape.hidden_dim, a.shape.vocab_size, omp_get_max_threads());
   std::printf("%-14s %7s %10s %10s %10s %9s %12s %14s  %s\n", "path", "T", "seconds", "cpu s",
               "tokens/s", "GFLOP/s", "peak MiB", "over model MiB", "note");
   for (const Row& r : rows) {
@@ -278,8 +298,8 @@ int main(int argc, char** argv) {
                 r.peak_mib, r.peak_mib - base, r.note.c_str());
   }
   for (const auto& [T, gflops] : peaks)
-    std::printf("sgemm ceiling: OpenBLAS %d x %d x %d, %d threads: %.1f GFLOP/s\n", T,
-                a.shape.dim, a.shape.hidden_dim, omp_get_max_threads(), gflops);
+    std::printf("sgemm ceiling: OpenBLAS %d x %d x %d, %d threads: %.1f GFLOP/s\n", T, a.shape.dim,
+                a.shape.hidden_dim, omp_get_max_threads(), gflops);
   if (a.tsv) {
     for (const Row& r : rows)
       std::printf("TSV\tsinkscope\t%s\t%d\t%.3f\t%.3f\t%.0f\t%.1f\t%s\n", r.path.c_str(), r.T,

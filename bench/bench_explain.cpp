@@ -26,11 +26,11 @@
 #include <cstring>
 #include <string>
 
-#include "explain/explain.h"
-#include "kernels/parallel.h"
-#include "io/load.h"
-#include "model/precision.h"
 #include "../tests/random_model.h"
+#include "explain/explain.h"
+#include "io/load.h"
+#include "kernels/parallel.h"
+#include "model/precision.h"
 
 namespace {
 
@@ -52,24 +52,26 @@ Timed Run(const ss::Model& model, const std::vector<std::vector<int>>& data,
   const int L = r.n_layers;
   std::string circuit;
   for (const auto& c : r.circuit.components) circuit += (circuit.empty() ? "" : ",") + c.Name();
-  std::printf("%s: verdict %s%s%s%s; %lld forwards, %lld block evaluations (%.0f%% of full forwards), "
-              "%lld position-0 sweep calls (%lld one-token block evaluations) in %.1f s\n",
-              label, r.verdict.c_str(), circuit.empty() ? "" : " {", circuit.c_str(),
-              circuit.empty() ? "" : "}", static_cast<long long>(r.forward_passes),
-              static_cast<long long>(r.block_evaluations),
-              100.0 * r.block_evaluations / (r.forward_passes * L),
-              static_cast<long long>(r.estimates.recompute_calls),
-              static_cast<long long>(r.estimates.recompute_rows), t.seconds);
-  std::printf("  clean pass %.1f s (%.3f s per sample), interventions %.1f s (of which estimates %.1f s "
-              "on %d samples), search %.1f s; %d of %d rows measured on %d of %d intervention "
-              "samples (%s)\n",
-              r.clean_seconds, r.clean_seconds / r.samples, r.intervention_seconds, r.estimate_seconds,
-              r.estimates.samples, r.search_seconds, r.estimates.verified, r.estimates.candidates,
-              r.stopping.used, r.stopping.upper_bound, r.stopping.reason.c_str());
-  std::printf("  Spearman estimate vs measured over the measured rows: target share %.3f, alpha_0 "
-              "share %.3f, P0 norm ratio after %.3f\n",
-              r.estimates.spearman_target, r.estimates.spearman_alpha0,
-              r.estimates.spearman_norm_ratio);
+  std::printf(
+      "%s: verdict %s%s%s%s; %lld forwards, %lld block evaluations (%.0f%% of full forwards), "
+      "%lld position-0 sweep calls (%lld one-token block evaluations) in %.1f s\n",
+      label, r.verdict.c_str(), circuit.empty() ? "" : " {", circuit.c_str(),
+      circuit.empty() ? "" : "}", static_cast<long long>(r.forward_passes),
+      static_cast<long long>(r.block_evaluations),
+      100.0 * r.block_evaluations / (r.forward_passes * L),
+      static_cast<long long>(r.estimates.recompute_calls),
+      static_cast<long long>(r.estimates.recompute_rows), t.seconds);
+  std::printf(
+      "  clean pass %.1f s (%.3f s per sample), interventions %.1f s (of which estimates %.1f s "
+      "on %d samples), search %.1f s; %d of %d rows measured on %d of %d intervention "
+      "samples (%s)\n",
+      r.clean_seconds, r.clean_seconds / r.samples, r.intervention_seconds, r.estimate_seconds,
+      r.estimates.samples, r.search_seconds, r.estimates.verified, r.estimates.candidates,
+      r.stopping.used, r.stopping.upper_bound, r.stopping.reason.c_str());
+  std::printf(
+      "  Spearman estimate vs measured over the measured rows: target share %.3f, alpha_0 "
+      "share %.3f, P0 norm ratio after %.3f\n",
+      r.estimates.spearman_target, r.estimates.spearman_alpha0, r.estimates.spearman_norm_ratio);
   std::fflush(stdout);
   return t;
 }
@@ -88,16 +90,26 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     const int v = std::atoi(argv[i + 1]);
-    if (flag == "--samples") samples = v;
-    else if (flag == "--length") length = v;
-    else if (flag == "--intervention-samples") intervention_samples = v;
-    else if (flag == "--resume") resume = v != 0;
-    else if (flag == "--verify-top") verify_top = v;
-    else if (flag == "--first-token") first_token = v;
-    else if (flag == "--model") model_path = value;
-    else if (flag == "--precision") precision = value;
-    else if (flag == "--bf16") precision = v != 0 ? "bf16" : "f32";  // the earlier spelling
-    else if (flag == "--mode" && (value == "both" || value == "fast" || value == "exhaustive" || value == "fast-all"))
+    if (flag == "--samples")
+      samples = v;
+    else if (flag == "--length")
+      length = v;
+    else if (flag == "--intervention-samples")
+      intervention_samples = v;
+    else if (flag == "--resume")
+      resume = v != 0;
+    else if (flag == "--verify-top")
+      verify_top = v;
+    else if (flag == "--first-token")
+      first_token = v;
+    else if (flag == "--model")
+      model_path = value;
+    else if (flag == "--precision")
+      precision = value;
+    else if (flag == "--bf16")
+      precision = v != 0 ? "bf16" : "f32";  // the earlier spelling
+    else if (flag == "--mode" &&
+             (value == "both" || value == "fast" || value == "exhaustive" || value == "fast-all"))
       mode = value;
     else {
       std::fprintf(stderr, "unknown flag or value %s %s\n", argv[i], argv[i + 1]);
@@ -126,7 +138,8 @@ int main(int argc, char** argv) {
       const auto t0 = std::chrono::steady_clock::now();
       model = ss::LoadModel(model_path, p);
       ss::SetPrecision(model, p);
-      std::printf("loaded %s at %s in %.1f s\n", model_path.c_str(), precision.c_str(), Seconds(t0));
+      std::printf("loaded %s at %s in %.1f s\n", model_path.c_str(), precision.c_str(),
+                  Seconds(t0));
       if (samples < 0) samples = 16;
       if (length < 0) length = 64;
       if (first_token < 0) first_token = model.config.bos_id >= 0 ? model.config.bos_id : 1;
@@ -145,11 +158,12 @@ int main(int argc, char** argv) {
     }
     s[0] = first_token;
   }
-  std::printf("%s (%d layers x %d heads, width %d), N = %d samples, T = %d, interventions on at most %d "
-              "samples, precision %s, verify_top %d, resume at the intervened block: %s\n",
-              model_path.empty() ? "GPT-2-small-shaped random model" : model_path.c_str(), c.n_layers,
-              c.n_heads, c.dim, samples, length, std::min(samples, intervention_samples), precision.c_str(),
-              verify_top, resume ? "yes" : "no");
+  std::printf(
+      "%s (%d layers x %d heads, width %d), N = %d samples, T = %d, interventions on at most %d "
+      "samples, precision %s, verify_top %d, resume at the intervened block: %s\n",
+      model_path.empty() ? "GPT-2-small-shaped random model" : model_path.c_str(), c.n_layers,
+      c.n_heads, c.dim, samples, length, std::min(samples, intervention_samples), precision.c_str(),
+      verify_top, resume ? "yes" : "no");
   std::fflush(stdout);
   ss::explain::ExplainOptions o;
   o.intervention_samples = intervention_samples;
@@ -185,20 +199,26 @@ int main(int argc, char** argv) {
   }
   const double old_iv = a.intervention_seconds + a.search_seconds;
   const double new_iv = b.intervention_seconds + b.search_seconds;
-  std::printf("side by side: forwards %lld -> %lld (%.1fx fewer), block evaluations %lld -> %lld "
-              "(+ %lld one-token), wall %.1f s -> %.1f s (%.2fx), interventions and search %.1f s -> "
-              "%.1f s (%.2fx)\n",
-              static_cast<long long>(a.forward_passes), static_cast<long long>(b.forward_passes),
-              static_cast<double>(a.forward_passes) / b.forward_passes,
-              static_cast<long long>(a.block_evaluations), static_cast<long long>(b.block_evaluations),
-              static_cast<long long>(b.estimates.recompute_rows), old_run.seconds, new_run.seconds,
-              old_run.seconds / new_run.seconds, old_iv, new_iv, old_iv / new_iv);
-  std::printf("verdicts %s / %s, circuits %s; measured rows on the same samples differing from the "
-              "exhaustive run: %d of %d\n", a.verdict.c_str(), b.verdict.c_str(),
-              a.circuit.components == b.circuit.components ? "equal" : "DIFFERENT", differing, compared);
+  std::printf(
+      "side by side: forwards %lld -> %lld (%.1fx fewer), block evaluations %lld -> %lld "
+      "(+ %lld one-token), wall %.1f s -> %.1f s (%.2fx), interventions and search %.1f s -> "
+      "%.1f s (%.2fx)\n",
+      static_cast<long long>(a.forward_passes), static_cast<long long>(b.forward_passes),
+      static_cast<double>(a.forward_passes) / b.forward_passes,
+      static_cast<long long>(a.block_evaluations), static_cast<long long>(b.block_evaluations),
+      static_cast<long long>(b.estimates.recompute_rows), old_run.seconds, new_run.seconds,
+      old_run.seconds / new_run.seconds, old_iv, new_iv, old_iv / new_iv);
+  std::printf(
+      "verdicts %s / %s, circuits %s; measured rows on the same samples differing from the "
+      "exhaustive run: %d of %d\n",
+      a.verdict.c_str(), b.verdict.c_str(),
+      a.circuit.components == b.circuit.components ? "equal" : "DIFFERENT", differing, compared);
   if (compared == 0)
-    std::printf("  (no row is comparable: the default path stopped after %d of %d intervention samples; "
-                "--mode fast-all and tests/test_explain.cpp compare the rows with early stopping off)\n",
-                b.stopping.used, b.stopping.upper_bound);
-  return differing == 0 && a.verdict == b.verdict && a.circuit.components == b.circuit.components ? 0 : 1;
+    std::printf(
+        "  (no row is comparable: the default path stopped after %d of %d intervention samples; "
+        "--mode fast-all and tests/test_explain.cpp compare the rows with early stopping off)\n",
+        b.stopping.used, b.stopping.upper_bound);
+  return differing == 0 && a.verdict == b.verdict && a.circuit.components == b.circuit.components
+             ? 0
+             : 1;
 }

@@ -11,7 +11,8 @@
 namespace {
 
 const ss::Model& Stories() {
-  static ss::Model model = ss::LoadLlama2c(SINKSCOPE_REPO_DIR "/models/stories260K/stories260K.bin");
+  static ss::Model model =
+      ss::LoadLlama2c(SINKSCOPE_REPO_DIR "/models/stories260K/stories260K.bin");
   return model;
 }
 

@@ -3,12 +3,13 @@
 // (--precision native, kernels/gemm_ggml.h), against the f32 product
 // through OpenBLAS sgemm (MatMul's large-product path), y (T, out) = x (T, in) W^T, on the shapes
 // they are meant for: (in, out) = (768, 3072) MLP up, (3072, 768) MLP down, (768, 2304) fused QKV;
-// T = 512, 1024, 2048, 32 (a short prompt) and 1 (decode), with two decode shapes too large for the caches (a 32000 x
-// 768 LM head, a 7B model's 11008 x 4096 MLP) where the product is bound by reading W: there the
-// table also gives the bytes of W read per second. Runs at the process's thread count
-// (OMP_NUM_THREADS or all cores). Each shape's runs are adjacent, and a table of throughput ratios
-// to sgemm (median repetition of each) is printed at the end. Pack time (once per weight) is timed
-// separately. On a busy machine, interleave the repetitions so the kernels see the same load:
+// T = 512, 1024, 2048, 32 (a short prompt) and 1 (decode), with two decode shapes too large for the
+// caches (a 32000 x 768 LM head, a 7B model's 11008 x 4096 MLP) where the product is bound by
+// reading W: there the table also gives the bytes of W read per second. Runs at the process's
+// thread count (OMP_NUM_THREADS or all cores). Each shape's runs are adjacent, and a table of
+// throughput ratios to sgemm (median repetition of each) is printed at the end. Pack time (once per
+// weight) is timed separately. On a busy machine, interleave the repetitions so the kernels see the
+// same load:
 //   OMP_NUM_THREADS=2 build/bench/bench_gemm --benchmark_repetitions=5
 //       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
@@ -61,9 +62,10 @@ const Shape kShapes[] = {{512, 768, 3072},
 // the LM head 32000 x 4096) at T = 16, 64 and 256 rows of x: a chat turn, explain's 64-token
 // forwards, a longer prompt. Only sgemm, the bf16 pack and the native BF16 view run these (and
 // the Q8_0 / Q4_K / MXFP4 files at T = 64); their names start with "7b/".
-const Shape k7bShapes[] = {{16, 4096, 4096},  {16, 4096, 11008},  {16, 11008, 4096},  {16, 4096, 32000},
-                           {64, 4096, 4096},  {64, 4096, 11008},  {64, 11008, 4096},  {64, 4096, 32000},
-                           {256, 4096, 4096}, {256, 4096, 11008}, {256, 11008, 4096}, {256, 4096, 32000}};
+const Shape k7bShapes[] = {{16, 4096, 4096},   {16, 4096, 11008},  {16, 11008, 4096},
+                           {16, 4096, 32000},  {64, 4096, 4096},   {64, 4096, 11008},
+                           {64, 11008, 4096},  {64, 4096, 32000},  {256, 4096, 4096},
+                           {256, 4096, 11008}, {256, 11008, 4096}, {256, 4096, 32000}};
 
 std::vector<float> Random(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -106,7 +108,8 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) float PeakDpbf16ps() {
   for (int64_t i = 0; i < kPeakIterations; ++i) {
 #pragma GCC unroll 24
     for (int c = 0; c < kChains; ++c)
-      acc[c] = _mm512_dpbf16_ps(acc[c], reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
+      acc[c] =
+          _mm512_dpbf16_ps(acc[c], reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
   }
   __m512 total = acc[0];
   for (int c = 1; c < kChains; ++c) total = _mm512_add_ps(total, acc[c]);
@@ -196,7 +199,8 @@ void RegisterPeaks() {
   const Named loops[] = {
       {"vdpbf16ps_zmm", __builtin_cpu_supports("avx512bf16") != 0, {PeakDpbf16ps, 32 * zmm_calls}},
       {"vfmadd231ps_zmm", __builtin_cpu_supports("avx512f") != 0, {PeakFma512, 16 * zmm_calls}},
-      {"vfmadd231ps_ymm", __builtin_cpu_supports("fma") != 0,
+      {"vfmadd231ps_ymm",
+       __builtin_cpu_supports("fma") != 0,
        {PeakFma256, 8.0 * 2 * kPeakIterations * 12}},
       {"vpdpbusd_zmm", __builtin_cpu_supports("avx512vnni") != 0, {PeakDpbusd, 64 * zmm_calls}},
   };
@@ -206,7 +210,8 @@ void RegisterPeaks() {
       benchmark::RegisterBenchmark(
           ("peak/" + std::string(n.name) + "/threads" + std::to_string(threads)).c_str(), Peak,
           n.loop, threads)
-          ->UseRealTime()->MeasureProcessCPUTime();
+          ->UseRealTime()
+          ->MeasureProcessCPUTime();
   }
 }
 
@@ -278,11 +283,21 @@ void Native(benchmark::State& state, Shape s, uint32_t type) {
         std::memcpy(bytes.data() + 2 * i, &h, 2);
       }
       break;
-    case ss::kGgmlTypeQ8_0: ss::QuantizeQ8_0(w.data(), bytes.data(), n); break;
-    case ss::kGgmlTypeQ4_K: ss::QuantizeQ4_K(w.data(), bytes.data(), n); break;
-    case ss::kGgmlTypeQ6_K: ss::QuantizeQ6_K(w.data(), bytes.data(), n); break;
-    case ss::kGgmlTypeMXFP4: ss::QuantizeMXFP4(w.data(), bytes.data(), n); break;
-    default: ss::QuantizeQ4_0(w.data(), bytes.data(), n); break;
+    case ss::kGgmlTypeQ8_0:
+      ss::QuantizeQ8_0(w.data(), bytes.data(), n);
+      break;
+    case ss::kGgmlTypeQ4_K:
+      ss::QuantizeQ4_K(w.data(), bytes.data(), n);
+      break;
+    case ss::kGgmlTypeQ6_K:
+      ss::QuantizeQ6_K(w.data(), bytes.data(), n);
+      break;
+    case ss::kGgmlTypeMXFP4:
+      ss::QuantizeMXFP4(w.data(), bytes.data(), n);
+      break;
+    default:
+      ss::QuantizeQ4_0(w.data(), bytes.data(), n);
+      break;
   }
   if (type == ss::kTypeMxfp4Split) {
     std::vector<uint8_t> nibbles;
@@ -303,14 +318,15 @@ void Native(benchmark::State& state, Shape s, uint32_t type) {
   state.SetLabel(ss::GgmlKernelName(type));
 }
 
-const std::pair<const char*, uint32_t> kNativeTypes[] = {
-    {"q4_0", ss::kGgmlTypeQ4_0}, {"q4_k", ss::kGgmlTypeQ4_K}, {"mxfp4", ss::kGgmlTypeMXFP4},
-    {"mxfp4_split", ss::kTypeMxfp4Split}};
+const std::pair<const char*, uint32_t> kNativeTypes[] = {{"q4_0", ss::kGgmlTypeQ4_0},
+                                                         {"q4_k", ss::kGgmlTypeQ4_K},
+                                                         {"mxfp4", ss::kGgmlTypeMXFP4},
+                                                         {"mxfp4_split", ss::kTypeMxfp4Split}};
 // Decode only (T = 1): the other stored types.
 const std::pair<const char*, uint32_t> kDecodeTypes[] = {{"native_bf16", ss::kGgmlTypeBF16},
-                                                        {"native_f16", ss::kGgmlTypeF16},
-                                                        {"native_q8_0", ss::kGgmlTypeQ8_0},
-                                                        {"q6_k", ss::kGgmlTypeQ6_K}};
+                                                         {"native_f16", ss::kGgmlTypeF16},
+                                                         {"native_q8_0", ss::kGgmlTypeQ8_0},
+                                                         {"q6_k", ss::kGgmlTypeQ6_K}};
 
 void Pack(benchmark::State& state, Shape s) {
   const auto w = Random(static_cast<size_t>(s.out) * s.in, 2);
@@ -369,38 +385,61 @@ class RatioReporter : public benchmark::ConsoleReporter {
 int main(int argc, char** argv) {
   RegisterPeaks();
   for (const Shape& s : kShapes) {
-    benchmark::RegisterBenchmark(("sgemm/" + ShapeName(s)).c_str(), Sgemm, s)->UseRealTime()->MeasureProcessCPUTime();
+    benchmark::RegisterBenchmark(("sgemm/" + ShapeName(s)).c_str(), Sgemm, s)
+        ->UseRealTime()
+        ->MeasureProcessCPUTime();
     if (s.T == 1)
-      benchmark::RegisterBenchmark(("openblas_sgemv/" + ShapeName(s)).c_str(), Sgemv, s)->UseRealTime()->MeasureProcessCPUTime();
-    benchmark::RegisterBenchmark(("bf16/" + ShapeName(s)).c_str(), Bf16, s)->UseRealTime()->MeasureProcessCPUTime();
-    benchmark::RegisterBenchmark(("q8_0/" + ShapeName(s)).c_str(), Q8, s)->UseRealTime()->MeasureProcessCPUTime();
+      benchmark::RegisterBenchmark(("openblas_sgemv/" + ShapeName(s)).c_str(), Sgemv, s)
+          ->UseRealTime()
+          ->MeasureProcessCPUTime();
+    benchmark::RegisterBenchmark(("bf16/" + ShapeName(s)).c_str(), Bf16, s)
+        ->UseRealTime()
+        ->MeasureProcessCPUTime();
+    benchmark::RegisterBenchmark(("q8_0/" + ShapeName(s)).c_str(), Q8, s)
+        ->UseRealTime()
+        ->MeasureProcessCPUTime();
     for (auto [name, type] : kNativeTypes)
-      benchmark::RegisterBenchmark((std::string(name) + "/" + ShapeName(s)).c_str(), Native, s, type)
-          ->UseRealTime()->MeasureProcessCPUTime();
+      benchmark::RegisterBenchmark((std::string(name) + "/" + ShapeName(s)).c_str(), Native, s,
+                                   type)
+          ->UseRealTime()
+          ->MeasureProcessCPUTime();
     if (s.T == 1)
       for (auto [name, type] : kDecodeTypes)
-        benchmark::RegisterBenchmark((std::string(name) + "/" + ShapeName(s)).c_str(), Native, s, type)
-            ->UseRealTime()->MeasureProcessCPUTime();
+        benchmark::RegisterBenchmark((std::string(name) + "/" + ShapeName(s)).c_str(), Native, s,
+                                     type)
+            ->UseRealTime()
+            ->MeasureProcessCPUTime();
   }
   for (const Shape& s : k7bShapes) {
-    benchmark::RegisterBenchmark(("7b/sgemm/" + ShapeName(s)).c_str(), Sgemm, s)->UseRealTime()->MeasureProcessCPUTime();
-    benchmark::RegisterBenchmark(("7b/bf16/" + ShapeName(s)).c_str(), Bf16, s)->UseRealTime()->MeasureProcessCPUTime();
-    benchmark::RegisterBenchmark(("7b/native_bf16/" + ShapeName(s)).c_str(), Native, s, ss::kGgmlTypeBF16)
-        ->UseRealTime()->MeasureProcessCPUTime();
+    benchmark::RegisterBenchmark(("7b/sgemm/" + ShapeName(s)).c_str(), Sgemm, s)
+        ->UseRealTime()
+        ->MeasureProcessCPUTime();
+    benchmark::RegisterBenchmark(("7b/bf16/" + ShapeName(s)).c_str(), Bf16, s)
+        ->UseRealTime()
+        ->MeasureProcessCPUTime();
+    benchmark::RegisterBenchmark(("7b/native_bf16/" + ShapeName(s)).c_str(), Native, s,
+                                 ss::kGgmlTypeBF16)
+        ->UseRealTime()
+        ->MeasureProcessCPUTime();
     if (s.T == 64)
-      for (auto [name, type] : {std::pair{"native_q8_0", ss::kGgmlTypeQ8_0}, std::pair{"q4_k", ss::kGgmlTypeQ4_K},
-                                std::pair{"mxfp4", ss::kGgmlTypeMXFP4}})
-        benchmark::RegisterBenchmark(("7b/" + std::string(name) + "/" + ShapeName(s)).c_str(), Native, s, type)
-            ->UseRealTime()->MeasureProcessCPUTime();
+      for (auto [name, type] :
+           {std::pair{"native_q8_0", ss::kGgmlTypeQ8_0}, std::pair{"q4_k", ss::kGgmlTypeQ4_K},
+            std::pair{"mxfp4", ss::kGgmlTypeMXFP4}})
+        benchmark::RegisterBenchmark(("7b/" + std::string(name) + "/" + ShapeName(s)).c_str(),
+                                     Native, s, type)
+            ->UseRealTime()
+            ->MeasureProcessCPUTime();
   }
   for (const Shape& s : {kShapes[0], kShapes[1]})
     benchmark::RegisterBenchmark(
         ("pack/in" + std::to_string(s.in) + "/out" + std::to_string(s.out)).c_str(), Pack, s)
-        ->UseRealTime()->MeasureProcessCPUTime();
+        ->UseRealTime()
+        ->MeasureProcessCPUTime();
   for (const Shape& s : {kShapes[0], kShapes[1]})
     benchmark::RegisterBenchmark(
         ("pack_q8_0/in" + std::to_string(s.in) + "/out" + std::to_string(s.out)).c_str(), PackQ8, s)
-        ->UseRealTime()->MeasureProcessCPUTime();
+        ->UseRealTime()
+        ->MeasureProcessCPUTime();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   const int threads = ss::ThreadCount();
@@ -415,9 +454,11 @@ int main(int argc, char** argv) {
   for (const char* loop : {"vdpbf16ps_zmm", "vfmadd231ps_zmm", "vfmadd231ps_ymm", "vpdpbusd_zmm"})
     for (int t : {1, 2}) {
       const std::string name = "peak/" + std::string(loop) + "/threads" + std::to_string(t);
-      const double wall = reporter.Median("GFLOP/s " + name), core = reporter.Median("GFLOP/cpu_s " + name);
+      const double wall = reporter.Median("GFLOP/s " + name),
+                   core = reporter.Median("GFLOP/cpu_s " + name);
       if (wall <= 0) continue;
-      if (!any_peak) std::printf("\n%-34s %14s %22s\n", "ceiling", "GFLOP/s (wall)", "GFLOP/s per core (CPU)");
+      if (!any_peak)
+        std::printf("\n%-34s %14s %22s\n", "ceiling", "GFLOP/s (wall)", "GFLOP/s per core (CPU)");
       any_peak = true;
       std::printf("%-34s %14.1f %22.1f\n", name.c_str(), wall, core);
       if (t == std::min(threads, 2)) {
@@ -425,9 +466,11 @@ int main(int argc, char** argv) {
         if (std::string(loop) == "vfmadd231ps_zmm") peak_fma = core;
       }
     }
-  std::printf("\n%-26s %11s %11s %11s %11s %11s %11s %11s %11s %11s %11s  (medians; decode: GB/s of W read)\n",
-              "shape", "sgemm", "bf16", "q8_0", "q4_0", "q4_k", "mxfp4", "mxfp4_split", "bf16/sgemm",
-              "q8_0/sgemm", "q4_k/sgemm");
+  std::printf(
+      "\n%-26s %11s %11s %11s %11s %11s %11s %11s %11s %11s %11s  (medians; decode: GB/s of W "
+      "read)\n",
+      "shape", "sgemm", "bf16", "q8_0", "q4_0", "q4_k", "mxfp4", "mxfp4_split", "bf16/sgemm",
+      "q8_0/sgemm", "q4_k/sgemm");
   for (const Shape& s : kShapes) {
     const std::string unit = s.T == 1 ? "GB/s " : "GFLOP/s ";
     const double a = reporter.Median(unit + "sgemm/" + ShapeName(s));
@@ -439,16 +482,18 @@ int main(int argc, char** argv) {
     const double mxs = reporter.Median(unit + "mxfp4_split/" + ShapeName(s));
     const double ta = reporter.Median("GFLOP/s sgemm/" + ShapeName(s));
     if (a > 0 && b > 0 && q > 0)
-      std::printf("%-26s %11.1f %11.1f %11.1f %11.1f %11.1f %11.1f %11.1f %10.2fx %10.2fx %10.2fx\n",
-                  ShapeName(s).c_str(), a, b, q, q40, q4k, mx, mxs,
-                  reporter.Median("GFLOP/s bf16/" + ShapeName(s)) / ta,
-                  reporter.Median("GFLOP/s q8_0/" + ShapeName(s)) / ta,
-                  reporter.Median("GFLOP/s q4_k/" + ShapeName(s)) / ta);
+      std::printf(
+          "%-26s %11.1f %11.1f %11.1f %11.1f %11.1f %11.1f %11.1f %10.2fx %10.2fx %10.2fx\n",
+          ShapeName(s).c_str(), a, b, q, q40, q4k, mx, mxs,
+          reporter.Median("GFLOP/s bf16/" + ShapeName(s)) / ta,
+          reporter.Median("GFLOP/s q8_0/" + ShapeName(s)) / ta,
+          reporter.Median("GFLOP/s q4_k/" + ShapeName(s)) / ta);
   }
   // Decode: GB/s of W read by every kind of weight.
   {
-    const char* kinds[] = {"sgemm", "openblas_sgemv", "bf16", "q8_0", "native_bf16", "native_f16", "native_q8_0",
-                           "q4_0", "q4_k", "q6_k", "mxfp4", "mxfp4_split"};
+    const char* kinds[] = {"sgemm",       "openblas_sgemv", "bf16",        "q8_0",
+                           "native_bf16", "native_f16",     "native_q8_0", "q4_0",
+                           "q4_k",        "q6_k",           "mxfp4",       "mxfp4_split"};
     bool header = false;
     for (const Shape& s : kShapes) {
       if (s.T != 1) continue;
@@ -481,13 +526,15 @@ int main(int argc, char** argv) {
     const double nb = reporter.Median("GFLOP/s 7b/native_bf16/" + n);
     if (a <= 0 && b <= 0 && nb <= 0) continue;
     if (!header) {
-      std::printf("\n%-26s %9s %9s %12s %11s %13s   %s\n", "7B shape (GFLOP/s)", "sgemm", "bf16", "native_bf16",
-                  "bf16/sgemm", "native/sgemm", "per core: bf16/VDPBF16PS  native/FMA  sgemm/FMA");
+      std::printf("\n%-26s %9s %9s %12s %11s %13s   %s\n", "7B shape (GFLOP/s)", "sgemm", "bf16",
+                  "native_bf16", "bf16/sgemm", "native/sgemm",
+                  "per core: bf16/VDPBF16PS  native/FMA  sgemm/FMA");
       header = true;
     }
     auto ratio = [](double p, double q) { return p > 0 && q > 0 ? p / q : 0.0; };
-    std::printf("%-26s %9.1f %9.1f %12.1f %10.2fx %12.2fx   %17.0f%% %10.0f%% %9.0f%%\n", n.c_str(), a, b, nb,
-                ratio(b, a), ratio(nb, a), 100 * ratio(reporter.Median("GFLOP/cpu_s 7b/bf16/" + n), peak_bf16),
+    std::printf("%-26s %9.1f %9.1f %12.1f %10.2fx %12.2fx   %17.0f%% %10.0f%% %9.0f%%\n", n.c_str(),
+                a, b, nb, ratio(b, a), ratio(nb, a),
+                100 * ratio(reporter.Median("GFLOP/cpu_s 7b/bf16/" + n), peak_bf16),
                 100 * ratio(reporter.Median("GFLOP/cpu_s 7b/native_bf16/" + n), peak_fma),
                 100 * ratio(reporter.Median("GFLOP/cpu_s 7b/sgemm/" + n), peak_fma));
   }

@@ -41,20 +41,24 @@ int main(int argc, char** argv) {
   std::vector<float> q(H * Dh), qs(H * Dh);
   for (float& x : q) x = dist(rng);
   for (float& x : qs) x = dist(rng);
-  std::printf("Llama-2-7B-shaped attention, one decode query (T = 1, %d heads of %d) over %d cached entries, "
-              "%d threads, SIMD %s; best of %d\n", H, Dh, entries, omp_get_max_threads(),
-              SimdLevelName(ActiveSimdLevel()).c_str(), repeats);
-  std::printf("%-24s %12s %12s %11s %10s %12s %11s %8s %8s\n", "kv cache", "bytes/token", "cache (GiB)",
-              "ms / layer", "GB/s read", "ms / token", "cpu ms / l", "vs f32", "(cpu)");
+  std::printf(
+      "Llama-2-7B-shaped attention, one decode query (T = 1, %d heads of %d) over %d cached "
+      "entries, "
+      "%d threads, SIMD %s; best of %d\n",
+      H, Dh, entries, omp_get_max_threads(), SimdLevelName(ActiveSimdLevel()).c_str(), repeats);
+  std::printf("%-24s %12s %12s %11s %10s %12s %11s %8s %8s\n", "kv cache", "bytes/token",
+              "cache (GiB)", "ms / layer", "GB/s read", "ms / token", "cpu ms / l", "vs f32",
+              "(cpu)");
   double f32_ms = 0, f32_cpu = 0;
   struct Case {
     KvType type;
     bool head_major;
     int keep;
   };
-  const Case cases[] = {{KvType::kF32, true, 0},  {KvType::kBf16, true, 0},   {KvType::kF16, true, 0},
-                        {KvType::kQ8_0, true, 0}, {KvType::kQ4_0, true, 0},   {KvType::kQ4_0, true, 4},
-                        {KvType::kF32, false, 0}, {KvType::kQ8_0, false, 0}, {KvType::kQ4_0, false, 0}};
+  const Case cases[] = {
+      {KvType::kF32, true, 0},  {KvType::kBf16, true, 0},  {KvType::kF16, true, 0},
+      {KvType::kQ8_0, true, 0}, {KvType::kQ4_0, true, 0},  {KvType::kQ4_0, true, 4},
+      {KvType::kF32, false, 0}, {KvType::kQ8_0, false, 0}, {KvType::kQ4_0, false, 0}};
   bool all_equal = true;
   for (const Case c : cases) {
     const bool plain = c.type == KvType::kF32 && !c.head_major;  // the f32 cache itself
@@ -85,7 +89,8 @@ int main(int argc, char** argv) {
           std::vector<uint8_t>& bytes = kv == 0 ? kb : vb;
           float* decoded = (kv == 0 ? dk : dv).data() + static_cast<size_t>(r) * kv_row;
           if (r < c.keep) {
-            std::copy(row.begin(), row.end(), (kv == 0 ? kept_k : kept_v).begin() + static_cast<size_t>(r) * kv_row);
+            std::copy(row.begin(), row.end(),
+                      (kv == 0 ? kept_k : kept_v).begin() + static_cast<size_t>(r) * kv_row);
             std::copy(row.begin(), row.end(), decoded);
             continue;
           }
@@ -97,7 +102,8 @@ int main(int argc, char** argv) {
         }
       }
       for (int r = 0; r < c.keep; ++r) kept_slot[r] = r;
-      auto view = [&](KvRows* rows, const std::vector<uint8_t>& bytes, const std::vector<float>& kept) {
+      auto view = [&](KvRows* rows, const std::vector<uint8_t>& bytes,
+                      const std::vector<float>& kept) {
         rows->type = c.type;
         rows->bytes = bytes.data();
         rows->row_bytes = panel_bytes;
@@ -115,14 +121,16 @@ int main(int argc, char** argv) {
     for (int i = 0; i < repeats + 1; ++i) {  // the first call warms the scratch buffers
       const auto t0 = std::chrono::steady_clock::now();
       const std::clock_t c0 = std::clock();
-      SinkWindowAttention(q.data(), qs.data(), kr, vr, out.data(), 1, H, Hkv, Dh, sinks, window, ring,
-                          first_index, AttnOptions{});
+      SinkWindowAttention(q.data(), qs.data(), kr, vr, out.data(), 1, H, Hkv, Dh, sinks, window,
+                          ring, first_index, AttnOptions{});
       const double cpu = 1000.0 * static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (i > 0) best = std::min(best, ms), best_cpu = std::min(best_cpu, cpu);
     }
-    SinkWindowAttention(q.data(), qs.data(), plain ? f32k.data() : dk.data(), plain ? f32v.data() : dv.data(),
-                        ref.data(), 1, H, Hkv, Dh, sinks, window, ring, first_index);
+    SinkWindowAttention(q.data(), qs.data(), plain ? f32k.data() : dk.data(),
+                        plain ? f32v.data() : dv.data(), ref.data(), 1, H, Hkv, Dh, sinks, window,
+                        ring, first_index);
     const bool equal = out == ref;
     all_equal = all_equal && equal;
     if (c.type == KvType::kF32 && c.head_major) f32_ms = best, f32_cpu = best_cpu;
@@ -131,13 +139,18 @@ int main(int argc, char** argv) {
     char name[48];
     std::snprintf(name, sizeof name, "%s%s %s", KvTypeName(c.type), c.keep ? "+first:4" : "",
                   c.head_major ? "head-major" : "row-major");
-    std::printf("%-24s %12.0f %12.2f %11.2f %10.1f %12.0f %11.2f %7.2fx %7.2fx%s\n", name, bytes_per_token,
-                bytes_per_token * entries / (1 << 30), best, layer_bytes / best / 1e6, best * layers, best_cpu,
-                best / f32_ms, best_cpu / f32_cpu, equal ? "" : "  MISMATCH with f32 on the dequantised rows");
+    std::printf("%-24s %12.0f %12.2f %11.2f %10.1f %12.0f %11.2f %7.2fx %7.2fx%s\n", name,
+                bytes_per_token, bytes_per_token * entries / (1 << 30), best,
+                layer_bytes / best / 1e6, best * layers, best_cpu, best / f32_ms,
+                best_cpu / f32_cpu, equal ? "" : "  MISMATCH with f32 on the dequantised rows");
   }
-  std::printf("(cache: all %d layers' keys and values of %d entries; ms / layer: wall time, best of the "
-              "repeats; ms / token: 32 layers' attention; cpu ms / l: the process's CPU time for a layer; vs f32: "
-              "wall and CPU time against the f32 streaming cache's, f32 head-major)\n", layers, entries);
-  std::printf("every case equals the f32 kernel on its dequantised rows bit for bit: %s\n", all_equal ? "yes" : "NO");
+  std::printf(
+      "(cache: all %d layers' keys and values of %d entries; ms / layer: wall time, best of the "
+      "repeats; ms / token: 32 layers' attention; cpu ms / l: the process's CPU time for a layer; "
+      "vs f32: "
+      "wall and CPU time against the f32 streaming cache's, f32 head-major)\n",
+      layers, entries);
+  std::printf("every case equals the f32 kernel on its dequantised rows bit for bit: %s\n",
+              all_equal ? "yes" : "NO");
   return all_equal ? 0 : 1;
 }

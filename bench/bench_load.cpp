@@ -77,9 +77,8 @@ std::vector<ss::Tensor> LoadAll(const ss::SafetensorsFile& file) {
 void Run(benchmark::State& state, bool mapped, bool sum) {
   const std::string& path = CheckpointPath();
   for (auto _ : state) {
-    ss::SafetensorsFile file =
-        mapped ? ss::SafetensorsFile::Open(path)
-               : ss::SafetensorsFile::FromBytes(ReadWhole(path), path);
+    ss::SafetensorsFile file = mapped ? ss::SafetensorsFile::Open(path)
+                                      : ss::SafetensorsFile::FromBytes(ReadWhole(path), path);
     std::vector<ss::Tensor> tensors = LoadAll(file);
     benchmark::DoNotOptimize(tensors.data());
     if (sum) benchmark::DoNotOptimize(SumAll(tensors));

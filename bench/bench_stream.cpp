@@ -27,7 +27,7 @@ namespace {
 
 using ss::stream::Policy;
 
-std::map<std::string, double> g_ms_per_token;  // summary: name -> ms per token
+std::map<std::string, double> g_ms_per_token;         // summary: name -> ms per token
 std::map<int64_t, std::pair<double, double>> g_flat;  // tokens -> (us per token, RSS MiB)
 
 const ss::Model& Gpt2Small() {
@@ -47,7 +47,8 @@ const ss::Model& Gpt2Small() {
 }
 
 const ss::Model& Stories() {
-  static ss::Model model = ss::LoadLlama2c(SINKSCOPE_REPO_DIR "/models/stories260K/stories260K.bin");
+  static ss::Model model =
+      ss::LoadLlama2c(SINKSCOPE_REPO_DIR "/models/stories260K/stories260K.bin");
   return model;
 }
 
@@ -80,7 +81,8 @@ void BM_PerToken(benchmark::State& state) {
   cache->Prefill(fill);
   int64_t i = fill.size();
   for (auto _ : state) benchmark::DoNotOptimize(cache->Step(Token(i++, 4096)).data());
-  const std::string name = std::string(ss::stream::PolicyName(o.policy)) + " " + std::to_string(state.range(1));
+  const std::string name =
+      std::string(ss::stream::PolicyName(o.policy)) + " " + std::to_string(state.range(1));
   state.SetLabel(name);
   g_ms_per_token[name] = 0;  // filled in by SummaryReporter from the benchmark's timing
 }
@@ -94,15 +96,20 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       // Real time per iteration (one token) in the benchmark's unit, milliseconds.
       // CPU time: run with OMP_NUM_THREADS=1 (run_stream_bench.sh) it is the whole compute, and on
       // a shared machine it does not count the neighbours.
-      if (g_ms_per_token.count(r.report_label)) g_ms_per_token[r.report_label] = r.GetAdjustedCPUTime();
+      if (g_ms_per_token.count(r.report_label))
+        g_ms_per_token[r.report_label] = r.GetAdjustedCPUTime();
     }
     ConsoleReporter::ReportRuns(runs);
   }
 };
 
 BENCHMARK(BM_PerToken)
-    ->Args({0, 256})->Args({1, 256})->Args({0, 1024})->Args({1, 1024})
-    ->Iterations(3)->Unit(benchmark::kMillisecond);
+    ->Args({0, 256})
+    ->Args({1, 256})
+    ->Args({0, 1024})
+    ->Args({1, 1024})
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
 
 double ThreadCpuSeconds() {
   timespec ts;
@@ -185,7 +192,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   SummaryReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  std::printf("\nsummary: per-token time, random GPT-2-small-shaped Llama (12 x 768, vocab 4096)\n");
+  std::printf(
+      "\nsummary: per-token time, random GPT-2-small-shaped Llama (12 x 768, vocab 4096)\n");
   std::printf("(CPU ms per token, one thread)\n");
   std::printf("%-8s %14s %16s %10s\n", "S+W", "sinks ms/tok", "recompute ms/tok", "speed-up");
   for (int w : {256, 1024}) {
@@ -197,7 +205,8 @@ int main(int argc, char** argv) {
   if (!g_flat.empty()) {
     std::printf("\nsinks 4+252 on stories260K: flat in the stream length\n");
     std::printf("%-10s %18s %10s\n", "tokens", "CPU us/token (last 1K)", "RSS MiB");
-    for (const auto& [n, v] : g_flat) std::printf("%-10lld %18.1f %10.1f\n", static_cast<long long>(n), v.first, v.second);
+    for (const auto& [n, v] : g_flat)
+      std::printf("%-10lld %18.1f %10.1f\n", static_cast<long long>(n), v.first, v.second);
   }
   benchmark::Shutdown();
   return 0;

@@ -19,8 +19,8 @@ namespace {
 
 uint32_t TypeNamed(const std::string& name) {
   const std::pair<const char*, uint32_t> types[] = {
-      {"f16", ss::kGgmlTypeF16},   {"bf16", ss::kGgmlTypeBF16}, {"q8_0", ss::kGgmlTypeQ8_0},
-      {"q4_0", ss::kGgmlTypeQ4_0}, {"q4_k", ss::kGgmlTypeQ4_K}, {"q6_k", ss::kGgmlTypeQ6_K},
+      {"f16", ss::kGgmlTypeF16},    {"bf16", ss::kGgmlTypeBF16}, {"q8_0", ss::kGgmlTypeQ8_0},
+      {"q4_0", ss::kGgmlTypeQ4_0},  {"q4_k", ss::kGgmlTypeQ4_K}, {"q6_k", ss::kGgmlTypeQ6_K},
       {"mxfp4", ss::kGgmlTypeMXFP4}};
   for (auto [n, t] : types)
     if (name == n) return t;
@@ -30,11 +30,21 @@ uint32_t TypeNamed(const std::string& name) {
 void CopyValue(const std::string& key, const ss::GgufValue& v, ss::GgufWriter& w) {
   using ss::GgufType;
   switch (v.type) {
-    case GgufType::kString: w.SetString(key, std::get<std::string>(v.value)); return;
-    case GgufType::kUint32: w.SetU32(key, static_cast<uint32_t>(std::get<uint64_t>(v.value))); return;
-    case GgufType::kInt32: w.SetI32(key, static_cast<int32_t>(std::get<int64_t>(v.value))); return;
-    case GgufType::kFloat32: w.SetF32(key, static_cast<float>(std::get<double>(v.value))); return;
-    case GgufType::kBool: w.SetBool(key, std::get<bool>(v.value)); return;
+    case GgufType::kString:
+      w.SetString(key, std::get<std::string>(v.value));
+      return;
+    case GgufType::kUint32:
+      w.SetU32(key, static_cast<uint32_t>(std::get<uint64_t>(v.value)));
+      return;
+    case GgufType::kInt32:
+      w.SetI32(key, static_cast<int32_t>(std::get<int64_t>(v.value)));
+      return;
+    case GgufType::kFloat32:
+      w.SetF32(key, static_cast<float>(std::get<double>(v.value)));
+      return;
+    case GgufType::kBool:
+      w.SetBool(key, std::get<bool>(v.value));
+      return;
     case GgufType::kArray:
       if (v.array_type == GgufType::kString) {
         w.SetStringArray(key, std::get<std::vector<std::string>>(v.value));
@@ -51,17 +61,19 @@ void CopyValue(const std::string& key, const ss::GgufValue& v, ss::GgufWriter& w
         return;
       }
       break;
-    default: break;
+    default:
+      break;
   }
-  ss::Fail("key {}: a value of type {} (array of {}), which this tool does not copy", key, ss::GgufTypeName(v.type),
-           ss::GgufTypeName(v.array_type));
+  ss::Fail("key {}: a value of type {} (array of {}), which this tool does not copy", key,
+           ss::GgufTypeName(v.type), ss::GgufTypeName(v.array_type));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    if (argc != 4) ss::Fail("usage: gguf_retype IN.gguf OUT.gguf f16|bf16|q8_0|q4_0|q4_k|q6_k|mxfp4");
+    if (argc != 4)
+      ss::Fail("usage: gguf_retype IN.gguf OUT.gguf f16|bf16|q8_0|q4_0|q4_k|q6_k|mxfp4");
     const uint32_t type = TypeNamed(argv[3]);
     const ss::GgufFile in = ss::GgufFile::Open(argv[1]);
     ss::GgufWriter out;
@@ -70,7 +82,8 @@ int main(int argc, char** argv) {
     const int64_t block = ss::GgmlBlockValues(type);
     int converted = 0;
     for (const ss::GgufTensorInfo& t : in.tensors()) {
-      if (t.type != ss::kGgmlTypeF32) ss::Fail("{}: tensor {} is {}, not F32", argv[1], t.name, ss::GgmlTypeName(t.type));
+      if (t.type != ss::kGgmlTypeF32)
+        ss::Fail("{}: tensor {} is {}, not F32", argv[1], t.name, ss::GgmlTypeName(t.type));
       std::vector<int64_t> shape(t.shape.rbegin(), t.shape.rend());  // PyTorch order
       ss::Tensor tensor = ss::Tensor::Zeros(shape);
       std::memcpy(tensor.data(), t.data, static_cast<size_t>(t.numel()) * sizeof(float));
@@ -79,7 +92,8 @@ int main(int argc, char** argv) {
       converted += matrix;
     }
     out.Write(argv[2]);
-    std::printf("%s: %d of %zu tensors written as %s\n", argv[2], converted, in.tensors().size(), ss::GgmlTypeName(type));
+    std::printf("%s: %d of %zu tensors written as %s\n", argv[2], converted, in.tensors().size(),
+                ss::GgmlTypeName(type));
     return 0;
   } catch (const ss::Error& e) {
     std::fprintf(stderr, "gguf_retype: error: %s\n", e.what());

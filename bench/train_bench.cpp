@@ -69,7 +69,8 @@ void BM_TrainStep(benchmark::State& state) {
     ClipGradNorm(model.grads, 1.0f);
     adam.Step(model.params, model.grads, model.layout(), c, 1e-3);
   }
-  // Matmul parameters: everything 2-D except the embedding lookup (the LM head counts, tied or not).
+  // Matmul parameters: everything 2-D except the embedding lookup (the LM head counts, tied or
+  // not).
   double matmul_params = 0;
   for (const ParamTensor& t : model.layout().tensors)
     if (t.shape.size() == 2 && t.name != "model.embed_tokens.weight") matmul_params += t.numel;
@@ -77,13 +78,20 @@ void BM_TrainStep(benchmark::State& state) {
   const double flops_per_token = 6.0 * matmul_params + 12.0 * c.n_layers * c.dim * T;
   const double n_tokens = double(B) * T * state.iterations();
   state.counters["tokens/s"] = benchmark::Counter(n_tokens, benchmark::Counter::kIsRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(n_tokens * flops_per_token / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(n_tokens * flops_per_token / 1e9, benchmark::Counter::kIsRate);
   state.counters["params"] = double(model.layout().total);
-  state.SetLabel(c.precision + " D" + std::to_string(c.dim) + " L" + std::to_string(c.n_layers) + " H" +
-                 std::to_string(c.n_heads) + " V" + std::to_string(c.vocab_size) + " B" +
+  state.SetLabel(c.precision + " D" + std::to_string(c.dim) + " L" + std::to_string(c.n_layers) +
+                 " H" + std::to_string(c.n_heads) + " V" + std::to_string(c.vocab_size) + " B" +
                  std::to_string(B) + " T" + std::to_string(T));
 }
-BENCHMARK(BM_TrainStep)->Arg(0)->Arg(1)->MeasureProcessCPUTime()->UseRealTime()->MinTime(3.0)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TrainStep)
+    ->Arg(0)
+    ->Arg(1)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime()
+    ->MinTime(3.0)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

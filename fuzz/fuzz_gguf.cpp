@@ -1,7 +1,7 @@
 // Fuzzes the GGUF parser and, when the bytes parse, the GGUF tokenizer loader and a round of
 // encoding/decoding, and the GGUF model loader (hyperparameters -> config, tensor map, shape
-// checks, dequantisation). Any outcome other than success or ss::Error (a crash, a sanitizer report,
-// another exception, an allocation beyond -rss_limit_mb) is a bug.
+// checks, dequantisation). Any outcome other than success or ss::Error (a crash, a sanitizer
+// report, another exception, an allocation beyond -rss_limit_mb) is a bug.
 #include <cstddef>
 #include <cstdint>
 

@@ -17,7 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (error->status < 400 || error->status > 505 || error->message.empty()) std::abort();
     return 0;
   }
-  if (req.target.empty() || req.target[0] != '/' || req.target.size() > limits.max_target_bytes) std::abort();
+  if (req.target.empty() || req.target[0] != '/' || req.target.size() > limits.max_target_bytes)
+    std::abort();
   for (const auto& [name, value] : req.headers) {
     if (name.empty()) std::abort();
     for (char c : name)

@@ -11,7 +11,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
   try {
     auto tok = ss::ParseTokenizerJson("fuzz.json", text);
-    for (std::string_view prompt : {std::string_view("the cat  sat\n on 12345 mats"), text.substr(0, 64)}) {
+    for (std::string_view prompt :
+         {std::string_view("the cat  sat\n on 12345 mats"), text.substr(0, 64)}) {
       try {
         std::vector<int> ids = tok->Encode(prompt, true);
         tok->Decode(ids);

@@ -16,9 +16,9 @@
 namespace ss::fuzz {
 
 // A directory of this process's own (removed at exit) under $SINKSCOPE_FUZZ_TMPDIR, else /dev/shm
-// where it exists (a file a run is written and read back thousands of times a second: on a disk-backed
-// /tmp the slow targets ran 3x slower), else $TMPDIR or /tmp. Held by a pointer that is never freed,
-// so the exit handler that removes it cannot run after the string is destroyed.
+// where it exists (a file a run is written and read back thousands of times a second: on a
+// disk-backed /tmp the slow targets ran 3x slower), else $TMPDIR or /tmp. Held by a pointer that is
+// never freed, so the exit handler that removes it cannot run after the string is destroyed.
 inline const std::string& ScratchDir() {
   static const std::string* const dir = [] {
     std::string base = "/tmp";

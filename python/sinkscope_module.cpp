@@ -1,17 +1,17 @@
-// The Python extension `sinkscope._sinkscope` (docs/PYTHON.md): the engine and the verbs' computations
-// (cli/verbs.h, the same code the command line runs) with numpy arrays in and out. The pure-Python
-// package around it (python/sinkscope/__init__.py) adds keyword defaults, FileNotFoundError for
-// missing paths and the plots.
+// The Python extension `sinkscope._sinkscope` (docs/PYTHON.md): the engine and the verbs'
+// computations (cli/verbs.h, the same code the command line runs) with numpy arrays in and out. The
+// pure-Python package around it (python/sinkscope/__init__.py) adds keyword defaults,
+// FileNotFoundError for missing paths and the plots.
 //
-// Threads and signals: every call that runs the model releases the GIL. A Python hook re-acquires it
-// for its call; the verbs' progress points (report::Progress) poll for Ctrl-C, so analyze, explain,
-// trace and stream stop with KeyboardInterrupt at their next sample, forward pass, checkpoint or
-// 64 tokens. Errors: ss::Error becomes sinkscope.Error (a ValueError) with the engine's message.
+// Threads and signals: every call that runs the model releases the GIL. A Python hook re-acquires
+// it for its call; the verbs' progress points (report::Progress) poll for Ctrl-C, so analyze,
+// explain, trace and stream stop with KeyboardInterrupt at their next sample, forward pass,
+// checkpoint or 64 tokens. Errors: ss::Error becomes sinkscope.Error (a ValueError) with the
+// engine's message.
+#include <fmt/format.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
-#include <fmt/format.h>
 
 #include <cstring>
 #include <map>
@@ -218,17 +218,19 @@ std::vector<HookSpec> ToHookSpecs(const py::object& hooks) {
   std::vector<HookSpec> out;
   if (hooks.is_none()) return out;
   if (py::isinstance<py::str>(hooks) || !py::isinstance<py::iterable>(hooks))
-    throw py::type_error(fmt::format("hooks: expected a list of (name, function) pairs, got {}",
-                                     TypeName(hooks)));
+    throw py::type_error(
+        fmt::format("hooks: expected a list of (name, function) pairs, got {}", TypeName(hooks)));
   for (const py::handle item : hooks) {
     if (!py::isinstance<py::tuple>(item) && !py::isinstance<py::list>(item))
-      throw py::type_error(fmt::format(
-          "hooks: expected a list of (name, function) pairs, found an item of type {}",
-          TypeName(item)));
+      throw py::type_error(
+          fmt::format("hooks: expected a list of (name, function) pairs, found an item of type {}",
+                      TypeName(item)));
     auto pair = item.cast<py::sequence>();
     if (pair.size() != 2)
-      throw Error(fmt::format("hooks: expected a list of (name, function) pairs, found an item "
-                              "of {} elements", pair.size()));
+      throw Error(
+          fmt::format("hooks: expected a list of (name, function) pairs, found an item "
+                      "of {} elements",
+                      pair.size()));
     HookSpec spec{ToHookName(pair[0], "hooks"), py::reinterpret_borrow<py::object>(pair[1])};
     if (!PyCallable_Check(spec.fn.ptr()))
       throw Error(fmt::format("hooks: the function for {} is not callable", spec.name));
@@ -242,11 +244,13 @@ void CheckHookName(const std::string& name, const ModelConfig& c) {
   HookPoint point;
   int layer;
   if (!Hooks::Parse(name, &point, &layer))
-    throw Error(fmt::format("'{}' is not a hook name (expected e.g. hook_embed, "
-                            "blocks.0.hook_resid_pre, blocks.0.attn.hook_pattern, ln_final.hook_normalized)",
-                            name));
+    throw Error(fmt::format(
+        "'{}' is not a hook name (expected e.g. hook_embed, "
+        "blocks.0.hook_resid_pre, blocks.0.attn.hook_pattern, ln_final.hook_normalized)",
+        name));
   if (layer >= c.n_layers)
-    throw Error(fmt::format("'{}': layer {} is outside the model ({} layers)", name, layer, c.n_layers));
+    throw Error(
+        fmt::format("'{}': layer {} is outside the model ({} layers)", name, layer, c.n_layers));
 }
 
 // A shape as Python prints it: (4, 16, 16), (1,), ().
@@ -276,23 +280,33 @@ void CheckHookArray(const std::string& name, const py::array& a, const Tensor& a
   if (returned) {
     constexpr const char* kFix = "; return a float32 array of the activation's shape, or None";
     if (!same_shape)
-      throw py::value_error(fmt::format("hook {}: the hook returned an array of shape {}; "
-                                        "expected {}{}", name, shape, expected, kFix));
+      throw py::value_error(
+          fmt::format("hook {}: the hook returned an array of shape {}; "
+                      "expected {}{}",
+                      name, shape, expected, kFix));
     if (!float32)
-      throw py::value_error(fmt::format("hook {}: the hook returned an array of dtype {}; "
-                                        "expected float32{}", name, dtype, kFix));
+      throw py::value_error(
+          fmt::format("hook {}: the hook returned an array of dtype {}; "
+                      "expected float32{}",
+                      name, dtype, kFix));
     return;
   }
   constexpr const char* kFix = "; modify it in place or return a new array of the same shape";
   if (!same_shape)
-    throw py::value_error(fmt::format("hook {}: the hook changed the array's shape from {} to "
-                                      "{}{}", name, expected, shape, kFix));
+    throw py::value_error(
+        fmt::format("hook {}: the hook changed the array's shape from {} to "
+                    "{}{}",
+                    name, expected, shape, kFix));
   if (!float32)
-    throw py::value_error(fmt::format("hook {}: the hook changed the array's dtype from float32 "
-                                      "to {}{}", name, dtype, kFix));
+    throw py::value_error(
+        fmt::format("hook {}: the hook changed the array's dtype from float32 "
+                    "to {}{}",
+                    name, dtype, kFix));
   if (!(a.flags() & py::array::c_style))
-    throw py::value_error(fmt::format("hook {}: the hook changed the array's strides (it is no "
-                                      "longer C-contiguous){}", name, kFix));
+    throw py::value_error(
+        fmt::format("hook {}: the hook changed the array's strides (it is no "
+                    "longer C-contiguous){}",
+                    name, kFix));
 }
 
 // Wraps a Python function as an engine hook: it gets a numpy copy of the activation and a
@@ -376,7 +390,8 @@ ForwardResult RunForward(PyModel& pm, const py::object& ids_obj, const std::vect
 std::vector<std::string> DefaultCacheNames(const ModelConfig& c) {
   std::vector<std::string> names = {Hooks::Name(HookPoint::kEmbed, -1)};
   for (int l = 0; l < c.n_layers; ++l)
-    for (int p = static_cast<int>(HookPoint::kResidPre); p <= static_cast<int>(HookPoint::kResidPost); ++p)
+    for (int p = static_cast<int>(HookPoint::kResidPre);
+         p <= static_cast<int>(HookPoint::kResidPost); ++p)
       if (static_cast<HookPoint>(p) != HookPoint::kPattern)
         names.push_back(Hooks::Name(static_cast<HookPoint>(p), l));
   names.push_back(Hooks::Name(HookPoint::kLnFinal, -1));
@@ -386,7 +401,8 @@ std::vector<std::string> DefaultCacheNames(const ModelConfig& c) {
 std::vector<std::string> AllHookNames(const ModelConfig& c) {
   std::vector<std::string> names = {Hooks::Name(HookPoint::kEmbed, -1)};
   for (int l = 0; l < c.n_layers; ++l)
-    for (int p = static_cast<int>(HookPoint::kResidPre); p <= static_cast<int>(HookPoint::kResidPost); ++p)
+    for (int p = static_cast<int>(HookPoint::kResidPre);
+         p <= static_cast<int>(HookPoint::kResidPost); ++p)
       names.push_back(Hooks::Name(static_cast<HookPoint>(p), l));
   names.push_back(Hooks::Name(HookPoint::kLnFinal, -1));
   return names;
@@ -439,7 +455,8 @@ py::dict ConditionDict(const analysis::ConditionResult& r) {
   d["sink_rate_per_layer"] = VectorToNumpy(r.sink_rate_per_layer, {K, L});
   d["sink_rate_from_layer"] = VectorToNumpy(r.sink_rate_from_layer, {K, L});
   d["sink_rate_of_mean_alpha"] = VectorToNumpy(r.sink_rate_of_mean_alpha, {K});
-  d["sink_rate_of_mean_alpha_per_layer"] = VectorToNumpy(r.sink_rate_of_mean_alpha_per_layer, {K, L});
+  d["sink_rate_of_mean_alpha_per_layer"] =
+      VectorToNumpy(r.sink_rate_of_mean_alpha_per_layer, {K, L});
   d["top_share"] = VectorToNumpy(r.top_share, {L, H});
   d["top_mode"] = VectorToNumpy(r.top_mode, {L, H});
   d["top_mode_rate"] = VectorToNumpy(r.top_mode_rate, {L, H});
@@ -465,7 +482,8 @@ py::dict ConditionDict(const analysis::ConditionResult& r) {
     d["sink_slot_rate"] = r.sink_slot_rate;
     d["sink_slot_rate_per_layer"] = VectorToNumpy(r.sink_slot_rate_per_layer, {L});
   }
-  // Sigmoid attention: the weights themselves beside the proxy alpha (weight on position 0, row total).
+  // Sigmoid attention: the weights themselves beside the proxy alpha (weight on position 0, row
+  // total).
   if (r.has_sigmoid_weights) {
     d["alpha0_raw"] = VectorToNumpy(r.alpha0_raw, {L, H});
     d["row_sum"] = VectorToNumpy(r.row_sum, {L, H});
@@ -513,307 +531,369 @@ void BindEngine(py::module_& m) {
     }
   });
 
-  m.def("set_threads", [](int64_t n) { SetThreadCountChecked("threads", n); }, py::arg("n"),
-        "Threads for the whole process: 1 to 4096 as the CLI's --threads, and at most what the "
-        "OpenBLAS in use runs (default: the cores available).");
-  m.def("threads", [] { return ThreadCount(); }, "Threads the engine uses.");
-  m.def("blas_info", [] {
-    const BlasInfo b = GetBlasInfo();
-    py::dict d;
-    d["config"] = b.config;
-    d["core"] = b.core;
-    d["library"] = b.library;
-    d["openmp"] = b.openmp();
-    d["bf16_kernel"] = std::string(Bf16KernelName());
-    d["q8_0_kernel"] = std::string(Q8KernelName());
-    d["native_kernel"] = std::string(GgmlKernelName(kGgmlTypeQ4_K));
-    return d;
-  }, "The OpenBLAS the engine calls (config, core, library path, whether it is the OpenMP build) "
-     "and the bf16 kernel in use.");
+  m.def(
+      "set_threads", [](int64_t n) { SetThreadCountChecked("threads", n); }, py::arg("n"),
+      "Threads for the whole process: 1 to 4096 as the CLI's --threads, and at most what the "
+      "OpenBLAS in use runs (default: the cores available).");
+  m.def(
+      "threads", [] { return ThreadCount(); }, "Threads the engine uses.");
+  m.def(
+      "blas_info",
+      [] {
+        const BlasInfo b = GetBlasInfo();
+        py::dict d;
+        d["config"] = b.config;
+        d["core"] = b.core;
+        d["library"] = b.library;
+        d["openmp"] = b.openmp();
+        d["bf16_kernel"] = std::string(Bf16KernelName());
+        d["q8_0_kernel"] = std::string(Q8KernelName());
+        d["native_kernel"] = std::string(GgmlKernelName(kGgmlTypeQ4_K));
+        return d;
+      },
+      "The OpenBLAS the engine calls (config, core, library path, whether it is the OpenMP build) "
+      "and the bf16 kernel in use.");
 }
 
 // HookPoint and Model: loading, tokens, forward, hooks and the activation cache.
 void BindModel(py::module_& m) {
-  py::class_<PyHookContext>(m, "HookPoint", "Where a hook runs: its name, layer (-1 for hook_embed "
-                                            "and ln_final) and the position of the call's first token.")
+  py::class_<PyHookContext>(m, "HookPoint",
+                            "Where a hook runs: its name, layer (-1 for hook_embed "
+                            "and ln_final) and the position of the call's first token.")
       .def_readonly("name", &PyHookContext::name)
       .def_readonly("layer", &PyHookContext::layer)
       .def_readonly("start", &PyHookContext::start)
       .def("__repr__", [](const PyHookContext& c) { return "<HookPoint " + c.name + ">"; });
 
-  py::class_<PyModel>(m, "Model", "A loaded model (llama2.c .bin, GGUF, or a Hugging Face directory).")
+  py::class_<PyModel>(m, "Model",
+                      "A loaded model (llama2.c .bin, GGUF, or a Hugging Face directory).")
       .def(py::init<const std::string&, const std::string&, const std::string&>(), py::arg("path"),
            py::arg("tokenizer") = "", py::arg("precision") = "")
       .def_property_readonly("config", &PyModel::Config)
       .def_property_readonly("path", [](const PyModel& p) { return p.model().source; })
       .def_property_readonly("n_layers", [](const PyModel& p) { return p.model().config.n_layers; })
       .def_property_readonly("n_heads", [](const PyModel& p) { return p.model().config.n_heads; })
-      .def("hook_names", [](const PyModel& p) { return AllHookNames(p.model().config); },
-           "Every hook name of this model, in forward order.")
-      .def("tokenize", [](PyModel& p, const std::string& text, bool bos) {
-             const Tokenizer& t = p.tokenizer();
-             std::vector<int> ids = t.Encode(text, bos && t.bos_id() >= 0);
-             return VectorToNumpy(std::vector<int64_t>(ids.begin(), ids.end()),
-                                  {static_cast<py::ssize_t>(ids.size())});
-           }, py::arg("text"), py::arg("bos") = true)
-      .def("detokenize", [](PyModel& p, const py::object& ids) {
-             const std::vector<int> v = ToIds(ids, p.model().config.vocab_size, "ids");
-             return py::bytes(p.tokenizer().Decode(v)).attr("decode")("utf-8", "replace");
-           }, py::arg("ids"))
-      .def("forward", [](PyModel& p, const py::object& ids, const py::object& hooks, bool allow_long) {
-             return RunForward(p, ids, ToHookSpecs(hooks), {}, allow_long).logits;
-           }, py::arg("ids"), py::arg("hooks") = py::none(), py::arg("allow_long_context") = false)
-      .def("run_with_cache", [](PyModel& p, const py::object& ids, const py::object& names_obj,
-                                const py::object& hooks, bool allow_long) {
-             std::vector<std::string> names = names_obj.is_none()
-                                                  ? DefaultCacheNames(p.model().config)
-                                                  : ToHookNames(names_obj, "names");
-             ForwardResult r = RunForward(p, ids, ToHookSpecs(hooks), names, allow_long);
-             py::dict cache;
-             for (const auto& n : names) {
-               const Tensor& t = r.cache.at(n);
-               cache[py::str(n)] = ToNumpy(t.data(), t.shape());
-             }
-             return py::make_tuple(r.logits, cache);
-           }, py::arg("ids"), py::arg("names") = py::none(), py::arg("hooks") = py::none(),
-           py::arg("allow_long_context") = false);
+      .def(
+          "hook_names", [](const PyModel& p) { return AllHookNames(p.model().config); },
+          "Every hook name of this model, in forward order.")
+      .def(
+          "tokenize",
+          [](PyModel& p, const std::string& text, bool bos) {
+            const Tokenizer& t = p.tokenizer();
+            std::vector<int> ids = t.Encode(text, bos && t.bos_id() >= 0);
+            return VectorToNumpy(std::vector<int64_t>(ids.begin(), ids.end()),
+                                 {static_cast<py::ssize_t>(ids.size())});
+          },
+          py::arg("text"), py::arg("bos") = true)
+      .def(
+          "detokenize",
+          [](PyModel& p, const py::object& ids) {
+            const std::vector<int> v = ToIds(ids, p.model().config.vocab_size, "ids");
+            return py::bytes(p.tokenizer().Decode(v)).attr("decode")("utf-8", "replace");
+          },
+          py::arg("ids"))
+      .def(
+          "forward",
+          [](PyModel& p, const py::object& ids, const py::object& hooks, bool allow_long) {
+            return RunForward(p, ids, ToHookSpecs(hooks), {}, allow_long).logits;
+          },
+          py::arg("ids"), py::arg("hooks") = py::none(), py::arg("allow_long_context") = false)
+      .def(
+          "run_with_cache",
+          [](PyModel& p, const py::object& ids, const py::object& names_obj,
+             const py::object& hooks, bool allow_long) {
+            std::vector<std::string> names = names_obj.is_none()
+                                                 ? DefaultCacheNames(p.model().config)
+                                                 : ToHookNames(names_obj, "names");
+            ForwardResult r = RunForward(p, ids, ToHookSpecs(hooks), names, allow_long);
+            py::dict cache;
+            for (const auto& n : names) {
+              const Tensor& t = r.cache.at(n);
+              cache[py::str(n)] = ToNumpy(t.data(), t.shape());
+            }
+            return py::make_tuple(r.logits, cache);
+          },
+          py::arg("ids"), py::arg("names") = py::none(), py::arg("hooks") = py::none(),
+          py::arg("allow_long_context") = false);
 }
 
 // analyze(): cli::RunAnalysis on the model, and its result.
 void BindAnalyze(py::module_& m) {
   py::class_<AnalyzeResult>(m, "AnalyzeResult")
-      .def_property_readonly("conditions", [](const AnalyzeResult& r) {
-        py::dict d;
-        for (const auto& c : r.report.conditions) d[py::str(analysis::ConditionName(c.condition))] = ConditionDict(c);
-        return d;
-      })
-      .def_property_readonly("length", [](const AnalyzeResult& r) { return r.report.settings.length; })
-      .def_property_readonly("samples", [](const AnalyzeResult& r) { return r.report.settings.samples; })
+      .def_property_readonly("conditions",
+                             [](const AnalyzeResult& r) {
+                               py::dict d;
+                               for (const auto& c : r.report.conditions)
+                                 d[py::str(analysis::ConditionName(c.condition))] =
+                                     ConditionDict(c);
+                               return d;
+                             })
+      .def_property_readonly("length",
+                             [](const AnalyzeResult& r) { return r.report.settings.length; })
+      .def_property_readonly("samples",
+                             [](const AnalyzeResult& r) { return r.report.settings.samples; })
       .def("to_json", [](const AnalyzeResult& r) { return Dump(analysis::ReportJson(r.report)); })
       .def("summary", [](const AnalyzeResult& r) { return analysis::ReportSummary(r.report); })
       .def("html", [](const AnalyzeResult& r) { return analysis::ReportHtml(r.report); });
 
-  m.def("analyze", [](PyModel& p, const py::object& input, const std::string& conditions, int samples,
-                      int length, uint64_t seed, int first_k, double eps, const std::string& patterns,
-                      const std::string& attention, bool prompt, bool allow_long_context) {
-          cli::AnalyzeRequest req;
-          req.input = MakeSampleOptions(samples, length, seed, prompt);
-          req.conditions = analysis::ParseConditions(conditions, "conditions");
-          req.sink.eps = eps;
-          req.sink.first_k = first_k;
-          req.patterns = patterns;
-          req.attn_path = attention;
-          req.allow_long_context = allow_long_context;
-          cli::ValidateAnalyze(req);
-          const cli::SampleStream stream = StreamFromInput(p, input, prompt);
-          auto out = std::make_unique<AnalyzeResult>();
-          out->report = RunReleased([&] { return cli::RunAnalysis(p.model(), stream, req); });
-          return out;
-        }, py::arg("model"), py::arg("input"), py::arg("conditions"), py::arg("samples"),
-        py::arg("length"), py::arg("seed"), py::arg("first_k"), py::arg("eps"), py::arg("patterns"),
-        py::arg("attention"), py::arg("prompt"), py::arg("allow_long_context"));
+  m.def(
+      "analyze",
+      [](PyModel& p, const py::object& input, const std::string& conditions, int samples,
+         int length, uint64_t seed, int first_k, double eps, const std::string& patterns,
+         const std::string& attention, bool prompt, bool allow_long_context) {
+        cli::AnalyzeRequest req;
+        req.input = MakeSampleOptions(samples, length, seed, prompt);
+        req.conditions = analysis::ParseConditions(conditions, "conditions");
+        req.sink.eps = eps;
+        req.sink.first_k = first_k;
+        req.patterns = patterns;
+        req.attn_path = attention;
+        req.allow_long_context = allow_long_context;
+        cli::ValidateAnalyze(req);
+        const cli::SampleStream stream = StreamFromInput(p, input, prompt);
+        auto out = std::make_unique<AnalyzeResult>();
+        out->report = RunReleased([&] { return cli::RunAnalysis(p.model(), stream, req); });
+        return out;
+      },
+      py::arg("model"), py::arg("input"), py::arg("conditions"), py::arg("samples"),
+      py::arg("length"), py::arg("seed"), py::arg("first_k"), py::arg("eps"), py::arg("patterns"),
+      py::arg("attention"), py::arg("prompt"), py::arg("allow_long_context"));
 }
 
 // explain(): cli::RunExplanation, and its result.
 void BindExplain(py::module_& m) {
   py::class_<ExplainResultBox>(m, "ExplainResult")
-      .def_property_readonly("verdict", [](const ExplainResultBox& r) { return r.report.result.verdict; })
-      .def_property_readonly("onset_layer", [](const ExplainResultBox& r) { return r.report.result.onset_layer; })
-      .def_property_readonly("amplification_layer", [](const ExplainResultBox& r) { return r.report.result.amplification_layer; })
-      .def_property_readonly("p0_norm_ratio", [](const ExplainResultBox& r) {
-        std::vector<double> v;
-        for (const auto& l : r.report.result.layers) v.push_back(l.p0_norm_ratio);
-        return VectorToNumpy(v, {static_cast<py::ssize_t>(v.size())});
-      })
-      .def_property_readonly("sink_rate_per_layer", [](const ExplainResultBox& r) {
-        std::vector<double> v;
-        for (const auto& l : r.report.result.layers) v.push_back(l.sink_rate);
-        return VectorToNumpy(v, {static_cast<py::ssize_t>(v.size())});
-      })
+      .def_property_readonly("verdict",
+                             [](const ExplainResultBox& r) { return r.report.result.verdict; })
+      .def_property_readonly("onset_layer",
+                             [](const ExplainResultBox& r) { return r.report.result.onset_layer; })
+      .def_property_readonly(
+          "amplification_layer",
+          [](const ExplainResultBox& r) { return r.report.result.amplification_layer; })
+      .def_property_readonly("p0_norm_ratio",
+                             [](const ExplainResultBox& r) {
+                               std::vector<double> v;
+                               for (const auto& l : r.report.result.layers)
+                                 v.push_back(l.p0_norm_ratio);
+                               return VectorToNumpy(v, {static_cast<py::ssize_t>(v.size())});
+                             })
+      .def_property_readonly("sink_rate_per_layer",
+                             [](const ExplainResultBox& r) {
+                               std::vector<double> v;
+                               for (const auto& l : r.report.result.layers)
+                                 v.push_back(l.sink_rate);
+                               return VectorToNumpy(v, {static_cast<py::ssize_t>(v.size())});
+                             })
       .def("to_json", [](const ExplainResultBox& r) { return Dump(explain::ReportJson(r.report)); })
       .def("summary", [](const ExplainResultBox& r) { return explain::ReportSummary(r.report); })
       .def("html", [](const ExplainResultBox& r) { return explain::ReportHtml(r.report); });
 
-  m.def("explain", [](PyModel& p, const py::object& input, const std::string& condition, int samples,
-                      int length, uint64_t seed, double eps, double onset_threshold,
-                      double amplification_threshold, double share, int intervention_samples,
-                      int max_components, const std::string& ablation, const std::string& ablate,
-                      bool prompt, int verify_top, bool exhaustive, int estimate_samples,
-                      double confidence, bool early_stop) {
-          cli::SinkOptions sink;
-          sink.eps = eps;
-          sink.Validate();
-          cli::LayerThresholdOptions layers{onset_threshold, amplification_threshold};
-          layers.Validate();
-          cli::ExplainRequest req;
-          req.input = MakeSampleOptions(samples, length, seed, prompt);
-          const auto conds = analysis::ParseConditions(condition, "condition");
-          if (conds.size() != 1) throw Error("condition: expected exactly one condition");
-          req.condition = conds[0];
-          req.options.eps = eps;
-          req.options.onset_threshold = onset_threshold;
-          req.options.amplification_threshold = amplification_threshold;
-          req.options.share = share;
-          req.options.intervention_samples = intervention_samples;
-          req.options.max_components = max_components;
-          req.options.verify_top = verify_top;
-          req.options.exhaustive = exhaustive;
-          req.options.estimate_samples = estimate_samples;
-          req.options.confidence = confidence;
-          req.options.early_stop = early_stop;
-          req.ablation = ablation;
-          req.ablate = ablate;
-          cli::ValidateExplain(req);
-          const cli::SampleStream stream = StreamFromInput(p, input, prompt);
-          auto out = std::make_unique<ExplainResultBox>();
-          out->report = RunReleased([&] { return cli::RunExplanation(p.model(), stream, req); });
-          return out;
-        }, py::arg("model"), py::arg("input"), py::arg("condition"), py::arg("samples"),
-        py::arg("length"), py::arg("seed"), py::arg("eps"), py::arg("onset_threshold"),
-        py::arg("amplification_threshold"), py::arg("share"), py::arg("intervention_samples"),
-        py::arg("max_components"), py::arg("ablation"), py::arg("ablate"), py::arg("prompt"),
-        py::arg("verify_top"), py::arg("exhaustive"), py::arg("estimate_samples"),
-        py::arg("confidence"), py::arg("early_stop"));
+  m.def(
+      "explain",
+      [](PyModel& p, const py::object& input, const std::string& condition, int samples, int length,
+         uint64_t seed, double eps, double onset_threshold, double amplification_threshold,
+         double share, int intervention_samples, int max_components, const std::string& ablation,
+         const std::string& ablate, bool prompt, int verify_top, bool exhaustive,
+         int estimate_samples, double confidence, bool early_stop) {
+        cli::SinkOptions sink;
+        sink.eps = eps;
+        sink.Validate();
+        cli::LayerThresholdOptions layers{onset_threshold, amplification_threshold};
+        layers.Validate();
+        cli::ExplainRequest req;
+        req.input = MakeSampleOptions(samples, length, seed, prompt);
+        const auto conds = analysis::ParseConditions(condition, "condition");
+        if (conds.size() != 1) throw Error("condition: expected exactly one condition");
+        req.condition = conds[0];
+        req.options.eps = eps;
+        req.options.onset_threshold = onset_threshold;
+        req.options.amplification_threshold = amplification_threshold;
+        req.options.share = share;
+        req.options.intervention_samples = intervention_samples;
+        req.options.max_components = max_components;
+        req.options.verify_top = verify_top;
+        req.options.exhaustive = exhaustive;
+        req.options.estimate_samples = estimate_samples;
+        req.options.confidence = confidence;
+        req.options.early_stop = early_stop;
+        req.ablation = ablation;
+        req.ablate = ablate;
+        cli::ValidateExplain(req);
+        const cli::SampleStream stream = StreamFromInput(p, input, prompt);
+        auto out = std::make_unique<ExplainResultBox>();
+        out->report = RunReleased([&] { return cli::RunExplanation(p.model(), stream, req); });
+        return out;
+      },
+      py::arg("model"), py::arg("input"), py::arg("condition"), py::arg("samples"),
+      py::arg("length"), py::arg("seed"), py::arg("eps"), py::arg("onset_threshold"),
+      py::arg("amplification_threshold"), py::arg("share"), py::arg("intervention_samples"),
+      py::arg("max_components"), py::arg("ablation"), py::arg("ablate"), py::arg("prompt"),
+      py::arg("verify_top"), py::arg("exhaustive"), py::arg("estimate_samples"),
+      py::arg("confidence"), py::arg("early_stop"));
 }
 
 // trace(): cli::RunTraceAnalysis over checkpoints, and its result.
 void BindTrace(py::module_& m) {
   py::class_<TraceResult>(m, "TraceResult")
-      .def_property_readonly("steps", [](const TraceResult& r) {
-        std::vector<int64_t> v;
-        for (const auto& c : r.run.results) v.push_back(c.ref.step);
-        return VectorToNumpy(v, {static_cast<py::ssize_t>(v.size())});
-      })
-      .def_property_readonly("stages", [](const TraceResult& r) {
-        std::vector<std::string> v;
-        for (const auto& c : r.run.results) v.push_back(c.ok ? trace::StageName(c.stage) : "failed");
-        return v;
-      })
-      .def_property_readonly("errors", [](const TraceResult& r) {
-        std::vector<std::string> v;
-        for (const auto& c : r.run.results) v.push_back(c.error);
-        return v;
-      })
-      .def("to_json", [](const TraceResult& r) { return Dump(trace::TraceJson(r.run.results, r.run.settings)); })
-      .def("table", [](const TraceResult& r) { return trace::TraceTable(r.run.results, r.run.settings.stage); })
-      .def("html", [](const TraceResult& r) { return trace::TraceHtml(r.run.results, r.run.settings); });
+      .def_property_readonly("steps",
+                             [](const TraceResult& r) {
+                               std::vector<int64_t> v;
+                               for (const auto& c : r.run.results) v.push_back(c.ref.step);
+                               return VectorToNumpy(v, {static_cast<py::ssize_t>(v.size())});
+                             })
+      .def_property_readonly("stages",
+                             [](const TraceResult& r) {
+                               std::vector<std::string> v;
+                               for (const auto& c : r.run.results)
+                                 v.push_back(c.ok ? trace::StageName(c.stage) : "failed");
+                               return v;
+                             })
+      .def_property_readonly("errors",
+                             [](const TraceResult& r) {
+                               std::vector<std::string> v;
+                               for (const auto& c : r.run.results) v.push_back(c.error);
+                               return v;
+                             })
+      .def("to_json",
+           [](const TraceResult& r) {
+             return Dump(trace::TraceJson(r.run.results, r.run.settings));
+           })
+      .def("table",
+           [](const TraceResult& r) {
+             return trace::TraceTable(r.run.results, r.run.settings.stage);
+           })
+      .def("html",
+           [](const TraceResult& r) { return trace::TraceHtml(r.run.results, r.run.settings); });
 
-  m.def("trace", [](const std::vector<std::string>& checkpoints, int samples, int length, uint64_t seed,
-                    const std::string& text_file, const std::string& tokenizer, double eps,
-                    double onset_threshold, double amplification_threshold, int early_blocks,
-                    double other_share, int stable_window, bool no_cache, const std::string& precision) {
-          cli::TraceRequest req;
-          req.checkpoints = checkpoints;
-          req.input = MakeSampleOptions(samples, length, seed, false);
-          req.input.text_file = text_file;
-          req.input.tokenizer = tokenizer;
-          req.sink.eps = eps;
-          req.layers = {onset_threshold, amplification_threshold};
-          req.early_blocks = early_blocks;
-          req.other_share = other_share;
-          req.stable_window = stable_window;
-          req.no_cache = no_cache;
-          req.precision = precision;
-          cli::ValidateTrace(req);
-          auto out = std::make_unique<TraceResult>();
-          // One line per checkpoint goes to stderr (as the CLI logs it) and is a point to stop at.
-          out->run = RunReleased([&] {
-            return cli::RunTraceAnalysis(req, 0, 1, [](const std::string& line) {
-              report::PollProgress();
-              cli::Log(line);
-            });
+  m.def(
+      "trace",
+      [](const std::vector<std::string>& checkpoints, int samples, int length, uint64_t seed,
+         const std::string& text_file, const std::string& tokenizer, double eps,
+         double onset_threshold, double amplification_threshold, int early_blocks,
+         double other_share, int stable_window, bool no_cache, const std::string& precision) {
+        cli::TraceRequest req;
+        req.checkpoints = checkpoints;
+        req.input = MakeSampleOptions(samples, length, seed, false);
+        req.input.text_file = text_file;
+        req.input.tokenizer = tokenizer;
+        req.sink.eps = eps;
+        req.layers = {onset_threshold, amplification_threshold};
+        req.early_blocks = early_blocks;
+        req.other_share = other_share;
+        req.stable_window = stable_window;
+        req.no_cache = no_cache;
+        req.precision = precision;
+        cli::ValidateTrace(req);
+        auto out = std::make_unique<TraceResult>();
+        // One line per checkpoint goes to stderr (as the CLI logs it) and is a point to stop at.
+        out->run = RunReleased([&] {
+          return cli::RunTraceAnalysis(req, 0, 1, [](const std::string& line) {
+            report::PollProgress();
+            cli::Log(line);
           });
-          return out;
-        }, py::arg("checkpoints"), py::arg("samples"), py::arg("length"), py::arg("seed"),
-        py::arg("text_file"), py::arg("tokenizer"), py::arg("eps"), py::arg("onset_threshold"),
-        py::arg("amplification_threshold"), py::arg("early_blocks"), py::arg("other_share"),
-        py::arg("stable_window"), py::arg("no_cache"), py::arg("precision"));
+        });
+        return out;
+      },
+      py::arg("checkpoints"), py::arg("samples"), py::arg("length"), py::arg("seed"),
+      py::arg("text_file"), py::arg("tokenizer"), py::arg("eps"), py::arg("onset_threshold"),
+      py::arg("amplification_threshold"), py::arg("early_blocks"), py::arg("other_share"),
+      py::arg("stable_window"), py::arg("no_cache"), py::arg("precision"));
 }
 
 // stream(): cli::RunStreamPolicy per policy, and its result.
 void BindStream(py::module_& m) {
   py::class_<StreamResult>(m, "StreamResult")
-      .def_property_readonly("runs", [](const StreamResult& r) {
-        py::list out;
-        for (const auto& run : r.runs) {
-          py::dict d;
-          d["policy"] = stream::PolicyName(run.policy);
-          d["sinks"] = run.sinks;
-          d["window"] = run.window;
-          d["cache_entries"] = run.budget;
-          d["mean_nll"] = run.MeanNll();
-          d["perplexity"] = std::exp(run.MeanNll());
-          d["nll"] = VectorToNumpy(run.nll, {static_cast<py::ssize_t>(run.nll.size())});
-          d["peak_kv_cache_bytes"] = run.peak_kv_bytes;
-          d["kv_type_k"] = KvTypeName(run.k_type);
-          d["kv_type_v"] = KvTypeName(run.v_type);
-          d["kv_keep"] = run.keep;
-          d["kv_bytes_per_token"] = run.kv_bytes_per_token;
-          d["seconds"] = run.seconds;
-          out.append(d);
-        }
-        return out;
-      })
+      .def_property_readonly("runs",
+                             [](const StreamResult& r) {
+                               py::list out;
+                               for (const auto& run : r.runs) {
+                                 py::dict d;
+                                 d["policy"] = stream::PolicyName(run.policy);
+                                 d["sinks"] = run.sinks;
+                                 d["window"] = run.window;
+                                 d["cache_entries"] = run.budget;
+                                 d["mean_nll"] = run.MeanNll();
+                                 d["perplexity"] = std::exp(run.MeanNll());
+                                 d["nll"] = VectorToNumpy(
+                                     run.nll, {static_cast<py::ssize_t>(run.nll.size())});
+                                 d["peak_kv_cache_bytes"] = run.peak_kv_bytes;
+                                 d["kv_type_k"] = KvTypeName(run.k_type);
+                                 d["kv_type_v"] = KvTypeName(run.v_type);
+                                 d["kv_keep"] = run.keep;
+                                 d["kv_bytes_per_token"] = run.kv_bytes_per_token;
+                                 d["seconds"] = run.seconds;
+                                 out.append(d);
+                               }
+                               return out;
+                             })
       .def("to_json", [](const StreamResult& r) { return Dump(cli::StreamJson(r.doc, r.runs)); });
 
-  m.def("stream", [](PyModel& p, const py::object& input, const std::vector<std::string>& policies,
-                     int sinks, int window, bool force, int64_t max_tokens, bool bos,
-                     const std::string& kv_type, const std::string& kv_type_k,
-                     const std::string& kv_type_v, const std::string& kv_keep) {
-          const Model& model = p.model();
-          if (max_tokens < 0) throw Error(fmt::format("max_tokens: expected 0 (all) or more, got {}", max_tokens));
-          if (policies.empty()) throw Error("policy: expected at least one policy");
-          std::vector<stream::StreamOptions> options;
-          for (const auto& name : policies) {
-            stream::StreamOptions o;
-            o.policy = stream::ParsePolicy(name, "policy");
-            o.sinks = sinks;
-            o.window = window;
-            o.force = force;
-            stream::ValidateOptions(o, model.config);
-            options.push_back(o);
-          }
-          auto out = std::make_unique<StreamResult>();
-          std::vector<int> tokens;
-          if (py::isinstance<py::str>(input)) {
-            const Tokenizer& t = p.tokenizer();
-            tokens = t.Encode(input.cast<std::string>(), bos && t.bos_id() >= 0);
-            out->doc.text = "text";
-          } else {
-            tokens = ToIds(input, model.config.vocab_size, "ids");
-            out->doc.text = "token ids";
-          }
-          if (max_tokens > 0 && static_cast<int64_t>(tokens.size()) > max_tokens) tokens.resize(max_tokens);
-          if (tokens.size() < 2)
-            throw Error(fmt::format("{}: {} token(s); expected at least two (one to condition on, one "
-                                    "to score)", out->doc.text, tokens.size()));
+  m.def(
+      "stream",
+      [](PyModel& p, const py::object& input, const std::vector<std::string>& policies, int sinks,
+         int window, bool force, int64_t max_tokens, bool bos, const std::string& kv_type,
+         const std::string& kv_type_k, const std::string& kv_type_v, const std::string& kv_keep) {
+        const Model& model = p.model();
+        if (max_tokens < 0)
+          throw Error(fmt::format("max_tokens: expected 0 (all) or more, got {}", max_tokens));
+        if (policies.empty()) throw Error("policy: expected at least one policy");
+        std::vector<stream::StreamOptions> options;
+        for (const auto& name : policies) {
+          stream::StreamOptions o;
+          o.policy = stream::ParsePolicy(name, "policy");
+          o.sinks = sinks;
+          o.window = window;
+          o.force = force;
+          stream::ValidateOptions(o, model.config);
+          options.push_back(o);
+        }
+        auto out = std::make_unique<StreamResult>();
+        std::vector<int> tokens;
+        if (py::isinstance<py::str>(input)) {
+          const Tokenizer& t = p.tokenizer();
+          tokens = t.Encode(input.cast<std::string>(), bos && t.bos_id() >= 0);
+          out->doc.text = "text";
+        } else {
+          tokens = ToIds(input, model.config.vocab_size, "ids");
+          out->doc.text = "token ids";
+        }
+        if (max_tokens > 0 && static_cast<int64_t>(tokens.size()) > max_tokens)
+          tokens.resize(max_tokens);
+        if (tokens.size() < 2)
+          throw Error(
+              fmt::format("{}: {} token(s); expected at least two (one to condition on, one "
+                          "to score)",
+                          out->doc.text, tokens.size()));
+        for (const auto& o : options)
+          if (o.policy == stream::Policy::kDense && !force &&
+              static_cast<int64_t>(tokens.size()) > model.config.max_seq_len)
+            throw Error(
+                fmt::format("policy dense: the input has {} tokens, more than the model's "
+                            "context of {}; use max_tokens, a streaming policy, or force=True",
+                            tokens.size(), model.config.max_seq_len));
+        // The cache's storage, as the CLI's --kv-type / --kv-keep (docs/STREAMING.md).
+        cli::KvCacheFlags kv;
+        kv.type = kv_type, kv.type_k = kv_type_k, kv.type_v = kv_type_v, kv.keep = kv_keep;
+        for (auto& o : options) kv.Apply(model, tokens, &o);
+        out->doc.model = model.source;
+        out->doc.tokens = static_cast<int64_t>(tokens.size());
+        out->doc.bos = bos;
+        out->doc.sinks = sinks;
+        out->doc.window = window;
+        out->doc.force = force;
+        out->doc.precision = PrecisionName(model.precision);
+        out->doc.max_tokens = max_tokens;
+        RunReleased([&] {
           for (const auto& o : options)
-            if (o.policy == stream::Policy::kDense && !force &&
-                static_cast<int64_t>(tokens.size()) > model.config.max_seq_len)
-              throw Error(fmt::format("policy dense: the input has {} tokens, more than the model's "
-                                      "context of {}; use max_tokens, a streaming policy, or force=True",
-                                      tokens.size(), model.config.max_seq_len));
-          // The cache's storage, as the CLI's --kv-type / --kv-keep (docs/STREAMING.md).
-          cli::KvCacheFlags kv;
-          kv.type = kv_type, kv.type_k = kv_type_k, kv.type_v = kv_type_v, kv.keep = kv_keep;
-          for (auto& o : options) kv.Apply(model, tokens, &o);
-          out->doc.model = model.source;
-          out->doc.tokens = static_cast<int64_t>(tokens.size());
-          out->doc.bos = bos;
-          out->doc.sinks = sinks;
-          out->doc.window = window;
-          out->doc.force = force;
-          out->doc.precision = PrecisionName(model.precision);
-          out->doc.max_tokens = max_tokens;
-          RunReleased([&] {
-            for (const auto& o : options)
-              out->runs.push_back(cli::RunStreamPolicy(model, o, tokens, nullptr, false, /*keep_nll=*/true));
-            return 0;
-          });
-          return out;
-        }, py::arg("model"), py::arg("input"), py::arg("policies"), py::arg("sinks"), py::arg("window"),
-        py::arg("force"), py::arg("max_tokens"), py::arg("bos"), py::arg("kv_type"),
-        py::arg("kv_type_k"), py::arg("kv_type_v"), py::arg("kv_keep"));
+            out->runs.push_back(
+                cli::RunStreamPolicy(model, o, tokens, nullptr, false, /*keep_nll=*/true));
+          return 0;
+        });
+        return out;
+      },
+      py::arg("model"), py::arg("input"), py::arg("policies"), py::arg("sinks"), py::arg("window"),
+      py::arg("force"), py::arg("max_tokens"), py::arg("bos"), py::arg("kv_type"),
+      py::arg("kv_type_k"), py::arg("kv_type_v"), py::arg("kv_keep"));
 }
 
 }  // namespace
@@ -824,7 +904,8 @@ using namespace ss::python;
 
 // The module in phases, one function each (above).
 PYBIND11_MODULE(_sinkscope, m) {
-  m.doc() = "sinkscope engine (C++): models, hooks and the analyze / explain / trace / stream verbs";
+  m.doc() =
+      "sinkscope engine (C++): models, hooks and the analyze / explain / trace / stream verbs";
   BindEngine(m);
   BindModel(m);
   BindAnalyze(m);

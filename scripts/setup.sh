@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config git
   libopenblas-dev libopenblas0-openmp libssl-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev libsentencepiece-dev
-  libopenmpi-dev openmpi-bin clang-14 libclang-rt-14-dev
+  libopenmpi-dev openmpi-bin clang-14 libclang-rt-14-dev clang-format-14
   python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib python3-setuptools
   python3-wheel python3-venv chromium)
 if [[ "${1:-}" == "--with-extras" ]]; then

@@ -13,6 +13,8 @@ phase() {
   echo "==== $name: $((SECONDS - start)) s"
 }
 phase "setup and build (scripts/setup.sh)" scripts/setup.sh
+# Every tracked C++ file as .clang-format lays it out (scripts/check_format.sh --fix rewrites).
+phase "format (check_format.sh)" scripts/check_format.sh
 phase "tests (ctest)" ctest --test-dir build --output-on-failure -j"$(nproc)"
 # The Python package installs with pip from the checkout (into a scratch virtual environment,
 # reusing build/) and imports from outside the source tree.

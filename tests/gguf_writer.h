@@ -23,13 +23,34 @@ class GgufWriter {
     out += s;
   }
 
-  void KeyU32(const std::string& key, uint32_t v) { Key(key, 4); Put(kv_, v); }
-  void KeyI32(const std::string& key, int32_t v) { Key(key, 5); Put(kv_, v); }
-  void KeyF32(const std::string& key, float v) { Key(key, 6); Put(kv_, v); }
-  void KeyBool(const std::string& key, bool v) { Key(key, 7); Put<uint8_t>(kv_, v); }
-  void KeyString(const std::string& key, const std::string& v) { Key(key, 8); PutString(kv_, v); }
-  void KeyU64(const std::string& key, uint64_t v) { Key(key, 10); Put(kv_, v); }
-  void KeyF64(const std::string& key, double v) { Key(key, 12); Put(kv_, v); }
+  void KeyU32(const std::string& key, uint32_t v) {
+    Key(key, 4);
+    Put(kv_, v);
+  }
+  void KeyI32(const std::string& key, int32_t v) {
+    Key(key, 5);
+    Put(kv_, v);
+  }
+  void KeyF32(const std::string& key, float v) {
+    Key(key, 6);
+    Put(kv_, v);
+  }
+  void KeyBool(const std::string& key, bool v) {
+    Key(key, 7);
+    Put<uint8_t>(kv_, v);
+  }
+  void KeyString(const std::string& key, const std::string& v) {
+    Key(key, 8);
+    PutString(kv_, v);
+  }
+  void KeyU64(const std::string& key, uint64_t v) {
+    Key(key, 10);
+    Put(kv_, v);
+  }
+  void KeyF64(const std::string& key, double v) {
+    Key(key, 12);
+    Put(kv_, v);
+  }
   void KeyStrings(const std::string& key, const std::vector<std::string>& v) {
     Key(key, 9);
     Put<uint32_t>(kv_, 8);

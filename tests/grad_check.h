@@ -38,9 +38,10 @@ inline double Dot(const Vec& a, const Vec& b) {
 // of the tensor's largest gradient.
 constexpr double kFloor = 1e-3;
 
-// Compares `analytic` with central differences of `loss` w.r.t. `x`; returns the max relative error.
+// Compares `analytic` with central differences of `loss` w.r.t. `x`; returns the max relative
+// error.
 inline double CheckGrad(const std::string& label, Vec& x, const Vec& analytic,
-                 const std::function<double()>& loss, double h = 1e-5) {
+                        const std::function<double()>& loss, double h = 1e-5) {
   double worst = 0, worst_abs = 0, scale = 0;
   for (double g : analytic) scale = std::max(scale, std::abs(g));
   for (size_t i = 0; i < x.size(); ++i) {
@@ -56,8 +57,8 @@ inline double CheckGrad(const std::string& label, Vec& x, const Vec& analytic,
     worst = std::max(worst, rel);
     worst_abs = std::max(worst_abs, diff);
   }
-  std::printf("%s: max rel err %.3g (max abs %.3g) over %zu values\n", label.c_str(), worst, worst_abs,
-              x.size());
+  std::printf("%s: max rel err %.3g (max abs %.3g) over %zu values\n", label.c_str(), worst,
+              worst_abs, x.size());
   return worst;
 }
 
@@ -107,7 +108,8 @@ inline double CheckModel(const std::string& label, const TrainConfig& c, int B, 
   for (auto& p : m.params) p *= 10.0;
   for (const auto& t : m.layout().tensors)
     if (t.shape.size() == 1)
-      for (int64_t i = 0; i < t.numel; ++i) m.params[t.offset + i] = 1.0 + 0.1 * std::sin(double(i));
+      for (int64_t i = 0; i < t.numel; ++i)
+        m.params[t.offset + i] = 1.0 + 0.1 * std::sin(double(i));
   Rng rng(8);
   std::vector<int> tokens(B * T), targets(B * T);
   for (auto& t : tokens) t = rng.Below(c.vocab_size);
@@ -150,7 +152,12 @@ inline double CheckModel(const std::string& label, const TrainConfig& c, int B, 
 
 inline TrainConfig Tiny() {
   TrainConfig c;
-  c.dim = 8; c.n_layers = 2; c.n_heads = 2; c.n_kv_heads = 1; c.hidden_dim = 12; c.vocab_size = 11;
+  c.dim = 8;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.hidden_dim = 12;
+  c.vocab_size = 11;
   return c;
 }
 

@@ -1,9 +1,9 @@
 #include "naive_hf.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <numbers>
-
-#include <fmt/format.h>
 
 #include "common/error.h"
 #include "io/hf_config.h"
@@ -66,11 +66,15 @@ Vec Ln(const Vec& x, const Tensor& w, const Tensor& b, double eps) {
 }
 double Act(double x, ActKind kind) {
   switch (kind) {
-    case ActKind::kSilu: return x / (1 + std::exp(-x));
-    case ActKind::kGelu: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case ActKind::kSilu:
+      return x / (1 + std::exp(-x));
+    case ActKind::kGelu:
+      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
     case ActKind::kGeluTanh:
-      return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
-    case ActKind::kRelu: return x > 0 ? x : 0;
+      return 0.5 * x *
+             (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+    case ActKind::kRelu:
+      return x > 0 ? x : 0;
   }
   return x;
 }
@@ -146,8 +150,8 @@ struct Qkv {
 std::vector<Vec> Attend(const ModelConfig& c, const Qkv& p, int l, const Tensor* sinks = nullptr) {
   const int T = static_cast<int>(p.q.size()), H = c.n_heads, Dh = c.head_dim;
   const int group = H / c.n_kv_heads;
-  const bool slides = c.sliding_window > 0 &&
-                      (c.layer_attention.empty() || c.layer_attention[l] == LayerAttention::kSliding);
+  const bool slides = c.sliding_window > 0 && (c.layer_attention.empty() ||
+                                               c.layer_attention[l] == LayerAttention::kSliding);
   std::vector<Vec> z(T, Vec(static_cast<size_t>(H) * Dh, 0.0));
   for (int t = 0; t < T; ++t) {
     for (int h = 0; h < H; ++h) {
@@ -163,7 +167,8 @@ std::vector<Vec> Attend(const ModelConfig& c, const Qkv& p, int l, const Tensor*
           s /= std::sqrt(c.query_pre_attn_scalar > 0 ? static_cast<double>(c.query_pre_attn_scalar)
                                                      : static_cast<double>(Dh));
         if (c.attn_scale_inverse_layer) s /= static_cast<double>(l + 1);
-        if (c.attn_logit_softcap > 0) s = c.attn_logit_softcap * std::tanh(s / c.attn_logit_softcap);
+        if (c.attn_logit_softcap > 0)
+          s = c.attn_logit_softcap * std::tanh(s / c.attn_logit_softcap);
         score.push_back(s);
         mx = std::max(mx, s);
       }
@@ -182,7 +187,8 @@ std::vector<Vec> Attend(const ModelConfig& c, const Qkv& p, int l, const Tensor*
         for (int d = 0; d < Dh; ++d)
           z[t][h * Dh + d] += score[j - first] / sum * p.v[j][kvh * Dh + d];
       if (!p.slot_value.empty())
-        for (int d = 0; d < Dh; ++d) z[t][h * Dh + d] += std::exp(slot - mx) / sum * p.slot_value[kvh * Dh + d];
+        for (int d = 0; d < Dh; ++d)
+          z[t][h * Dh + d] += std::exp(slot - mx) / sum * p.slot_value[kvh * Dh + d];
     }
   }
   return z;
@@ -192,7 +198,8 @@ std::vector<float> Logits(const std::vector<Vec>& x, const Tensor& head, double 
   std::vector<float> out;
   for (const Vec& row : x) {
     Vec l = Linear(row, head, nullptr);
-    for (double v : l) out.push_back(static_cast<float>(softcap > 0 ? softcap * std::tanh(v / softcap) : v));
+    for (double v : l)
+      out.push_back(static_cast<float>(softcap > 0 ? softcap * std::tanh(v / softcap) : v));
   }
   return out;
 }
@@ -202,7 +209,8 @@ std::vector<float> Logits(const std::vector<Vec>& x, const Tensor& head, double 
 // ties), optionally renormalised, weighted sum of the chosen SwiGLU experts.
 Vec MoeFfn(const ModelConfig& c, const HfTensors& w, int l, const Vec& h) {
   const bool mixtral = c.arch == "mixtral";
-  const std::string base = fmt::format("model.layers.{}.{}", l, mixtral ? "block_sparse_moe." : "mlp.");
+  const std::string base =
+      fmt::format("model.layers.{}.{}", l, mixtral ? "block_sparse_moe." : "mlp.");
   Vec logits = Linear(h, Get(w, base + "gate.weight"), nullptr);
   const int E = c.n_experts;
   double mx = -1e300, sum = 0;
@@ -286,7 +294,8 @@ Vec GptOssMoe(const ModelConfig& c, const HfTensors& w, int l, const Vec& h) {
 }
 
 // Llama, Mistral, Qwen2, Qwen3, OLMo 2 (modeling_llama / mistral / qwen2 / qwen3 / olmo2.py).
-std::vector<float> LlamaLike(const ModelConfig& c, const HfTensors& w, const std::vector<int>& tokens) {
+std::vector<float> LlamaLike(const ModelConfig& c, const HfTensors& w,
+                             const std::vector<int>& tokens) {
   const int T = static_cast<int>(tokens.size()), D = c.dim, Dh = c.head_dim;
   const bool olmo2 = c.arch == "olmo2";
   const bool head_qk_norm = c.qk_norm == QkNormKind::kPerHead;  // Qwen3, Qwen3-MoE
@@ -298,7 +307,9 @@ std::vector<float> LlamaLike(const ModelConfig& c, const HfTensors& w, const std
   const Tensor& emb = Get(w, "model.embed_tokens.weight");
   for (int t = 0; t < T; ++t) x[t].assign(emb.row(tokens[t]), emb.row(tokens[t]) + D);
   for (int l = 0; l < c.n_layers; ++l) {
-    auto W = [&](const std::string& s) -> const Tensor& { return Get(w, fmt::format("model.layers.{}.{}", l, s)); };
+    auto W = [&](const std::string& s) -> const Tensor& {
+      return Get(w, fmt::format("model.layers.{}.{}", l, s));
+    };
     auto B = [&](const std::string& s) -> const Tensor* {
       std::string n = fmt::format("model.layers.{}.{}", l, s);
       return Has(w, n) ? &w.at(n) : nullptr;
@@ -310,8 +321,10 @@ std::vector<float> LlamaLike(const ModelConfig& c, const HfTensors& w, const std
       Vec k = Linear(h, W("self_attn.k_proj.weight"), B("self_attn.k_proj.bias"));
       Vec v = Linear(h, W("self_attn.v_proj.weight"), B("self_attn.v_proj.bias"));
       if (head_qk_norm) {
-        for (int hh = 0; hh < c.n_heads; ++hh) q = Rms(q, W("self_attn.q_norm.weight"), c.norm_eps, hh * Dh, Dh);
-        for (int hh = 0; hh < c.n_kv_heads; ++hh) k = Rms(k, W("self_attn.k_norm.weight"), c.norm_eps, hh * Dh, Dh);
+        for (int hh = 0; hh < c.n_heads; ++hh)
+          q = Rms(q, W("self_attn.q_norm.weight"), c.norm_eps, hh * Dh, Dh);
+        for (int hh = 0; hh < c.n_kv_heads; ++hh)
+          k = Rms(k, W("self_attn.k_norm.weight"), c.norm_eps, hh * Dh, Dh);
       }
       if (full_qk_norm) {
         q = Rms(q, W("self_attn.q_norm.weight"), c.norm_eps);
@@ -340,7 +353,8 @@ std::vector<float> LlamaLike(const ModelConfig& c, const HfTensors& w, const std
     std::vector<Vec> z = Attend(c, p, l, gpt_oss ? &W("self_attn.sinks") : nullptr);
     if (c.attn_output_gate) {  // gated attention: z *= sigmoid(x_norm W_gate^T), per dimension
       for (int t = 0; t < T; ++t) {
-        const Vec g = Linear(Rms(x[t], W("input_layernorm.weight"), c.norm_eps), W("self_attn.output_gate.weight"), nullptr);
+        const Vec g = Linear(Rms(x[t], W("input_layernorm.weight"), c.norm_eps),
+                             W("self_attn.output_gate.weight"), nullptr);
         for (size_t i = 0; i < g.size(); ++i) z[t][i] *= 1.0 / (1.0 + std::exp(-g[i]));
       }
     }
@@ -387,14 +401,18 @@ std::vector<float> Gemma(const ModelConfig& c, const HfTensors& w, const std::ve
   const bool gemma3 = c.arch == "gemma3_text";
   const Vec global_inv = InvFreq(c);
   Vec local_inv;
-  for (int i = 0; i < Dh; i += 2) local_inv.push_back(1.0 / std::pow(c.rope_local_theta, double(i) / Dh));
+  for (int i = 0; i < Dh; i += 2)
+    local_inv.push_back(1.0 / std::pow(c.rope_local_theta, double(i) / Dh));
   const Tensor& emb = Get(w, "model.embed_tokens.weight");
   std::vector<Vec> x(T, Vec(D));
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < D; ++i) x[t][i] = emb.row(tokens[t])[i] * std::sqrt(static_cast<double>(D));
   for (int l = 0; l < c.n_layers; ++l) {
-    auto W = [&](const std::string& s) -> const Tensor& { return Get(w, fmt::format("model.layers.{}.{}", l, s)); };
-    const bool sliding = c.layer_attention.empty() || c.layer_attention[l] == LayerAttention::kSliding;
+    auto W = [&](const std::string& s) -> const Tensor& {
+      return Get(w, fmt::format("model.layers.{}.{}", l, s));
+    };
+    const bool sliding =
+        c.layer_attention.empty() || c.layer_attention[l] == LayerAttention::kSliding;
     const Vec& inv = gemma3 && sliding ? local_inv : global_inv;
     Qkv p;
     for (int t = 0; t < T; ++t) {
@@ -403,8 +421,10 @@ std::vector<float> Gemma(const ModelConfig& c, const HfTensors& w, const std::ve
       Vec k = Linear(h, W("self_attn.k_proj.weight"), nullptr);
       Vec v = Linear(h, W("self_attn.v_proj.weight"), nullptr);
       if (gemma3) {
-        for (int hh = 0; hh < c.n_heads; ++hh) q = GemmaRms(q, W("self_attn.q_norm.weight"), c.norm_eps, hh * Dh, Dh);
-        for (int hh = 0; hh < c.n_kv_heads; ++hh) k = GemmaRms(k, W("self_attn.k_norm.weight"), c.norm_eps, hh * Dh, Dh);
+        for (int hh = 0; hh < c.n_heads; ++hh)
+          q = GemmaRms(q, W("self_attn.q_norm.weight"), c.norm_eps, hh * Dh, Dh);
+        for (int hh = 0; hh < c.n_kv_heads; ++hh)
+          k = GemmaRms(k, W("self_attn.k_norm.weight"), c.norm_eps, hh * Dh, Dh);
       }
       for (int hh = 0; hh < c.n_heads; ++hh) RopeHalf(q.data() + hh * Dh, inv, t);
       for (int hh = 0; hh < c.n_kv_heads; ++hh) RopeHalf(k.data() + hh * Dh, inv, t);
@@ -412,13 +432,15 @@ std::vector<float> Gemma(const ModelConfig& c, const HfTensors& w, const std::ve
     }
     const std::vector<Vec> z = Attend(c, p, l);
     for (int t = 0; t < T; ++t) {
-      Vec o = GemmaRms(Linear(z[t], W("self_attn.o_proj.weight"), nullptr), W("post_attention_layernorm.weight"), c.norm_eps);
+      Vec o = GemmaRms(Linear(z[t], W("self_attn.o_proj.weight"), nullptr),
+                       W("post_attention_layernorm.weight"), c.norm_eps);
       for (int i = 0; i < D; ++i) x[t][i] += o[i];
       const Vec h = GemmaRms(x[t], W("pre_feedforward_layernorm.weight"), c.norm_eps);
       Vec g = Linear(h, W("mlp.gate_proj.weight"), nullptr);
       const Vec u = Linear(h, W("mlp.up_proj.weight"), nullptr);
       for (size_t i = 0; i < g.size(); ++i) g[i] = Act(g[i], c.act) * u[i];
-      const Vec m = GemmaRms(Linear(g, W("mlp.down_proj.weight"), nullptr), W("post_feedforward_layernorm.weight"), c.norm_eps);
+      const Vec m = GemmaRms(Linear(g, W("mlp.down_proj.weight"), nullptr),
+                             W("post_feedforward_layernorm.weight"), c.norm_eps);
       for (int i = 0; i < D; ++i) x[t][i] += m[i];
     }
   }
@@ -435,7 +457,9 @@ std::vector<float> Gpt2(const ModelConfig& c, const HfTensors& w, const std::vec
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < D; ++i) x[t][i] = wte.row(tokens[t])[i] + wpe.row(t)[i];
   for (int l = 0; l < c.n_layers; ++l) {
-    auto W = [&](const std::string& s) -> const Tensor& { return Get(w, fmt::format("transformer.h.{}.{}", l, s)); };
+    auto W = [&](const std::string& s) -> const Tensor& {
+      return Get(w, fmt::format("transformer.h.{}.{}", l, s));
+    };
     Qkv p;
     for (int t = 0; t < T; ++t) {
       Vec h = Ln(x[t], W("ln_1.weight"), W("ln_1.bias"), c.norm_eps);
@@ -455,19 +479,23 @@ std::vector<float> Gpt2(const ModelConfig& c, const HfTensors& w, const std::vec
       for (int i = 0; i < D; ++i) x[t][i] += m[i];
     }
   }
-  for (auto& row : x) row = Ln(row, Get(w, "transformer.ln_f.weight"), Get(w, "transformer.ln_f.bias"), c.norm_eps);
+  for (auto& row : x)
+    row = Ln(row, Get(w, "transformer.ln_f.weight"), Get(w, "transformer.ln_f.bias"), c.norm_eps);
   return Logits(x, c.tied_embeddings ? wte : Get(w, "lm_head.weight"), 0);
 }
 
 // GPT-NeoX (modeling_gpt_neox.py).
-std::vector<float> GptNeox(const ModelConfig& c, const HfTensors& w, const std::vector<int>& tokens) {
+std::vector<float> GptNeox(const ModelConfig& c, const HfTensors& w,
+                           const std::vector<int>& tokens) {
   const int T = static_cast<int>(tokens.size()), D = c.dim, Dh = c.head_dim, H = c.n_heads;
   const Vec inv = InvFreq(c);
   const Tensor& emb = Get(w, "gpt_neox.embed_in.weight");
   std::vector<Vec> x(T);
   for (int t = 0; t < T; ++t) x[t].assign(emb.row(tokens[t]), emb.row(tokens[t]) + D);
   for (int l = 0; l < c.n_layers; ++l) {
-    auto W = [&](const std::string& s) -> const Tensor& { return Get(w, fmt::format("gpt_neox.layers.{}.{}", l, s)); };
+    auto W = [&](const std::string& s) -> const Tensor& {
+      return Get(w, fmt::format("gpt_neox.layers.{}.{}", l, s));
+    };
     auto Bp = [&](const std::string& s) -> const Tensor* {
       std::string n = fmt::format("gpt_neox.layers.{}.{}", l, s);
       return Has(w, n) ? &w.at(n) : nullptr;
@@ -480,7 +508,8 @@ std::vector<float> GptNeox(const ModelConfig& c, const HfTensors& w, const std::
     Qkv p;
     for (int t = 0; t < T; ++t) {
       Vec h = Ln(x[t], W("input_layernorm.weight"), W("input_layernorm.bias"), c.norm_eps);
-      Vec qkv = Linear(h, W("attention.query_key_value.weight"), Bp("attention.query_key_value.bias"));
+      Vec qkv =
+          Linear(h, W("attention.query_key_value.weight"), Bp("attention.query_key_value.bias"));
       // view(..., H, 3 * Dh) then chunk(3, dim=-1)
       Vec q(H * Dh), k(H * Dh), v(H * Dh);
       for (int hh = 0; hh < H; ++hh)
@@ -499,17 +528,20 @@ std::vector<float> GptNeox(const ModelConfig& c, const HfTensors& w, const std::
     for (int t = 0; t < T; ++t) {
       Vec o = Linear(z[t], W("attention.dense.weight"), Bp("attention.dense.bias"));
       if (c.parallel_residual) {
-        Vec m = mlp(Ln(x[t], W("post_attention_layernorm.weight"), W("post_attention_layernorm.bias"), c.norm_eps));
+        Vec m = mlp(Ln(x[t], W("post_attention_layernorm.weight"),
+                       W("post_attention_layernorm.bias"), c.norm_eps));
         for (int i = 0; i < D; ++i) x[t][i] += o[i] + m[i];
       } else {
         for (int i = 0; i < D; ++i) x[t][i] += o[i];
-        Vec m = mlp(Ln(x[t], W("post_attention_layernorm.weight"), W("post_attention_layernorm.bias"), c.norm_eps));
+        Vec m = mlp(Ln(x[t], W("post_attention_layernorm.weight"),
+                       W("post_attention_layernorm.bias"), c.norm_eps));
         for (int i = 0; i < D; ++i) x[t][i] += m[i];
       }
     }
   }
   for (auto& row : x)
-    row = Ln(row, Get(w, "gpt_neox.final_layer_norm.weight"), Get(w, "gpt_neox.final_layer_norm.bias"), c.norm_eps);
+    row = Ln(row, Get(w, "gpt_neox.final_layer_norm.weight"),
+             Get(w, "gpt_neox.final_layer_norm.bias"), c.norm_eps);
   return Logits(x, c.tied_embeddings ? emb : Get(w, "embed_out.weight"), 0);
 }
 
@@ -520,7 +552,8 @@ std::vector<float> GptNeox(const ModelConfig& c, const HfTensors& w, const std::
 // (Phi3MLP: gate, up = chunk(2)). Split into the Llama names, the rest of the block is Llama's.
 HfTensors SplitPhi3(const ModelConfig& c, const HfTensors& w) {
   HfTensors out = w;
-  const int64_t qd = static_cast<int64_t>(c.n_heads) * c.head_dim, kvd = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+  const int64_t qd = static_cast<int64_t>(c.n_heads) * c.head_dim,
+                kvd = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
   auto rows = [](const Tensor& t, int64_t first, int64_t count) {
     Tensor r = Tensor::Zeros({count, t.dim(1)});
     for (int64_t i = 0; i < count * t.dim(1); ++i) r[i] = t[first * t.dim(1) + i];
@@ -539,7 +572,8 @@ HfTensors SplitPhi3(const ModelConfig& c, const HfTensors& w) {
   return out;
 }
 
-std::vector<float> NaiveHfForward(const ModelConfig& c, const HfTensors& w, const std::vector<int>& tokens) {
+std::vector<float> NaiveHfForward(const ModelConfig& c, const HfTensors& w,
+                                  const std::vector<int>& tokens) {
   if (c.arch == "phi3") return LlamaLike(c, SplitPhi3(c, w), tokens);
   if (c.arch == "gpt2") return Gpt2(c, w, tokens);
   if (c.arch == "gpt_neox") return GptNeox(c, w, tokens);
@@ -601,14 +635,16 @@ HfTensors RandomHfWeights(const ModelConfig& c, uint32_t seed) {
     for (int l = 0; l < c.n_layers; ++l) {
       auto n = [&](const char* s) { return fmt::format("model.layers.{}.{}", l, s); };
       // Norm weights near 0: the model multiplies by 1 + w.
-      for (const char* s : {"input_layernorm.weight", "post_attention_layernorm.weight",
-                            "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight"})
+      for (const char* s :
+           {"input_layernorm.weight", "post_attention_layernorm.weight",
+            "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight"})
         rnd(n(s), {D});
       rnd(n("self_attn.q_proj.weight"), {qd, D});
       rnd(n("self_attn.k_proj.weight"), {kvd, D});
       rnd(n("self_attn.v_proj.weight"), {kvd, D});
       rnd(n("self_attn.o_proj.weight"), {D, qd});
-      if (c.qk_norm == QkNormKind::kPerHead) rnd(n("self_attn.q_norm.weight"), {Dh}), rnd(n("self_attn.k_norm.weight"), {Dh});
+      if (c.qk_norm == QkNormKind::kPerHead)
+        rnd(n("self_attn.q_norm.weight"), {Dh}), rnd(n("self_attn.k_norm.weight"), {Dh});
       rnd(n("mlp.gate_proj.weight"), {F, D});
       rnd(n("mlp.up_proj.weight"), {F, D});
       rnd(n("mlp.down_proj.weight"), {D, F});
@@ -643,8 +679,10 @@ HfTensors RandomHfWeights(const ModelConfig& c, uint32_t seed) {
       rnd(n("self_attn.v_proj.bias"), {kvd});
     }
     if (c.attn_out_bias) rnd(n("self_attn.o_proj.bias"), {D});
-    if (c.qk_norm == QkNormKind::kPerHead) norm(n("self_attn.q_norm.weight"), Dh), norm(n("self_attn.k_norm.weight"), Dh);
-    if (c.qk_norm == QkNormKind::kFull) norm(n("self_attn.q_norm.weight"), qd), norm(n("self_attn.k_norm.weight"), kvd);
+    if (c.qk_norm == QkNormKind::kPerHead)
+      norm(n("self_attn.q_norm.weight"), Dh), norm(n("self_attn.k_norm.weight"), Dh);
+    if (c.qk_norm == QkNormKind::kFull)
+      norm(n("self_attn.q_norm.weight"), qd), norm(n("self_attn.k_norm.weight"), kvd);
     if (c.arch == "gpt_oss") {
       // Sink logits spread so that some heads put most of their mass on the slot.
       Tensor sinks = Tensor::Zeros({c.n_heads});
@@ -652,7 +690,8 @@ HfTensors RandomHfWeights(const ModelConfig& c, uint32_t seed) {
       w[n("self_attn.sinks")] = sinks;
       const int64_t E = c.n_experts;
       rnd(n("mlp.router.weight"), {E, D}), rnd(n("mlp.router.bias"), {E});
-      rnd(n("mlp.experts.gate_up_proj"), {E, D, 2 * F}), rnd(n("mlp.experts.gate_up_proj_bias"), {E, 2 * F});
+      rnd(n("mlp.experts.gate_up_proj"), {E, D, 2 * F}),
+          rnd(n("mlp.experts.gate_up_proj_bias"), {E, 2 * F});
       rnd(n("mlp.experts.down_proj"), {E, F, D}), rnd(n("mlp.experts.down_proj_bias"), {E, D});
       continue;
     }
@@ -664,7 +703,8 @@ HfTensors RandomHfWeights(const ModelConfig& c, uint32_t seed) {
     }
     if (c.n_experts > 0) {
       const bool mixtral = c.arch == "mixtral";
-      const std::string base = fmt::format("model.layers.{}.{}", l, mixtral ? "block_sparse_moe." : "mlp.");
+      const std::string base =
+          fmt::format("model.layers.{}.{}", l, mixtral ? "block_sparse_moe." : "mlp.");
       rnd(base + "gate.weight", {c.n_experts, D});
       for (int e = 0; e < c.n_experts; ++e) {
         rnd(fmt::format("{}experts.{}.{}.weight", base, e, mixtral ? "w1" : "gate_proj"), {F, D});
@@ -700,7 +740,9 @@ HfTensors RandomHfWeights(const ModelConfig& c, uint32_t seed) {
     };
     for (int l = 0; l < c.n_layers; ++l) {
       auto n = [&](const char* s) { return fmt::format("model.layers.{}.{}", l, s); };
-      fuse(n("self_attn.qkv_proj.weight"), {n("self_attn.q_proj.weight"), n("self_attn.k_proj.weight"), n("self_attn.v_proj.weight")});
+      fuse(n("self_attn.qkv_proj.weight"),
+           {n("self_attn.q_proj.weight"), n("self_attn.k_proj.weight"),
+            n("self_attn.v_proj.weight")});
       fuse(n("mlp.gate_up_proj.weight"), {n("mlp.gate_proj.weight"), n("mlp.up_proj.weight")});
     }
   }
@@ -711,7 +753,8 @@ std::string SmallGptOssConfig(int vocab_size) {
   return fmt::format(R"({{"architectures": ["GptOssForCausalLM"], "hidden_size": 32,
       "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
       "num_key_value_heads": 2, "head_dim": 8, "vocab_size": {}, "max_position_embeddings": 128,
-      "num_local_experts": 3, "num_experts_per_tok": 2, "sliding_window": 8}})", vocab_size);
+      "num_local_experts": 3, "num_experts_per_tok": 2, "sliding_window": 8}})",
+                     vocab_size);
 }
 
 std::function<void(HfTensors&)> SetSinkLogits(float value) {

@@ -27,7 +27,8 @@ inline Tensor RandomTensor(std::vector<int64_t> shape, float scale, std::mt19937
   for (int64_t i = 0; i < n; i += 2) {
     const uint64_t bits = rng();
     p[i] = a * (2.0f * static_cast<float>(bits >> 40) / 16777216.0f - 1.0f);
-    if (i + 1 < n) p[i + 1] = a * (2.0f * static_cast<float>((bits >> 8) & 0xffffff) / 16777216.0f - 1.0f);
+    if (i + 1 < n)
+      p[i + 1] = a * (2.0f * static_cast<float>((bits >> 8) & 0xffffff) / 16777216.0f - 1.0f);
   }
   return t;
 }

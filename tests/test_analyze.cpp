@@ -1,21 +1,22 @@
 // sinkscope analyze: the metrics against brute-force computations and the float64 reference, the
-// fused attention statistics against the materialised patterns, sample construction, and the report.
+// fused attention statistics against the materialised patterns, sample construction, and the
+// report.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "analysis/analyze.h"
 #include "analysis/analyze_report.h"
 #include "analysis/conditions.h"
 #include "common/error.h"
 #include "common/file_util.h"
-#include "common/stats.h"
 #include "common/sha256.h"
+#include "common/stats.h"
 #include "io/llama2c.h"
 #include "naive_hf.h"
 #include "random_model.h"
@@ -37,13 +38,17 @@ std::vector<int> Stream(int n, int vocab, uint64_t seed) {
 // ---- fused == materialised
 
 // Compares every attention-derived metric of two results; returns the largest difference.
-double CompareAttention(const ConditionResult& a, const ConditionResult& b, const std::string& label) {
+double CompareAttention(const ConditionResult& a, const ConditionResult& b,
+                        const std::string& label) {
   double worst = 0;
   worst = std::max(worst, test::MaxDiff(ToFloat(a.alpha), ToFloat(b.alpha), label + " alpha"));
-  worst = std::max(worst, test::MaxDiff(ToFloat(a.sink_rate_per_layer), ToFloat(b.sink_rate_per_layer),
-                                        label + " sink rate per layer"));
-  worst = std::max(worst, test::MaxDiff(ToFloat(a.top_share), ToFloat(b.top_share), label + " top share"));
-  worst = std::max(worst, test::MaxDiff(ToFloat(a.top_mode), ToFloat(b.top_mode), label + " top mode"));
+  worst =
+      std::max(worst, test::MaxDiff(ToFloat(a.sink_rate_per_layer), ToFloat(b.sink_rate_per_layer),
+                                    label + " sink rate per layer"));
+  worst = std::max(worst,
+                   test::MaxDiff(ToFloat(a.top_share), ToFloat(b.top_share), label + " top share"));
+  worst =
+      std::max(worst, test::MaxDiff(ToFloat(a.top_mode), ToFloat(b.top_mode), label + " top mode"));
   worst = std::max(worst, test::MaxDiff(ToFloat(a.top_mode_rate), ToFloat(b.top_mode_rate),
                                         label + " top mode rate"));
   worst = std::max(worst, test::MaxDiff(ToFloat(a.p0_norm_ratio), ToFloat(b.p0_norm_ratio),
@@ -66,7 +71,8 @@ TEST_P(FusedEqualsMaterialised, OnRandomModels) {
   const RandomCase& rc = GetParam();
   Model model = test::RandomLlama(rc.shape);
   SampleSpec spec{3, rc.T, 11, model.config.vocab_size, 1, 2};
-  auto samples = BuildSamples(Stream(500, model.config.vocab_size, 5), Condition::kBos, spec, "test");
+  auto samples =
+      BuildSamples(Stream(500, model.config.vocab_size, 5), Condition::kBos, spec, "test");
   AnalyzeOptions options;
   options.first_k = 4;
   options.patterns = {{0, 1}, {rc.shape.n_layers - 1, 0}};
@@ -82,7 +88,7 @@ TEST_P(FusedEqualsMaterialised, OnRandomModels) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, FusedEqualsMaterialised,
     ::testing::Values(RandomCase{{2, 4, 2, 32, 64, 97, 4096, 1}, 40},
-                      RandomCase{{3, 6, 6, 48, 96, 211, 4096, 2}, 17},   // multi-head, no GQA
+                      RandomCase{{3, 6, 6, 48, 96, 211, 4096, 2}, 17},    // multi-head, no GQA
                       RandomCase{{1, 8, 1, 64, 128, 50, 4096, 3}, 65}));  // multi-query
 
 TEST(Analyze, FusedEqualsMaterialisedOnStories260K) {
@@ -95,7 +101,8 @@ TEST(Analyze, FusedEqualsMaterialisedOnStories260K) {
       if (t != 1) stream.push_back(t);
   }
   SampleSpec spec{5, 24, 3, model.config.vocab_size, 1, 2};
-  for (Condition c : {Condition::kBos, Condition::kNoBos, Condition::kRandomP0, Condition::kRepeat}) {
+  for (Condition c :
+       {Condition::kBos, Condition::kNoBos, Condition::kRandomP0, Condition::kRepeat}) {
     auto samples = BuildSamples(stream, c, spec, "reference tokens");
     AnalyzeOptions options;
     options.patterns = {{1, 2}};
@@ -154,10 +161,18 @@ TEST(Analyze, MedianOfMagnitudesIsTheSortedMedian) {
       std::vector<float> v(n);
       for (float& f : v) {
         switch (kind) {
-          case 0: f = std::fabs(normal(rng)); break;                          // |N(0, 1)|
-          case 1: f = std::exp(8.0f * normal(rng)); break;                    // many exponents
-          case 2: f = static_cast<float>(small(rng)); break;                  // ties, zeros
-          default: f = std::fabs(normal(rng)) * (small(rng) == 0 ? 1e4f : 1.0f); break;
+          case 0:
+            f = std::fabs(normal(rng));
+            break;  // |N(0, 1)|
+          case 1:
+            f = std::exp(8.0f * normal(rng));
+            break;  // many exponents
+          case 2:
+            f = static_cast<float>(small(rng));
+            break;  // ties, zeros
+          default:
+            f = std::fabs(normal(rng)) * (small(rng) == 0 ? 1e4f : 1.0f);
+            break;
         }
       }
       std::vector<double> d(v.begin(), v.end());
@@ -234,7 +249,8 @@ TEST(Analyze, MetricsMatchBruteForce) {
   }
   auto cosine = [&](const float* a, const float* b) {
     double ab = 0, aa = 0, bb = 0;
-    for (int d = 0; d < D; ++d) ab += double(a[d]) * b[d], aa += double(a[d]) * a[d], bb += double(b[d]) * b[d];
+    for (int d = 0; d < D; ++d)
+      ab += double(a[d]) * b[d], aa += double(a[d]) * a[d], bb += double(b[d]) * b[d];
     return ab / std::sqrt(aa * bb);
   };
   std::vector<double> cos0(L, 0), cos_other(L, 0);
@@ -253,13 +269,15 @@ TEST(Analyze, MetricsMatchBruteForce) {
     cos_other[l] /= other_pairs;
   }
   EXPECT_LT(test::MaxDiff(ToFloat(r.alpha), ToFloat(alpha), "alpha vs brute force"), 1e-6);
-  EXPECT_LT(test::MaxDiff(ToFloat(r.sink_rate_per_layer), ToFloat(sink_layer), "sink per layer"), 1e-9);
+  EXPECT_LT(test::MaxDiff(ToFloat(r.sink_rate_per_layer), ToFloat(sink_layer), "sink per layer"),
+            1e-9);
   EXPECT_LT(test::MaxDiff(ToFloat(r.top_share), ToFloat(share), "top share"), 1e-6);
   EXPECT_LT(test::MaxRelDiff(ToFloat(r.p0_norm_ratio), ToFloat(p0), "p0 norm ratio"), 1e-6);
   EXPECT_LT(test::MaxRelDiff(ToFloat(r.median_abs), ToFloat(med_abs), "median |x|"), 1e-6);
   EXPECT_LT(test::MaxDiff(ToFloat(r.p0_cosine), ToFloat(cos0), "h_0 cosine"), 1e-6);
   EXPECT_LT(test::MaxDiff(ToFloat(r.other_cosine), ToFloat(cos_other), "other cosine"), 1e-6);
-  // The planted activation is the largest of every layer, flagged massive, at sample 2, pos 7, dim 5.
+  // The planted activation is the largest of every layer, flagged massive, at sample 2, pos 7,
+  // dim 5.
   for (int l = 0; l < L; ++l) {
     ASSERT_FALSE(r.top_activations[l].empty());
     const Activation& a = r.top_activations[l][0];
@@ -274,18 +292,20 @@ TEST(Analyze, MetricsMatchBruteForce) {
   std::vector<double> of_mean(K * L, 0);
   for (int k = 0; k < K; ++k)
     for (int l = 0; l < L; ++l)
-      for (int h = 0; h < H; ++h) of_mean[k * L + l] += (alpha[(k * L + l) * H + h] > options.eps) / double(H);
+      for (int h = 0; h < H; ++h)
+        of_mean[k * L + l] += (alpha[(k * L + l) * H + h] > options.eps) / double(H);
   EXPECT_LT(test::MaxDiff(ToFloat(r.sink_rate_of_mean_alpha_per_layer), ToFloat(of_mean),
-                          "sink rate of mean alpha"), 1e-9);
+                          "sink rate of mean alpha"),
+            1e-9);
   // Sink rates over layers >= l are means of the per-layer rates (each layer has H heads).
-  for (int k = 0; k < K; ++k)
-    EXPECT_NEAR(r.sink_rate_from_layer[k * L + 0], r.sink_rate[k], 1e-12);
+  for (int k = 0; k < K; ++k) EXPECT_NEAR(r.sink_rate_from_layer[k * L + 0], r.sink_rate[k], 1e-12);
 }
 
 TEST(Analyze, NoMassiveActivationsInAnOrdinaryRandomModel) {
   Model model = test::RandomLlama({2, 4, 2, 32, 64, 97, 4096, 9});
   SampleSpec spec{2, 16, 1, 97, 1, 2};
-  auto r = AnalyzeSamples(model, Condition::kNoBos, BuildSamples(Stream(100, 97, 1), Condition::kNoBos, spec, "t"), {});
+  auto r = AnalyzeSamples(model, Condition::kNoBos,
+                          BuildSamples(Stream(100, 97, 1), Condition::kNoBos, spec, "t"), {});
   for (int l = 0; l < 2; ++l) {
     EXPECT_EQ(r.massive_count[l], 0);
     ASSERT_EQ(r.top_activations[l].size(), 3u);
@@ -309,19 +329,24 @@ TEST_P(Reference, AlphaAndNormRatiosMatch) {
     options.path = path;
     ConditionResult r = AnalyzeSamples(model, Condition::kNoBos, {tokens}, options);
     const std::string label = GetParam() + (path == AttnPath::kFused ? " fused" : " materialised");
-    std::vector<float> a0(r.alpha.begin(), r.alpha.begin() + 40), a1(r.alpha.begin() + 40, r.alpha.end());
+    std::vector<float> a0(r.alpha.begin(), r.alpha.begin() + 40),
+        a1(r.alpha.begin() + 40, r.alpha.end());
     std::vector<float> flat0, flat1;
-    for (const auto& row : ref["alpha0"]) for (float v : row) flat0.push_back(v);
-    for (const auto& row : ref["alpha1"]) for (float v : row) flat1.push_back(v);
+    for (const auto& row : ref["alpha0"])
+      for (float v : row) flat0.push_back(v);
+    for (const auto& row : ref["alpha1"])
+      for (float v : row) flat1.push_back(v);
     EXPECT_LT(test::MaxDiff(a0, flat0, label + " alpha0"), 1e-4);
     EXPECT_LT(test::MaxDiff(a1, flat1, label + " alpha1"), 1e-4);
     EXPECT_LT(test::MaxDiff(ToFloat(r.p0_norm_ratio),
                             ref["p0_norm_ratio_per_layer"].get<std::vector<float>>(),
-                            label + " p0 norm ratio"), 1e-4);
+                            label + " p0 norm ratio"),
+              1e-4);
     EXPECT_LT(test::MaxDiff(std::vector<float>(r.sink_rate_per_layer.begin(),
                                                r.sink_rate_per_layer.begin() + 5),
                             ref["sink0_rate_eps0.3_per_layer"].get<std::vector<float>>(),
-                            label + " Sink_0^0.3 per layer"), 1e-9);
+                            label + " Sink_0^0.3 per layer"),
+              1e-9);
   }
 }
 
@@ -352,7 +377,9 @@ TEST(Analyze, LearnedSinkSlotIsReportedNotPositionZero) {
   const ConditionResult a = AnalyzeSamples(big, Condition::kBos, samples, fused);
   const ConditionResult b = AnalyzeSamples(big, Condition::kBos, samples, materialised);
   ASSERT_TRUE(a.has_sink_slot);
-  EXPECT_LT(test::MaxDiff(ToFloat(a.alpha_sink), ToFloat(b.alpha_sink), "alpha_sink fused vs materialised"), 1e-5);
+  EXPECT_LT(test::MaxDiff(ToFloat(a.alpha_sink), ToFloat(b.alpha_sink),
+                          "alpha_sink fused vs materialised"),
+            1e-5);
   EXPECT_LT(CompareAttention(a, b, "gpt_oss"), 1e-5);
   double min_slot = 1;
   for (double v : a.alpha_sink) min_slot = std::min(min_slot, v);
@@ -365,7 +392,9 @@ TEST(Analyze, LearnedSinkSlotIsReportedNotPositionZero) {
   AnalyzeReport report;
   report.conditions = {a};
   const std::string summary = ReportSummary(report);
-  EXPECT_NE(summary.find("the learned sink slot (100 % of heads), not position 0"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("the learned sink slot (100 % of heads), not position 0"),
+            std::string::npos)
+      << summary;
   EXPECT_NE(summary.find("sliding-window layers"), std::string::npos) << summary;
   const nlohmann::json j = ReportJson(report);
   EXPECT_EQ(j["conditions"][0]["sink_slot"]["rate"], 1.0);
@@ -438,10 +467,12 @@ TEST(Conditions, BadInputGivesClearErrors) {
   std::string e = ErrorOf([] { ParseConditions("bos,nobos", "--conditions"); });
   EXPECT_NE(e.find("--conditions"), std::string::npos) << e;
   EXPECT_NE(e.find("'nobos'"), std::string::npos) << e;
-  EXPECT_NE(ErrorOf([] { ParseConditions("bos,bos", "--conditions"); }).find("twice"), std::string::npos);
+  EXPECT_NE(ErrorOf([] { ParseConditions("bos,bos", "--conditions"); }).find("twice"),
+            std::string::npos);
   EXPECT_NE(ErrorOf([] { ParseConditions("", "--conditions"); }).find("unknown condition ''"),
             std::string::npos);
-  EXPECT_EQ(ParseConditions("repeat,bos", "x"), (std::vector<Condition>{Condition::kRepeat, Condition::kBos}));
+  EXPECT_EQ(ParseConditions("repeat,bos", "x"),
+            (std::vector<Condition>{Condition::kRepeat, Condition::kBos}));
   SampleSpec spec{4, 64, 0, 512, 1, 2};
   e = ErrorOf([&] { BuildSamples(std::vector<int>(63, 5), Condition::kBos, spec, "story.txt"); });
   EXPECT_NE(e.find("story.txt"), std::string::npos) << e;
@@ -454,10 +485,14 @@ TEST(Conditions, BadInputGivesClearErrors) {
   c.n_heads = 8;
   EXPECT_EQ(ParsePatternSpec("0:3,1:*", c, "--patterns").size(), 9u);
   EXPECT_EQ(ParsePatternSpec("0:3,0:3", c, "--patterns").size(), 1u);
-  EXPECT_NE(ErrorOf([&] { ParsePatternSpec("5:0", c, "--patterns"); }).find("layer 5"), std::string::npos);
-  EXPECT_NE(ErrorOf([&] { ParsePatternSpec("0:8", c, "--patterns"); }).find("head 8"), std::string::npos);
-  EXPECT_NE(ErrorOf([&] { ParsePatternSpec("0-3", c, "--patterns"); }).find("LAYER:HEAD"), std::string::npos);
-  EXPECT_NE(ErrorOf([&] { ParsePatternSpec("a:3", c, "--patterns"); }).find("LAYER:HEAD"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { ParsePatternSpec("5:0", c, "--patterns"); }).find("layer 5"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { ParsePatternSpec("0:8", c, "--patterns"); }).find("head 8"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { ParsePatternSpec("0-3", c, "--patterns"); }).find("LAYER:HEAD"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] { ParsePatternSpec("a:3", c, "--patterns"); }).find("LAYER:HEAD"),
+            std::string::npos);
 }
 
 // ---- report
@@ -482,9 +517,9 @@ TEST(Report, JsonHasTheSchemaAndShapes) {
   EXPECT_EQ(c0["alpha"].size(), 4u);        // K
   EXPECT_EQ(c0["alpha"][0].size(), 2u);     // L
   EXPECT_EQ(c0["alpha"][0][0].size(), 4u);  // H
-  for (const char* key : {"sink_rate", "sink_rate_per_layer", "p0_norm_ratio_per_layer",
-                          "massive_activations", "p0_cosine_per_layer", "other_cosine_per_layer",
-                          "top_key", "patterns"})
+  for (const char* key :
+       {"sink_rate", "sink_rate_per_layer", "p0_norm_ratio_per_layer", "massive_activations",
+        "p0_cosine_per_layer", "other_cosine_per_layer", "top_key", "patterns"})
     EXPECT_TRUE(c0.contains(key)) << key;
   EXPECT_EQ(c0["patterns"][0]["layer"], 1);
   EXPECT_EQ(j["model"]["n_layers"], 2);

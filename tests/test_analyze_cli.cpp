@@ -1,12 +1,12 @@
 // The `sinkscope analyze` command as users run it: the built binary, its exit codes, its one-line
-// errors for bad input (and that nothing is written then), and the HTML report in headless Chromium.
+// errors for bad input (and that nothing is written then), and the HTML report in headless
+// Chromium.
 #include <gtest/gtest.h>
-
-#include <cstdlib>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -52,7 +52,9 @@ class AnalyzeCli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string Base() const { return "analyze --model " + kModel + " --tokens " + Path("tokens.txt"); }
+  std::string Base() const {
+    return "analyze --model " + kModel + " --tokens " + Path("tokens.txt");
+  }
 
   // A bad input: exit code 1, one line "sinkscope: error: ..." containing `expected`, no outputs.
   void ExpectError(const std::string& args, const std::string& expected) {
@@ -60,7 +62,8 @@ class AnalyzeCli : public ::testing::Test {
     Result r = RunCli(args + " --json " + json + " --html " + html);
     EXPECT_EQ(r.code, 1) << args << "\n" << r.output;
     EXPECT_NE(r.output.find("sinkscope: error: "), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find(expected), std::string::npos) << "expected '" << expected << "' in\n" << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << "expected '" << expected << "' in\n"
+                                                          << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
     EXPECT_FALSE(fs::exists(json)) << args;
     EXPECT_FALSE(fs::exists(html)) << args;
@@ -108,8 +111,9 @@ TEST_F(AnalyzeCli, DefaultTextRuns) {
 }
 
 TEST_F(AnalyzeCli, LongContextNeedsTheFlag) {
-  Result r = RunCli(Base() + " --length 600 --samples 1 --conditions bos --allow-long-context --json " +
-                 Path("long.json"));
+  Result r =
+      RunCli(Base() + " --length 600 --samples 1 --conditions bos --allow-long-context --json " +
+             Path("long.json"));
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("beyond the trained context"), std::string::npos) << r.output;
   std::ifstream in(Path("long.json"));
@@ -117,8 +121,8 @@ TEST_F(AnalyzeCli, LongContextNeedsTheFlag) {
   EXPECT_EQ(nlohmann::json::parse(in)["conditions"][0]["length"], 600);
 }
 
-// The acceptance check: with --prompt and one sample, alpha_0, alpha_1 and the P0 norm ratios
-// equal the float64 reference (which tokenised the same text, with BOS or without).
+// The acceptance check: with --prompt and one sample, alpha_0, alpha_1 and the P0 norm
+// ratios equal the float64 reference (which tokenised the same text, with BOS or without).
 TEST_F(AnalyzeCli, PromptMatchesTheFloat64Reference) {
   for (const char* name : {"lily_bos", "cat_nobos", "park_bos"}) {
     std::ifstream ref_in(test::RepoPath(std::string("tests/data/reference/") + name + ".json"));
@@ -135,14 +139,20 @@ TEST_F(AnalyzeCli, PromptMatchesTheFloat64Reference) {
     EXPECT_EQ(c["length"], ref["tokens"].size()) << name;
     auto flat = [](const nlohmann::json& m) {
       std::vector<float> v;
-      for (const auto& row : m) for (float x : row) v.push_back(x);
+      for (const auto& row : m)
+        for (float x : row) v.push_back(x);
       return v;
     };
-    EXPECT_LT(test::MaxDiff(flat(c["alpha"][0]), flat(ref["alpha0"]), std::string(name) + " cli alpha0"), 1e-4);
-    EXPECT_LT(test::MaxDiff(flat(c["alpha"][1]), flat(ref["alpha1"]), std::string(name) + " cli alpha1"), 1e-4);
+    EXPECT_LT(
+        test::MaxDiff(flat(c["alpha"][0]), flat(ref["alpha0"]), std::string(name) + " cli alpha0"),
+        1e-4);
+    EXPECT_LT(
+        test::MaxDiff(flat(c["alpha"][1]), flat(ref["alpha1"]), std::string(name) + " cli alpha1"),
+        1e-4);
     EXPECT_LT(test::MaxDiff(c["p0_norm_ratio_per_layer"].get<std::vector<float>>(),
                             ref["p0_norm_ratio_per_layer"].get<std::vector<float>>(),
-                            std::string(name) + " cli p0 norm ratio"), 1e-4);
+                            std::string(name) + " cli p0 norm ratio"),
+              1e-4);
     EXPECT_EQ(c["sink_rate_per_layer"][0].get<std::vector<float>>(),
               ref["sink0_rate_eps0.3_per_layer"].get<std::vector<float>>());
   }
@@ -155,8 +165,9 @@ int64_t Screenshot(const std::string& chromium, const std::string& html, const s
       "timeout 120 " + chromium +
       " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
       "--disable-background-networking --disable-component-update --disable-sync "
-      "--user-data-dir=" + profile + " --screenshot=" + png +
-      " --window-size=1200,2000 file://" + html + " > /dev/null 2>&1";
+      "--user-data-dir=" +
+      profile + " --screenshot=" + png + " --window-size=1200,2000 file://" + html +
+      " > /dev/null 2>&1";
   if (std::system(cmd.c_str()) != 0 || !fs::exists(png)) return 0;
   return static_cast<int64_t>(fs::file_size(png));
 }
@@ -164,13 +175,14 @@ int64_t Screenshot(const std::string& chromium, const std::string& html, const s
 TEST_F(AnalyzeCli, WritesJsonAndHtmlThatChromiumRenders) {
   const std::string json = Path("a.json"), html = Path("a.html");
   Result r = RunCli(Base() + " --samples 4 --length 48 --patterns 0:1,4:* --json " + json +
-                 " --html " + html);
+                    " --html " + html);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("Sink_0"), std::string::npos) << r.output;
   std::ifstream in(json);
   nlohmann::json j = nlohmann::json::parse(in);
   EXPECT_EQ(j["schema"], "sinkscope.analyze/1");
-  EXPECT_EQ(j["model"]["sha256"], "b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696");
+  EXPECT_EQ(j["model"]["sha256"],
+            "b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696");
   EXPECT_EQ(j["conditions"].size(), 4u);
   EXPECT_EQ(j["conditions"][0]["patterns"].size(), 9u);
   EXPECT_EQ(j["conditions"][0]["alpha"][0].size(), 5u);
@@ -179,14 +191,15 @@ TEST_F(AnalyzeCli, WritesJsonAndHtmlThatChromiumRenders) {
   for (const char* c : {"/usr/bin/chromium", "/usr/bin/chromium-browser"})
     if (fs::exists(c)) chromium = c;
   // scripts/setup.sh installs Chromium, so under CI a missing browser is a failure, not a skip.
-  if (chromium.empty() && std::getenv("CI")) FAIL() << "chromium is not installed: CI must run this test";
+  if (chromium.empty() && std::getenv("CI"))
+    FAIL() << "chromium is not installed: CI must run this test";
   if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (apt-get install chromium)";
   // The page parses: Chromium's DOM holds the SVG charts and the tables.
   const std::string dom_file = Path("dom.html");
-  const std::string dump = "timeout 120 " + chromium +
-                           " --headless --no-sandbox --disable-gpu --user-data-dir=" +
-                           Path("profile0") + " --dump-dom file://" + html + " > " + dom_file +
-                           " 2>/dev/null";
+  const std::string dump =
+      "timeout 120 " + chromium +
+      " --headless --no-sandbox --disable-gpu --user-data-dir=" + Path("profile0") +
+      " --dump-dom file://" + html + " > " + dom_file + " 2>/dev/null";
   ASSERT_EQ(std::system(dump.c_str()), 0);
   std::ifstream dom_in(dom_file);
   const std::string dom((std::istreambuf_iterator<char>(dom_in)), std::istreambuf_iterator<char>());
@@ -195,7 +208,8 @@ TEST_F(AnalyzeCli, WritesJsonAndHtmlThatChromiumRenders) {
   // The screenshot is not blank: far larger than the PNG of an empty page of the same size (a
   // uniform page compresses to a few KB; charts and text do not).
   std::ofstream(Path("empty.html")) << "<!DOCTYPE html><html><body></body></html>\n";
-  const int64_t empty = Screenshot(chromium, Path("empty.html"), Path("empty.png"), Path("profile1"));
+  const int64_t empty =
+      Screenshot(chromium, Path("empty.html"), Path("empty.png"), Path("profile1"));
   const int64_t page = Screenshot(chromium, html, Path("page.png"), Path("profile2"));
   std::printf("screenshot sizes: empty page %lld bytes, report %lld bytes\n",
               static_cast<long long>(empty), static_cast<long long>(page));
@@ -209,20 +223,27 @@ TEST_F(AnalyzeCli, WritesJsonAndHtmlThatChromiumRenders) {
 // the sink slot, not position 0. Then the same on the tiny preset of scripts/make_test_model.py
 // (BF16, YaRN, 4 layers), when numpy is there to run it.
 TEST_F(AnalyzeCli, GptOssReportsTheLearnedSinkSlot) {
-  const std::string model = test::WriteRandomHf(test::SmallGptOssConfig(600), 3, "cli_gpt_oss", test::SetSinkLogits(10.0f));
-  const std::string base = "analyze --model " + model + " --tokens " + Path("tokens.txt") +
-                           " --samples 4 --length 32";
+  const std::string model = test::WriteRandomHf(test::SmallGptOssConfig(600), 3, "cli_gpt_oss",
+                                                test::SetSinkLogits(10.0f));
+  const std::string base =
+      "analyze --model " + model + " --tokens " + Path("tokens.txt") + " --samples 4 --length 32";
   ExpectError(base, "declares no BOS token");
   const std::string json_path = Path("gpt_oss.json");
   Result r = RunCli(base + " --conditions no-bos,random-p0 --json " + json_path);
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("sink carried by (no-bos): the learned sink slot (100 % of heads), not position 0"),
-            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(
+                "sink carried by (no-bos): the learned sink slot (100 % of heads), not position 0"),
+            std::string::npos)
+      << r.output;
   // alpha_sink beside alpha_0, per layer and for the heads at both ends of the slot's mass.
-  EXPECT_NE(r.output.find("layer  alpha_sink no-bos  alpha_0 no-bos  alpha_sink random-p0  alpha_0 random-p0"),
-            std::string::npos) << r.output;
+  EXPECT_NE(
+      r.output.find(
+          "layer  alpha_sink no-bos  alpha_0 no-bos  alpha_sink random-p0  alpha_0 random-p0"),
+      std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("heads with the most (left) and the least (right) mass on the sink slot"),
-            std::string::npos) << r.output;
+            std::string::npos)
+      << r.output;
   std::ifstream in(json_path);
   const nlohmann::json j = nlohmann::json::parse(in);
   const auto& c = j["conditions"][0];
@@ -231,14 +252,18 @@ TEST_F(AnalyzeCli, GptOssReportsTheLearnedSinkSlot) {
   EXPECT_EQ(c["layer_window"], nlohmann::json({8, 0}));
 
   if (std::system("/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
-    GTEST_SKIP() << "python3-numpy is not installed: scripts/make_test_model.py cannot run (scripts/setup.sh installs it)";
+    GTEST_SKIP() << "python3-numpy is not installed: scripts/make_test_model.py cannot run "
+                    "(scripts/setup.sh installs it)";
   const std::string tiny = Path("gpt_oss_tiny");
   ASSERT_EQ(std::system(("/usr/bin/python3 " + test::RepoPath("scripts/make_test_model.py") +
-                         " --preset gpt-oss-tiny --sink-logit 4 --out " + tiny + " 2>/dev/null").c_str()), 0);
+                         " --preset gpt-oss-tiny --sink-logit 4 --out " + tiny + " 2>/dev/null")
+                            .c_str()),
+            0);
   r = RunCli("analyze --model " + tiny + " --tokens " + Path("tokens.txt") +
              " --samples 4 --length 48 --conditions no-bos --json " + json_path);
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("sink carried by (no-bos): the learned sink slot"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("sink carried by (no-bos): the learned sink slot"), std::string::npos)
+      << r.output;
 }
 
 }  // namespace

@@ -57,7 +57,8 @@ const FamilyCase kCases[] = {
     {"llama_output_gate", Llama("LlamaForCausalLM", R"("sinkscope_attn_output_gate": true)")},
     // The kv-bias slot (attention=kv-bias) and sigmoid attention (attention=sigmoid).
     {"llama_kv_bias", Llama("LlamaForCausalLM", R"("sinkscope_attn_kv_bias": true)")},
-    {"qwen3_kv_bias_qk_norm", Llama("Qwen3ForCausalLM", R"("head_dim": 16, "sinkscope_attn_kv_bias": true)")},
+    {"qwen3_kv_bias_qk_norm",
+     Llama("Qwen3ForCausalLM", R"("head_dim": 16, "sinkscope_attn_kv_bias": true)")},
     {"llama_sigmoid", Llama("LlamaForCausalLM", R"("sinkscope_attn_sigmoid": true)")},
     {"qwen2_qkv_bias_tied", Llama("Qwen2ForCausalLM", R"("tie_word_embeddings": true)")},
     {"qwen3_qk_norm_head_dim16", Llama("Qwen3ForCausalLM", R"("head_dim": 16)")},
@@ -86,9 +87,11 @@ const FamilyCase kCases[] = {
         "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 61, "max_position_embeddings": 64,
         "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": true})"},
     {"olmoe_top2_of_4_unnormalised",
-     Llama("OlmoeForCausalLM", R"("num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": false)")},
-    {"mixtral_top2_of_4_window", Llama("MixtralForCausalLM",
-                                       R"("num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 5)")},
+     Llama("OlmoeForCausalLM",
+           R"("num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": false)")},
+    {"mixtral_top2_of_4_window",
+     Llama("MixtralForCausalLM",
+           R"("num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 5)")},
     // gpt-oss: learned sinks (RandomHfWeights spreads them from about -3 to +6, so one head puts
     // most of its mass on the slot), 3 layers alternating sliding (window 4, shorter than the 12
     // tokens) and full, YaRN with truncate false, a clamp low enough to bite.
@@ -120,14 +123,16 @@ const FamilyCase kCases[] = {
     // Qwen2 with use_sliding_window: layers from max_window_layers (1) on slide, window 4 < 12
     // tokens. llama.cpp has no key for it, so no GGUF.
     {"qwen2_sliding_from_max_window_layers",
-     Llama("Qwen2ForCausalLM", R"("use_sliding_window": true, "sliding_window": 4, "max_window_layers": 1)"),
+     Llama("Qwen2ForCausalLM",
+           R"("use_sliding_window": true, "sliding_window": 4, "max_window_layers": 1)"),
      false},
     {"qwen3_layer_types_listed",
      Llama("Qwen3ForCausalLM", R"("head_dim": 8, "use_sliding_window": true, "sliding_window": 3,
            "max_window_layers": 28, "layer_types": ["sliding_attention", "full_attention"])"),
      false},
     // Qwen3-MoE with dense layers among the expert layers: mlp_only_layers [0] and
-    // decoder_sparse_step 2 give dense, experts, dense, with a dense width (40) unlike the experts'.
+    // decoder_sparse_step 2 give dense, experts, dense, with a dense width (40) unlike the
+    // experts'.
     {"qwen3_moe_dense_and_expert_layers",
      R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 32, "moe_intermediate_size": 24,
         "intermediate_size": 40, "num_hidden_layers": 3, "num_attention_heads": 4,
@@ -138,7 +143,8 @@ const FamilyCase kCases[] = {
     // Phi-3: fused qkv_proj and gate_up_proj, partial rotary (0.5 of 8: 4 dims), a window of 5
     // over every layer.
     {"phi3_fused_partial_rotary_window",
-     Llama("Phi3ForCausalLM", R"("sliding_window": 5, "partial_rotary_factor": 0.5, "tie_word_embeddings": false)")},
+     Llama("Phi3ForCausalLM",
+           R"("sliding_window": 5, "partial_rotary_factor": 0.5, "tie_word_embeddings": false)")},
     {"gpt_oss_layer_types_listed",
      R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 32, "intermediate_size": 16,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 8,
@@ -193,15 +199,16 @@ TEST_P(Family, HfLayoutMatchesNaiveReferenceAndRoundTripsThroughGguf) {
   const std::vector<float> reference = test::NaiveHfForward(config, weights, kTokens);
   const std::vector<float> fast = RunAll(model, kTokens);
   EXPECT_LT(test::MaxRelDiff(fast, reference, fc.label + " hf vs naive"), 1e-5);
-  EXPECT_LT(test::MaxRelDiff(RunIncremental(model, kTokens), reference, fc.label + " cached decode vs naive"), 1e-5);
+  EXPECT_LT(test::MaxRelDiff(RunIncremental(model, kTokens), reference,
+                             fc.label + " cached decode vs naive"),
+            1e-5);
   // Resuming at the last block from its recorded input gives the same logits, bit for bit.
   {
     const int last = model.config.n_layers - 1;
     std::vector<float> resid;
     Hooks hooks;
-    hooks.Add(HookPoint::kResidPre, last, [&](const HookContext&, Tensor& x) {
-      resid.assign(x.data(), x.data() + x.numel());
-    });
+    hooks.Add(HookPoint::kResidPre, last,
+              [&](const HookContext&, Tensor& x) { resid.assign(x.data(), x.data() + x.numel()); });
     KVCache cache = KVCache::CreateSingleUse(model.config, static_cast<int>(kTokens.size()));
     RunState state;
     ForwardRequest req;
@@ -227,8 +234,10 @@ TEST_P(Family, HfLayoutMatchesNaiveReferenceAndRoundTripsThroughGguf) {
     int deeper = 0;
     Hooks hooks;
     hooks.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& x) {
-      if (ctx.layer == 0) (full.empty() ? full : stopped).assign(x.data(), x.data() + x.numel());
-      else deeper += 1;
+      if (ctx.layer == 0)
+        (full.empty() ? full : stopped).assign(x.data(), x.data() + x.numel());
+      else
+        deeper += 1;
     });
     KVCache cache = KVCache::CreateSingleUse(model.config, static_cast<int>(kTokens.size()));
     RunState state;
@@ -270,7 +279,9 @@ TEST_P(Family, HfLayoutMatchesNaiveReferenceAndRoundTripsThroughGguf) {
       const std::vector<float> one = RunAll(model, {firsts[t]});
       want.insert(want.end(), one.begin(), one.end());
     }
-    EXPECT_LT(test::MaxRelDiff(got, want, fc.label + " self-attention-only rows vs one-token forwards"), 1e-5);
+    EXPECT_LT(
+        test::MaxRelDiff(got, want, fc.label + " self-attention-only rows vs one-token forwards"),
+        1e-5);
   }
 
   // GGUF (F32) and back to HF: the same logits.
@@ -286,7 +297,8 @@ TEST_P(Family, HfLayoutMatchesNaiveReferenceAndRoundTripsThroughGguf) {
   Model from_gguf = LoadModel(gguf);
   EXPECT_EQ(from_gguf.format, "gguf");
   EXPECT_EQ(from_gguf.config.arch, config.arch);
-  EXPECT_LT(test::MaxRelDiff(RunAll(from_gguf, kTokens), reference, fc.label + " gguf vs naive"), 1e-5);
+  EXPECT_LT(test::MaxRelDiff(RunAll(from_gguf, kTokens), reference, fc.label + " gguf vs naive"),
+            1e-5);
 
   const std::string dir2 = test::TempDir("arch_" + fc.label) + "/hf2";
   fs::create_directories(dir2);
@@ -311,12 +323,14 @@ TEST_P(Family, HfLayoutMatchesNaiveReferenceAndRoundTripsThroughGguf) {
     if (gemma && name.find("norm") != std::string::npos) {
       for (int64_t i = 0; i < x.numel(); ++i)
         EXPECT_LE(std::fabs(x[i] - y[i]), 0.5f * std::nextafter(1.0f + std::fabs(x[i]), 2e38f) -
-                                               0.5f * (1.0f + std::fabs(x[i])) + 1e-12f) << name << " " << i;
+                                              0.5f * (1.0f + std::fabs(x[i])) + 1e-12f)
+            << name << " " << i;
       continue;
     }
     EXPECT_EQ(0, std::memcmp(x.data(), y.data(), sizeof(float) * x.numel())) << name;
   }
-  EXPECT_LT(test::MaxRelDiff(RunAll(back, kTokens), reference, fc.label + " hf->gguf->hf vs naive"), 1e-5);
+  EXPECT_LT(test::MaxRelDiff(RunAll(back, kTokens), reference, fc.label + " hf->gguf->hf vs naive"),
+            1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Family, ::testing::ValuesIn(kCases),
@@ -329,8 +343,9 @@ INSTANTIATE_TEST_SUITE_P(Families, Family, ::testing::ValuesIn(kCases),
 // A sigmoid model's hook sees weights that do not sum to 1.
 TEST(FamilyConfig, PatternHookOnKvBiasAndSigmoidModels) {
   for (const char* ext : {"sinkscope_attn_kv_bias", "sinkscope_attn_sigmoid"}) {
-    const Model model = test::LoadRandomHf(
-        Llama("LlamaForCausalLM", fmt::format(R"("{}": true)", ext)), 41, std::string("hook_") + ext);
+    const Model model =
+        test::LoadRandomHf(Llama("LlamaForCausalLM", fmt::format(R"("{}": true)", ext)), 41,
+                           std::string("hook_") + ext);
     std::vector<int> ids(20);
     for (int i = 0; i < 20; ++i) ids[i] = (i * 13 + 2) % 61;
     auto logits = [&](Hooks* hooks) {
@@ -353,7 +368,9 @@ TEST(FamilyConfig, PatternHookOnKvBiasAndSigmoidModels) {
       }
     });
     const Tensor hooked = logits(&same);
-    EXPECT_LT(test::MaxDiff(hooked.data(), plain.data(), plain.numel(), std::string(ext) + " unchanged pattern"), 1e-5);
+    EXPECT_LT(test::MaxDiff(hooked.data(), plain.data(), plain.numel(),
+                            std::string(ext) + " unchanged pattern"),
+              1e-5);
     std::printf("%s: pattern row sums %.3f .. %.3f\n", ext, min_row, max_row);
     EXPECT_LT(min_row, 0.95);  // kv-bias: the slot's share; sigmoid: not normalised
     Hooks halve;
@@ -362,7 +379,8 @@ TEST(FamilyConfig, PatternHookOnKvBiasAndSigmoidModels) {
     });
     const Tensor halved = logits(&halve);
     double moved = 0;
-    for (int64_t i = 0; i < plain.numel(); ++i) moved = std::max(moved, double(std::fabs(halved.data()[i] - plain.data()[i])));
+    for (int64_t i = 0; i < plain.numel(); ++i)
+      moved = std::max(moved, double(std::fabs(halved.data()[i] - plain.data()[i])));
     EXPECT_GT(moved, 1e-3) << ext;
   }
 }
@@ -394,8 +412,9 @@ TEST(FamilyConfig, GptOssBadInputIsRefusedByName) {
   expect(R"("sliding_window": 65)", "sliding_window");
   expect(R"("swiglu_limit": -1)", "swiglu_limit");
   expect(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": 1.0})", "mscale");
-  expect(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32})",
-         "original_max_position_embeddings");
+  expect(
+      R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32})",
+      "original_max_position_embeddings");
   // MXFP4 is read (tests/test_mxfp4.cpp); other quantisation methods are refused by name.
   expect(R"("quantization_config": {"quant_method": "gptq"})", "quantization_config.quant_method");
   EXPECT_EQ(error(R"("quantization_config": {"quant_method": "mxfp4"})"), "(accepted)");
@@ -414,7 +433,8 @@ TEST(FamilyConfig, GptOssBadInputIsRefusedByName) {
     ADD_FAILURE() << "a gpt_oss checkpoint without self_attn.sinks loaded";
   } catch (const Error& e) {
     std::printf("error: %s\n", e.what());
-    EXPECT_NE(std::string(e.what()).find("model.layers.1.self_attn.sinks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.layers.1.self_attn.sinks"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -426,7 +446,8 @@ TEST(FamilyConfig, GemmaBadInputIsRefusedByName) {
       ParseHfConfig(R"({"architectures": [")" + arch + R"("], "hidden_size": 32,
           "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 8,
           "vocab_size": 61, "max_position_embeddings": 64, "sliding_window": 4)" +
-                        (extra.empty() ? "" : ", " + extra) + "}", "gemma/config.json");
+                        (extra.empty() ? "" : ", " + extra) + "}",
+                    "gemma/config.json");
     } catch (const Error& e) {
       std::printf("error: %s\n", e.what());
       return std::string(e.what());
@@ -447,12 +468,16 @@ TEST(FamilyConfig, GemmaBadInputIsRefusedByName) {
   expect("Gemma3ForConditionalGeneration", "", "Gemma3ForConditionalGeneration");
   // A window beyond the context (the sliding_window key given twice would be a JSON error).
   try {
-    ParseHfConfig(R"({"architectures": ["Gemma2ForCausalLM"], "hidden_size": 32, "intermediate_size": 48,
+    ParseHfConfig(
+        R"({"architectures": ["Gemma2ForCausalLM"], "hidden_size": 32, "intermediate_size": 48,
         "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 61,
-        "max_position_embeddings": 64, "sliding_window": 65})", "gemma/config.json");
+        "max_position_embeddings": 64, "sliding_window": 65})",
+        "gemma/config.json");
     ADD_FAILURE() << "a window beyond the context was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'sliding_window' 65 is beyond the context"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'sliding_window' 65 is beyond the context"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -583,24 +608,40 @@ TEST(FamilyConfig, QwenPerLayerWindowsAndDenseLayers) {
   const std::string qwen2 = R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 32,
       "intermediate_size": 48, "num_attention_heads": 4, "vocab_size": 61, )";
   const std::string four = R"("num_hidden_layers": 4, "max_position_embeddings": 64, )";
-  ModelConfig c = parse(qwen2 + four + R"("use_sliding_window": true, "sliding_window": 8, "max_window_layers": 2})");
+  ModelConfig c = parse(
+      qwen2 + four + R"("use_sliding_window": true, "sliding_window": 8, "max_window_layers": 2})");
   EXPECT_EQ(c.sliding_window, 8);
-  EXPECT_EQ((std::vector<int>{c.Window(0), c.Window(1), c.Window(2), c.Window(3)}), (std::vector<int>{0, 0, 8, 8}));
+  EXPECT_EQ((std::vector<int>{c.Window(0), c.Window(1), c.Window(2), c.Window(3)}),
+            (std::vector<int>{0, 0, 8, 8}));
   // The window applies nowhere: no window at all, and the config says so when written.
-  c = parse(qwen2 + four + R"("use_sliding_window": true, "sliding_window": 8, "max_window_layers": 4})");
+  c = parse(qwen2 + four +
+            R"("use_sliding_window": true, "sliding_window": 8, "max_window_layers": 4})");
   EXPECT_EQ(c.sliding_window, 0);
   EXPECT_TRUE(c.layer_attention.empty());
   // use_sliding_window false: sliding_window is ignored, as transformers ignores it.
-  EXPECT_EQ(parse(qwen2 + four + R"("use_sliding_window": false, "sliding_window": 8})").sliding_window, 0);
+  EXPECT_EQ(
+      parse(qwen2 + four + R"("use_sliding_window": false, "sliding_window": 8})").sliding_window,
+      0);
   // Defaults: window 4096 from layer 28 on; written back and read again unchanged.
-  c = parse(qwen2 + R"("use_sliding_window": true, "max_position_embeddings": 8192, "num_hidden_layers": 30})");
+  c = parse(
+      qwen2 +
+      R"("use_sliding_window": true, "max_position_embeddings": 8192, "num_hidden_layers": 30})");
   EXPECT_EQ(c.Window(27), 0);
   EXPECT_EQ(c.Window(28), 4096);
   EXPECT_EQ(ParseHfConfig(HfConfigJson(c), "again"), c);
-  EXPECT_NE(error(qwen2 + four + R"("use_sliding_window": true, "sliding_window": 65})").find("'sliding_window' 65 is beyond the context"), std::string::npos);
-  EXPECT_NE(error(qwen2 + four + R"("use_sliding_window": true, "sliding_window": 0})").find("'sliding_window' must be a positive size"), std::string::npos);
-  EXPECT_NE(error(qwen2 + four + R"("use_sliding_window": true, "sliding_window": 8, "layer_types": ["full_attention"]})")
-                .find("q/config.json: 'layer_types' must list one attention kind for each of the 4 layers"), std::string::npos);
+  EXPECT_NE(error(qwen2 + four + R"("use_sliding_window": true, "sliding_window": 65})")
+                .find("'sliding_window' 65 is beyond the context"),
+            std::string::npos);
+  EXPECT_NE(error(qwen2 + four + R"("use_sliding_window": true, "sliding_window": 0})")
+                .find("'sliding_window' must be a positive size"),
+            std::string::npos);
+  EXPECT_NE(
+      error(
+          qwen2 + four +
+          R"("use_sliding_window": true, "sliding_window": 8, "layer_types": ["full_attention"]})")
+          .find(
+              "q/config.json: 'layer_types' must list one attention kind for each of the 4 layers"),
+      std::string::npos);
 
   const std::string moe = R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 32,
       "moe_intermediate_size": 24, "num_hidden_layers": 6, "num_attention_heads": 4, "head_dim": 8,
@@ -614,20 +655,28 @@ TEST(FamilyConfig, QwenPerLayerWindowsAndDenseLayers) {
   EXPECT_EQ(c.FfnWidth(2), 24);
   EXPECT_EQ(ParseHfConfig(HfConfigJson(c), "again"), c);
   // Every layer MoE (the published Qwen3-MoE configs): no dense layers recorded.
-  EXPECT_TRUE(parse(moe + R"("decoder_sparse_step": 1, "mlp_only_layers": []})").dense_layers.empty());
-  EXPECT_NE(error(moe + R"("intermediate_size": 40, "mlp_only_layers": [6]})").find("'mlp_only_layers' lists layer 6; the model has layers 0 to 5"), std::string::npos);
-  EXPECT_NE(error(moe + R"("intermediate_size": 40, "decoder_sparse_step": 0})").find("'decoder_sparse_step' must be 1 or more"), std::string::npos);
+  EXPECT_TRUE(
+      parse(moe + R"("decoder_sparse_step": 1, "mlp_only_layers": []})").dense_layers.empty());
+  EXPECT_NE(error(moe + R"("intermediate_size": 40, "mlp_only_layers": [6]})")
+                .find("'mlp_only_layers' lists layer 6; the model has layers 0 to 5"),
+            std::string::npos);
+  EXPECT_NE(error(moe + R"("intermediate_size": 40, "decoder_sparse_step": 0})")
+                .find("'decoder_sparse_step' must be 1 or more"),
+            std::string::npos);
   EXPECT_NE(error(moe + R"("mlp_only_layers": [1]})").find("intermediate_size"), std::string::npos);
-  EXPECT_NE(error(moe + R"("intermediate_size": 40, "mlp_only_layers": "1"})").find("'mlp_only_layers' must be a list of integers"), std::string::npos);
+  EXPECT_NE(error(moe + R"("intermediate_size": 40, "mlp_only_layers": "1"})")
+                .find("'mlp_only_layers' must be a list of integers"),
+            std::string::npos);
 }
 
 TEST(FamilyConfig, PartialRotaryFactorIsReadOrRefusedByName) {
   const std::string neox = R"({"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 64,
       "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 61)";
   EXPECT_EQ(ParseHfConfig(neox + "}", "old").rot_dim(), 4);  // GPTNeoXConfig's default 0.25 of 16
-  const ModelConfig v5 = ParseHfConfig(
-      neox + R"(, "rope_parameters": {"rope_type": "default", "rope_theta": 5000.0,
-      "partial_rotary_factor": 0.5}})", "v5");
+  const ModelConfig v5 =
+      ParseHfConfig(neox + R"(, "rope_parameters": {"rope_type": "default", "rope_theta": 5000.0,
+      "partial_rotary_factor": 0.5}})",
+                    "v5");
   EXPECT_EQ(v5.rot_dim(), 8);
   EXPECT_EQ(v5.rope_theta, 5000.0f);
   EXPECT_EQ(ParseHfConfig(neox + R"(, "rotary_pct": 1.0})", "full").rot_dim(), 16);
@@ -639,13 +688,15 @@ TEST(FamilyConfig, PartialRotaryFactorIsReadOrRefusedByName) {
     }
     return std::string("(accepted)");
   };
-  EXPECT_NE(error(neox + R"(, "rotary_pct": 0.25, "rope_parameters": {"rope_type": "default",
+  EXPECT_NE(
+      error(neox + R"(, "rotary_pct": 0.25, "rope_parameters": {"rope_type": "default",
       "partial_rotary_factor": 0.5}})")
-                .find("cfg.json: rotary_pct 0.25 and rope_parameters.partial_rotary_factor 0.5 disagree"),
-            std::string::npos);
-  EXPECT_NE(error(neox + R"(, "rope_parameters": {"partial_rotary_factor": 0.0}})")
-                .find("cfg.json: 'rope_parameters.partial_rotary_factor' must be in (0, 1], found 0"),
-            std::string::npos);
+          .find("cfg.json: rotary_pct 0.25 and rope_parameters.partial_rotary_factor 0.5 disagree"),
+      std::string::npos);
+  EXPECT_NE(
+      error(neox + R"(, "rope_parameters": {"partial_rotary_factor": 0.0}})")
+          .find("cfg.json: 'rope_parameters.partial_rotary_factor' must be in (0, 1], found 0"),
+      std::string::npos);
   const std::string llama = Llama("LlamaForCausalLM", R"("partial_rotary_factor": 0.5)");
   EXPECT_NE(error(llama).find("cfg.json: partial_rotary_factor 0.5 (rotating part of each head) is "
                               "not supported for llama"),
@@ -656,7 +707,9 @@ TEST(FamilyConfig, PartialRotaryFactorIsReadOrRefusedByName) {
                 .find("rope_parameters.partial_rotary_factor 0.25 (rotating part of each head) is "
                       "not supported for qwen2"),
             std::string::npos);
-  EXPECT_EQ(ParseHfConfig(Llama("LlamaForCausalLM", R"("partial_rotary_factor": 1.0)"), "one").rot_dim(), 8);
+  EXPECT_EQ(
+      ParseHfConfig(Llama("LlamaForCausalLM", R"("partial_rotary_factor": 1.0)"), "one").rot_dim(),
+      8);
 }
 
 // GPT-2's scale_attn_weights and scale_attn_by_inverse_layer_idx (GPT2Attention._attn), ignored
@@ -669,13 +722,14 @@ TEST(FamilyConfig, Gpt2AttentionScalingKeys) {
   const ModelConfig plain = ParseHfConfig(base + "}", "plain");
   const test::HfTensors weights = test::RandomHfWeights(plain, 5);
   const std::vector<float> plain_logits = test::NaiveHfForward(plain, weights, kTokens);
-  for (const std::string extra : {R"(, "scale_attn_by_inverse_layer_idx": true)",
-                                  R"(, "scale_attn_weights": false)",
-                                  R"(, "scale_attn_weights": false, "scale_attn_by_inverse_layer_idx": true,
+  for (const std::string extra :
+       {R"(, "scale_attn_by_inverse_layer_idx": true)", R"(, "scale_attn_weights": false)",
+        R"(, "scale_attn_weights": false, "scale_attn_by_inverse_layer_idx": true,
                                      "reorder_and_upcast_attn": true)"}) {
     SCOPED_TRACE(extra);
     const ModelConfig config = ParseHfConfig(base + extra + "}", "gpt2");
-    EXPECT_EQ(config.attn_scale_inverse_layer, extra.find("inverse_layer_idx") != std::string::npos);
+    EXPECT_EQ(config.attn_scale_inverse_layer,
+              extra.find("inverse_layer_idx") != std::string::npos);
     EXPECT_EQ(config.attn_scale_sqrt_dim, extra.find("scale_attn_weights") == std::string::npos);
     const std::string dir = test::TempDir("gpt2_scaling") + "/hf";
     fs::create_directories(dir);
@@ -685,15 +739,19 @@ TEST(FamilyConfig, Gpt2AttentionScalingKeys) {
     const Model model = LoadModel(dir);
     EXPECT_EQ(model.config, config);
     const std::vector<float> reference = test::NaiveHfForward(config, weights, kTokens);
-    EXPECT_LT(test::MaxRelDiff(RunAll(model, kTokens), reference, "gpt2" + extra + " vs naive"), 1e-5);
-    EXPECT_LT(test::MaxRelDiff(RunIncremental(model, kTokens), reference, "gpt2 cached decode vs naive"), 1e-5);
+    EXPECT_LT(test::MaxRelDiff(RunAll(model, kTokens), reference, "gpt2" + extra + " vs naive"),
+              1e-5);
+    EXPECT_LT(
+        test::MaxRelDiff(RunIncremental(model, kTokens), reference, "gpt2 cached decode vs naive"),
+        1e-5);
     EXPECT_GT(test::MaxRelDiff(reference, plain_logits, "scaled vs plain GPT-2"), 1e-3);
     GgufWriter writer;
     try {
       AddGgufModel(model, writer, kGgmlTypeF32);
       ADD_FAILURE() << "wrote a GGUF llama.cpp would read with other scores";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("cannot be written to GGUF"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cannot be written to GGUF"), std::string::npos)
+          << e.what();
     }
   }
 }
@@ -742,7 +800,8 @@ TEST(ModelFiles, DamagedGgufModelsFailCleanly) {
 TEST(Architectures, EveryRegisteredFamilyHasATestCase) {
   for (const ArchEntry& a : Architectures()) {
     bool found = false;
-    for (const FamilyCase& fc : kCases) found = found || ParseHfConfig(fc.config_json, fc.label).arch == a.name;
+    for (const FamilyCase& fc : kCases)
+      found = found || ParseHfConfig(fc.config_json, fc.label).arch == a.name;
     EXPECT_TRUE(found) << a.name;
   }
 }

@@ -31,8 +31,14 @@ namespace fs = std::filesystem;
 
 TrainConfig Tiny(const AttnVariant& v) {
   TrainConfig c;
-  c.dim = 16; c.n_layers = 2; c.n_heads = 4; c.n_kv_heads = 2; c.vocab_size = 19; c.seq_len = 12;
-  c.hidden_dim = 24; c.attention = v.name;
+  c.dim = 16;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.vocab_size = 19;
+  c.seq_len = 12;
+  c.hidden_dim = 24;
+  c.attention = v.name;
   return c;
 }
 
@@ -70,7 +76,8 @@ TEST(AttnRegistry, NamesAreUniqueAndFound) {
     ADD_FAILURE() << "an unknown variant was found";
   } catch (const Error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("train_config.json: unknown attention variant 'sofmax'"), std::string::npos) << what;
+    EXPECT_NE(what.find("train_config.json: unknown attention variant 'sofmax'"), std::string::npos)
+        << what;
     for (const AttnVariant* v : AttnVariants())
       EXPECT_NE(what.find(v->name), std::string::npos) << what;
   }
@@ -111,14 +118,18 @@ TEST(AttnRegistry, TrainerEngineAndCheckpointAgreeForEveryVariant) {
         Tensor logits = Forward(model, cache, state, req);
         for (int t = 0; t < T; ++t) {
           engine[path] += TokenNll(logits.row(t), c.vocab_size, targets[b * T + t]) / (B * T);
-          if (path == 0 && b == 0) first_logits.insert(first_logits.end(), logits.row(t), logits.row(t) + c.vocab_size);
+          if (path == 0 && b == 0)
+            first_logits.insert(first_logits.end(), logits.row(t), logits.row(t) + c.vocab_size);
         }
       }
     }
-    const double rel = std::abs(engine[0] - trainer) / trainer, rel_m = std::abs(engine[1] - trainer) / trainer;
+    const double rel = std::abs(engine[0] - trainer) / trainer,
+                 rel_m = std::abs(engine[1] - trainer) / trainer;
     const double rel64 = std::abs(trainer64 - trainer) / trainer;
-    std::printf("%-10s trainer loss %.7f, engine tiled %.3g, materialised %.3g, float64 trainer %.3g (rel)\n",
-                v->name, trainer, rel, rel_m, rel64);
+    std::printf(
+        "%-10s trainer loss %.7f, engine tiled %.3g, materialised %.3g, float64 trainer %.3g "
+        "(rel)\n",
+        v->name, trainer, rel, rel_m, rel64);
     EXPECT_LT(rel, 1e-5);
     EXPECT_LT(rel_m, 1e-5);
     EXPECT_LT(rel64, 1e-5);
@@ -127,9 +138,11 @@ TEST(AttnRegistry, TrainerEngineAndCheckpointAgreeForEveryVariant) {
     const ModelConfig hf = HfModelConfig(c);
     if (v->flag) {
       EXPECT_TRUE(hf.*(v->flag));
-      EXPECT_NE(CheckpointConfigJson(c).find(std::string("\"") + v->key.hf + "\": true"), std::string::npos);
+      EXPECT_NE(CheckpointConfigJson(c).find(std::string("\"") + v->key.hf + "\": true"),
+                std::string::npos);
     }
-    const std::string dir = std::string(SINKSCOPE_BINARY_DIR) + "/test_tmp/attn_registry_" + v->name;
+    const std::string dir =
+        std::string(SINKSCOPE_BINARY_DIR) + "/test_tmp/attn_registry_" + v->name;
     fs::remove_all(dir);
     fs::create_directories(dir);
     TrainerState s;
@@ -144,7 +157,8 @@ TEST(AttnRegistry, TrainerEngineAndCheckpointAgreeForEveryVariant) {
     req.tokens = std::span<const int>(tokens.data(), T);
     Tensor logits = Forward(loaded, cache, state, req);
     EXPECT_LT(test::MaxDiff(std::vector<float>(logits.data(), logits.data() + first_logits.size()),
-                            first_logits, std::string(v->name) + " reloaded checkpoint logits"), 1e-5);
+                            first_logits, std::string(v->name) + " reloaded checkpoint logits"),
+              1e-5);
     fs::remove_all(dir);
 
     // The telemetry (analyze's metrics) reports what the variant has.

@@ -4,9 +4,8 @@
 // backward against central differences (the op and the whole model); a short run that trains,
 // reloads, analyses on both paths and streams. tests/test_attn_registry.cpp holds the trainer to
 // the engine and the checkpoint to the trainer for softpick as for every variant.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -47,15 +46,19 @@ std::vector<double> NaiveSoftpick(const std::vector<double>& x) {
 }
 
 TEST(Softpick, KernelRowsMatchThePapersDefinitionOnBothPaths) {
-  struct Case { int T, S, H, Hkv, Dh, window; };
+  struct Case {
+    int T, S, H, Hkv, Dh, window;
+  };
   double worst = 0;
   int64_t empty_rows = 0, rows = 0;
   double min_sum = 1, max_sum = 0;
   AttnOptions opt;
   opt.rule = &Softpick();
-  for (Case c : {Case{20, 20, 4, 2, 16, 0}, Case{600, 700, 4, 2, 32, 0}, Case{130, 130, 4, 4, 8, 17},
-                 Case{1, 900, 4, 1, 16, 0}, Case{300, 300, 4, 2, 16, 64}}) {
-    const auto q = RandomFloats(c.T * c.H * c.Dh, 41, 1.5f), k = RandomFloats(c.S * c.Hkv * c.Dh, 42, 1.5f),
+  for (Case c :
+       {Case{20, 20, 4, 2, 16, 0}, Case{600, 700, 4, 2, 32, 0}, Case{130, 130, 4, 4, 8, 17},
+        Case{1, 900, 4, 1, 16, 0}, Case{300, 300, 4, 2, 16, 64}}) {
+    const auto q = RandomFloats(c.T * c.H * c.Dh, 41, 1.5f),
+               k = RandomFloats(c.S * c.Hkv * c.Dh, 42, 1.5f),
                v = RandomFloats(c.S * c.Hkv * c.Dh, 43, 1.0f);
     const int K = 3, HT = c.H * c.T;
     // Naive: the weights (H, T, S) and the output (T, H*Dh), with sum |w v| for the tolerance.
@@ -90,11 +93,12 @@ TEST(Softpick, KernelRowsMatchThePapersDefinitionOnBothPaths) {
       AttnStats stats{K, fk.data(), tk.data(), tp.data(), ss.data(), sp.data(), rs.data()};
       Attention(q.data(), k.data(), v.data(), out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, opt,
                 materialised ? pattern.data() : nullptr, &stats);
-      const std::string label = fmt::format("{} T={} S={} W={}", materialised ? "materialised" : "tiled",
-                                            c.T, c.S, c.window);
+      const std::string label = fmt::format(
+          "{} T={} S={} W={}", materialised ? "materialised" : "tiled", c.T, c.S, c.window);
       for (size_t i = 0; i < out.size(); ++i)
         worst = std::max(worst, std::abs(out[i] - ref_out[i]) / std::max(1.0, ref_abs[i]));
-      for (size_t i = 0; i < pattern.size(); ++i) worst = std::max(worst, std::abs(pattern[i] - ref_w[i]));
+      for (size_t i = 0; i < pattern.size(); ++i)
+        worst = std::max(worst, std::abs(pattern[i] - ref_w[i]));
       for (int i = 0; i < HT; ++i) {
         const double* w = &ref_w[static_cast<size_t>(i) * c.S];
         double total = 0, sq = 0;
@@ -107,8 +111,8 @@ TEST(Softpick, KernelRowsMatchThePapersDefinitionOnBothPaths) {
         EXPECT_LE(total, 1.0) << label;
         // A row of weights all 0 has no top key: only its weight (0) is compared.
         EXPECT_NEAR(w[tk[i]], w[best], 1e-6) << label << " row " << i;
-        worst = std::max({worst, std::abs(tp[i] - w[best]), std::abs(ss[i] - sq), std::abs(rs[i] - total),
-                          static_cast<double>(std::abs(sp[i]))});
+        worst = std::max({worst, std::abs(tp[i] - w[best]), std::abs(ss[i] - sq),
+                          std::abs(rs[i] - total), static_cast<double>(std::abs(sp[i]))});
         for (int j = 0; j < K; ++j) worst = std::max(worst, std::abs(fk[i * K + j] - w[j]));
         if (!materialised) {
           empty_rows += total == 0, ++rows;
@@ -117,9 +121,10 @@ TEST(Softpick, KernelRowsMatchThePapersDefinitionOnBothPaths) {
       }
     }
   }
-  std::printf("softpick rows vs the paper's definition: largest diff %.3g (out relative to max(1, sum "
-              "|w v|), pattern, statistics); %lld of %lld rows attend to nothing; row sums %.3g .. %.6f\n",
-              worst, static_cast<long long>(empty_rows), static_cast<long long>(rows), min_sum, max_sum);
+  std::printf(
+      "softpick rows vs the paper's definition: largest diff %.3g (out relative to max(1, sum "
+      "|w v|), pattern, statistics); %lld of %lld rows attend to nothing; row sums %.3g .. %.6f\n",
+      worst, static_cast<long long>(empty_rows), static_cast<long long>(rows), min_sum, max_sum);
   EXPECT_LT(worst, 1e-5);
   EXPECT_GT(empty_rows, 0);  // rows whose scores are all <= 0 take no key
   EXPECT_LT(max_sum, 1.0);
@@ -143,7 +148,8 @@ TEST(Softpick, AttentionGradientMatchesFiniteDifferences) {
         for (int j = 0; j <= t; ++j) {
           double s = 0;
           for (int d = 0; d < c.Dh; ++d)
-            s += c.q[((b * c.T + t) * c.H + h) * c.Dh + d] * c.k[((b * c.T + j) * c.Hkv + h / 2) * c.Dh + d];
+            s += c.q[((b * c.T + t) * c.H + h) * c.Dh + d] *
+                 c.k[((b * c.T + j) * c.Hkv + h / 2) * c.Dh + d];
           closest = std::min(closest, std::abs(s));
         }
   std::printf("softpick gradient case: smallest |q . k| %.3g\n", closest);
@@ -172,17 +178,31 @@ TEST(Softpick, TrainsReloadsAnalysesAndStreams) {
   const std::string dir = std::string(SINKSCOPE_BINARY_DIR) + "/test_tmp/attn_softpick";
   std::filesystem::remove_all(dir);
   TrainConfig c = Preset("quick");
-  c.dim = 16; c.n_heads = 2; c.n_kv_heads = 1; c.vocab_size = 16; c.batch_size = 4; c.seq_len = 16;
-  c.steps = 20; c.warmup_steps = 3; c.eval_every = 10; c.checkpoint_every = 10; c.eval_batches = 1;
-  c.threads = 1; c.attention = "softpick"; c.out = dir + "/run";
+  c.dim = 16;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.vocab_size = 16;
+  c.batch_size = 4;
+  c.seq_len = 16;
+  c.steps = 20;
+  c.warmup_steps = 3;
+  c.eval_every = 10;
+  c.checkpoint_every = 10;
+  c.eval_batches = 1;
+  c.threads = 1;
+  c.attention = "softpick";
+  c.out = dir + "/run";
   TrainerOptions quiet;
   quiet.quiet = true;
   const TrainResult r = RunTraining(c, quiet);
-  std::printf("softpick run: loss %.4f -> %.4f, val %.4f\n", r.losses.front(), r.losses.back(), r.val_loss);
+  std::printf("softpick run: loss %.4f -> %.4f, val %.4f\n", r.losses.front(), r.losses.back(),
+              r.val_loss);
   EXPECT_LT(r.losses.back(), r.losses.front());
   EXPECT_NE(ReadFile(r.last_checkpoint + "/config.json").find("\"sinkscope_attn_softpick\": true"),
             std::string::npos);
-  EXPECT_LT(std::abs(EvaluateCheckpoint(r.last_checkpoint, c.eval_batches) - r.val_loss) / r.val_loss, 1e-5);
+  EXPECT_LT(
+      std::abs(EvaluateCheckpoint(r.last_checkpoint, c.eval_batches) - r.val_loss) / r.val_loss,
+      1e-5);
   const Model model = LoadModel(r.last_checkpoint);
   ASSERT_TRUE(model.config.attn_softpick);
 
@@ -194,7 +214,8 @@ TEST(Softpick, TrainsReloadsAnalysesAndStreams) {
   const auto a = analysis::AnalyzeSamples(model, analysis::Condition::kBos, samples, fused);
   const auto b = analysis::AnalyzeSamples(model, analysis::Condition::kBos, samples, materialised);
   EXPECT_LT(test::MaxDiff(std::vector<float>(a.alpha.begin(), a.alpha.end()),
-                          std::vector<float>(b.alpha.begin(), b.alpha.end()), "softpick alpha fused vs materialised"),
+                          std::vector<float>(b.alpha.begin(), b.alpha.end()),
+                          "softpick alpha fused vs materialised"),
             1e-6);
   EXPECT_FALSE(a.has_sink_slot);
   for (double x : a.alpha) EXPECT_TRUE(x >= 0 && x <= 1) << x;
@@ -212,9 +233,11 @@ TEST(Softpick, TrainsReloadsAnalysesAndStreams) {
   double worst = 0;
   for (int t = 0; t < 16; ++t) {
     const Tensor step = cache->Step(tokens[t]);
-    for (int v = 0; v < c.vocab_size; ++v) worst = std::max(worst, double(std::abs(step[v] - logits.row(t)[v])));
+    for (int v = 0; v < c.vocab_size; ++v)
+      worst = std::max(worst, double(std::abs(step[v] - logits.row(t)[v])));
   }
-  std::printf("softpick stream (nothing evicted) vs dense forward: largest logit diff %.3g\n", worst);
+  std::printf("softpick stream (nothing evicted) vs dense forward: largest logit diff %.3g\n",
+              worst);
   EXPECT_LT(worst, 1e-4);
   o.window = 5;  // evicting
   auto evicting = stream::MakeStreamCache(model, o);

@@ -1,16 +1,15 @@
 // The build links OpenBLAS's OpenMP variant (CMakeLists.txt): with the pthread variant, OpenBLAS's
 // own threads and OpenMP's fight for the cores. These tests fail if any binary loads another one.
-#include <gtest/gtest.h>
-
 #include <cblas.h>
+#include <gtest/gtest.h>
 
 #include <cstdio>
 #include <string>
 
+#include "cli/commands.h"
 #include "kernels/dequant.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/gemm_ggml.h"
-#include "cli/commands.h"
 #include "kernels/parallel.h"
 #include "test_util.h"
 

@@ -66,7 +66,8 @@ std::string WriteHf(const Stories& s, const std::string& tag, SafetensorsDtype d
   return dir;
 }
 
-std::string WriteGguf(const Model& model, const Tokenizer& tok, const std::string& tag, uint32_t type) {
+std::string WriteGguf(const Model& model, const Tokenizer& tok, const std::string& tag,
+                      uint32_t type) {
   std::string path = test::TempDir("convert_" + tag) + "/model.gguf";
   GgufWriter writer;
   AddGgufModel(model, writer, type);
@@ -76,7 +77,8 @@ std::string WriteGguf(const Model& model, const Tokenizer& tok, const std::strin
 }
 
 // Same ids for every text, with and without BOS, and the same decoded text.
-void ExpectSameTokens(const Tokenizer& reference, const Tokenizer& other, const std::string& label) {
+void ExpectSameTokens(const Tokenizer& reference, const Tokenizer& other,
+                      const std::string& label) {
   for (const std::string& text : kTexts) {
     for (bool bos : {true, false}) {
       std::vector<int> want = reference.Encode(text, bos), got = other.Encode(text, bos);
@@ -107,7 +109,8 @@ TEST(Convert, Stories260KToGgufF32SameLogitsAndTokens) {
   EXPECT_EQ(gguf.config.arch, "llama");
   EXPECT_EQ(gguf.config.max_seq_len, s.model.config.max_seq_len);
   const std::vector<float> want = Logits(s.model, s.tokens);
-  EXPECT_LT(test::MaxRelDiff(Logits(gguf, s.tokens), want, "stories260K gguf f32 vs llama2c"), 1e-5);
+  EXPECT_LT(test::MaxRelDiff(Logits(gguf, s.tokens), want, "stories260K gguf f32 vs llama2c"),
+            1e-5);
   ExpectSameTokens(*s.tokenizer, *FindTokenizer(gguf, ""), "gguf tokenizer");
 }
 
@@ -210,9 +213,9 @@ TEST(Convert, RandomModelKQuantsWithinMeasuredTolerance) {
     double bound, top1;
   };
   std::map<std::string, double> diffs;
-  for (const Case& c : {Case{"q4_k", kGgmlTypeQ4_K, 8e-2, 0.9},
-                        Case{"q6_k", kGgmlTypeQ6_K, 2e-2, 0.95},
-                        Case{"q4_0", kGgmlTypeQ4_0, 1e-1, 0.9}}) {
+  for (const Case& c :
+       {Case{"q4_k", kGgmlTypeQ4_K, 8e-2, 0.9}, Case{"q6_k", kGgmlTypeQ6_K, 2e-2, 0.95},
+        Case{"q4_0", kGgmlTypeQ4_0, 1e-1, 0.9}}) {
     const std::string path = test::TempDir(std::string("convert_random_") + c.tag) + "/model.gguf";
     GgufWriter writer;
     AddGgufModel(model, writer, c.type);
@@ -254,7 +257,8 @@ TEST(Convert, HfToGgufToHfIsExact) {
     Tensor x = a.Load(name), y = b.Load(name);
     EXPECT_EQ(0, std::memcmp(x.data(), y.data(), sizeof(float) * x.numel())) << name;
   }
-  EXPECT_EQ(test::MaxDiff(Logits(back, s.tokens), Logits(hf, s.tokens), "hf->gguf->hf logits"), 0.0);
+  EXPECT_EQ(test::MaxDiff(Logits(back, s.tokens), Logits(hf, s.tokens), "hf->gguf->hf logits"),
+            0.0);
   ExpectSameTokens(*s.tokenizer, *FindTokenizer(back, ""), "hf->gguf->hf tokenizer");
 }
 
@@ -267,7 +271,8 @@ TEST(Convert, ShippedVocabulariesExportWithIdenticalIds) {
     auto t0 = std::chrono::steady_clock::now();
     auto lap = [&](const char* what) {
       auto t1 = std::chrono::steady_clock::now();
-      std::printf("  %s %s: %.2f s\n", vocab.c_str(), what, std::chrono::duration<double>(t1 - t0).count());
+      std::printf("  %s %s: %.2f s\n", vocab.c_str(), what,
+                  std::chrono::duration<double>(t1 - t0).count());
       t0 = t1;
     };
     auto original = LoadGgufTokenizer(GgufFile::Open(path));
@@ -285,8 +290,9 @@ TEST(Convert, ShippedVocabulariesExportWithIdenticalIds) {
     auto from_gguf = LoadGgufTokenizer(GgufFile::Open(dir + "/vocab.gguf"));
     lap("load gguf");
     // gpt-neox ships no .inp of its own: it runs on gpt-2's inputs.
-    const std::string inp = ReadFile(test::RepoPath("tests/data/tokenizers/ggml-vocab-" +
-                                                    (vocab == "gpt-neox" ? std::string("gpt-2") : vocab) + ".gguf.inp"));
+    const std::string inp = ReadFile(
+        test::RepoPath("tests/data/tokenizers/ggml-vocab-" +
+                       (vocab == "gpt-neox" ? std::string("gpt-2") : vocab) + ".gguf.inp"));
     const std::string sep = "\n__ggml_vocab_test__\n";
     int cases = 0;
     for (size_t pos = 0; pos < inp.size();) {
@@ -321,8 +327,9 @@ std::string Contains(const std::string& s, const std::string& needle) {
 }
 
 // A copy of the converted stories260K directory with `edit` applied to its tensors.
-std::string EditedHf(const std::string& tag,
-                     const std::function<void(std::vector<std::pair<std::string, Tensor>>&)>& edit) {
+std::string EditedHf(
+    const std::string& tag,
+    const std::function<void(std::vector<std::pair<std::string, Tensor>>&)>& edit) {
   static Stories s;
   static std::string base = WriteHf(s, "bad_base", SafetensorsDtype::kF32);
   std::string dir = test::TempDir("convert_bad_" + tag) + "/hf";
@@ -342,7 +349,8 @@ TEST(Convert, GgufWriterNamesRowsThatAreNotWholeBlocks) {
   const Tensor t = Tensor::Zeros({4, 64});
   w.AddTensor("fits.weight", t, kGgmlTypeQ4_0);
   std::string err = ErrorOf([&] { w.AddTensor("narrow.weight", t, kGgmlTypeQ4_K); });
-  EXPECT_EQ(Contains(err, "'narrow.weight' has rows of 64 values, not a multiple of Q4_K's 256"), "");
+  EXPECT_EQ(Contains(err, "'narrow.weight' has rows of 64 values, not a multiple of Q4_K's 256"),
+            "");
   err = ErrorOf([&] { w.AddTensor("narrow.weight", Tensor::Zeros({2, 48}), kGgmlTypeQ4_0); });
   EXPECT_EQ(Contains(err, "not a multiple of Q4_0's 32"), "");
   err = ErrorOf([&] { w.AddTensor("odd.weight", t, 13); });  // 13: Q5_K
@@ -363,7 +371,11 @@ TEST(ModelFiles, ShapeMismatchNamesTensorExpectedAndFound) {
       if (name == "model.layers.0.self_attn.k_proj.weight") tensor = Tensor::Zeros({64, 32});
   });
   std::string err = ErrorOf([&] { LoadModel(dir); });
-  EXPECT_EQ(Contains(err, "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [64, 32], expected [32, 64]"), "");
+  EXPECT_EQ(
+      Contains(
+          err,
+          "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [64, 32], expected [32, 64]"),
+      "");
 }
 
 TEST(ModelFiles, UnknownArchitectureIsNamedWithTheSupportedOnes) {
@@ -381,14 +393,16 @@ TEST(ModelFiles, UnknownArchitectureIsNamedWithTheSupportedOnes) {
   WriteFileAtomic(path, w.Build(std::string(32 * 4 * 4, '\0')));
   err = ErrorOf([&] { LoadModel(path); });
   EXPECT_EQ(Contains(err, "GGUF architecture 'bloom' is not supported (supported: llama, "), "");
-  for (const char* arch : {"qwen2", "gemma3", "gpt-oss", "gptneox"}) EXPECT_EQ(Contains(err, arch), "");
+  for (const char* arch : {"qwen2", "gemma3", "gpt-oss", "gptneox"})
+    EXPECT_EQ(Contains(err, arch), "");
 }
 
 TEST(ModelFiles, UnsupportedQuantisationTypeIsNamed) {
   // A llama GGUF whose embedding is Q5_K (ggml type 13): parsed, but not dequantisable.
   test::GgufWriter w;
   w.KeyString("general.architecture", "llama");
-  for (const char* key : {"llama.embedding_length", "llama.feed_forward_length"}) w.KeyU32(key, 256);
+  for (const char* key : {"llama.embedding_length", "llama.feed_forward_length"})
+    w.KeyU32(key, 256);
   w.KeyU32("llama.block_count", 1);
   w.KeyU32("llama.attention.head_count", 4);
   w.KeyU32("llama.context_length", 64);
@@ -396,7 +410,10 @@ TEST(ModelFiles, UnsupportedQuantisationTypeIsNamed) {
   std::string path = test::TempDir("convert_bad_quant") + "/q5k.gguf";
   WriteFileAtomic(path, w.Build(std::string(8 * 176, '\0')));
   std::string err = ErrorOf([&] { LoadModel(path); });
-  EXPECT_EQ(Contains(err, "tensor 'token_embd.weight' has ggml type Q5_K, which sinkscope cannot dequantise"), "");
+  EXPECT_EQ(
+      Contains(err,
+               "tensor 'token_embd.weight' has ggml type Q5_K, which sinkscope cannot dequantise"),
+      "");
 }
 
 TEST(ModelFiles, TruncatedFilesAndMalformedJsonFailClearly) {
@@ -417,9 +434,12 @@ TEST(ModelFiles, TruncatedFilesAndMalformedJsonFailClearly) {
 
 TEST(ModelFiles, UnsupportedTokenizerJsonTypeIsNamed) {
   std::string dir = EditedHf("tok", [](auto&) {});
-  WriteFileAtomic(dir + "/tokenizer.json", R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})");
+  WriteFileAtomic(dir + "/tokenizer.json",
+                  R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})");
   Model m = LoadModel(dir);
-  EXPECT_EQ(Contains(ErrorOf([&] { FindTokenizer(m, ""); }), "model.type 'WordPiece' is not supported"), "");
+  EXPECT_EQ(
+      Contains(ErrorOf([&] { FindTokenizer(m, ""); }), "model.type 'WordPiece' is not supported"),
+      "");
 }
 
 TEST(ModelFiles, VocabularyOnlyGgufIsNotAModel) {
@@ -442,7 +462,9 @@ TEST(Convert, NonUtf8PieceIsNamedNotThrownByJson) {
   }
   WriteFileAtomic(path, bin);
   const auto tok = LoadLlama2cTokenizer(path, 5);
-  EXPECT_EQ(Contains(ErrorOf([&] { TokenizerJsonText(*tok); }), "piece 4 is not valid UTF-8 (at byte 0)"), "");
+  EXPECT_EQ(
+      Contains(ErrorOf([&] { TokenizerJsonText(*tok); }), "piece 4 is not valid UTF-8 (at byte 0)"),
+      "");
 }
 
 }  // namespace

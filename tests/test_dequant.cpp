@@ -98,10 +98,11 @@ TEST(Dequant, Q4_KHandBlock) {
   std::vector<uint8_t> block(144);
   PutF16(block.data(), 1.0f);
   PutF16(block.data() + 2, 0.5f);
-  const uint8_t scales[12] = {0x41, 0x82, 0xC3, 0xC4, 0x40, 0x81, 0x02, 0xC3,
-                              0x41, 0x81, 0x52, 0xFF};
+  const uint8_t scales[12] = {0x41, 0x82, 0xC3, 0xC4, 0x40, 0x81,
+                              0x02, 0xC3, 0x41, 0x81, 0x52, 0xFF};
   std::memcpy(block.data() + 4, scales, 12);
-  for (int i = 0; i < 128; ++i) block[16 + i] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
+  for (int i = 0; i < 128; ++i)
+    block[16 + i] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
   std::vector<float> x = DequantizeBlock(kGgmlTypeQ4_K, block, 256);
   // x[64g + l] = d sc_{2g} (qs[32g + l] & 15) - dmin m_{2g};
   // x[64g + 32 + l] = d sc_{2g+1} (qs[32g + l] >> 4) - dmin m_{2g+1}.

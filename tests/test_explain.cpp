@@ -114,7 +114,8 @@ ExplainOptions Quick() {
   return o;
 }
 
-const InterventionEffect& Find(const ExplainResult& r, const std::string& kind, int layer, int head = -1) {
+const InterventionEffect& Find(const ExplainResult& r, const std::string& kind, int layer,
+                               int head = -1) {
   for (const auto& e : r.interventions)
     if (e.kind == kind && e.layer == layer && e.head == head) return e;
   ADD_FAILURE() << "no intervention " << kind << " " << layer;
@@ -198,9 +199,11 @@ TEST(Explain, SinkNotAtP0) {
 // gpt-oss with large learned sink logits: the sink is the slot, the verdict says so and no
 // position-0 circuit is searched for.
 TEST(Explain, LearnedSinkSlotIsTheSink) {
-  const Model m = test::LoadRandomHf(test::SmallGptOssConfig(), 5, "explain_gpt_oss", test::SetSinkLogits(12.0f));
+  const Model m = test::LoadRandomHf(test::SmallGptOssConfig(), 5, "explain_gpt_oss",
+                                     test::SetSinkLogits(12.0f));
   const ExplainResult r = Explain(m, Samples(3, 32, 1, -1, 4), Quick());
-  std::printf("verdict %s: slot rate %.3f, Sink_0 %.3f\n", r.verdict.c_str(), r.sink_slot_rate, r.sink_rate);
+  std::printf("verdict %s: slot rate %.3f, Sink_0 %.3f\n", r.verdict.c_str(), r.sink_slot_rate,
+              r.sink_rate);
   EXPECT_EQ(r.verdict, "sink-on-learned-slot");
   EXPECT_EQ(r.slot_onset_layer, 0);
   EXPECT_GT(r.layers[1].mean_alpha_sink, 0.9);
@@ -251,10 +254,10 @@ TEST(Explain, DecompositionAddsUp) {
 // The cone fit against a brute-force recomputation from the materialised tensors (hooks on the
 // values, the full attention pattern and z), on two samples of a random GQA model: the axis u, the
 // mean cosine a, the predictions a^2 + (1 - a^2) sum_j p_ij^2 from the full pattern (not the fused
-// sum of squares), the measured ||o_i||^2 / mean_j ||v_j||^2, the pooled Pearson correlation and the
-// argmax shares, all in double from scratch.
-// Resuming intervened forwards at the intervened block (the default) gives the same intervention
-// table as running each one from the embedding, with fewer block evaluations.
+// sum of squares), the measured ||o_i||^2 / mean_j ||v_j||^2, the pooled Pearson correlation and
+// the argmax shares, all in double from scratch. Resuming intervened forwards at the intervened
+// block (the default) gives the same intervention table as running each one from the embedding,
+// with fewer block evaluations.
 TEST(Explain, ResumingAtTheIntervenedBlockChangesNothing) {
   const Model m = ToyModel(3, /*amp=*/1, /*marker=*/1);
   const auto samples = Samples(3, 32, 1, -1, 12);
@@ -293,15 +296,24 @@ TEST(Explain, ConeFitMatchesBruteForce) {
   const ModelConfig& c = m.config;
   const int L = c.n_layers, H = c.n_heads, Hkv = c.n_kv_heads, Dh = c.head_dim;
   const int T = 20, N = 2, group = H / Hkv;
-  struct Pooled { std::vector<double> pred, meas; double a = 0, p0_pred = 0, p0_meas = 0; };
+  struct Pooled {
+    std::vector<double> pred, meas;
+    double a = 0, p0_pred = 0, p0_meas = 0;
+  };
   std::vector<Pooled> want(static_cast<size_t>(L) * H);
   for (int s = 0; s < N; ++s) {
     std::vector<std::vector<float>> v(L), pat(L), z(L);
     Hooks hooks;
     for (int l = 0; l < L; ++l) {
-      hooks.Add(HookPoint::kV, l, [&, l](const HookContext&, Tensor& t) { v[l].assign(t.data(), t.data() + t.numel()); });
-      hooks.Add(HookPoint::kPattern, l, [&, l](const HookContext&, Tensor& t) { pat[l].assign(t.data(), t.data() + t.numel()); });
-      hooks.Add(HookPoint::kZ, l, [&, l](const HookContext&, Tensor& t) { z[l].assign(t.data(), t.data() + t.numel()); });
+      hooks.Add(HookPoint::kV, l, [&, l](const HookContext&, Tensor& t) {
+        v[l].assign(t.data(), t.data() + t.numel());
+      });
+      hooks.Add(HookPoint::kPattern, l, [&, l](const HookContext&, Tensor& t) {
+        pat[l].assign(t.data(), t.data() + t.numel());
+      });
+      hooks.Add(HookPoint::kZ, l, [&, l](const HookContext&, Tensor& t) {
+        z[l].assign(t.data(), t.data() + t.numel());
+      });
     }
     KVCache cache = KVCache::Create(c, T);
     RunState state;
@@ -312,7 +324,9 @@ TEST(Explain, ConeFitMatchesBruteForce) {
     Forward(m, cache, state, req);
     for (int l = 0; l < L; ++l)
       for (int h = 0; h < H; ++h) {
-        auto V = [&](int j, int e) { return double(v[l][(static_cast<size_t>(j) * Hkv + h / group) * Dh + e]); };
+        auto V = [&](int j, int e) {
+          return double(v[l][(static_cast<size_t>(j) * Hkv + h / group) * Dh + e]);
+        };
         std::vector<double> u(Dh, 0.0);
         double mean_sq = 0;
         for (int j = 0; j < T; ++j) {
@@ -435,36 +449,52 @@ std::vector<ExplainCase> Cases() {
   std::vector<ExplainCase> out;
   ExplainOptions zero = Quick();
   zero.ablation = Ablation::kZero;
-  out.push_back({"planted mlp.1", [] { return ToyModel(3, 1, 1); }, Samples(4, 32, 1, -1, 1), Quick()});
-  out.push_back({"planted mlp.1, zero-ablation", [] { return ToyModel(3, 1, 1); }, Samples(4, 32, 1, -1, 1), zero});
+  out.push_back(
+      {"planted mlp.1", [] { return ToyModel(3, 1, 1); }, Samples(4, 32, 1, -1, 1), Quick()});
+  out.push_back({"planted mlp.1, zero-ablation", [] { return ToyModel(3, 1, 1); },
+                 Samples(4, 32, 1, -1, 1), zero});
   ExplainOptions with_set = Quick();
   with_set.ablate = {{ComponentKind::kMlp, 1, -1}, {ComponentKind::kHead, 0, 1}};
-  out.push_back({"planted mlp.1, --ablate", [] { return ToyModel(3, 1, 1); }, Samples(3, 32, 1, -1, 6), with_set});
-  out.push_back({"planted mlp.2 (4 layers)", [] { return ToyModel(4, 2, 1); }, Samples(3, 24, 1, -1, 2), Quick()});
-  out.push_back({"planted mlp.2 (6 layers)", [] { return ToyModel(6, 2, 1); }, Samples(3, 24, 1, -1, 7), Quick()});
-  out.push_back({"planted head.0.1", [] { return ToyHeadModel(3); }, Samples(4, 32, 1, -1, 1), Quick()});
-  out.push_back({"planted head.0.1, zero-ablation", [] { return ToyHeadModel(3); }, Samples(4, 32, 1, -1, 1), zero});
-  out.push_back({"planted head.0.1 (5 layers)", [] { return ToyHeadModel(5); }, Samples(3, 24, 1, -1, 8), Quick()});
-  out.push_back({"sink not at p0", [] { return ToyModel(3, 1, kMarkerToken); }, Samples(3, 32, -1, 3, 3), Quick()});
-  out.push_back({"random llama", [] {
+  out.push_back({"planted mlp.1, --ablate", [] { return ToyModel(3, 1, 1); },
+                 Samples(3, 32, 1, -1, 6), with_set});
+  out.push_back({"planted mlp.2 (4 layers)", [] { return ToyModel(4, 2, 1); },
+                 Samples(3, 24, 1, -1, 2), Quick()});
+  out.push_back({"planted mlp.2 (6 layers)", [] { return ToyModel(6, 2, 1); },
+                 Samples(3, 24, 1, -1, 7), Quick()});
+  out.push_back(
+      {"planted head.0.1", [] { return ToyHeadModel(3); }, Samples(4, 32, 1, -1, 1), Quick()});
+  out.push_back({"planted head.0.1, zero-ablation", [] { return ToyHeadModel(3); },
+                 Samples(4, 32, 1, -1, 1), zero});
+  out.push_back({"planted head.0.1 (5 layers)", [] { return ToyHeadModel(5); },
+                 Samples(3, 24, 1, -1, 8), Quick()});
+  out.push_back({"sink not at p0", [] { return ToyModel(3, 1, kMarkerToken); },
+                 Samples(3, 32, -1, 3, 3), Quick()});
+  out.push_back({"random llama",
+                 [] {
                    test::RandomModelShape shape;
                    shape.n_layers = 3;
                    return test::RandomLlama(shape);
-                 }, Samples(3, 32, 1, -1, 4), Quick()});
-  out.push_back({"random gpt2", [] {
+                 },
+                 Samples(3, 32, 1, -1, 4), Quick()});
+  out.push_back({"random gpt2",
+                 [] {
                    test::RandomModelShape shape;
                    shape.n_layers = 3;
                    return test::RandomGpt2(shape);
-                 }, Samples(2, 24, 1, -1, 5), Quick()});
-  out.push_back({"gpt-oss sink slot", [] {
+                 },
+                 Samples(2, 24, 1, -1, 5), Quick()});
+  out.push_back({"gpt-oss sink slot",
+                 [] {
                    return test::LoadRandomHf(test::SmallGptOssConfig(), 5, "explain_fast_gpt_oss",
                                              test::SetSinkLogits(12.0f));
-                 }, Samples(3, 32, 1, -1, 4), Quick()});
+                 },
+                 Samples(3, 32, 1, -1, 4), Quick()});
   ExplainOptions one = Quick();
   one.intervention_samples = 1;
-  out.push_back({"stories260K (trained)", [] {
-                   return LoadLlama2c(test::RepoPath("models/stories260K/stories260K.bin"));
-                 }, {}, one});
+  out.push_back({"stories260K (trained)",
+                 [] { return LoadLlama2c(test::RepoPath("models/stories260K/stories260K.bin")); },
+                 {},
+                 one});
   analysis::SplitMix64 rng(11);
   std::vector<std::vector<int>> text(4, std::vector<int>(48));
   for (auto& s : text) {
@@ -492,10 +522,11 @@ TEST(Explain, FastPathMatchesExhaustiveOnEveryModel) {
     const ExplainResult want = Explain(m, ec.samples, all);
     const EstimateSummary& we = want.estimates;
     EXPECT_EQ(we.verified, we.candidates) << ec.name;
-    std::printf("%-32s verdict %-26s %3d rows: Spearman over all, target %.3f, alpha_0 %.3f, ratio %.3f; "
-                "%lld forwards\n", ec.name.c_str(), want.verdict.c_str(), we.candidates,
-                we.spearman_target, we.spearman_alpha0, we.spearman_norm_ratio,
-                static_cast<long long>(want.forward_passes));
+    std::printf(
+        "%-32s verdict %-26s %3d rows: Spearman over all, target %.3f, alpha_0 %.3f, ratio %.3f; "
+        "%lld forwards\n",
+        ec.name.c_str(), want.verdict.c_str(), we.candidates, we.spearman_target,
+        we.spearman_alpha0, we.spearman_norm_ratio, static_cast<long long>(want.forward_passes));
     for (int k : {16, 4}) {
       ExplainOptions fast = ec.options;
       fast.verify_top = k;
@@ -534,12 +565,13 @@ TEST(Explain, FastPathMatchesExhaustiveOnEveryModel) {
         EXPECT_EQ(x.sink1_after, y.sink1_after);
       }
       if (got.estimates.candidates > k + 1) EXPECT_LT(got.forward_passes, want.forward_passes);
-      std::printf("  verify_top %2d: %d of %d rows measured, %lld forwards (exhaustive %lld), Spearman "
-                  "over the measured: target %.3f, alpha_0 %.3f, ratio %.3f\n",
-                  k, got.estimates.verified, got.estimates.candidates,
-                  static_cast<long long>(got.forward_passes), static_cast<long long>(want.forward_passes),
-                  got.estimates.spearman_target, got.estimates.spearman_alpha0,
-                  got.estimates.spearman_norm_ratio);
+      std::printf(
+          "  verify_top %2d: %d of %d rows measured, %lld forwards (exhaustive %lld), Spearman "
+          "over the measured: target %.3f, alpha_0 %.3f, ratio %.3f\n",
+          k, got.estimates.verified, got.estimates.candidates,
+          static_cast<long long>(got.forward_passes), static_cast<long long>(want.forward_passes),
+          got.estimates.spearman_target, got.estimates.spearman_alpha0,
+          got.estimates.spearman_norm_ratio);
     }
   }
 }
@@ -550,7 +582,8 @@ TEST(Explain, FastPathMatchesExhaustiveOnEveryModel) {
 TEST(Explain, EarlyStoppingKeepsTheVerdictAndCircuit) {
   for (ExplainCase ec : Cases()) {
     const Model m = ec.model();
-    ec.options.intervention_samples = 0;  // every sample is an intervention sample: stopping decides
+    ec.options.intervention_samples =
+        0;  // every sample is an intervention sample: stopping decides
     ExplainOptions all = ec.options;
     all.exhaustive = true;
     all.early_stop = false;
@@ -574,10 +607,12 @@ TEST(Explain, EarlyStoppingKeepsTheVerdictAndCircuit) {
     // Every measured row holds exactly the samples the table measured.
     for (const InterventionEffect& e : got.interventions)
       if (e.measured) EXPECT_EQ(e.samples, st.used) << RowName(e);
-    std::printf("%-32s verdict %-26s stopped after %d of %d samples (%s; bounds %.3f / %.3f / %.3f), "
-                "%lld forwards against %lld\n", ec.name.c_str(), got.verdict.c_str(), st.used,
-                st.upper_bound, st.reason.c_str(), st.circuit_lower, st.circuit_upper, st.subset_upper,
-                static_cast<long long>(got.forward_passes), static_cast<long long>(want.forward_passes));
+    std::printf(
+        "%-32s verdict %-26s stopped after %d of %d samples (%s; bounds %.3f / %.3f / %.3f), "
+        "%lld forwards against %lld\n",
+        ec.name.c_str(), got.verdict.c_str(), st.used, st.upper_bound, st.reason.c_str(),
+        st.circuit_lower, st.circuit_upper, st.subset_upper,
+        static_cast<long long>(got.forward_passes), static_cast<long long>(want.forward_passes));
   }
 }
 
@@ -609,8 +644,10 @@ TEST(Explain, PlantedCircuitSettlesAfterTwoSamples) {
 TEST(Explain, EstimateMovesASaturatedSink) {
   Model m = ToyModel(4, /*amp=*/1, /*marker=*/1);
   for (int l = 2; l < 4; ++l) {
-    for (float& x : std::span(m.weights.layers[l].wq.data(), m.weights.layers[l].wq.numel())) x *= 10;
-    for (float& x : std::span(m.weights.layers[l].wk.data(), m.weights.layers[l].wk.numel())) x *= 10;
+    for (float& x : std::span(m.weights.layers[l].wq.data(), m.weights.layers[l].wq.numel()))
+      x *= 10;
+    for (float& x : std::span(m.weights.layers[l].wk.data(), m.weights.layers[l].wk.numel()))
+      x *= 10;
   }
   const auto samples = Samples(3, 32, 1, -1, 5);
   ExplainOptions o = Quick();
@@ -630,36 +667,40 @@ TEST(Explain, EstimateMovesASaturatedSink) {
 // Student's t quantiles (scipy.stats.t.ppf) and the incomplete beta function behind them
 // (scipy.special.betainc), which the stopping rule's bounds use.
 TEST(Explain, StudentTQuantiles) {
-  EXPECT_NEAR(RegularizedIncompleteBeta(0.4, 2, 3), 0.5248, 1e-12);  // sum_{j=2}^{4} C(4,j) x^j (1-x)^(4-j)
+  EXPECT_NEAR(RegularizedIncompleteBeta(0.4, 2, 3), 0.5248,
+              1e-12);  // sum_{j=2}^{4} C(4,j) x^j (1-x)^(4-j)
   EXPECT_NEAR(RegularizedIncompleteBeta(0.9, 0.5, 0.5), 0.7951672353008665, 1e-12);
   struct Case {
     double p, dof, want;
   };
-  for (const Case& c : {Case{0.95, 1, 6.313751514675043}, Case{0.95, 7, 1.894578605061305},
-                        Case{0.99, 3, 4.540702858698419}, Case{0.975, 30, 2.0422724563012373},
-                        Case{0.5, 5, 0.0}})
-    EXPECT_NEAR(StudentTQuantile(c.p, c.dof), c.want, 1e-9 * std::max(1.0, c.want)) << c.p << " " << c.dof;
+  for (const Case& c :
+       {Case{0.95, 1, 6.313751514675043}, Case{0.95, 7, 1.894578605061305},
+        Case{0.99, 3, 4.540702858698419}, Case{0.975, 30, 2.0422724563012373}, Case{0.5, 5, 0.0}})
+    EXPECT_NEAR(StudentTQuantile(c.p, c.dof), c.want, 1e-9 * std::max(1.0, c.want))
+        << c.p << " " << c.dof;
 }
 
 // What the estimate gets exactly (explain.h): h_0 from the intervened block on (position 0 sees
 // only itself), so ||h'_0|| in every later layer, and the P0 norm ratio in the intervened layer
-// (whose other positions the intervention cannot reach yet); and Sink_0 in the block right after it,
-// whose queries and keys >= 1 are still clean. Compared with the exhaustive measurement of every
-// row on every model of the suite, plus a random model with sigmoid attention.
+// (whose other positions the intervention cannot reach yet); and Sink_0 in the block right after
+// it, whose queries and keys >= 1 are still clean. Compared with the exhaustive measurement of
+// every row on every model of the suite, plus a random model with sigmoid attention.
 TEST(Explain, EstimateOfPositionZeroIsExact) {
   std::vector<ExplainCase> cases = Cases();
-  cases.push_back({"random llama, sigmoid attention", [] {
+  cases.push_back({"random llama, sigmoid attention",
+                   [] {
                      test::RandomModelShape shape;
                      shape.n_layers = 3;
                      Model m = test::RandomLlama(shape);
                      m.config.attn_sigmoid = true;
                      return m;
-                   }, Samples(2, 24, 1, -1, 9), Quick()});
+                   },
+                   Samples(2, 24, 1, -1, 9), Quick()});
   for (const ExplainCase& ec : cases) {
     const Model m = ec.model();
     ExplainOptions all = ec.options;
     all.exhaustive = true;
-    all.early_stop = false;     // estimates and measurements over the same samples
+    all.early_stop = false;  // estimates and measurements over the same samples
     all.estimate_samples = 0;
     const ExplainResult r = Explain(m, ec.samples, all);
     double worst_norm = 0, worst_ratio = 0;
@@ -674,17 +715,20 @@ TEST(Explain, EstimateOfPositionZeroIsExact) {
         worst_norm = std::max(worst_norm, std::fabs(got - want) / std::max(1.0, want));
         EXPECT_NEAR(got, want, 1e-5 * std::max(1.0, want)) << "||h'_0|| in layer " << l;
       }
-      const double want = e.layer_norm_ratio_after[e.layer], got = e.estimate.layer_norm_ratio_after[e.layer];
+      const double want = e.layer_norm_ratio_after[e.layer],
+                   got = e.estimate.layer_norm_ratio_after[e.layer];
       worst_ratio = std::max(worst_ratio, std::fabs(got - want) / std::max(1.0, want));
       EXPECT_NEAR(got, want, 1e-5 * std::max(1.0, want)) << "P0 norm ratio in the intervened layer";
       if (e.layer + 1 < L)
         EXPECT_EQ(e.estimate.layer_sink_after[e.layer + 1], e.layer_sink_after[e.layer + 1])
             << "Sink_0 in the block after the intervention";
-      for (int l = 0; l <= e.layer; ++l) EXPECT_EQ(e.estimate.layer_sink_after[l], e.layer_sink_after[l]);
+      for (int l = 0; l <= e.layer; ++l)
+        EXPECT_EQ(e.estimate.layer_sink_after[l], e.layer_sink_after[l]);
     }
-    std::printf("%-32s %3d rows: largest relative difference, estimated vs measured ||h'_0|| %.2g, "
-                "P0 norm ratio in the intervened layer %.2g\n", ec.name.c_str(), rows, worst_norm,
-                worst_ratio);
+    std::printf(
+        "%-32s %3d rows: largest relative difference, estimated vs measured ||h'_0|| %.2g, "
+        "P0 norm ratio in the intervened layer %.2g\n",
+        ec.name.c_str(), rows, worst_norm, worst_ratio);
   }
 }
 

@@ -24,8 +24,10 @@ int Lines(const std::string& s) {
 TEST(ExplainCli, Stories260KSaysNoSink) {
   const std::string dir = test::TempDir("explain_cli");
   const std::string json = dir + "/e.json", html = dir + "/e.html";
-  const auto r = test::RunCli("explain --model " + kModel + " --samples 3 --length 32 "
-                              "--intervention-samples 1 --json " + json + " --html " + html);
+  const auto r = test::RunCli("explain --model " + kModel +
+                              " --samples 3 --length 32 "
+                              "--intervention-samples 1 --json " +
+                              json + " --html " + html);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("verdict: no-sink"), std::string::npos) << r.out;
   const auto j = nlohmann::json::parse(ReadFile(json));
@@ -64,8 +66,10 @@ TEST(ExplainCli, Stories260KSaysNoSink) {
 TEST(ExplainCli, ExhaustiveMeasuresEveryRow) {
   const std::string dir = test::TempDir("explain_cli_exhaustive");
   const std::string json = dir + "/e.json";
-  const auto r = test::RunCli("explain --model " + kModel + " --samples 2 --length 16 "
-                              "--intervention-samples 1 --exhaustive --json " + json);
+  const auto r = test::RunCli("explain --model " + kModel +
+                              " --samples 2 --length 16 "
+                              "--intervention-samples 1 --exhaustive --json " +
+                              json);
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(ReadFile(json));
   EXPECT_EQ(j["estimates"]["verify"], "all");

@@ -42,7 +42,8 @@ std::vector<Path> Paths() {
   if (CpuSimdLevel() != SimdLevel::kPortable) paths.push_back({"avx2", SimdLevel::kAvx2});
   if (CpuSimdLevel() == SimdLevel::kAvx512)
     paths.push_back({"avx512_fma", SimdLevel::kAvx512, false, Bf16Dot::kFma});
-  if (CpuHasAvx512Bf16()) paths.push_back({"avx512_bf16", SimdLevel::kAvx512, false, Bf16Dot::kVdpbf16ps});
+  if (CpuHasAvx512Bf16())
+    paths.push_back({"avx512_bf16", SimdLevel::kAvx512, false, Bf16Dot::kVdpbf16ps});
   if (CpuHasAmxBf16()) paths.push_back({"amx_bf16", SimdLevel::kAvx512, true});
   return paths;
 }
@@ -180,8 +181,8 @@ TEST(GemmBf16, PathsAgreeOnLargeProduct) {
       Select(paths[p]);
       MatMulBf16(x.data(), packed, bias.data(), fast.data(), T);
       EXPECT_LT(test::MaxRelDiff(fast, slow,
-                                 std::string("gemm_bf16 ") + paths[p].name + " vs portable T=" +
-                                     std::to_string(T)),
+                                 std::string("gemm_bf16 ") + paths[p].name +
+                                     " vs portable T=" + std::to_string(T)),
                 1e-5);
     }
   }
@@ -193,10 +194,10 @@ TEST(GemmBf16, PathsAgreeOnLargeProduct) {
 // result is unchanged (a stale configuration would give wrong sums or fault).
 __attribute__((target("amx-tile"))) void LoadForeignTileConfig() {
   alignas(64) static uint8_t config[64] = {};
-  config[0] = 1;                                       // palette 1
+  config[0] = 1;  // palette 1
   for (int t = 0; t < 8; ++t) {
-    config[16 + 2 * t] = 32;                           // 32 bytes a row
-    config[48 + t] = 8;                                // 8 rows
+    config[16 + 2 * t] = 32;  // 32 bytes a row
+    config[48 + t] = 8;       // 8 rows
   }
   _tile_loadconfig(config);
 }
@@ -208,7 +209,8 @@ TEST(GemmBf16, AmxIgnoresAForeignTileConfiguration) {
   SelectBest(best);
   ASSERT_EQ(std::string(Bf16KernelName()), "amx_bf16");
   const int T = 96, in = 512, out = 200;
-  const auto x = Random(static_cast<size_t>(T) * in, 31), w = Random(static_cast<size_t>(out) * in, 32);
+  const auto x = Random(static_cast<size_t>(T) * in, 31),
+             w = Random(static_cast<size_t>(out) * in, 32);
   const PackedBf16 packed = PackBf16(w.data(), out, in);
   std::vector<float> first(static_cast<size_t>(T) * out), second(first.size());
   const int threads = ThreadCount();
@@ -244,12 +246,14 @@ TEST(GemmBf16, RowGivesTheSameBitsAloneAsInsideAnyT) {
         MatMulBf16(x.data(), packed, b, all.data(), T);
         for (int t = 0; t < T; ++t) {
           MatMulBf16(x.data() + static_cast<size_t>(t) * in, packed, b, alone.data(), 1);
-          differ += std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
+          differ +=
+              std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
           ++rows;
         }
       }
     }
-    std::printf("MatMulBf16 %s: %zu rows alone against inside T = 2..113, %zu differ\n", path.name, rows, differ);
+    std::printf("MatMulBf16 %s: %zu rows alone against inside T = 2..113, %zu differ\n", path.name,
+                rows, differ);
     if (!path.amx) {
       EXPECT_EQ(differ, 0u) << path.name;
     }

@@ -4,6 +4,7 @@
 // spec in test_mxfp4.cpp). The blocks are random bytes with the scales set to sane f16 (or E8M0)
 // values, so every bit of the layout is exercised. What is left is the order of the f32 additions,
 // so the tolerance is tight; the largest difference per type and path is printed.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,8 +13,6 @@
 #include <cstring>
 #include <random>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "common/error.h"
 #include "kernels/dequant.h"
@@ -52,20 +51,28 @@ std::vector<uint8_t> RandomRows(uint32_t type, int out, int in, uint32_t seed) {
   for (int64_t b = 0; b < blocks; ++b) {
     uint8_t* p = data.data() + b * block_bytes;
     switch (type) {
-      case kGgmlTypeF16: PutHalf(p, unit(rng)); break;
+      case kGgmlTypeF16:
+        PutHalf(p, unit(rng));
+        break;
       case kGgmlTypeBF16: {
         const uint16_t v = F32ToBF16(unit(rng));
         std::memcpy(p, &v, 2);
         break;
       }
       case kGgmlTypeQ8_0:
-      case kGgmlTypeQ4_0: PutHalf(p, (b % 2 ? -1 : 1) * scale(rng)); break;
+      case kGgmlTypeQ4_0:
+        PutHalf(p, (b % 2 ? -1 : 1) * scale(rng));
+        break;
       case kGgmlTypeQ4_K:
         PutHalf(p, scale(rng) / 8);
         PutHalf(p + 2, scale(rng) / 8);
         break;
-      case kGgmlTypeQ6_K: PutHalf(p + 208, scale(rng) / 16); break;
-      case kGgmlTypeMXFP4: p[0] = static_cast<uint8_t>(118 + byte(rng) % 14); break;  // 2^-9 .. 2^4
+      case kGgmlTypeQ6_K:
+        PutHalf(p + 208, scale(rng) / 16);
+        break;
+      case kGgmlTypeMXFP4:
+        p[0] = static_cast<uint8_t>(118 + byte(rng) % 14);
+        break;  // 2^-9 .. 2^4
     }
   }
   return data;
@@ -79,7 +86,8 @@ struct Stored {
   std::vector<uint8_t> data, scales;
   GgmlMatrix w;
 };
-Stored RandomMatrix(uint32_t type, int out, int in, uint32_t seed, int row_step = 1, int first = 0) {
+Stored RandomMatrix(uint32_t type, int out, int in, uint32_t seed, int row_step = 1,
+                    int first = 0) {
   Stored s;
   const int rows = out * row_step;
   if (type == kTypeMxfp4Split) {
@@ -89,8 +97,8 @@ Stored RandomMatrix(uint32_t type, int out, int in, uint32_t seed, int row_step 
     s.scales.resize(static_cast<size_t>(rows) * in / 32);
     for (uint8_t& b : s.data) b = static_cast<uint8_t>(byte(rng));
     for (uint8_t& e : s.scales) e = static_cast<uint8_t>(118 + byte(rng) % 14);
-    s.w = GgmlView(type, out, in, s.data.data() + static_cast<size_t>(first) * in / 2, nullptr, row_step,
-                   s.scales.data() + static_cast<size_t>(first) * in / 32);
+    s.w = GgmlView(type, out, in, s.data.data() + static_cast<size_t>(first) * in / 2, nullptr,
+                   row_step, s.scales.data() + static_cast<size_t>(first) * in / 32);
   } else {
     s.data = RandomRows(type, rows, in, seed);
     s.w = GgmlView(type, out, in, s.data.data() + first * GgmlBytes(type, in), nullptr, row_step);
@@ -138,25 +146,28 @@ TEST(GemmGgml, MatchesDoubleProductOfDequantisedWeights) {
                 double& w_path = worst[T > 1];
                 w_path = std::max(w_path, err);
                 ASSERT_LT(err, 2e-6) << GgmlTypeName(c.type) << " " << SimdLevelName(level)
-                                     << " out " << out << " in " << c.in << " T " << T << " ("
-                                     << t << "," << o << ") " << y[t * out + o] << " vs " << ref;
+                                     << " out " << out << " in " << c.in << " T " << T << " (" << t
+                                     << "," << o << ") " << y[t * out + o] << " vs " << ref;
               }
           }
         }
       }
-      const std::string rows = c.row_step > 1 ? " (rows " + std::to_string(c.row_step) + " stored rows apart)" : "";
-      std::printf("MatMulGgml %s in %d%s, %s: largest |difference| / sum |products| vs double: "
-                  "T = 1 (%s) %.2e, T > 1 %.2e\n", GgmlTypeName(c.type), c.in, rows.c_str(),
-                  SimdLevelName(level).c_str(), GgmlKernelName(c.type), worst[0], worst[1]);
+      const std::string rows =
+          c.row_step > 1 ? " (rows " + std::to_string(c.row_step) + " stored rows apart)" : "";
+      std::printf(
+          "MatMulGgml %s in %d%s, %s: largest |difference| / sum |products| vs double: "
+          "T = 1 (%s) %.2e, T > 1 %.2e\n",
+          GgmlTypeName(c.type), c.in, rows.c_str(), SimdLevelName(level).c_str(),
+          GgmlKernelName(c.type), worst[0], worst[1]);
     }
   }
   ForceSimdLevel(best);
 }
 
 // A row's sum is formed the same way whichever thread computes it.
-// DequantizeGgmlRows (the rows every product multiplies, the native embedding lookup) on each vector
-// path (AVX2, AVX-512) gives the scalar decoder's bits exactly: random blocks of every type, and for F16 / BF16 every
-// finite 16-bit pattern (subnormals included).
+// DequantizeGgmlRows (the rows every product multiplies, the native embedding lookup) on each
+// vector path (AVX2, AVX-512) gives the scalar decoder's bits exactly: random blocks of every type,
+// and for F16 / BF16 every finite 16-bit pattern (subnormals included).
 TEST(GemmGgml, VectorDequantiserIsTheScalarDecoderBitForBit) {
   if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
   struct Rows {
@@ -176,7 +187,9 @@ TEST(GemmGgml, VectorDequantiserIsTheScalarDecoderBitForBit) {
     for (int e = 0; e < 255; ++e)
       for (int b = 0; b < 2; ++b) {
         every.data.push_back(static_cast<uint8_t>(e));
-        for (int j = 0; j < 16; ++j) every.data.push_back(static_cast<uint8_t>((j + e + b) % 16 | ((15 - j + 3 * e) % 16) << 4));
+        for (int j = 0; j < 16; ++j)
+          every.data.push_back(
+              static_cast<uint8_t>((j + e + b) % 16 | ((15 - j + 3 * e) % 16) << 4));
       }
     cases.push_back(std::move(every));
   }
@@ -184,7 +197,8 @@ TEST(GemmGgml, VectorDequantiserIsTheScalarDecoderBitForBit) {
     Rows all{type, 256, 255, {}};  // 65280 patterns: every one but the last 256
     for (uint32_t bits = 0; bits < 256u * 255u; ++bits) {
       // Skip NaN / Inf (refused at load): exponent all ones.
-      const bool non_finite = type == kGgmlTypeF16 ? (bits & 0x7C00) == 0x7C00 : (bits & 0x7F80) == 0x7F80;
+      const bool non_finite =
+          type == kGgmlTypeF16 ? (bits & 0x7C00) == 0x7C00 : (bits & 0x7F80) == 0x7F80;
       const uint16_t v = static_cast<uint16_t>(non_finite ? 0 : bits);
       all.data.push_back(static_cast<uint8_t>(v & 0xFF));
       all.data.push_back(static_cast<uint8_t>(v >> 8));
@@ -209,27 +223,34 @@ TEST(GemmGgml, VectorDequantiserIsTheScalarDecoderBitForBit) {
       // Rows from the middle land where they belong.
       std::vector<float> two(2 * static_cast<size_t>(c.in));
       DequantizeGgmlRows(w, c.out - 3, 2, two.data());
-      EXPECT_EQ(std::memcmp(two.data(), scalar.data() + static_cast<size_t>(c.out - 3) * c.in, two.size() * 4), 0)
+      EXPECT_EQ(std::memcmp(two.data(), scalar.data() + static_cast<size_t>(c.out - 3) * c.in,
+                            two.size() * 4),
+                0)
           << GgmlTypeName(c.type) << " " << SimdLevelName(level);
     }
     ForceSimdLevel(best);
   }
   // The split MXFP4 form, rows two stored rows apart (gpt-oss's up rows), every scale but NaN.
   const int out = 255, in = 64;
-  std::vector<uint8_t> nibbles(static_cast<size_t>(2 * out) * in / 2), scales(static_cast<size_t>(2 * out) * in / 32);
+  std::vector<uint8_t> nibbles(static_cast<size_t>(2 * out) * in / 2),
+      scales(static_cast<size_t>(2 * out) * in / 32);
   for (size_t i = 0; i < nibbles.size(); ++i) nibbles[i] = static_cast<uint8_t>(i * 37 + 11);
   for (size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<uint8_t>(i / 4 % 255);
-  const GgmlMatrix w = GgmlView(kTypeMxfp4Split, out, in, nibbles.data() + in / 2, nullptr, 2, scales.data() + in / 32);
+  const GgmlMatrix w = GgmlView(kTypeMxfp4Split, out, in, nibbles.data() + in / 2, nullptr, 2,
+                                scales.data() + in / 32);
   std::vector<float> scalar(static_cast<size_t>(out) * in), vec(scalar.size());
   for (int r = 0; r < out; ++r)
-    DequantizeMxfp4Split(w.row(r), w.row_scales(r), scalar.data() + static_cast<size_t>(r) * in, in);
+    DequantizeMxfp4Split(w.row(r), w.row_scales(r), scalar.data() + static_cast<size_t>(r) * in,
+                         in);
   for (SimdLevel level : vector_levels) {
     ForceSimdLevel(level);
     DequantizeGgmlRows(w, 0, out, vec.data());
     size_t differ = 0;
     for (size_t i = 0; i < vec.size(); ++i) differ += std::memcmp(&vec[i], &scalar[i], 4) != 0;
-    std::printf("MXFP4 (blocks + scales), every other row, %s: %zu values, %zu differ from the scalar decoder\n",
-                SimdLevelName(level).c_str(), vec.size(), differ);
+    std::printf(
+        "MXFP4 (blocks + scales), every other row, %s: %zu values, %zu differ from the scalar "
+        "decoder\n",
+        SimdLevelName(level).c_str(), vec.size(), differ);
     EXPECT_EQ(differ, 0u) << SimdLevelName(level);
   }
   ForceSimdLevel(best);
@@ -241,8 +262,8 @@ TEST(GemmGgml, VectorDequantiserIsTheScalarDecoderBitForBit) {
 // or 768 (three value blocks), 53 rows of W (three row blocks, tile edges).
 TEST(GemmGgml, RowGivesTheSameBitsAloneAsInsideAnyT) {
   const SimdLevel best = ActiveSimdLevel();
-  for (uint32_t type : {kGgmlTypeBF16, kGgmlTypeF16, kGgmlTypeQ8_0, kGgmlTypeQ4_0, kGgmlTypeQ4_K, kGgmlTypeQ6_K,
-                        kGgmlTypeMXFP4, kTypeMxfp4Split}) {
+  for (uint32_t type : {kGgmlTypeBF16, kGgmlTypeF16, kGgmlTypeQ8_0, kGgmlTypeQ4_0, kGgmlTypeQ4_K,
+                        kGgmlTypeQ6_K, kGgmlTypeMXFP4, kTypeMxfp4Split}) {
     const int out = 53, in = type == kGgmlTypeBF16 || type == kGgmlTypeF16 ? 300 : 768;
     const Stored stored = RandomMatrix(type, out, in, 11);
     const std::vector<float> bias = test::NormalVector(out, 12);
@@ -257,7 +278,8 @@ TEST(GemmGgml, RowGivesTheSameBitsAloneAsInsideAnyT) {
           for (int t = 0; t < T; ++t) {
             MatMulGgml(x.data() + static_cast<size_t>(t) * in, stored.w, b, alone.data(), 1);
             ++rows;
-            differ += std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
+            differ +=
+                std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
           }
         }
       }
@@ -273,8 +295,8 @@ TEST(GemmGgml, RowGivesTheSameBitsAloneAsInsideAnyT) {
 TEST(GemmGgml, Avx2AndAvx512GiveTheSameBits) {
   if (CpuSimdLevel() != SimdLevel::kAvx512) GTEST_SKIP() << "the CPU has no AVX-512";
   const SimdLevel best = ActiveSimdLevel();
-  for (uint32_t type : {kGgmlTypeBF16, kGgmlTypeF16, kGgmlTypeQ8_0, kGgmlTypeQ4_0, kGgmlTypeQ4_K, kGgmlTypeQ6_K,
-                        kGgmlTypeMXFP4, kTypeMxfp4Split}) {
+  for (uint32_t type : {kGgmlTypeBF16, kGgmlTypeF16, kGgmlTypeQ8_0, kGgmlTypeQ4_0, kGgmlTypeQ4_K,
+                        kGgmlTypeQ6_K, kGgmlTypeMXFP4, kTypeMxfp4Split}) {
     const int out = 53, in = type == kGgmlTypeBF16 || type == kGgmlTypeF16 ? 300 : 768;
     const Stored stored = RandomMatrix(type, out, in, 21);
     for (int T : {1, 7, 33}) {
@@ -284,7 +306,8 @@ TEST(GemmGgml, Avx2AndAvx512GiveTheSameBits) {
       MatMulGgml(x.data(), stored.w, nullptr, a.data(), T);
       ForceSimdLevel(SimdLevel::kAvx2);
       MatMulGgml(x.data(), stored.w, nullptr, b.data(), T);
-      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << GgmlTypeName(type) << " T " << T;
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0)
+          << GgmlTypeName(type) << " T " << T;
     }
   }
   ForceSimdLevel(best);
@@ -310,8 +333,8 @@ TEST(GemmGgml, Int8ActivationsMatchDoubleProductOfRoundedX) {
   if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
   const SimdLevel best = ActiveSimdLevel();
   for (Case c : {Case{kGgmlTypeQ4_0, 160}, Case{kGgmlTypeQ4_0, 96}, Case{kGgmlTypeMXFP4, 288},
-                 Case{kTypeMxfp4Split, 320}, Case{kTypeMxfp4Split, 96, 2, 1}, Case{kGgmlTypeQ4_K, 768},
-                 Case{kGgmlTypeQ6_K, 512}}) {
+                 Case{kTypeMxfp4Split, 320}, Case{kTypeMxfp4Split, 96, 2, 1},
+                 Case{kGgmlTypeQ4_K, 768}, Case{kGgmlTypeQ6_K, 512}}) {
     SetGgmlActivations(c.type, GgmlActivations::kInt8);
     for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
       if (level > CpuSimdLevel()) continue;
@@ -338,15 +361,18 @@ TEST(GemmGgml, Int8ActivationsMatchDoubleProductOfRoundedX) {
               }
               const double err = std::fabs(y[t * out + o] - ref) / std::max(mag, 1e-30);
               worst = std::max(worst, err);
-              worst_f32 = std::max(worst_f32, std::fabs(y[t * out + o] - ref_f32) / std::max(mag, 1e-30));
-              ASSERT_LT(err, 2e-6) << GgmlTypeName(c.type) << " " << SimdLevelName(level) << " out " << out
-                                   << " T " << T << " (" << t << "," << o << ")";
+              worst_f32 =
+                  std::max(worst_f32, std::fabs(y[t * out + o] - ref_f32) / std::max(mag, 1e-30));
+              ASSERT_LT(err, 2e-6) << GgmlTypeName(c.type) << " " << SimdLevelName(level) << " out "
+                                   << out << " T " << T << " (" << t << "," << o << ")";
             }
         }
       }
-      std::printf("MatMulGgml %s in %d, int8 x, %s: largest |difference| / sum |products| vs double on rounded x "
-                  "%.2e; vs the f32 product %.2e\n",
-                  GgmlTypeName(c.type), c.in, SimdLevelName(level).c_str(), worst, worst_f32);
+      std::printf(
+          "MatMulGgml %s in %d, int8 x, %s: largest |difference| / sum |products| vs double on "
+          "rounded x "
+          "%.2e; vs the f32 product %.2e\n",
+          GgmlTypeName(c.type), c.in, SimdLevelName(level).c_str(), worst, worst_f32);
     }
     SetGgmlActivations(c.type, GgmlActivations::kF32);
   }
@@ -358,7 +384,8 @@ TEST(GemmGgml, Int8ActivationsMatchDoubleProductOfRoundedX) {
 TEST(GemmGgml, Int8RowsAreTIndependentAndTheSameOnEveryLevel) {
   if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
   const SimdLevel best = ActiveSimdLevel();
-  for (uint32_t type : {kGgmlTypeQ4_0, kGgmlTypeMXFP4, kTypeMxfp4Split, kGgmlTypeQ4_K, kGgmlTypeQ6_K}) {
+  for (uint32_t type :
+       {kGgmlTypeQ4_0, kGgmlTypeMXFP4, kTypeMxfp4Split, kGgmlTypeQ4_K, kGgmlTypeQ6_K}) {
     SetGgmlActivations(type, GgmlActivations::kInt8);
     const int out = 53, in = 768;
     const Stored stored = RandomMatrix(type, out, in, 19);
@@ -377,14 +404,16 @@ TEST(GemmGgml, Int8RowsAreTIndependentAndTheSameOnEveryLevel) {
       MatMulGgml(x.data(), stored.w, bias.data(), all.data(), T);
       for (int t = 0; t < T; ++t) {
         MatMulGgml(x.data() + static_cast<size_t>(t) * in, stored.w, bias.data(), alone.data(), 1);
-        differ += std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
+        differ +=
+            std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
       }
       EXPECT_EQ(differ, 0u) << GgmlTypeName(type) << " " << Int8KernelName();
       by_level.push_back(all);
     }
     AllowAvxVnniForInt8(true);
     for (size_t i = 1; i < by_level.size(); ++i)
-      EXPECT_TRUE(by_level[i] == by_level[0]) << GgmlTypeName(type) << ": kernel " << i << " vs the AVX2 one";
+      EXPECT_TRUE(by_level[i] == by_level[0])
+          << GgmlTypeName(type) << ": kernel " << i << " vs the AVX2 one";
     SetGgmlActivations(type, GgmlActivations::kF32);
   }
   ForceSimdLevel(best);
@@ -392,7 +421,8 @@ TEST(GemmGgml, Int8RowsAreTIndependentAndTheSameOnEveryLevel) {
 
 TEST(GemmGgml, SameBitsAtAnyThreadCount) {
   const int threads = ThreadCount();
-  for (uint32_t type : {kGgmlTypeQ4_K, kGgmlTypeQ6_K, kGgmlTypeQ4_0, kGgmlTypeF16, kGgmlTypeMXFP4, kTypeMxfp4Split}) {
+  for (uint32_t type : {kGgmlTypeQ4_K, kGgmlTypeQ6_K, kGgmlTypeQ4_0, kGgmlTypeF16, kGgmlTypeMXFP4,
+                        kTypeMxfp4Split}) {
     const int out = 1000, in = 512;
     const Stored stored = RandomMatrix(type, out, in, 3);
     const GgmlMatrix& w = stored.w;
@@ -412,9 +442,14 @@ TEST(GemmGgml, SameBitsAtAnyThreadCount) {
 // The load-time check finds the first value (F16, BF16) or block scale that decodes to Inf or NaN,
 // past the scan's 4096-block chunks, and nothing in finite data.
 TEST(GemmGgml, FindsTheFirstNonFiniteValueOrScale) {
-  struct Field { uint32_t type; int offset; uint16_t bits; };
-  for (Field f : {Field{kGgmlTypeF16, 0, 0x7C00}, Field{kGgmlTypeBF16, 0, 0x7FC0}, Field{kGgmlTypeQ8_0, 0, 0xFC00},
-                  Field{kGgmlTypeQ4_0, 0, 0x7E00}, Field{kGgmlTypeQ4_K, 2, 0x7C00}, Field{kGgmlTypeQ6_K, 208, 0x7C01}}) {
+  struct Field {
+    uint32_t type;
+    int offset;
+    uint16_t bits;
+  };
+  for (Field f : {Field{kGgmlTypeF16, 0, 0x7C00}, Field{kGgmlTypeBF16, 0, 0x7FC0},
+                  Field{kGgmlTypeQ8_0, 0, 0xFC00}, Field{kGgmlTypeQ4_0, 0, 0x7E00},
+                  Field{kGgmlTypeQ4_K, 2, 0x7C00}, Field{kGgmlTypeQ6_K, 208, 0x7C01}}) {
     const int out = 40, in = 1024;
     std::vector<uint8_t> bytes = RandomRows(f.type, out, in, 11);
     const GgmlMatrix w = GgmlView(f.type, out, in, bytes.data(), nullptr);
@@ -436,11 +471,17 @@ TEST(GemmGgml, FindsTheFirstNonFiniteValueOrScale) {
 TEST(GemmGgml, FindsMxfp4BlocksThatAreNotFinite) {
   const int out = 40, in = 1024, groups = in / 32;
   for (uint32_t type : {kGgmlTypeMXFP4, kTypeMxfp4Split}) {
-    const Stored good = RandomMatrix(type, out, in, 5, type == kTypeMxfp4Split ? 2 : 1, type == kTypeMxfp4Split ? 1 : 0);
+    const Stored good = RandomMatrix(type, out, in, 5, type == kTypeMxfp4Split ? 2 : 1,
+                                     type == kTypeMxfp4Split ? 1 : 0);
     EXPECT_EQ(GgmlFirstNonFinite(good.w), -1) << GgmlTypeName(type);
-    struct Edit { uint8_t e, code; bool bad; const char* reason; };
-    for (Edit edit : {Edit{0xFF, 0, true, "NaN"}, Edit{254, 4, true, "largest f32"}, Edit{254, 3, false, ""},
-                      Edit{253, 6, true, "largest f32"}, Edit{253, 13, false, ""}, Edit{252, 15, false, ""}})
+    struct Edit {
+      uint8_t e, code;
+      bool bad;
+      const char* reason;
+    };
+    for (Edit edit :
+         {Edit{0xFF, 0, true, "NaN"}, Edit{254, 4, true, "largest f32"}, Edit{254, 3, false, ""},
+          Edit{253, 6, true, "largest f32"}, Edit{253, 13, false, ""}, Edit{252, 15, false, ""}})
       for (int64_t block : {int64_t{0}, int64_t{out} * groups - 1, int64_t{17} * groups + 5}) {
         Stored s = good;
         const int r = static_cast<int>(block / groups), g = static_cast<int>(block % groups);
@@ -449,13 +490,15 @@ TEST(GemmGgml, FindsMxfp4BlocksThatAreNotFinite) {
         if (!s.scales.empty()) s.w.scales = s.scales.data() + (good.w.scales - good.scales.data());
         uint8_t* e = type == kTypeMxfp4Split ? const_cast<uint8_t*>(s.w.row_scales(r)) + g
                                              : const_cast<uint8_t*>(s.w.row(r)) + 17 * g;
-        uint8_t* nibbles = type == kTypeMxfp4Split ? const_cast<uint8_t*>(s.w.row(r)) + 16 * g : e + 1;
+        uint8_t* nibbles =
+            type == kTypeMxfp4Split ? const_cast<uint8_t*>(s.w.row(r)) + 16 * g : e + 1;
         *e = edit.e;
         for (int j = 0; j < 16; ++j) nibbles[j] = 0x21;  // codes 1 and 2: 0.5 and 1
         nibbles[7] = static_cast<uint8_t>(edit.code << 4 | 1);
         const int64_t found = GgmlFirstNonFinite(s.w);
-        EXPECT_EQ(found, edit.bad ? block * 32 : -1) << GgmlTypeName(type) << " e " << int(edit.e) << " code "
-                                                     << int(edit.code) << " block " << block;
+        EXPECT_EQ(found, edit.bad ? block * 32 : -1)
+            << GgmlTypeName(type) << " e " << int(edit.e) << " code " << int(edit.code) << " block "
+            << block;
         if (edit.bad && found >= 0) {
           const std::string why = GgmlFaultReason(s.w, found);
           EXPECT_NE(why.find(edit.reason), std::string::npos) << why;

@@ -55,7 +55,8 @@ TEST(GemmQ8, PackedBlocksAreGgmlQ8_0) {
   for (SimdLevel level : Levels()) {
     ForceSimdLevel(level);
     DequantizeQ8Rows(p2, 1, 6, got.data());
-    EXPECT_EQ(std::memcmp(got.data(), want.data() + 100, 6 * 100 * sizeof(float)), 0) << SimdLevelName(level);
+    EXPECT_EQ(std::memcmp(got.data(), want.data() + 100, 6 * 100 * sizeof(float)), 0)
+        << SimdLevelName(level);
   }
   ForceSimdLevel(best);
 }
@@ -92,7 +93,7 @@ TEST(GemmQ8, RequantisingDequantisedBlocksIsExact) {
   for (int in : {32, 100, 4096}) {
     const int out = 7;
     std::vector<float> w = Random(static_cast<size_t>(out) * in, in);
-    for (int i = 0; i < in; i += 9) w[i] *= 50.0f;  // blocks with one outlier
+    for (int i = 0; i < in; i += 9) w[i] *= 50.0f;        // blocks with one outlier
     std::fill(w.begin() + in, w.begin() + 2 * in, 0.0f);  // an all-zero row
     const PackedQ8 p = PackQ8_0(w.data(), out, in);
     std::vector<float> deq(static_cast<size_t>(out) * in);
@@ -104,7 +105,9 @@ TEST(GemmQ8, RequantisingDequantisedBlocksIsExact) {
 }
 
 TEST(GemmQ8, MatchesDoubleProductOfDequantisedWeights) {
-  struct Shape { int out, in; };
+  struct Shape {
+    int out, in;
+  };
   const SimdLevel best = ActiveSimdLevel();
   for (SimdLevel level : Levels()) {
     ForceSimdLevel(level);
@@ -131,15 +134,16 @@ TEST(GemmQ8, MatchesDoubleProductOfDequantisedWeights) {
               }
               const double err = std::fabs(y[t * s.out + o] - ref) / std::max(mag, 1e-30);
               worst = std::max(worst, err);
-              ASSERT_LT(err, 1e-5) << SimdLevelName(level) << " out " << s.out << " in " << s.in
-                                   << " T " << T << " (" << t << "," << o << ") " << y[t * s.out + o]
-                                   << " vs " << ref;
+              ASSERT_LT(err, 1e-5)
+                  << SimdLevelName(level) << " out " << s.out << " in " << s.in << " T " << T
+                  << " (" << t << "," << o << ") " << y[t * s.out + o] << " vs " << ref;
             }
         }
       }
     }
-    std::printf("MatMulQ8 %s: largest |difference| / sum |products| vs double on dequantised W: %.2e\n",
-                SimdLevelName(level).c_str(), worst);
+    std::printf(
+        "MatMulQ8 %s: largest |difference| / sum |products| vs double on dequantised W: %.2e\n",
+        SimdLevelName(level).c_str(), worst);
   }
   ForceSimdLevel(best);
 }
@@ -178,12 +182,13 @@ TEST(GemmQ8, RowGivesTheSameBitsAloneAsInsideAnyT) {
         MatMulQ8(x.data(), p, b, all.data(), T);
         for (int t = 0; t < T; ++t) {
           MatMulQ8(x.data() + static_cast<size_t>(t) * in, p, b, alone.data(), 1);
-          differ += std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
+          differ +=
+              std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
         }
       }
     }
-    std::printf("MatMulQ8 %s: rows alone against inside T = 2..40: %zu differ\n", SimdLevelName(level).c_str(),
-                differ);
+    std::printf("MatMulQ8 %s: rows alone against inside T = 2..40: %zu differ\n",
+                SimdLevelName(level).c_str(), differ);
     EXPECT_EQ(differ, 0u) << SimdLevelName(level);
   }
   ForceSimdLevel(best);

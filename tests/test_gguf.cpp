@@ -160,8 +160,8 @@ TEST(Gguf, GgmlTypeTable) {
   EXPECT_EQ(FindGgmlType(4), nullptr);            // removed Q4_2
   EXPECT_STREQ(FindGgmlType(39)->name, "MXFP4");  // ggml.h: GGML_TYPE_MXFP4 = 39
   EXPECT_EQ(FindGgmlType(39)->block_size, 32);
-  EXPECT_EQ(FindGgmlType(39)->block_bytes, 17);   // block_mxfp4: uint8 e + 16 bytes of nibbles
-  EXPECT_EQ(FindGgmlType(38), nullptr);           // removed IQ4_NL_8_8
+  EXPECT_EQ(FindGgmlType(39)->block_bytes, 17);  // block_mxfp4: uint8 e + 16 bytes of nibbles
+  EXPECT_EQ(FindGgmlType(38), nullptr);          // removed IQ4_NL_8_8
   EXPECT_EQ(FindGgmlType(1000), nullptr);
 }
 
@@ -205,7 +205,8 @@ TEST(Gguf, MalformedHeaders) {
   TempDir dir;
   auto expect = [&](const std::string& bytes, const std::string& needle) {
     std::string msg = OpenError(dir, "bad.gguf", bytes);
-    EXPECT_NE(msg.find(needle), std::string::npos) << "message: '" << msg << "' lacks '" << needle << "'";
+    EXPECT_NE(msg.find(needle), std::string::npos)
+        << "message: '" << msg << "' lacks '" << needle << "'";
   };
   std::string good = SmallFileWithTensor();
 
@@ -268,7 +269,8 @@ TEST(Gguf, MalformedHeaders) {
   {
     GgufWriter w;
     w.Tensor("big", {1024, 1024}, 0, 0);
-    expect(w.Build(std::string(64, '\0')), "tensor 'big' (4194304 bytes at data offset 0) extends beyond the end");
+    expect(w.Build(std::string(64, '\0')),
+           "tensor 'big' (4194304 bytes at data offset 0) extends beyond the end");
   }
   {
     GgufWriter w;
@@ -289,12 +291,14 @@ TEST(Gguf, MalformedHeaders) {
   {
     GgufWriter w;
     w.Tensor("q", {33}, 2, 0);
-    expect(w.Build(std::string(64, '\0')), "first dimension 33 is not a multiple of the block size 32");
+    expect(w.Build(std::string(64, '\0')),
+           "first dimension 33 is not a multiple of the block size 32");
   }
   {
     GgufWriter w;
     w.Tensor("m", {4}, 0, 8);
-    expect(w.Build(std::string(64, '\0')), "tensor 'm': data offset 8 is not a multiple of the alignment 32");
+    expect(w.Build(std::string(64, '\0')),
+           "tensor 'm': data offset 8 is not a multiple of the alignment 32");
   }
   {
     GgufWriter w;

@@ -5,9 +5,8 @@
 // harmony tokenizer) read by the loader: the experts decoded by the spec's decoder equal what the
 // f32 load holds, native logits equal f32 ones, the tokenizer has the special tokens where the
 // script says.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -59,9 +58,22 @@ std::string ByteChar(int b) {
 
 // The harmony tokens in o200k_harmony's order from id 199998 (openai/harmony
 // src/tiktoken_ext/public_encodings.rs), "" for a reserved id.
-const std::vector<std::string> kHarmonyOrder = {
-    "<|startoftext|>", "<|endoftext|>", "", "", "<|return|>", "<|constrain|>", "", "<|channel|>",
-    "<|start|>",       "<|end|>",       "<|message|>", "", "", "", "<|call|>", ""};
+const std::vector<std::string> kHarmonyOrder = {"<|startoftext|>",
+                                                "<|endoftext|>",
+                                                "",
+                                                "",
+                                                "<|return|>",
+                                                "<|constrain|>",
+                                                "",
+                                                "<|channel|>",
+                                                "<|start|>",
+                                                "<|end|>",
+                                                "<|message|>",
+                                                "",
+                                                "",
+                                                "",
+                                                "<|call|>",
+                                                ""};
 
 // A tiny byte-level tokenizer.json in gpt-oss's shape: ids 0-255 the bytes in byte order, the
 // merges u + s -> 256 "us" and us + e -> 257 "use", then the 16 harmony tokens at 258-273.
@@ -77,8 +89,8 @@ std::string TinyHarmonyTokenizerJson() {
   vocab["use"] = kUse;
   nlohmann::json added = nlohmann::json::array();
   for (size_t i = 0; i < kHarmonyOrder.size(); ++i) {
-    const std::string text = kHarmonyOrder[i].empty() ? fmt::format("<|reserved_{}|>", 199998 + i)
-                                                      : kHarmonyOrder[i];
+    const std::string text =
+        kHarmonyOrder[i].empty() ? fmt::format("<|reserved_{}|>", 199998 + i) : kHarmonyOrder[i];
     added.push_back({{"id", 258 + static_cast<int>(i)}, {"content", text}, {"special", true}});
   }
   std::ifstream in(test::RepoPath("tests/data/tokenizers/o200k_pretokenize.json"));
@@ -89,7 +101,10 @@ std::string TinyHarmonyTokenizerJson() {
       {"pre_tokenizer",
        {{"type", "Sequence"},
         {"pretokenizers",
-         {{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
+         {{{"type", "Split"},
+           {"pattern", {{"Regex", pattern}}},
+           {"behavior", "Isolated"},
+           {"invert", false}},
           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
       {"model",
        {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"u s", "us e"}}, {"unk_token", nullptr}}}};
@@ -112,19 +127,21 @@ std::vector<int> Cat(std::initializer_list<std::vector<int>> parts) {
 TEST(Harmony, SystemAndDeveloperContentAsTheFormatSpellsThem) {
   // docs/format.md's example system message (less its functions line, which only a conversation
   // with function tools has) and its developer message.
-  EXPECT_EQ(HarmonySystemContent("You are ChatGPT, a large language model trained by OpenAI.", "2024-06",
-                                 "2025-06-28", "high"),
-            "You are ChatGPT, a large language model trained by OpenAI.\n"
-            "Knowledge cutoff: 2024-06\n"
-            "Current date: 2025-06-28\n"
-            "\n"
-            "Reasoning: high\n"
-            "\n"
-            "# Valid channels: analysis, commentary, final. Channel must be included for every message.");
+  EXPECT_EQ(
+      HarmonySystemContent("You are ChatGPT, a large language model trained by OpenAI.", "2024-06",
+                           "2025-06-28", "high"),
+      "You are ChatGPT, a large language model trained by OpenAI.\n"
+      "Knowledge cutoff: 2024-06\n"
+      "Current date: 2025-06-28\n"
+      "\n"
+      "Reasoning: high\n"
+      "\n"
+      "# Valid channels: analysis, commentary, final. Channel must be included for every message.");
   EXPECT_EQ(HarmonySystemContent("I.", "2024-06", "", "low"),
             "I.\nKnowledge cutoff: 2024-06\n\nReasoning: low\n\n# Valid channels: analysis, "
             "commentary, final. Channel must be included for every message.");
-  EXPECT_EQ(HarmonyDeveloperContent("Use a friendly tone."), "# Instructions\n\nUse a friendly tone.");
+  EXPECT_EQ(HarmonyDeveloperContent("Use a friendly tone."),
+            "# Instructions\n\nUse a friendly tone.");
 }
 
 // A conversation with every role and an earlier reply in the final channel, then the open
@@ -147,13 +164,14 @@ TEST(Harmony, RendersAConversationAsTheHandWrittenTokens) {
                                                     {"assistant", "final", "Yes."},
                                                     {"user", "", "Bye"}};
   const std::vector<int> want = {
-      kStart, 's', 'y', 's', 't', 'e', 'm', kMessage, 'H', 'i', kEnd,
-      kStart, 'd', 'e', 'v', 'e', 'l', 'o', 'p', 'e', 'r', kMessage, 'B', 'e', '.', kEnd,
-      kStart, kUse, 'r', kMessage, 'H', 'i', ' ', 't', 'h', 'e', 'r', 'e', kEnd,
-      kStart, 'a', 's', 's', 'i', 's', 't', 'a', 'n', 't', kChannel, 'f', 'i', 'n', 'a', 'l', kMessage,
-      'Y', 'e', 's', '.', kEnd,
-      kStart, kUse, 'r', kMessage, 'B', 'y', 'e', kEnd,
-      kStart, 'a', 's', 's', 'i', 's', 't', 'a', 'n', 't'};
+      kStart, 's',      'y',  's', 't',      'e',      'm',    kMessage, 'H',  'i',
+      kEnd,   kStart,   'd',  'e', 'v',      'e',      'l',    'o',      'p',  'e',
+      'r',    kMessage, 'B',  'e', '.',      kEnd,     kStart, kUse,     'r',  kMessage,
+      'H',    'i',      ' ',  't', 'h',      'e',      'r',    'e',      kEnd, kStart,
+      'a',    's',      's',  'i', 's',      't',      'a',    'n',      't',  kChannel,
+      'f',    'i',      'n',  'a', 'l',      kMessage, 'Y',    'e',      's',  '.',
+      kEnd,   kStart,   kUse, 'r', kMessage, 'B',      'y',    'e',      kEnd, kStart,
+      'a',    's',      's',  'i', 's',      't',      'a',    'n',      't'};
   EXPECT_EQ(RenderHarmony(*tok, t, conversation, /*open_assistant=*/true), want);
   // Without the open turn the last message ends the sequence.
   EXPECT_EQ(RenderHarmony(*tok, t, {{"user", "", "Bye"}}, false),
@@ -167,8 +185,9 @@ TEST(Harmony, RendersAConversationAsTheHandWrittenTokens) {
     HarmonyTokens::Find(*no_specials, "plain.json");
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("plain.json: the tokenizer has no special token <|start|>"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("plain.json: the tokenizer has no special token <|start|>"),
+        std::string::npos)
         << e.what();
   }
 }
@@ -201,9 +220,18 @@ TEST(Harmony, ReplyParserFollowsChannelsAndStops) {
     return seen;
   };
   // <|channel|>analysis<|message|>Sum.<|end|><|start|>assistant<|channel|>final<|message|>4.<|return|>
-  const std::vector<int> example =
-      Cat({{kChannel}, Bytes("analysis"), {kMessage}, Bytes("Sum."), {kEnd, kStart}, Bytes("assistant"),
-           {kChannel}, Bytes("final"), {kMessage}, Bytes("4."), {kReturn}, Bytes("after")});
+  const std::vector<int> example = Cat({{kChannel},
+                                        Bytes("analysis"),
+                                        {kMessage},
+                                        Bytes("Sum."),
+                                        {kEnd, kStart},
+                                        Bytes("assistant"),
+                                        {kChannel},
+                                        Bytes("final"),
+                                        {kMessage},
+                                        Bytes("4."),
+                                        {kReturn},
+                                        Bytes("after")});
   Seen seen = run(example);
   EXPECT_EQ(seen.analysis, "Sum.");
   EXPECT_EQ(seen.final_text, "4.");
@@ -216,9 +244,15 @@ TEST(Harmony, ReplyParserFollowsChannelsAndStops) {
   seen = run(Cat({{kChannel}, Bytes("analysis"), {kMessage}, Bytes("a"), {kEnd}, Bytes("x")}));
   EXPECT_FALSE(seen.ended);
   EXPECT_EQ(seen.analysis, "a");  // "x" lies between messages: shown nowhere
-  // A tool call: "commentary to=functions.f <|constrain|>json" is the commentary channel; <|call|> stops.
-  seen = run(Cat({{kChannel}, Bytes("commentary to=functions.f "), {kConstrain}, Bytes("json"), {kMessage},
-                  Bytes("{}"), {kCall}}));
+  // A tool call: "commentary to=functions.f <|constrain|>json" is the commentary channel; <|call|>
+  // stops.
+  seen = run(Cat({{kChannel},
+                  Bytes("commentary to=functions.f "),
+                  {kConstrain},
+                  Bytes("json"),
+                  {kMessage},
+                  Bytes("{}"),
+                  {kCall}}));
   EXPECT_EQ(seen.analysis, "{}");
   EXPECT_TRUE(seen.ended);
 }
@@ -254,39 +288,53 @@ TEST(ChatCli, GptOssTurnsAreHarmonyMessages) {
   const std::string dir = TinyGptOssWithTokenizer("chat_harmony");
   const std::string input = dir + "/turns.txt";
   WriteFileAtomic(input, "Hi\nBye\n");
-  const test::CliResult r =
-      test::RunCli("chat --model " + dir + " --window 100 --temperature 0 --max-reply 5 --log-tokens --identity I. < " +
-                   input);
+  const test::CliResult r = test::RunCli(
+      "chat --model " + dir +
+      " --window 100 --temperature 0 --max-reply 5 --log-tokens --identity I. < " + input);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("harmony messages (reasoning medium)"), std::string::npos) << r.err;
   const std::vector<std::string> prompts = LinesAfter(r.err, "chat: turn 1 prompt tokens: ");
   ASSERT_EQ(prompts.size(), 1u) << r.err;
   // The system message's text byte by byte but for "must", whose "us" merges.
-  const std::vector<int> system =
-      Cat({Bytes("I.\nKnowledge cutoff: 2024-06\n\nReasoning: medium\n\n# Valid channels: analysis, "
-                 "commentary, final. Channel m"),
-           {kUs}, Bytes("t be included for every message.")});
+  const std::vector<int> system = Cat(
+      {Bytes("I.\nKnowledge cutoff: 2024-06\n\nReasoning: medium\n\n# Valid channels: analysis, "
+             "commentary, final. Channel m"),
+       {kUs},
+       Bytes("t be included for every message.")});
   const std::vector<int> assistant = Cat({{kStart}, Bytes("assistant")});
-  EXPECT_EQ(Ids(prompts[0]), Cat({{kStart}, Bytes("system"), {kMessage}, system, {kEnd},
-                                  {kStart, kUse, 'r', kMessage}, Bytes("Hi"), {kEnd}, assistant}));
+  EXPECT_EQ(Ids(prompts[0]), Cat({{kStart},
+                                  Bytes("system"),
+                                  {kMessage},
+                                  system,
+                                  {kEnd},
+                                  {kStart, kUse, 'r', kMessage},
+                                  Bytes("Hi"),
+                                  {kEnd},
+                                  assistant}));
   const std::vector<std::string> second = LinesAfter(r.err, "chat: turn 2 prompt tokens: ");
   ASSERT_EQ(second.size(), 1u) << r.err;
-  EXPECT_EQ(Ids(second[0]), Cat({{kEnd, kStart, kUse, 'r', kMessage}, Bytes("Bye"), {kEnd}, assistant}));
+  EXPECT_EQ(Ids(second[0]),
+            Cat({{kEnd, kStart, kUse, 'r', kMessage}, Bytes("Bye"), {kEnd}, assistant}));
   const std::vector<std::string> replies = LinesAfter(r.err, "chat: turn 1 reply tokens: ");
   ASSERT_EQ(replies.size(), 1u);
   EXPECT_FALSE(Ids(replies[0]).empty());
   EXPECT_NE(r.err.find("end of input after 2 turn(s)"), std::string::npos) << r.err;
 
   // --format plain: the lines as text, no harmony tokens.
-  const test::CliResult plain = test::RunCli("chat --model " + dir + " --window 100 --temperature 0 "
-                                             "--max-reply 3 --log-tokens --format plain < " + input);
+  const test::CliResult plain = test::RunCli("chat --model " + dir +
+                                             " --window 100 --temperature 0 "
+                                             "--max-reply 3 --log-tokens --format plain < " +
+                                             input);
   ASSERT_EQ(plain.code, 0) << plain.err;
-  const std::vector<std::string> plain_prompts = LinesAfter(plain.err, "chat: turn 2 prompt tokens: ");
+  const std::vector<std::string> plain_prompts =
+      LinesAfter(plain.err, "chat: turn 2 prompt tokens: ");
   ASSERT_EQ(plain_prompts.size(), 1u) << plain.err;
   EXPECT_EQ(Ids(plain_prompts[0]), Bytes("Bye"));
 
-  // A model whose tokenizer lacks the format's tokens: chat says which, and that --format plain runs.
-  const std::string bare = test::WriteRandomHf(test::SmallGptOssConfig(kTinyVocab), 11, "chat_bare");
+  // A model whose tokenizer lacks the format's tokens: chat says which, and that --format plain
+  // runs.
+  const std::string bare =
+      test::WriteRandomHf(test::SmallGptOssConfig(kTinyVocab), 11, "chat_bare");
   nlohmann::json j = nlohmann::json::parse(TinyHarmonyTokenizerJson());
   j["added_tokens"] = nlohmann::json::array();
   WriteFileAtomic(bare + "/tokenizer.json", j.dump());
@@ -300,8 +348,8 @@ TEST(ChatCli, GptOssTurnsAreHarmonyMessages) {
 TEST(ConvertCli, ExpertTypeWritesTheExpertsInThatType) {
   const std::string dir = TinyGptOssWithTokenizer("convert_experts");
   const std::string out = test::TempDir("convert_experts_out") + "/m.gguf";
-  test::CliResult r =
-      test::RunCli("convert --model " + dir + " --to gguf --type q8_0 --expert-type bf16 --out " + out);
+  test::CliResult r = test::RunCli("convert --model " + dir +
+                                   " --to gguf --type q8_0 --expert-type bf16 --out " + out);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("experts bf16"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("fell back: blk.0.ffn_gate_exps"), std::string::npos) << r.err;
@@ -320,8 +368,11 @@ TEST(ConvertCli, ExpertTypeWritesTheExpertsInThatType) {
     const Tensor t = Forward(m, cache, state, req);
     return std::vector<float>(t.data(), t.data() + t.numel());
   };
-  EXPECT_LT(test::MaxRelDiff(logits(native), logits(f32), "GGUF Q8_0 + BF16 experts, native vs f32"), 1e-5);
-  for (const std::string& bad : {"--to hf --expert-type bf16", "--to gguf --type mxfp4 --expert-type q8_0"}) {
+  EXPECT_LT(
+      test::MaxRelDiff(logits(native), logits(f32), "GGUF Q8_0 + BF16 experts, native vs f32"),
+      1e-5);
+  for (const std::string& bad :
+       {"--to hf --expert-type bf16", "--to gguf --type mxfp4 --expert-type q8_0"}) {
     r = test::RunCli("convert --model " + dir + " " + bad + " --out " + out + ".x");
     EXPECT_EQ(r.code, 1) << bad;
     EXPECT_NE(r.err.find("--expert-type: only for --to gguf"), std::string::npos) << r.err;
@@ -335,7 +386,8 @@ TEST(MakeTestModel, GptOssTinyIsThePublishedLayout) {
                     "(scripts/setup.sh installs it)";
   const std::string dir = test::TempDir("make_gpt_oss") + "/model";
   ASSERT_EQ(std::system(("/usr/bin/python3 " + test::RepoPath("scripts/make_test_model.py") +
-                         " --preset gpt-oss-tiny --shard-gb 0.0001 --seed 3 --out " + dir + " 2>/dev/null")
+                         " --preset gpt-oss-tiny --shard-gb 0.0001 --seed 3 --out " + dir +
+                         " 2>/dev/null")
                             .c_str()),
             0);
   // Shards named as the published ones (from 0), an index, config.json's quantization_config.
@@ -343,7 +395,8 @@ TEST(MakeTestModel, GptOssTinyIsThePublishedLayout) {
   for (const auto& entry : fs::directory_iterator(dir))
     shards += entry.path().filename().string().rfind("model-0000", 0) == 0;
   EXPECT_GT(shards, 2);
-  EXPECT_TRUE(FileExists(dir + "/model-00000-of-" + fmt::format("{:05d}", shards - 1) + ".safetensors"));
+  EXPECT_TRUE(
+      FileExists(dir + "/model-00000-of-" + fmt::format("{:05d}", shards - 1) + ".safetensors"));
   const nlohmann::json config = nlohmann::json::parse(ReadFile(dir + "/config.json"));
   EXPECT_EQ(config["quantization_config"]["quant_method"], "mxfp4");
   EXPECT_EQ(config["quantization_config"]["modules_to_not_convert"].size(), 4u);
@@ -377,7 +430,8 @@ TEST(MakeTestModel, GptOssTinyIsThePublishedLayout) {
             const double want = test::SpecSplitElement(gu + row * D / 2, gu_s + row * D / 32, i);
             const Tensor& t = which == 0 ? w.moe_w1 : w.moe_w3;  // (E, F, D)
             ASSERT_EQ(t[(static_cast<int64_t>(e) * F + f) * D + i], static_cast<float>(want))
-                << base << " expert " << e << " row " << f << (which ? " up" : " gate") << " col " << i;
+                << base << " expert " << e << " row " << f << (which ? " up" : " gate") << " col "
+                << i;
             ++checked;
           }
       for (int d = 0; d < D; ++d)
@@ -389,8 +443,10 @@ TEST(MakeTestModel, GptOssTinyIsThePublishedLayout) {
         }
     }
   }
-  std::printf("make_test_model gpt-oss-tiny: %lld expert weights equal the spec's decoding of the "
-              "stored blocks\n", static_cast<long long>(checked));
+  std::printf(
+      "make_test_model gpt-oss-tiny: %lld expert weights equal the spec's decoding of the "
+      "stored blocks\n",
+      static_cast<long long>(checked));
   // Every stored value is a parameter (two weights a block byte; scales are none), biases included.
   int64_t stored = 0;
   for (const std::string& name : st.names()) {
@@ -411,7 +467,9 @@ TEST(MakeTestModel, GptOssTinyIsThePublishedLayout) {
     const Tensor out = Forward(m, cache, state, req);
     return std::vector<float>(out.data(), out.data() + out.numel());
   };
-  EXPECT_LT(test::MaxRelDiff(logits(native), logits(f32), "make_test_model gpt-oss-tiny native vs f32"), 1e-5);
+  EXPECT_LT(
+      test::MaxRelDiff(logits(native), logits(f32), "make_test_model gpt-oss-tiny native vs f32"),
+      1e-5);
 
   // The tokenizer: the model's vocabulary, the 16 harmony tokens at the top in the published
   // order, config.json's eos <|return|> and pad <|endoftext|> among them.
@@ -420,8 +478,8 @@ TEST(MakeTestModel, GptOssTinyIsThePublishedLayout) {
   EXPECT_EQ(tok->kind(), "bpe/o200k");
   const int first = c.vocab_size - 16;
   for (size_t i = 0; i < kHarmonyOrder.size(); ++i) {
-    const std::string text = kHarmonyOrder[i].empty() ? fmt::format("<|reserved_{}|>", 199998 + i)
-                                                      : kHarmonyOrder[i];
+    const std::string text =
+        kHarmonyOrder[i].empty() ? fmt::format("<|reserved_{}|>", 199998 + i) : kHarmonyOrder[i];
     EXPECT_EQ(tok->SpecialTokenId(text), first + static_cast<int>(i)) << text;
   }
   EXPECT_EQ(config["eos_token_id"], first + 4);

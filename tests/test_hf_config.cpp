@@ -157,11 +157,11 @@ constexpr const char* kPhi3 = R"({
   "torch_dtype": "bfloat16", "transformers_version": "4.40.2", "use_cache": true,
   "vocab_size": 32064})";
 
-const Sample kSamples[] = {{"llama", kLlama},   {"mistral", kMistral},     {"qwen2", kQwen2},
-                           {"qwen3", kQwen3},   {"gpt2", kGpt2},           {"gpt_neox", kNeox},
-                           {"olmo2", kOlmo2},   {"qwen3_moe", kQwen3Moe}, {"olmoe", kOlmoe},
-                           {"mixtral", kMixtral}, {"gpt_oss", kGptOss},
-                           {"gemma2", kGemma2}, {"gemma3_text", kGemma3}, {"phi3", kPhi3}};
+const Sample kSamples[] = {{"llama", kLlama},        {"mistral", kMistral},    {"qwen2", kQwen2},
+                           {"qwen3", kQwen3},        {"gpt2", kGpt2},          {"gpt_neox", kNeox},
+                           {"olmo2", kOlmo2},        {"qwen3_moe", kQwen3Moe}, {"olmoe", kOlmoe},
+                           {"mixtral", kMixtral},    {"gpt_oss", kGptOss},     {"gemma2", kGemma2},
+                           {"gemma3_text", kGemma3}, {"phi3", kPhi3}};
 
 std::string ErrorOf(const std::string& json) {
   try {
@@ -332,31 +332,44 @@ TEST(HfConfig, Phi3MiniAndPhi4Mini) {
   EXPECT_EQ(p4.sliding_window, 0);
   EXPECT_EQ(ParseHfConfig(HfConfigJson(p4), "again"), p4);
   // Its LongRoPE scaling is not implemented: refused by name.
-  const std::string e = ErrorOf(phi4 + R"(, "rope_scaling": {"type": "longrope", "long_factor": [1.0],
+  const std::string e =
+      ErrorOf(phi4 + R"(, "rope_scaling": {"type": "longrope", "long_factor": [1.0],
       "short_factor": [1.0]}})");
   EXPECT_NE(e.find("longrope"), std::string::npos) << e;
-  const std::string both = ErrorOf(phi4 + R"(, "rope_parameters": {"partial_rotary_factor": 0.5}})");
-  EXPECT_NE(both.find("partial_rotary_factor 0.75 and rope_parameters.partial_rotary_factor 0.5 disagree"), std::string::npos) << both;
+  const std::string both =
+      ErrorOf(phi4 + R"(, "rope_parameters": {"partial_rotary_factor": 0.5}})");
+  EXPECT_NE(
+      both.find(
+          "partial_rotary_factor 0.75 and rope_parameters.partial_rotary_factor 0.5 disagree"),
+      std::string::npos)
+      << both;
   const std::string odd = ErrorOf(R"({"architectures": ["Phi3ForCausalLM"], "hidden_size": 32,
       "intermediate_size": 8, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10,
       "partial_rotary_factor": 0.4})");
-  EXPECT_NE(odd.find("'partial_rotary_factor' 0.4 gives an odd rotary dimension"), std::string::npos) << odd;
+  EXPECT_NE(odd.find("'partial_rotary_factor' 0.4 gives an odd rotary dimension"),
+            std::string::npos)
+      << odd;
 }
 
 TEST(HfConfig, TieDefaultsDifferPerFamily) {
   // Without the field: GPT-2 ties (PretrainedConfig's default True), Llama does not.
   EXPECT_TRUE(ParseHfConfig(R"({"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 2,
-                               "vocab_size": 10})", "t").tied_embeddings);
+                               "vocab_size": 10})",
+                            "t")
+                  .tied_embeddings);
   EXPECT_FALSE(ParseHfConfig(R"({"model_type": "llama", "hidden_size": 8,
       "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 16,
-      "vocab_size": 10})", "t").tied_embeddings);
+      "vocab_size": 10})",
+                             "t")
+                   .tied_embeddings);
 }
 
 TEST(HfConfig, LinearRopeScalingAndSoftcaps) {
   ModelConfig c = ParseHfConfig(R"({"model_type": "llama", "hidden_size": 8,
       "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 16,
       "vocab_size": 10, "rope_scaling": {"type": "linear", "factor": 2.0},
-      "final_logit_softcapping": 30.0})", "t");
+      "final_logit_softcapping": 30.0})",
+                                "t");
   EXPECT_EQ(c.rope_scaling, RopeScalingKind::kLinear);
   EXPECT_EQ(c.rope_scaling_factor, 2.0f);
   EXPECT_EQ(c.final_logit_softcap, 30.0f);
@@ -364,7 +377,9 @@ TEST(HfConfig, LinearRopeScalingAndSoftcaps) {
   // rather than applied to a model that does not use it.
   EXPECT_THROW(ParseHfConfig(R"({"model_type": "llama", "hidden_size": 8, "num_hidden_layers": 1,
       "num_attention_heads": 2, "intermediate_size": 16, "vocab_size": 10,
-      "attn_logit_softcapping": 50.0})", "t"), Error);
+      "attn_logit_softcapping": 50.0})",
+                             "t"),
+               Error);
   EXPECT_EQ(c.bos_id, 1);  // Llama defaults
   EXPECT_EQ(c.eos_id, 2);
 }

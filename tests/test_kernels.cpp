@@ -1,9 +1,8 @@
 // Each kernel against a naive double-precision reference on random inputs: the fast paths are
 // optimised separately, so each is held to a slow one written independently; every test prints its
 // largest difference.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -29,7 +28,10 @@ std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-struct MatMulCase { int T, in, out; bool bias; };
+struct MatMulCase {
+  int T, in, out;
+  bool bias;
+};
 
 TEST(Kernels, MatMulMatchesNaive) {
   for (MatMulCase c : {MatMulCase{1, 64, 172, false}, MatMulCase{7, 64, 64, true},
@@ -44,7 +46,8 @@ TEST(Kernels, MatMulMatchesNaive) {
     for (int t = 0; t < c.T; ++t)
       for (int o = 0; o < c.out; ++o) {
         double acc = c.bias ? b[o] : 0.0;
-        for (int i = 0; i < c.in; ++i) acc += static_cast<double>(x[t * c.in + i]) * w[o * c.in + i];
+        for (int i = 0; i < c.in; ++i)
+          acc += static_cast<double>(x[t * c.in + i]) * w[o * c.in + i];
         ref[t * c.out + o] = static_cast<float>(acc);
       }
     // The plain loops are compiled for the baseline and for AVX2 + FMA: both.
@@ -53,8 +56,9 @@ TEST(Kernels, MatMulMatchesNaive) {
       ForceSimdLevel(level);
       std::fill(y.begin(), y.end(), NAN);
       MatMul(x.data(), w.data(), c.bias ? b.data() : nullptr, y.data(), c.T, c.in, c.out);
-      EXPECT_LT(test::MaxDiff(y, ref, "matmul " + SimdLevelName(level) + " T=" + std::to_string(c.T) +
-                                          " in=" + std::to_string(c.in) + " out=" + std::to_string(c.out)),
+      EXPECT_LT(test::MaxDiff(y, ref,
+                              "matmul " + SimdLevelName(level) + " T=" + std::to_string(c.T) +
+                                  " in=" + std::to_string(c.in) + " out=" + std::to_string(c.out)),
                 1e-4);
     }
     ForceSimdLevel(best);
@@ -114,7 +118,8 @@ TEST(Kernels, RmsNormAndLayerNorm) {
     for (int i = 0; i < D; ++i) var += (x[t * D + i] - mean) * (x[t * D + i] - mean);
     var /= D;
     for (int i = 0; i < D; ++i)
-      ref[t * D + i] = static_cast<float>((x[t * D + i] - mean) / std::sqrt(var + 1e-5) * w[i] + b[i]);
+      ref[t * D + i] =
+          static_cast<float>((x[t * D + i] - mean) / std::sqrt(var + 1e-5) * w[i] + b[i]);
   }
   EXPECT_LT(test::MaxDiff(y, ref, "layernorm"), 1e-5);
 }
@@ -155,7 +160,8 @@ TEST(Kernels, SoftmaxAndActivations) {
 }
 
 // Naive causal GQA attention in double, materialising everything. sinks (H): a learned logit per
-// head appended to each row before the softmax and dropped after it (gpt-oss); softcap: c tanh(s/c).
+// head appended to each row before the softmax and dropped after it (gpt-oss); softcap: c
+// tanh(s/c).
 void NaiveAttention(const std::vector<float>& q, const std::vector<float>& k,
                     const std::vector<float>& v, int T, int S, int H, int Hkv, int Dh, int window,
                     std::vector<float>* out, std::vector<float>* probs,
@@ -173,7 +179,8 @@ void NaiveAttention(const std::vector<float>& q, const std::vector<float>& k,
       for (int j = 0; j <= last; ++j) {
         if (window > 0 && j <= last - window) continue;
         double d = 0;
-        for (int e = 0; e < Dh; ++e) d += static_cast<double>(q[(t * H + h) * Dh + e]) * k[(j * Hkv + kvh) * Dh + e];
+        for (int e = 0; e < Dh; ++e)
+          d += static_cast<double>(q[(t * H + h) * Dh + e]) * k[(j * Hkv + kvh) * Dh + e];
         sc[j] = d / std::sqrt(static_cast<double>(Dh));
         if (softcap > 0) sc[j] = softcap * std::tanh(sc[j] / softcap);
         mx = std::max(mx, sc[j]);
@@ -182,25 +189,30 @@ void NaiveAttention(const std::vector<float>& q, const std::vector<float>& k,
       mx = std::max(mx, sink);
       double z = std::isinf(sink) ? 0 : std::exp(sink - mx);
       for (int j = 0; j < S; ++j) z += std::isinf(sc[j]) ? 0 : std::exp(sc[j] - mx);
-      if (sink_probs && !std::isinf(sink)) (*sink_probs)[h * T + t] = static_cast<float>(std::exp(sink - mx) / z);
+      if (sink_probs && !std::isinf(sink))
+        (*sink_probs)[h * T + t] = static_cast<float>(std::exp(sink - mx) / z);
       for (int j = 0; j < S; ++j) {
         double p = std::isinf(sc[j]) ? 0 : std::exp(sc[j] - mx) / z;
         (*probs)[(h * T + t) * S + j] = static_cast<float>(p);
-        for (int e = 0; e < Dh; ++e) (*out)[(t * H + h) * Dh + e] += static_cast<float>(p * v[(j * Hkv + kvh) * Dh + e]);
+        for (int e = 0; e < Dh; ++e)
+          (*out)[(t * H + h) * Dh + e] += static_cast<float>(p * v[(j * Hkv + kvh) * Dh + e]);
       }
     }
 }
 
 TEST(Kernels, AttentionMatchesNaiveWithStatistics) {
-  struct Case { int T, S, H, Hkv, Dh, window; };
+  struct Case {
+    int T, S, H, Hkv, Dh, window;
+  };
   for (Case c : {Case{5, 5, 4, 2, 8, 0}, Case{1, 9, 8, 4, 8, 0}, Case{3, 10, 2, 2, 16, 0},
-                 Case{6, 6, 4, 1, 8, 3}, Case{64, 64, 12, 12, 64, 0},
-                 Case{130, 150, 4, 2, 16, 0}, Case{100, 100, 2, 1, 8, 40},
+                 Case{6, 6, 4, 1, 8, 3}, Case{64, 64, 12, 12, 64, 0}, Case{130, 150, 4, 2, 16, 0},
+                 Case{100, 100, 2, 1, 8, 40},
                  // Several query blocks (64 below T = 1,024, 256 from there) and 512-key tiles, a
                  // partial last block, a cached prefix, a window.
                  Case{530, 700, 2, 1, 16, 0}, Case{300, 300, 2, 2, 8, 60},
                  Case{1100, 1200, 2, 1, 8, 0}, Case{1030, 1030, 1, 1, 8, 300}}) {
-    auto q = Random(c.T * c.H * c.Dh, 8), k = Random(c.S * c.Hkv * c.Dh, 9), v = Random(c.S * c.Hkv * c.Dh, 10);
+    auto q = Random(c.T * c.H * c.Dh, 8), k = Random(c.S * c.Hkv * c.Dh, 9),
+         v = Random(c.S * c.Hkv * c.Dh, 10);
     std::vector<float> out(c.T * c.H * c.Dh), pattern(static_cast<size_t>(c.H) * c.T * c.S);
     const int K = 4;
     std::vector<float> first_k(c.H * c.T * K), top_prob(c.H * c.T), sum_sq(c.H * c.T);
@@ -238,8 +250,8 @@ TEST(Kernels, AttentionMatchesNaiveWithStatistics) {
 }
 
 // One call of Attention with every statistic asked for (K leading keys) and, when materialised, the
-// pattern: out, first-K probabilities, top prob, sum p^2, slot prob (-1 where unset), pattern, top key,
-// the weights' row sums.
+// pattern: out, first-K probabilities, top prob, sum p^2, slot prob (-1 where unset), pattern, top
+// key, the weights' row sums.
 struct StatsRun {
   std::vector<float> out, fk, tp, ss, sp, pattern;
   std::vector<int> tk;
@@ -249,9 +261,13 @@ StatsRun RunWithStats(const std::vector<float>& q, const std::vector<float>& k,
                       const std::vector<float>& v, int T, int S, int H, int Hkv, int Dh,
                       const AttnOptions& opt, bool materialised, int K) {
   const int HT = H * T;
-  StatsRun r{std::vector<float>(static_cast<size_t>(T) * H * Dh), std::vector<float>(HT * K),
-             std::vector<float>(HT), std::vector<float>(HT), std::vector<float>(HT, -1.0f),
-             std::vector<float>(materialised ? static_cast<size_t>(HT) * S : 0), std::vector<int>(HT),
+  StatsRun r{std::vector<float>(static_cast<size_t>(T) * H * Dh),
+             std::vector<float>(HT * K),
+             std::vector<float>(HT),
+             std::vector<float>(HT),
+             std::vector<float>(HT, -1.0f),
+             std::vector<float>(materialised ? static_cast<size_t>(HT) * S : 0),
+             std::vector<int>(HT),
              std::vector<float>(HT, -1.0f)};
   AttnStats stats{K, r.fk.data(), r.tk.data(), r.tp.data(), r.ss.data(), r.sp.data(), r.rs.data()};
   Attention(q.data(), k.data(), v.data(), r.out.data(), T, S, H, Hkv, Dh, opt,
@@ -264,7 +280,10 @@ StatsRun RunWithStats(const std::vector<float>& q, const std::vector<float>& k,
 // sink slot), with windows, several key tiles, a cached prefix and decode. The rows then sum to
 // 1 - p_sink, and the statistics report p_sink.
 TEST(Kernels, LearnedSinksAndSoftCapMatchNaiveOnBothPaths) {
-  struct Case { int T, S, H, Hkv, Dh, window; float softcap; };
+  struct Case {
+    int T, S, H, Hkv, Dh, window;
+    float softcap;
+  };
   double worst = 0, worst_sink = 0, min_sink = 1, max_sink = 0;
   for (Case c : {Case{20, 20, 4, 2, 16, 0, 0.0f}, Case{600, 700, 4, 2, 32, 0, 0.0f},
                  Case{130, 130, 4, 4, 8, 17, 0.0f}, Case{1, 900, 4, 1, 16, 0, 0.0f},
@@ -281,11 +300,13 @@ TEST(Kernels, LearnedSinksAndSoftCapMatchNaiveOnBothPaths) {
     for (bool materialised : {false, true}) {
       auto [out, fk, tp, ss, sp, pattern, tk, rs] =
           RunWithStats(q, k, v, c.T, c.S, c.H, c.Hkv, c.Dh, opt, materialised, K);
-      const std::string label = fmt::format("{} T={} S={} W={} cap={}", materialised ? "materialised" : "tiled",
-                                            c.T, c.S, c.window, c.softcap);
+      const std::string label =
+          fmt::format("{} T={} S={} W={} cap={}", materialised ? "materialised" : "tiled", c.T, c.S,
+                      c.window, c.softcap);
       worst = std::max(worst, test::MaxDiff(out, ref_out, label + " out"));
       worst_sink = std::max(worst_sink, test::MaxDiff(sp, ref_sink, label + " p_sink"));
-      if (materialised) worst = std::max(worst, test::MaxDiff(pattern, ref_probs, label + " pattern"));
+      if (materialised)
+        worst = std::max(worst, test::MaxDiff(pattern, ref_probs, label + " pattern"));
       for (int i = 0; i < HT; ++i) {
         const float* p = &ref_probs[static_cast<size_t>(i) * c.S];
         double sq = 0, total = 0;
@@ -299,18 +320,21 @@ TEST(Kernels, LearnedSinksAndSoftCapMatchNaiveOnBothPaths) {
         EXPECT_NEAR(total + ref_sink[i], 1.0, 1e-6) << label;  // probabilities stored as float
         // Soft-capping saturates scores into float ties: the reported key must hold the top mass.
         EXPECT_NEAR(p[tk[i]], p[best], 1e-6) << label << " row " << i;
-        worst = std::max({worst, static_cast<double>(std::abs(tp[i] - p[best])), std::abs(ss[i] - sq)});
+        worst =
+            std::max({worst, static_cast<double>(std::abs(tp[i] - p[best])), std::abs(ss[i] - sq)});
         for (int j = 0; j < K; ++j) worst = std::max<double>(worst, std::abs(fk[i * K + j] - p[j]));
         min_sink = std::min<double>(min_sink, sp[i]);
         max_sink = std::max<double>(max_sink, sp[i]);
       }
     }
   }
-  std::printf("sink logits + soft-cap: largest diff %.3g (out, pattern, statistics), p_sink %.3g; "
-              "p_sink spans %.3g .. %.6f\n", worst, worst_sink, min_sink, max_sink);
+  std::printf(
+      "sink logits + soft-cap: largest diff %.3g (out, pattern, statistics), p_sink %.3g; "
+      "p_sink spans %.3g .. %.6f\n",
+      worst, worst_sink, min_sink, max_sink);
   EXPECT_LT(worst, 1e-5);
   EXPECT_LT(worst_sink, 1e-6);
-  EXPECT_LT(min_sink, 1e-9);  // the -30 head: the slot takes nothing
+  EXPECT_LT(min_sink, 1e-9);   // the -30 head: the slot takes nothing
   EXPECT_GT(max_sink, 0.999);  // the +40 head: the slot takes nearly everything
   // A -inf logit is plain attention, bit for bit.
   const int T = 40, S = 40, H = 2, Dh = 16;
@@ -319,7 +343,8 @@ TEST(Kernels, LearnedSinksAndSoftCapMatchNaiveOnBothPaths) {
   for (bool materialised : {false, true}) {
     std::vector<float> a(T * H * Dh), b(a.size()), pattern(materialised ? H * T * S : 0);
     float* pat = materialised ? pattern.data() : nullptr;
-    Attention(q.data(), k.data(), v.data(), a.data(), T, S, H, H, Dh, {0, off.data()}, pat, nullptr);
+    Attention(q.data(), k.data(), v.data(), a.data(), T, S, H, H, Dh, {0, off.data()}, pat,
+              nullptr);
     Attention(q.data(), k.data(), v.data(), b.data(), T, S, H, H, Dh, {}, pat, nullptr);
     EXPECT_EQ(a, b) << (materialised ? "materialised" : "tiled");
   }
@@ -331,19 +356,22 @@ TEST(Kernels, LearnedSinksAndSoftCapMatchNaiveOnBothPaths) {
 // weights divided by their sum) and the slot's probability, with windows, several key tiles, a
 // cached prefix and decode.
 TEST(Kernels, KvBiasSlotAndSigmoidMatchNaiveOnBothPaths) {
-  struct Case { int T, S, H, Hkv, Dh, window; };
+  struct Case {
+    int T, S, H, Hkv, Dh, window;
+  };
   double worst = 0, worst_slot = 0, min_slot = 1, max_slot = 0;
   for (bool sigmoid : {false, true})
-    for (Case c : {Case{20, 20, 4, 2, 16, 0}, Case{600, 700, 4, 2, 32, 0}, Case{130, 130, 4, 4, 8, 17},
-                   Case{1, 900, 4, 1, 16, 0}, Case{300, 300, 4, 2, 16, 64}}) {
+    for (Case c :
+         {Case{20, 20, 4, 2, 16, 0}, Case{600, 700, 4, 2, 32, 0}, Case{130, 130, 4, 4, 8, 17},
+          Case{1, 900, 4, 1, 16, 0}, Case{300, 300, 4, 2, 16, 64}}) {
       auto q = Random(c.T * c.H * c.Dh, 31, 2.0f), k = Random(c.S * c.Hkv * c.Dh, 32, 2.0f),
            v = Random(c.S * c.Hkv * c.Dh, 33);
       const int K = 3, HT = c.H * c.T;
       // Slot logits from far below to far above the scores, per query; values per kv head.
       std::vector<float> slot_logits = Random(HT, 34, 3.0f), slot_values = Random(c.Hkv * c.Dh, 35);
       for (int t = 0; t < c.T; ++t) slot_logits[t] -= 30.0f, slot_logits[3 * c.T + t] += 40.0f;
-      std::vector<double> ref_out(c.T * c.H * c.Dh, 0.0), ref_abs(ref_out.size(), 0.0), ref_w(static_cast<size_t>(HT) * c.S, 0.0),
-          ref_slot(HT, 0.0);
+      std::vector<double> ref_out(c.T * c.H * c.Dh, 0.0), ref_abs(ref_out.size(), 0.0),
+          ref_w(static_cast<size_t>(HT) * c.S, 0.0), ref_slot(HT, 0.0);
       for (int h = 0; h < c.H; ++h)
         for (int t = 0; t < c.T; ++t) {
           const int kvh = h / (c.H / c.Hkv), last = c.S - c.T + t;
@@ -352,7 +380,9 @@ TEST(Kernels, KvBiasSlotAndSigmoidMatchNaiveOnBothPaths) {
           double mx = sigmoid ? 0.0 : static_cast<double>(slot_logits[h * c.T + t]);
           for (int j = first; j <= last; ++j) {
             double d = 0;
-            for (int e = 0; e < c.Dh; ++e) d += static_cast<double>(q[(t * c.H + h) * c.Dh + e]) * k[(j * c.Hkv + kvh) * c.Dh + e];
+            for (int e = 0; e < c.Dh; ++e)
+              d += static_cast<double>(q[(t * c.H + h) * c.Dh + e]) *
+                   k[(j * c.Hkv + kvh) * c.Dh + e];
             w[j] = d / std::sqrt(static_cast<double>(c.Dh));
             mx = std::max(mx, w[j]);
           }
@@ -371,7 +401,8 @@ TEST(Kernels, KvBiasSlotAndSigmoidMatchNaiveOnBothPaths) {
               ref_abs[(t * c.H + h) * c.Dh + e] += std::abs(w[j] * v[(j * c.Hkv + kvh) * c.Dh + e]);
             }
           }
-          for (int e = 0; e < c.Dh; ++e) ref_out[(t * c.H + h) * c.Dh + e] += slot * slot_values[kvh * c.Dh + e];
+          for (int e = 0; e < c.Dh; ++e)
+            ref_out[(t * c.H + h) * c.Dh + e] += slot * slot_values[kvh * c.Dh + e];
         }
       AttnOptions opt{c.window};
       if (sigmoid) {
@@ -383,14 +414,16 @@ TEST(Kernels, KvBiasSlotAndSigmoidMatchNaiveOnBothPaths) {
       for (bool materialised : {false, true}) {
         auto [out, fk, tp, ss, sp, pattern, tk, rs] =
             RunWithStats(q, k, v, c.T, c.S, c.H, c.Hkv, c.Dh, opt, materialised, K);
-        const std::string label = fmt::format("{} {} T={} S={} W={}", sigmoid ? "sigmoid" : "kv-bias",
-                                              materialised ? "materialised" : "tiled", c.T, c.S, c.window);
+        const std::string label =
+            fmt::format("{} {} T={} S={} W={}", sigmoid ? "sigmoid" : "kv-bias",
+                        materialised ? "materialised" : "tiled", c.T, c.S, c.window);
         // Sigmoid outputs are unnormalised sums of up to 900 terms: float rounding grows with the
         // sum of the terms' magnitudes, so the difference is taken relative to it (when above 1).
         for (size_t i = 0; i < out.size(); ++i)
           worst = std::max(worst, std::abs(out[i] - ref_out[i]) / std::max(1.0, ref_abs[i]));
         if (materialised)
-          for (size_t i = 0; i < pattern.size(); ++i) worst = std::max(worst, std::abs(pattern[i] - ref_w[i]));
+          for (size_t i = 0; i < pattern.size(); ++i)
+            worst = std::max(worst, std::abs(pattern[i] - ref_w[i]));
         for (int i = 0; i < HT; ++i) {
           const double* w = &ref_w[static_cast<size_t>(i) * c.S];
           double total = 0, sq = 0;
@@ -404,7 +437,8 @@ TEST(Kernels, KvBiasSlotAndSigmoidMatchNaiveOnBothPaths) {
           if (!sigmoid) EXPECT_NEAR(total + ref_slot[i], 1.0, 1e-9) << label;
           EXPECT_NEAR(w[tk[i]], w[best], 1e-6) << label << " row " << i;
           worst = std::max({worst, std::abs(tp[i] - w[best] * norm), std::abs(ss[i] - sq)});
-          for (int j = 0; j < K; ++j) worst = std::max(worst, std::abs(fk[i * K + j] - w[j] * norm));
+          for (int j = 0; j < K; ++j)
+            worst = std::max(worst, std::abs(fk[i * K + j] - w[j] * norm));
           worst_slot = std::max(worst_slot, std::abs(sp[i] - ref_slot[i]));
           // The row sum: the keys' share (1 - p_slot), or sigmoid's unnormalised total.
           worst = std::max(worst, std::abs(rs[i] - total) / std::max(1.0, total));
@@ -415,9 +449,11 @@ TEST(Kernels, KvBiasSlotAndSigmoidMatchNaiveOnBothPaths) {
         }
       }
     }
-  std::printf("kv-bias slot + sigmoid: largest diff %.3g (out relative to max(1, sum |w v|), pattern, "
-              "statistics), p_slot %.3g; "
-              "p_slot spans %.3g .. %.6f\n", worst, worst_slot, min_slot, max_slot);
+  std::printf(
+      "kv-bias slot + sigmoid: largest diff %.3g (out relative to max(1, sum |w v|), pattern, "
+      "statistics), p_slot %.3g; "
+      "p_slot spans %.3g .. %.6f\n",
+      worst, worst_slot, min_slot, max_slot);
   EXPECT_LT(worst, 1e-5);
   EXPECT_LT(worst_slot, 1e-6);
   EXPECT_LT(min_slot, 1e-9);   // head 0's logits 30 below: the slot takes nothing
@@ -427,15 +463,17 @@ TEST(Kernels, KvBiasSlotAndSigmoidMatchNaiveOnBothPaths) {
 // The tiled online-softmax path (no pattern asked for) against the naive double attention and
 // against the materialised path, with several key tiles, cached prefixes, windows and decode.
 TEST(Kernels, TiledAttentionMatchesNaiveAndMaterialised) {
-  struct Case { int T, S, H, Hkv, Dh, window; };
+  struct Case {
+    int T, S, H, Hkv, Dh, window;
+  };
   double worst_out = 0, worst_stats = 0, worst_vs_mat = 0;
-  for (Case c : {Case{700, 700, 2, 1, 64, 0}, Case{300, 1100, 4, 2, 16, 0},
-                 Case{600, 600, 2, 2, 32, 200}, Case{1, 1500, 4, 1, 64, 0},
-                 Case{1, 1500, 2, 2, 16, 700}, Case{65, 65, 3, 3, 8, 0},
-                 Case{130, 1200, 2, 1, 8, 513},
-                 // Decode with head sizes past the value sum's 64-float register block, and a
-                 // cache shorter than the score product's 4 streams.
-                 Case{1, 900, 4, 2, 80, 0}, Case{1, 600, 2, 1, 128, 0}, Case{1, 3, 2, 1, 64, 0}}) {
+  for (Case c :
+       {Case{700, 700, 2, 1, 64, 0}, Case{300, 1100, 4, 2, 16, 0}, Case{600, 600, 2, 2, 32, 200},
+        Case{1, 1500, 4, 1, 64, 0}, Case{1, 1500, 2, 2, 16, 700}, Case{65, 65, 3, 3, 8, 0},
+        Case{130, 1200, 2, 1, 8, 513},
+        // Decode with head sizes past the value sum's 64-float register block, and a
+        // cache shorter than the score product's 4 streams.
+        Case{1, 900, 4, 2, 80, 0}, Case{1, 600, 2, 1, 128, 0}, Case{1, 3, 2, 1, 64, 0}}) {
     auto q = Random(c.T * c.H * c.Dh, 11, 2.0f), k = Random(c.S * c.Hkv * c.Dh, 12, 2.0f),
          v = Random(c.S * c.Hkv * c.Dh, 13);
     const int K = 4, HT = c.H * c.T;
@@ -462,12 +500,17 @@ TEST(Kernels, TiledAttentionMatchesNaiveAndMaterialised) {
       Attention(q.data(), k.data(), v.data(), plain.data(), c.T, c.S, c.H, c.Hkv, c.Dh, {c.window},
                 nullptr, nullptr);
       ForceSimdLevel(best);
-      worst_out = std::max(worst_out, test::MaxDiff(plain, ref_out, label + " portable out vs naive"));
+      worst_out =
+          std::max(worst_out, test::MaxDiff(plain, ref_out, label + " portable out vs naive"));
     }
-    worst_vs_mat = std::max(worst_vs_mat, test::MaxDiff(out, mat_out, label + " out vs materialised"));
-    worst_vs_mat = std::max(worst_vs_mat, test::MaxDiff(fk, mfk, label + " first-K vs materialised"));
-    worst_vs_mat = std::max(worst_vs_mat, test::MaxDiff(tp, mtp, label + " top prob vs materialised"));
-    worst_vs_mat = std::max(worst_vs_mat, test::MaxDiff(ss, mss, label + " sum p^2 vs materialised"));
+    worst_vs_mat =
+        std::max(worst_vs_mat, test::MaxDiff(out, mat_out, label + " out vs materialised"));
+    worst_vs_mat =
+        std::max(worst_vs_mat, test::MaxDiff(fk, mfk, label + " first-K vs materialised"));
+    worst_vs_mat =
+        std::max(worst_vs_mat, test::MaxDiff(tp, mtp, label + " top prob vs materialised"));
+    worst_vs_mat =
+        std::max(worst_vs_mat, test::MaxDiff(ss, mss, label + " sum p^2 vs materialised"));
     for (int i = 0; i < HT; ++i) {
       const int h = i / c.T, t = i % c.T;
       const float* p = &ref_probs[static_cast<size_t>(i) * c.S];
@@ -478,26 +521,31 @@ TEST(Kernels, TiledAttentionMatchesNaiveAndMaterialised) {
         sq += static_cast<double>(p[j]) * p[j];
       }
       EXPECT_EQ(tk[i], best) << label << " h=" << h << " t=" << t;
-      worst_stats = std::max({worst_stats, static_cast<double>(std::abs(tp[i] - p[best])), std::abs(ss[i] - sq)});
+      worst_stats = std::max(
+          {worst_stats, static_cast<double>(std::abs(tp[i] - p[best])), std::abs(ss[i] - sq)});
       for (int j = 0; j < K; ++j)  // keys past the cache have no probability
-        worst_stats = std::max<double>(worst_stats, std::abs(fk[i * K + j] - (j < c.S ? p[j] : 0.0f)));
+        worst_stats =
+            std::max<double>(worst_stats, std::abs(fk[i * K + j] - (j < c.S ? p[j] : 0.0f)));
     }
   }
-  std::printf("tiled attention: largest diff out %.3g, statistics %.3g (vs double); vs materialised %.3g\n",
-              worst_out, worst_stats, worst_vs_mat);
+  std::printf(
+      "tiled attention: largest diff out %.3g, statistics %.3g (vs double); vs materialised %.3g\n",
+      worst_out, worst_stats, worst_vs_mat);
   EXPECT_LT(worst_out, 1e-5);
   EXPECT_LT(worst_stats, 2e-6);  // probabilities, absolute: float sums over up to 1,500 keys
   EXPECT_LT(worst_vs_mat, 1e-5);
 }
 
-// The tiled attention at bf16 (--precision bf16) on every path (AMX, AVX-512 BF16, AVX2, portable), against
-// naive double-precision attention on the bf16-rounded q, k and v. The head sizes make the scale
-// 1/sqrt(Dh) a power of two, so rounding q * scale equals scaling the rounded q: the scores are then
-// exact products summed in f32, and the statistics (from the scores) must match double as closely as
-// the f32 path does. The output also rounds the unnormalised probabilities to bf16 (2^-9 relative
-// each) and is held to that bound.
+// The tiled attention at bf16 (--precision bf16) on every path (AMX, AVX-512 BF16, AVX2, portable),
+// against naive double-precision attention on the bf16-rounded q, k and v. The head sizes make the
+// scale 1/sqrt(Dh) a power of two, so rounding q * scale equals scaling the rounded q: the scores
+// are then exact products summed in f32, and the statistics (from the scores) must match double as
+// closely as the f32 path does. The output also rounds the unnormalised probabilities to bf16 (2^-9
+// relative each) and is held to that bound.
 TEST(Kernels, TiledAttentionBf16MatchesDoubleOnRoundedOperands) {
-  struct Case { int T, S, H, Hkv, Dh, window; };
+  struct Case {
+    int T, S, H, Hkv, Dh, window;
+  };
   auto round_bf16 = [](std::vector<float> x) {
     for (float& v : x) v = BF16ToF32(F32ToBF16(v));
     return x;
@@ -511,28 +559,30 @@ TEST(Kernels, TiledAttentionBf16MatchesDoubleOnRoundedOperands) {
   for (Run run : {Run{SimdLevel::kAvx512, true}, Run{SimdLevel::kAvx512, false},
                   Run{SimdLevel::kAvx2, false}, Run{SimdLevel::kPortable, false}}) {
     const SimdLevel level = run.level;
-    if (level == SimdLevel::kAvx512 && !(CpuHasAvx512Bf16() && best == SimdLevel::kAvx512)) continue;
+    if (level == SimdLevel::kAvx512 && !(CpuHasAvx512Bf16() && best == SimdLevel::kAvx512))
+      continue;
     if (run.amx && !CpuHasAmxBf16()) continue;
     if (level == SimdLevel::kAvx2 && !(has_avx2 && best != SimdLevel::kPortable)) continue;
     ForceSimdLevel(level);
     AllowAmx(run.amx);
     const std::string path = SimdLevelName(level) + (run.amx ? " (AMX)" : "");
     double worst_out = 0, worst_stats = 0, worst_f32 = 0;
-    for (Case c : {Case{700, 700, 2, 1, 64, 0}, Case{300, 1100, 4, 2, 16, 0}, Case{600, 600, 2, 2, 64, 200},
-                   Case{kBf16AttentionRows, 1500, 4, 1, 64, 0}, Case{65, 65, 3, 3, 16, 0}, Case{130, 1200, 2, 1, 16, 513}}) {
+    for (Case c : {Case{700, 700, 2, 1, 64, 0}, Case{300, 1100, 4, 2, 16, 0},
+                   Case{600, 600, 2, 2, 64, 200}, Case{kBf16AttentionRows, 1500, 4, 1, 64, 0},
+                   Case{65, 65, 3, 3, 16, 0}, Case{130, 1200, 2, 1, 16, 513}}) {
       const auto q = Random(c.T * c.H * c.Dh, 21, 2.0f), k = Random(c.S * c.Hkv * c.Dh, 22, 2.0f),
                  v = Random(c.S * c.Hkv * c.Dh, 23);
       const int K = 4, HT = c.H * c.T;
       std::vector<float> out(c.T * c.H * c.Dh), fk(HT * K), tp(HT), ss(HT), f32_out(out.size());
       std::vector<int> tk(HT);
       AttnStats stats{K, fk.data(), tk.data(), tp.data(), ss.data()};
-      Attention(q.data(), k.data(), v.data(), out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, {c.window}, nullptr,
-                &stats, /*bf16=*/true);
-      Attention(q.data(), k.data(), v.data(), f32_out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, {c.window},
-                nullptr, nullptr);
+      Attention(q.data(), k.data(), v.data(), out.data(), c.T, c.S, c.H, c.Hkv, c.Dh, {c.window},
+                nullptr, &stats, /*bf16=*/true);
+      Attention(q.data(), k.data(), v.data(), f32_out.data(), c.T, c.S, c.H, c.Hkv, c.Dh,
+                {c.window}, nullptr, nullptr);
       std::vector<float> ref_out, ref_probs;
-      NaiveAttention(round_bf16(q), round_bf16(k), round_bf16(v), c.T, c.S, c.H, c.Hkv, c.Dh, c.window,
-                     &ref_out, &ref_probs);
+      NaiveAttention(round_bf16(q), round_bf16(k), round_bf16(v), c.T, c.S, c.H, c.Hkv, c.Dh,
+                     c.window, &ref_out, &ref_probs);
       const std::string label = path + " bf16 T=" + std::to_string(c.T) +
                                 " S=" + std::to_string(c.S) + " W=" + std::to_string(c.window);
       worst_out = std::max(worst_out, test::MaxRelDiff(out, ref_out, label + " out vs double"));
@@ -547,18 +597,21 @@ TEST(Kernels, TiledAttentionBf16MatchesDoubleOnRoundedOperands) {
         }
         // A tie within f32 rounding may pick either key; the probability must agree regardless.
         if (tk[i] != top) EXPECT_NEAR(p[tk[i]], p[top], 1e-6) << label << " query " << i;
-        worst_stats = std::max({worst_stats, static_cast<double>(std::abs(tp[i] - p[top])), std::abs(ss[i] - sq)});
-        for (int j = 0; j < K; ++j) worst_stats = std::max<double>(worst_stats, std::abs(fk[i * K + j] - p[j]));
+        worst_stats = std::max(
+            {worst_stats, static_cast<double>(std::abs(tp[i] - p[top])), std::abs(ss[i] - sq)});
+        for (int j = 0; j < K; ++j)
+          worst_stats = std::max<double>(worst_stats, std::abs(fk[i * K + j] - p[j]));
       }
     }
-    std::printf("%s bf16 tiled attention: largest rel diff of out %.3g vs double on rounded operands, "
-                "%.3g vs the f32 path; statistics %.3g (absolute, vs double)\n",
-                path.c_str(), worst_out, worst_f32, worst_stats);
-    EXPECT_LT(worst_out, 8e-3);   // p rounded to bf16: 2^-9 each, over sums of many terms
+    std::printf(
+        "%s bf16 tiled attention: largest rel diff of out %.3g vs double on rounded operands, "
+        "%.3g vs the f32 path; statistics %.3g (absolute, vs double)\n",
+        path.c_str(), worst_out, worst_f32, worst_stats);
+    EXPECT_LT(worst_out, 8e-3);  // p rounded to bf16: 2^-9 each, over sums of many terms
     // As the f32 path on AVX-512 (scores: exact products summed in f32 over 16 lanes); the portable
     // path sums each score in one float sequentially, and uses its own exp.
     EXPECT_LT(worst_stats, level == SimdLevel::kAvx512 ? 2e-6 : 1e-5);
-    EXPECT_GT(worst_f32, 0.0);    // the bf16 path ran
+    EXPECT_GT(worst_f32, 0.0);  // the bf16 path ran
     EXPECT_LT(worst_f32, 3e-2);
   }
   ForceSimdLevel(best);
@@ -577,7 +630,8 @@ TEST(VecMath, EveryPathMatchesDouble) {
   const SimdLevel best = ActiveSimdLevel();
   std::vector<float> x;
   for (float v = -120.0f; v <= 120.0f; v += 0.173f) x.push_back(v);
-  for (float v : {0.0f, -0.0f, 1e-8f, -1e-8f, 88.0f, -87.0f, -87.5f, -200.0f, 1e-3f}) x.push_back(v);
+  for (float v : {0.0f, -0.0f, 1e-8f, -1e-8f, 88.0f, -87.0f, -87.5f, -200.0f, 1e-3f})
+    x.push_back(v);
   for (SimdLevel level : {SimdLevel::kPortable, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
     if (level > best) continue;
     ForceSimdLevel(level);
@@ -592,7 +646,8 @@ TEST(VecMath, EveryPathMatchesDouble) {
       const float sum = ExpShiftSum(e.data(), n, shift);
       double ref_sum = 0, worst = 0;
       for (int i = 0; i < n; ++i) {
-        const double r = std::exp(static_cast<double>(x[i] - shift));  // the kernel's float argument
+        const double r =
+            std::exp(static_cast<double>(x[i] - shift));  // the kernel's float argument
         ref_sum += r;
         worst = std::max(worst, std::abs(e[i] - r) / std::max(r, 1e-30));
         if (r < 1e-38) worst = std::max(worst, static_cast<double>(e[i]) * 1e30);  // 0 or denormal
@@ -600,9 +655,10 @@ TEST(VecMath, EveryPathMatchesDouble) {
       EXPECT_LT(worst, 5e-7) << name << " exp n=" << n;
       EXPECT_LT(std::abs(sum - ref_sum) / ref_sum, 1e-6) << name << " sum n=" << n;
     }
-    // Activations: error relative to max(|ref|, 1) (absolute below 1, where the negative tails of the
-    // GELUs cancel in float whatever the method).
-    auto check = [&](const char* what, void (*fn)(float*, int64_t), double (*ref)(double), double tol) {
+    // Activations: error relative to max(|ref|, 1) (absolute below 1, where the negative tails of
+    // the GELUs cancel in float whatever the method).
+    auto check = [&](const char* what, void (*fn)(float*, int64_t), double (*ref)(double),
+                     double tol) {
       std::vector<float> y(x.begin(), x.end());
       for (float& v : y) v = std::clamp(v, -30.0f, 30.0f);
       std::vector<float> in = y;
@@ -616,12 +672,17 @@ TEST(VecMath, EveryPathMatchesDouble) {
                   y.size());
       EXPECT_LT(worst, tol) << name << " " << what;
     };
-    check("silu", SiluInPlace, [](double v) { return v / (1 + std::exp(-v)); }, 1e-6);
-    check("gelu_tanh", GeluTanhInPlace,
-          [](double v) { return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); },
-          2e-6);
-    check("gelu", GeluErfInPlace, [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); },
-          3e-6);
+    check(
+        "silu", SiluInPlace, [](double v) { return v / (1 + std::exp(-v)); }, 1e-6);
+    check(
+        "gelu_tanh", GeluTanhInPlace,
+        [](double v) {
+          return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        },
+        2e-6);
+    check(
+        "gelu", GeluErfInPlace,
+        [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }, 3e-6);
     std::vector<float> g(x.begin(), x.end()), up(x.size());
     for (size_t i = 0; i < up.size(); ++i) up[i] = 0.01f * static_cast<float>(i % 97) - 0.3f;
     for (float& v : g) v = std::clamp(v, -30.0f, 30.0f);
@@ -646,7 +707,8 @@ TEST(Kernels, Bf16AttentionFallsBackToF32ForFewQueries) {
                v = Random(S * Hkv * Dh, 33);
     std::vector<float> a(T * H * Dh), b(a.size());
     Attention(q.data(), k.data(), v.data(), a.data(), T, S, H, Hkv, Dh, {}, nullptr, nullptr, true);
-    Attention(q.data(), k.data(), v.data(), b.data(), T, S, H, Hkv, Dh, {}, nullptr, nullptr, false);
+    Attention(q.data(), k.data(), v.data(), b.data(), T, S, H, Hkv, Dh, {}, nullptr, nullptr,
+              false);
     EXPECT_EQ(a, b) << "T=" << T;
   }
 }

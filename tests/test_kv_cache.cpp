@@ -2,14 +2,13 @@
 // encode / decode against the formats' definitions, the attention kernel on a typed cache against a
 // float64 reference on the dequantised rows, the f32 kernel on the same rows (bit for bit), and a
 // stream whose every entry is kept f32 against the f32 cache (bit for bit) on stories260K.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
-
-#include <fmt/format.h>
 
 #include "common/error.h"
 #include "io/load.h"
@@ -32,7 +31,8 @@ void ExpectErrorContains(F f, const std::vector<std::string>& words) {
     f();
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    for (const std::string& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+    for (const std::string& w : words)
+      EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
   }
 }
 const KvType kTypes[] = {KvType::kF32, KvType::kBf16, KvType::kF16, KvType::kQ8_0, KvType::kQ4_0};
@@ -65,7 +65,8 @@ double ReferenceValue(KvType type, const std::vector<uint8_t>& row, int i) {
       std::memcpy(&f, &bits, 4);
       return f;
     }
-    case KvType::kF16: return f16(2 * i);
+    case KvType::kF16:
+      return f16(2 * i);
     case KvType::kQ8_0: {
       const size_t block = static_cast<size_t>(i / 32) * 34;
       return f16(block) * static_cast<int8_t>(row[block + 2 + i % 32]);
@@ -92,7 +93,8 @@ TEST(KvTypes, RowsDecodeAsTheFormatsDefineThemOnEveryPath) {
         std::vector<uint8_t> row(KvRowBytes(type, n));
         KvEncodeRow(type, x.data(), n, row.data());
         // Every slice, aligned or not, decodes to the reference values.
-        for (auto [first, count] : std::vector<std::pair<int, int>>{{0, n}, {32, n - 32}, {5, 19}, {8, 8}, {0, 32}}) {
+        for (auto [first, count] :
+             std::vector<std::pair<int, int>>{{0, n}, {32, n - 32}, {5, 19}, {8, 8}, {0, 32}}) {
           if (first + count > n || count <= 0) continue;
           std::vector<float> out(count);
           KvDecodeSlice(type, row.data(), first, count, out.data());
@@ -105,17 +107,29 @@ TEST(KvTypes, RowsDecodeAsTheFormatsDefineThemOnEveryPath) {
         KvDecodeSlice(type, row.data(), 0, n, out.data());
         double worst = 0, amax = 0;
         for (int i = 0; i < n; ++i) {
-          worst = std::max(worst, std::fabs(static_cast<double>(out[i]) - x[i]) / std::max(1e-30, std::fabs(static_cast<double>(x[i]))));
+          worst = std::max(worst, std::fabs(static_cast<double>(out[i]) - x[i]) /
+                                      std::max(1e-30, std::fabs(static_cast<double>(x[i]))));
           amax = std::max(amax, std::fabs(static_cast<double>(x[i])));
         }
         double abs_worst = 0;
-        for (int i = 0; i < n; ++i) abs_worst = std::max(abs_worst, std::fabs(static_cast<double>(out[i]) - x[i]));
+        for (int i = 0; i < n; ++i)
+          abs_worst = std::max(abs_worst, std::fabs(static_cast<double>(out[i]) - x[i]));
         switch (type) {
-          case KvType::kF32: EXPECT_EQ(abs_worst, 0.0); break;
-          case KvType::kBf16: EXPECT_LE(worst, 1.0 / 256); break;
-          case KvType::kF16: EXPECT_LE(worst, 1.0 / 2048); break;
-          case KvType::kQ8_0: EXPECT_LE(abs_worst, amax / 127 * 0.51 + 1e-6); break;
-          case KvType::kQ4_0: EXPECT_LE(abs_worst, amax / 8 * 1.01 + 1e-6); break;
+          case KvType::kF32:
+            EXPECT_EQ(abs_worst, 0.0);
+            break;
+          case KvType::kBf16:
+            EXPECT_LE(worst, 1.0 / 256);
+            break;
+          case KvType::kF16:
+            EXPECT_LE(worst, 1.0 / 2048);
+            break;
+          case KvType::kQ8_0:
+            EXPECT_LE(abs_worst, amax / 127 * 0.51 + 1e-6);
+            break;
+          case KvType::kQ4_0:
+            EXPECT_LE(abs_worst, amax / 8 * 1.01 + 1e-6);
+            break;
         }
       }
     }
@@ -154,8 +168,8 @@ struct TypedCache {
   }
 };
 
-TypedCache MakeTypedCache(KvType type, int rows, int kv_row, int panel, const std::vector<int>& kept_rows,
-                          std::mt19937& rng) {
+TypedCache MakeTypedCache(KvType type, int rows, int kv_row, int panel,
+                          const std::vector<int>& kept_rows, std::mt19937& rng) {
   TypedCache c{rows, kv_row, panel, type, {}, std::vector<int>(rows, -1), {}, {}};
   const size_t pb = KvRowBytes(type, panel);
   c.bytes.resize(rows * KvRowBytes(type, kv_row));
@@ -172,7 +186,8 @@ TypedCache MakeTypedCache(KvType type, int rows, int kv_row, int panel, const st
     for (int g = 0; g < kv_row / panel; ++g) {
       uint8_t* at = c.bytes.data() + (static_cast<size_t>(g) * rows + r) * pb;
       KvEncodeRow(type, x.data() + g * panel, panel, at);
-      KvDecodeSlice(type, at, 0, panel, c.decoded.data() + static_cast<size_t>(r) * kv_row + g * panel);
+      KvDecodeSlice(type, at, 0, panel,
+                    c.decoded.data() + static_cast<size_t>(r) * kv_row + g * panel);
     }
   }
   return c;
@@ -197,10 +212,11 @@ TEST(KvAttention, TypedCacheEqualsAttentionOnTheDequantisedCache) {
   // Heads of 32, 64, 128 and 256 (whole blocks; 256 fills sixteen AVX-512 accumulators), 8 (four
   // heads to a q8_0 / q4_0 panel: decoded to f32 first), 24 and 40 (an odd 8 values after the
   // 16-value steps; q8_0 / q4_0 panels of 96 and 160 values, heads not on block boundaries).
-  const Shape shapes[] = {{4, 2, 32}, {8, 4, 8}, {2, 2, 64}, {2, 1, 128}, {2, 1, 256}, {4, 4, 24}, {2, 4, 40}};
-  std::pair<KvType, KvType> types[] = {{KvType::kBf16, KvType::kBf16}, {KvType::kF16, KvType::kF16},
-                                       {KvType::kQ8_0, KvType::kQ8_0}, {KvType::kQ4_0, KvType::kQ4_0},
-                                       {KvType::kF32, KvType::kQ4_0},  {KvType::kQ8_0, KvType::kF16}};
+  const Shape shapes[] = {{4, 2, 32},  {8, 4, 8},  {2, 2, 64}, {2, 1, 128},
+                          {2, 1, 256}, {4, 4, 24}, {2, 4, 40}};
+  std::pair<KvType, KvType> types[] = {
+      {KvType::kBf16, KvType::kBf16}, {KvType::kF16, KvType::kF16},  {KvType::kQ8_0, KvType::kQ8_0},
+      {KvType::kQ4_0, KvType::kQ4_0}, {KvType::kF32, KvType::kQ4_0}, {KvType::kQ8_0, KvType::kF16}};
   double worst_all = 0;
   for (const SimdLevel level : Levels()) {
     ForceSimdLevel(level);
@@ -212,22 +228,24 @@ TEST(KvAttention, TypedCacheEqualsAttentionOnTheDequantisedCache) {
         for (const bool head_major : {false, true}) {
           // Kept rows: the sinks, and one inside the ring's run (it splits the stored rows).
           const std::vector<int> kept_rows = {0, 1, sinks + 5};
-          const TypedCache k = MakeTypedCache(kt, rows, kv_row, head_major ? KvPanelValues(kt, Dh) : kv_row, kept_rows, rng);
-          const TypedCache v = MakeTypedCache(vt, rows, kv_row, head_major ? KvPanelValues(vt, Dh) : kv_row, kept_rows, rng);
+          const TypedCache k = MakeTypedCache(
+              kt, rows, kv_row, head_major ? KvPanelValues(kt, Dh) : kv_row, kept_rows, rng);
+          const TypedCache v = MakeTypedCache(
+              vt, rows, kv_row, head_major ? KvPanelValues(vt, Dh) : kv_row, kept_rows, rng);
           const int T = 3;
           const int64_t first_index = 40;  // the ring has wrapped: the recent rows run around it
           const std::vector<float> q = RandomRow(T * q_row, rng), qs = RandomRow(T * q_row, rng);
           std::vector<float> out(T * q_row), f32_out(T * q_row);
-          SinkWindowAttention(q.data(), qs.data(), k.View(), v.View(), out.data(), T, H, Hkv, Dh, sinks,
-                              window, ring, first_index, AttnOptions{});
-          SinkWindowAttention(q.data(), qs.data(), k.decoded.data(), v.decoded.data(), f32_out.data(), T,
-                              H, Hkv, Dh, sinks, window, ring, first_index);
-          const std::string what = fmt::format("{} keys, {} values, {} H {} Hkv {} Dh {} on {}", KvTypeName(kt),
-                                               KvTypeName(vt), head_major ? "head-major" : "row-major", H,
-                                               Hkv, Dh, SimdLevelName(level));
+          SinkWindowAttention(q.data(), qs.data(), k.View(), v.View(), out.data(), T, H, Hkv, Dh,
+                              sinks, window, ring, first_index, AttnOptions{});
+          SinkWindowAttention(q.data(), qs.data(), k.decoded.data(), v.decoded.data(),
+                              f32_out.data(), T, H, Hkv, Dh, sinks, window, ring, first_index);
+          const std::string what = fmt::format(
+              "{} keys, {} values, {} H {} Hkv {} Dh {} on {}", KvTypeName(kt), KvTypeName(vt),
+              head_major ? "head-major" : "row-major", H, Hkv, Dh, SimdLevelName(level));
           EXPECT_EQ(out, f32_out) << what;
-          // float64, from the visibility rule: sink rows [0, S) scored with q_sink, the W - 1 recent
-          // stream indices before m and m itself with q_recent, at row S + (s - S) % ring.
+          // float64, from the visibility rule: sink rows [0, S) scored with q_sink, the W - 1
+          // recent stream indices before m and m itself with q_recent, at row S + (s - S) % ring.
           double worst = 0;
           for (int t = 0; t < T; ++t)
             for (int h = 0; h < H; ++h) {
@@ -236,12 +254,14 @@ TEST(KvAttention, TypedCacheEqualsAttentionOnTheDequantisedCache) {
               std::vector<std::pair<int, const float*>> seen;
               for (int j = 0; j < sinks; ++j) seen.push_back({j, qs.data() + t * q_row + h * Dh});
               for (int64_t s = m - window + 1; s <= m; ++s)
-                seen.push_back({sinks + static_cast<int>((s - sinks) % ring), q.data() + t * q_row + h * Dh});
+                seen.push_back(
+                    {sinks + static_cast<int>((s - sinks) % ring), q.data() + t * q_row + h * Dh});
               std::vector<double> score;
               double mx = -INFINITY;
               for (auto [row, qq] : seen) {
                 double dot = 0;
-                for (int d = 0; d < Dh; ++d) dot += static_cast<double>(qq[d]) * k.decoded[row * kv_row + kvh * Dh + d];
+                for (int d = 0; d < Dh; ++d)
+                  dot += static_cast<double>(qq[d]) * k.decoded[row * kv_row + kvh * Dh + d];
                 score.push_back(dot / std::sqrt(static_cast<double>(Dh)));
                 mx = std::max(mx, score.back());
               }
@@ -249,7 +269,8 @@ TEST(KvAttention, TypedCacheEqualsAttentionOnTheDequantisedCache) {
               for (double& s : score) z += (s = std::exp(s - mx));
               for (int d = 0; d < Dh; ++d) {
                 double o = 0;
-                for (size_t i = 0; i < seen.size(); ++i) o += score[i] / z * v.decoded[seen[i].first * kv_row + kvh * Dh + d];
+                for (size_t i = 0; i < seen.size(); ++i)
+                  o += score[i] / z * v.decoded[seen[i].first * kv_row + kvh * Dh + d];
                 worst = std::max(worst, std::fabs(o - out[t * q_row + h * Dh + d]));
               }
             }
@@ -259,8 +280,10 @@ TEST(KvAttention, TypedCacheEqualsAttentionOnTheDequantisedCache) {
     }
   }
   ForceSimdLevel(before);
-  std::printf("kv attention, every type pair, layout, shape and SIMD path: equal to the f32 kernel on the "
-              "dequantised rows; largest |diff| to float64 %.2e\n", worst_all);
+  std::printf(
+      "kv attention, every type pair, layout, shape and SIMD path: equal to the f32 kernel on the "
+      "dequantised rows; largest |diff| to float64 %.2e\n",
+      worst_all);
 }
 
 // Which slices the fused kernels take (the others decode to f32 first, tested above).
@@ -274,11 +297,16 @@ TEST(KvAttention, FusedKernelsTakeWholeBlocksAndMultiplesOfEight) {
     ForceSimdLevel(level);
     const bool fused = level != SimdLevel::kPortable;
     const size_t q8 = KvRowBytes(KvType::kQ8_0, 256), b16 = KvRowBytes(KvType::kBf16, 256);
-    EXPECT_EQ(KvRowDots({KvType::kQ8_0, bytes.data(), q8, 0, 128, rows}, x.data(), y.data()), fused);
-    EXPECT_EQ(KvAddWeightedRows({KvType::kQ4_0, bytes.data(), q8, 32, 64, rows}, p.data(), acc.data()), fused);
-    EXPECT_EQ(KvRowDots({KvType::kBf16, bytes.data(), b16, 8, 24, rows}, x.data(), y.data()), fused);
+    EXPECT_EQ(KvRowDots({KvType::kQ8_0, bytes.data(), q8, 0, 128, rows}, x.data(), y.data()),
+              fused);
+    EXPECT_EQ(
+        KvAddWeightedRows({KvType::kQ4_0, bytes.data(), q8, 32, 64, rows}, p.data(), acc.data()),
+        fused);
+    EXPECT_EQ(KvRowDots({KvType::kBf16, bytes.data(), b16, 8, 24, rows}, x.data(), y.data()),
+              fused);
     EXPECT_FALSE(KvRowDots({KvType::kQ8_0, bytes.data(), q8, 8, 8, rows}, x.data(), y.data()));
-    EXPECT_FALSE(KvAddWeightedRows({KvType::kQ8_0, bytes.data(), q8, 0, 40, rows}, p.data(), acc.data()));
+    EXPECT_FALSE(
+        KvAddWeightedRows({KvType::kQ8_0, bytes.data(), q8, 0, 40, rows}, p.data(), acc.data()));
     EXPECT_FALSE(KvRowDots({KvType::kF16, bytes.data(), b16, 0, 12, rows}, x.data(), y.data()));
   }
   ForceSimdLevel(before);
@@ -321,14 +349,16 @@ TEST(KvCache, HeadMajorRowsDecodeAsWholeRows) {
             const int e = h * shape.Dh, g = e / view.panel_values;
             if (view.kept_slot[row] >= 0) {
               ASSERT_EQ(r, 2);
-              std::copy_n(view.kept + static_cast<size_t>(view.kept_slot[row]) * kv_dim + e, shape.Dh, got.begin());
+              std::copy_n(view.kept + static_cast<size_t>(view.kept_slot[row]) * kv_dim + e,
+                          shape.Dh, got.begin());
               for (int d = 0; d < shape.Dh; ++d) ASSERT_EQ(got[d], x[e + d]);  // kept exact
               continue;
             }
             KvDecodeSlice(view.type, view.bytes + g * view.panel_bytes + row * view.row_bytes,
                           e - g * view.panel_values, shape.Dh, got.data());
             for (int d = 0; d < shape.Dh; ++d)
-              ASSERT_EQ(got[d], expect[e + d]) << KvTypeName(view.type) << " Dh " << shape.Dh << " head " << h;
+              ASSERT_EQ(got[d], expect[e + d])
+                  << KvTypeName(view.type) << " Dh " << shape.Dh << " head " << h;
           }
         }
       };
@@ -341,7 +371,8 @@ TEST(KvCache, HeadMajorRowsDecodeAsWholeRows) {
 }
 
 // Teacher-forced logits of `tokens` through a stream cache.
-std::vector<float> StreamLogits(const Model& model, const stream::StreamOptions& o, const std::vector<int>& tokens) {
+std::vector<float> StreamLogits(const Model& model, const stream::StreamOptions& o,
+                                const std::vector<int>& tokens) {
   auto cache = stream::MakeStreamCache(model, o);
   std::vector<float> all;
   for (int t : tokens) {
@@ -371,7 +402,8 @@ TEST(KvStream, EveryEntryKeptEqualsTheF32CacheAndQuantisedDiffers) {
     o.keep.clear();
     const std::vector<float> typed = StreamLogits(model, o, tokens);
     double worst = 0;
-    for (size_t i = 0; i < typed.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(typed[i] - reference[i])));
+    for (size_t i = 0; i < typed.size(); ++i)
+      worst = std::max(worst, static_cast<double>(std::fabs(typed[i] - reference[i])));
     EXPECT_GT(worst, 0.0) << KvTypeName(type);  // the rounding reaches the logits
   }
   // Dense stored as a context-long window: with every entry kept, the logits of an f32 window
@@ -434,26 +466,32 @@ TEST(KvStream, NonsenseSettingsGiveClearErrors) {
   o.sinks = 4;
   o.window = 28;
   bool detected = false;
-  ExpectErrorContains([&] { stream::ParseKvKeep("first:0", "--kv-keep", &detected); }, {"--kv-keep", "first:N"});
-  ExpectErrorContains([&] { stream::ParseKvKeep("last:4", "--kv-keep", &detected); }, {"--kv-keep", "last:4"});
+  ExpectErrorContains([&] { stream::ParseKvKeep("first:0", "--kv-keep", &detected); },
+                      {"--kv-keep", "first:N"});
+  ExpectErrorContains([&] { stream::ParseKvKeep("last:4", "--kv-keep", &detected); },
+                      {"--kv-keep", "last:4"});
   stream::StreamOptions keep_f32 = o;
   keep_f32.keep = {0, 1};
-  ExpectErrorContains([&] { stream::ValidateOptions(keep_f32, model.config); }, {"--kv-keep", "--kv-type"});
+  ExpectErrorContains([&] { stream::ValidateOptions(keep_f32, model.config); },
+                      {"--kv-keep", "--kv-type"});
   stream::StreamOptions too_many = o;
   too_many.k_type = KvType::kQ8_0;
   too_many.keep = stream::ParseKvKeep("first:33", "--kv-keep", &detected);
-  ExpectErrorContains([&] { stream::ValidateOptions(too_many, model.config); }, {"--kv-keep", "33", "32"});
+  ExpectErrorContains([&] { stream::ValidateOptions(too_many, model.config); },
+                      {"--kv-keep", "33", "32"});
   stream::StreamOptions recompute = o;
   recompute.policy = stream::Policy::kRecompute;
   recompute.v_type = KvType::kQ4_0;
-  ExpectErrorContains([&] { stream::ValidateOptions(recompute, model.config); }, {"recompute", "q4_0"});
+  ExpectErrorContains([&] { stream::ValidateOptions(recompute, model.config); },
+                      {"recompute", "q4_0"});
   // A cache the machine cannot hold is refused before it is allocated (stories260K: 1,280 bytes
   // a token in f32, 640 GB for 500M entries).
   stream::StreamOptions huge = o;
   huge.window = 500'000'000 - 4;
   huge.force = true;
-  ExpectErrorContains([&] { stream::MakeStreamCache(model, huge); },
-                      {"--sinks + --window", "500000000 entries", "f32 keys", "needs", "available"});
+  ExpectErrorContains(
+      [&] { stream::MakeStreamCache(model, huge); },
+      {"--sinks + --window", "500000000 entries", "f32 keys", "needs", "available"});
   // A model whose rows are not whole blocks of 32 (kv_dim 48).
   ModelConfig narrow = model.config;
   narrow.n_kv_heads = 6;

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "common/file_util.h"
 #include "io/llama2c.h"
@@ -50,7 +50,8 @@ Capture RunCaptured(const Model& model, const std::vector<int>& tokens) {
   cap.patterns.resize(static_cast<size_t>(c.n_layers) * c.n_heads * T * T);
   Hooks hooks;
   hooks.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& x) {
-    std::copy(x.data(), x.data() + x.numel(), cap.hidden.begin() + static_cast<size_t>(ctx.layer) * T * c.dim);
+    std::copy(x.data(), x.data() + x.numel(),
+              cap.hidden.begin() + static_cast<size_t>(ctx.layer) * T * c.dim);
   });
   hooks.Add(HookPoint::kPattern, -1, [&](const HookContext& ctx, Tensor& p) {
     EXPECT_EQ(p.shape(), (std::vector<int64_t>{c.n_heads, T, T}));
@@ -178,7 +179,8 @@ TEST(Model, HooksInterveneAndObserve) {
   req.hooks = &identity;
   Tensor same = Forward(model, cache, state, req);
   EXPECT_EQ(calls, 1);
-  EXPECT_EQ(test::MaxDiff(same.data(), base_logits.data(), base_logits.size(), "identity hook"), 0.0);
+  EXPECT_EQ(test::MaxDiff(same.data(), base_logits.data(), base_logits.size(), "identity hook"),
+            0.0);
   Hooks ablate;
   ablate.Add(HookPoint::kMlpOut, -1, [](const HookContext&, Tensor& x) { x.Fill(0.0f); });
   cache.Clear();
@@ -211,7 +213,8 @@ TEST(Model, InspectFigures) {
 // ---- Bad input: each gets one clear error naming the file and what is wrong.
 
 std::string TempDir() {
-  auto dir = std::filesystem::temp_directory_path() / ("sinkscope_test_" + std::to_string(::getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("sinkscope_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   return dir.string();
 }
@@ -336,7 +339,8 @@ Model RandomLlama(int dim, int hidden, int layers, int heads, int kv_heads, int 
   return m;
 }
 
-void CompareWithNaive(const Model& model, const std::vector<int>& tokens, const std::string& label) {
+void CompareWithNaive(const Model& model, const std::vector<int>& tokens,
+                      const std::string& label) {
   const int T = static_cast<int>(tokens.size()), V = model.config.vocab_size;
   KVCache cache = KVCache::Create(model.config, T);
   RunState state;
@@ -356,8 +360,10 @@ void CompareWithNaive(const Model& model, const std::vector<int>& tokens, const 
 TEST(Model, FastPathMatchesNaivePath) {
   std::vector<int> tokens;
   for (int i = 0; i < 48; ++i) tokens.push_back((i * 31 + 7) % 97);
-  CompareWithNaive(RandomLlama(48, 80, 3, 6, 2, 97, 64, RopeKind::kInterleaved, 1), tokens, "random gqa interleaved");
-  CompareWithNaive(RandomLlama(32, 64, 2, 4, 4, 97, 64, RopeKind::kHalf, 2), tokens, "random mha half");
+  CompareWithNaive(RandomLlama(48, 80, 3, 6, 2, 97, 64, RopeKind::kInterleaved, 1), tokens,
+                   "random gqa interleaved");
+  CompareWithNaive(RandomLlama(32, 64, 2, 4, 4, 97, 64, RopeKind::kHalf, 2), tokens,
+                   "random mha half");
   CompareWithNaive(LoadStories(), {1, 403, 407, 261, 378, 432, 383, 286, 261, 376}, "stories260K");
   // Longer than two MLP chunks (kMlpRows), with a partial last chunk.
   std::vector<int> long_tokens;

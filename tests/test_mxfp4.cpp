@@ -625,7 +625,12 @@ TEST(Mxfp4GptOss, QuantizationConfigValuesSinkscopeCannotHonourAreRefusedByName)
   for (int i = 0; i < 40; ++i) stars += "m*o*d*e*l*.*";
   stars += "Q\"]}";  // no Q in the name: nothing matches
   EXPECT_TRUE(ParseHfConfig(TinyConfig(64, 32, stars), "c").mxfp4_experts);
-  EXPECT_FALSE(ParseHfConfig(TinyConfig(64, 32, R"({"quant_method": "mxfp4", "modules_to_not_convert": ["m.*experts"]})"), "c").mxfp4_experts);
+  EXPECT_FALSE(
+      ParseHfConfig(
+          TinyConfig(64, 32,
+                     R"({"quant_method": "mxfp4", "modules_to_not_convert": ["m.*experts"]})"),
+          "c")
+          .mxfp4_experts);
 }
 
 TEST(Mxfp4GptOss, BadGgufIsNamed) {

@@ -129,8 +129,7 @@ TEST(OutputPolicy, DashIsStandardOutput) {
   EXPECT_EQ(r.out.substr(0, 4), "GGUF");
   r = RunCli("convert --model " + kModel + " --to hf --out -");
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("--out -: a Hugging Face model is a directory"), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("--out -: a Hugging Face model is a directory"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists("-"));
 }
 

@@ -66,7 +66,9 @@ TEST(Precision, ParseAndNames) {
       ParsePrecision(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("--precision: expected f32, bf16, q8_0 or native"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--precision: expected f32, bf16, q8_0 or native"),
+                std::string::npos)
+          << e.what();
     }
   }
 }
@@ -136,7 +138,8 @@ void ExpectPackedOnlyMatchesPacked(const std::string& path, const std::string& l
   EXPECT_EQ(Logits(only, tokens), Logits(packed, tokens)) << label;
   SetPrecision(only, p);  // a no-op: the packs are there
   EXPECT_EQ(Logits(only, tokens), Logits(packed, tokens)) << label;
-  for (Precision other : {Precision::kF32, p == Precision::kBf16 ? Precision::kQ8_0 : Precision::kBf16}) {
+  for (Precision other :
+       {Precision::kF32, p == Precision::kBf16 ? Precision::kQ8_0 : Precision::kBf16}) {
     try {
       SetPrecision(only, other);
       ADD_FAILURE() << label << ": went to " << PrecisionName(other) << " without f32 weights";
@@ -229,9 +232,12 @@ TEST(Precision, Q8_0IsTheF32ForwardOnQuantisedWeights) {
     const std::vector<float> want = Logits(twin, tokens);
     const std::vector<float> want_decode = DecodeLogits(twin, tokens);
     SetPrecision(c.model, Precision::kQ8_0);
-    ASSERT_TRUE(c.model.weights.layers[0].packed && !c.model.weights.layers[0].packed->wq.q8.empty());
+    ASSERT_TRUE(c.model.weights.layers[0].packed &&
+                !c.model.weights.layers[0].packed->wq.q8.empty());
     const std::string label = c.label;
-    EXPECT_LT(test::MaxRelDiff(Logits(c.model, tokens), want, label + " q8_0 prefill vs f32 on Q8_0 weights"), 1e-5);
+    EXPECT_LT(test::MaxRelDiff(Logits(c.model, tokens), want,
+                               label + " q8_0 prefill vs f32 on Q8_0 weights"),
+              1e-5);
     EXPECT_LT(test::MaxRelDiff(DecodeLogits(c.model, tokens), want_decode,
                                label + " q8_0 decode vs f32 on Q8_0 weights"),
               1e-5);
@@ -258,9 +264,13 @@ TEST(Precision, Q8_0KeepsTheBlocksOfAQ8_0File) {
   for (int l = 0; l < 2; ++l) {
     const LayerPacked& p = *model.weights.layers[l].packed;
     // q and k rows are permuted from GGUF's RoPE order at load; v, o and the MLP are not.
-    for (auto [name, w] : {std::pair{"attn_v", &p.wv}, {"attn_output", &p.wo}, {"ffn_gate", &p.w1},
-                           {"ffn_down", &p.w2}, {"ffn_up", &p.w3}}) {
-      const GgufTensorInfo* t = file.FindTensor("blk." + std::to_string(l) + "." + name + ".weight");
+    for (auto [name, w] : {std::pair{"attn_v", &p.wv},
+                           {"attn_output", &p.wo},
+                           {"ffn_gate", &p.w1},
+                           {"ffn_down", &p.w2},
+                           {"ffn_up", &p.w3}}) {
+      const GgufTensorInfo* t =
+          file.FindTensor("blk." + std::to_string(l) + "." + name + ".weight");
       ASSERT_NE(t, nullptr) << name;
       ASSERT_EQ(t->type, kGgmlTypeQ8_0) << name;
       ASSERT_FALSE(w->q8.empty()) << name;
@@ -281,8 +291,8 @@ TEST(Precision, Q8_0KeepsTheBlocksOfAQ8_0File) {
 // loaded in f32 (dequantised), prefill (dequantise a block, sgemm) and decode (the fused kernels)
 // agree to f32 summation order, for every type the kernels multiply, from GGUF and from HF
 // safetensors; the projections are the file's bytes, byte for byte.
-// The token embedding at native: no f32 copy, the file's bytes, and every row the lookup dequantises
-// is bit for bit the row the f32 load holds.
+// The token embedding at native: no f32 copy, the file's bytes, and every row the lookup
+// dequantises is bit for bit the row the f32 load holds.
 static void ExpectEmbeddingKeptAsStored(const Model& native, const Model& f32, const GgufFile& file,
                                         uint32_t type, const std::string& label) {
   EXPECT_TRUE(native.weights.token_embedding.empty()) << label;
@@ -296,7 +306,8 @@ static void ExpectEmbeddingKeptAsStored(const Model& native, const Model& f32, c
   std::vector<float> row(e.in);
   for (int token = 0; token < e.out; ++token) {
     DequantizeGgmlRows(e, token, 1, row.data());
-    ASSERT_TRUE(std::equal(row.begin(), row.end(), f32.weights.token_embedding.row(token))) << label << " token " << token;
+    ASSERT_TRUE(std::equal(row.begin(), row.end(), f32.weights.token_embedding.row(token)))
+        << label << " token " << token;
   }
 }
 
@@ -308,8 +319,8 @@ TEST(Precision, NativeIsTheF32ForwardOnTheStoredWeights) {
   std::mt19937_64 rng(9);
   random.weights.lm_head = test::RandomTensor({300, 256}, 0.05f, rng);
   const std::vector<int> tokens = Tokens(24, random.config.vocab_size, 3);
-  for (uint32_t type : {kGgmlTypeF16, kGgmlTypeBF16, kGgmlTypeQ8_0, kGgmlTypeQ4_0, kGgmlTypeQ4_K,
-                        kGgmlTypeQ6_K}) {
+  for (uint32_t type :
+       {kGgmlTypeF16, kGgmlTypeBF16, kGgmlTypeQ8_0, kGgmlTypeQ4_0, kGgmlTypeQ4_K, kGgmlTypeQ6_K}) {
     const std::string path = dir + "/m_" + GgmlTypeName(type) + ".gguf";
     GgufWriter writer;
     AddGgufModel(random, writer, type);
@@ -324,14 +335,20 @@ TEST(Precision, NativeIsTheF32ForwardOnTheStoredWeights) {
     int kept = 0;
     for (int l = 0; l < 2; ++l) {
       const LayerPacked& p = *native.weights.layers[l].packed;
-      for (auto [name, w] : {std::pair{"attn_q", &p.wq}, {"attn_k", &p.wk}, {"attn_v", &p.wv},
-                             {"attn_output", &p.wo}, {"ffn_gate", &p.w1}, {"ffn_down", &p.w2},
+      for (auto [name, w] : {std::pair{"attn_q", &p.wq},
+                             {"attn_k", &p.wk},
+                             {"attn_v", &p.wv},
+                             {"attn_output", &p.wo},
+                             {"ffn_gate", &p.w1},
+                             {"ffn_down", &p.w2},
                              {"ffn_up", &p.w3}}) {
-        const GgufTensorInfo* t = file.FindTensor("blk." + std::to_string(l) + "." + name + ".weight");
+        const GgufTensorInfo* t =
+            file.FindTensor("blk." + std::to_string(l) + "." + name + ".weight");
         ASSERT_NE(t, nullptr) << name;
         ASSERT_EQ(w->ggml.type, type) << label << " " << name;
         ASSERT_EQ(w->ggml.bytes(), t->n_bytes) << label << " " << name;
-        EXPECT_TRUE(std::equal(w->ggml.data, w->ggml.data + w->ggml.bytes(), t->data)) << label << " " << name;
+        EXPECT_TRUE(std::equal(w->ggml.data, w->ggml.data + w->ggml.bytes(), t->data))
+            << label << " " << name;
         EXPECT_TRUE(native.weights.layers[l].wq.empty());
         ++kept;
       }
@@ -341,7 +358,9 @@ TEST(Precision, NativeIsTheF32ForwardOnTheStoredWeights) {
     EXPECT_EQ(native.weights.lm_head_packed->ggml.type, type) << label;
     ExpectEmbeddingKeptAsStored(native, f32, file, type, label);
     EXPECT_EQ(native.ParameterCount(), f32.ParameterCount()) << label;
-    EXPECT_LT(test::MaxRelDiff(Logits(native, tokens), Logits(f32, tokens), label + " native prefill vs f32 load"), 1e-5);
+    EXPECT_LT(test::MaxRelDiff(Logits(native, tokens), Logits(f32, tokens),
+                               label + " native prefill vs f32 load"),
+              1e-5);
     EXPECT_LT(test::MaxRelDiff(DecodeLogits(native, tokens), DecodeLogits(f32, tokens),
                                label + " native decode vs f32 load"),
               1e-5);
@@ -356,7 +375,9 @@ TEST(Precision, NativeIsTheF32ForwardOnTheStoredWeights) {
     EXPECT_EQ(native.weights.layers[1].packed->w2.ggml.type,
               dtype == SafetensorsDtype::kBF16 ? kGgmlTypeBF16 : kGgmlTypeF16);
     const std::string label = std::string("HF ") + SafetensorsDtypeName(dtype);
-    EXPECT_LT(test::MaxRelDiff(Logits(native, tokens), Logits(f32, tokens), label + " native prefill vs f32 load"), 1e-5);
+    EXPECT_LT(test::MaxRelDiff(Logits(native, tokens), Logits(f32, tokens),
+                               label + " native prefill vs f32 load"),
+              1e-5);
     EXPECT_LT(test::MaxRelDiff(DecodeLogits(native, tokens), DecodeLogits(f32, tokens),
                                label + " native decode vs f32 load"),
               1e-5);
@@ -381,12 +402,15 @@ TEST(Precision, NativeOnStories260K) {
   // the lookup reads (no f32 copy of either).
   ASSERT_TRUE(native.weights.lm_head_packed);
   EXPECT_EQ(native.weights.lm_head_packed->ggml.type, kGgmlTypeQ8_0);
-  ExpectEmbeddingKeptAsStored(native, f32, GgufFile::Open(dir + "/s.gguf"), kGgmlTypeQ8_0, "stories260K");
+  ExpectEmbeddingKeptAsStored(native, f32, GgufFile::Open(dir + "/s.gguf"), kGgmlTypeQ8_0,
+                              "stories260K");
   EXPECT_EQ(native.weights.lm_head_packed->ggml.data, native.weights.embedding_packed->ggml.data);
   EXPECT_TRUE(native.weights.lm_head.empty());
   EXPECT_EQ(native.ParameterCount(), f32.ParameterCount());
   const std::vector<int> tokens = Tokens(32, f32.config.vocab_size, 5);
-  EXPECT_LT(test::MaxRelDiff(Logits(native, tokens), Logits(f32, tokens), "stories260K GGUF native prefill vs f32"), 1e-5);
+  EXPECT_LT(test::MaxRelDiff(Logits(native, tokens), Logits(f32, tokens),
+                             "stories260K GGUF native prefill vs f32"),
+            1e-5);
   EXPECT_LT(test::MaxRelDiff(DecodeLogits(native, tokens), DecodeLogits(f32, tokens),
                              "stories260K GGUF native decode vs f32"),
             1e-5);
@@ -421,7 +445,9 @@ TEST(Precision, NativeRefusesANonFiniteScale) {
       ADD_FAILURE() << "loaded a Q4_K tensor with an infinite scale in " << tensor;
     } catch (const Error& e) {
       const std::string what = e.what();
-      EXPECT_NE(what.find("bad.gguf: tensor '" + tensor + "' (Q4_K) holds a non-finite"), std::string::npos) << what;
+      EXPECT_NE(what.find("bad.gguf: tensor '" + tensor + "' (Q4_K) holds a non-finite"),
+                std::string::npos)
+          << what;
     }
   }
 }
@@ -498,7 +524,8 @@ TEST(Precision, ModelLargerThanMemoryIsRefusedBeforeLoading) {
 // last-bit change in an activation can move its bf16 rounding, so here both are held to the same
 // bound against f32 instead.
 TEST(Precision, PortablePathStaysWithinBf16OfF32) {
-  if (!Bf16KernelActive()) GTEST_SKIP() << "no vector bf16 path on this CPU: only the portable path runs";
+  if (!Bf16KernelActive())
+    GTEST_SKIP() << "no vector bf16 path on this CPU: only the portable path runs";
   Model model = LoadModel(kStories);
   const std::vector<int> tokens = Tokens(80, model.config.vocab_size, 3);
   const std::vector<float> f32 = Logits(model, tokens);
@@ -534,16 +561,19 @@ MetricDiffs AnalysisDiffs(Model& model, int T) {
   const auto b = analysis::AnalyzeSamples(model, analysis::Condition::kNoBos, samples, options);
   SetPrecision(model, Precision::kF32);
   MetricDiffs d;
-  for (size_t i = 0; i < f.alpha.size(); ++i) d.alpha = std::max(d.alpha, std::abs(b.alpha[i] - f.alpha[i]));
+  for (size_t i = 0; i < f.alpha.size(); ++i)
+    d.alpha = std::max(d.alpha, std::abs(b.alpha[i] - f.alpha[i]));
   for (size_t i = 0; i < f.top_share.size(); ++i)
     d.top_share = std::max(d.top_share, std::abs(b.top_share[i] - f.top_share[i]));
   for (size_t l = 0; l < f.p0_norm_ratio.size(); ++l) {
-    d.p0_norm_ratio = std::max(d.p0_norm_ratio, std::abs(b.p0_norm_ratio[l] / f.p0_norm_ratio[l] - 1));
+    d.p0_norm_ratio =
+        std::max(d.p0_norm_ratio, std::abs(b.p0_norm_ratio[l] / f.p0_norm_ratio[l] - 1));
     d.median_abs = std::max(d.median_abs, std::abs(b.median_abs[l] / f.median_abs[l] - 1));
   }
-  std::printf("bf16 vs f32 analysis: max |d alpha| %.3g, max |d top share| %.3g, max rel d p0 norm "
-              "ratio %.3g, max rel d median |x| %.3g\n",
-              d.alpha, d.top_share, d.p0_norm_ratio, d.median_abs);
+  std::printf(
+      "bf16 vs f32 analysis: max |d alpha| %.3g, max |d top share| %.3g, max rel d p0 norm "
+      "ratio %.3g, max rel d median |x| %.3g\n",
+      d.alpha, d.top_share, d.p0_norm_ratio, d.median_abs);
   return d;
 }
 
@@ -585,12 +615,15 @@ CliRun Cli(const std::string& args, const std::string& simd = "") {
 TEST(PrecisionCli, UnknownPrecisionIsRefusedOnEveryVerb) {
   const std::string dir = test::TempDir("precision_cli");
   const std::string json = " --json " + dir + "/out.json";
-  for (const std::string& verb : {"analyze --model " + kStories + json, "explain --model " + kStories + json,
-                                 "trace --checkpoints " + kStories + json,
-                                 "train --preset quick --steps 2 --out " + dir + "/run"}) {
+  for (const std::string& verb :
+       {"analyze --model " + kStories + json, "explain --model " + kStories + json,
+        "trace --checkpoints " + kStories + json,
+        "train --preset quick --steps 2 --out " + dir + "/run"}) {
     const CliRun r = Cli(verb + " --precision fp8");
     EXPECT_EQ(r.code, 1) << verb << "\n" << r.output;
-    EXPECT_NE(r.output.find("sinkscope: error: --precision: expected f32, bf16, q8_0 or native, got 'fp8'"), std::string::npos)
+    EXPECT_NE(r.output.find(
+                  "sinkscope: error: --precision: expected f32, bf16, q8_0 or native, got 'fp8'"),
+              std::string::npos)
         << r.output;
     EXPECT_FALSE(FileExists(dir + "/out.json")) << verb;
     EXPECT_FALSE(FileExists(dir + "/run")) << verb;
@@ -599,7 +632,8 @@ TEST(PrecisionCli, UnknownPrecisionIsRefusedOnEveryVerb) {
 
 TEST(PrecisionCli, AnalyzeRecordsThePrecisionAndSaysWhenItIsSlow) {
   const std::string dir = test::TempDir("precision_cli_json");
-  const std::string args = "analyze --model " + kStories + " --samples 2 --length 32 --json " + dir + "/";
+  const std::string args =
+      "analyze --model " + kStories + " --samples 2 --length 32 --json " + dir + "/";
   CliRun r = Cli(args + "bf16.json --precision bf16");
   ASSERT_EQ(r.code, 0) << r.output;
   const auto j = nlohmann::json::parse(ReadFile(dir + "/bf16.json"));
@@ -617,8 +651,8 @@ TEST(PrecisionCli, AnalyzeRecordsThePrecisionAndSaysWhenItIsSlow) {
 
 // Without --precision a model runs at the file's own precision: f32 for a file that stores every
 // weight as F32 (the llama2.c file, HF and GGUF F32), native for one that stores them in a type the
-// kernels multiply (HF BF16 / F16, GGUF Q8_0 / Q4_K, gpt-oss's MXFP4 experts in GGUF). The choice is
-// logged and recorded in the JSON, and the results are exactly those of the explicit flag.
+// kernels multiply (HF BF16 / F16, GGUF Q8_0 / Q4_K, gpt-oss's MXFP4 experts in GGUF). The choice
+// is logged and recorded in the JSON, and the results are exactly those of the explicit flag.
 TEST(PrecisionCli, DefaultIsTheFilesPrecision) {
   const std::string dir = test::TempDir("precision_default");
   std::vector<std::pair<std::string, Precision>> files = {{kStories, Precision::kF32}};
@@ -631,7 +665,8 @@ TEST(PrecisionCli, DefaultIsTheFilesPrecision) {
     WriteHfModel(random, dir + "/" + name, dtype);
     files.emplace_back(dir + "/" + name, p);
   }
-  for (auto [type, p] : {std::pair{kGgmlTypeF32, Precision::kF32}, {kGgmlTypeQ8_0, Precision::kNative},
+  for (auto [type, p] : {std::pair{kGgmlTypeF32, Precision::kF32},
+                         {kGgmlTypeQ8_0, Precision::kNative},
                          {kGgmlTypeQ4_K, Precision::kNative}}) {
     const std::string path = dir + "/m_" + GgmlTypeName(type) + ".gguf";
     GgufWriter writer;
@@ -663,8 +698,9 @@ TEST(PrecisionCli, DefaultIsTheFilesPrecision) {
                              " --samples 2 --length 16 --conditions no-bos --json " + dir + "/";
     const CliRun by_default = Cli(args + "default.json");
     ASSERT_EQ(by_default.code, 0) << path << "\n" << by_default.output;
-    EXPECT_NE(by_default.output.find(std::string("precision ") + PrecisionName(want) + " (the file's: "),
-              std::string::npos)
+    EXPECT_NE(
+        by_default.output.find(std::string("precision ") + PrecisionName(want) + " (the file's: "),
+        std::string::npos)
         << by_default.output;
     const CliRun given = Cli(args + "given.json --precision " + PrecisionName(want));
     ASSERT_EQ(given.code, 0) << path << "\n" << given.output;
@@ -674,14 +710,16 @@ TEST(PrecisionCli, DefaultIsTheFilesPrecision) {
     const auto a = nlohmann::json::parse(ReadFile(dir + "/default.json"));
     const auto b = nlohmann::json::parse(ReadFile(dir + "/given.json"));
     EXPECT_EQ(a["model"]["precision"], PrecisionName(want)) << path;
-    EXPECT_EQ(a["conditions"], b["conditions"]) << path << ": the default differs from --precision "
-                                                << PrecisionName(want);
+    EXPECT_EQ(a["conditions"], b["conditions"])
+        << path << ": the default differs from --precision " << PrecisionName(want);
     if (want == Precision::kF32) {  // native on an all-F32 file is the f32 forward too
       ASSERT_EQ(Cli(args + "native.json --precision native").code, 0) << path;
-      EXPECT_EQ(a["conditions"], nlohmann::json::parse(ReadFile(dir + "/native.json"))["conditions"]) << path;
+      EXPECT_EQ(a["conditions"],
+                nlohmann::json::parse(ReadFile(dir + "/native.json"))["conditions"])
+          << path;
     }
-    std::printf("%s: default precision %s (%s); its analysis equals --precision %s's\n", path.c_str(),
-                PrecisionName(want), why.c_str(), PrecisionName(want));
+    std::printf("%s: default precision %s (%s); its analysis equals --precision %s's\n",
+                path.c_str(), PrecisionName(want), why.c_str(), PrecisionName(want));
   }
 }
 
@@ -703,8 +741,9 @@ TEST(PrecisionCli, PerplexityAtQ8_0AndTrainingRefusesIt) {
   double worst = 0;
   for (size_t i = 0; i < q8["nll"].size(); ++i)
     worst = std::max(worst, std::abs(q8["nll"][i].get<double>() - f32["nll"][i].get<double>()));
-  std::printf("ppl q8_0 vs f32 on stories260K: mean NLL %.5f vs %.5f, max |d NLL| %.3g over %zu tokens\n",
-              q8["mean_nll"].get<double>(), f32["mean_nll"].get<double>(), worst, q8["nll"].size());
+  std::printf(
+      "ppl q8_0 vs f32 on stories260K: mean NLL %.5f vs %.5f, max |d NLL| %.3g over %zu tokens\n",
+      q8["mean_nll"].get<double>(), f32["mean_nll"].get<double>(), worst, q8["nll"].size());
   EXPECT_GT(worst, 0.0);
   EXPECT_LT(worst, 0.3);
   EXPECT_LT(std::abs(q8["mean_nll"].get<double>() - f32["mean_nll"].get<double>()), 0.01);

@@ -19,7 +19,8 @@ TEST(Report, ChartsAndPageAreSelfContained) {
   EXPECT_NE(line.find("a&lt;b"), std::string::npos);  // escaped series name
   std::string heat = Heatmap({{0.0, 0.5}, {1.0, 0.25}}, {.title = "h"});
   EXPECT_EQ(std::count(heat.begin(), heat.end(), '\n') > 4, true);
-  EXPECT_NE(heat.find("rgb(8,48,107)"), std::string::npos);  // the max value gets the darkest colour
+  EXPECT_NE(heat.find("rgb(8,48,107)"),
+            std::string::npos);  // the max value gets the darkest colour
   HtmlPage page("Report & <test>");
   page.Raw(heat);
   page.Table({{"k", "v"}, {"<x>", "1"}});

@@ -152,8 +152,7 @@ TEST_F(SafetensorsTest, ShardedIndexAndDirectory) {
     "weight_map": {"embed": "model-00001-of-00002.safetensors",
                    "layer0": "model-00001-of-00002.safetensors",
                    "layer1": "model-00002-of-00002.safetensors"}})");
-  for (const std::string& path :
-       {Path("sharded"), Path("sharded/model.safetensors.index.json")}) {
+  for (const std::string& path : {Path("sharded"), Path("sharded/model.safetensors.index.json")}) {
     SafetensorsDir dir = SafetensorsDir::Open(path);
     EXPECT_EQ(dir.shard_count(), 2u);
     EXPECT_EQ(dir.names(), (std::vector<std::string>{"embed", "layer0", "layer1"}));
@@ -210,10 +209,9 @@ TEST_F(SafetensorsTest, MalformedJson) {
 }
 
 TEST_F(SafetensorsTest, OffsetsOutOfRange) {
-  ExpectOpenError(
-      MakeFile("range.safetensors", R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
-               8),
-      {"'w'", "out of range", "8 bytes"});
+  ExpectOpenError(MakeFile("range.safetensors",
+                           R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8),
+                  {"'w'", "out of range", "8 bytes"});
 }
 
 TEST_F(SafetensorsTest, OffsetsOverlap) {
@@ -230,17 +228,15 @@ TEST_F(SafetensorsTest, HoleAndTrailingBytes) {
                            R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
                            12),
                   {"'b'", "hole"});
-  ExpectOpenError(
-      MakeFile("trail.safetensors", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
-               10),
-      {"6 trailing bytes"});
+  ExpectOpenError(MakeFile("trail.safetensors",
+                           R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 10),
+                  {"6 trailing bytes"});
 }
 
 TEST_F(SafetensorsTest, SizeMismatch) {
-  ExpectOpenError(
-      MakeFile("size.safetensors", R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})",
-               20),
-      {"'w'", "[2, 3]", "24 bytes", "span 20"});
+  ExpectOpenError(MakeFile("size.safetensors",
+                           R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 20),
+                  {"'w'", "[2, 3]", "24 bytes", "span 20"});
   ExpectOpenError(MakeFile("negative.safetensors",
                            R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4),
                   {"'w'", "non-negative"});
@@ -253,14 +249,12 @@ TEST_F(SafetensorsTest, SizeMismatch) {
 }
 
 TEST_F(SafetensorsTest, UnknownAndUnsupportedDtype) {
-  ExpectOpenError(
-      MakeFile("unknown.safetensors", R"({"w":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})",
-               4),
-      {"'w'", "'F33'"});
+  ExpectOpenError(MakeFile("unknown.safetensors",
+                           R"({"w":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})", 4),
+                  {"'w'", "'F33'"});
   // I64 is a valid safetensors dtype: the file opens, loading it as float32 fails by name.
-  std::string path =
-      MakeFile("i64.safetensors", R"({"ids":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})",
-               16);
+  std::string path = MakeFile("i64.safetensors",
+                              R"({"ids":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", 16);
   SafetensorsFile file = SafetensorsFile::Open(path);
   try {
     file.Load("ids");

@@ -33,7 +33,8 @@ Captured Capture(const Model& model, const std::vector<int>& ids, int layer) {
       std::copy_n(state.slot_logits.data(), c.slot.numel(), c.slot.data());
     }
   });
-  hooks.Add(HookPoint::kPattern, layer, [&](const HookContext&, Tensor& a) { c.pattern = a.Copy(); });
+  hooks.Add(HookPoint::kPattern, layer,
+            [&](const HookContext&, Tensor& a) { c.pattern = a.Copy(); });
   KVCache cache = KVCache::Create(model.config, static_cast<int>(ids.size()));
   ForwardRequest r;
   r.tokens = ids;
@@ -56,17 +57,20 @@ TEST(ServePattern, TileEqualsHookPatternExactlyAndPooled) {
   for (int layer : {0, 3}) {
     const Captured cap = Capture(model, Tokens(T), layer);
     for (int head : {0, 5}) {
-      auto ref = [&](int i, int j) { return cap.pattern[(static_cast<int64_t>(head) * T + i) * T + j]; };
-      const serve::PatternTile exact =
-          serve::ComputePatternTile(model, layer, cap.q.data(), cap.k.data(), T, head, 0, T, 0, T, T);
+      auto ref = [&](int i, int j) {
+        return cap.pattern[(static_cast<int64_t>(head) * T + i) * T + j];
+      };
+      const serve::PatternTile exact = serve::ComputePatternTile(
+          model, layer, cap.q.data(), cap.k.data(), T, head, 0, T, 0, T, T);
       ASSERT_EQ(exact.rows, T);
       ASSERT_EQ(exact.cols, T);
       for (int i = 0; i < T; ++i)
         for (int j = 0; j < T; ++j)
-          worst = std::max(worst, static_cast<double>(std::fabs(exact.values[i * T + j] - ref(i, j))));
+          worst =
+              std::max(worst, static_cast<double>(std::fabs(exact.values[i * T + j] - ref(i, j))));
       // A zoomed window pooled into 7 x 9 cells: each cell is the max over its block.
-      const serve::PatternTile t =
-          serve::ComputePatternTile(model, layer, cap.q.data(), cap.k.data(), T, head, 40, 290, 3, 200, 9);
+      const serve::PatternTile t = serve::ComputePatternTile(
+          model, layer, cap.q.data(), cap.k.data(), T, head, 40, 290, 3, 200, 9);
       EXPECT_EQ(t.row_step, (250 + 8) / 9);
       for (int r = 0; r < t.rows; ++r)
         for (int col = 0; col < t.cols; ++col) {
@@ -76,8 +80,10 @@ TEST(ServePattern, TileEqualsHookPatternExactlyAndPooled) {
               m = std::max(m, ref(i, j));
           worst = std::max(worst, static_cast<double>(std::fabs(t.values[r * t.cols + col] - m)));
         }
-      const std::vector<float> row = serve::ComputePatternRow(model, layer, cap.q.data(), cap.k.data(), T, head, 123);
-      for (int j = 0; j < T; ++j) worst = std::max(worst, static_cast<double>(std::fabs(row[j] - ref(123, j))));
+      const std::vector<float> row =
+          serve::ComputePatternRow(model, layer, cap.q.data(), cap.k.data(), T, head, 123);
+      for (int j = 0; j < T; ++j)
+        worst = std::max(worst, static_cast<double>(std::fabs(row[j] - ref(123, j))));
     }
   }
   std::printf("largest difference to the hook pattern: %.3g\n", worst);
@@ -92,16 +98,17 @@ TEST(ServePattern, KvBiasAndSigmoidTilesEqualHookPattern) {
   for (const char* ext : {"sinkscope_attn_kv_bias", "sinkscope_attn_sigmoid"}) {
     const Model model = test::LoadRandomHf(fmt::format(R"({{"architectures": ["LlamaForCausalLM"],
         "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "vocab_size": 61, "max_position_embeddings": 256, "{}": true}})", ext),
-        31, std::string("serve_") + ext);
+        "num_key_value_heads": 2, "vocab_size": 61, "max_position_embeddings": 256, "{}": true}})",
+                                                       ext),
+                                           31, std::string("serve_") + ext);
     std::vector<int> ids(T);
     for (int i = 0; i < T; ++i) ids[i] = (i * 17 + 5) % 61;
     const Captured cap = Capture(model, ids, 1);
     const float* slot = cap.slot.empty() ? nullptr : cap.slot.data();
     double worst = 0, row_sum_min = 1e9;
     for (int head = 0; head < 4; ++head) {
-      const serve::PatternTile t =
-          serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), T, head, 0, T, 0, T, T, slot);
+      const serve::PatternTile t = serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(),
+                                                             T, head, 0, T, 0, T, T, slot);
       for (int i = 0; i < T; ++i) {
         double sum = 0;
         for (int j = 0; j < T; ++j) {
@@ -111,11 +118,15 @@ TEST(ServePattern, KvBiasAndSigmoidTilesEqualHookPattern) {
         }
         row_sum_min = std::min(row_sum_min, sum);
       }
-      const std::vector<float> row = serve::ComputePatternRow(model, 1, cap.q.data(), cap.k.data(), T, head, 77, slot);
+      const std::vector<float> row =
+          serve::ComputePatternRow(model, 1, cap.q.data(), cap.k.data(), T, head, 77, slot);
       for (int j = 0; j < T; ++j)
-        worst = std::max(worst, static_cast<double>(std::fabs(row[j] - cap.pattern[(static_cast<int64_t>(head) * T + 77) * T + j])));
+        worst = std::max(worst,
+                         static_cast<double>(std::fabs(
+                             row[j] - cap.pattern[(static_cast<int64_t>(head) * T + 77) * T + j])));
     }
-    std::printf("%s: largest difference to the hook pattern %.3g; smallest row sum %.3f\n", ext, worst, row_sum_min);
+    std::printf("%s: largest difference to the hook pattern %.3g; smallest row sum %.3f\n", ext,
+                worst, row_sum_min);
     EXPECT_LT(worst, 1e-5) << ext;
     if (model.config.attn_kv_bias) {
       EXPECT_LT(row_sum_min, 0.9);  // the slot holds mass the keys do not
@@ -127,10 +138,18 @@ TEST(ServePattern, KvBiasAndSigmoidTilesEqualHookPattern) {
 TEST(ServePattern, BadWindowsAreErrors) {
   const Model model = LoadModel(test::RepoPath("models/stories260K/stories260K.bin"));
   const Captured cap = Capture(model, Tokens(20), 1);
-  EXPECT_THROW(serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 8, 0, 20, 0, 20, 4), Error);
-  EXPECT_THROW(serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 0, 5, 5, 0, 20, 4), Error);
-  EXPECT_THROW(serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 0, 0, 21, 0, 20, 4), Error);
-  EXPECT_THROW(serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 0, 0, 20, 0, 20, 0), Error);
+  EXPECT_THROW(
+      serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 8, 0, 20, 0, 20, 4),
+      Error);
+  EXPECT_THROW(
+      serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 0, 5, 5, 0, 20, 4),
+      Error);
+  EXPECT_THROW(
+      serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 0, 0, 21, 0, 20, 4),
+      Error);
+  EXPECT_THROW(
+      serve::ComputePatternTile(model, 1, cap.q.data(), cap.k.data(), 20, 0, 0, 20, 0, 20, 0),
+      Error);
   EXPECT_THROW(serve::ComputePatternRow(model, 1, cap.q.data(), cap.k.data(), 20, 0, 20), Error);
 }
 

@@ -10,23 +10,22 @@
 // reference that processes the whole stream at once with StreamingLLM's mask (query i sees the
 // first S tokens and its own W most recent) and positions inside the cache (query i at
 // min(i, S+W-1); a kept key at its index among the kept tokens).
-#include <gtest/gtest.h>
 #include <cblas.h>
+#include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
-#include <random>
-
 #include <filesystem>
+#include <random>
 
 #include "io/hf_config.h"
 #include "io/llama2c.h"
 #include "io/load.h"
 #include "io/safetensors.h"
-#include "naive_hf.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "model/random_init.h"
+#include "naive_hf.h"
 #include "stream/stream.h"
 #include "test_util.h"
 
@@ -108,7 +107,8 @@ std::vector<std::vector<double>> ReferenceStream(const Model& model, const std::
       std::vector<std::pair<int, int>> keys;  // (stream index, cache position)
       const int pos_i = query_pos(i);
       for (int j = 0; j < std::min(sinks, i + 1); ++j) keys.push_back({j, j});
-      for (int j = std::max(sinks, i - window + 1); j <= i; ++j) keys.push_back({j, pos_i - (i - j)});
+      for (int j = std::max(sinks, i - window + 1); j <= i; ++j)
+        keys.push_back({j, pos_i - (i - j)});
       std::vector<double> z(static_cast<size_t>(H) * Dh, 0.0);
       for (int h = 0; h < H; ++h) {
         std::vector<double> qh(q[i].begin() + h * Dh, q[i].begin() + (h + 1) * Dh);
@@ -126,7 +126,8 @@ std::vector<std::vector<double>> ReferenceStream(const Model& model, const std::
         double sum = 0;
         for (double& s : scores) sum += (s = std::exp(s - mx));
         for (size_t n = 0; n < keys.size(); ++n)
-          for (int d = 0; d < Dh; ++d) z[h * Dh + d] += scores[n] / sum * v[keys[n].first][kvh * Dh + d];
+          for (int d = 0; d < Dh; ++d)
+            z[h * Dh + d] += scores[n] / sum * v[keys[n].first][kvh * Dh + d];
       }
       std::vector<double> o = Linear(w.wo, z);
       for (int d = 0; d < D; ++d) x[i][d] += o[d];
@@ -140,7 +141,8 @@ std::vector<std::vector<double>> ReferenceStream(const Model& model, const std::
     }
   }
   std::vector<std::vector<double>> logits(N);
-  for (int i = 0; i < N; ++i) logits[i] = Linear(model.weights.lm_head, RmsNormD(x[i], model.weights.final_norm, c.norm_eps));
+  for (int i = 0; i < N; ++i)
+    logits[i] = Linear(model.weights.lm_head, RmsNormD(x[i], model.weights.final_norm, c.norm_eps));
   return logits;
 }
 
@@ -229,7 +231,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, StreamInvariant,
 
 // The last logits of a fresh dense forward (the engine's ordinary path) over the tokens a sinks +
 // window cache holds after token n: the first S, then the last W (all of them while n < S + W).
-std::vector<float> FreshOverKept(const Model& model, const std::vector<int>& tokens, int n, int S, int W) {
+std::vector<float> FreshOverKept(const Model& model, const std::vector<int>& tokens, int n, int S,
+                                 int W) {
   std::vector<int> kept;
   if (n < S + W) {
     kept.assign(tokens.begin(), tokens.begin() + n + 1);
@@ -287,60 +290,69 @@ TEST(Stream, OneLayerEqualsFreshForwardOverKeptTokens) {
 // queries) as the plain forward does.
 TEST(Stream, Gpt2LearnedPositionsOneLayer) {
   for (const char* extra : {"", R"(, "scale_attn_weights": false)"}) {
-  SCOPED_TRACE(extra);
-  const ModelConfig config = ParseHfConfig(
-      std::string(R"({"architectures": ["GPT2LMHeadModel"], "n_embd": 32, "n_head": 4, "n_layer": 1,
-          "n_positions": 64, "vocab_size": 61, "layer_norm_epsilon": 1e-5)") + extra + "}", "gpt2 test");
-  ASSERT_EQ(config.attn_scale_sqrt_dim, *extra == 0);
-  const test::HfTensors weights = test::RandomHfWeights(config, 9);
-  const std::string dir = test::TempDir("stream_gpt2") + "/hf";
-  std::filesystem::create_directories(dir);
-  WriteHfConfig(dir + "/config.json", config);
-  std::vector<std::pair<std::string, Tensor>> list(weights.begin(), weights.end());
-  WriteSafetensors(dir + "/model.safetensors", list);
-  const Model model = LoadModel(dir);
-  const std::vector<int> tokens = SomeTokens(40, model.config.vocab_size, 8);
-  const int S = 2, W = 6;
-  StreamOptions o;
-  o.policy = Policy::kSinks;
-  o.sinks = S;
-  o.window = W;
-  auto cache = stream::MakeStreamCache(model, o);
-  double worst = 0, apart = 0;
-  for (int n = 0; n < static_cast<int>(tokens.size()); ++n) {
-    Tensor got = cache->Step(tokens[n]);
-    std::vector<int> kept, positions;
-    for (int m = 0; m <= n; ++m) {
-      if (m >= S && m <= n - W) continue;  // evicted
-      kept.push_back(tokens[m]);
-      positions.push_back(std::min(m, S + W - 1));  // its cache position when it was inserted
+    SCOPED_TRACE(extra);
+    const ModelConfig config = ParseHfConfig(
+        std::string(
+            R"({"architectures": ["GPT2LMHeadModel"], "n_embd": 32, "n_head": 4, "n_layer": 1,
+          "n_positions": 64, "vocab_size": 61, "layer_norm_epsilon": 1e-5)") +
+            extra + "}",
+        "gpt2 test");
+    ASSERT_EQ(config.attn_scale_sqrt_dim, *extra == 0);
+    const test::HfTensors weights = test::RandomHfWeights(config, 9);
+    const std::string dir = test::TempDir("stream_gpt2") + "/hf";
+    std::filesystem::create_directories(dir);
+    WriteHfConfig(dir + "/config.json", config);
+    std::vector<std::pair<std::string, Tensor>> list(weights.begin(), weights.end());
+    WriteSafetensors(dir + "/model.safetensors", list);
+    const Model model = LoadModel(dir);
+    const std::vector<int> tokens = SomeTokens(40, model.config.vocab_size, 8);
+    const int S = 2, W = 6;
+    StreamOptions o;
+    o.policy = Policy::kSinks;
+    o.sinks = S;
+    o.window = W;
+    auto cache = stream::MakeStreamCache(model, o);
+    double worst = 0, apart = 0;
+    for (int n = 0; n < static_cast<int>(tokens.size()); ++n) {
+      Tensor got = cache->Step(tokens[n]);
+      std::vector<int> kept, positions;
+      for (int m = 0; m <= n; ++m) {
+        if (m >= S && m <= n - W) continue;  // evicted
+        kept.push_back(tokens[m]);
+        positions.push_back(std::min(m, S + W - 1));  // its cache position when it was inserted
+      }
+      auto fresh = [&](const std::vector<int>& pos) {
+        KVCache kv = KVCache::Create(model.config, S + W);
+        RunState state;
+        ForwardRequest r;
+        r.tokens = kept;
+        r.positions = pos;
+        r.logits = LogitsMode::kLast;
+        const Tensor t = Forward(model, kv, state, r);
+        return std::vector<float>(t.data(), t.data() + t.numel());
+      };
+      const std::vector<float> g(got.data(), got.data() + got.numel());
+      const std::vector<float> want = fresh(positions);
+      double diff = 0, ref = 0;
+      for (size_t i = 0; i < g.size(); ++i)
+        diff = std::max(diff, double(std::fabs(g[i] - want[i]))),
+        ref = std::max(ref, double(std::fabs(want[i])));
+      worst = std::max(worst, diff / ref);
+      std::vector<int> plain(kept.size());
+      for (size_t i = 0; i < plain.size(); ++i) plain[i] = static_cast<int>(i);
+      const std::vector<float> other = fresh(plain);
+      double d2 = 0;
+      for (size_t i = 0; i < g.size(); ++i)
+        d2 = std::max(d2, double(std::fabs(other[i] - want[i])));
+      apart = std::max(apart, d2 / ref);
     }
-    auto fresh = [&](const std::vector<int>& pos) {
-      KVCache kv = KVCache::Create(model.config, S + W);
-      RunState state;
-      ForwardRequest r;
-      r.tokens = kept;
-      r.positions = pos;
-      r.logits = LogitsMode::kLast;
-      const Tensor t = Forward(model, kv, state, r);
-      return std::vector<float>(t.data(), t.data() + t.numel());
-    };
-    const std::vector<float> g(got.data(), got.data() + got.numel());
-    const std::vector<float> want = fresh(positions);
-    double diff = 0, ref = 0;
-    for (size_t i = 0; i < g.size(); ++i) diff = std::max(diff, double(std::fabs(g[i] - want[i]))), ref = std::max(ref, double(std::fabs(want[i])));
-    worst = std::max(worst, diff / ref);
-    std::vector<int> plain(kept.size());
-    for (size_t i = 0; i < plain.size(); ++i) plain[i] = static_cast<int>(i);
-    const std::vector<float> other = fresh(plain);
-    double d2 = 0;
-    for (size_t i = 0; i < g.size(); ++i) d2 = std::max(d2, double(std::fabs(other[i] - want[i])));
-    apart = std::max(apart, d2 / ref);
-  }
-  std::printf("gpt2 1 layer, sinks %d + %d: streamed vs fresh forward with insertion positions: max rel diff %.3g; "
-              "positions 0..S+W-1 would differ by %.3g\n", S, W, worst, apart);
-  EXPECT_LT(worst, 1e-5);
-  EXPECT_GT(apart, 1e-3);
+    std::printf(
+        "gpt2 1 layer, sinks %d + %d: streamed vs fresh forward with insertion positions: max rel "
+        "diff %.3g; "
+        "positions 0..S+W-1 would differ by %.3g\n",
+        S, W, worst, apart);
+    EXPECT_LT(worst, 1e-5);
+    EXPECT_GT(apart, 1e-3);
   }
 }
 
@@ -352,11 +364,16 @@ TEST(Stream, Gpt2LearnedPositionsOneLayer) {
 // Gemma 2 (soft-capped attention, sliding layer) and Gemma 3 (local RoPE base on the sliding layer)
 // the same way.
 TEST(Stream, GptOssAndGemmaOneLayerEqualFreshForwardOverKeptTokens) {
-  struct Case { const char* family; const char* kind; int layer_window, sinks; };
-  for (Case k : {Case{"gpt_oss", "sliding_attention", 4, 3}, Case{"gpt_oss", "sliding_attention", 30, 3},
-                 Case{"gpt_oss", "full_attention", 4, 3}, Case{"gpt_oss", "sliding_attention", 4, 0},
-                 Case{"gemma2", "sliding_attention", 4, 3}, Case{"gemma2", "full_attention", 4, 3},
-                 Case{"gemma3", "sliding_attention", 5, 2}}) {
+  struct Case {
+    const char* family;
+    const char* kind;
+    int layer_window, sinks;
+  };
+  for (Case k :
+       {Case{"gpt_oss", "sliding_attention", 4, 3}, Case{"gpt_oss", "sliding_attention", 30, 3},
+        Case{"gpt_oss", "full_attention", 4, 3}, Case{"gpt_oss", "sliding_attention", 4, 0},
+        Case{"gemma2", "sliding_attention", 4, 3}, Case{"gemma2", "full_attention", 4, 3},
+        Case{"gemma3", "sliding_attention", 5, 2}}) {
     SCOPED_TRACE(fmt::format("{} {} W_l={} sinks={}", k.family, k.kind, k.layer_window, k.sinks));
     const std::string family = k.family;
     const std::string json =
@@ -366,7 +383,8 @@ TEST(Stream, GptOssAndGemmaOneLayerEqualFreshForwardOverKeptTokens) {
         "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 61, "max_position_embeddings": 64,
         "num_local_experts": 3, "num_experts_per_tok": 2, "sliding_window": {},
         "layer_types": ["{}"], "rope_scaling": {{"rope_type": "yarn", "factor": 4.0,
-        "original_max_position_embeddings": 16}}}})", k.layer_window, k.kind)
+        "original_max_position_embeddings": 16}}}})",
+                          k.layer_window, k.kind)
             : fmt::format(R"({{"architectures": ["{}"], "hidden_size": 32, "intermediate_size": 48,
         "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
         "vocab_size": 61, "max_position_embeddings": 64, "query_pre_attn_scalar": 12,
@@ -389,9 +407,11 @@ TEST(Stream, GptOssAndGemmaOneLayerEqualFreshForwardOverKeptTokens) {
 // Gated attention (the trainer's attention=gated): the gate is per token, so streaming it equals a
 // fresh computation over the kept tokens as for the plain model.
 TEST(Stream, GatedAttentionOneLayerEqualsFreshForwardOverKeptTokens) {
-  const Model model = test::LoadRandomHf(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 32,
+  const Model model =
+      test::LoadRandomHf(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 32,
       "intermediate_size": 48, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
-      "vocab_size": 61, "max_position_embeddings": 64, "sinkscope_attn_output_gate": true})", 23, "stream_gated");
+      "vocab_size": 61, "max_position_embeddings": 64, "sinkscope_attn_output_gate": true})",
+                         23, "stream_gated");
   ASSERT_TRUE(model.config.attn_output_gate);
   const std::vector<int> tokens = SomeTokens(40, model.config.vocab_size, 6);
   StreamOptions o;
@@ -408,8 +428,9 @@ TEST(Stream, KvBiasAndSigmoidOneLayerEqualFreshForwardOverKeptTokens) {
   for (const char* extension : {"sinkscope_attn_kv_bias", "sinkscope_attn_sigmoid"}) {
     const Model model = test::LoadRandomHf(fmt::format(R"({{"architectures": ["LlamaForCausalLM"],
         "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "vocab_size": 61, "max_position_embeddings": 64, "{}": true}})", extension),
-        24, std::string("stream_") + extension);
+        "num_key_value_heads": 2, "vocab_size": 61, "max_position_embeddings": 64, "{}": true}})",
+                                                       extension),
+                                           24, std::string("stream_") + extension);
     ASSERT_TRUE(model.config.attn_kv_bias || model.config.attn_sigmoid);
     const std::vector<int> tokens = SomeTokens(40, model.config.vocab_size, 6);
     StreamOptions o;
@@ -488,7 +509,9 @@ TEST(Stream, ChunkedPrefillEqualsTokenByToken) {
       for (int t : prompt) stepped->Step(t);
       chunked->Prefill(prompt);
       const std::string label = fmt::format("{} chunk {}", stream::PolicyName(policy), chunk);
-      auto as_vec = [](const Tensor& t) { return std::vector<float>(t.data(), t.data() + t.numel()); };
+      auto as_vec = [](const Tensor& t) {
+        return std::vector<float>(t.data(), t.data() + t.numel());
+      };
       EXPECT_LT(test::MaxRelDiff(as_vec(chunked->last_logits()), as_vec(stepped->last_logits()),
                                  label + " prefill"),
                 1e-5);
@@ -533,8 +556,14 @@ TEST(Stream, GenerationRunsPastTheContextInConstantMemory) {
   auto greedy = [&](const float* l) { return stream::PickGreedy(l, model.config.vocab_size); };
   std::vector<int> a, b;
   // Before anything is evicted the two policies must generate the same tokens.
-  stream::StreamGenerate(*sinks, bos, 200, greedy, [&](int t) { a.push_back(t); return true; });
-  stream::StreamGenerate(*dense, bos, 200, greedy, [&](int t) { b.push_back(t); return true; });
+  stream::StreamGenerate(*sinks, bos, 200, greedy, [&](int t) {
+    a.push_back(t);
+    return true;
+  });
+  stream::StreamGenerate(*dense, bos, 200, greedy, [&](int t) {
+    b.push_back(t);
+    return true;
+  });
   EXPECT_EQ(a, b);
   const int64_t bytes = sinks->kv_bytes();
   const int64_t n = stream::StreamGenerate(*sinks, {}, 400, greedy, [](int) { return true; });
@@ -561,7 +590,8 @@ TEST(Stream, NonsenseOptionsGiveClearErrors) {
   StreamOptions o;
   EXPECT_EQ(ErrorOf(o, c), "");
   o.window = 600;
-  EXPECT_NE(ErrorOf(o, c).find("exceeds the model's context of 512"), std::string::npos) << ErrorOf(o, c);
+  EXPECT_NE(ErrorOf(o, c).find("exceeds the model's context of 512"), std::string::npos)
+      << ErrorOf(o, c);
   o.force = true;
   EXPECT_EQ(ErrorOf(o, c), "");
   o = StreamOptions{};

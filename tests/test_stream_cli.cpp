@@ -1,15 +1,14 @@
 // `sinkscope stream` and `sinkscope chat` end to end: outputs complete or absent, clear errors for
 // bad input, clean exit at end of input in chat.
 #include <gtest/gtest.h>
-
-#include <cctype>
-#include <map>
-#include <sstream>
 #include <sys/wait.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "common/file_util.h"
 #include "test_util.h"
@@ -36,10 +35,11 @@ std::string Dir() {
 Result RunCli(const std::string& args, const std::string& stdin_text = "") {
   const std::string d = Dir();
   WriteFileAtomic(d + "/stdin.txt", stdin_text);
-  const std::string cmd = "OMP_NUM_THREADS=1 " + kBinary + " " + args + " < " + d + "/stdin.txt > " +
-                          d + "/out.txt 2> " + d + "/err.txt";
+  const std::string cmd = "OMP_NUM_THREADS=1 " + kBinary + " " + args + " < " + d +
+                          "/stdin.txt > " + d + "/out.txt 2> " + d + "/err.txt";
   const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadFile(d + "/out.txt"), ReadFile(d + "/err.txt")};
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadFile(d + "/out.txt"),
+          ReadFile(d + "/err.txt")};
 }
 
 std::string Text(const std::string& name, const std::string& contents) {
@@ -56,8 +56,8 @@ TEST(StreamCli, CompareWritesCompleteCsvJsonAndHtml) {
   const std::string d = Dir(), text = Text("story.txt", kStory);
   for (auto f : {"/a.csv", "/a.json", "/a.html"}) fs::remove(d + f);
   Result r = RunCli("stream --model " + kModel + " --text " + text +
-                 " --compare window,sinks,recompute --sinks 2 --window 8 --csv " + d + "/a.csv --json " +
-                 d + "/a.json --html " + d + "/a.html");
+                    " --compare window,sinks,recompute --sinks 2 --window 8 --csv " + d +
+                    "/a.csv --json " + d + "/a.json --html " + d + "/a.html");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("recompute"), std::string::npos) << r.out;
   nlohmann::json j = nlohmann::json::parse(ReadFile(d + "/a.json"));
@@ -85,7 +85,8 @@ TEST(StreamCli, CompareWritesCompleteCsvJsonAndHtml) {
 
 TEST(StreamCli, SinglePolicyCsvHasThreeColumns) {
   const std::string d = Dir(), text = Text("story.txt", kStory);
-  Result r = RunCli("stream --model " + kModel + " --text " + text + " --window 16 --csv " + d + "/b.csv");
+  Result r =
+      RunCli("stream --model " + kModel + " --text " + text + " --window 16 --csv " + d + "/b.csv");
   ASSERT_EQ(r.code, 0) << r.err;
   std::ifstream csv(d + "/b.csv");
   std::string line;
@@ -120,11 +121,13 @@ TEST(StreamCli, BadInputGivesClearErrorsAndNoOutputs) {
   ExpectFails(base + story + " --compare window,,bogus", "--compare");
   ExpectFails(base + Text("empty.txt", ""), "empty");
   ExpectFails(base + Text("blank.txt", " \n\n "), "empty");
-  ExpectFails(base + Text("bad_utf8.txt", std::string("Once upon a \xff\xfe time")), "not valid UTF-8");
+  ExpectFails(base + Text("bad_utf8.txt", std::string("Once upon a \xff\xfe time")),
+              "not valid UTF-8");
   ExpectFails(base + Dir() + "/missing.txt", "missing.txt");
   std::string long_text;
   for (int i = 0; i < 30; ++i) long_text += kStory;
-  ExpectFails(base + Text("long.txt", long_text) + " --policy dense", "more than the model's context");
+  ExpectFails(base + Text("long.txt", long_text) + " --policy dense",
+              "more than the model's context");
   // --force lets S + W exceed the context; the run then completes.
   Result forced = RunCli(base + story + " --sinks 4 --window 600 --force");
   EXPECT_EQ(forced.code, 0) << forced.err;
@@ -166,7 +169,8 @@ TEST(StreamCli, KvCacheBadInput) {
   const std::string base = "stream --model " + kModel + " --text " + Text("story.txt", kStory);
   ExpectFails(base + " --kv-type q4_k", "--kv-type: expected one of f32, bf16, f16, q8_0, q4_0");
   ExpectFails(base + " --kv-type-v int8", "--kv-type-v");
-  ExpectFails(base + " --kv-type q8_0 --kv-keep first:300 --sinks 4 --window 60", "more than the cache holds (64)");
+  ExpectFails(base + " --kv-type q8_0 --kv-keep first:300 --sinks 4 --window 60",
+              "more than the cache holds (64)");
   ExpectFails(base + " --kv-type q8_0 --kv-keep some", "--kv-keep: expected none, first:N");
   ExpectFails(base + " --kv-keep first:2", "applies with --kv-type");
   ExpectFails(base + " --kv-type q8_0 --policy recompute", "recompute");
@@ -174,17 +178,22 @@ TEST(StreamCli, KvCacheBadInput) {
   ExpectFails(base + " --compare-kv q8_0,zz", "--compare-kv");
   // A cache larger than the machine's memory (640 GB in f32, 90 GB in q4_0) is refused before
   // anything is allocated, with both sizes.
-  ExpectFails(base + " --sinks 4 --window 499999996 --force",
-              "--sinks + --window: a KV cache of 500000000 entries (f32 keys, f32 values): needs 596 GiB");
-  ExpectFails(base + " --sinks 4 --window 499999996 --force --kv-type q4_0", "(q4_0 keys, q4_0 values): needs 84 GiB");
+  ExpectFails(
+      base + " --sinks 4 --window 499999996 --force",
+      "--sinks + --window: a KV cache of 500000000 entries (f32 keys, f32 values): needs 596 GiB");
+  ExpectFails(base + " --sinks 4 --window 499999996 --force --kv-type q4_0",
+              "(q4_0 keys, q4_0 values): needs 84 GiB");
   Result chat = RunCli("chat --model " + kModel + " --kv-type q8_0 --kv-keep detected", "hello\n");
   EXPECT_NE(chat.code, 0);
   EXPECT_NE(chat.err.find("first:N"), std::string::npos) << chat.err;
   // generate and chat run on a typed cache.
-  Result gen = RunCli("generate --model " + kModel + " --prompt Once --steps 40 --seed 3 --kv-type q4_0 --kv-keep first:4");
+  Result gen = RunCli("generate --model " + kModel +
+                      " --prompt Once --steps 40 --seed 3 --kv-type q4_0 --kv-keep first:4");
   ASSERT_EQ(gen.code, 0) << gen.err;
   EXPECT_NE(gen.err.find("q4_0 keys, q4_0 values"), std::string::npos) << gen.err;
-  Result c = RunCli("chat --model " + kModel + " --kv-type-k q8_0 --kv-type-v q4_0 --max-reply 8 --seed 1", "Once upon a time\n");
+  Result c =
+      RunCli("chat --model " + kModel + " --kv-type-k q8_0 --kv-type-v q4_0 --max-reply 8 --seed 1",
+             "Once upon a time\n");
   ASSERT_EQ(c.code, 0) << c.err;
   EXPECT_NE(c.err.find("q8_0 keys, q4_0 values"), std::string::npos) << c.err;
 }
@@ -196,7 +205,7 @@ TEST(StreamCli, TokenIdsStreamLikeTheText) {
   Result ids = RunCli("tokenize --model " + kModel + " --prompt \"" + std::string(kStory) + "\"");
   ASSERT_EQ(ids.code, 0) << ids.err;
   std::string id_list = ids.out.substr(0, ids.out.find('\n'));  // "1 403 407 ..."
-  for (size_t i = 40; i < id_list.size(); i += 40)  // spread over lines, as files are
+  for (size_t i = 40; i < id_list.size(); i += 40)              // spread over lines, as files are
     if (id_list[i] == ' ') id_list[i] = '\n';
   ASSERT_GT(id_list.size(), 20u) << ids.out;
   const std::string a = d + "/t.json", b = d + "/x.json";
@@ -209,9 +218,12 @@ TEST(StreamCli, TokenIdsStreamLikeTheText) {
   const auto ja = nlohmann::json::parse(ReadFile(a)), jb = nlohmann::json::parse(ReadFile(b));
   EXPECT_EQ(ja["tokens"], jb["tokens"]);
   EXPECT_EQ(ja["runs"][0]["mean_nll"], jb["runs"][0]["mean_nll"]);
-  ExpectFails("stream --model " + kModel + " --tokens " + Text("bad1.txt", "1 403 x7 5"), "'x7' is not a token id");
-  ExpectFails("stream --model " + kModel + " --tokens " + Text("bad2.txt", "1 403\n 99999 5"), "line 2: token id 99999 is outside");
-  ExpectFails("stream --model " + kModel + " --tokens " + Text("bad3.txt", "1 -4 5"), "not a token id");
+  ExpectFails("stream --model " + kModel + " --tokens " + Text("bad1.txt", "1 403 x7 5"),
+              "'x7' is not a token id");
+  ExpectFails("stream --model " + kModel + " --tokens " + Text("bad2.txt", "1 403\n 99999 5"),
+              "line 2: token id 99999 is outside");
+  ExpectFails("stream --model " + kModel + " --tokens " + Text("bad3.txt", "1 -4 5"),
+              "not a token id");
   ExpectFails("stream --model " + kModel, "--text FILE or --tokens FILE");
 }
 
@@ -249,12 +261,14 @@ TEST(StreamCli, ChatStreamsRepliesAndExitsCleanlyAtEndOfInput) {
   EXPECT_EQ(empty.code, 0) << empty.err;
   EXPECT_NE(empty.err.find("end of input"), std::string::npos) << empty.err;
   // Three turns on a 2 + 14 cache: the conversation outgrows the cache and goes on.
-  Result r = RunCli("chat --model " + kModel + " --sinks 2 --window 14 --temperature 0 --max-reply 24",
-                 "Once upon a time\nThe cat\n\n");
+  Result r =
+      RunCli("chat --model " + kModel + " --sinks 2 --window 14 --temperature 0 --max-reply 24",
+             "Once upon a time\nThe cat\n\n");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_GT(r.out.size(), 20u) << r.out;
   size_t turns = 0;
-  for (size_t p = r.err.find("[cache "); p != std::string::npos; p = r.err.find("[cache ", p + 1)) ++turns;
+  for (size_t p = r.err.find("[cache "); p != std::string::npos; p = r.err.find("[cache ", p + 1))
+    ++turns;
   EXPECT_EQ(turns, 3u) << r.err;
   EXPECT_NE(r.err.find("[cache 16/16 entries"), std::string::npos) << r.err;
   Result bad = RunCli("chat --model " + kModel + " --sinks 300 --window 200", "hi\n");

@@ -28,7 +28,8 @@ TEST(Tensor, ZerosRowsReshape) {
 // The first NaN or Inf, wherever it sits: in a vector lane, in a block's scalar tail, in a later
 // block; the largest finite float and -0 are finite.
 TEST(Tensor, FirstNonFiniteFindsEveryPosition) {
-  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{13}, int64_t{4096}, int64_t{4099}, int64_t{10000}}) {
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{13}, int64_t{4096}, int64_t{4099},
+                    int64_t{10000}}) {
     std::vector<float> v(n, 1.0f);
     v[0] = 3.4028235e38f;
     if (n > 1) v[1] = -0.0f;

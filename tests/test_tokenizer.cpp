@@ -68,7 +68,8 @@ void ExpectAllCases(const Tokenizer& tok, const std::string& vocab) {
   for (size_t i = 0; i < cases.size(); ++i) {
     std::vector<int> got = tok.Encode(cases[i].text, false);
     if (got == cases[i].ids) ++passed;
-    EXPECT_EQ(Join(got), Join(cases[i].ids)) << vocab << " case " << i << ": '" << cases[i].text << "'";
+    EXPECT_EQ(Join(got), Join(cases[i].ids))
+        << vocab << " case " << i << ": '" << cases[i].text << "'";
     // Byte-level BPE is lossless; SentencePiece loses nothing either except for the empty text.
     EXPECT_EQ(tok.Decode(got), cases[i].text) << vocab << " case " << i;
   }
@@ -85,10 +86,10 @@ TEST(Unicode, Classes) {
   EXPECT_TRUE(IsWhitespace(0x3000));
   EXPECT_FALSE(IsWhitespace(0x200B));  // zero width space is not White_Space
   EXPECT_EQ(FindInvalidUtf8("ok \xC3\xA9"), std::string_view::npos);
-  EXPECT_EQ(FindInvalidUtf8("ab\xC0\x80"), 2u);          // overlong
-  EXPECT_EQ(FindInvalidUtf8("\xED\xA0\x80"), 0u);        // surrogate
+  EXPECT_EQ(FindInvalidUtf8("ab\xC0\x80"), 2u);           // overlong
+  EXPECT_EQ(FindInvalidUtf8("\xED\xA0\x80"), 0u);         // surrogate
   EXPECT_EQ(FindInvalidUtf8("abc\xF4\x90\x80\x80"), 3u);  // > U+10FFFF
-  EXPECT_EQ(FindInvalidUtf8("x\xE2\x82"), 1u);           // truncated
+  EXPECT_EQ(FindInvalidUtf8("x\xE2\x82"), 1u);            // truncated
 }
 
 TEST(Llama2cTokenizer, ReferenceIds) {
@@ -100,7 +101,8 @@ TEST(Llama2cTokenizer, ReferenceIds) {
   EXPECT_EQ(Join(tok->Encode("Once upon a time, there was a little girl named Lily.", true)),
             "1 403 407 261 378 432 383 286 261 376 298 315 421 395 317 426");
   int n = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(test::RepoPath("tests/data/reference"))) {
+  for (const auto& entry :
+       std::filesystem::directory_iterator(test::RepoPath("tests/data/reference"))) {
     if (entry.path().extension() != ".json") continue;
     nlohmann::json ref = nlohmann::json::parse(ReadFile(entry.path().string()));
     std::string text = ref["text"];
@@ -138,7 +140,8 @@ TEST(Llama2cTokenizer, BadInputs) {
     FAIL() << "expected a vocabulary size mismatch";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("more tokens than the model's vocabulary size 500"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
   auto dir = std::filesystem::temp_directory_path() / ("sinkscope_tok_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
@@ -212,12 +215,13 @@ using Words = std::vector<std::string>;
 
 TEST(PreTokenizer, HandCheckedSplits) {
   EXPECT_EQ(Split(PreTokenizer::kGpt2, "Hello, y'all!  I've 12345 \u00bdx\n\n"),
-            (Words{"Hello", ",", " y", "'", "all", "!", " ", " I", "'ve", " 12345", " \u00bd", "x", "\n\n"}));
+            (Words{"Hello", ",", " y", "'", "all", "!", " ", " I", "'ve", " 12345", " \u00bd", "x",
+                   "\n\n"}));
   // Llama 3: a leading punctuation char joins the word, digits in threes, newlines kept apart.
   EXPECT_EQ(Split(PreTokenizer::kLlama3, "(normal) I'M 1234567 ok\n\n  next  "),
-            (Words{"(normal", ")", " I", "'M", " ", "123", "456", "7", " ok", "\n\n", " ", " next", "  "}));
-  EXPECT_EQ(Split(PreTokenizer::kQwen2, "ab 123!!\n"),
-            (Words{"ab", " ", "1", "2", "3", "!!\n"}));
+            (Words{"(normal", ")", " I", "'M", " ", "123", "456", "7", " ok", "\n\n", " ", " next",
+                   "  "}));
+  EXPECT_EQ(Split(PreTokenizer::kQwen2, "ab 123!!\n"), (Words{"ab", " ", "1", "2", "3", "!!\n"}));
   EXPECT_EQ(Split(PreTokenizer::kLlama3, "x \t\n y"), (Words{"x", " \t\n", " y"}));
 }
 
@@ -252,8 +256,10 @@ std::string Gpt2GgufAsTokenizerJson(const GgufFile& gguf, bool merges_as_pairs) 
   std::vector<int64_t> types = gguf.GetIntArray("tokenizer.ggml.token_type");
   nlohmann::json added = nlohmann::json::array();
   for (size_t i = 0; i < pieces.size(); ++i) {
-    if (types[i] == 3) added.push_back({{"id", i}, {"content", pieces[i]}, {"special", true}});
-    else vocab[pieces[i]] = i;
+    if (types[i] == 3)
+      added.push_back({{"id", i}, {"content", pieces[i]}, {"special", true}});
+    else
+      vocab[pieces[i]] = i;
   }
   nlohmann::json merges = nlohmann::json::array();
   for (const std::string& m : gguf.GetStringArray("tokenizer.ggml.merges")) {
@@ -280,10 +286,17 @@ std::string Gpt2GgufAsTokenizerJson(const GgufFile& gguf, bool merges_as_pairs) 
 TEST(TokenizerJson, O200kSplitSequenceAsGptOssWritesIt) {
   GgufFile gguf = GgufFile::Open(Tok("ggml-vocab-gpt-2.gguf"));
   nlohmann::json j = nlohmann::json::parse(Gpt2GgufAsTokenizerJson(gguf, false));
-  j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {
-      {{"type", "Split"}, {"pattern", {{"Regex", std::string(PreTokenizerRegex(PreTokenizer::kO200k))}}},
-       {"behavior", "Isolated"}, {"invert", false}},
-      {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"},
+         {"pattern", {{"Regex", std::string(PreTokenizerRegex(PreTokenizer::kO200k))}}},
+         {"behavior", "Isolated"},
+         {"invert", false}},
+        {{"type", "ByteLevel"},
+         {"add_prefix_space", false},
+         {"trim_offsets", true},
+         {"use_regex", false}}}}};
   auto tok = ParseTokenizerJson("gpt-oss/tokenizer.json", j.dump());
   EXPECT_EQ(tok->kind(), "bpe/o200k");
   auto gpt2 = LoadGgufTokenizer(gguf);
@@ -296,12 +309,15 @@ TEST(TokenizerJson, O200kSplitSequenceAsGptOssWritesIt) {
   for (const std::string& w : words)
     for (int id : gpt2->Encode(w, false)) by_words.push_back(id);
   EXPECT_EQ(ids, by_words);  // the same as encoding each o200k word on its own
-  EXPECT_NE(ids, gpt2->Encode(text, false));  // and not what GPT-2's regex gives (" 2024" vs " ", "202", "4")
+  EXPECT_NE(
+      ids,
+      gpt2->Encode(text, false));  // and not what GPT-2's regex gives (" 2024" vs " ", "202", "4")
   ss::GgufWriter w;
   w.SetString("general.architecture", "gpt-oss");
   AddGgufTokenizer(*tok, w);
   const std::string bytes = w.Build();
-  GgufFile exported = GgufFile::Parse("o200k.gguf", reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), nullptr);
+  GgufFile exported = GgufFile::Parse("o200k.gguf", reinterpret_cast<const uint8_t*>(bytes.data()),
+                                      bytes.size(), nullptr);
   EXPECT_EQ(exported.GetString("tokenizer.ggml.pre"), "gpt-4o");
   EXPECT_EQ(LoadGgufTokenizer(exported)->Encode(text, false), ids);
 }
@@ -346,19 +362,27 @@ TEST(TokenizerJson, TinySentencePieceMatchesGguf) {
     for (size_t k = 1; k < pieces[i].size(); ++k)
       if (vocab.contains(pieces[i].substr(0, k)) && vocab.contains(pieces[i].substr(k)))
         jm.push_back(pieces[i].substr(0, k) + " " + pieces[i].substr(k));
-  nlohmann::json j = {
-      {"added_tokens", {{{"id", 0}, {"content", "<unk>"}, {"special", true}},
+  nlohmann::json j = {{"added_tokens",
+                       {{{"id", 0}, {"content", "<unk>"}, {"special", true}},
                         {{"id", 1}, {"content", "<s>"}, {"special", true}},
                         {{"id", 2}, {"content", "</s>"}, {"special", true}}}},
-      {"normalizer", {{"type", "Sequence"}, {"normalizers", {
-          {{"type", "Prepend"}, {"prepend", m}},
-          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", m}}}}}},
-      {"pre_tokenizer", nullptr},
-      {"post_processor", {{"type", "TemplateProcessing"}, {"single", {
-          {{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}}},
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", jm}, {"byte_fallback", true},
-                 {"unk_token", "<unk>"}}}};
+                      {"normalizer",
+                       {{"type", "Sequence"},
+                        {"normalizers",
+                         {{{"type", "Prepend"}, {"prepend", m}},
+                          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", m}}}}}},
+                      {"pre_tokenizer", nullptr},
+                      {"post_processor",
+                       {{"type", "TemplateProcessing"},
+                        {"single",
+                         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}}},
+                      {"model",
+                       {{"type", "BPE"},
+                        {"vocab", vocab},
+                        {"merges", jm},
+                        {"byte_fallback", true},
+                        {"unk_token", "<unk>"}}}};
   auto from_json = ParseTokenizerJson("tiny.json", j.dump());
 
   test::GgufWriter w;
@@ -395,17 +419,22 @@ TEST(TokenizerJson, UnsupportedAndBrokenFilesNameTheProblem) {
       EXPECT_NE(msg.find(needle), std::string::npos) << msg;
     }
   };
-  expect(R"({"model": {"type": "WordPiece", "vocab": {}}})", "model.type 'WordPiece' is not supported");
+  expect(R"({"model": {"type": "WordPiece", "vocab": {}}})",
+         "model.type 'WordPiece' is not supported");
   expect(R"({"model": {"type": "Unigram", "vocab": []}})", "model.type 'Unigram' is not supported");
   expect("{", "not valid JSON");
   expect("[]", "expected a JSON object");
   expect(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a c"]}})",
          "names a piece that is not in the vocabulary");
   expect(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]},
-             "pre_tokenizer": {"type": "Whitespace"}})", "pre_tokenizer type 'Whitespace' is not supported");
-  expect(R"({"model": {"type": "BPE", "vocab": {"a": 4000000000}, "merges": []}})", "has id 4000000000");
-  expect(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": 5}})", "model.merges is not an array");
-  expect(R"({"model": {"type": "BPE", "vocab": {"a": "x"}, "merges": []}})", "token \"a\" has id \"x\"");
+             "pre_tokenizer": {"type": "Whitespace"}})",
+         "pre_tokenizer type 'Whitespace' is not supported");
+  expect(R"({"model": {"type": "BPE", "vocab": {"a": 4000000000}, "merges": []}})",
+         "has id 4000000000");
+  expect(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": 5}})",
+         "model.merges is not an array");
+  expect(R"({"model": {"type": "BPE", "vocab": {"a": "x"}, "merges": []}})",
+         "token \"a\" has id \"x\"");
 }
 
 TEST(LoadTokenizer, DispatchesOnContent) {
@@ -433,14 +462,18 @@ TEST(GgufTokenizer, BadMetadata) {
   };
   test::GgufWriter a;
   a.KeyString("tokenizer.ggml.model", "bert");
-  EXPECT_EQ(load(a), "m.gguf: missing metadata key 'tokenizer.ggml.tokens' (expected an array of strings)");
+  EXPECT_EQ(load(a),
+            "m.gguf: missing metadata key 'tokenizer.ggml.tokens' (expected an array of strings)");
   a.KeyStrings("tokenizer.ggml.tokens", {"a"});
-  EXPECT_EQ(load(a), "m.gguf: tokenizer.ggml.model 'bert' is not supported (expected \"llama\" or \"gpt2\")");
+  EXPECT_EQ(
+      load(a),
+      "m.gguf: tokenizer.ggml.model 'bert' is not supported (expected \"llama\" or \"gpt2\")");
   test::GgufWriter b;
   b.KeyString("tokenizer.ggml.model", "gpt2");
   b.KeyString("tokenizer.ggml.pre", "deepseek-coder");
   b.KeyStrings("tokenizer.ggml.tokens", {"a"});
-  EXPECT_NE(load(b).find("tokenizer.ggml.pre 'deepseek-coder' is not supported"), std::string::npos);
+  EXPECT_NE(load(b).find("tokenizer.ggml.pre 'deepseek-coder' is not supported"),
+            std::string::npos);
   test::GgufWriter c;
   c.KeyString("tokenizer.ggml.model", "llama");
   c.KeyStrings("tokenizer.ggml.tokens", {"a", "b"});

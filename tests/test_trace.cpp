@@ -3,12 +3,11 @@
 // (against the analysis library run directly, and the loss of a near-uniform model).
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "analysis/analyze.h"
 #include "common/error.h"
@@ -30,7 +29,8 @@ using trace::Stage;
 
 // A profile of L layers x 4 heads: sink rate and P0 norm ratio per layer, and the share of heads
 // sinking on another position.
-Profile MakeProfile(std::vector<double> sink_rate, std::vector<double> p0_ratio, double other = 0.0) {
+Profile MakeProfile(std::vector<double> sink_rate, std::vector<double> p0_ratio,
+                    double other = 0.0) {
   Profile p;
   p.n_layers = static_cast<int>(sink_rate.size());
   p.n_heads = 4;
@@ -63,31 +63,33 @@ TEST(TraceStages, OnsetAndAmplificationLayers) {
 // onset moving) -> converged in blocks 0-1), one checkpoint per row.
 TEST(TraceStages, KnownSeries) {
   const std::vector<Profile> series = {
-      MakeProfile({0, 0, 0, 0}, {1, 1, 1, 1}),                 // none
-      MakeProfile({0, 0, 0.25, 0.25}, {1, 1, 1, 1}),           // none: no layer above 0.5
-      MakeProfile({0, 0, 0.75, 1.0}, {1, 1, 2, 5}),            // early: onset 2
-      MakeProfile({0, 0, 1.0, 1.0}, {1, 1, 4, 8}),             // early: onset 2
-      MakeProfile({0, 0.75, 1.0, 1.0}, {1, 4, 8, 8}, 0.25),    // transitional: position-1 sinks
-      MakeProfile({0, 0.75, 1.0, 1.0}, {1, 4, 8, 8}),          // transitional: onset 1, 1 of 3 stable
-      MakeProfile({0.75, 1.0, 1.0, 1.0}, {5, 8, 8, 8}),        // transitional: onset moved to 0
-      MakeProfile({0.75, 1.0, 1.0, 1.0}, {5, 8, 8, 8}),        // transitional: 2 of 3
-      MakeProfile({1.0, 1.0, 1.0, 1.0}, {6, 9, 9, 9}),         // converged: 3 of 3 with onset 0
-      MakeProfile({1.0, 1.0, 1.0, 1.0}, {6, 9, 9, 9}),         // converged
+      MakeProfile({0, 0, 0, 0}, {1, 1, 1, 1}),               // none
+      MakeProfile({0, 0, 0.25, 0.25}, {1, 1, 1, 1}),         // none: no layer above 0.5
+      MakeProfile({0, 0, 0.75, 1.0}, {1, 1, 2, 5}),          // early: onset 2
+      MakeProfile({0, 0, 1.0, 1.0}, {1, 1, 4, 8}),           // early: onset 2
+      MakeProfile({0, 0.75, 1.0, 1.0}, {1, 4, 8, 8}, 0.25),  // transitional: position-1 sinks
+      MakeProfile({0, 0.75, 1.0, 1.0}, {1, 4, 8, 8}),        // transitional: onset 1, 1 of 3 stable
+      MakeProfile({0.75, 1.0, 1.0, 1.0}, {5, 8, 8, 8}),      // transitional: onset moved to 0
+      MakeProfile({0.75, 1.0, 1.0, 1.0}, {5, 8, 8, 8}),      // transitional: 2 of 3
+      MakeProfile({1.0, 1.0, 1.0, 1.0}, {6, 9, 9, 9}),       // converged: 3 of 3 with onset 0
+      MakeProfile({1.0, 1.0, 1.0, 1.0}, {6, 9, 9, 9}),       // converged
   };
-  const std::vector<std::string> expected = {"none", "none", "early", "early", "transitional",
-                                             "transitional", "transitional", "transitional",
-                                             "converged", "converged"};
+  const std::vector<std::string> expected = {
+      "none",         "none",         "early",        "early",     "transitional",
+      "transitional", "transitional", "transitional", "converged", "converged"};
   EXPECT_EQ(Names(trace::ClassifyStages(series, trace::StageOptions{})), expected);
 }
 
 TEST(TraceStages, NotAmplifiedInFirstBlocksIsNotConverged) {
   // Sinks from layer 0 but the P0 norm grows only at layer 3: the circuit is not in blocks 0-1.
   std::vector<Profile> series(5, MakeProfile({1, 1, 1, 1}, {1, 1.5, 2, 10}));
-  for (Stage s : trace::ClassifyStages(series, trace::StageOptions{})) EXPECT_EQ(s, Stage::kTransitional);
+  for (Stage s : trace::ClassifyStages(series, trace::StageOptions{}))
+    EXPECT_EQ(s, Stage::kTransitional);
   // With amplification already from block 0 it converges after k = 3 checkpoints.
   series.assign(5, MakeProfile({1, 1, 1, 1}, {10, 10, 10, 10}));
   EXPECT_EQ(Names(trace::ClassifyStages(series, trace::StageOptions{})),
-            (std::vector<std::string>{"transitional", "transitional", "converged", "converged", "converged"}));
+            (std::vector<std::string>{"transitional", "transitional", "converged", "converged",
+                                      "converged"}));
 }
 
 TEST(TraceStages, ThresholdsAreConfigurable) {
@@ -96,7 +98,7 @@ TEST(TraceStages, ThresholdsAreConfigurable) {
   EXPECT_EQ(trace::ClassifyStages(series, o).back(), Stage::kEarly);
   o.early_block_limit = 2;  // blocks 0-2 count as early blocks
   EXPECT_EQ(trace::ClassifyStages(series, o).back(), Stage::kConverged);
-  o.stable_window = 4;      // not enough checkpoints yet
+  o.stable_window = 4;  // not enough checkpoints yet
   EXPECT_EQ(trace::ClassifyStages(series, o).back(), Stage::kTransitional);
   // Other-position share exactly at the threshold counts.
   std::vector<Profile> other(1, MakeProfile({1, 1}, {9, 9}, 0.1));
@@ -120,7 +122,8 @@ TEST(TraceStages, OnsetMovingBackIsTransitional) {
 TEST(TraceStages, ProfileJsonRoundTrip) {
   Profile p = MakeProfile({0.1, 0.9}, {1.5, 30.25}, 0.125);
   p.loss = 3.14159;
-  const Profile q = trace::ProfileFromJson(nlohmann::json::parse(trace::ProfileJson(p).dump()), "x");
+  const Profile q =
+      trace::ProfileFromJson(nlohmann::json::parse(trace::ProfileJson(p).dump()), "x");
   EXPECT_EQ(trace::ProfileJson(p), trace::ProfileJson(q));
   nlohmann::json bad = trace::ProfileJson(p);
   bad["sink_rate"] = {1.0};
@@ -130,14 +133,16 @@ TEST(TraceStages, ProfileJsonRoundTrip) {
 // A gpt_oss checkpoint with large learned sink logits: the profile carries the slot share per
 // layer, which survives the cache's JSON (and a wrong length is refused).
 TEST(TraceStages, LearnedSinkSlotShareInTheProfile) {
-  const Model m = test::LoadRandomHf(test::SmallGptOssConfig(), 4, "trace_gpt_oss", test::SetSinkLogits(12.0f));
+  const Model m =
+      test::LoadRandomHf(test::SmallGptOssConfig(), 4, "trace_gpt_oss", test::SetSinkLogits(12.0f));
   std::vector<std::vector<int>> samples(2, std::vector<int>(16));
   for (int n = 0; n < 2; ++n)
     for (int t = 0; t < 16; ++t) samples[n][t] = (7 * t + 13 * n + 1) % 61;
   const Profile p = trace::MeasureProfile(m, samples, {});
   EXPECT_EQ(p.sink_slot_rate, (std::vector<double>{1.0, 1.0}));
   EXPECT_EQ(p.onset_layer, -1);  // nothing on position 0
-  const Profile q = trace::ProfileFromJson(nlohmann::json::parse(trace::ProfileJson(p).dump()), "x");
+  const Profile q =
+      trace::ProfileFromJson(nlohmann::json::parse(trace::ProfileJson(p).dump()), "x");
   EXPECT_EQ(q.sink_slot_rate, p.sink_slot_rate);
   nlohmann::json bad = trace::ProfileJson(p);
   bad["sink_slot_rate"] = {1.0};
@@ -152,20 +157,29 @@ TEST(TraceStages, LearnedSinkSlotShareInTheProfile) {
 // converted with undefined behaviour (3.3e44 to int), and a layer outside the profile was accepted.
 TEST(TraceStages, ProfileJsonIntegersAreCheckedIntegers) {
   const nlohmann::json good = trace::ProfileJson(MakeProfile({0.1, 0.9}, {1.5, 30.25}, 0.125));
-  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
-           {"n_layers", 3.33333e44}, {"n_layers", 2.5}, {"n_heads", -1}, {"n_layers", "2"},
-           {"onset_layer", 91}, {"amplification_layer", -2}, {"n_layers", 18446744073709551615ull}}) {
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, nlohmann::json>>{{"n_layers", 3.33333e44},
+                                                           {"n_layers", 2.5},
+                                                           {"n_heads", -1},
+                                                           {"n_layers", "2"},
+                                                           {"onset_layer", 91},
+                                                           {"amplification_layer", -2},
+                                                           {"n_layers", 18446744073709551615ull}}) {
     nlohmann::json bad = good;
     bad[key] = value;
     try {
       trace::ProfileFromJson(bad, "cache.json");
       ADD_FAILURE() << key << " = " << value.dump() << " was accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("cache.json: '" + key + "'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cache.json: '" + key + "'"), std::string::npos)
+          << e.what();
     }
   }
-  nlohmann::json result = {{"path", "run/step-100"}, {"step", 1.00778e47}, {"step_source", "name"},
-                           {"ok", true}, {"profile", good}};
+  nlohmann::json result = {{"path", "run/step-100"},
+                           {"step", 1.00778e47},
+                           {"step_source", "name"},
+                           {"ok", true},
+                           {"profile", good}};
   EXPECT_THROW(trace::ResultFromJson(result), Error);
   result["step"] = 100;
   EXPECT_EQ(trace::ResultFromJson(result).ref.step, 100);
@@ -177,7 +191,7 @@ TEST(TraceFind, StepFromNames) {
   EXPECT_EQ(trace::ReadStep("/pythia/step143000"), 143000);
   EXPECT_EQ(trace::ReadStep("/runs/model-step_7.gguf"), 7);
   EXPECT_EQ(trace::ReadStep("/runs/step-99999999999999999999"), -1);  // no int64_t: not a step
-  EXPECT_EQ(trace::ReadStep("/runs/step-5/final"), -1);  // only the last name counts
+  EXPECT_EQ(trace::ReadStep("/runs/step-5/final"), -1);               // only the last name counts
   EXPECT_EQ(trace::ReadStep("/runs/final"), -1);
 }
 
@@ -355,12 +369,13 @@ TEST(TraceProfile, FileHashesAreRememberedByStat) {
 // ---- end to end on checkpoints with planted sinks and known stages
 
 // A 3-layer model whose residual stream is its embedding at every layer (wo, w2 zero, so the
-// blocks add nothing): content tokens are c + small noise (c = e_0), BOS is s * e_{D-1}. A "planted"
-// layer's heads read c into the query and e_{D-1} into the key, on the lowest-frequency RoPE pair
-// (dims Dh/2-1 and Dh-1 of each head under rotate_half; frequency 10000^(-6/8) = 0.001, so over 16
-// positions the rotation is below 0.02 rad): every query's score on BOS is ~100, so the layer's
-// heads are all sinks, and unplanted layers attend uniformly (alpha_0 = H_16/16 = 0.21 < eps).
-// The P0 norm ratio is |s| / |c + noise| at every layer: s = 1 no amplification, s = 10 from layer 0.
+// blocks add nothing): content tokens are c + small noise (c = e_0), BOS is s * e_{D-1}. A
+// "planted" layer's heads read c into the query and e_{D-1} into the key, on the lowest-frequency
+// RoPE pair (dims Dh/2-1 and Dh-1 of each head under rotate_half; frequency 10000^(-6/8) = 0.001,
+// so over 16 positions the rotation is below 0.02 rad): every query's score on BOS is ~100, so the
+// layer's heads are all sinks, and unplanted layers attend uniformly (alpha_0 = H_16/16 = 0.21 <
+// eps). The P0 norm ratio is |s| / |c + noise| at every layer: s = 1 no amplification, s = 10 from
+// layer 0.
 std::string WritePlanted(const std::string& dir, int step, std::vector<int> sink_layers, float s) {
   train::TrainConfig c = TinyConfig();
   c.n_layers = 3;
@@ -376,7 +391,8 @@ std::string WritePlanted(const std::string& dir, int step, std::vector<int> sink
   float* emb = tensor("model.embed_tokens.weight");  // (V, D)
   for (int v = 1; v < V; ++v) {
     emb[size_t(v) * D] = 1.0f;
-    for (int d = 1; d < D - 1; ++d) emb[size_t(v) * D + d] = 0.1f * static_cast<float>(rng.Uniform() - 0.5);
+    for (int d = 1; d < D - 1; ++d)
+      emb[size_t(v) * D + d] = 0.1f * static_cast<float>(rng.Uniform() - 0.5);
   }
   emb[size_t(D) - 1] = s;  // BOS (id 0)
   for (int l = 0; l < c.n_layers; ++l) {

@@ -25,8 +25,10 @@ class TraceCli : public ::testing::Test {
   static void SetUpTestSuite() {
     run_ = new std::string(test::TempDir("trace_cli_run"));
     // 6 steps of the quick preset with a checkpoint every 2: step-2, step-4, step-6.
-    const auto r = test::RunCli("train --preset quick --steps 6 --checkpoint-every 2 --eval-every 6 "
-                                "--threads 1 --out " + *run_);
+    const auto r = test::RunCli(
+        "train --preset quick --steps 6 --checkpoint-every 2 --eval-every 6 "
+        "--threads 1 --out " +
+        *run_);
     ASSERT_EQ(r.code, 0) << r.err;
   }
   static void TearDownTestSuite() {
@@ -78,7 +80,8 @@ TEST_F(TraceCli, ReportOrderedByStepAndCacheOnRerun) {
   r = test::RunCli("trace --checkpoints " + dir + " --samples 2 --length 16 --json " + json2);
   ASSERT_EQ(r.code, 0) << r.err;
   size_t cached = 0;
-  for (size_t p = r.err.find("cached"); p != std::string::npos; p = r.err.find("cached", p + 1)) ++cached;
+  for (size_t p = r.err.find("cached"); p != std::string::npos; p = r.err.find("cached", p + 1))
+    ++cached;
   EXPECT_EQ(cached, 3u) << r.err;
   EXPECT_EQ(ReadJson(json2)["checkpoints"], doc["checkpoints"]);
   // Other settings are not served from the cache.
@@ -110,7 +113,8 @@ TEST_F(TraceCli, CorruptedCheckpointSkippedAndReported) {
   EXPECT_EQ(doc["checkpoints"][0]["step"], 2);
   EXPECT_EQ(doc["checkpoints"][1]["step"], 6);
   ASSERT_EQ(doc["failed"].size(), 1u);
-  EXPECT_NE(doc["failed"][0]["error"].get<std::string>().find("model.safetensors"), std::string::npos);
+  EXPECT_NE(doc["failed"][0]["error"].get<std::string>().find("model.safetensors"),
+            std::string::npos);
   r = test::RunCli("trace --checkpoints " + dir + kFlags + " --keep-going");
   EXPECT_EQ(r.code, 0) << r.err;
   fs::remove_all(dir);
@@ -163,18 +167,19 @@ TEST_F(TraceCli, ListOfPathsAndBadOutputPath) {
   fs::remove(json);
 }
 
-// The text path: windows of the shipped default text through the shipped stories260K (llama2.c files
-// given as a list, steps from the names). The model has no P0 sink (shared/data/reference/README.md),
-// so both are `none`, and two copies of the same weights must give the same profile.
+// The text path: windows of the shipped default text through the shipped stories260K (llama2.c
+// files given as a list, steps from the names). The model has no P0 sink
+// (shared/data/reference/README.md), so both are `none`, and two copies of the same weights must
+// give the same profile.
 TEST_F(TraceCli, TextSamplesOnLlama2cFiles) {
   const std::string dir = test::TempDir("trace_cli_text");
   for (const char* name : {"step-1.bin", "step-2.bin"})
     fs::copy_file(test::RepoPath("models/stories260K/stories260K.bin"), dir + "/" + name,
                   fs::copy_options::overwrite_existing);
   const std::string json = dir + "/t.json";
-  const auto r = test::RunCli("trace --checkpoints " + dir + "/step-2.bin " + dir + "/step-1.bin --tokenizer " +
-                              test::RepoPath("models/stories260K/tok512.bin") +
-                              " --samples 4 --length 32 --json " + json);
+  const auto r = test::RunCli(
+      "trace --checkpoints " + dir + "/step-2.bin " + dir + "/step-1.bin --tokenizer " +
+      test::RepoPath("models/stories260K/tok512.bin") + " --samples 4 --length 32 --json " + json);
   ASSERT_EQ(r.code, 0) << r.err;
   // The built-in default text is data/default_text.txt, byte for byte (its hash names it).
   const std::string hash = Sha256File(test::RepoPath("data/default_text.txt")).substr(0, 16);

@@ -1,12 +1,12 @@
 // The trainer end to end on tiny configurations: the analysis forward pass reproduces the
 // trainer's loss, runs are deterministic, resume is bit-exact, checkpoints reload, and bad input
 // fails with a clear message while keeping what was saved.
-#include <sstream>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "analysis/analyze.h"
 #include "common/error.h"
@@ -15,12 +15,12 @@
 #include "kernels/parallel.h"
 #include "model/model.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/optimizer.h"
 #include "train/telemetry.h"
 #include "train/train_model.h"
-#include "tokenizer/tokenizer.h"
 #include "train/trainer.h"
 
 namespace ss::train {
@@ -37,8 +37,17 @@ std::string TempDir(const std::string& name) {
 
 TrainConfig TinyRun(const std::string& out) {
   TrainConfig c = Preset("quick");
-  c.dim = 16; c.n_heads = 2; c.n_kv_heads = 1; c.vocab_size = 16; c.batch_size = 4; c.seq_len = 16;
-  c.steps = 20; c.warmup_steps = 3; c.eval_every = 10; c.checkpoint_every = 10; c.eval_batches = 1;
+  c.dim = 16;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.vocab_size = 16;
+  c.batch_size = 4;
+  c.seq_len = 16;
+  c.steps = 20;
+  c.warmup_steps = 3;
+  c.eval_every = 10;
+  c.checkpoint_every = 10;
+  c.eval_batches = 1;
   c.threads = 1;
   c.out = out;
   return c;
@@ -82,7 +91,8 @@ void ExpectInferenceMatchesTrainer(TrainConfig c, const std::string& label) {
       const float* row = logits.row(t);
       double mx = *std::max_element(row, row + c.vocab_size), z = 0;
       for (int v = 0; v < c.vocab_size; ++v) z += std::exp(row[v] - mx);
-      for (int v = 0; v < c.vocab_size; ++v) probs.push_back(static_cast<float>(std::exp(row[v] - mx) / z));
+      for (int v = 0; v < c.vocab_size; ++v)
+        probs.push_back(static_cast<float>(std::exp(row[v] - mx) / z));
       total += std::log(z) + mx - row[targets[b * T + t]];
     }
   }
@@ -101,21 +111,30 @@ TEST(TrainForward, DenseMatchesInference) {
 
 TEST(TrainForward, DenseInterleavedUntiedQkNormMatchesInference) {
   TrainConfig c = TinyRun("");
-  c.rope = "interleaved"; c.tied_embeddings = false; c.qk_norm = true;
+  c.rope = "interleaved";
+  c.tied_embeddings = false;
+  c.qk_norm = true;
   ExpectInferenceMatchesTrainer(c, "dense interleaved untied qk-norm");
 }
 
 TEST(TrainForward, MoeMatchesInference) {
   TrainConfig c = TinyRun("");
-  c.n_experts = 4; c.n_experts_per_tok = 2; c.qk_norm = true; c.hidden_dim = 24;
+  c.n_experts = 4;
+  c.n_experts_per_tok = 2;
+  c.qk_norm = true;
+  c.hidden_dim = 24;
   ExpectInferenceMatchesTrainer(c, "moe E4 top-2");
-  c.norm_topk_prob = false; c.n_experts_per_tok = 1;
+  c.norm_topk_prob = false;
+  c.n_experts_per_tok = 1;
   ExpectInferenceMatchesTrainer(c, "moe E4 top-1 raw weights");
 }
 
 TEST(TrainOptim, ScheduleWarmupAndCosine) {
   TrainConfig c;
-  c.lr = 1.0f; c.min_lr = 0.1f; c.warmup_steps = 10; c.steps = 110;
+  c.lr = 1.0f;
+  c.min_lr = 0.1f;
+  c.warmup_steps = 10;
+  c.steps = 110;
   EXPECT_NEAR(LearningRate(c, 0), 0.1, 1e-6);
   EXPECT_NEAR(LearningRate(c, 9), 1.0, 1e-6);
   EXPECT_NEAR(LearningRate(c, 10), 1.0, 1e-6);
@@ -222,22 +241,25 @@ size_t TokenizerJsonMismatches(const std::string& name, const std::string& text,
 TEST(TrainData, TokenizerJsonReproducesSentencePiece) {
   std::string text = ReadFile(test::RepoPath("data/default_text.txt"));
   for (int d = 0; d < 20; ++d)
-    text += "\n\n  Chapter " + std::to_string(d) + ".\n\"Caf\xC3\xA9,\" she said --  twice;\tthen 3.14 times.";
+    text += "\n\n  Chapter " + std::to_string(d) +
+            ".\n\"Caf\xC3\xA9,\" she said --  twice;\tthen 3.14 times.";
   EXPECT_EQ(TokenizerJsonMismatches("default_text", text, 400), 0u);
   const std::string real = test::SharedDataPath("corpora/war_and_peace.txt");
   if (!FileExists(real)) {
     std::printf("shared corpora not found: War and Peace case skipped\n");
     return;
   }
-  EXPECT_EQ(TokenizerJsonMismatches("war_and_peace", ReadFile(real).substr(200000, 120000), 512), 0u);
+  EXPECT_EQ(TokenizerJsonMismatches("war_and_peace", ReadFile(real).substr(200000, 120000), 512),
+            0u);
 }
 
 TEST(TrainData, TextWindowsWithAndWithoutBos) {
   const std::string dir = TempDir("text");
   std::string text;
   for (int d = 0; d < 60; ++d)
-    text += "Document " + std::to_string(d) + " begins here. The quick brown fox jumps over the lazy dog " +
-            std::to_string(d * 7) + " times.\n\n";
+    text += "Document " + std::to_string(d) +
+            " begins here. The quick brown fox jumps over the lazy dog " + std::to_string(d * 7) +
+            " times.\n\n";
   TrainConfig c = TinyRun(dir);
   c.data = DataKind::kText;
   c.corpus = dir + "/corpus.txt";
@@ -264,7 +286,8 @@ TEST(TrainData, TextWindowsWithAndWithoutBos) {
       if (bos) {
         EXPECT_EQ(t[0], 1);
         bool at_start = false;
-        for (size_t d = 0; d < docs->size / 4; ++d) at_start |= tok[starts[d]] == y[0] && tok[starts[d] + 1] == y[1];
+        for (size_t d = 0; d < docs->size / 4; ++d)
+          at_start |= tok[starts[d]] == y[0] && tok[starts[d] + 1] == y[1];
         EXPECT_TRUE(at_start) << "window " << b << " does not begin a document";
       } else {
         EXPECT_NE(t[0], 1);  // no BOS in the stream
@@ -280,15 +303,18 @@ TEST(TrainData, TextWindowsWithAndWithoutBos) {
   std::vector<int> tokens(16 * 8), targets(16 * 8);
   int inside = 0;
   for (int pass = 0; pass < 2; ++pass) {
-    if (pass == 0) data.TrainBatch(rng, 16, 8, tokens.data(), targets.data());
-    else data.ValBatch(0, 16, 8, tokens.data(), targets.data());
+    if (pass == 0)
+      data.TrainBatch(rng, 16, 8, tokens.data(), targets.data());
+    else
+      data.ValBatch(0, 16, 8, tokens.data(), targets.data());
     for (int b = 0; b < 16; ++b) {
       const int* t = &tokens[b * 8];
       EXPECT_EQ(t[0], 1) << "window " << b;
       for (int i = 1; i < 8; ++i) EXPECT_NE(t[i], 1);
       for (int i = 0; i + 1 < 8; ++i) EXPECT_EQ(targets[b * 8 + i], t[i + 1]);
       bool at_start = false;
-      for (size_t d = 0; d < docs->size / 4; ++d) at_start |= tok[starts[d]] == targets[b * 8] && tok[starts[d] + 1] == targets[b * 8 + 1];
+      for (size_t d = 0; d < docs->size / 4; ++d)
+        at_start |= tok[starts[d]] == targets[b * 8] && tok[starts[d] + 1] == targets[b * 8 + 1];
       inside += !at_start;
     }
   }
@@ -317,8 +343,8 @@ TEST(TrainRun, DeterministicLossSequence) {
   ASSERT_EQ(a.losses.size(), b.losses.size());
   int differing = 0;
   for (size_t i = 0; i < a.losses.size(); ++i) differing += a.losses[i] != b.losses[i];
-  std::printf("determinism: %d of %zu losses differ bit-wise (first %.17g, last %.17g)\n", differing,
-              a.losses.size(), a.losses.front(), a.losses.back());
+  std::printf("determinism: %d of %zu losses differ bit-wise (first %.17g, last %.17g)\n",
+              differing, a.losses.size(), a.losses.front(), a.losses.back());
   EXPECT_EQ(differing, 0);
   EXPECT_LT(a.losses.back(), a.losses.front());  // it learns
 }
@@ -328,7 +354,11 @@ TEST(TrainRun, DeterministicLossSequence) {
 // f32 run's. Each check prints its largest difference.
 TEST(TrainBf16, LossAndGradientsWithinBf16OfF32) {
   TrainConfig c = Preset("quick");
-  c.dim = 64; c.n_heads = 4; c.n_kv_heads = 2; c.vocab_size = 96; c.n_layers = 2;
+  c.dim = 64;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.vocab_size = 96;
+  c.n_layers = 2;
   const int B = 4, T = 32;
   TrainModel<float> f32(c, B, T);
   c.precision = "bf16";
@@ -357,7 +387,11 @@ TEST(TrainBf16, LossAndGradientsWithinBf16OfF32) {
 // summation-order differences. The shapes are large enough for the pairing (2^20 multiply-adds).
 TEST(TrainThreads, TwoThreadsMatchOne) {
   TrainConfig c = Preset("quick");
-  c.dim = 128; c.n_heads = 4; c.n_kv_heads = 4; c.vocab_size = 256; c.n_layers = 2;
+  c.dim = 128;
+  c.n_heads = 4;
+  c.n_kv_heads = 4;
+  c.vocab_size = 256;
+  c.n_layers = 2;
   const int B = 8, T = 64;
   std::vector<int> tokens(B * T), targets(B * T);
   for (int i = 0; i < B * T; ++i) {
@@ -393,9 +427,10 @@ TEST(TrainBf16, ShortRunFollowsTheF32LossCurve) {
   double worst = 0;
   for (size_t i = 0; i < a.losses.size(); ++i)
     worst = std::max(worst, std::abs(b.losses[i] - a.losses[i]) / a.losses[i]);
-  std::printf("bf16 run: %zu steps, largest rel diff of the training loss %.3g; final %.5f vs f32 %.5f; "
-              "val %.5f vs %.5f\n",
-              a.losses.size(), worst, b.losses.back(), a.losses.back(), b.val_loss, a.val_loss);
+  std::printf(
+      "bf16 run: %zu steps, largest rel diff of the training loss %.3g; final %.5f vs f32 %.5f; "
+      "val %.5f vs %.5f\n",
+      a.losses.size(), worst, b.losses.back(), a.losses.back(), b.val_loss, a.val_loss);
   EXPECT_GT(worst, 0.0);
   EXPECT_LT(worst, 2e-2);
   EXPECT_LT(b.losses.back(), b.losses.front());  // it learns
@@ -417,7 +452,8 @@ TEST(TrainRun, ResumeIsBitExact) {
   ASSERT_EQ(rest.losses.size(), 10u);
   int differing = 0;
   for (int i = 0; i < 10; ++i) differing += rest.losses[i] != full.losses[10 + i];
-  std::printf("resume: %d of 10 losses after resuming differ bit-wise from the uninterrupted run\n", differing);
+  std::printf("resume: %d of 10 losses after resuming differ bit-wise from the uninterrupted run\n",
+              differing);
   EXPECT_EQ(differing, 0);
   // The loss log was rewritten after step 10: 20 steps + header, no duplicates.
   std::ifstream log(dir + "/cut/train_loss.tsv");
@@ -443,7 +479,10 @@ TEST(TrainRun, CheckpointReloadsThroughAnalysisForward) {
 TEST(TrainRun, MoeTrainsAndReloads) {
   const std::string dir = TempDir("moe");
   TrainConfig c = TinyRun(dir);
-  c.n_experts = 4; c.n_experts_per_tok = 2; c.qk_norm = true; c.hidden_dim = 24;
+  c.n_experts = 4;
+  c.n_experts_per_tok = 2;
+  c.qk_norm = true;
+  c.hidden_dim = 24;
   const TrainResult r = RunTraining(c, Quiet());
   EXPECT_LT(r.losses.back(), r.losses.front());
   const std::string cfg = ReadFile(r.last_checkpoint + "/config.json");
@@ -497,11 +536,14 @@ TEST(TrainRun, SinkLogitTrainsReloadsAndAnalyzes) {
   // The in-run telemetry reports the slot's mass too.
   const SinkProfile probe = MeasureSinkProfile(model, samples);
   ASSERT_EQ(probe.alpha_sink.size(), static_cast<size_t>(c.n_layers));
-  EXPECT_NEAR(probe.alpha_sink[0] * c.n_layers, [&] {
-    double s = 0;
-    for (int h = 0; h < c.n_heads; ++h) s += a.alpha_sink[h] / c.n_heads;
-    return s * c.n_layers;
-  }(), 1e-5);
+  EXPECT_NEAR(
+      probe.alpha_sink[0] * c.n_layers,
+      [&] {
+        double s = 0;
+        for (int h = 0; h < c.n_heads; ++h) s += a.alpha_sink[h] / c.n_heads;
+        return s * c.n_layers;
+      }(),
+      1e-5);
   EXPECT_TRUE(ToJson(probe).contains("alpha_sink"));
 
   TrainConfig bad = TinyRun(dir + "/bad");
@@ -522,10 +564,12 @@ TEST(TrainRun, SinkLogitTrainsReloadsAndAnalyzes) {
 // checkpoints carry the extension key (and kv-bias its bias_key / bias_value), reload to the
 // trainer's loss, and analyze reports the same on its fused and materialised paths: kv-bias the
 // slot's mass (equal to the telemetry's), sigmoid its weights divided by their sums.
-double LargestDiff(const std::vector<double>& a, const std::vector<double>& b, const std::string& what) {
+double LargestDiff(const std::vector<double>& a, const std::vector<double>& b,
+                   const std::string& what) {
   EXPECT_EQ(a.size(), b.size()) << what;
   double worst = a.size() == b.size() ? 0.0 : 1e30;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, std::abs(a[i] - b[i]));
   std::printf("%s: largest diff %.3g over %zu values\n", what.c_str(), worst, a.size());
   return worst;
 }
@@ -548,15 +592,21 @@ TEST(TrainRun, KvBiasAndSigmoidTrainReloadAndAnalyze) {
     const TrainResult r = RunTraining(c, Quiet());
     EXPECT_LT(r.losses.back(), r.losses.front()) << v;
     const std::string cfg = ReadFile(r.last_checkpoint + "/config.json");
-    const std::string key = v == "sigmoid" ? "\"sinkscope_attn_sigmoid\": true" : "\"sinkscope_attn_kv_bias\": true";
+    const std::string key =
+        v == "sigmoid" ? "\"sinkscope_attn_sigmoid\": true" : "\"sinkscope_attn_kv_bias\": true";
     EXPECT_NE(cfg.find(key), std::string::npos) << cfg;
-    EXPECT_LT(std::abs(EvaluateCheckpoint(r.last_checkpoint, c.eval_batches) - r.val_loss) / r.val_loss, 1e-5) << v;
+    EXPECT_LT(
+        std::abs(EvaluateCheckpoint(r.last_checkpoint, c.eval_batches) - r.val_loss) / r.val_loss,
+        1e-5)
+        << v;
     const Model model = LoadModel(r.last_checkpoint);
     EXPECT_EQ(model.config.attn_kv_bias, v == "kv-bias");
     EXPECT_EQ(model.config.attn_sigmoid, v == "sigmoid");
     if (v == "kv-bias") {
-      ASSERT_EQ(model.weights.layers[0].attn_bias_key.numel(), int64_t(c.n_kv_heads) * c.dim / c.n_heads);
-      ASSERT_EQ(model.weights.layers[0].attn_bias_value.numel(), int64_t(c.n_kv_heads) * c.dim / c.n_heads);
+      ASSERT_EQ(model.weights.layers[0].attn_bias_key.numel(),
+                int64_t(c.n_kv_heads) * c.dim / c.n_heads);
+      ASSERT_EQ(model.weights.layers[0].attn_bias_value.numel(),
+                int64_t(c.n_kv_heads) * c.dim / c.n_heads);
       // With a large slot key (trained ones start at 0), the saved checkpoint through LoadModel
       // gives the logits of the trainer's own weights: the key's dims follow q's permutation.
       const ParamLayout layout = ParamLayout::Build(c);
@@ -576,15 +626,20 @@ TEST(TrainRun, KvBiasAndSigmoidTrainReloadAndAnalyze) {
         return Forward(m, cache, state, req);
       };
       const Tensor a = logits(reloaded), b = logits(own);
-      EXPECT_LT(test::MaxDiff(a.data(), b.data(), a.numel(), "kv-bias interleaved checkpoint logits"), 1e-4);
+      EXPECT_LT(
+          test::MaxDiff(a.data(), b.data(), a.numel(), "kv-bias interleaved checkpoint logits"),
+          1e-4);
     }
     std::vector<std::vector<int>> samples(2, std::vector<int>(16));
     for (int n = 0; n < 2; ++n)
-      for (int t = 0; t < 16; ++t) samples[n][t] = t == 0 ? 0 : 1 + (5 * t + n) % (c.vocab_size - 1);
+      for (int t = 0; t < 16; ++t)
+        samples[n][t] = t == 0 ? 0 : 1 + (5 * t + n) % (c.vocab_size - 1);
     analysis::AnalyzeOptions fused, materialised;
     materialised.path = analysis::AttnPath::kMaterialisedKeepAll;
-    const analysis::ConditionResult a = analysis::AnalyzeSamples(model, analysis::Condition::kBos, samples, fused);
-    const analysis::ConditionResult b = analysis::AnalyzeSamples(model, analysis::Condition::kBos, samples, materialised);
+    const analysis::ConditionResult a =
+        analysis::AnalyzeSamples(model, analysis::Condition::kBos, samples, fused);
+    const analysis::ConditionResult b =
+        analysis::AnalyzeSamples(model, analysis::Condition::kBos, samples, materialised);
     EXPECT_EQ(a.has_sink_slot, v == "kv-bias");
     EXPECT_LT(LargestDiff(a.alpha, b.alpha, v + " alpha fused vs materialised"), 1e-6);
     double alpha0 = 0;
@@ -600,12 +655,15 @@ TEST(TrainRun, KvBiasAndSigmoidTrainReloadAndAnalyze) {
     for (int l = 0; l < c.n_layers; ++l) {
       ASSERT_FALSE(a.top_activations[l].empty());
       const analysis::Activation& top = a.top_activations[l][0];
-      EXPECT_NEAR(probe.top_abs[l], std::fabs(top.value), 1e-6 * std::fabs(top.value)) << v << " layer " << l;
-      EXPECT_NEAR(probe.top_abs_ratio[l], std::fabs(top.value) / top.median_abs, 1e-4 * probe.top_abs_ratio[l]);
+      EXPECT_NEAR(probe.top_abs[l], std::fabs(top.value), 1e-6 * std::fabs(top.value))
+          << v << " layer " << l;
+      EXPECT_NEAR(probe.top_abs_ratio[l], std::fabs(top.value) / top.median_abs,
+                  1e-4 * probe.top_abs_ratio[l]);
       EXPECT_EQ(probe.top_abs_at_p0[l], top.position == 0 ? 1 : 0);
     }
     if (v == "kv-bias") {
-      EXPECT_LT(LargestDiff(a.alpha_sink, b.alpha_sink, "kv-bias alpha_sink fused vs materialised"), 1e-6);
+      EXPECT_LT(LargestDiff(a.alpha_sink, b.alpha_sink, "kv-bias alpha_sink fused vs materialised"),
+                1e-6);
       double slot = 0;
       for (double x : a.alpha_sink) slot += x / a.alpha_sink.size();
       EXPECT_GT(slot, 0.0);
@@ -628,7 +686,8 @@ TEST(TrainRun, KvBiasAndSigmoidTrainReloadAndAnalyze) {
             for (int t = 0; t < T; ++t) {
               const float* row = p.data() + (static_cast<int64_t>(h) * T + t) * T;
               w0[ctx.layer] += row[0] / (double(T) * c.n_heads * samples.size());
-              for (int j = 0; j <= t; ++j) sums[ctx.layer] += row[j] / (double(T) * c.n_heads * samples.size());
+              for (int j = 0; j <= t; ++j)
+                sums[ctx.layer] += row[j] / (double(T) * c.n_heads * samples.size());
             }
         });
         KVCache cache = KVCache::CreateSingleUse(model.config, T);
@@ -640,7 +699,8 @@ TEST(TrainRun, KvBiasAndSigmoidTrainReloadAndAnalyze) {
         Forward(model, cache, state, req);
       }
       ASSERT_TRUE(a.has_sigmoid_weights && b.has_sigmoid_weights);
-      EXPECT_LT(LargestDiff(a.alpha0_raw, b.alpha0_raw, "sigmoid alpha0_raw fused vs materialised"), 1e-6);
+      EXPECT_LT(LargestDiff(a.alpha0_raw, b.alpha0_raw, "sigmoid alpha0_raw fused vs materialised"),
+                1e-6);
       EXPECT_LT(LargestDiff(a.row_sum, b.row_sum, "sigmoid row_sum fused vs materialised"), 1e-5);
       for (int l = 0; l < c.n_layers; ++l) {
         EXPECT_NEAR(probe.alpha0_raw[l], w0[l], 1e-5) << l;
@@ -672,7 +732,9 @@ TEST(TrainRun, GatedTrainsReloadsAndReportsTheGate) {
   EXPECT_LT(r.losses.back(), r.losses.front());
   const std::string cfg = ReadFile(r.last_checkpoint + "/config.json");
   EXPECT_NE(cfg.find("\"sinkscope_attn_output_gate\": true"), std::string::npos) << cfg;
-  EXPECT_LT(std::abs(EvaluateCheckpoint(r.last_checkpoint, c.eval_batches) - r.val_loss) / r.val_loss, 1e-5);
+  EXPECT_LT(
+      std::abs(EvaluateCheckpoint(r.last_checkpoint, c.eval_batches) - r.val_loss) / r.val_loss,
+      1e-5);
   const Model model = LoadModel(r.last_checkpoint);
   ASSERT_TRUE(model.config.attn_output_gate);
   ASSERT_EQ(model.weights.layers[0].attn_gate.numel(), int64_t(c.dim) * c.dim);
@@ -686,7 +748,9 @@ TEST(TrainRun, GatedTrainsReloadsAndReportsTheGate) {
   hooks.Add(HookPoint::kAttnGate, -1, [&](const HookContext& ctx, Tensor& g) {
     ASSERT_EQ(g.numel(), int64_t(12) * c.dim);
     for (int t = 0; t < 12; ++t)
-      for (int i = 0; i < c.dim; ++i) (t == 0 ? p0 : rest)[ctx.layer] += g.row(0)[t * c.dim + i] / (t == 0 ? c.dim : 11.0 * c.dim);
+      for (int i = 0; i < c.dim; ++i)
+        (t == 0 ? p0 : rest)[ctx.layer] +=
+            g.row(0)[t * c.dim + i] / (t == 0 ? c.dim : 11.0 * c.dim);
   });
   KVCache cache = KVCache::CreateSingleUse(model.config, 12);
   RunState state;
@@ -702,7 +766,8 @@ TEST(TrainRun, GatedTrainsReloadsAndReportsTheGate) {
   }
   EXPECT_TRUE(ToJson(probe).contains("gate_p0"));
   // analyze reports the same gate means.
-  const analysis::ConditionResult a = analysis::AnalyzeSamples(model, analysis::Condition::kBos, samples, {});
+  const analysis::ConditionResult a =
+      analysis::AnalyzeSamples(model, analysis::Condition::kBos, samples, {});
   ASSERT_TRUE(a.has_output_gate);
   for (int l = 0; l < c.n_layers; ++l) {
     EXPECT_NEAR(a.gate_p0[l], probe.gate_p0[l], 1e-6);
@@ -719,7 +784,8 @@ TEST(TrainRun, GatedTrainsReloadsAndReportsTheGate) {
     return back;
   }();
   const nlohmann::json t = nlohmann::json::parse(last);
-  ASSERT_TRUE(t.contains("gate_p0") && t.contains("trigger_loss") && t.contains("other_loss")) << last;
+  ASSERT_TRUE(t.contains("gate_p0") && t.contains("trigger_loss") && t.contains("other_loss"))
+      << last;
   const double lo = std::min(t["trigger_loss"].get<double>(), t["other_loss"].get<double>());
   const double hi = std::max(t["trigger_loss"].get<double>(), t["other_loss"].get<double>());
   EXPECT_LE(lo, t["val_loss"].get<double>() + 1e-9);
@@ -727,8 +793,8 @@ TEST(TrainRun, GatedTrainsReloadsAndReportsTheGate) {
   EXPECT_LT(lo, hi);
 }
 
-// attention=softmax1: the slot with its logit held at 0 (softmax-off-by-one). The trainer equals the
-// engine, the logits stay exactly 0 through a run (frozen: zero gradient, no decay), and the
+// attention=softmax1: the slot with its logit held at 0 (softmax-off-by-one). The trainer equals
+// the engine, the logits stay exactly 0 through a run (frozen: zero gradient, no decay), and the
 // checkpoint loads as a model with learned sinks that happen to be 0.
 TEST(TrainRun, Softmax1KeepsTheSlotLogitAtZero) {
   TrainConfig c = TinyRun("");
@@ -770,30 +836,41 @@ TEST(TrainBadInput, TrainerStateRngWords) {
   for (const std::string bad : {"zz", "", "-1", "0x10", " 1", "10000000000000000"}) {
     std::string e;
     EXPECT_NO_THROW(e = ErrorOf([&] { ParseTrainerState(state(bad), "s.json", 10); })) << bad;
-    EXPECT_NE(e.find("s.json: rng[0] = '" + bad + "' is not a 64-bit hexadecimal word"), std::string::npos)
+    EXPECT_NE(e.find("s.json: rng[0] = '" + bad + "' is not a 64-bit hexadecimal word"),
+              std::string::npos)
         << e;
   }
-  EXPECT_NE(ErrorOf([&] { ParseTrainerState(state("1"), "s.json", 11); }).find("10 parameters, the config needs 11"),
+  EXPECT_NE(ErrorOf([&] {
+              ParseTrainerState(state("1"), "s.json", 11);
+            }).find("10 parameters, the config needs 11"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] { ParseTrainerState("{\"step\": 1}", "s.json", 10); }).find("s.json: missing 'adam_t'"),
+  EXPECT_NE(ErrorOf([&] {
+              ParseTrainerState("{\"step\": 1}", "s.json", 10);
+            }).find("s.json: missing 'adam_t'"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] { ParseTrainerState("{\"step\": 1", "s.json", 10); }).find("malformed trainer state"),
+  EXPECT_NE(ErrorOf([&] {
+              ParseTrainerState("{\"step\": 1", "s.json", 10);
+            }).find("malformed trainer state"),
             std::string::npos);
   // Integers must be JSON integers in range (a float was converted silently, out of range with
   // undefined behaviour).
   for (const std::string step : {"2.5", "3.3e44", "-1", "4294967296"}) {
     std::string text = state("1");
     text.replace(text.find("\"step\": 3"), 9, "\"step\": " + step);
-    EXPECT_NE(ErrorOf([&] { ParseTrainerState(text, "s.json", 10); }).find("s.json: 'step' must be an integer"),
-              std::string::npos) << step;
+    EXPECT_NE(ErrorOf([&] {
+                ParseTrainerState(text, "s.json", 10);
+              }).find("s.json: 'step' must be an integer"),
+              std::string::npos)
+        << step;
   }
 }
 
-// Found by fuzz_train_config: a number no double holds made nlohmann::json throw out_of_range (406),
-// which escaped ParseTrainConfig (it caught parse_error only).
+// Found by fuzz_train_config: a number no double holds made nlohmann::json throw out_of_range
+// (406), which escaped ParseTrainConfig (it caught parse_error only).
 TEST(TrainBadInput, NumberTooLargeForADouble) {
   std::string e;
-  EXPECT_NO_THROW(e = ErrorOf([] { ParseTrainConfig(R"({"lr": 11111E11111111191111})", "cfg.json"); }));
+  EXPECT_NO_THROW(
+      e = ErrorOf([] { ParseTrainConfig(R"({"lr": 11111E11111111191111})", "cfg.json"); }));
   EXPECT_NE(e.find("cfg.json: malformed training config"), std::string::npos) << e;
 }
 
@@ -801,10 +878,14 @@ TEST(TrainBadInput, NumberTooLargeForADouble) {
 // libsentencepiece throw Darts' "zero-length key" out of Load, past every ss::Error handler.
 TEST(TrainBadInput, SentencePieceModelWithAnEmptyPiece) {
   const std::string model(
-      "\x0a\x0e\x0a\x05\x3c\x75\x6e\x6b\x3e\x15\x00\x00\x00\x00\x18\x02\x0a\x0c\x0a\x03\x3c\x73\x3e\x15"
-      "\x00\x00\x00\x00\x18\x03\x0a\x0d\x0a\x04\x3c\x2f\x73\x3e\x15\x00\x00\x00\x00\x18\x03\x0a\x0c\x0a"
-      "\x03\xe2\x96\x81\x15\x00\x00\x80\xbf\x18\x01\x0a\x0a\x0a\x01\x61\x15\x00\x00\x00\xc0\x18\x01\x0a"
-      "\x0a\x0a\x01\x00\x62\x00\x15\x40\xc0\x02\x00\xc8\x02\x01\xd0\x02\x02\xd8\x02\xff\xff\xff\xff\xff"
+      "\x0a\x0e\x0a\x05\x3c\x75\x6e\x6b\x3e\x15\x00\x00\x00\x00\x18\x02\x0a\x0c\x0a\x03\x3c\x73\x3e"
+      "\x15"
+      "\x00\x00\x00\x00\x18\x03\x0a\x0d\x0a\x04\x3c\x2f\x73\x3e\x15\x00\x00\x00\x00\x18\x03\x0a\x0c"
+      "\x0a"
+      "\x03\xe2\x96\x81\x15\x00\x00\x80\xbf\x18\x01\x0a\x0a\x0a\x01\x61\x15\x00\x00\x00\xc0\x18\x01"
+      "\x0a"
+      "\x0a\x0a\x01\x00\x62\x00\x15\x40\xc0\x02\x00\xc8\x02\x01\xd0\x02\x02\xd8\x02\xff\xff\xff\xff"
+      "\xff"
       "\xff\xff\xff\xff\x01\x1a\x0e\x0a\x08\x69\x64\x65\x6e\x74\x69\x74\x79\x18\x01\x20\x00",
       117);
   const std::string path = test::TempDir("spm_empty_piece") + "/tokenizer.model";
@@ -818,12 +899,16 @@ TEST(TrainBadInput, SentencePieceModelWithAnEmptyPiece) {
 TEST(TrainBadInput, ImpossibleShapes) {
   TrainConfig c = TinyRun("");
   c.n_heads = 3;
-  EXPECT_NE(ErrorOf([&] { c.Validate("cfg.json"); }).find("n_heads 3 does not divide dim 16"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { c.Validate("cfg.json"); }).find("n_heads 3 does not divide dim 16"),
+            std::string::npos);
   c = TinyRun("");
-  c.n_kv_heads = 3; c.n_heads = 4;
-  EXPECT_NE(ErrorOf([&] { c.Validate("cfg.json"); }).find("n_kv_heads 3 does not divide n_heads 4"), std::string::npos);
+  c.n_kv_heads = 3;
+  c.n_heads = 4;
+  EXPECT_NE(ErrorOf([&] { c.Validate("cfg.json"); }).find("n_kv_heads 3 does not divide n_heads 4"),
+            std::string::npos);
   c = TinyRun("");
-  c.n_experts = 4; c.n_experts_per_tok = 5;
+  c.n_experts = 4;
+  c.n_experts_per_tok = 5;
   EXPECT_NE(ErrorOf([&] { c.Validate("cfg.json"); }).find("top-k"), std::string::npos);
   EXPECT_NE(ErrorOf([&] { Preset("nope"); }).find("unknown preset 'nope'"), std::string::npos);
   // Found by fuzz_train_config (UBSan): 8 * dim overflowed int in the MLP width of a huge dim.
@@ -833,11 +918,16 @@ TEST(TrainBadInput, ImpossibleShapes) {
   c.n_kv_heads = 1;
   EXPECT_GT(c.EffectiveHiddenDim(), c.dim);
   // Training it is refused before any allocation, with the figures.
-  EXPECT_NE(ErrorOf([&] { RunTraining(c, Quiet()); }).find("parameters, 16 bytes each"), std::string::npos);
-  TrainConfig d;
-  EXPECT_NE(ErrorOf([&] { ApplyJson(d, nlohmann::json{{"dimm", 3}}, "x.json"); }).find("unknown key 'dimm'"),
+  EXPECT_NE(ErrorOf([&] { RunTraining(c, Quiet()); }).find("parameters, 16 bytes each"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] { ApplyJson(d, nlohmann::json{{"dim", "wide"}}, "x.json"); }).find("'dim' has the wrong type"),
+  TrainConfig d;
+  EXPECT_NE(ErrorOf([&] {
+              ApplyJson(d, nlohmann::json{{"dimm", 3}}, "x.json");
+            }).find("unknown key 'dimm'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              ApplyJson(d, nlohmann::json{{"dim", "wide"}}, "x.json");
+            }).find("'dim' has the wrong type"),
             std::string::npos);
 }
 
@@ -848,7 +938,8 @@ TEST(TrainBadInput, EmptyAndTooSmallCorpus) {
   c.vocab_size = 300;
   c.corpus = dir + "/empty.txt";
   WriteFileAtomic(c.corpus, "\n\n  \n");
-  EXPECT_NE(ErrorOf([&] { RunTraining(c, Quiet()); }).find("the corpus is empty"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { RunTraining(c, Quiet()); }).find("the corpus is empty"),
+            std::string::npos);
   c.corpus = dir + "/small.txt";
   c.out = dir + "/run2";
   std::string text;

@@ -1,5 +1,8 @@
 #include "test_util.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -9,8 +12,6 @@
 #include <random>
 #include <set>
 #include <sstream>
-#include <sys/wait.h>
-#include <unistd.h>
 
 namespace ss::test {
 
@@ -43,7 +44,8 @@ std::string TempDir(const std::string& tag) {
 
 CliResult RunCli(const std::string& args) {
   const std::string err_path = TempDir("cli_stderr") + "/stderr.txt";
-  std::string cmd = std::string(SINKSCOPE_BINARY_DIR) + "/src/cli/sinkscope " + args + " 2>" + err_path;
+  std::string cmd =
+      std::string(SINKSCOPE_BINARY_DIR) + "/src/cli/sinkscope " + args + " 2>" + err_path;
   CliResult r{};
   FILE* pipe = popen(cmd.c_str(), "r");
   char buf[4096];
@@ -75,7 +77,8 @@ double MaxDiff(const std::vector<float>& a, const std::vector<float>& b, const s
   return MaxDiff(a.data(), b.data(), a.size(), label);
 }
 
-double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b, const std::string& label) {
+double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b,
+                  const std::string& label) {
   if (a.size() != b.size()) return INFINITY;
   double max_ref = 0;
   for (float v : b) max_ref = std::max(max_ref, std::fabs(static_cast<double>(v)));

@@ -1,4 +1,5 @@
-// Helpers shared by the tests: where the data is, and comparisons that print the largest difference.
+// Helpers shared by the tests: where the data is, and comparisons that print the largest
+// difference.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +31,12 @@ std::vector<float> NormalVector(size_t n, uint32_t seed);
 // Prints "<label>: max abs diff X (rel Y) over N values" so every test run shows its margin.
 double MaxDiff(const float* a, const float* b, size_t n, const std::string& label);
 double MaxDiff(const std::vector<float>& a, const std::vector<float>& b, const std::string& label);
-double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b, const std::string& label);
+double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b,
+                  const std::string& label);
 
 }  // namespace ss::test
 
-#define SS_SKIP_IF_NO_SHARED(path)                                                      \
-  do {                                                                                 \
+#define SS_SKIP_IF_NO_SHARED(path)                                                        \
+  do {                                                                                    \
     if ((path).empty()) GTEST_SKIP() << "../shared/data not present; skipping " << #path; \
   } while (0)

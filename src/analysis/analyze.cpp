@@ -58,8 +58,15 @@ namespace {
 class Accumulator {
  public:
   Accumulator(const ModelConfig& c, int T, const AnalyzeOptions& o)
-      : L_(c.n_layers), H_(c.n_heads), D_(c.dim), K_(o.first_k), T_(T), eps_(o.eps),
-        has_sink_slot_(c.HasSinkSlot()), has_gate_(c.attn_output_gate), sigmoid_(c.attn_sigmoid) {
+      : L_(c.n_layers),
+        H_(c.n_heads),
+        D_(c.dim),
+        K_(o.first_k),
+        T_(T),
+        eps_(o.eps),
+        has_sink_slot_(c.HasSinkSlot()),
+        has_gate_(c.attn_output_gate),
+        sigmoid_(c.attn_sigmoid) {
     raw0_sum_.assign(static_cast<size_t>(L_) * H_, 0.0);
     row_sum_sum_.assign(raw0_sum_.size(), 0.0);
     gate_p0_sum_.assign(L_, 0.0);
@@ -243,7 +250,8 @@ class Accumulator {
       int from = 0;
       for (int l = L_ - 1; l >= 0; --l) {
         from += per_layer[l];
-        sink_from_sum_[static_cast<size_t>(k) * L_ + l] += static_cast<double>(from) / ((L_ - l) * H_);
+        sink_from_sum_[static_cast<size_t>(k) * L_ + l] +=
+            static_cast<double>(from) / ((L_ - l) * H_);
         sink_layer_sum_[static_cast<size_t>(k) * L_ + l] += static_cast<double>(per_layer[l]) / H_;
         total += per_layer[l];
       }
@@ -266,12 +274,14 @@ class Accumulator {
       int64_t total = 0;
       for (int l = 0; l < L_; ++l) {
         int count = 0;
-        for (int h = 0; h < H_; ++h) count += sample_alpha_sink_[static_cast<size_t>(l) * H_ + h] > eps_;
+        for (int h = 0; h < H_; ++h)
+          count += sample_alpha_sink_[static_cast<size_t>(l) * H_ + h] > eps_;
         slot_layer_sum_[l] += static_cast<double>(count) / H_;
         total += count;
       }
       slot_sum_ += static_cast<double>(total) / (L_ * H_);
-      for (size_t i = 0; i < alpha_sink_sum_.size(); ++i) alpha_sink_sum_[i] += sample_alpha_sink_[i];
+      for (size_t i = 0; i < alpha_sink_sum_.size(); ++i)
+        alpha_sink_sum_[i] += sample_alpha_sink_[i];
     }
     for (size_t i = 0; i < alpha_sum_.size(); ++i) alpha_sum_[i] += sample_alpha_[i];
     for (size_t i = 0; i < top_share_sum_.size(); ++i) top_share_sum_[i] += sample_top_share_[i];
@@ -296,7 +306,8 @@ class Accumulator {
     r.alpha = mean(alpha_sum_);
     r.layer_window = window_;
     r.sink_rate_global = global_sum_ / N;
-    const bool any_sliding = std::any_of(window_.begin(), window_.end(), [](int w) { return w > 0; });
+    const bool any_sliding =
+        std::any_of(window_.begin(), window_.end(), [](int w) { return w > 0; });
     r.sink_rate_sliding = any_sliding ? sliding_sum_ / N : std::numeric_limits<double>::quiet_NaN();
     r.has_output_gate = has_gate_;
     if (has_gate_) {
@@ -351,9 +362,8 @@ class Accumulator {
       // Pairs of different samples only: N (N - 1) ordered pairs of h_0, N (N - 1) (T - 1)^2 of
       // positions >= 1 (any position of one sample with any position of another).
       r.p0_cosine.push_back(sample_ > 1 ? (s0 - N) / (N * (N - 1)) : nan);
-      r.other_cosine.push_back(sample_ > 1 ? (so - uo_sq_sum_[l]) /
-                                                 (N * (N - 1) * double(T_ - 1) * (T_ - 1))
-                                           : nan);
+      r.other_cosine.push_back(
+          sample_ > 1 ? (so - uo_sq_sum_[l]) / (N * (N - 1) * double(T_ - 1) * (T_ - 1)) : nan);
     }
     return r;
   }
@@ -366,21 +376,21 @@ class Accumulator {
   std::vector<double> gate_p0_sum_, gate_rest_sum_;  // (L)
   bool sigmoid_;
   std::vector<double> raw0_sum_, row_sum_sum_;  // (L, H) sigmoid attention's weights
-  std::vector<int> window_;                         // (L)
+  std::vector<int> window_;                     // (L)
   int sample_ = 0;
   double global_sum_ = 0, sliding_sum_ = 0, slot_sum_ = 0;
-  std::vector<double> alpha_sink_sum_, sample_alpha_sink_;  // (L, H)
-  std::vector<double> slot_layer_sum_;              // (L)
-  std::vector<double> alpha_sum_, sample_alpha_;    // (K, L, H)
-  std::vector<double> sink_sum_;                    // (K)
-  std::vector<double> sink_layer_sum_, sink_from_sum_;  // (K, L)
-  std::vector<double> top_share_sum_, sample_top_share_;  // (L, H)
-  std::vector<int64_t> top_counts_;                 // (L, H, T)
+  std::vector<double> alpha_sink_sum_, sample_alpha_sink_;            // (L, H)
+  std::vector<double> slot_layer_sum_;                                // (L)
+  std::vector<double> alpha_sum_, sample_alpha_;                      // (K, L, H)
+  std::vector<double> sink_sum_;                                      // (K)
+  std::vector<double> sink_layer_sum_, sink_from_sum_;                // (K, L)
+  std::vector<double> top_share_sum_, sample_top_share_;              // (L, H)
+  std::vector<int64_t> top_counts_;                                   // (L, H, T)
   std::vector<double> p0_sum_, p1_sum_, max_other_sum_, median_sum_;  // (L)
-  std::vector<int64_t> massive_count_;              // (L)
-  std::vector<std::vector<Activation>> top_acts_;   // (L)[<= 3]
-  std::vector<double> u0_sum_, uo_sum_;             // (L, D)
-  std::vector<double> uo_sq_sum_;                   // (L)
+  std::vector<int64_t> massive_count_;                                // (L)
+  std::vector<std::vector<Activation>> top_acts_;                     // (L)[<= 3]
+  std::vector<double> u0_sum_, uo_sum_;                               // (L, D)
+  std::vector<double> uo_sq_sum_;                                     // (L)
 };
 
 // Top key of one row of a full pattern: the first maximum, as the fused kernel picks it.
@@ -418,10 +428,13 @@ ConditionResult AnalyzeSamples(const Model& model, Condition condition,
   const bool keep_all = options.path == AttnPath::kMaterialisedKeepAll;
   std::vector<std::vector<float>> kept(keep_all ? L : 0);  // (L)(H, T, T)
   std::vector<float> proxy;
-  auto reduce_pattern = [&](int l, const float* p) {      // p (H, T, S = T)
+  auto reduce_pattern = [&](int l, const float* p) {  // p (H, T, S = T)
     if (c.attn_sigmoid) {  // sigmoid weights: the statistics read them divided by their row sums
       acc.AddSigmoidWeights(
-          l, [&](int h, int i) { return static_cast<double>(p[(static_cast<int64_t>(h) * T + i) * T]); },
+          l,
+          [&](int h, int i) {
+            return static_cast<double>(p[(static_cast<int64_t>(h) * T + i) * T]);
+          },
           [&](int h, int i) {
             const float* row = p + (static_cast<int64_t>(h) * T + i) * T;
             return static_cast<double>(std::accumulate(row, row + T, 0.0f));
@@ -509,9 +522,12 @@ ConditionResult AnalyzeSamples(const Model& model, Condition condition,
             return static_cast<double>(stats.row_sum[base + static_cast<int64_t>(h) * T + i]);
           };
           acc.AddSigmoidWeights(
-              l, [&](int h, int i) {
-                return stats.first_k_probs[(base + static_cast<int64_t>(h) * T + i) * K] * row(h, i);
-              }, row);
+              l,
+              [&](int h, int i) {
+                return stats.first_k_probs[(base + static_cast<int64_t>(h) * T + i) * K] *
+                       row(h, i);
+              },
+              row);
         }
       }
     } else if (keep_all) {

@@ -1,16 +1,16 @@
-// Sink metrics over a set of samples (DESIGN.md "Metric definitions"), measured by running the model
-// once per sample with observers attached:
+// Sink metrics over a set of samples (DESIGN.md "Metric definitions"), measured by running the
+// model once per sample with observers attached:
 //   - attention: alpha_k^{l,h}, Sink_k^eps, top-key statistics. Either from the statistics the
-//     attention kernel accumulates on the fly (the fused path, memory O(L x H x T x K)), or from the
-//     full (H, T, T) patterns read at blocks.{l}.attn.hook_pattern (the materialised path, the way
-//     HF output_attentions / TransformerLens run_with_cache work). Both give the same numbers.
+//     attention kernel accumulates on the fly (the fused path, memory O(L x H x T x K)), or from
+//     the full (H, T, T) patterns read at blocks.{l}.attn.hook_pattern (the materialised path, the
+//     way HF output_attentions / TransformerLens run_with_cache work). Both give the same numbers.
 //   - residual stream (blocks.{l}.hook_resid_post): P0 norm ratio, massive activations, direction
 //     consistency. Computed inside the hook, so no hidden state is kept.
 //
 // Averaging over N samples: every per-sample metric (alpha, Sink rates, top-key share, norm ratios,
 // median |x|) is computed on each sample alone and the result is the mean over the N samples.
-// Two metrics are pooled instead: the most frequent top key per head (counted over all queries of all
-// samples) and direction consistency, which is defined across samples.
+// Two metrics are pooled instead: the most frequent top key per head (counted over all queries of
+// all samples) and direction consistency, which is defined across samples.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +25,8 @@
 namespace ss::analysis {
 
 enum class AttnPath {
-  kFused,             // AttnStatsBuffers filled inside the attention kernel
-  kMaterialised,      // full patterns per layer, reduced inside the pattern hook, then dropped
+  kFused,                // AttnStatsBuffers filled inside the attention kernel
+  kMaterialised,         // full patterns per layer, reduced inside the pattern hook, then dropped
   kMaterialisedKeepAll,  // every layer's full pattern kept until the forward ends, then reduced
                          // (what output_attentions=True costs: L x H x T^2 floats)
 };
@@ -43,8 +43,8 @@ std::vector<HeadRef> ParsePatternSpec(const std::string& spec, const ModelConfig
                                       const std::string& flag);
 
 struct AnalyzeOptions {
-  int first_k = 4;        // K: alpha_k for k = 0..K-1
-  double eps = 0.3;       // Sink_k^eps threshold, in (0, 1]
+  int first_k = 4;   // K: alpha_k for k = 0..K-1
+  double eps = 0.3;  // Sink_k^eps threshold, in (0, 1]
   AttnPath path = AttnPath::kFused;
   std::vector<HeadRef> patterns;  // heads whose full (T, T) pattern is kept (mean over samples)
   // Called after each sample (done, total) for a progress line; may be empty.
@@ -82,27 +82,27 @@ struct ConditionResult {
   int length = 0;   // T
   int n_layers = 0, n_heads = 0, first_k = 0;
   double eps = 0.3;
-  std::vector<double> alpha;               // (K, L, H) mean over samples of alpha_k^{l,h}
-  std::vector<double> sink_rate;           // (K) Sink_k^eps over all (l, h)
-  std::vector<double> sink_rate_per_layer; // (K, L)
-  std::vector<double> sink_rate_from_layer;// (K, L) Sink_k^eps[l:] over layers >= l
+  std::vector<double> alpha;                 // (K, L, H) mean over samples of alpha_k^{l,h}
+  std::vector<double> sink_rate;             // (K) Sink_k^eps over all (l, h)
+  std::vector<double> sink_rate_per_layer;   // (K, L)
+  std::vector<double> sink_rate_from_layer;  // (K, L) Sink_k^eps[l:] over layers >= l
   // The threshold applied once to the sample-mean alpha instead (a head counts when its mean
   // alpha_k > eps): what a reader of a mean-alpha heatmap sees; lower than the mean of per-sample
   // rates when single samples cross eps.
   std::vector<double> sink_rate_of_mean_alpha;            // (K)
   std::vector<double> sink_rate_of_mean_alpha_per_layer;  // (K, L)
-  std::vector<double> top_share;           // (L, H) mean over queries i >= 1 of max_j A[i, j]
-  std::vector<int> top_mode;               // (L, H) most frequent top key position (queries i >= 1)
-  std::vector<double> top_mode_rate;       // (L, H) share of queries whose top key is top_mode
-  std::vector<double> top_p0_rate;         // (L, H) share of queries whose top key is position 0
-  std::vector<double> p0_norm_ratio;       // (L) ||h_0|| / median_{i>=1} ||h_i||
-  std::vector<double> p1_norm_ratio;       // (L) the same for position 1 (an ordinary position)
-  std::vector<double> max_other_norm_ratio;// (L) max_{i>=1} ||h_i|| / median_{i>=1} ||h_i||
-  std::vector<double> median_abs;          // (L) median |x| of the layer's hidden states
-  std::vector<int64_t> massive_count;      // (L) massive activations over all samples
+  std::vector<double> top_share;      // (L, H) mean over queries i >= 1 of max_j A[i, j]
+  std::vector<int> top_mode;          // (L, H) most frequent top key position (queries i >= 1)
+  std::vector<double> top_mode_rate;  // (L, H) share of queries whose top key is top_mode
+  std::vector<double> top_p0_rate;    // (L, H) share of queries whose top key is position 0
+  std::vector<double> p0_norm_ratio;  // (L) ||h_0|| / median_{i>=1} ||h_i||
+  std::vector<double> p1_norm_ratio;  // (L) the same for position 1 (an ordinary position)
+  std::vector<double> max_other_norm_ratio;  // (L) max_{i>=1} ||h_i|| / median_{i>=1} ||h_i||
+  std::vector<double> median_abs;            // (L) median |x| of the layer's hidden states
+  std::vector<int64_t> massive_count;        // (L) massive activations over all samples
   std::vector<std::vector<Activation>> top_activations;  // (L)[<= 3] largest |x|, massive or not
-  std::vector<double> p0_cosine;           // (L) mean pairwise cosine of h_0 across samples
-  std::vector<double> other_cosine;        // (L) the same over positions >= 1 (pooled)
+  std::vector<double> p0_cosine;     // (L) mean pairwise cosine of h_0 across samples
+  std::vector<double> other_cosine;  // (L) the same over positions >= 1 (pooled)
   std::vector<CapturedPattern> patterns;
   // AnalyzeOptions::loss: mean over samples and positions t < T - 1 of -log p(token t+1 | 0..t),
   // in nats (NaN when not asked for).
@@ -110,27 +110,29 @@ struct ConditionResult {
   // Models with learned sink logits (gpt-oss): the mass each head puts on its sink slot, which
   // the rows' probabilities over the keys then lack (they sum to 1 - alpha_sink).
   bool has_sink_slot = false;
-  std::vector<double> alpha_sink;              // (L, H) mean over samples and queries i in [0, T-1]
-  double sink_slot_rate = 0;                   // share of (l, h) with alpha_sink > eps, per sample
+  std::vector<double> alpha_sink;  // (L, H) mean over samples and queries i in [0, T-1]
+  double sink_slot_rate = 0;       // share of (l, h) with alpha_sink > eps, per sample
   std::vector<double> sink_slot_rate_per_layer;  // (L)
   // Models with an output gate (gated attention): the gate's mean over heads and dimensions at
   // position 0 and over positions >= 1, per layer, averaged over samples (Qiu et al. report the
   // gate small where a plain model's heads would sink).
   bool has_output_gate = false;
-  std::vector<double> gate_p0, gate_rest;      // (L)
+  std::vector<double> gate_p0, gate_rest;  // (L)
   // Sigmoid attention (weights not normalised): alpha, the top-key share and the cone statistics
   // above are of each row's weights divided by their sum (Gu et al. 2024's proxy attention
   // scores); these are the weights themselves, mean over samples and queries i in [0, T-1]: the
   // weight on position 0 and the row's total (how much the query attends at all).
   bool has_sigmoid_weights = false;
-  std::vector<double> alpha0_raw, row_sum;     // (L, H)
+  std::vector<double> alpha0_raw, row_sum;  // (L, H)
   // Each layer's sliding window (0: global). A sliding layer's queries past the window cannot see
   // position 0, so its alpha_0 is reported apart from the global layers'.
-  std::vector<int> layer_window;               // (L)
-  double sink_rate_global = 0;                 // Sink_0^eps over global layers' heads (per sample)
-  double sink_rate_sliding = 0;                // the same over sliding layers' heads; NaN if none
+  std::vector<int> layer_window;  // (L)
+  double sink_rate_global = 0;    // Sink_0^eps over global layers' heads (per sample)
+  double sink_rate_sliding = 0;   // the same over sliding layers' heads; NaN if none
 
-  double Alpha(int k, int l, int h) const { return alpha[(static_cast<size_t>(k) * n_layers + l) * n_heads + h]; }
+  double Alpha(int k, int l, int h) const {
+    return alpha[(static_cast<size_t>(k) * n_layers + l) * n_heads + h];
+  }
 };
 
 // Runs every sample through the model and returns the metrics. All samples must have the same

@@ -1,11 +1,11 @@
 #include "analysis/analyze_report.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
-
-#include <fmt/format.h>
 
 #include "common/sha256.h"
 #include "model/precision.h"
@@ -57,8 +57,8 @@ json Nested2(const std::vector<T>& flat, int a, int b) {
 }
 
 json ActivationJson(const Activation& a) {
-  return {{"layer", a.layer},       {"sample", a.sample}, {"position", a.position},
-          {"dim", a.dim},           {"value", a.value},   {"median_abs", a.median_abs},
+  return {{"layer", a.layer},    {"sample", a.sample}, {"position", a.position},
+          {"dim", a.dim},        {"value", a.value},   {"median_abs", a.median_abs},
           {"massive", a.massive}};
 }
 
@@ -70,9 +70,10 @@ json ConditionJson(const ConditionResult& r) {
   j["length"] = r.length;
   json alpha = json::array();
   for (int k = 0; k < K; ++k)
-    alpha.push_back(Nested2(std::vector<double>(r.alpha.begin() + static_cast<size_t>(k) * L * H,
-                                                r.alpha.begin() + static_cast<size_t>(k + 1) * L * H),
-                            L, H));
+    alpha.push_back(
+        Nested2(std::vector<double>(r.alpha.begin() + static_cast<size_t>(k) * L * H,
+                                    r.alpha.begin() + static_cast<size_t>(k + 1) * L * H),
+                L, H));
   j["alpha"] = alpha;
   j["sink_rate"] = r.sink_rate;
   j["sink_rate_per_layer"] = Nested2(r.sink_rate_per_layer, K, L);
@@ -107,10 +108,12 @@ json ConditionJson(const ConditionResult& r) {
   j["patterns"] = patterns;
   j["layer_window"] = r.layer_window;
   j["sink_rate_global_layers"] = r.sink_rate_global;
-  j["sink_rate_sliding_layers"] = std::isnan(r.sink_rate_sliding) ? json(nullptr) : json(r.sink_rate_sliding);
+  j["sink_rate_sliding_layers"] =
+      std::isnan(r.sink_rate_sliding) ? json(nullptr) : json(r.sink_rate_sliding);
   if (r.has_output_gate) j["output_gate"] = {{"p0", r.gate_p0}, {"rest", r.gate_rest}};
   if (r.has_sigmoid_weights)
-    j["sigmoid_weights"] = {{"alpha0_raw", Nested2(r.alpha0_raw, L, H)}, {"row_sum", Nested2(r.row_sum, L, H)}};
+    j["sigmoid_weights"] = {{"alpha0_raw", Nested2(r.alpha0_raw, L, H)},
+                            {"row_sum", Nested2(r.row_sum, L, H)}};
   if (r.has_sink_slot) {
     j["sink_slot"] = {{"alpha_sink", Nested2(r.alpha_sink, L, H)},
                       {"rate", r.sink_slot_rate},
@@ -118,7 +121,6 @@ json ConditionJson(const ConditionResult& r) {
   }
   return j;
 }
-
 
 std::string F(double v, int precision = 3) { return report::FormatNumber(v, precision); }
 
@@ -135,7 +137,8 @@ std::string SinkCarrier(const ConditionResult& r) {
     return p0 > 0 ? fmt::format("position 0 ({})", pct(p0)) : "no head sinks on position 0";
   const double slot = r.sink_slot_rate;
   if (slot == 0 && p0 == 0) return "neither the learned sink slot nor position 0";
-  if (slot > 0 && p0 == 0) return fmt::format("the learned sink slot ({}), not position 0", pct(slot));
+  if (slot > 0 && p0 == 0)
+    return fmt::format("the learned sink slot ({}), not position 0", pct(slot));
   if (slot == 0) return fmt::format("position 0 ({}), not the learned sink slot", pct(p0));
   return fmt::format("both: the learned sink slot ({}) and position 0 ({})", pct(slot), pct(p0));
 }
@@ -182,20 +185,33 @@ nlohmann::json ReportJson(const AnalyzeReport& report) {
   const AnalyzeSettings& s = report.settings;
   json j;
   j["schema"] = kAnalyzeSchema;
-  j["model"] = {{"path", m.path},           {"format", m.format},         {"arch", m.arch},
-                {"n_layers", m.n_layers},   {"n_heads", m.n_heads},       {"n_kv_heads", m.n_kv_heads},
-                {"dim", m.dim},             {"head_dim", m.head_dim},     {"hidden_dim", m.hidden_dim},
-                {"vocab_size", m.vocab_size}, {"max_seq_len", m.max_seq_len},
-                {"parameters", m.parameters}, {"file_bytes", m.file_bytes},
+  j["model"] = {{"path", m.path},
+                {"format", m.format},
+                {"arch", m.arch},
+                {"n_layers", m.n_layers},
+                {"n_heads", m.n_heads},
+                {"n_kv_heads", m.n_kv_heads},
+                {"dim", m.dim},
+                {"head_dim", m.head_dim},
+                {"hidden_dim", m.hidden_dim},
+                {"vocab_size", m.vocab_size},
+                {"max_seq_len", m.max_seq_len},
+                {"parameters", m.parameters},
+                {"file_bytes", m.file_bytes},
                 {"sha256", m.sha256.empty() ? json(nullptr) : json(m.sha256)},
                 {"precision", m.precision}};
-  j["settings"] = {{"source", s.source},       {"samples", s.samples},
-                   {"length", s.length},       {"seed", s.seed},
-                   {"first_k", s.first_k},     {"eps", s.eps},
-                   {"attention_path", s.attn_path}, {"patterns", s.patterns},
+  j["settings"] = {{"source", s.source},
+                   {"samples", s.samples},
+                   {"length", s.length},
+                   {"seed", s.seed},
+                   {"first_k", s.first_k},
+                   {"eps", s.eps},
+                   {"attention_path", s.attn_path},
+                   {"patterns", s.patterns},
                    {"allow_long_context", s.allow_long_context},
-                   {"averaging", "mean over samples of per-sample metrics; top_key.mode_* pooled "
-                                 "over all queries of all samples; cosines across samples"}};
+                   {"averaging",
+                    "mean over samples of per-sample metrics; top_key.mode_* pooled "
+                    "over all queries of all samples; cosines across samples"}};
   j["conditions"] = json::array();
   for (const auto& r : report.conditions) j["conditions"].push_back(ConditionJson(r));
   return j;
@@ -208,11 +224,14 @@ std::string ReportSummary(const AnalyzeReport& report) {
   std::string lengths;
   bool same_length = true;
   for (const auto& r : conds) same_length &= r.length == conds[0].length;
-  if (same_length) lengths = std::to_string(conds[0].length);
-  else for (const auto& r : conds)
-    lengths += fmt::format("{}{} ({})", lengths.empty() ? "" : ", ", r.length, ConditionName(r.condition));
-  std::string out = fmt::format("{} sample(s) per condition of T = {} tokens\n\n", conds[0].samples,
-                                lengths);
+  if (same_length)
+    lengths = std::to_string(conds[0].length);
+  else
+    for (const auto& r : conds)
+      lengths += fmt::format("{}{} ({})", lengths.empty() ? "" : ", ", r.length,
+                             ConditionName(r.condition));
+  std::string out =
+      fmt::format("{} sample(s) per condition of T = {} tokens\n\n", conds[0].samples, lengths);
   // One narrow table per metric, conditions side by side.
   auto per_layer = [&](const std::string& title, auto value) {
     std::vector<std::vector<std::string>> rows;
@@ -226,10 +245,12 @@ std::string ReportSummary(const AnalyzeReport& report) {
     }
     return title + "\n" + report::FormatTable(rows);
   };
-  out += per_layer(fmt::format("Sink_0 (share of heads with alpha_0 > {:g}) per layer", conds[0].eps),
-                   [](const ConditionResult& r, int l) { return r.sink_rate_per_layer[l]; });
+  out +=
+      per_layer(fmt::format("Sink_0 (share of heads with alpha_0 > {:g}) per layer", conds[0].eps),
+                [](const ConditionResult& r, int l) { return r.sink_rate_per_layer[l]; });
   std::string all = "all layers (mean of per-sample rates):";
-  for (const auto& r : conds) all += fmt::format(" {}={}", ConditionName(r.condition), F(r.sink_rate[0]));
+  for (const auto& r : conds)
+    all += fmt::format(" {}={}", ConditionName(r.condition), F(r.sink_rate[0]));
   std::string of_mean = "all layers (threshold on the mean alpha_0):";
   for (const auto& r : conds)
     of_mean += fmt::format(" {}={}", ConditionName(r.condition), F(r.sink_rate_of_mean_alpha[0]));
@@ -237,14 +258,20 @@ std::string ReportSummary(const AnalyzeReport& report) {
   if (!std::isnan(conds[0].sink_rate_sliding)) {
     // A sliding layer's queries past its window cannot see position 0 at all.
     std::string split = "global layers:";
-    for (const auto& r : conds) split += fmt::format(" {}={}", ConditionName(r.condition), F(r.sink_rate_global));
+    for (const auto& r : conds)
+      split += fmt::format(" {}={}", ConditionName(r.condition), F(r.sink_rate_global));
     split += "; sliding-window layers:";
-    for (const auto& r : conds) split += fmt::format(" {}={}", ConditionName(r.condition), F(r.sink_rate_sliding));
-    out += split + " (Sink_0, reported apart: past its window a sliding layer cannot see position 0)\n";
+    for (const auto& r : conds)
+      split += fmt::format(" {}={}", ConditionName(r.condition), F(r.sink_rate_sliding));
+    out += split +
+           " (Sink_0, reported apart: past its window a sliding layer cannot see position 0)\n";
   }
   if (conds[0].has_sink_slot) {
-    out += "\n" + per_layer(fmt::format("learned sink slot: share of heads with alpha_sink > {:g} per layer", conds[0].eps),
-                             [](const ConditionResult& r, int l) { return r.sink_slot_rate_per_layer[l]; });
+    out +=
+        "\n" +
+        per_layer(fmt::format("learned sink slot: share of heads with alpha_sink > {:g} per layer",
+                              conds[0].eps),
+                  [](const ConditionResult& r, int l) { return r.sink_slot_rate_per_layer[l]; });
     // The slot's mass beside position 0's, per layer and per head: which of the two the heads use.
     std::vector<std::vector<std::string>> rows = {{"layer"}};
     for (const auto& r : conds)
@@ -254,31 +281,35 @@ std::string ReportSummary(const AnalyzeReport& report) {
       std::vector<std::string> row = {std::to_string(l)};
       for (const auto& r : conds) {
         double sum = 0;
-        for (int h = 0; h < r.n_heads; ++h) sum += r.alpha_sink[static_cast<size_t>(l) * r.n_heads + h];
+        for (int h = 0; h < r.n_heads; ++h)
+          sum += r.alpha_sink[static_cast<size_t>(l) * r.n_heads + h];
         row.push_back(F(sum / r.n_heads));
         row.push_back(F(LayerMeanAlpha(r, 0, l)));
       }
       rows.push_back(row);
     }
     out += "mean alpha_sink and alpha_0 over the layer's heads\n" + report::FormatTable(rows);
-    std::vector<std::vector<std::string>> heads = {
-        {"condition", "layer", "head", "alpha_sink", "alpha_0", "", "layer", "head", "alpha_sink", "alpha_0"}};
+    std::vector<std::vector<std::string>> heads = {{"condition", "layer", "head", "alpha_sink",
+                                                    "alpha_0", "", "layer", "head", "alpha_sink",
+                                                    "alpha_0"}};
     for (const auto& r : conds) {
-      // Heads ordered by alpha_sink: the three that use the slot most, and the three that use it least.
+      // Heads ordered by alpha_sink: the three that use the slot most, and the three that use it
+      // least.
       std::vector<std::pair<int, int>> order;
       for (int l = 0; l < r.n_layers; ++l)
         for (int h = 0; h < r.n_heads; ++h) order.push_back({l, h});
       auto slot = [&](std::pair<int, int> lh) {
         return r.alpha_sink[static_cast<size_t>(lh.first) * r.n_heads + lh.second];
       };
-      std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return slot(a) > slot(b); });
+      std::stable_sort(order.begin(), order.end(),
+                       [&](auto a, auto b) { return slot(a) > slot(b); });
       const size_t n = std::min<size_t>(3, order.size());
       for (size_t i = 0; i < n; ++i) {
         const auto top = order[i], low = order[order.size() - n + i];
-        heads.push_back({ConditionName(r.condition), std::to_string(top.first), std::to_string(top.second),
-                         F(slot(top)), F(r.Alpha(0, top.first, top.second)), "|",
-                         std::to_string(low.first), std::to_string(low.second), F(slot(low)),
-                         F(r.Alpha(0, low.first, low.second))});
+        heads.push_back(
+            {ConditionName(r.condition), std::to_string(top.first), std::to_string(top.second),
+             F(slot(top)), F(r.Alpha(0, top.first, top.second)), "|", std::to_string(low.first),
+             std::to_string(low.second), F(slot(low)), F(r.Alpha(0, low.first, low.second))});
       }
     }
     out += "heads with the most (left) and the least (right) mass on the sink slot\n" +
@@ -290,25 +321,34 @@ std::string ReportSummary(const AnalyzeReport& report) {
       for (int h = 0; h < r.n_heads; ++h) sum += v[static_cast<size_t>(l) * r.n_heads + h];
       return sum / r.n_heads;
     };
-    out += "\nsigmoid attention: alpha and the top-key share are of each row's weights divided by their "
-           "sum (Gu et al.'s proxy); the weights themselves:\n";
-    out += per_layer("mean weight on position 0", [&](const ConditionResult& r, int l) { return layer_mean(r.alpha0_raw, r, l); });
-    out += per_layer("mean row total (how much a query attends)", [&](const ConditionResult& r, int l) { return layer_mean(r.row_sum, r, l); });
+    out +=
+        "\nsigmoid attention: alpha and the top-key share are of each row's weights divided by "
+        "their "
+        "sum (Gu et al.'s proxy); the weights themselves:\n";
+    out += per_layer("mean weight on position 0", [&](const ConditionResult& r, int l) {
+      return layer_mean(r.alpha0_raw, r, l);
+    });
+    out += per_layer("mean row total (how much a query attends)",
+                     [&](const ConditionResult& r, int l) { return layer_mean(r.row_sum, r, l); });
   }
   if (conds[0].has_output_gate) {
-    out += "\n" + per_layer("output gate, mean at position 0", [](const ConditionResult& r, int l) { return r.gate_p0[l]; });
-    out += per_layer("output gate, mean at positions >= 1", [](const ConditionResult& r, int l) { return r.gate_rest[l]; });
+    out += "\n" + per_layer("output gate, mean at position 0",
+                            [](const ConditionResult& r, int l) { return r.gate_p0[l]; });
+    out += per_layer("output gate, mean at positions >= 1",
+                     [](const ConditionResult& r, int l) { return r.gate_rest[l]; });
   }
-  for (const auto& r : conds) out += fmt::format("sink carried by ({}): {}\n", ConditionName(r.condition), SinkCarrier(r));
+  for (const auto& r : conds)
+    out += fmt::format("sink carried by ({}): {}\n", ConditionName(r.condition), SinkCarrier(r));
   if (!conds[0].has_sink_slot)  // else in the table beside alpha_sink above
-    out += "\n" + per_layer("mean alpha_0 over the layer's heads",
-                            [](const ConditionResult& r, int l) { return LayerMeanAlpha(r, 0, l); });
+    out +=
+        "\n" + per_layer("mean alpha_0 over the layer's heads",
+                         [](const ConditionResult& r, int l) { return LayerMeanAlpha(r, 0, l); });
   out += "\n" + per_layer("P0 norm ratio ||h_0|| / median_{i>=1} ||h_i|| after each block",
                           [](const ConditionResult& r, int l) { return r.p0_norm_ratio[l]; });
   out += "\nTop sink heads by alpha_0 (top key: most frequent argmax position, share of queries)\n";
   const bool slot = conds[0].has_sink_slot;
-  std::vector<std::vector<std::string>> heads = {{"condition", "layer", "head", "alpha_0", "alpha_1",
-                                                  "top key", "top share"}};
+  std::vector<std::vector<std::string>> heads = {
+      {"condition", "layer", "head", "alpha_0", "alpha_1", "top key", "top share"}};
   if (slot) heads[0].push_back("alpha_sink");
   for (const auto& r : conds)
     for (auto [l, h] : TopHeads(r, 3)) {
@@ -359,14 +399,15 @@ std::string ReportHtml(const AnalyzeReport& report) {
   std::iota(layers.begin(), layers.end(), 0.0);
 
   page.Heading("Sink rate per layer");
-  page.Paragraph("Sink_0^eps: share of the layer's heads whose alpha_0 (mean attention on position "
-                 "0 over all queries) exceeds eps (Gu et al. 2025).");
+  page.Paragraph(
+      "Sink_0^eps: share of the layer's heads whose alpha_0 (mean attention on position "
+      "0 over all queries) exceeds eps (Gu et al. 2025).");
   {
     std::vector<report::Series> series;
     for (const auto& r : conds)
-      series.push_back({ConditionName(r.condition), layers,
-                        std::vector<double>(r.sink_rate_per_layer.begin(),
-                                            r.sink_rate_per_layer.begin() + L)});
+      series.push_back(
+          {ConditionName(r.condition), layers,
+           std::vector<double>(r.sink_rate_per_layer.begin(), r.sink_rate_per_layer.begin() + L)});
     report::ChartOptions o;
     o.title = fmt::format("Sink_0 (eps {}) per layer", F(s.eps));
     o.x_label = "layer";
@@ -397,16 +438,19 @@ std::string ReportHtml(const AnalyzeReport& report) {
   if (!std::isnan(conds[0].sink_rate_sliding)) {
     std::string windows;
     for (int l = 0; l < L; ++l)
-      windows += fmt::format("{}{}", l ? ", " : "", conds[0].layer_window[l] > 0
-                                                        ? fmt::format("{}: W {}", l, conds[0].layer_window[l])
-                                                        : fmt::format("{}: global", l));
+      windows += fmt::format("{}{}", l ? ", " : "",
+                             conds[0].layer_window[l] > 0
+                                 ? fmt::format("{}: W {}", l, conds[0].layer_window[l])
+                                 : fmt::format("{}: global", l));
     std::string rates;
     for (const auto& r : conds)
-      rates += fmt::format("{}{}: global {}, sliding {}", rates.empty() ? "" : "; ",
-                           ConditionName(r.condition), F(r.sink_rate_global), F(r.sink_rate_sliding));
+      rates +=
+          fmt::format("{}{}: global {}, sliding {}", rates.empty() ? "" : "; ",
+                      ConditionName(r.condition), F(r.sink_rate_global), F(r.sink_rate_sliding));
     page.Paragraph(fmt::format(
         "Sliding-window layers ({}). Past its window a sliding layer's queries cannot see position "
-        "0, so its alpha_0 is low by construction; Sink_0 apart: {}.", windows, rates));
+        "0, so its alpha_0 is low by construction; Sink_0 apart: {}.",
+        windows, rates));
   }
   page.Heading("alpha_0 per head");
   for (const auto& r : conds) {
@@ -420,8 +464,9 @@ std::string ReportHtml(const AnalyzeReport& report) {
     page.Raw(report::Heatmap(grid, o));
   }
   page.Heading("Hidden-state norms");
-  page.Paragraph("||h_0|| / median over i >= 1 of ||h_i|| after each block, beside the same ratio "
-                 "for position 1 and for the largest position >= 1.");
+  page.Paragraph(
+      "||h_0|| / median over i >= 1 of ||h_i|| after each block, beside the same ratio "
+      "for position 1 and for the largest position >= 1.");
   // One chart per condition: three lines stay readable where twelve would not.
   for (const auto& r : conds) {
     std::vector<report::Series> series = {{"position 0", layers, r.p0_norm_ratio},
@@ -455,9 +500,9 @@ std::string ReportHtml(const AnalyzeReport& report) {
   }
   page.Heading("Top sink heads");
   {
-    std::vector<std::vector<std::string>> rows = {
-        {"condition", "layer", "head", "alpha_0", "alpha_1", "top key position", "share of queries",
-         "mean top prob"}};
+    std::vector<std::vector<std::string>> rows = {{"condition", "layer", "head", "alpha_0",
+                                                   "alpha_1", "top key position",
+                                                   "share of queries", "mean top prob"}};
     for (const auto& r : conds)
       for (auto [l, h] : TopHeads(r, 5))
         rows.push_back({ConditionName(r.condition), std::to_string(l), std::to_string(h),
@@ -467,11 +512,12 @@ std::string ReportHtml(const AnalyzeReport& report) {
     page.Table(rows);
   }
   page.Heading("Massive activations");
-  page.Paragraph("Largest |x| per layer in the residual stream (Sun et al. 2024 call an activation "
-                 "massive when |x| > 100 and > 1000 x the layer's median |x|).");
+  page.Paragraph(
+      "Largest |x| per layer in the residual stream (Sun et al. 2024 call an activation "
+      "massive when |x| > 100 and > 1000 x the layer's median |x|).");
   {
-    std::vector<std::vector<std::string>> rows = {{"condition", "layer", "sample", "position", "dim",
-                                                   "value", "median |x|", "massive",
+    std::vector<std::vector<std::string>> rows = {{"condition", "layer", "sample", "position",
+                                                   "dim", "value", "median |x|", "massive",
                                                    "massive entries in layer"}};
     for (const auto& r : conds)
       for (int l = 0; l < L; ++l)
@@ -486,13 +532,15 @@ std::string ReportHtml(const AnalyzeReport& report) {
   for (const auto& r : conds) any_pattern |= !r.patterns.empty();
   if (any_pattern) {
     page.Heading("Attention patterns");
-    page.Paragraph("Mean over samples of A[i][j] (query i down, key j across); long sequences are "
-                   "shown averaged over square blocks.");
+    page.Paragraph(
+        "Mean over samples of A[i][j] (query i down, key j across); long sequences are "
+        "shown averaged over square blocks.");
     for (const auto& r : conds)
       for (const auto& p : r.patterns) {
         auto grid = Downsample(p.mean, p.T, 128);
         double mx = 0;
-        for (const auto& row : grid) for (double v : row) mx = std::max(mx, v);
+        for (const auto& row : grid)
+          for (double v : row) mx = std::max(mx, v);
         report::HeatmapOptions o;
         o.title = fmt::format("{}: layer {} head {}", ConditionName(r.condition), p.head.layer,
                               p.head.head);

@@ -27,14 +27,14 @@ struct ModelIdentity {
 ModelIdentity IdentifyModel(const Model& model, int64_t hash_limit_bytes = int64_t{4} << 30);
 
 struct AnalyzeSettings {
-  std::string source;       // "text FILE", "prompt", "default text data/default_text.txt"
-  int samples = 0;          // N
-  int length = 0;           // T (for --prompt: the prompt's tokens, +1 with bos/random-p0)
+  std::string source;  // "text FILE", "prompt", "default text data/default_text.txt"
+  int samples = 0;     // N
+  int length = 0;      // T (for --prompt: the prompt's tokens, +1 with bos/random-p0)
   uint64_t seed = 0;
   int first_k = 4;
   double eps = 0.3;
   std::string attn_path = "fused";
-  std::string patterns;     // the --patterns spec as given
+  std::string patterns;  // the --patterns spec as given
   bool allow_long_context = false;
 };
 

@@ -8,10 +8,14 @@ namespace ss::analysis {
 
 std::string ConditionName(Condition condition) {
   switch (condition) {
-    case Condition::kBos: return "bos";
-    case Condition::kNoBos: return "no-bos";
-    case Condition::kRandomP0: return "random-p0";
-    case Condition::kRepeat: return "repeat";
+    case Condition::kBos:
+      return "bos";
+    case Condition::kNoBos:
+      return "no-bos";
+    case Condition::kRandomP0:
+      return "random-p0";
+    case Condition::kRepeat:
+      return "repeat";
   }
   return "?";
 }
@@ -28,8 +32,10 @@ std::vector<Condition> ParseConditions(const std::string& list, const std::strin
     const Condition* found = std::find_if(std::begin(all), std::end(all),
                                           [&](Condition c) { return ConditionName(c) == name; });
     if (found == std::end(all))
-      Fail("{}: unknown condition '{}' in '{}' (expected a comma-separated list of bos, no-bos, "
-           "random-p0, repeat)", flag, name, list);
+      Fail(
+          "{}: unknown condition '{}' in '{}' (expected a comma-separated list of bos, no-bos, "
+          "random-p0, repeat)",
+          flag, name, list);
     if (std::find(out.begin(), out.end(), *found) != out.end())
       Fail("{}: condition '{}' is listed twice in '{}'", flag, name, list);
     out.push_back(*found);
@@ -79,8 +85,9 @@ static int RandomToken(SplitMix64& rng, const SampleSpec& spec) {
 // The bos condition needs the model's BOS id; gpt-oss, Qwen and others declare none.
 static void CheckBos(Condition condition, const SampleSpec& spec) {
   if (condition == Condition::kBos && spec.bos_id < 0)
-    Fail("the model declares no BOS token (bos_token_id is null or absent), so the 'bos' condition "
-         "has no first token; use --conditions no-bos,random-p0,repeat");
+    Fail(
+        "the model declares no BOS token (bos_token_id is null or absent), so the 'bos' condition "
+        "has no first token; use --conditions no-bos,random-p0,repeat");
 }
 
 std::vector<std::vector<int>> BuildSamples(const std::vector<int>& stream, Condition condition,

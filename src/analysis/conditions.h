@@ -34,8 +34,8 @@ class SplitMix64 {
 };
 
 struct SampleSpec {
-  int samples = 64;    // N
-  int length = 64;     // T
+  int samples = 64;  // N
+  int length = 64;   // T
   uint64_t seed = 0;
   int vocab_size = 0;  // V, for random-p0
   int bos_id = 1;

@@ -62,7 +62,8 @@ std::string PrintableExcerpt(std::string_view bytes, size_t max_bytes) {
 }
 
 void AssertFailed(const char* expr, const char* file, int line) {
-  std::fprintf(stderr, "sinkscope: internal error: %s:%d: assertion failed: %s\n", file, line, expr);
+  std::fprintf(stderr, "sinkscope: internal error: %s:%d: assertion failed: %s\n", file, line,
+               expr);
   std::abort();
 }
 

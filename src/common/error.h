@@ -1,6 +1,7 @@
 // Two kinds of errors, because their readers differ (a user who gave bad input, a developer who
 // broke an invariant):
-//  - ss::Error: bad input from outside (files, flags). Carries one clear line that names the file or
+//  - ss::Error: bad input from outside (files, flags). Carries one clear line that names the file
+//  or
 //    argument, what was expected and what was found. The CLI prints it and exits non-zero.
 //  - SS_ASSERT: a broken internal invariant. Prints file and line and aborts.
 #pragma once
@@ -41,7 +42,7 @@ template <typename... Args>
 
 }  // namespace ss
 
-#define SS_ASSERT(cond)                                        \
-  do {                                                         \
+#define SS_ASSERT(cond)                                         \
+  do {                                                          \
     if (!(cond)) ::ss::AssertFailed(#cond, __FILE__, __LINE__); \
   } while (0)

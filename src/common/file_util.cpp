@@ -1,8 +1,8 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -11,7 +11,8 @@ InterruptPoll& InstalledPoll() {
 }
 }  // namespace
 
-ScopedInterruptPoll::ScopedInterruptPoll(InterruptPoll poll) : previous_(std::move(InstalledPoll())) {
+ScopedInterruptPoll::ScopedInterruptPoll(InterruptPoll poll)
+    : previous_(std::move(InstalledPoll())) {
   InstalledPoll() = std::move(poll);
 }
 ScopedInterruptPoll::~ScopedInterruptPoll() { InstalledPoll() = std::move(previous_); }

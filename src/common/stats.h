@@ -14,7 +14,8 @@
 namespace ss {
 
 // The median of v (reordered in place), with numpy.median's semantics: the mean of the two middle
-// values for an even count (the reference implementation uses numpy; this matters for short inputs).
+// values for an even count (the reference implementation uses numpy; this matters for short
+// inputs).
 template <typename T>
 double Median(std::vector<T>& v) {
   SS_ASSERT(!v.empty());
@@ -67,8 +68,10 @@ inline double MedianOfMagnitudes(std::vector<float>& v) {
   std::vector<float> in_hi, in_lo;
   for (float f : v) {
     const int bin = static_cast<int>(bits_of(f) >> 16);
-    if (bin == hi) in_hi.push_back(f);
-    else if (bin == lo) in_lo.push_back(f);
+    if (bin == hi)
+      in_hi.push_back(f);
+    else if (bin == lo)
+      in_lo.push_back(f);
   }
   auto select = [](std::vector<float>& c, size_t k) {
     std::nth_element(c.begin(), c.begin() + k, c.end());
@@ -76,7 +79,8 @@ inline double MedianOfMagnitudes(std::vector<float>& v) {
   };
   const double upper = select(in_hi, mid - start_hi);
   if (n % 2 == 1) return upper;
-  const double lower = lo == hi ? select(in_hi, mid - 1 - start_hi) : select(in_lo, mid - 1 - start_lo);
+  const double lower =
+      lo == hi ? select(in_hi, mid - 1 - start_hi) : select(in_lo, mid - 1 - start_lo);
   return 0.5 * (lower + upper);
 }
 
@@ -114,8 +118,8 @@ inline double SpearmanCorrelation(const std::vector<double>& x, const std::vecto
 }
 
 // The regularised incomplete beta function I_x(a, b), by its continued fraction (Abramowitz and
-// Stegun 26.5.8), evaluated with the modified Lentz method; the symmetry I_x(a, b) = 1 - I_{1-x}(b, a)
-// keeps x on the side where the fraction converges quickly (x < (a + 1) / (a + b + 2)).
+// Stegun 26.5.8), evaluated with the modified Lentz method; the symmetry I_x(a, b) = 1 - I_{1-x}(b,
+// a) keeps x on the side where the fraction converges quickly (x < (a + 1) / (a + b + 2)).
 inline double RegularizedIncompleteBeta(double x, double a, double b) {
   SS_ASSERT(a > 0 && b > 0);
   if (x <= 0) return 0.0;
@@ -124,8 +128,8 @@ inline double RegularizedIncompleteBeta(double x, double a, double b) {
   const double log_front = a * std::log(x) + b * std::log1p(-x) - std::log(a) + std::lgamma(a + b) -
                            std::lgamma(a) - std::lgamma(b);
   constexpr double kTiny = 1e-300, kEps = 1e-15;
-  // 1 / (1 + d_1 / (1 + d_2 / (1 + ...))): d_{2m+1} = -(a + m)(a + b + m) x / ((a + 2m)(a + 2m + 1)),
-  // d_{2m} = m (b - m) x / ((a + 2m - 1)(a + 2m)).
+  // 1 / (1 + d_1 / (1 + d_2 / (1 + ...))): d_{2m+1} = -(a + m)(a + b + m) x / ((a + 2m)(a + 2m +
+  // 1)), d_{2m} = m (b - m) x / ((a + 2m - 1)(a + 2m)).
   double c = 1.0, d = 1.0 - (a + b) * x / (a + 1);
   if (std::fabs(d) < kTiny) d = kTiny;
   d = 1.0 / d;

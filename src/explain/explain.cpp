@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <numeric>
 #include <tuple>
@@ -48,7 +48,8 @@ std::vector<Component> ParseComponents(const std::string& spec, const ModelConfi
       c.kind = ComponentKind::kHead;
       rest = item.substr(5);
       const size_t dot = rest.find('.');
-      if (dot == std::string::npos) Fail("{}: '{}' in '{}' is not head.LAYER.HEAD", flag, item, spec);
+      if (dot == std::string::npos)
+        Fail("{}: '{}' in '{}' is not head.LAYER.HEAD", flag, item, spec);
       c.layer = number(rest.substr(0, dot), item);
       c.head = number(rest.substr(dot + 1), item);
     } else {
@@ -77,9 +78,11 @@ void CheckOptions(const ExplainOptions& o) {
   if (o.max_components < 1) Fail("--max-components: expected at least 1, got {}", o.max_components);
   if (o.intervention_samples < 0)
     Fail("--intervention-samples: expected >= 0, got {}", o.intervention_samples);
-  if (o.verify_top < 1) Fail("--verify-top: expected at least 1 row to measure, got {}", o.verify_top);
+  if (o.verify_top < 1)
+    Fail("--verify-top: expected at least 1 row to measure, got {}", o.verify_top);
   if (o.estimate_samples < 0)
-    Fail("--estimate-samples: expected >= 0 (0: every intervention sample), got {}", o.estimate_samples);
+    Fail("--estimate-samples: expected >= 0 (0: every intervention sample), got {}",
+         o.estimate_samples);
   if (!(o.confidence >= 0.5 && o.confidence < 1))
     Fail("--confidence: expected a confidence in [0.5, 1), got {}", o.confidence);
 }
@@ -97,7 +100,9 @@ double Dot(const float* a, const float* b, int n) {
   return s;
 }
 double Norm(const float* a, int n) { return std::sqrt(Dot(a, a, n)); }
-double SafeCos(double dot, double na, double nb) { return na > 0 && nb > 0 ? dot / (na * nb) : 0.0; }
+double SafeCos(double dot, double na, double nb) {
+  return na > 0 && nb > 0 ? dot / (na * nb) : 0.0;
+}
 
 // median_{i>=1} ||h_i|| of x (T, D): the P0 norm ratio's denominator.
 double OthersMedianNorm(const float* x, int T, int D) {
@@ -111,11 +116,11 @@ double NormRatio(double p0_norm, double others_median) {
 
 // What one (possibly intervened) forward pass yields for the effect measures.
 struct RunMetrics {
-  std::vector<int> sink0;       // (L) heads with alpha_0 > eps
-  std::vector<int> sink1;       // (L) heads with alpha_1 > eps
-  std::vector<double> alpha0;   // (L) sum over the layer's heads of alpha_0
-  std::vector<double> p0_ratio; // (L) ||h'_0|| / median_{i>=1} ||h'_i||
-  std::vector<double> p0_norm;  // (L) ||h'_0||
+  std::vector<int> sink0;             // (L) heads with alpha_0 > eps
+  std::vector<int> sink1;             // (L) heads with alpha_1 > eps
+  std::vector<double> alpha0;         // (L) sum over the layer's heads of alpha_0
+  std::vector<double> p0_ratio;       // (L) ||h'_0|| / median_{i>=1} ||h'_i||
+  std::vector<double> p0_norm;        // (L) ||h'_0||
   std::vector<double> others_median;  // (L) median_{i>=1} ||h'_i||
   std::vector<double> slot;     // (L) mean alpha_sink over the layer's heads (learned sink logits)
   std::vector<int> slot_heads;  // (L) heads with alpha_sink > eps
@@ -147,7 +152,10 @@ struct Resume {
 class Runner {
  public:
   Runner(const Model& model, int T, double eps)
-      : model_(model), c_(model.config), T_(T), eps_(eps),
+      : model_(model),
+        c_(model.config),
+        T_(T),
+        eps_(eps),
         cache_(KVCache::CreateSingleUse(model.config, T)) {
     stats_.first_k = 2;
   }
@@ -196,7 +204,8 @@ class Runner {
           m.slot[l] += a / H;
           m.slot_heads[l] += a > eps_;
         }
-      for (int l = 0; l < first; ++l) m.slot[l] = resume->clean->slot[l], m.slot_heads[l] = resume->clean->slot_heads[l];
+      for (int l = 0; l < first; ++l)
+        m.slot[l] = resume->clean->slot[l], m.slot_heads[l] = resume->clean->slot_heads[l];
     }
     ++passes;
     blocks += L - first;
@@ -272,8 +281,7 @@ inline constexpr int kHeadTermSamples = 16;
 
 class HeadTerms {
  public:
-  HeadTerms(const Model& model, int T)
-      : model_(model), c_(model.config), positions_{0} {
+  HeadTerms(const Model& model, int T) : model_(model), c_(model.config), positions_{0} {
     const int n_other = std::min(T - 1, kOtherPositions);
     for (int j = 0; j < n_other; ++j)
       positions_.push_back(1 + static_cast<int>((static_cast<int64_t>(j) * (T - 1)) / n_other));
@@ -289,7 +297,8 @@ class HeadTerms {
       const float* h = post + static_cast<int64_t>(i) * D;
       const double n = Norm(h, D);
       for (int d = 0; d < D; ++d) u_[l].push_back(n > 0 ? static_cast<float>(h[d] / n) : 0.0f);
-      z_[l].insert(z_[l].end(), z + static_cast<int64_t>(i) * HD, z + static_cast<int64_t>(i + 1) * HD);
+      z_[l].insert(z_[l].end(), z + static_cast<int64_t>(i) * HD,
+                   z + static_cast<int64_t>(i + 1) * HD);
     }
   }
   // Call after each sample: reduces the batch once it holds kHeadTermSamples samples.
@@ -306,7 +315,8 @@ class HeadTerms {
       const LayerWeights& w = model_.weights.layers[l];
       const Tensor wo = ProjectionF32(w.wo, w.packed ? &w.packed->wo : nullptr);  // (D, H Dh)
       for (int d = 0; d < D; ++d)
-        for (int j = 0; j < HD; ++j) wo_t[static_cast<size_t>(j) * D + d] = wo.data()[static_cast<int64_t>(d) * HD + j];
+        for (int j = 0; j < HD; ++j)
+          wo_t[static_cast<size_t>(j) * D + d] = wo.data()[static_cast<int64_t>(d) * HD + j];
       const int rows = held_ * P;
       g.assign(static_cast<size_t>(rows) * HD, 0.0f);
       MatMul(u_[l].data(), wo_t.data(), nullptr, g.data(), rows, D, HD);  // (rows, H Dh) = u W_O
@@ -320,8 +330,10 @@ class HeadTerms {
         const float* zr = &z_[l][static_cast<size_t>(r) * HD];
         for (int h = 0; h < H; ++h) {
           const double t = Dot(gr + h * Dh, zr + h * Dh, Dh);
-          if (r % P == 0) dec.p0_head[h] += t;
-          else dec.other_head[h] += t / (P - 1);
+          if (r % P == 0)
+            dec.p0_head[h] += t;
+          else
+            dec.other_head[h] += t / (P - 1);
         }
       }
       u_[l].clear();
@@ -333,8 +345,8 @@ class HeadTerms {
  private:
   const Model& model_;
   const ModelConfig& c_;
-  std::vector<int> positions_;               // 0, then the others
-  std::vector<std::vector<float>> u_, z_;    // per layer: (held, P, D), (held, P, H Dh)
+  std::vector<int> positions_;             // 0, then the others
+  std::vector<std::vector<float>> u_, z_;  // per layer: (held, P, D), (held, P, H Dh)
   int held_ = 0;
 };
 
@@ -371,7 +383,8 @@ double OtherSinkRate(const Tensor& pattern, int H, int T, double eps) {
 // Adds layer `dec`'s norm decomposition of one sample (explain.h): carry + attention + MLP along
 // u = h'/||h'|| at position 0, and the mean over positions >= 1. The per-head terms go through
 // HeadTerms.
-void AddDecomposition(const LayerScratch& s, const float* post, int T, int D, LayerDecomposition& dec) {
+void AddDecomposition(const LayerScratch& s, const float* post, int T, int D,
+                      LayerDecomposition& dec) {
   double o_pre = 0, o_post = 0, o_carry = 0, o_attn = 0, o_mlp = 0, o_cos_a = 0, o_cos_m = 0;
   for (int i = 0; i < T; ++i) {
     const int64_t off = static_cast<int64_t>(i) * D;
@@ -458,8 +471,14 @@ void AddConeFits(const LayerScratch& s, const Runner& runner, const ModelConfig&
       ca.syy += meas * meas;
       ca.sxy += pred * meas;
       // Ties go to position 0 (its predicted value 1 is the bound every position can reach).
-      if (pred > best_pred + 1e-12) { best_pred = pred; arg_pred = i; }
-      if (meas > best_meas) { best_meas = meas; arg_meas = i; }
+      if (pred > best_pred + 1e-12) {
+        best_pred = pred;
+        arg_pred = i;
+      }
+      if (meas > best_meas) {
+        best_meas = meas;
+        arg_meas = i;
+      }
       if (i == 0) {
         ca.pred0 += pred;
         ca.meas0 += meas;
@@ -519,11 +538,11 @@ void SummarizeCleanPass(const CleanAcc& acc, const std::vector<RunMetrics>& clea
   for (int l = 0; l < L; ++l) {
     LayerDecomposition& d = r.layers[l];
     auto mean = [N](double& x) { x /= N; };
-    for (double* x : {&d.p0_norm_pre, &d.p0_norm_post, &d.p0_carry, &d.p0_attn, &d.p0_mlp,
-                      &d.p0_unexplained, &d.p0_cos_pre, &d.p0_cos_attn, &d.p0_cos_mlp,
-                      &d.p0_attn_norm, &d.p0_mlp_norm, &d.other_norm_pre, &d.other_norm_post,
-                      &d.other_carry, &d.other_attn, &d.other_mlp, &d.other_cos_attn,
-                      &d.other_cos_mlp, &d.other_sink_rate, &d.mean_alpha0})
+    for (double* x : {&d.p0_norm_pre,     &d.p0_norm_post,   &d.p0_carry,        &d.p0_attn,
+                      &d.p0_mlp,          &d.p0_unexplained, &d.p0_cos_pre,      &d.p0_cos_attn,
+                      &d.p0_cos_mlp,      &d.p0_attn_norm,   &d.p0_mlp_norm,     &d.other_norm_pre,
+                      &d.other_norm_post, &d.other_carry,    &d.other_attn,      &d.other_mlp,
+                      &d.other_cos_attn,  &d.other_cos_mlp,  &d.other_sink_rate, &d.mean_alpha0})
       mean(*x);
     for (double& x : d.p0_head) x /= N;
     for (double& x : d.other_head) x /= N;
@@ -543,13 +562,15 @@ void SummarizeCleanPass(const CleanAcc& acc, const std::vector<RunMetrics>& clea
       d.mean_alpha_sink = slot / N;
       d.sink_slot_rate = slot_rate / N;
       r.sink_slot_rate += d.sink_slot_rate / L;
-      if (r.slot_onset_layer < 0 && d.sink_slot_rate > options.onset_threshold) r.slot_onset_layer = l;
+      if (r.slot_onset_layer < 0 && d.sink_slot_rate > options.onset_threshold)
+        r.slot_onset_layer = l;
     }
     r.sink_rate += d.sink_rate / L;
     if (r.amplification_layer < 0 && d.p0_norm_ratio > options.amplification_threshold)
       r.amplification_layer = l;
     if (r.onset_layer < 0 && d.sink_rate > options.onset_threshold) r.onset_layer = l;
-    if (r.other_sink_layer < 0 && d.other_sink_rate > options.onset_threshold) r.other_sink_layer = l;
+    if (r.other_sink_layer < 0 && d.other_sink_rate > options.onset_threshold)
+      r.other_sink_layer = l;
   }
   for (int l = 0; l < L; ++l)
     for (int h = 0; h < H; ++h) {
@@ -625,7 +646,8 @@ struct CleanRecord {
     const int64_t L = c.n_layers;
     int64_t floats = L * T * c.dim;
     if (estimates)
-      floats += L * T * (c.q_dim() + c.kv_dim()) + L * (c.kv_dim() + c.q_dim() + c.dim) + 2 * L * c.n_heads * T;
+      floats += L * T * (c.q_dim() + c.kv_dim()) + L * (c.kv_dim() + c.q_dim() + c.dim) +
+                2 * L * c.n_heads * T;
     return floats * static_cast<int64_t>(sizeof(float));
   }
 };
@@ -644,8 +666,8 @@ double LogWeightOfDot(const ModelConfig& c, int layer, double dot) {
 
 // Runs the clean forward of `tokens`, recording the residual stream entering every block and, with
 // `estimates`, what the P0 estimates read.
-void RecordClean(Runner& runner, const ModelConfig& c, const std::vector<int>& tokens, bool estimates,
-                 CleanRecord& rec) {
+void RecordClean(Runner& runner, const ModelConfig& c, const std::vector<int>& tokens,
+                 bool estimates, CleanRecord& rec) {
   const int L = c.n_layers, H = c.n_heads, D = c.dim, HD = c.q_dim(), KV = c.kv_dim();
   const int Dh = c.head_dim, group = c.n_heads / c.n_kv_heads, T = static_cast<int>(tokens.size());
   const int64_t block = static_cast<int64_t>(T) * D, q_block = static_cast<int64_t>(T) * HD;
@@ -666,13 +688,16 @@ void RecordClean(Runner& runner, const ModelConfig& c, const std::vector<int>& t
     rec.k.assign(static_cast<size_t>(L) * T * KV, 0.0f);
     record.Add(HookPoint::kK, -1, [&](const HookContext& ctx, Tensor& t) {
       std::copy(t.data(), t.data() + KV, rec.k0.data() + static_cast<int64_t>(ctx.layer) * KV);
-      std::copy(t.data(), t.data() + static_cast<int64_t>(T) * KV, rec.k.data() + static_cast<int64_t>(ctx.layer) * T * KV);
+      std::copy(t.data(), t.data() + static_cast<int64_t>(T) * KV,
+                rec.k.data() + static_cast<int64_t>(ctx.layer) * T * KV);
     });
     record.Add(HookPoint::kZ, -1, [&](const HookContext& ctx, Tensor& t) {
-      P0Replacement(t.data(), T, HD, 0, HD, Ablation::kMean, &rec.z_mean[static_cast<size_t>(ctx.layer) * HD]);
+      P0Replacement(t.data(), T, HD, 0, HD, Ablation::kMean,
+                    &rec.z_mean[static_cast<size_t>(ctx.layer) * HD]);
     });
     record.Add(HookPoint::kMlpOut, -1, [&](const HookContext& ctx, Tensor& t) {
-      P0Replacement(t.data(), T, D, 0, D, Ablation::kMean, &rec.mlp_mean[static_cast<size_t>(ctx.layer) * D]);
+      P0Replacement(t.data(), T, D, 0, D, Ablation::kMean,
+                    &rec.mlp_mean[static_cast<size_t>(ctx.layer) * D]);
     });
   }
   rec.metrics = runner.Run(tokens, record);
@@ -687,9 +712,11 @@ void RecordClean(Runner& runner, const ModelConfig& c, const std::vector<int>& t
       bool saturated = false;
       for (int i = 0; i < T; ++i) {
         const double p = runner.Prob(l, h, i, 0);
-        const float* q = &rec.q[static_cast<size_t>(l) * q_block + static_cast<int64_t>(i) * HD + h * Dh];
-        base[i] = p <= 0 ? -INFINITY : p >= 1 ? INFINITY
-                                              : std::log(p) - std::log1p(-p) - LogWeightOfDot(c, l, Dot(q, k, Dh));
+        const float* q =
+            &rec.q[static_cast<size_t>(l) * q_block + static_cast<int64_t>(i) * HD + h * Dh];
+        base[i] = p <= 0   ? -INFINITY
+                  : p >= 1 ? INFINITY
+                           : std::log(p) - std::log1p(-p) - LogWeightOfDot(c, l, Dot(q, k, Dh));
         saturated = saturated || (i > 0 && p > 1.0 - kSaturated);
       }
       if (!saturated) continue;
@@ -705,8 +732,11 @@ void RecordClean(Runner& runner, const ModelConfig& c, const std::vector<int>& t
       kh.resize(static_cast<size_t>(T) * Dh);
       scores.resize(static_cast<size_t>(T) * T);
       for (int i = 0; i < T; ++i) {
-        std::copy_n(&rec.q[static_cast<size_t>(l) * q_block + static_cast<int64_t>(i) * HD + h * Dh], Dh, &qh[static_cast<size_t>(i) * Dh]);
-        std::copy_n(&rec.k[(static_cast<size_t>(l) * T + i) * KV + (h / group) * Dh], Dh, &kh[static_cast<size_t>(i) * Dh]);
+        std::copy_n(
+            &rec.q[static_cast<size_t>(l) * q_block + static_cast<int64_t>(i) * HD + h * Dh], Dh,
+            &qh[static_cast<size_t>(i) * Dh]);
+        std::copy_n(&rec.k[(static_cast<size_t>(l) * T + i) * KV + (h / group) * Dh], Dh,
+                    &kh[static_cast<size_t>(i) * Dh]);
       }
       MatMul(qh.data(), kh.data(), nullptr, scores.data(), T, Dh, T);  // (T, T) q_i . k_j
       const int window = c.Window(l);
@@ -748,8 +778,13 @@ struct DonorRun {
 // their block. Sink_1 and the slot stay clean (not estimated).
 class P0Estimate {
  public:
-  P0Estimate(const CleanRecord& rec, const ModelConfig& c, int T, double eps, std::vector<int> layer)
-      : rec_(rec), c_(c), T_(T), eps_(eps), layer_(std::move(layer)),
+  P0Estimate(const CleanRecord& rec, const ModelConfig& c, int T, double eps,
+             std::vector<int> layer)
+      : rec_(rec),
+        c_(c),
+        T_(T),
+        eps_(eps),
+        layer_(std::move(layer)),
         out_(layer_.size(), rec.metrics) {}
 
   // Row r's ||h'_0|| per block (L; read from the row's own layer on).
@@ -774,9 +809,11 @@ class P0Estimate {
     scores_.resize(static_cast<size_t>(T_) * n);
     for (int h = 0; h < H; ++h) {
       for (int i = 0; i < T_; ++i)
-        std::copy_n(&rec_.q[(static_cast<size_t>(l) * T_ + i) * HD + h * Dh], Dh, &q_[static_cast<size_t>(i) * Dh]);
+        std::copy_n(&rec_.q[(static_cast<size_t>(l) * T_ + i) * HD + h * Dh], Dh,
+                    &q_[static_cast<size_t>(i) * Dh]);
       for (int j = 0; j < n; ++j)
-        std::copy_n(keys + static_cast<int64_t>(j) * KV + (h / group) * Dh, Dh, &k_[static_cast<size_t>(j) * Dh]);
+        std::copy_n(keys + static_cast<int64_t>(j) * KV + (h / group) * Dh, Dh,
+                    &k_[static_cast<size_t>(j) * Dh]);
       MatMul(q_.data(), k_.data(), nullptr, scores_.data(), T_, Dh, n);  // (T, n) = q . k'
       const double* base = &rec_.attn_base[(static_cast<size_t>(l) * H + h) * T_];
       for (int j = 0; j < n; ++j) {
@@ -787,7 +824,8 @@ class P0Estimate {
             alpha += 1;
             continue;
           }
-          alpha += Sigmoid(base[i] + LogWeightOfDot(c_, l, scores_[static_cast<size_t>(i) * n + j]));
+          alpha +=
+              Sigmoid(base[i] + LogWeightOfDot(c_, l, scores_[static_cast<size_t>(i) * n + j]));
         }
         alpha /= T_;
         RunMetrics& m = out_[rows[j]];
@@ -822,14 +860,17 @@ class P0Estimate {
 class P0Sweep {
  public:
   explicit P0Sweep(const Model& model)
-      : model_(model), c_(model.config), group_(c_.n_heads + 2),
+      : model_(model),
+        c_(model.config),
+        group_(c_.n_heads + 2),
         cache_(KVCache::CreateSingleUse(model.config, c_.n_layers * group_)) {}
 
   int RowsPerGroup() const { return group_; }
   // Bytes the sweep holds beside its forward's state: the rows' residual stream and norms.
   static int64_t Bytes(const ModelConfig& c) {
     const int64_t rows = static_cast<int64_t>(c.n_layers) * (c.n_heads + 2);
-    return rows * (c.dim * static_cast<int64_t>(sizeof(float)) + c.n_layers * static_cast<int64_t>(sizeof(double)));
+    return rows * (c.dim * static_cast<int64_t>(sizeof(float)) +
+                   c.n_layers * static_cast<int64_t>(sizeof(double)));
   }
 
   // rec: the sample's clean record (h_0 entering every block, the means for mean-ablation).
@@ -844,7 +885,8 @@ class P0Sweep {
       const int rows = (b + 1) * group_;
       const int64_t first = static_cast<int64_t>(b) * group_;  // group b's first row
       for (int r = 0; r < group_; ++r)  // group b starts from the clean h_0 entering block b
-        std::copy_n(&rec.resid_pre[static_cast<size_t>(b) * T * D], D, &stream[static_cast<size_t>(first + r) * D]);
+        std::copy_n(&rec.resid_pre[static_cast<size_t>(b) * T * D], D,
+                    &stream[static_cast<size_t>(first + r) * D]);
       Hooks hooks;
       hooks.Add(HookPoint::kZ, b, [&](const HookContext&, Tensor& t) {
         for (int h = 0; h < H; ++h) {
@@ -863,7 +905,8 @@ class P0Sweep {
         estimate.AddKeys(b, earlier, t.data());  // rows of the earlier groups are rows 0..first-1
       });
       hooks.Add(HookPoint::kResidPost, b, [&](const HookContext&, Tensor& t) {
-        for (int r = 0; r < rows; ++r) norm[static_cast<size_t>(r) * L + b] = Norm(t.data() + static_cast<int64_t>(r) * D, D);
+        for (int r = 0; r < rows; ++r)
+          norm[static_cast<size_t>(r) * L + b] = Norm(t.data() + static_cast<int64_t>(r) * D, D);
         std::copy_n(t.data(), static_cast<int64_t>(rows) * D, stream.data());
       });
       const std::vector<int> tokens(rows, token), positions(rows, 0);
@@ -909,8 +952,8 @@ struct Sums {
   void Add(const RunMetrics& cl, const RunMetrics& af, int target_from) {
     const int L = static_cast<int>(cl.sink0.size());
     if (samples == 0)
-      for (auto* v : {&clean_layer, &after_layer, &ratio_clean, &ratio_after, &alpha_clean, &alpha_after,
-                      &norm_after})
+      for (auto* v : {&clean_layer, &after_layer, &ratio_clean, &ratio_after, &alpha_clean,
+                      &alpha_after, &norm_after})
         v->assign(L, 0.0);
     double target = 0;
     for (int l = 0; l < L; ++l) {
@@ -947,11 +990,18 @@ inline constexpr int64_t kKeptRecordBytes = int64_t{1} << 30;
 class InterventionTable {
  public:
   InterventionTable(const Model& model, const std::vector<std::vector<int>>& samples,
-                    const ExplainOptions& options, Runner& runner, const std::vector<RunMetrics>& clean,
-                    int target_from)
-      : model_(model), c_(model.config), samples_(samples), options_(options), runner_(runner),
-        clean_(clean), target_from_(target_from), T_(static_cast<int>(samples[0].size())),
-        mlp_kind_("mlp-" + AblationName(options.ablation)), head_kind_("head-" + AblationName(options.ablation)),
+                    const ExplainOptions& options, Runner& runner,
+                    const std::vector<RunMetrics>& clean, int target_from)
+      : model_(model),
+        c_(model.config),
+        samples_(samples),
+        options_(options),
+        runner_(runner),
+        clean_(clean),
+        target_from_(target_from),
+        T_(static_cast<int>(samples[0].size())),
+        mlp_kind_("mlp-" + AblationName(options.ablation)),
+        head_kind_("head-" + AblationName(options.ablation)),
         sweep_(model) {
     const int L = c_.n_layers, H = c_.n_heads;
     mlp_zero_row_.resize(L);
@@ -1025,7 +1075,8 @@ class InterventionTable {
       estimate.AddKeys(b, reach, keys.data());
     }
     for (int l = 0; l + 1 < L; ++l) estimate.SetNorms(patches + l, s.donor.norm.data());
-    for (size_t i = 0; i < row.size(); ++i) rows_[row[i]].estimated.Add(clean_[n], estimate.Result(static_cast<int>(i)), target_from_);
+    for (size_t i = 0; i < row.size(); ++i)
+      rows_[row[i]].estimated.Add(clean_[n], estimate.Result(static_cast<int>(i)), target_from_);
     estimated_samples_ = n + 1;
     if (!keep_records_) s = SampleRuns();
   }
@@ -1076,7 +1127,9 @@ class InterventionTable {
       int first = c_.n_layers - 1;
       for (const Component& comp : options_.ablate) first = std::min(first, comp.layer);
       rows_[set_row_].measured.Add(
-          clean_[n], runner_.Run(tokens, AblationHooks(options_.ablate, c_.head_dim, options_.ablation), At(s, first)),
+          clean_[n],
+          runner_.Run(tokens, AblationHooks(options_.ablate, c_.head_dim, options_.ablation),
+                      At(s, first)),
           target_from_);
     }
     s = SampleRuns();  // this sample is done: free its record
@@ -1123,7 +1176,8 @@ class InterventionTable {
       ef.layer_p0_norm_after = v.layer_p0_norm_after;
       ef.layer_norm_ratio_after = v.layer_norm_ratio_after;
       if (ef.kind == "shift")
-        ef.sink1_after = a.measured.sink1 / std::max(1.0, static_cast<double>(a.measured.samples) * c_.n_heads * c_.n_layers);
+        ef.sink1_after = a.measured.sink1 / std::max(1.0, static_cast<double>(a.measured.samples) *
+                                                              c_.n_heads * c_.n_layers);
       if (ef.estimated && ef.measured) {
         ++es.verified;
         est_target.push_back(ef.estimate.target_share);
@@ -1202,7 +1256,8 @@ class InterventionTable {
     if (e.kind == "patch-p0") {
       Hooks patch;
       patch.Add(HookPoint::kResidPost, l, [&, l](const HookContext&, Tensor& x) {
-        std::copy(&s.donor.h0[static_cast<size_t>(l) * D], &s.donor.h0[static_cast<size_t>(l + 1) * D], x.data());
+        std::copy(&s.donor.h0[static_cast<size_t>(l) * D],
+                  &s.donor.h0[static_cast<size_t>(l + 1) * D], x.data());
       });
       return runner_.Run(samples_[n], patch, At(s, l));
     }
@@ -1223,7 +1278,8 @@ class InterventionTable {
     for (int l = 0; l < L && a.samples > 0; ++l) {
       if (l >= from) cl += a.clean_layer[l], af += a.after_layer[l];
       if (l >= target_from_)
-        tc += a.clean_layer[l], ta += a.after_layer[l], ac += a.alpha_clean[l], aa += a.alpha_after[l];
+        tc += a.clean_layer[l], ta += a.after_layer[l], ac += a.alpha_clean[l],
+            aa += a.alpha_after[l];
       if (l >= std::max(layer, 0)) {
         rc = std::max(rc, a.ratio_clean[l] / n);
         v.norm_ratio_after = std::max(v.norm_ratio_after, a.ratio_after[l] / n);
@@ -1273,10 +1329,16 @@ class InterventionTable {
 class CircuitSearcher {
  public:
   CircuitSearcher(const ModelConfig& c, const std::vector<std::vector<int>>& samples,
-                  const ExplainOptions& options, Runner& runner, const std::vector<RunMetrics>& clean,
-                  int from_layer, std::function<void()> report)
-      : c_(c), samples_(samples), options_(options), runner_(runner), clean_(clean),
-        from_(from_layer), report_(std::move(report)) {}
+                  const ExplainOptions& options, Runner& runner,
+                  const std::vector<RunMetrics>& clean, int from_layer,
+                  std::function<void()> report)
+      : c_(c),
+        samples_(samples),
+        options_(options),
+        runner_(runner),
+        clean_(clean),
+        from_(from_layer),
+        report_(std::move(report)) {}
 
   // The search over samples [0, n), the single-component rows measured on them.
   CircuitSearch Run(int n, const std::vector<InterventionTable::Single>& singles_in) {
@@ -1293,7 +1355,8 @@ class CircuitSearcher {
     // with exhaustive, else the verified ones: the search never rests on an estimate).
     std::vector<std::pair<double, Component>> singles;
     for (const auto& s : singles_in) singles.push_back({Removed({s.component}), s.component});
-    std::stable_sort(singles.begin(), singles.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+    std::stable_sort(singles.begin(), singles.end(),
+                     [](const auto& x, const auto& y) { return x.first > y.first; });
     std::vector<Component> set;
     double best = 0;
     if (!singles.empty() && singles[0].first > 0) {
@@ -1301,7 +1364,8 @@ class CircuitSearcher {
       best = singles[0].first;
       cs.removed_after_step.push_back(best);
     }
-    while (!set.empty() && best < options_.share && static_cast<int>(set.size()) < options_.max_components) {
+    while (!set.empty() && best < options_.share &&
+           static_cast<int>(set.size()) < options_.max_components) {
       double step_best = best;
       Component pick;
       bool picked = false;
@@ -1386,7 +1450,8 @@ class CircuitSearcher {
     std::vector<double>& after = memo_[key];
     if (static_cast<int>(after.size()) < n_) {
       for (int s = static_cast<int>(after.size()); s < n_; ++s) {
-        const RunMetrics m = runner_.Run(samples_[s], AblationHooks(set, c_.head_dim, options_.ablation));
+        const RunMetrics m =
+            runner_.Run(samples_[s], AblationHooks(set, c_.head_dim, options_.ablation));
         double a = 0;
         for (int l = from_; l < c_.n_layers; ++l) a += m.sink0[l];
         after.push_back(a);
@@ -1447,8 +1512,8 @@ bool SameSet(std::vector<Component> a, std::vector<Component> b) {
 // found circuit's per-sample removed share has its lower bound at or above the share and, for a
 // circuit of several components, every one-smaller subset its upper bound below it; no circuit
 // found: the best set's upper bound below the share. Fills the bounds into `stop`.
-bool CircuitSettled(CircuitSearcher& searcher, const CircuitSearch& now, const CircuitSearch& before,
-                    const ExplainOptions& o, StoppingSummary& stop) {
+bool CircuitSettled(CircuitSearcher& searcher, const CircuitSearch& now,
+                    const CircuitSearch& before, const ExplainOptions& o, StoppingSummary& stop) {
   stop.circuit_lower = stop.circuit_upper = stop.subset_upper = NAN;
   if (now.found != before.found || !SameSet(now.components, before.components)) return false;
   if (now.components.empty()) return true;  // no component removes anything, on two sample counts
@@ -1475,9 +1540,9 @@ bool CircuitSettled(CircuitSearcher& searcher, const CircuitSearch& now, const C
 static void CheckInterventionMemory(const ModelConfig& c, int T, int estimate_samples) {
   const int64_t one = CleanRecord::Bytes(c, T, /*estimates=*/true);
   const int64_t rows = static_cast<int64_t>(c.n_layers) * (c.n_heads + 2);
-  const int64_t sweep_state = static_cast<int64_t>(sizeof(float)) *
-                              (rows * (3 * c.dim + 2 * c.q_dim() + 2 * c.kv_dim()) +
-                               2 * std::min<int64_t>(rows, kMlpRows) * c.hidden_dim);
+  const int64_t sweep_state =
+      static_cast<int64_t>(sizeof(float)) * (rows * (3 * c.dim + 2 * c.q_dim() + 2 * c.kv_dim()) +
+                                             2 * std::min<int64_t>(rows, kMlpRows) * c.hidden_dim);
   const int64_t records = one * (one * estimate_samples <= kKeptRecordBytes ? estimate_samples : 1);
   CheckMemory(static_cast<uint64_t>(records + P0Sweep::Bytes(c) + sweep_state),
               fmt::format("explain's clean records and position-0 sweep at --length {}", T));
@@ -1488,10 +1553,13 @@ static std::string Verdict(const ExplainResult& r, bool searched) {
   // A learned sink slot (gpt-oss) holding the mass is the model's sink; it is not a position, so
   // there is no position-0 circuit to look for.
   if (!searched)
-    return r.slot_onset_layer >= 0 ? "sink-on-learned-slot" : r.other_sink_layer >= 0 ? "sink-not-at-p0" : "no-sink";
+    return r.slot_onset_layer >= 0   ? "sink-on-learned-slot"
+           : r.other_sink_layer >= 0 ? "sink-not-at-p0"
+                                     : "no-sink";
   if (!r.circuit.found) return "p0-sink-no-circuit-found";
   const std::vector<Component>& set = r.circuit.components;
-  const bool early = std::all_of(set.begin(), set.end(), [](const Component& x) { return x.layer <= 1; });
+  const bool early =
+      std::all_of(set.begin(), set.end(), [](const Component& x) { return x.layer <= 1; });
   return early ? "p0-circuit-in-blocks-0-1" : "p0-circuit-elsewhere";
 }
 
@@ -1502,7 +1570,8 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
   if (samples.empty()) Fail("explain: no samples");
   const int T = static_cast<int>(samples[0].size());
   for (const auto& s : samples)
-    if (static_cast<int>(s.size()) != T) Fail("explain: samples differ in length ({} vs {})", s.size(), T);
+    if (static_cast<int>(s.size()) != T)
+      Fail("explain: samples differ in length ({} vs {})", s.size(), T);
   if (T < 4) Fail("explain: {} tokens per sample; at least 4 are needed", T);
   if (c.n_layers < 1 || c.n_heads < 1) Fail("explain: the model has no attention layers");
   const int L = c.n_layers, H = c.n_heads, N = static_cast<int>(samples.size());
@@ -1529,7 +1598,9 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
     if (options.progress) options.progress(runner.passes, std::max(planned, runner.passes));
   };
   using Clock = std::chrono::steady_clock;
-  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
 
   // ---- Clean pass.
   auto t_phase = Clock::now();
@@ -1593,7 +1664,8 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
       break;
     }
   }
-  if (stop.reason.empty()) stop.reason = options.early_stop ? "upper bound reached" : "early stopping off";
+  if (stop.reason.empty())
+    stop.reason = options.early_stop ? "upper bound reached" : "early stopping off";
   table.Report(r);
   r.intervention_seconds = since(t_phase) - r.search_seconds;
 

@@ -1,5 +1,6 @@
 // sinkscope explain: locate the P0 attention-sink circuit, test it with interventions, and fit the
-// cone model (DESIGN.md "explain", issue 5). Everything is measured by running the model with hooks:
+// cone model (DESIGN.md "explain", issue 5). Everything is measured by running the model with
+// hooks:
 //
 // Clean pass (one forward per sample, reused by everything below):
 //   - norm decomposition per layer l: with h = resid_pre, a = attn_out, m = mlp_out and
@@ -17,12 +18,13 @@
 //   - cone model per head (see ConeFit).
 // Interventions (one forward each, on the first `intervention_samples` samples), all at position 0
 // only: zero / mean MLP output (hook_mlp_out; mean = the mean over positions >= 1 of the same
-// sample), zero one head (hook_z), patch h_0 after block l from a donor input with a different first
-// token (hook_resid_post; the donor's first token is the token at position 1 of another sample),
-// "first-token" (the donor itself: semantics-independence) and shift (the donor's first token
-// prepended and the last token dropped, so the former P0 content sits at position 1). Effect = Sink_0^eps over the layers after the intervened
-// one, and the largest P0 norm ratio over layers >= that layer, clean vs intervened.
-// Circuit search: greedy over zero-ablations of MLPs and heads at P0 (see CircuitSearch).
+// sample), zero one head (hook_z), patch h_0 after block l from a donor input with a different
+// first token (hook_resid_post; the donor's first token is the token at position 1 of another
+// sample), "first-token" (the donor itself: semantics-independence) and shift (the donor's first
+// token prepended and the last token dropped, so the former P0 content sits at position 1). Effect
+// = Sink_0^eps over the layers after the intervened one, and the largest P0 norm ratio over layers
+// >= that layer, clean vs intervened. Circuit search: greedy over zero-ablations of MLPs and heads
+// at P0 (see CircuitSearch).
 //
 // Cheap ranking, exact verification (issue 33). The L H head rows dominate the cost of the table
 // (one forward each), so by default every MLP, head and patch row is first *estimated* and only
@@ -58,7 +60,7 @@ enum class ComponentKind { kMlp, kHead };
 struct Component {
   ComponentKind kind = ComponentKind::kMlp;
   int layer = 0;
-  int head = -1;  // kHead only
+  int head = -1;             // kHead only
   std::string Name() const;  // "mlp.1", "head.0.3"
   bool operator==(const Component&) const = default;
 };
@@ -73,10 +75,10 @@ struct ExplainOptions {
   double eps = 0.3;                      // Sink_k^eps threshold on alpha_k, in (0, 1]
   double amplification_threshold = 3.0;  // P0 norm ratio, > 0
   double onset_threshold = 0.5;          // per-layer sink rate, in (0, 1)
-  double share = 0.8;                    // share of the downstream sink a circuit must remove, (0, 1]
-  int max_components = 6;                // greedy search stops here
-  int greedy_width = 8;                  // candidates (best single effects) tried per later step
-  int intervention_samples = 8;          // samples the interventions run on; 0: all
+  double share = 0.8;            // share of the downstream sink a circuit must remove, (0, 1]
+  int max_components = 6;        // greedy search stops here
+  int greedy_width = 8;          // candidates (best single effects) tried per later step
+  int intervention_samples = 8;  // samples the interventions run on; 0: all
   std::function<void(int64_t, int64_t)> progress;  // (forwards done, forwards planned)
   Ablation ablation = Ablation::kMean;  // for the head rows, the circuit search and --ablate
   std::vector<Component> ablate;        // a set given by the user (--ablate), measured as "set"
@@ -102,7 +104,6 @@ struct ExplainOptions {
 // Validates options; throws ss::Error naming the flag (--eps, --share, ...).
 void CheckOptions(const ExplainOptions& options);
 
-
 // Parses "mlp.1,head.0.3" (components by layer, head). Throws ss::Error naming `flag` for bad
 // syntax or a layer / head outside the model.
 std::vector<Component> ParseComponents(const std::string& spec, const ModelConfig& config,
@@ -114,7 +115,7 @@ struct LayerDecomposition {
   // Position 0 (means over samples).
   double p0_norm_pre = 0, p0_norm_post = 0;
   double p0_carry = 0, p0_attn = 0, p0_mlp = 0, p0_unexplained = 0;  // sum = p0_norm_post
-  double p0_cos_pre = 0, p0_cos_attn = 0, p0_cos_mlp = 0;           // cosine with h'_0
+  double p0_cos_pre = 0, p0_cos_attn = 0, p0_cos_mlp = 0;            // cosine with h'_0
   double p0_attn_norm = 0, p0_mlp_norm = 0;
   std::vector<double> p0_head;  // (H) u.(W_O[:, h] z_h)
   // Positions >= 1 (means over positions, then samples).
@@ -145,19 +146,19 @@ struct EffectValues {
 };
 
 struct InterventionEffect {
-  // "mlp-zero", "mlp-mean", "head-mean" or "head-zero" (options.ablation), "patch-p0", "first-token", "shift", "set" (--ablate;
-  // layer = its last layer)
+  // "mlp-zero", "mlp-mean", "head-mean" or "head-zero" (options.ablation), "patch-p0",
+  // "first-token", "shift", "set" (--ablate; layer = its last layer)
   std::string kind;
-  int layer = -1;    // intervened layer (-1: the input)
+  int layer = -1;  // intervened layer (-1: the input)
   int head = -1;
   int samples = 0;
-  double sink_clean = 0;   // Sink_0^eps over layers > layer, clean
-  double sink_after = 0;   // the same with the intervention
-  double removed_share = 0;  // 1 - after / clean (0 when clean is 0)
+  double sink_clean = 0;        // Sink_0^eps over layers > layer, clean
+  double sink_after = 0;        // the same with the intervention
+  double removed_share = 0;     // 1 - after / clean (0 when clean is 0)
   double norm_ratio_clean = 0;  // max over layers >= max(layer, 0) of the mean P0 norm ratio
   double norm_ratio_after = 0;
   double sink1_after = -1;  // shift only: Sink_1^eps over all layers (the former P0 content)
-  std::vector<double> layer_sink_after;  // (L) Sink_0^eps per layer with the intervention
+  std::vector<double> layer_sink_after;       // (L) Sink_0^eps per layer with the intervention
   double target_share = 0, alpha0_share = 0;  // see EffectValues
   std::vector<double> layer_p0_norm_after, layer_norm_ratio_after;  // (L) each
   // Where the values above come from: measured (true: full intervened forwards, method "exact")
@@ -201,9 +202,9 @@ struct EstimateSummary {
 struct StoppingSummary {
   bool early_stop = true;
   double confidence = 0.95;
-  int min_samples = 0;   // min(2, upper_bound)
-  int upper_bound = 0;   // --intervention-samples (at most the samples)
-  int used = 0;          // intervention samples measured
+  int min_samples = 0;  // min(2, upper_bound)
+  int upper_bound = 0;  // --intervention-samples (at most the samples)
+  int used = 0;         // intervention samples measured
   std::string reason;
   // The last search's bounds on the per-sample removed share (NaN when not computed): of the
   // circuit (or best set), and the largest upper bound over its one-smaller subsets.
@@ -220,10 +221,10 @@ struct CircuitSearch {
   bool ran = false;
   bool found = false;
   int from_layer = 0;
-  double target_clean = 0;                  // Sink_0^eps over layers >= from_layer, clean
+  double target_clean = 0;  // Sink_0^eps over layers >= from_layer, clean
   std::vector<Component> components;
-  double removed_share = 0;                 // of the final set
-  std::vector<double> removed_after_step;   // share after each greedy step
+  double removed_share = 0;                // of the final set
+  std::vector<double> removed_after_step;  // share after each greedy step
 };
 
 // Cone model (Gu et al.; DESIGN.md): value vectors of a head lie in a cone with axis u (normalised
@@ -232,8 +233,8 @@ struct CircuitSearch {
 // ||o_i||^2 / mean_j ||v_j||^2 (o = hook_z of the head, v its values, same sample).
 struct ConeFit {
   int layer = 0, head = 0;
-  double a = 0;              // mean over samples
-  double correlation = 0;    // Pearson, predicted vs measured, pooled over samples and positions
+  double a = 0;                 // mean over samples
+  double correlation = 0;       // Pearson, predicted vs measured, pooled over samples and positions
   double p0_predicted_max = 0;  // share of samples where position 0 has the largest predicted norm
   double p0_measured_max = 0;   // the same for the measured norm
   double predicted_p0 = 0, measured_p0 = 0;        // means at position 0
@@ -246,11 +247,11 @@ struct ExplainResult {
   std::vector<LayerDecomposition> layers;  // (L)
   int amplification_layer = -1;
   int onset_layer = -1;
-  int other_sink_layer = -1;  // first layer whose other_sink_rate exceeds the onset threshold
-  double sink_rate = 0;       // Sink_0^eps over all layers
-  bool has_sink_slot = false; // the model has learned sink logits (gpt-oss)
-  double sink_slot_rate = 0;  // share of heads with alpha_sink > eps, over all layers
-  int slot_onset_layer = -1;  // first layer whose sink_slot_rate exceeds the onset threshold
+  int other_sink_layer = -1;   // first layer whose other_sink_rate exceeds the onset threshold
+  double sink_rate = 0;        // Sink_0^eps over all layers
+  bool has_sink_slot = false;  // the model has learned sink logits (gpt-oss)
+  double sink_slot_rate = 0;   // share of heads with alpha_sink > eps, over all layers
+  int slot_onset_layer = -1;   // first layer whose sink_slot_rate exceeds the onset threshold
   std::vector<InterventionEffect> interventions;
   CircuitSearch circuit;
   std::vector<ConeFit> cones;  // (L * H)

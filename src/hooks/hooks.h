@@ -1,10 +1,11 @@
 // Named hook points on the forward pass, as TransformerLens names them (DESIGN.md "Hook points"):
-//   hook_embed, blocks.{l}.hook_resid_pre, blocks.{l}.attn.hook_q|k|v, blocks.{l}.attn.hook_pattern,
-//   blocks.{l}.attn.hook_z, blocks.{l}.hook_attn_out, blocks.{l}.hook_resid_mid,
-//   blocks.{l}.hook_mlp_out, blocks.{l}.hook_resid_post, ln_final.hook_normalized.
-// A hook receives the activation of the current forward call as a mutable tensor: observers read it,
-// interventions write it (zero, mean, patch; per position and per head by slicing). With nothing
-// attached the forward pass only tests one boolean per point.
+//   hook_embed, blocks.{l}.hook_resid_pre, blocks.{l}.attn.hook_q|k|v,
+//   blocks.{l}.attn.hook_pattern, blocks.{l}.attn.hook_z, blocks.{l}.hook_attn_out,
+//   blocks.{l}.hook_resid_mid, blocks.{l}.hook_mlp_out, blocks.{l}.hook_resid_post,
+//   ln_final.hook_normalized.
+// A hook receives the activation of the current forward call as a mutable tensor: observers read
+// it, interventions write it (zero, mean, patch; per position and per head by slicing). With
+// nothing attached the forward pass only tests one boolean per point.
 #pragma once
 
 #include <array>
@@ -17,19 +18,19 @@
 namespace ss {
 
 enum class HookPoint {
-  kEmbed,       // (T, D)
-  kResidPre,    // (T, D)
-  kQ,           // (T, H, Dh) after RoPE
-  kK,           // (T, Hkv, Dh) after RoPE
-  kV,           // (T, Hkv, Dh)
-  kPattern,     // (H, T, S) attention probabilities; S = keys visible in the cache
-  kZ,           // (T, H, Dh) per-head attention output before the output projection
-  kAttnOut,     // (T, D)
-  kResidMid,    // (T, D)
-  kMlpOut,      // (T, D)
-  kResidPost,   // (T, D)
-  kLnFinal,     // (T, D)
-  kAttnGate,    // (T, H, Dh) the output gate sigmoid(x W_gate^T) z is multiplied by (gated attention)
+  kEmbed,      // (T, D)
+  kResidPre,   // (T, D)
+  kQ,          // (T, H, Dh) after RoPE
+  kK,          // (T, Hkv, Dh) after RoPE
+  kV,          // (T, Hkv, Dh)
+  kPattern,    // (H, T, S) attention probabilities; S = keys visible in the cache
+  kZ,          // (T, H, Dh) per-head attention output before the output projection
+  kAttnOut,    // (T, D)
+  kResidMid,   // (T, D)
+  kMlpOut,     // (T, D)
+  kResidPost,  // (T, D)
+  kLnFinal,    // (T, D)
+  kAttnGate,  // (T, H, Dh) the output gate sigmoid(x W_gate^T) z is multiplied by (gated attention)
   kCount
 };
 

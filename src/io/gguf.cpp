@@ -14,31 +14,44 @@ namespace {
 // 256-value super-blocks; MXFP4 (39) = an E8M0 byte + 16 bytes of nibbles per 32 values. Ids 4, 5,
 // 31..33 and 36..38 were removed from ggml and stay unknown here.
 constexpr GgmlTypeInfo kGgmlTypes[] = {
-    {"F32", 1, 4},        {"F16", 1, 2},       {"Q4_0", 32, 18},    {"Q4_1", 32, 20},
-    {nullptr, 0, 0},      {nullptr, 0, 0},     {"Q5_0", 32, 22},    {"Q5_1", 32, 24},
-    {"Q8_0", 32, 34},     {"Q8_1", 32, 36},    {"Q2_K", 256, 84},   {"Q3_K", 256, 110},
-    {"Q4_K", 256, 144},   {"Q5_K", 256, 176},  {"Q6_K", 256, 210},  {"Q8_K", 256, 292},
+    {"F32", 1, 4},        {"F16", 1, 2},       {"Q4_0", 32, 18},     {"Q4_1", 32, 20},
+    {nullptr, 0, 0},      {nullptr, 0, 0},     {"Q5_0", 32, 22},     {"Q5_1", 32, 24},
+    {"Q8_0", 32, 34},     {"Q8_1", 32, 36},    {"Q2_K", 256, 84},    {"Q3_K", 256, 110},
+    {"Q4_K", 256, 144},   {"Q5_K", 256, 176},  {"Q6_K", 256, 210},   {"Q8_K", 256, 292},
     {"IQ2_XXS", 256, 66}, {"IQ2_XS", 256, 74}, {"IQ3_XXS", 256, 98}, {"IQ1_S", 256, 50},
-    {"IQ4_NL", 32, 18},   {"IQ3_S", 256, 110}, {"IQ2_S", 256, 82},  {"IQ4_XS", 256, 136},
-    {"I8", 1, 1},         {"I16", 1, 2},       {"I32", 1, 4},       {"I64", 1, 8},
-    {"F64", 1, 8},        {"IQ1_M", 256, 56},  {"BF16", 1, 2},      {nullptr, 0, 0},
-    {nullptr, 0, 0},      {nullptr, 0, 0},     {"TQ1_0", 256, 54},  {"TQ2_0", 256, 66},
-    {nullptr, 0, 0},      {nullptr, 0, 0},     {nullptr, 0, 0},     {"MXFP4", 32, 17},
+    {"IQ4_NL", 32, 18},   {"IQ3_S", 256, 110}, {"IQ2_S", 256, 82},   {"IQ4_XS", 256, 136},
+    {"I8", 1, 1},         {"I16", 1, 2},       {"I32", 1, 4},        {"I64", 1, 8},
+    {"F64", 1, 8},        {"IQ1_M", 256, 56},  {"BF16", 1, 2},       {nullptr, 0, 0},
+    {nullptr, 0, 0},      {nullptr, 0, 0},     {"TQ1_0", 256, 54},   {"TQ2_0", 256, 66},
+    {nullptr, 0, 0},      {nullptr, 0, 0},     {nullptr, 0, 0},      {"MXFP4", 32, 17},
 };
 
-constexpr uint32_t kMaxDims = 4;        // GGML_MAX_DIMS
-constexpr int kMaxArrayDepth = 8;       // nested arrays: bound the recursion
+constexpr uint32_t kMaxDims = 4;   // GGML_MAX_DIMS
+constexpr int kMaxArrayDepth = 8;  // nested arrays: bound the recursion
 constexpr uint32_t kMaxAlignment = 1u << 24;
 
 // Smallest encoded size of one element of `type`, used to bound counts before allocating.
 uint64_t MinEncodedSize(GgufType type) {
   switch (type) {
-    case GgufType::kUint8: case GgufType::kInt8: case GgufType::kBool: return 1;
-    case GgufType::kUint16: case GgufType::kInt16: return 2;
-    case GgufType::kUint32: case GgufType::kInt32: case GgufType::kFloat32: return 4;
-    case GgufType::kUint64: case GgufType::kInt64: case GgufType::kFloat64: return 8;
-    case GgufType::kString: return 8;   // the length
-    case GgufType::kArray: return 12;   // element type + count
+    case GgufType::kUint8:
+    case GgufType::kInt8:
+    case GgufType::kBool:
+      return 1;
+    case GgufType::kUint16:
+    case GgufType::kInt16:
+      return 2;
+    case GgufType::kUint32:
+    case GgufType::kInt32:
+    case GgufType::kFloat32:
+      return 4;
+    case GgufType::kUint64:
+    case GgufType::kInt64:
+    case GgufType::kFloat64:
+      return 8;
+    case GgufType::kString:
+      return 8;  // the length
+    case GgufType::kArray:
+      return 12;  // element type + count
   }
   return 1;
 }
@@ -113,13 +126,48 @@ GgufValue ReadArray(Reader& r, const std::string& path, const std::string& key, 
   r.CheckCount(n, MinEncodedSize(v.array_type), fmt::format("key '{}': array", key));
   v.array_count = n;
   switch (v.array_type) {
-    case GgufType::kUint8: { std::vector<int64_t> a; ReadIntArray<uint8_t>(r, n, a); v.value = std::move(a); break; }
-    case GgufType::kInt8: { std::vector<int64_t> a; ReadIntArray<int8_t>(r, n, a); v.value = std::move(a); break; }
-    case GgufType::kUint16: { std::vector<int64_t> a; ReadIntArray<uint16_t>(r, n, a); v.value = std::move(a); break; }
-    case GgufType::kInt16: { std::vector<int64_t> a; ReadIntArray<int16_t>(r, n, a); v.value = std::move(a); break; }
-    case GgufType::kUint32: { std::vector<int64_t> a; ReadIntArray<uint32_t>(r, n, a); v.value = std::move(a); break; }
-    case GgufType::kInt32: { std::vector<int64_t> a; ReadIntArray<int32_t>(r, n, a); v.value = std::move(a); break; }
-    case GgufType::kInt64: { std::vector<int64_t> a; ReadIntArray<int64_t>(r, n, a); v.value = std::move(a); break; }
+    case GgufType::kUint8: {
+      std::vector<int64_t> a;
+      ReadIntArray<uint8_t>(r, n, a);
+      v.value = std::move(a);
+      break;
+    }
+    case GgufType::kInt8: {
+      std::vector<int64_t> a;
+      ReadIntArray<int8_t>(r, n, a);
+      v.value = std::move(a);
+      break;
+    }
+    case GgufType::kUint16: {
+      std::vector<int64_t> a;
+      ReadIntArray<uint16_t>(r, n, a);
+      v.value = std::move(a);
+      break;
+    }
+    case GgufType::kInt16: {
+      std::vector<int64_t> a;
+      ReadIntArray<int16_t>(r, n, a);
+      v.value = std::move(a);
+      break;
+    }
+    case GgufType::kUint32: {
+      std::vector<int64_t> a;
+      ReadIntArray<uint32_t>(r, n, a);
+      v.value = std::move(a);
+      break;
+    }
+    case GgufType::kInt32: {
+      std::vector<int64_t> a;
+      ReadIntArray<int32_t>(r, n, a);
+      v.value = std::move(a);
+      break;
+    }
+    case GgufType::kInt64: {
+      std::vector<int64_t> a;
+      ReadIntArray<int64_t>(r, n, a);
+      v.value = std::move(a);
+      break;
+    }
     case GgufType::kBool: {
       std::vector<int64_t> a;
       a.reserve(n);
@@ -139,7 +187,8 @@ GgufValue ReadArray(Reader& r, const std::string& path, const std::string& key, 
       v.value = std::move(a);
       break;
     }
-    case GgufType::kFloat32: case GgufType::kFloat64: {
+    case GgufType::kFloat32:
+    case GgufType::kFloat64: {
       std::vector<double> a;
       a.reserve(n);
       for (uint64_t i = 0; i < n; ++i)
@@ -172,32 +221,62 @@ GgufValue ReadValue(Reader& r, const std::string& path, const std::string& key, 
   GgufValue v;
   v.type = static_cast<GgufType>(raw_type);
   switch (v.type) {
-    case GgufType::kUint8: v.value = uint64_t{r.Read<uint8_t>("uint8 value")}; break;
-    case GgufType::kUint16: v.value = uint64_t{r.Read<uint16_t>("uint16 value")}; break;
-    case GgufType::kUint32: v.value = uint64_t{r.Read<uint32_t>("uint32 value")}; break;
-    case GgufType::kUint64: v.value = r.Read<uint64_t>("uint64 value"); break;
-    case GgufType::kInt8: v.value = int64_t{r.Read<int8_t>("int8 value")}; break;
-    case GgufType::kInt16: v.value = int64_t{r.Read<int16_t>("int16 value")}; break;
-    case GgufType::kInt32: v.value = int64_t{r.Read<int32_t>("int32 value")}; break;
-    case GgufType::kInt64: v.value = r.Read<int64_t>("int64 value"); break;
-    case GgufType::kFloat32: v.value = double{r.Read<float>("float32 value")}; break;
-    case GgufType::kFloat64: v.value = r.Read<double>("float64 value"); break;
+    case GgufType::kUint8:
+      v.value = uint64_t{r.Read<uint8_t>("uint8 value")};
+      break;
+    case GgufType::kUint16:
+      v.value = uint64_t{r.Read<uint16_t>("uint16 value")};
+      break;
+    case GgufType::kUint32:
+      v.value = uint64_t{r.Read<uint32_t>("uint32 value")};
+      break;
+    case GgufType::kUint64:
+      v.value = r.Read<uint64_t>("uint64 value");
+      break;
+    case GgufType::kInt8:
+      v.value = int64_t{r.Read<int8_t>("int8 value")};
+      break;
+    case GgufType::kInt16:
+      v.value = int64_t{r.Read<int16_t>("int16 value")};
+      break;
+    case GgufType::kInt32:
+      v.value = int64_t{r.Read<int32_t>("int32 value")};
+      break;
+    case GgufType::kInt64:
+      v.value = r.Read<int64_t>("int64 value");
+      break;
+    case GgufType::kFloat32:
+      v.value = double{r.Read<float>("float32 value")};
+      break;
+    case GgufType::kFloat64:
+      v.value = r.Read<double>("float64 value");
+      break;
     case GgufType::kBool: {
       uint8_t b = r.Read<uint8_t>("bool value");
       if (b > 1) Fail("{}: key '{}': bool value is {}, expected 0 or 1", path, key, b);
       v.value = b != 0;
       break;
     }
-    case GgufType::kString: v.value = r.ReadString("string value"); break;
-    case GgufType::kArray: v = ReadArray(r, path, key, depth); break;
+    case GgufType::kString:
+      v.value = r.ReadString("string value");
+      break;
+    case GgufType::kArray:
+      v = ReadArray(r, path, key, depth);
+      break;
   }
   return v;
 }
 
 bool IsIntegerType(GgufType t) {
   switch (t) {
-    case GgufType::kUint8: case GgufType::kInt8: case GgufType::kUint16: case GgufType::kInt16:
-    case GgufType::kUint32: case GgufType::kInt32: case GgufType::kUint64: case GgufType::kInt64:
+    case GgufType::kUint8:
+    case GgufType::kInt8:
+    case GgufType::kUint16:
+    case GgufType::kInt16:
+    case GgufType::kUint32:
+    case GgufType::kInt32:
+    case GgufType::kUint64:
+    case GgufType::kInt64:
       return true;
     default:
       return false;
@@ -207,8 +286,9 @@ bool IsIntegerType(GgufType t) {
 }  // namespace
 
 const char* GgufTypeName(GgufType type) {
-  static const char* kNames[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32", "float32",
-                                 "bool",  "string", "array",  "uint64", "int64",  "float64"};
+  static const char* kNames[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                 "int32",  "float32", "bool",   "string", "array",
+                                 "uint64", "int64",   "float64"};
   auto i = static_cast<uint32_t>(type);
   return i < std::size(kNames) ? kNames[i] : "unknown";
 }
@@ -331,9 +411,10 @@ GgufFile GgufFile::Parse(const std::string& path, const uint8_t* data, size_t si
   by_offset.reserve(f.tensors_.size());
   for (GgufTensorInfo& t : f.tensors_) {
     if (t.offset > data_size || t.n_bytes > data_size - t.offset)
-      Fail("{}: tensor '{}' ({} bytes at data offset {}) extends beyond the end of the file "
-           "({} bytes of tensor data)",
-           path, t.name, t.n_bytes, t.offset, data_size);
+      Fail(
+          "{}: tensor '{}' ({} bytes at data offset {}) extends beyond the end of the file "
+          "({} bytes of tensor data)",
+          path, t.name, t.n_bytes, t.offset, data_size);
     t.data = data + f.data_offset_ + t.offset;
     by_offset.push_back(&t);
   }
@@ -389,7 +470,8 @@ int64_t GgufFile::GetInt(const std::string& key) const {
 
 double GgufFile::GetFloat(const std::string& key) const {
   const GgufValue& v = Require(key, "a number");
-  if (v.type == GgufType::kFloat32 || v.type == GgufType::kFloat64) return std::get<double>(v.value);
+  if (v.type == GgufType::kFloat32 || v.type == GgufType::kFloat64)
+    return std::get<double>(v.value);
   if (IsIntegerType(v.type)) return static_cast<double>(GetInt(key));
   WrongType(path_, key, "a number", v);
 }

@@ -34,8 +34,19 @@
 namespace ss {
 
 enum class GgufType : uint32_t {
-  kUint8 = 0, kInt8 = 1, kUint16 = 2, kInt16 = 3, kUint32 = 4, kInt32 = 5, kFloat32 = 6,
-  kBool = 7, kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12,
+  kUint8 = 0,
+  kInt8 = 1,
+  kUint16 = 2,
+  kInt16 = 3,
+  kUint32 = 4,
+  kInt32 = 5,
+  kFloat32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kUint64 = 10,
+  kInt64 = 11,
+  kFloat64 = 12,
 };
 const char* GgufTypeName(GgufType type);
 
@@ -43,7 +54,7 @@ const char* GgufTypeName(GgufType type);
 // typed vectors below (arrays of arrays are stored as a count only: no known key uses them).
 struct GgufValue {
   GgufType type = GgufType::kUint8;
-  GgufType array_type = GgufType::kUint8;  // element type when type == kArray
+  GgufType array_type = GgufType::kUint8;                     // element type when type == kArray
   std::variant<uint64_t, int64_t, double, bool, std::string,  // scalars
                std::vector<int64_t>, std::vector<double>, std::vector<std::string>>
       value;
@@ -92,7 +103,7 @@ class GgufFile {
 
   // Typed getters: throw ss::Error naming the file and key if absent or of another type.
   std::string GetString(const std::string& key) const;
-  int64_t GetInt(const std::string& key) const;  // any integer type (u64 must fit in int64)
+  int64_t GetInt(const std::string& key) const;   // any integer type (u64 must fit in int64)
   double GetFloat(const std::string& key) const;  // f32/f64 (and integers)
   bool GetBool(const std::string& key) const;
   std::vector<std::string> GetStringArray(const std::string& key) const;

@@ -97,7 +97,8 @@ void GgufWriter::AddTensor(const std::string& name, const Tensor& tensor, uint32
         std::memcpy(&t.bytes[2 * i], &h, 2);
       }
       break;
-    case kGgmlTypeBF16:  // ggml's GGML_TYPE_BF16: the upper half of the f32, rounded to nearest even
+    case kGgmlTypeBF16:  // ggml's GGML_TYPE_BF16: the upper half of the f32, rounded to nearest
+                         // even
       t.bytes.resize(2 * n);
       for (int64_t i = 0; i < n; ++i) {
         uint16_t b = F32ToBF16(src[i]);
@@ -116,16 +117,23 @@ void GgufWriter::AddTensor(const std::string& name, const Tensor& tensor, uint32
              t.ne[0], GgmlTypeName(ggml_type), block);
       t.bytes.resize(GgmlBytes(ggml_type, n));
       uint8_t* dst = reinterpret_cast<uint8_t*>(t.bytes.data());
-      if (ggml_type == kGgmlTypeQ8_0) QuantizeQ8_0(src, dst, n);
-      else if (ggml_type == kGgmlTypeQ4_0) QuantizeQ4_0(src, dst, n);
-      else if (ggml_type == kGgmlTypeQ4_K) QuantizeQ4_K(src, dst, n);
-      else if (ggml_type == kGgmlTypeMXFP4) QuantizeMXFP4(src, dst, n);
-      else QuantizeQ6_K(src, dst, n);
+      if (ggml_type == kGgmlTypeQ8_0)
+        QuantizeQ8_0(src, dst, n);
+      else if (ggml_type == kGgmlTypeQ4_0)
+        QuantizeQ4_0(src, dst, n);
+      else if (ggml_type == kGgmlTypeQ4_K)
+        QuantizeQ4_K(src, dst, n);
+      else if (ggml_type == kGgmlTypeMXFP4)
+        QuantizeMXFP4(src, dst, n);
+      else
+        QuantizeQ6_K(src, dst, n);
       break;
     }
     default:
-      Fail("GGUF writer: tensor '{}': writing type {} is not supported (F32, F16, BF16, Q8_0, "
-           "Q4_0, Q4_K, Q6_K, MXFP4)", name, GgmlTypeName(ggml_type));
+      Fail(
+          "GGUF writer: tensor '{}': writing type {} is not supported (F32, F16, BF16, Q8_0, "
+          "Q4_0, Q4_K, Q6_K, MXFP4)",
+          name, GgmlTypeName(ggml_type));
   }
   tensors_.push_back(std::move(t));
 }

@@ -29,9 +29,9 @@ ModelConfig ParseHfConfig(std::string_view json_text, const std::string& source)
 // Reads `path`: a config.json file, or a directory containing one.
 ModelConfig ReadHfConfig(const std::string& path);
 
-// The config.json text for `config` (a family in the registry, model/arch.h). Throws ss::Error if the
-// config cannot be expressed in that family's config.json, naming the fields that would not read
-// back the same (say, a "gpt2" config with RMSNorm), so ParseHfConfig(HfConfigJson(c)) == c
+// The config.json text for `config` (a family in the registry, model/arch.h). Throws ss::Error if
+// the config cannot be expressed in that family's config.json, naming the fields that would not
+// read back the same (say, a "gpt2" config with RMSNorm), so ParseHfConfig(HfConfigJson(c)) == c
 // always holds for what it returns.
 std::string HfConfigJson(const ModelConfig& config);
 // Writes HfConfigJson(config) to `path` atomically.

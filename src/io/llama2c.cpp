@@ -67,7 +67,8 @@ ModelConfig ConfigFromHeader(const Header& h) {
 // and Inf as it does (one pass over the mapped weights at load).
 class Cursor {
  public:
-  Cursor(std::shared_ptr<MappedFile> file, size_t offset) : file_(std::move(file)), offset_(offset) {}
+  Cursor(std::shared_ptr<MappedFile> file, size_t offset)
+      : file_(std::move(file)), offset_(offset) {}
   Tensor Take(const char* name, std::vector<int64_t> shape) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -137,16 +138,18 @@ Model LoadLlama2c(const std::string& path) {
     int32_t version;
     std::memcpy(&version, file->data + 4, 4);
     if (version == 2)
-      Fail("{}: llama2.c version 2 (Q8_0 quantised export) is not supported; export with "
-           "version 0 (legacy) or 1 (float32)",
-           path);
+      Fail(
+          "{}: llama2.c version 2 (Q8_0 quantised export) is not supported; export with "
+          "version 0 (legacy) or 1 (float32)",
+          path);
     if (version != 1)
       Fail("{}: unknown llama2.c version {} (supported: legacy and version 1)", path, version);
     std::memcpy(&h, file->data + 8, sizeof(Header));
     shared_classifier = file->data[8 + sizeof(Header)] != 0;
     data_offset = kVersion1HeaderBytes;
     v1 = true;
-    if (h.vocab_size <= 0) Fail("{}: vocab_size {} must be positive in version 1", path, h.vocab_size);
+    if (h.vocab_size <= 0)
+      Fail("{}: vocab_size {} must be positive in version 1", path, h.vocab_size);
   } else {
     std::memcpy(&h, file->data, sizeof(Header));
     shared_classifier = h.vocab_size > 0;
@@ -175,10 +178,11 @@ Model LoadLlama2c(const std::string& path) {
   if (!shared_classifier) floats += V * D;
   const uint64_t expected = data_offset + static_cast<uint64_t>(floats) * sizeof(float);
   if (file->size != expected)
-    Fail("{}: file is {} bytes but its header (dim {}, hidden {}, layers {}, heads {}/{}, vocab {}, "
-         "seq_len {}) implies {} bytes{}",
-         path, file->size, c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size,
-         c.max_seq_len, expected, file->size < expected ? " (truncated?)" : "");
+    Fail(
+        "{}: file is {} bytes but its header (dim {}, hidden {}, layers {}, heads {}/{}, vocab {}, "
+        "seq_len {}) implies {} bytes{}",
+        path, file->size, c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size,
+        c.max_seq_len, expected, file->size < expected ? " (truncated?)" : "");
 
   ModelWeights& w = model.weights;
   w.layers.resize(L);

@@ -10,8 +10,8 @@
 //     wcls (V, D) only when unshared.
 // Version 1 ("ak42" header, export.py version1_export): uint32 magic 0x616b3432, int32 version = 1,
 //   the seven int32 above, uint8 shared_classifier, zero padding to 256 bytes; then float32
-//   rms_att (L, D), rms_ffn (L, D), rms_final (D), token_embedding (V, D), wq, wk, wv, wo, w1, w2, w3
-//   (each for all layers), wcls (V, D) only when unshared.
+//   rms_att (L, D), rms_ffn (L, D), rms_final (D), token_embedding (V, D), wq, wk, wv, wo, w1, w2,
+//   w3 (each for all layers), wcls (V, D) only when unshared.
 // Version 2 (Q8_0 group-quantised) is recognised and rejected with a clear message.
 // The file size must equal what the header implies, to the byte.
 #pragma once

@@ -1,14 +1,13 @@
 #include "io/load.h"
 
-#include <unistd.h>
-
-#include <cstdio>
-#include <algorithm>
-#include <cstring>
-#include <map>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
 
 #include "common/error.h"
 #include "common/file_util.h"
@@ -42,9 +41,10 @@ Model LoadModel(const std::string& path, Precision precision) {
       WeightPacker(model.weights, precision).PackLoaded(model);
     return model;
   }
-  Fail("{}: unrecognised model format (expected a llama2.c .bin, a GGUF file or a Hugging Face "
-       "directory with config.json)",
-       path);
+  Fail(
+      "{}: unrecognised model format (expected a llama2.c .bin, a GGUF file or a Hugging Face "
+      "directory with config.json)",
+      path);
 }
 
 std::vector<std::pair<std::string, int>> StoredTensorTypes(const std::string& path) {
@@ -55,7 +55,7 @@ std::vector<std::pair<std::string, int>> StoredTensorTypes(const std::string& pa
       return dir.Has(name) && dir.Info(name).dtype == SafetensorsDtype::kU8;
     };
     for (const std::string& name : dir.names()) {
-      const std::string stem = name.ends_with("_blocks") ? name.substr(0, name.size() - 7)
+      const std::string stem = name.ends_with("_blocks")   ? name.substr(0, name.size() - 7)
                                : name.ends_with("_scales") ? name.substr(0, name.size() - 7)
                                                            : "";
       if (!stem.empty() && u8(stem + "_blocks") && u8(stem + "_scales")) {
@@ -74,7 +74,8 @@ std::vector<std::pair<std::string, int>> StoredTensorTypes(const std::string& pa
     for (const GgufTensorInfo& t : gguf.tensors()) ++counts[GgmlTypeName(t.type)];
   }
   std::vector<std::pair<std::string, int>> out(counts.begin(), counts.end());
-  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
   return out;
 }
 

@@ -1,10 +1,10 @@
 #include "io/model_files.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-
-#include <fmt/format.h>
 
 #include "common/error.h"
 #include "common/file_util.h"
@@ -37,7 +37,8 @@ class SafetensorsSource : public TensorSource {
     out->data = dir_.RawData(name, &out->owner);
     return true;
   }
-  const uint8_t* BytesU8(const std::string& name, std::shared_ptr<const void>* owner) const override {
+  const uint8_t* BytesU8(const std::string& name,
+                         std::shared_ptr<const void>* owner) const override {
     const SafetensorsDtype dtype = dir_.Info(name).dtype;
     if (dtype != SafetensorsDtype::kU8)
       Fail("{}: tensor '{}' is stored as {}, expected U8 (MXFP4 blocks and scales are bytes)",
@@ -68,8 +69,10 @@ class GgufSource : public TensorSource {
   Tensor Load(const std::string& name) const override {
     const GgufTensorInfo* t = gguf_.FindTensor(name);
     if (!IsDequantizable(t->type))
-      Fail("{}: tensor '{}' has ggml type {}, which sinkscope cannot dequantise (supported: F32, "
-           "F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4)", gguf_.path(), name, GgmlTypeName(t->type));
+      Fail(
+          "{}: tensor '{}' has ggml type {}, which sinkscope cannot dequantise (supported: F32, "
+          "F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4)",
+          gguf_.path(), name, GgmlTypeName(t->type));
     if (t->type == kGgmlTypeMXFP4) {
       // Named here, by block, rather than as the NaN or Inf the decoded tensor would hold.
       const int64_t blocks = static_cast<int64_t>(t->n_bytes / 17);
@@ -111,13 +114,13 @@ void BindModel(Model& model, TensorNaming naming, const TensorSource& source,
     packer = std::make_unique<WeightPacker>(model.weights, precision);
   // Refused before anything is allocated when the weights cannot fit. A projection kept in its
   // stored bytes (native) is a view of the file: no allocation.
-  const uint64_t bytes =
-      BindBytes(map, source, [&](const TensorSpec& spec, const std::string& name) -> std::optional<double> {
+  const uint64_t bytes = BindBytes(
+      map, source, [&](const TensorSpec& spec, const std::string& name) -> std::optional<double> {
         if (!packer || !packer->Packs(spec.targets[0])) return std::nullopt;
         if (precision != Precision::kNative) return BytesPerWeight(precision);
         StoredTensor stored;
-        if (!spec.mxfp4_scales.empty() ||
-            (CanKeepStored(spec) && source.Stored(name, &stored) && GgmlMatMulSupports(stored.ggml_type)))
+        if (!spec.mxfp4_scales.empty() || (CanKeepStored(spec) && source.Stored(name, &stored) &&
+                                           GgmlMatMulSupports(stored.ggml_type)))
           return 0.0;
         return std::nullopt;
       });
@@ -130,7 +133,8 @@ void BindModel(Model& model, TensorNaming naming, const TensorSource& source,
   if (packer && precision == Precision::kNative)
     keep = [&](Tensor* t, const std::string& name, const std::vector<int64_t>& shape,
                const StoredTensor& stored) {
-      return packer->KeepStored(t, fmt::format("{}: tensor '{}'", source.source(), name), shape, stored);
+      return packer->KeepStored(t, fmt::format("{}: tensor '{}'", source.source(), name), shape,
+                                stored);
     };
   BindTensors(map, source, model.config.arch,
               packer ? [&packer](Tensor* t) { packer->Bound(t); } : std::function<void(Tensor*)>(),
@@ -205,7 +209,9 @@ class GgufConfigReader : public ConfigReader {
     return gguf_.GetIntArray(Name(k));
   }
   std::string Dump(Key k) const override { return Has(k) ? "(set)" : "(absent)"; }
-  bool HasTensor(const std::string& name) const override { return gguf_.FindTensor(name) != nullptr; }
+  bool HasTensor(const std::string& name) const override {
+    return gguf_.FindTensor(name) != nullptr;
+  }
 
  private:
   void Present(Key k) const {
@@ -294,9 +300,11 @@ Model LoadGgufModel(const GgufFile& gguf, Precision precision) {
   c.arch = entry->name;
   const GgufTensorInfo* embd = gguf.FindTensor("token_embd.weight");
   if (!embd) Fail("{}: missing tensor 'token_embd.weight'", path);
-  if (embd->shape.size() != 2) Fail("{}: token_embd.weight has {} dimensions, expected 2", path, embd->shape.size());
+  if (embd->shape.size() != 2)
+    Fail("{}: token_embd.weight has {} dimensions, expected 2", path, embd->shape.size());
   if (embd->shape[1] <= 0 || embd->shape[1] > (int64_t{1} << 30))
-    Fail("{}: token_embd.weight has {} rows, expected a positive vocabulary size", path, embd->shape[1]);
+    Fail("{}: token_embd.weight has {} rows, expected a positive vocabulary size", path,
+         embd->shape[1]);
   c.vocab_size = static_cast<int>(embd->shape[1]);
   GgufConfigReader r(gguf, arch);
   entry->read(r, entry->defaults, &c);
@@ -317,15 +325,18 @@ Model LoadGgufModel(const GgufFile& gguf, Precision precision) {
     } else if (scaling == "yarn") {
       c.rope_scaling = RopeScalingKind::kYarn;
       c.rope_scaling_factor = static_cast<float>(real("rope.scaling.factor", 1.0));
-      c.rope_original_max_seq_len = r.PositiveInt({nullptr, "rope.scaling.original_context_length"});
+      c.rope_original_max_seq_len =
+          r.PositiveInt({nullptr, "rope.scaling.original_context_length"});
       c.rope_yarn_beta_fast = static_cast<float>(real("rope.scaling.yarn_beta_fast", 32.0));
       c.rope_yarn_beta_slow = static_cast<float>(real("rope.scaling.yarn_beta_slow", 1.0));
       // llama.cpp rounds the ramp's ends (ggml_rope_yarn_corr_dims); a checkpoint whose
       // config.json said truncate = false (gpt-oss) carries sinkscope's key.
       c.rope_yarn_truncate = gguf.GetBool("sinkscope.rope_yarn_truncate", true);
     } else if (scaling != "none") {
-      Fail("{}: {}rope.scaling.type '{}' is not supported (supported: none, linear, yarn; Llama 3 "
-           "scaling comes as rope_freqs.weight)", path, p, scaling);
+      Fail(
+          "{}: {}rope.scaling.type '{}' is not supported (supported: none, linear, yarn; Llama 3 "
+          "scaling comes as rope_freqs.weight)",
+          path, p, scaling);
     }
   }
   if (!family.reads_softcaps) {
@@ -344,7 +355,8 @@ Model LoadGgufModel(const GgufFile& gguf, Precision precision) {
   if (gguf.Find("sinkscope.rope_scaling.llama3") && !model.weights.rope_freq_factors.empty()) {
     // Written by AddGgufModel: restore the Llama 3 rule if it reproduces rope_freqs.weight.
     std::vector<double> p3 = gguf.GetFloatArray("sinkscope.rope_scaling.llama3");
-    if (p3.size() != 4) Fail("{}: sinkscope.rope_scaling.llama3 has {} values, expected 4", path, p3.size());
+    if (p3.size() != 4)
+      Fail("{}: sinkscope.rope_scaling.llama3 has {} values, expected 4", path, p3.size());
     ModelConfig rule = c;
     rule.rope_scaling = RopeScalingKind::kLlama3;
     rule.rope_scaling_factor = static_cast<float>(p3[0]);
@@ -368,14 +380,16 @@ Model LoadGgufModel(const GgufFile& gguf, Precision precision) {
 ModelConfig HfConfigFor(const Model& model, SafetensorsDtype dtype) {
   ModelConfig c = model.config;
   if (!model.weights.rope_freq_factors.empty())
-    Fail("{}: the model carries per-frequency RoPE factors (GGUF rope_freqs.weight), which "
-         "config.json cannot express", model.source);
+    Fail(
+        "{}: the model carries per-frequency RoPE factors (GGUF rope_freqs.weight), which "
+        "config.json cannot express",
+        model.source);
   if (c.rope != RopeKind::kNone) c.rope = RopeKind::kHalf;
   c.torch_dtype = dtype == SafetensorsDtype::kF32   ? "float32"
                   : dtype == SafetensorsDtype::kF16 ? "float16"
                                                     : "bfloat16";
   c.mxfp4_experts = false;  // the experts are written decoded, in `dtype`
-  HfConfigJson(c);  // throws, naming the fields, if config.json cannot hold this config
+  HfConfigJson(c);          // throws, naming the fields, if config.json cannot hold this config
   return c;
 }
 
@@ -385,7 +399,8 @@ void WriteHfModel(const Model& model, const std::string& dir, SafetensorsDtype d
   ModelConfig layout = model.config;
   layout.mxfp4_experts = false;  // written as plain (in, out) tensors, from the f32 members
   TensorMap map = FamilyTensorMap(layout, TensorNaming::kHf, weights);
-  auto tensors = ExportTensors(map, model.config.rope, model.config.head_dim, model.config.rot_dim());
+  auto tensors =
+      ExportTensors(map, model.config.rope, model.config.head_dim, model.config.rot_dim());
   namespace fs = std::filesystem;
   WriteSafetensors((fs::path(dir) / "model.safetensors").string(), tensors, dtype,
                    {{"format", "pt"}});
@@ -457,7 +472,8 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type, uint32_
   TensorMap map = FamilyTensorMap(c, TensorNaming::kGguf, weights);
   for (const auto& [name, tensor] : ExportTensors(map, c.rope, c.head_dim, c.rot_dim())) {
     // MXFP4_MOE: Q8_0 weights, MXFP4 experts, and the router (ffn_gate_inp) kept F32 as llama.cpp's
-    // quantiser keeps it ("do not quantize expert gating tensors"): routing flips under small changes.
+    // quantiser keeps it ("do not quantize expert gating tensors"): routing flips under small
+    // changes.
     const bool moe_mxfp4 = ggml_type == kGgmlTypeMXFP4;
     const uint32_t weights_type = moe_mxfp4 ? kGgmlTypeQ8_0 : ggml_type;
     const uint32_t experts_type = moe_mxfp4 ? kGgmlTypeMXFP4 : expert_type;

@@ -4,10 +4,9 @@
 #include <bit>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "common/file_util.h"
@@ -31,13 +30,13 @@ struct DtypeEntry {
   size_t bytes;
 };
 constexpr DtypeEntry kDtypes[] = {
-    {SafetensorsDtype::kBool, "BOOL", 1},  {SafetensorsDtype::kU8, "U8", 1},
-    {SafetensorsDtype::kI8, "I8", 1},      {SafetensorsDtype::kF8E5M2, "F8_E5M2", 1},
+    {SafetensorsDtype::kBool, "BOOL", 1},      {SafetensorsDtype::kU8, "U8", 1},
+    {SafetensorsDtype::kI8, "I8", 1},          {SafetensorsDtype::kF8E5M2, "F8_E5M2", 1},
     {SafetensorsDtype::kF8E4M3, "F8_E4M3", 1}, {SafetensorsDtype::kI16, "I16", 2},
-    {SafetensorsDtype::kU16, "U16", 2},    {SafetensorsDtype::kF16, "F16", 2},
-    {SafetensorsDtype::kBF16, "BF16", 2},  {SafetensorsDtype::kI32, "I32", 4},
-    {SafetensorsDtype::kU32, "U32", 4},    {SafetensorsDtype::kF32, "F32", 4},
-    {SafetensorsDtype::kF64, "F64", 8},    {SafetensorsDtype::kI64, "I64", 8},
+    {SafetensorsDtype::kU16, "U16", 2},        {SafetensorsDtype::kF16, "F16", 2},
+    {SafetensorsDtype::kBF16, "BF16", 2},      {SafetensorsDtype::kI32, "I32", 4},
+    {SafetensorsDtype::kU32, "U32", 4},        {SafetensorsDtype::kF32, "F32", 4},
+    {SafetensorsDtype::kF64, "F64", 8},        {SafetensorsDtype::kI64, "I64", 8},
     {SafetensorsDtype::kU64, "U64", 8},
 };
 
@@ -51,8 +50,8 @@ const DtypeEntry& EntryOf(SafetensorsDtype dtype) {
 SafetensorsTensorInfo ParseTensorEntry(const std::string& source, const std::string& name,
                                        const json& entry, uint64_t data_size) {
   if (!entry.is_object())
-    Fail("{}: tensor '{}': expected an object with dtype, shape and data_offsets, found {}",
-         source, name, entry.type_name());
+    Fail("{}: tensor '{}': expected an object with dtype, shape and data_offsets, found {}", source,
+         name, entry.type_name());
   SafetensorsTensorInfo info;
   info.name = name;
 
@@ -64,9 +63,10 @@ SafetensorsTensorInfo ParseTensorEntry(const std::string& source, const std::str
   for (const auto& e : kDtypes)
     if (dtype_name == e.name) found = &e;
   if (!found)
-    Fail("{}: tensor '{}': unknown dtype '{}' (expected one of BOOL, U8, I8, F8_E5M2, F8_E4M3, "
-         "I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64)",
-         source, name, dtype_name);
+    Fail(
+        "{}: tensor '{}': unknown dtype '{}' (expected one of BOOL, U8, I8, F8_E5M2, F8_E4M3, "
+        "I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64)",
+        source, name, dtype_name);
   info.dtype = found->dtype;
 
   auto shape_it = entry.find("shape");
@@ -86,8 +86,8 @@ SafetensorsTensorInfo ParseTensorEntry(const std::string& source, const std::str
   auto offsets_it = entry.find("data_offsets");
   if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
       !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned())
-    Fail("{}: tensor '{}': 'data_offsets' must be [begin, end] with non-negative integers",
-         source, name);
+    Fail("{}: tensor '{}': 'data_offsets' must be [begin, end] with non-negative integers", source,
+         name);
   info.begin = (*offsets_it)[0].get<uint64_t>();
   info.end = (*offsets_it)[1].get<uint64_t>();
   if (info.begin > info.end || info.end > data_size)
@@ -96,9 +96,9 @@ SafetensorsTensorInfo ParseTensorEntry(const std::string& source, const std::str
   uint64_t expected_bytes;
   if (__builtin_mul_overflow(numel, static_cast<uint64_t>(found->bytes), &expected_bytes) ||
       expected_bytes != info.end - info.begin)
-    Fail("{}: tensor '{}': shape {} of {} needs {} bytes but data_offsets [{}, {}) span {}",
-         source, name, ShapeString(info.shape), found->name, numel * found->bytes, info.begin,
-         info.end, info.end - info.begin);
+    Fail("{}: tensor '{}': shape {} of {} needs {} bytes but data_offsets [{}, {}) span {}", source,
+         name, ShapeString(info.shape), found->name, numel * found->bytes, info.begin, info.end,
+         info.end - info.begin);
   return info;
 }
 
@@ -128,8 +128,8 @@ SafetensorsHeader ParseSafetensorsHeader(const uint8_t* data, size_t size,
   std::string_view text(reinterpret_cast<const char*>(data + 8), header_len);
   if (text.empty() || text[0] != '{')
     Fail("{}: header must be a JSON object starting with '{{', found {}", source,
-         text.empty() ? std::string("an empty header") : fmt::format("byte 0x{:02x}",
-                                                                     uint8_t(text[0])));
+         text.empty() ? std::string("an empty header")
+                      : fmt::format("byte 0x{:02x}", uint8_t(text[0])));
   json header = ParseJsonStrict(text, source, "safetensors JSON header");
   if (!header.is_object())
     Fail("{}: header must be a JSON object, found {}", source, header.type_name());
@@ -153,10 +153,9 @@ SafetensorsHeader ParseSafetensorsHeader(const uint8_t* data, size_t size,
 
   // The offsets must tile [0, data_size) exactly (README: "the byte buffer needs to be entirely
   // indexed, and cannot contain holes").
-  std::sort(result.tensors.begin(), result.tensors.end(),
-            [](const auto& a, const auto& b) {
-              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-            });
+  std::sort(result.tensors.begin(), result.tensors.end(), [](const auto& a, const auto& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
   uint64_t covered = 0;
   const SafetensorsTensorInfo* previous = nullptr;
   for (const auto& t : result.tensors) {
@@ -164,9 +163,10 @@ SafetensorsHeader ParseSafetensorsHeader(const uint8_t* data, size_t size,
       Fail("{}: tensor '{}' data_offsets [{}, {}) overlap tensor '{}' [{}, {})", source, t.name,
            t.begin, t.end, previous->name, previous->begin, previous->end);
     if (t.begin > covered)
-      Fail("{}: tensor '{}' starts at data offset {} but the previous tensor ends at {}: the data "
-           "section has a hole",
-           source, t.name, t.begin, covered);
+      Fail(
+          "{}: tensor '{}' starts at data offset {} but the previous tensor ends at {}: the data "
+          "section has a hole",
+          source, t.name, t.begin, covered);
     if (t.end > covered) {
       covered = t.end;
       previous = &t;
@@ -342,7 +342,8 @@ const SafetensorsTensorInfo& SafetensorsDir::Info(const std::string& name) const
 }
 Tensor SafetensorsDir::Load(const std::string& name) const { return ShardOf(name).Load(name); }
 
-const uint8_t* SafetensorsDir::RawData(const std::string& name, std::shared_ptr<const void>* owner) const {
+const uint8_t* SafetensorsDir::RawData(const std::string& name,
+                                       std::shared_ptr<const void>* owner) const {
   const SafetensorsFile& shard = ShardOf(name);
   if (owner) *owner = shard.owner();
   return shard.RawData(name);

@@ -36,7 +36,21 @@ namespace ss {
 // as float32; the rest are parsed and validated so that a checkpoint carrying, say, an I64 buffer
 // still opens, and fail only when loaded.
 enum class SafetensorsDtype {
-  kBool, kU8, kI8, kF8E5M2, kF8E4M3, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kF64, kI64, kU64
+  kBool,
+  kU8,
+  kI8,
+  kF8E5M2,
+  kF8E4M3,
+  kI16,
+  kU16,
+  kF16,
+  kBF16,
+  kI32,
+  kU32,
+  kF32,
+  kF64,
+  kI64,
+  kU64
 };
 const char* SafetensorsDtypeName(SafetensorsDtype dtype);  // the format's spelling: "BF16"
 size_t SafetensorsDtypeBytes(SafetensorsDtype dtype);
@@ -62,7 +76,8 @@ struct SafetensorsHeader {
 // 100 MiB, malformed JSON, a header that is not an object or lacks/mistypes a field, an unknown
 // dtype, duplicate names, offsets out of range, overlapping or leaving holes, and a byte range
 // that does not match shape x dtype size.
-SafetensorsHeader ParseSafetensorsHeader(const uint8_t* data, size_t size, const std::string& source);
+SafetensorsHeader ParseSafetensorsHeader(const uint8_t* data, size_t size,
+                                         const std::string& source);
 
 class SafetensorsFile {
  public:
@@ -110,7 +125,8 @@ class SafetensorsDir {
   const SafetensorsTensorInfo& Info(const std::string& name) const;
   Tensor Load(const std::string& name) const;
   // The raw bytes of `name` in its shard, and (if owner is not null) what keeps them alive.
-  const uint8_t* RawData(const std::string& name, std::shared_ptr<const void>* owner = nullptr) const;
+  const uint8_t* RawData(const std::string& name,
+                         std::shared_ptr<const void>* owner = nullptr) const;
   // The shard file holding `name`.
   const std::string& FileOf(const std::string& name) const;
   const std::string& path() const { return path_; }

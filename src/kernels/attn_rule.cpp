@@ -52,7 +52,8 @@ struct SoftmaxWeights {
   // dS_j = P_j (dP_j - r), r = sum_j P_j dP_j (+ p_s dp_s with a slot, whose logit gets
   // p_s (dp_s - r)).
   template <typename Real>
-  static Real RowBackward(const Real* p, const Real*, Real* d, int n, const AttnSlotGrad<Real>* slot) {
+  static Real RowBackward(const Real* p, const Real*, Real* d, int n,
+                          const AttnSlotGrad<Real>* slot) {
     Real sum = 0;
     for (int j = 0; j < n; ++j) sum += p[j] * d[j];
     Real d_slot = 0;

@@ -126,24 +126,42 @@ void CheckQuantizable(const char* type, int64_t n, int64_t block = kQk) {
 
 const char* GgmlTypeName(uint32_t ggml_type) {
   switch (ggml_type) {
-    case kGgmlTypeF32: return "F32";
-    case kGgmlTypeF16: return "F16";
-    case kGgmlTypeQ4_0: return "Q4_0";
-    case 3: return "Q4_1";
-    case 6: return "Q5_0";
-    case 7: return "Q5_1";
-    case kGgmlTypeQ8_0: return "Q8_0";
-    case 9: return "Q8_1";
-    case 10: return "Q2_K";
-    case 11: return "Q3_K";
-    case kGgmlTypeQ4_K: return "Q4_K";
-    case 13: return "Q5_K";
-    case kGgmlTypeQ6_K: return "Q6_K";
-    case 15: return "Q8_K";
-    case kGgmlTypeBF16: return "BF16";
-    case kGgmlTypeMXFP4: return "MXFP4";
-    case kTypeMxfp4Split: return "MXFP4 (blocks + scales)";
-    default: return "unknown";
+    case kGgmlTypeF32:
+      return "F32";
+    case kGgmlTypeF16:
+      return "F16";
+    case kGgmlTypeQ4_0:
+      return "Q4_0";
+    case 3:
+      return "Q4_1";
+    case 6:
+      return "Q5_0";
+    case 7:
+      return "Q5_1";
+    case kGgmlTypeQ8_0:
+      return "Q8_0";
+    case 9:
+      return "Q8_1";
+    case 10:
+      return "Q2_K";
+    case 11:
+      return "Q3_K";
+    case kGgmlTypeQ4_K:
+      return "Q4_K";
+    case 13:
+      return "Q5_K";
+    case kGgmlTypeQ6_K:
+      return "Q6_K";
+    case 15:
+      return "Q8_K";
+    case kGgmlTypeBF16:
+      return "BF16";
+    case kGgmlTypeMXFP4:
+      return "MXFP4";
+    case kTypeMxfp4Split:
+      return "MXFP4 (blocks + scales)";
+    default:
+      return "unknown";
   }
 }
 
@@ -156,43 +174,60 @@ bool IsDequantizable(uint32_t ggml_type) {
     case kGgmlTypeQ4_0:
     case kGgmlTypeQ4_K:
     case kGgmlTypeQ6_K:
-    case kGgmlTypeMXFP4: return true;
-    default: return false;
+    case kGgmlTypeMXFP4:
+      return true;
+    default:
+      return false;
   }
 }
 
 [[noreturn]] static void FailUnsupported(uint32_t ggml_type) {
-  Fail("ggml type {} ({}) is not supported; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4",
-       ggml_type, GgmlTypeName(ggml_type));
+  Fail(
+      "ggml type {} ({}) is not supported; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, "
+      "MXFP4",
+      ggml_type, GgmlTypeName(ggml_type));
 }
 
 int64_t GgmlBlockValues(uint32_t ggml_type) {
   switch (ggml_type) {
     case kGgmlTypeF32:
     case kGgmlTypeF16:
-    case kGgmlTypeBF16: return 1;
+    case kGgmlTypeBF16:
+      return 1;
     case kGgmlTypeQ8_0:
     case kGgmlTypeQ4_0:
     case kGgmlTypeMXFP4:
-    case kTypeMxfp4Split: return kQk;
+    case kTypeMxfp4Split:
+      return kQk;
     case kGgmlTypeQ4_K:
-    case kGgmlTypeQ6_K: return kQkK;
-    default: FailUnsupported(ggml_type);
+    case kGgmlTypeQ6_K:
+      return kQkK;
+    default:
+      FailUnsupported(ggml_type);
   }
 }
 
 size_t GgmlBlockBytes(uint32_t ggml_type) {
   switch (ggml_type) {
-    case kGgmlTypeF32: return 4;
+    case kGgmlTypeF32:
+      return 4;
     case kGgmlTypeF16:
-    case kGgmlTypeBF16: return 2;
-    case kGgmlTypeQ8_0: return kQ8_0Bytes;
-    case kGgmlTypeQ4_0: return kQ4_0Bytes;
-    case kGgmlTypeQ4_K: return kQ4_KBytes;
-    case kGgmlTypeQ6_K: return kQ6_KBytes;
-    case kGgmlTypeMXFP4: return kMxfp4Bytes;
-    case kTypeMxfp4Split: return kMxfp4NibbleBytes;  // the nibbles; the scales lie apart
-    default: FailUnsupported(ggml_type);
+    case kGgmlTypeBF16:
+      return 2;
+    case kGgmlTypeQ8_0:
+      return kQ8_0Bytes;
+    case kGgmlTypeQ4_0:
+      return kQ4_0Bytes;
+    case kGgmlTypeQ4_K:
+      return kQ4_KBytes;
+    case kGgmlTypeQ6_K:
+      return kQ6_KBytes;
+    case kGgmlTypeMXFP4:
+      return kMxfp4Bytes;
+    case kTypeMxfp4Split:
+      return kMxfp4NibbleBytes;  // the nibbles; the scales lie apart
+    default:
+      FailUnsupported(ggml_type);
   }
 }
 
@@ -239,7 +274,9 @@ void DequantizeMxfp4Split(const uint8_t* nibbles, const uint8_t* scales, float* 
   if (n < 0 || n % kMxfp4Block != 0)
     Fail("MXFP4: {} values is not a whole number of {}-value blocks", n, kMxfp4Block);
   for (int64_t b = 0; b < n / kMxfp4Block; ++b, nibbles += kMxfp4NibbleBytes, dst += kMxfp4Block)
-    DecodeMxfp4Block(scales[b], dst, [nibbles](int i) { return i % 2 ? nibbles[i / 2] >> 4 : nibbles[i / 2] & 0xF; });
+    DecodeMxfp4Block(scales[b], dst, [nibbles](int i) {
+      return i % 2 ? nibbles[i / 2] >> 4 : nibbles[i / 2] & 0xF;
+    });
 }
 
 void Dequantize(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n) {
@@ -254,12 +291,23 @@ void Dequantize(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n) {
     case kGgmlTypeBF16:
       for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(LoadU16(src + 2 * i));
       return;
-    case kGgmlTypeQ8_0: DequantizeQ8_0(src, dst, n); return;
-    case kGgmlTypeQ4_0: DequantizeQ4_0(src, dst, n); return;
-    case kGgmlTypeQ4_K: DequantizeQ4_K(src, dst, n); return;
-    case kGgmlTypeQ6_K: DequantizeQ6_K(src, dst, n); return;
-    case kGgmlTypeMXFP4: DequantizeMXFP4(src, dst, n); return;
-    default: FailUnsupported(ggml_type);
+    case kGgmlTypeQ8_0:
+      DequantizeQ8_0(src, dst, n);
+      return;
+    case kGgmlTypeQ4_0:
+      DequantizeQ4_0(src, dst, n);
+      return;
+    case kGgmlTypeQ4_K:
+      DequantizeQ4_K(src, dst, n);
+      return;
+    case kGgmlTypeQ6_K:
+      DequantizeQ6_K(src, dst, n);
+      return;
+    case kGgmlTypeMXFP4:
+      DequantizeMXFP4(src, dst, n);
+      return;
+    default:
+      FailUnsupported(ggml_type);
   }
 }
 
@@ -268,7 +316,8 @@ namespace {
 // The Q8_0 encoder's loop, compiled twice (below): at the baseline flags, where nearbyint is a libm
 // call per value, and for AVX2, where it is one ROUNDSS (the same rounding: to nearest even, no
 // exception raised) and the loops vectorise; both give the same bytes (tests/test_gemm_q8.cpp).
-__attribute__((always_inline)) inline void QuantizeQ8_0Body(const float* src, uint8_t* dst, int64_t n) {
+__attribute__((always_inline)) inline void QuantizeQ8_0Body(const float* src, uint8_t* dst,
+                                                            int64_t n) {
   for (int64_t b = 0; b < n / kQk; ++b, src += kQk, dst += kQ8_0Bytes) {
     float amax = 0;
     for (int i = 0; i < kQk; ++i) amax = std::max(amax, std::fabs(src[i]));
@@ -285,7 +334,8 @@ __attribute__((always_inline)) inline void QuantizeQ8_0Body(const float* src, ui
   }
 }
 
-__attribute__((target("avx2,fma"))) void QuantizeQ8_0Avx2(const float* src, uint8_t* dst, int64_t n) {
+__attribute__((target("avx2,fma"))) void QuantizeQ8_0Avx2(const float* src, uint8_t* dst,
+                                                          int64_t n) {
   QuantizeQ8_0Body(src, dst, n);
 }
 

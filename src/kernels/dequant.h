@@ -105,7 +105,8 @@ bool IsDequantizable(uint32_t ggml_type);
 // Values per block (1 for F32/F16/BF16) and bytes per block. Throw ss::Error for unsupported types.
 int64_t GgmlBlockValues(uint32_t ggml_type);
 size_t GgmlBlockBytes(uint32_t ggml_type);
-// Bytes that `n` values of `ggml_type` occupy; throws ss::Error if n is not a whole number of blocks.
+// Bytes that `n` values of `ggml_type` occupy; throws ss::Error if n is not a whole number of
+// blocks.
 size_t GgmlBytes(uint32_t ggml_type, int64_t n);
 
 // Decodes `n` values (a multiple of the block size) from `src` (GgmlBytes(type, n) bytes, any
@@ -120,14 +121,13 @@ void Dequantize(uint32_t ggml_type, const uint8_t* src, float* dst, int64_t n);
 // value m to nibble 0 (d = -m / 8), so values near -m would need nibble 16 and clip to 15: its
 // error is at most |d|/2 elsewhere and |d| there.
 // Q4_K, per 32-value sub-block j with lo = min(0, min x) (ggml-quants.c's make_qkx2_quants clamps
-// the minimum the same way, so the offset m_j >= 0) and hi = max x: the 6-bit m_j and sc_j and the f16 dmin and d are all
-// rounded up, so the grid -dmin m_j + q d sc_j (q = 0..15) covers [lo, hi] and no value clips.
-// The error is at most half a step, d sc_j / 2, with d sc_j <= (hi - lo) / 15 + d + dmin / 15:
-// the ideal step (hi - lo) / 15 plus what the 6-bit scales add.
-// Q6_K, per 16-value sub-block j: the int8 scale's sign maps the largest-magnitude value to q = -32
-// and its magnitude, rounded up against the f16 d (also rounded up), keeps the other side within
-// q <= 31.5, so no value clips: the error is at most d |sc_j| / 2, with
-// d |sc_j| <= max |x_j| / 31.5 + d.
+// the minimum the same way, so the offset m_j >= 0) and hi = max x: the 6-bit m_j and sc_j and the
+// f16 dmin and d are all rounded up, so the grid -dmin m_j + q d sc_j (q = 0..15) covers [lo, hi]
+// and no value clips. The error is at most half a step, d sc_j / 2, with d sc_j <= (hi - lo) / 15 +
+// d + dmin / 15: the ideal step (hi - lo) / 15 plus what the 6-bit scales add. Q6_K, per 16-value
+// sub-block j: the int8 scale's sign maps the largest-magnitude value to q = -32 and its magnitude,
+// rounded up against the f16 d (also rounded up), keeps the other side within q <= 31.5, so no
+// value clips: the error is at most d |sc_j| / 2, with d |sc_j| <= max |x_j| / 31.5 + d.
 void QuantizeQ8_0(const float* src, uint8_t* dst, int64_t n);
 void QuantizeQ4_0(const float* src, uint8_t* dst, int64_t n);
 void QuantizeQ4_K(const float* src, uint8_t* dst, int64_t n);

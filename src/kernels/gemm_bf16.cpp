@@ -1,11 +1,11 @@
 #include "kernels/gemm_bf16.h"
 
 #include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#include <sys/mman.h>
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -42,7 +42,7 @@ void PackInto(PackedBf16& p, int out, int in, Bits bits) {
   // sequentially). Panels in parallel when large (training packs its weights every step); inside
   // another parallel region (the bf16 attention's packs) this runs on the calling thread.
   const int64_t panel_size = static_cast<int64_t>(p.pairs) * kWidth * 2;
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(out) * in >= (1 << 16))
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(out) * in >= (1 << 16))
   for (int panel = 0; panel < p.panels; ++panel) {
     uint16_t* dst = p.data.data() + panel * panel_size;
     const int columns = std::min(kWidth, out - panel * kWidth);
@@ -56,7 +56,8 @@ void PackInto(PackedBf16& p, int out, int in, Bits bits) {
   }
 }
 
-// out[i] = x[i] rounded to bf16 (denormals flushed), kept as f32: the operand every path multiplies.
+// out[i] = x[i] rounded to bf16 (denormals flushed), kept as f32: the operand every path
+// multiplies.
 void RoundRowBf16(const float* x, int in, float* out) {
   for (int i = 0; i < in; ++i) out[i] = BF16ToF32(FlushDenormal(F32ToBF16(x[i])));
 }
@@ -77,7 +78,7 @@ void ConvertRowScalar(const float* x, int in, uint32_t* row, int stride) {
 // kColumnBlock * 4 bytes = 256 KiB) stays in L2 and one x micro-panel (kRows * kVectorPairBlock *
 // 4 bytes, 6 KiB at most) stays in L1 while the W panels stream past it.
 constexpr int kVectorPairBlock = 256;  // pairs of `in` per cache block (AMX: AmxPath::kPairBlock)
-constexpr int kColumnBlock = 256;  // output columns per work item (8 panels), at most
+constexpr int kColumnBlock = 256;      // output columns per work item (8 panels), at most
 // Multiply-adds below which one thread does the product (about 40 us on one Zen 4 core): a
 // decode-sized product (T = 1) is over before a busy machine schedules the second thread, and
 // every parallel region waits for all its threads, even idle ones.
@@ -154,13 +155,13 @@ SS_BF16 void MicroKernel(const uint32_t* x, int64_t ldx, const uint32_t* w, int 
 }
 
 // The AVX2 + FMA micro-kernel: the same tile, with W widened to f32 in registers (a bf16 is the
-// upper half of an f32: the pair's lower element is bits << 16, its upper element bits & 0xffff0000)
-// and x's pair broadcast the same way. Each product of two bf16 values is exact in f32, so an FMA
-// adds it with one rounding. Every column's sum runs over the values in order (a pair's lower
-// element, then its upper one) from zero, in one FMA chain, then adds the bias (passed with the
-// last block of pairs only): the order of the AVX2 path's every product (PanelsDotAvx2 for one row,
-// WidenedTile from kWidenRows rows on). 2 rows x 4 ymm accumulators (32 columns) plus the widened
-// operands fill the 16 ymm registers. Column tails go through a 32-float buffer.
+// upper half of an f32: the pair's lower element is bits << 16, its upper element bits &
+// 0xffff0000) and x's pair broadcast the same way. Each product of two bf16 values is exact in f32,
+// so an FMA adds it with one rounding. Every column's sum runs over the values in order (a pair's
+// lower element, then its upper one) from zero, in one FMA chain, then adds the bias (passed with
+// the last block of pairs only): the order of the AVX2 path's every product (PanelsDotAvx2 for one
+// row, WidenedTile from kWidenRows rows on). 2 rows x 4 ymm accumulators (32 columns) plus the
+// widened operands fill the 16 ymm registers. Column tails go through a 32-float buffer.
 template <int kTileRows>
 SS_AVX2 void MicroKernelAvx2(const uint32_t* x, int64_t ldx, const uint32_t* w, int kc, float* y,
                              int64_t ldy, int cols, const float* bias, bool accumulate) {
@@ -173,7 +174,8 @@ SS_AVX2 void MicroKernelAvx2(const uint32_t* x, int64_t ldx, const uint32_t* w, 
       std::copy(init, init + cols, edge);
       init = edge;
     }
-    for (int q = 0; q < 4; ++q) acc[r][q] = init ? _mm256_loadu_ps(init + 8 * q) : _mm256_setzero_ps();
+    for (int q = 0; q < 4; ++q)
+      acc[r][q] = init ? _mm256_loadu_ps(init + 8 * q) : _mm256_setzero_ps();
   }
   const __m256i upper = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   for (int k = 0; k < kc; ++k) {
@@ -232,15 +234,18 @@ SS_AVX2 void PanelsDotAvx2(const uint32_t* x, const uint32_t* const* w, int pair
   for (int k = 0; k < pairs; ++k) {
     const uint32_t pair = x[k];
     const __m256 x_lo = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair << 16)));
-    const __m256 x_hi = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair & 0xffff0000u)));
+    const __m256 x_hi =
+        _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(pair & 0xffff0000u)));
 #pragma GCC unroll 8
     for (int s = 0; s < S; ++s) {
       const uint32_t* wk = w[s] + static_cast<int64_t>(k) * kWidth;
 #pragma GCC unroll 4
       for (int q = 0; q < 4; ++q) {
         const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wk + 8 * q));
-        sum[s][q] = _mm256_fmadd_ps(x_lo, _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16)), sum[s][q]);
-        sum[s][q] = _mm256_fmadd_ps(x_hi, _mm256_castsi256_ps(_mm256_and_si256(bits, upper)), sum[s][q]);
+        sum[s][q] =
+            _mm256_fmadd_ps(x_lo, _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16)), sum[s][q]);
+        sum[s][q] =
+            _mm256_fmadd_ps(x_hi, _mm256_castsi256_ps(_mm256_and_si256(bits, upper)), sum[s][q]);
       }
     }
   }
@@ -261,8 +266,10 @@ SS_BF16 void PanelsDot512(const uint32_t* x, const uint32_t* const* w, int pairs
       const uint32_t* wk = w[s] + static_cast<int64_t>(k) * kWidth;
       _mm_prefetch(reinterpret_cast<const char*>(wk + kPrefetchPairs * kWidth), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(wk + kPrefetchPairs * kWidth + 16), _MM_HINT_T0);
-      sum[s][0] = _mm512_dpbf16_ps(sum[s][0], xb, reinterpret_cast<__m512bh>(_mm512_load_si512(wk)));
-      sum[s][1] = _mm512_dpbf16_ps(sum[s][1], xb, reinterpret_cast<__m512bh>(_mm512_load_si512(wk + 16)));
+      sum[s][0] =
+          _mm512_dpbf16_ps(sum[s][0], xb, reinterpret_cast<__m512bh>(_mm512_load_si512(wk)));
+      sum[s][1] =
+          _mm512_dpbf16_ps(sum[s][1], xb, reinterpret_cast<__m512bh>(_mm512_load_si512(wk + 16)));
     }
   }
   for (int s = 0; s < S; ++s) {
@@ -274,14 +281,16 @@ SS_BF16 void PanelsDot512(const uint32_t* x, const uint32_t* const* w, int pairs
 // The zmm form of PanelsDotAvx2 (the avx512_fma path): each column one FMA chain over the values in
 // order, 16 columns a register, W asked for 2 KiB ahead.
 template <int S>
-SS_AVX512F void PanelsDot512Fma(const uint32_t* x, const uint32_t* const* w, int pairs, float* acc) {
+SS_AVX512F void PanelsDot512Fma(const uint32_t* x, const uint32_t* const* w, int pairs,
+                                float* acc) {
   __m512 sum[S][2];
   for (int s = 0; s < S; ++s) sum[s][0] = sum[s][1] = _mm512_setzero_ps();
   const __m512i upper = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   for (int k = 0; k < pairs; ++k) {
     const uint32_t pair = x[k];
     const __m512 x_lo = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(pair << 16)));
-    const __m512 x_hi = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(pair & 0xffff0000u)));
+    const __m512 x_hi =
+        _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(pair & 0xffff0000u)));
 #pragma GCC unroll 8
     for (int s = 0; s < S; ++s) {
       const uint32_t* wk = w[s] + static_cast<int64_t>(k) * kWidth;
@@ -290,8 +299,10 @@ SS_AVX512F void PanelsDot512Fma(const uint32_t* x, const uint32_t* const* w, int
 #pragma GCC unroll 2
       for (int q = 0; q < 2; ++q) {
         const __m512i bits = _mm512_load_si512(wk + 16 * q);
-        sum[s][q] = _mm512_fmadd_ps(x_lo, _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16)), sum[s][q]);
-        sum[s][q] = _mm512_fmadd_ps(x_hi, _mm512_castsi512_ps(_mm512_and_si512(bits, upper)), sum[s][q]);
+        sum[s][q] =
+            _mm512_fmadd_ps(x_lo, _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16)), sum[s][q]);
+        sum[s][q] =
+            _mm512_fmadd_ps(x_hi, _mm512_castsi512_ps(_mm512_and_si512(bits, upper)), sum[s][q]);
       }
     }
   }
@@ -344,12 +355,12 @@ template <DotKind kKind>
 void MatVec(const float* x, const PackedBf16& w, const float* bias, float* y) {
   uint32_t* xb = Workspace<uint32_t, 0>(static_cast<size_t>(w.pairs));
   ConvertRowScalar(x, w.in, xb, w.pairs);
-#pragma omp parallel if (static_cast<int64_t>(w.in) * w.out >= kParallelMatVec)
+#pragma omp parallel if (static_cast <int64_t>(w.in) * w.out >= kParallelMatVec)
   {
     const int threads = omp_get_num_threads(), id = omp_get_thread_num();
     MatVecPanels<kKind>(xb, w, bias, y,
-                           static_cast<int>(static_cast<int64_t>(w.panels) * id / threads),
-                           static_cast<int>(static_cast<int64_t>(w.panels) * (id + 1) / threads));
+                        static_cast<int>(static_cast<int64_t>(w.panels) * id / threads),
+                        static_cast<int>(static_cast<int64_t>(w.panels) * (id + 1) / threads));
   }
 }
 
@@ -381,12 +392,12 @@ struct Avx512Path {
 // 32 x 16 tile of W (stored as 16 rows of 16 column pairs: exactly a panel's layout, two tiles side
 // by side at a stride of kWidth pairs) into a 16 x 16 f32 tile, 8,192 multiply-adds an instruction
 // (Intel SDM vol. 1 ch. 3 / ISA extensions ref. ch. 3: "Intel AMX"; f32 accumulation, products of
-// bf16 exact, denormal inputs as zero and outputs flushed, as VDPBF16PS). One AMX tile holds 32 rows
-// x 32 columns of y as four accumulator tiles (tmm0-3), with x in tmm4-5 and W in tmm6-7. Tiles
-// read only whole 16-row, 16-pair blocks; the rows below a multiple of 16 and the pairs past one go
-// through the AVX-512 micro-kernel, so no operand is read past its end and nothing is padded.
-// Measured on one Xeon core here: 3.3 TFLOP/s for back-to-back TDPBF16PS against 0.22 for f32 FMA
-// and 0.11 for VDPBF16PS (which Intel's cores issue once a cycle, where Zen 4 does twice).
+// bf16 exact, denormal inputs as zero and outputs flushed, as VDPBF16PS). One AMX tile holds 32
+// rows x 32 columns of y as four accumulator tiles (tmm0-3), with x in tmm4-5 and W in tmm6-7.
+// Tiles read only whole 16-row, 16-pair blocks; the rows below a multiple of 16 and the pairs past
+// one go through the AVX-512 micro-kernel, so no operand is read past its end and nothing is
+// padded. Measured on one Xeon core here: 3.3 TFLOP/s for back-to-back TDPBF16PS against 0.22 for
+// f32 FMA and 0.11 for VDPBF16PS (which Intel's cores issue once a cycle, where Zen 4 does twice).
 struct AmxTileConfig {
   uint8_t palette = 1, start_row = 0;
   uint8_t reserved[14] = {};
@@ -576,9 +587,8 @@ void MatMulTiled(const float* x, const PackedBf16& w, const float* bias, float* 
 // One thread: y (rows, panels [panel0, panel0 + panels)) (+)= xb (rows, `pairs` pairs) · W^T over
 // W's pairs [pair0, pair0 + pairs) (MatMulBf16Block on a tiled path).
 template <typename Path>
-void BlockProductTiled(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int panel0,
-                       int panels, int pair0, int pairs, float* y, int64_t ldy, int rows,
-                       bool accumulate) {
+void BlockProductTiled(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int panel0, int panels,
+                       int pair0, int pairs, float* y, int64_t ldy, int rows, bool accumulate) {
   const uint32_t* wdata = reinterpret_cast<const uint32_t*>(w.data.data());
   [[maybe_unused]] const typename Path::Span span;
   for (int k0 = 0; k0 < pairs; k0 += Path::kPairBlock) {
@@ -605,15 +615,18 @@ constexpr int kWidenTileRows = 6;
 SS_AVX2 void WidenPanel(const PackedBf16& w, int p, float* wf) {
   const int in = w.in;
   const __m256i upper = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  const uint32_t* wp = reinterpret_cast<const uint32_t*>(w.data.data()) + static_cast<int64_t>(p) * w.pairs * kWidth;
+  const uint32_t* wp =
+      reinterpret_cast<const uint32_t*>(w.data.data()) + static_cast<int64_t>(p) * w.pairs * kWidth;
   for (int k = 0; k < w.pairs; ++k) {
     float* lo = wf + static_cast<int64_t>(2 * k) * kWidth;
     float* hi = lo + kWidth;
     for (int q = 0; q < 4; ++q) {
-      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + k * kWidth + 8 * q));
+      const __m256i bits =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + k * kWidth + 8 * q));
       _mm256_storeu_ps(lo + 8 * q, _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16)));
-      _mm256_storeu_ps(hi + 8 * q, 2 * k + 1 < in ? _mm256_castsi256_ps(_mm256_and_si256(bits, upper))
-                                                  : _mm256_setzero_ps());
+      _mm256_storeu_ps(hi + 8 * q, 2 * k + 1 < in
+                                       ? _mm256_castsi256_ps(_mm256_and_si256(bits, upper))
+                                       : _mm256_setzero_ps());
     }
   }
 }
@@ -623,8 +636,8 @@ SS_AVX2 void WidenPanel(const PackedBf16& w, int p, float* wf) {
 // column's sum one FMA chain over the values in order from zero, then + bias: MicroKernelAvx2's
 // order.
 template <int R>
-SS_AVX2 void WidenedTile(const float* xr, int64_t ldx, const float* wf, int64_t ldw, int n, float* y,
-                         int64_t ldy, int cols, const float* bias) {
+SS_AVX2 void WidenedTile(const float* xr, int64_t ldx, const float* wf, int64_t ldw, int n,
+                         float* y, int64_t ldy, int cols, const float* bias) {
   __m256 acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   for (int i = 0; i < n; ++i) {
@@ -650,10 +663,12 @@ SS_AVX2 void WidenedTile(const float* xr, int64_t ldx, const float* wf, int64_t 
 void MatMulWidened(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
   const int in = w.in, out = w.out, n = 2 * w.pairs;
   float* xr = Workspace<float, 1>(static_cast<size_t>(T) * n);
-  using TileFn = void (*)(const float*, int64_t, const float*, int64_t, int, float*, int64_t, int, const float*);
-  static constexpr TileFn kTiles[kWidenTileRows + 1] = {nullptr, WidenedTile<1>, WidenedTile<2>, WidenedTile<3>,
-                                                        WidenedTile<4>, WidenedTile<5>, WidenedTile<6>};
-#pragma omp parallel if (static_cast<int64_t>(T) * in * out >= kParallelMacs)
+  using TileFn = void (*)(const float*, int64_t, const float*, int64_t, int, float*, int64_t, int,
+                          const float*);
+  static constexpr TileFn kTiles[kWidenTileRows + 1] = {
+      nullptr,        WidenedTile<1>, WidenedTile<2>, WidenedTile<3>,
+      WidenedTile<4>, WidenedTile<5>, WidenedTile<6>};
+#pragma omp parallel if (static_cast <int64_t>(T) * in * out >= kParallelMacs)
   {
 #pragma omp for schedule(static)
     for (int t = 0; t < T; ++t) {
@@ -669,16 +684,17 @@ void MatMulWidened(const float* x, const PackedBf16& w, const float* bias, float
         for (int half = 0; half < 2; ++half) {
           const int column0 = p * kWidth + 16 * half, cols = std::min(16, out - column0);
           if (cols <= 0) continue;
-          kTiles[std::min(kWidenTileRows, T - r)](xr + static_cast<int64_t>(r) * n, n, wf + 16 * half, kWidth, n,
-                                                  y + static_cast<int64_t>(r) * out + column0, out, cols,
-                                                  bias ? bias + column0 : nullptr);
+          kTiles[std::min(kWidenTileRows, T - r)](xr + static_cast<int64_t>(r) * n, n,
+                                                  wf + 16 * half, kWidth, n,
+                                                  y + static_cast<int64_t>(r) * out + column0, out,
+                                                  cols, bias ? bias + column0 : nullptr);
         }
     }
   }
 }
 
-// The avx512_fma path from 2 rows of x on: the AVX2 path's arithmetic (each column one FMA chain over
-// the values in order from zero, then + bias: the same bits) with 8 rows x 32 columns of zmm
+// The avx512_fma path from 2 rows of x on: the AVX2 path's arithmetic (each column one FMA chain
+// over the values in order from zero, then + bias: the same bits) with 8 rows x 32 columns of zmm
 // accumulators. Each panel of W is widened once per call, kWidenKBlock values at a time (32 KiB,
 // which stay in L1 while every 8 rows of x pass over them); a tile's sums wait in y between value
 // blocks (stored and reloaded exactly).
@@ -690,15 +706,17 @@ constexpr int kWidenKBlock = 256;
 SS_AVX512F void WidenPanel512(const PackedBf16& w, int p, int k0, int k1, float* wf) {
   const int in = w.in;
   const __m512i upper = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  const uint32_t* wp = reinterpret_cast<const uint32_t*>(w.data.data()) + static_cast<int64_t>(p) * w.pairs * kWidth;
+  const uint32_t* wp =
+      reinterpret_cast<const uint32_t*>(w.data.data()) + static_cast<int64_t>(p) * w.pairs * kWidth;
   for (int k = k0; k < k1; ++k) {
     float* lo = wf + static_cast<int64_t>(2 * (k - k0)) * kWidth;
     float* hi = lo + kWidth;
     for (int q = 0; q < 2; ++q) {
       const __m512i bits = _mm512_load_si512(wp + k * kWidth + 16 * q);
       _mm512_store_ps(lo + 16 * q, _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16)));
-      _mm512_store_ps(hi + 16 * q, 2 * k + 1 < in ? _mm512_castsi512_ps(_mm512_and_si512(bits, upper))
-                                                  : _mm512_setzero_ps());
+      _mm512_store_ps(hi + 16 * q, 2 * k + 1 < in
+                                       ? _mm512_castsi512_ps(_mm512_and_si512(bits, upper))
+                                       : _mm512_setzero_ps());
     }
   }
 }
@@ -707,8 +725,9 @@ SS_AVX512F void WidenPanel512(const PackedBf16& w, int p, int k0, int k1, float*
 // [i0, i1), widened in wf (32 floats a value, from i0): from zero when `first`, else from y;
 // + bias when `bias`.
 template <int R>
-SS_AVX512F void WidenedTile512(const float* xr, int64_t ldx, const float* wf, int i0, int i1, float* y, int64_t ldy,
-                               __mmask16 m0, __mmask16 m1, const float* bias, bool first) {
+SS_AVX512F void WidenedTile512(const float* xr, int64_t ldx, const float* wf, int i0, int i1,
+                               float* y, int64_t ldy, __mmask16 m0, __mmask16 m1, const float* bias,
+                               bool first) {
   wf -= static_cast<int64_t>(i0) * kWidth;  // wf holds values [i0, i1)
   __m512 acc[R][2];
 #pragma GCC unroll 8
@@ -743,12 +762,12 @@ SS_AVX512F void WidenedTile512(const float* xr, int64_t ldx, const float* wf, in
 void MatMulWidened512(const float* x, const PackedBf16& w, const float* bias, float* y, int T) {
   const int in = w.in, out = w.out, n = 2 * w.pairs;
   float* xr = Workspace<float, 1>(static_cast<size_t>(T) * n);
-  using TileFn = void (*)(const float*, int64_t, const float*, int, int, float*, int64_t, __mmask16, __mmask16,
-                          const float*, bool);
-  static constexpr TileFn kTiles[kWiden512Rows + 1] = {nullptr,           WidenedTile512<1>, WidenedTile512<2>,
-                                                       WidenedTile512<3>, WidenedTile512<4>, WidenedTile512<5>,
-                                                       WidenedTile512<6>, WidenedTile512<7>, WidenedTile512<8>};
-#pragma omp parallel if (static_cast<int64_t>(T) * in * out >= kParallelMacs)
+  using TileFn = void (*)(const float*, int64_t, const float*, int, int, float*, int64_t, __mmask16,
+                          __mmask16, const float*, bool);
+  static constexpr TileFn kTiles[kWiden512Rows + 1] = {
+      nullptr,           WidenedTile512<1>, WidenedTile512<2>, WidenedTile512<3>, WidenedTile512<4>,
+      WidenedTile512<5>, WidenedTile512<6>, WidenedTile512<7>, WidenedTile512<8>};
+#pragma omp parallel if (static_cast <int64_t>(T) * in * out >= kParallelMacs)
   {
 #pragma omp for schedule(static)
     for (int t = 0; t < T; ++t) {
@@ -761,14 +780,17 @@ void MatMulWidened512(const float* x, const PackedBf16& w, const float* bias, fl
     for (int p = 0; p < w.panels; ++p) {
       const int cols = std::min(kWidth, out - p * kWidth);
       const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1);
-      const __mmask16 m1 = static_cast<__mmask16>(cols >= 32 ? 0xffff : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
+      const __mmask16 m1 = static_cast<__mmask16>(cols >= 32   ? 0xffff
+                                                  : cols <= 16 ? 0
+                                                               : (1u << (cols - 16)) - 1);
       for (int i0 = 0; i0 < n; i0 += kWidenKBlock) {
         const int i1 = std::min(n, i0 + kWidenKBlock);
         WidenPanel512(w, p, i0 / 2, i1 / 2, wf);
         for (int r = 0; r < T; r += kWiden512Rows)
-          kTiles[std::min(kWiden512Rows, T - r)](xr + static_cast<int64_t>(r) * n, n, wf, i0, i1,
-                                                 y + static_cast<int64_t>(r) * out + p * kWidth, out, m0, m1,
-                                                 bias && i1 == n ? bias + p * kWidth : nullptr, i0 == 0);
+          kTiles[std::min(kWiden512Rows, T - r)](
+              xr + static_cast<int64_t>(r) * n, n, wf, i0, i1,
+              y + static_cast<int64_t>(r) * out + p * kWidth, out, m0, m1,
+              bias && i1 == n ? bias + p * kWidth : nullptr, i0 == 0);
       }
     }
   }
@@ -892,7 +914,8 @@ Bf16Path ActiveBf16Path() {
     if (CpuHasAvx512Bf16()) {
       if (amx_allowed.load(std::memory_order_relaxed) && CpuHasAmxBf16()) return Bf16Path::kAmx;
       const Bf16Dot dot = bf16_dot.load(std::memory_order_relaxed);
-      if (dot == Bf16Dot::kVdpbf16ps || (dot == Bf16Dot::kAuto && CpuPrefersDpbf16())) return Bf16Path::kAvx512;
+      if (dot == Bf16Dot::kVdpbf16ps || (dot == Bf16Dot::kAuto && CpuPrefersDpbf16()))
+        return Bf16Path::kAvx512;
     }
     return Bf16Path::kAvx512Fma;
   }
@@ -910,11 +933,16 @@ bool Bf16KernelActive() { return ActiveBf16Path() != Bf16Path::kPortable; }
 
 const char* Bf16KernelName() {
   switch (ActiveBf16Path()) {
-    case Bf16Path::kAmx: return "amx_bf16";
-    case Bf16Path::kAvx512: return "avx512_bf16";
-    case Bf16Path::kAvx512Fma: return "avx512_fma";
-    case Bf16Path::kAvx2: return "avx2";
-    case Bf16Path::kPortable: break;
+    case Bf16Path::kAmx:
+      return "amx_bf16";
+    case Bf16Path::kAvx512:
+      return "avx512_bf16";
+    case Bf16Path::kAvx512Fma:
+      return "avx512_fma";
+    case Bf16Path::kAvx2:
+      return "avx2";
+    case Bf16Path::kPortable:
+      break;
   }
   return "portable";
 }
@@ -972,7 +1000,8 @@ void MatMulBf16Block(const uint32_t* xb, int64_t ldx, const PackedBf16& w, int p
       BlockProductTiled<Avx2Path>(xb, ldx, w, panel0, panels, pair0, pairs, y, ldy, rows,
                                   accumulate);
       return;
-    case Bf16Path::kPortable: break;
+    case Bf16Path::kPortable:
+      break;
   }
   // Portable: each product of two bf16 values is exact in f32, as in VDPBF16PS.
   for (int r = 0; r < rows; ++r) {
@@ -1024,7 +1053,9 @@ void MatMulBf16(const float* x, const PackedBf16& w, const float* bias, float* y
       else
         MatMulTiled<Avx2Path>(x, w, bias, y, T);
       return;
-    case Bf16Path::kPortable: MatMulPortable(x, w, bias, y, T); return;
+    case Bf16Path::kPortable:
+      MatMulPortable(x, w, bias, y, T);
+      return;
   }
 }
 

@@ -26,8 +26,9 @@ constexpr int64_t kParallelMacs = int64_t{1} << 16;
 // One register tile: rows [0, R) of x by rows [0, C) of W, over `chunks` chunks. Operands packed:
 // chunk k of the tile's x row r at x + k * xs + r * 16, of its W row c at w + k * ws + c * 16. The
 // accumulators come from p (x row r, W row c at p + (r * kMaxC + c) * 16, kMaxC the level's widest
-// tile; the portable tiles use the AVX-512 tile's layout) unless `first` (then zero), and go back there unless `last`, when they are reduced into y
-// (x row r, W row c at y + r * ldy + c), plus bias[c] where there is a bias.
+// tile; the portable tiles use the AVX-512 tile's layout) unless `first` (then zero), and go back
+// there unless `last`, when they are reduced into y (x row r, W row c at y + r * ldy + c), plus
+// bias[c] where there is a bias.
 struct TileArgs {
   const float* x;
   int64_t xs;
@@ -89,7 +90,8 @@ SS_AVX2 void Tile256(const TileArgs& a) {
     for (int c = 0; c < C; ++c)
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h)
-        acc[r][c][h] = a.first ? _mm256_setzero_ps() : _mm256_load_ps(a.p + (r * kCols256 + c) * 16 + 8 * h);
+        acc[r][c][h] =
+            a.first ? _mm256_setzero_ps() : _mm256_load_ps(a.p + (r * kCols256 + c) * 16 + 8 * h);
   const float* x = a.x;
   const float* w = a.w;
   for (int k = 0; k < a.chunks; ++k, x += a.xs, w += a.ws) {
@@ -114,7 +116,8 @@ SS_AVX2 void Tile256(const TileArgs& a) {
         const float s = Reduce16(acc[r][c][0], acc[r][c][1]);
         a.y[r * a.ldy + c] = a.bias ? s + a.bias[c] : s;
       } else {
-        for (int h = 0; h < 2; ++h) _mm256_store_ps(a.p + (r * kCols256 + c) * 16 + 8 * h, acc[r][c][h]);
+        for (int h = 0; h < 2; ++h)
+          _mm256_store_ps(a.p + (r * kCols256 + c) * 16 + 8 * h, acc[r][c][h]);
       }
     }
 }
@@ -191,9 +194,9 @@ struct Layout {
 // The tiles over x rows [t0, t1) (whole groups, t0 a multiple of kDotXBlock) and W tiles [j0, j1)
 // of a row block (`rows` rows from o0), chunks [k0, k0 + chunks) of x; W tile j's chunk k0 at
 // wb + (j * w_chunks + wk0) * C * 16. Tile j's accumulators of group g at slot g * slots + j of p.
-void RunTiles(const Layout& L, const float* xp, int t0, int t1, const float* wb, int64_t w_chunks, int64_t wk0,
-              int j0, int j1, int rows, int64_t k0, int chunks, float* p, int slots, bool first, bool last, float* y,
-              int out, int o0, const float* bias) {
+void RunTiles(const Layout& L, const float* xp, int t0, int t1, const float* wb, int64_t w_chunks,
+              int64_t wk0, int j0, int j1, int rows, int64_t k0, int chunks, float* p, int slots,
+              bool first, bool last, float* y, int out, int o0, const float* bias) {
   const int64_t xs = static_cast<int64_t>(L.group) * 16, ws = static_cast<int64_t>(L.C) * 16;
   for (int j = j0; j < j1; ++j) {
     const int c0 = j * L.C, nc = std::min(L.C, rows - c0);
@@ -223,7 +226,8 @@ void RunTiles(const Layout& L, const float* xp, int t0, int t1, const float* wb,
 // Rows [row0, row0 + rows), values [v0, v0 + n) of W decoded into tiles of C rows (from tile j0 of
 // the buffer): tile j's chunk k (counted from v0) at dst + (j * chunks + k) * C * 16, where
 // `chunks` is the buffer's chunks per tile; the values from `in` on (a row's last chunk) zero.
-void Decode(const DotWeights& w, const Layout& L, int row0, int rows, int v0, int n, float* dst, int64_t chunks) {
+void Decode(const DotWeights& w, const Layout& L, int row0, int rows, int v0, int n, float* dst,
+            int64_t chunks) {
   const int valid = std::min(n, w.in - v0);
   const int cs = L.C * 16;
   for (int j = 0; j * L.C < rows; ++j) {
@@ -239,9 +243,12 @@ void Decode(const DotWeights& w, const Layout& L, int row0, int rows, int v0, in
 
 const char* DotKernelName() {
   switch (ActiveSimdLevel()) {
-    case SimdLevel::kAvx512: return "avx512";
-    case SimdLevel::kAvx2: return "avx2";
-    case SimdLevel::kPortable: break;
+    case SimdLevel::kAvx512:
+      return "avx512";
+    case SimdLevel::kAvx2:
+      return "avx2";
+    case SimdLevel::kPortable:
+      break;
   }
   return "portable";
 }
@@ -253,7 +260,9 @@ void MatMulDot(const float* x, const DotWeights& w, const float* bias, float* y,
   const int in_pad = (in + kDotChunk - 1) / kDotChunk * kDotChunk;
   const SimdLevel level = ActiveSimdLevel();
   Layout L;
-  L.tiles = level == SimdLevel::kAvx512 ? &kTiles512 : level == SimdLevel::kAvx2 ? &kTiles256 : &kTilesPortable;
+  L.tiles = level == SimdLevel::kAvx512 ? &kTiles512
+            : level == SimdLevel::kAvx2 ? &kTiles256
+                                        : &kTilesPortable;
   L.portable = level == SimdLevel::kPortable;
   L.R = L.tiles->rows;
   L.C = L.tiles->cols;
@@ -268,7 +277,8 @@ void MatMulDot(const float* x, const DotWeights& w, const float* bias, float* y,
     const int groups = (T + L.group - 1) / L.group;
     float* packed = Workspace<float, 8>(static_cast<size_t>(groups) * L.group * in_pad);
     for (int t = 0; t < T; ++t) {
-      float* dst = packed + static_cast<int64_t>(t / L.group) * L.group * in_pad + (t % L.group) * kDotChunk;
+      float* dst =
+          packed + static_cast<int64_t>(t / L.group) * L.group * in_pad + (t % L.group) * kDotChunk;
       const float* src = x + static_cast<int64_t>(t) * in;
       for (int k = 0; k < in_pad; k += kDotChunk) {
         const int n = std::min(kDotChunk, in - k);
@@ -291,14 +301,15 @@ void MatMulDot(const float* x, const DotWeights& w, const float* bias, float* y,
   const int kc_block = whole ? kDotKBlock : kDotKBlockOnePass;
   const int k_blocks = (in_pad + kc_block - 1) / kc_block;
   const int64_t w_chunks = (whole ? in_pad : kc_block) / kDotChunk;  // chunks per tile in wb
-#pragma omp parallel if (static_cast<int64_t>(T) * in * out >= kParallelMacs)
+#pragma omp parallel if (static_cast <int64_t>(T) * in * out >= kParallelMacs)
   {
     const int threads = omp_get_num_threads(), id = omp_get_thread_num();
     const int b0 = static_cast<int>(static_cast<int64_t>(blocks) * id / threads);
     const int b1 = static_cast<int>(static_cast<int64_t>(blocks) * (id + 1) / threads);
     const int o_end = std::min(out, b1 * kDotRowBlock);  // this thread's rows end here
     float* p = Workspace<float, 9>(static_cast<size_t>(kDotXBlock) * kDotRowBlock * kDotChunk);
-    float* wb = Workspace<float, 11>(static_cast<size_t>(whole ? kDotRowBlock : L.C) * w_chunks * kDotChunk);
+    float* wb = Workspace<float, 11>(static_cast<size_t>(whole ? kDotRowBlock : L.C) * w_chunks *
+                                     kDotChunk);
     for (int b = b0; b < b1; ++b) {
       const int o0 = b * kDotRowBlock, rows = std::min(kDotRowBlock, out - o0);
       if (!whole) {
@@ -307,8 +318,9 @@ void MatMulDot(const float* x, const DotWeights& w, const float* bias, float* y,
           for (int kb = 0; kb < k_blocks; ++kb) {
             const int k0 = kb * kc_block, kc = std::min(kc_block, in_pad - k0);
             Decode(w, L, c0, nc, k0, kc, wb, w_chunks);
-            RunTiles(L, xp, 0, T, wb - j * w_chunks * L.C * kDotChunk, w_chunks, 0, j, j + 1, rows, k0 / kDotChunk,
-                     kc / kDotChunk, p, slots, kb == 0, kb + 1 == k_blocks, y, out, o0, bias);
+            RunTiles(L, xp, 0, T, wb - j * w_chunks * L.C * kDotChunk, w_chunks, 0, j, j + 1, rows,
+                     k0 / kDotChunk, kc / kDotChunk, p, slots, kb == 0, kb + 1 == k_blocks, y, out,
+                     o0, bias);
           }
         }
       } else {
@@ -322,9 +334,10 @@ void MatMulDot(const float* x, const DotWeights& w, const float* bias, float* y,
           for (int kb = 0; kb < k_blocks; ++kb) {
             const int k0 = kb * kc_block, kc = std::min(kc_block, in_pad - k0);
             for (int j = 0; j < tiles; ++j, ++pass) {
-              if (w.prefetch && next_rows > 0) w.prefetch(w.ctx, o0 + rows, next_rows, pass, passes);
-              RunTiles(L, xp, t0, t1, wb, w_chunks, k0 / kDotChunk, j, j + 1, rows, k0 / kDotChunk, kc / kDotChunk,
-                       p, slots, kb == 0, kb + 1 == k_blocks, y, out, o0, bias);
+              if (w.prefetch && next_rows > 0)
+                w.prefetch(w.ctx, o0 + rows, next_rows, pass, passes);
+              RunTiles(L, xp, t0, t1, wb, w_chunks, k0 / kDotChunk, j, j + 1, rows, k0 / kDotChunk,
+                       kc / kDotChunk, p, slots, kb == 0, kb + 1 == k_blocks, y, out, o0, bias);
             }
           }
         }

@@ -32,11 +32,11 @@
 
 namespace ss {
 
-inline constexpr int kDotChunk = 16;      // values per lane group: the unit of every row's sum
-inline constexpr int kDotKBlock = 512;    // values of a row per pass (a multiple of every block)
+inline constexpr int kDotChunk = 16;    // values per lane group: the unit of every row's sum
+inline constexpr int kDotKBlock = 512;  // values of a row per pass (a multiple of every block)
 inline constexpr int kDotKBlockOnePass = 1024;  // the same when W is read once (T <= kDotXBlock)
-inline constexpr int kDotRowBlock = 24;   // rows of W decoded together (a multiple of 6 and 3)
-inline constexpr int kDotXBlock = 16;     // rows of x per pass (a multiple of 4 and 2)
+inline constexpr int kDotRowBlock = 24;  // rows of W decoded together (a multiple of 6 and 3)
+inline constexpr int kDotXBlock = 16;    // rows of x per pass (a multiple of 4 and 2)
 
 // W as the dot-form product reads it: `out` rows of `in` values that `decode` writes in f32.
 struct DotWeights {
@@ -45,7 +45,8 @@ struct DotWeights {
   // each 16 values (a chunk) cs floats after the previous 16: value v of row r at
   // dst + r * rs + (v / 16) * cs + v % 16. v0 is a multiple of kDotKBlock; v0 + n <= in; n is a
   // multiple of the type's block unless v0 + n = in. The engine pads a row's last chunk with zeros.
-  void (*decode)(const void* ctx, int row0, int rows, int v0, int n, float* dst, int64_t rs, int cs) = nullptr;
+  void (*decode)(const void* ctx, int row0, int rows, int v0, int n, float* dst, int64_t rs,
+                 int cs) = nullptr;
   const void* ctx = nullptr;
   // Asks for slice `part` of `parts` of the bytes of rows [row0, row0 + rows), cut in memory order
   // (row after row), to be brought into the caches ahead of their decoding; may be null.

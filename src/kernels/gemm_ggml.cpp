@@ -1,18 +1,16 @@
 #include "kernels/gemm_ggml.h"
 
 #include <cpuid.h>
+#include <fmt/format.h>
 #include <immintrin.h>
-
 #include <omp.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
-#include <type_traits>
 #include <cstring>
-
-#include <fmt/format.h>
+#include <type_traits>
 
 #include "common/error.h"
 #include "kernels/dequant.h"
@@ -29,7 +27,6 @@ namespace {
 
 #define SS_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define SS_AVX2_NOFMA __attribute__((target("avx2,f16c")))  // helpers both kinds of kernel inline
-
 
 uint16_t LoadU16(const uint8_t* p) {
   uint16_t v;
@@ -78,7 +75,6 @@ SS_AVX2_NOFMA inline void Q6KHalf(const uint8_t* w, int h, __m256i q[4]) {
   for (int k = 0; k < 4; ++k) q[k] = _mm256_sub_epi8(q[k], k32);
 }
 
-
 // ---- The vector decoders. Each writes n values of a row (whole blocks; F16 / BF16 any n), value
 // v at dst + (v / 16) * cs + v % 16: cs = 16 is a plain row, MatMulDot's tiles ask for each
 // 16-value chunk cs floats after the previous one (their packed layout). Every value is the scalar
@@ -93,7 +89,9 @@ inline float* At(float* dst, int v, int cs) { return dst + (v >> 4) * cs + (v & 
 // An f16 field as f32 (F16C: exact, as the scalar decoders' F16ToF32).
 SS_AVX2_NOFMA inline float Half(const uint8_t* p) { return _cvtsh_ss(LoadU16(p)); }
 
-SS_AVX2_NOFMA inline __m256 WidenI8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
+SS_AVX2_NOFMA inline __m256 WidenI8(__m128i v) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+}
 
 // 16 int8 values times d into one chunk.
 SS_AVX2_NOFMA inline void StoreScaledI8x16(__m128i q, __m256 d, float* dst) {
@@ -104,14 +102,16 @@ SS_AVX2_NOFMA inline void StoreScaledI8x16(__m128i q, __m256 d, float* dst) {
 SS_AVX2_NOFMA void DequantF16Avx2(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   int i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(At(dst, i, cs), _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i))));
+    _mm256_storeu_ps(At(dst, i, cs),
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i))));
   for (; i < n; ++i) *At(dst, i, cs) = Half(w + 2 * i);
 }
 
 SS_AVX2_NOFMA void DequantBf16Avx2(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   int i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i)));
+    const __m256i wide =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i)));
     _mm256_storeu_ps(At(dst, i, cs), _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
   }
   for (; i < n; ++i) *At(dst, i, cs) = BF16ToF32(LoadU16(w + 2 * i));
@@ -120,8 +120,10 @@ SS_AVX2_NOFMA void DequantBf16Avx2(const uint8_t* w, const uint8_t*, float* dst,
 SS_AVX2_NOFMA void DequantQ8_0Avx2(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   for (int b = 0; b < n / 32; ++b, w += 34) {
     const __m256 d = _mm256_set1_ps(Half(w));
-    StoreScaledI8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)), d, At(dst, 32 * b, cs));
-    StoreScaledI8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 18)), d, At(dst, 32 * b + 16, cs));
+    StoreScaledI8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)), d,
+                     At(dst, 32 * b, cs));
+    StoreScaledI8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 18)), d,
+                     At(dst, 32 * b + 16, cs));
   }
 }
 
@@ -131,12 +133,14 @@ SS_AVX2_NOFMA void DequantQ4_0Avx2(const uint8_t* w, const uint8_t*, float* dst,
     const __m256 d = _mm256_set1_ps(Half(w));
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
     StoreScaledI8x16(_mm_sub_epi8(_mm_and_si128(q, mask), eight), d, At(dst, 32 * b, cs));
-    StoreScaledI8x16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight), d, At(dst, 32 * b + 16, cs));
+    StoreScaledI8x16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight), d,
+                     At(dst, 32 * b + 16, cs));
   }
 }
 
 // 32 values q (0..15) of a Q4_K sub-block: scale * q - min into two chunks.
-SS_AVX2_NOFMA inline void StoreQ4KSub(__m256i q, float scale, float min, float* first, float* second) {
+SS_AVX2_NOFMA inline void StoreQ4KSub(__m256i q, float scale, float min, float* first,
+                                      float* second) {
   const __m256 s = _mm256_set1_ps(scale), m = _mm256_set1_ps(min);
   const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
   for (int k = 0; k < 4; ++k) {  // bytes 8k .. 8k + 7
@@ -156,8 +160,8 @@ SS_AVX2_NOFMA void DequantQ4_KAvx2(const uint8_t* w, const uint8_t*, float* dst,
       Q4KScaleMin(2 * g + 1, w + 4, &sc_hi, &m_hi);
       const int v = 256 * b + 64 * g;
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * g));
-      StoreQ4KSub(_mm256_and_si256(q, mask), d * static_cast<float>(sc_lo), dmin * static_cast<float>(m_lo),
-                  At(dst, v, cs), At(dst, v + 16, cs));
+      StoreQ4KSub(_mm256_and_si256(q, mask), d * static_cast<float>(sc_lo),
+                  dmin * static_cast<float>(m_lo), At(dst, v, cs), At(dst, v + 16, cs));
       StoreQ4KSub(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask), d * static_cast<float>(sc_hi),
                   dmin * static_cast<float>(m_hi), At(dst, v + 32, cs), At(dst, v + 48, cs));
     }
@@ -166,7 +170,8 @@ SS_AVX2_NOFMA void DequantQ4_KAvx2(const uint8_t* w, const uint8_t*, float* dst,
 
 // Q6_K: the 32 six-bit values of q (already - 32, int8) times their 16-value sub-blocks' int8
 // scales sc0, sc1 (the integer products, as the scalar loop forms them), then times d: two chunks.
-SS_AVX2_NOFMA inline void StoreQ6KPart(__m256i q, int sc0, int sc1, __m256 d, float* first, float* second) {
+SS_AVX2_NOFMA inline void StoreQ6KPart(__m256i q, int sc0, int sc1, __m256 d, float* first,
+                                       float* second) {
   const __m256i lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));       // values 0..15
   const __m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1));  // values 16..31
   const __m256i p0 = _mm256_mullo_epi16(lo, _mm256_set1_epi16(static_cast<int16_t>(sc0)));
@@ -205,7 +210,8 @@ SS_AVX2_NOFMA inline void StoreMxfp4x16(__m128i codes, __m256 half_scale, float*
     const __m128i m = k ? _mm_srli_si128(magnitude, 8) : magnitude;
     const __m128i c = k ? _mm_srli_si128(codes, 8) : codes;
     const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m)), half_scale);
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(_mm256_cvtepu8_epi32(c), _mm256_set1_epi32(8)), 28);
+    const __m256i sign =
+        _mm256_slli_epi32(_mm256_and_si256(_mm256_cvtepu8_epi32(c), _mm256_set1_epi32(8)), 28);
     _mm256_storeu_ps(dst + 8 * k, _mm256_or_ps(v, _mm256_castsi256_ps(sign)));
   }
 }
@@ -220,7 +226,8 @@ SS_AVX2_NOFMA void DequantMxfp4Avx2(const uint8_t* w, const uint8_t*, float* dst
   }
 }
 
-SS_AVX2_NOFMA void DequantMxfp4SplitAvx2(const uint8_t* w, const uint8_t* scales, float* dst, int n, int cs) {
+SS_AVX2_NOFMA void DequantMxfp4SplitAvx2(const uint8_t* w, const uint8_t* scales, float* dst, int n,
+                                         int cs) {
   const __m128i mask = _mm_set1_epi8(0x0F);
   for (int b = 0; b < n / 32; ++b, w += 16) {
     const __m256 half_scale = _mm256_set1_ps(kE8M0Half.v[scales[b]]);
@@ -233,15 +240,24 @@ SS_AVX2_NOFMA void DequantMxfp4SplitAvx2(const uint8_t* w, const uint8_t* scales
 
 RowDequant Avx2RowDequant(uint32_t type) {
   switch (type) {
-    case kGgmlTypeF16: return DequantF16Avx2;
-    case kGgmlTypeBF16: return DequantBf16Avx2;
-    case kGgmlTypeQ8_0: return DequantQ8_0Avx2;
-    case kGgmlTypeQ4_0: return DequantQ4_0Avx2;
-    case kGgmlTypeQ4_K: return DequantQ4_KAvx2;
-    case kGgmlTypeQ6_K: return DequantQ6_KAvx2;
-    case kGgmlTypeMXFP4: return DequantMxfp4Avx2;
-    case kTypeMxfp4Split: return DequantMxfp4SplitAvx2;
-    default: return nullptr;
+    case kGgmlTypeF16:
+      return DequantF16Avx2;
+    case kGgmlTypeBF16:
+      return DequantBf16Avx2;
+    case kGgmlTypeQ8_0:
+      return DequantQ8_0Avx2;
+    case kGgmlTypeQ4_0:
+      return DequantQ4_0Avx2;
+    case kGgmlTypeQ4_K:
+      return DequantQ4_KAvx2;
+    case kGgmlTypeQ6_K:
+      return DequantQ6_KAvx2;
+    case kGgmlTypeMXFP4:
+      return DequantMxfp4Avx2;
+    case kTypeMxfp4Split:
+      return DequantMxfp4SplitAvx2;
+    default:
+      return nullptr;
   }
 }
 
@@ -260,19 +276,24 @@ void DequantizeRowScalar(const GgmlMatrix& w, int r, float* dst) {
 // entry is the scalar decoder's product (exact) or its one rounded subtraction.
 #define SS_AVX512 __attribute__((target("avx512f,avx2,f16c")))
 
-SS_AVX512 inline __m128i Load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+SS_AVX512 inline __m128i Load128(const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
 
 SS_AVX512 void DecodeF16Avx512(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   int i = 0;
   for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(At(dst, i, cs), _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * i))));
+    _mm512_storeu_ps(
+        At(dst, i, cs),
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * i))));
   for (; i < n; ++i) *At(dst, i, cs) = Half(w + 2 * i);
 }
 
 SS_AVX512 void DecodeBf16Avx512(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   int i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * i)));
+    const __m512i wide =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * i)));
     _mm512_storeu_ps(At(dst, i, cs), _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
   }
   for (; i < n; ++i) *At(dst, i, cs) = BF16ToF32(LoadU16(w + 2 * i));
@@ -281,8 +302,10 @@ SS_AVX512 void DecodeBf16Avx512(const uint8_t* w, const uint8_t*, float* dst, in
 SS_AVX512 void DecodeQ8_0Avx512(const uint8_t* w, const uint8_t*, float* dst, int n, int cs) {
   for (int b = 0; b < n / 32; ++b, w += 34, dst += 2 * cs) {
     const __m512 d = _mm512_set1_ps(Half(w));
-    _mm512_storeu_ps(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 2)))));
-    _mm512_storeu_ps(dst + cs, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 18)))));
+    _mm512_storeu_ps(dst,
+                     _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 2)))));
+    _mm512_storeu_ps(dst + cs,
+                     _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 18)))));
   }
 }
 
@@ -304,8 +327,8 @@ SS_AVX512 void DecodeQ4_0Avx512(const uint8_t* w, const uint8_t*, float* dst, in
 // (code 8: -0), as the scalar decoder gives them.
 SS_AVX512 inline __m512 Mxfp4Table(uint8_t e) {
   const __m512 magnitudes = _mm512_setr_ps(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12);
-  const __m512i sign = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN,
-                                         INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN);
+  const __m512i sign = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, INT32_MIN, INT32_MIN, INT32_MIN,
+                                         INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN);
   const __m512 v = _mm512_mul_ps(magnitudes, _mm512_set1_ps(kE8M0Half.v[e]));
   return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
 }
@@ -317,9 +340,11 @@ SS_AVX512 void DecodeMxfp4Avx512(const uint8_t* w, const uint8_t*, float* dst, i
 
 // The split form: byte j holds values 2j (low nibble) and 2j + 1 (high), put back in order by
 // interleaving the two looked-up vectors.
-SS_AVX512 void DecodeMxfp4SplitAvx512(const uint8_t* w, const uint8_t* scales, float* dst, int n, int cs) {
+SS_AVX512 void DecodeMxfp4SplitAvx512(const uint8_t* w, const uint8_t* scales, float* dst, int n,
+                                      int cs) {
   const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512i second =
+      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
   for (int b = 0; b < n / 32; ++b, w += 16, dst += 2 * cs) {
     const __m512 table = Mxfp4Table(scales[b]);
     const __m512i wide = _mm512_cvtepu8_epi32(Load128(w));
@@ -348,15 +373,17 @@ SS_AVX512 void DecodeQ4_KAvx512(const uint8_t* w, const uint8_t*, float* dst, in
     Q4KScales(w + 4, Half(w), Half(w + 2), ds, dm);
     for (int g = 0; g < 4; ++g) {
       // d sc q is exact, dmin m too: one rounding, at the subtraction, as the scalar decoder.
-      const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_set1_ps(ds[2 * g])), _mm512_set1_ps(dm[2 * g]));
-      const __m512 hi =
-          _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_set1_ps(ds[2 * g + 1])), _mm512_set1_ps(dm[2 * g + 1]));
+      const __m512 lo =
+          _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_set1_ps(ds[2 * g])), _mm512_set1_ps(dm[2 * g]));
+      const __m512 hi = _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_set1_ps(ds[2 * g + 1])),
+                                      _mm512_set1_ps(dm[2 * g + 1]));
       const uint8_t* q = w + 16 + 32 * g;
       float* out = dst + 4 * g * static_cast<int64_t>(cs);  // chunk 4 g of the super-block
-      for (int half = 0; half < 2; ++half) {  // bytes 16 half .. 16 half + 15
+      for (int half = 0; half < 2; ++half) {                // bytes 16 half .. 16 half + 15
         const __m512i wide = _mm512_cvtepu8_epi32(Load128(q + 16 * half));
         _mm512_storeu_ps(out + half * cs, _mm512_permutexvar_ps(wide, lo));
-        _mm512_storeu_ps(out + (2 + half) * cs, _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), hi));
+        _mm512_storeu_ps(out + (2 + half) * cs,
+                         _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), hi));
       }
     }
   }
@@ -386,15 +413,24 @@ SS_AVX512 void DecodeQ6_KAvx512(const uint8_t* w, const uint8_t*, float* dst, in
 
 RowDequant Avx512RowDecode(uint32_t type) {
   switch (type) {
-    case kGgmlTypeF16: return DecodeF16Avx512;
-    case kGgmlTypeBF16: return DecodeBf16Avx512;
-    case kGgmlTypeQ8_0: return DecodeQ8_0Avx512;
-    case kGgmlTypeQ4_0: return DecodeQ4_0Avx512;
-    case kGgmlTypeQ4_K: return DecodeQ4_KAvx512;
-    case kGgmlTypeQ6_K: return DecodeQ6_KAvx512;
-    case kGgmlTypeMXFP4: return DecodeMxfp4Avx512;
-    case kTypeMxfp4Split: return DecodeMxfp4SplitAvx512;
-    default: return nullptr;
+    case kGgmlTypeF16:
+      return DecodeF16Avx512;
+    case kGgmlTypeBF16:
+      return DecodeBf16Avx512;
+    case kGgmlTypeQ8_0:
+      return DecodeQ8_0Avx512;
+    case kGgmlTypeQ4_0:
+      return DecodeQ4_0Avx512;
+    case kGgmlTypeQ4_K:
+      return DecodeQ4_KAvx512;
+    case kGgmlTypeQ6_K:
+      return DecodeQ6_KAvx512;
+    case kGgmlTypeMXFP4:
+      return DecodeMxfp4Avx512;
+    case kTypeMxfp4Split:
+      return DecodeMxfp4SplitAvx512;
+    default:
+      return nullptr;
   }
 }
 
@@ -405,9 +441,9 @@ RowDequant VectorRowDecode(uint32_t type) {
 }
 
 // ---- One row of x (decode): each row of W decoded a block at a time in registers and multiplied
-// at once, G rows side by side (one sequential stream of bytes each, asked for ahead: RowAhead), with
-// the arithmetic of MatMulDot's tiles: per row one 16-lane accumulator, each 16-value chunk of the
-// row in order FMA'd with x's chunk, the vector decoders' values, Reduce16, then the bias. So a
+// at once, G rows side by side (one sequential stream of bytes each, asked for ahead: RowAhead),
+// with the arithmetic of MatMulDot's tiles: per row one 16-lane accumulator, each 16-value chunk of
+// the row in order FMA'd with x's chunk, the vector decoders' values, Reduce16, then the bias. So a
 // row gives the same bits here as in MatMulDot for any T (tests/test_gemm_ggml.cpp).
 
 // Each kind: kValues values (whole chunks) in kBytes bytes a block; Block512 / Block256 decode
@@ -416,7 +452,9 @@ RowDequant VectorRowDecode(uint32_t type) {
 #define SS_FUSED512 __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline
 #define SS_FUSED256 __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
 
-SS_FUSED512 void Step512(__m512 v, const float* x, __m512& acc) { acc = _mm512_fmadd_ps(v, _mm512_loadu_ps(x), acc); }
+SS_FUSED512 void Step512(__m512 v, const float* x, __m512& acc) {
+  acc = _mm512_fmadd_ps(v, _mm512_loadu_ps(x), acc);
+}
 SS_FUSED256 void Step256(__m256 lo, __m256 hi, const float* x, __m256* acc) {
   acc[0] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(x), acc[0]);
   acc[1] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(x + 8), acc[1]);
@@ -435,14 +473,16 @@ struct KindF16 {
 struct KindBf16 {
   static constexpr int kValues = 16, kBytes = 32;
   SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
-    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
+    const __m512i wide =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
     Step512(_mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)), x, acc);
   }
   SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
     __m256 v[2];
     for (int h = 0; h < 2; ++h)
       v[h] = _mm256_castsi256_ps(_mm256_slli_epi32(
-          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16 * h))), 16));
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16 * h))),
+          16));
     Step256(v[0], v[1], x, acc);
   }
 };
@@ -451,13 +491,15 @@ struct KindQ8_0 {
   SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
     const __m512 d = _mm512_set1_ps(Half(w));
     Step512(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 2)))), x, acc);
-    Step512(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 18)))), x + 16, acc);
+    Step512(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 18)))), x + 16,
+            acc);
   }
   SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
     const __m256 d = _mm256_set1_ps(Half(w));
     for (int c = 0; c < 2; ++c) {
       const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 + 16 * c));
-      Step256(_mm256_mul_ps(d, WidenI8(q)), _mm256_mul_ps(d, WidenI8(_mm_srli_si128(q, 8))), x + 16 * c, acc);
+      Step256(_mm256_mul_ps(d, WidenI8(q)), _mm256_mul_ps(d, WidenI8(_mm_srli_si128(q, 8))),
+              x + 16 * c, acc);
     }
   }
 };
@@ -476,8 +518,10 @@ struct KindQ4_0 {
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
     const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
     const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight);
-    Step256(_mm256_mul_ps(d, WidenI8(lo)), _mm256_mul_ps(d, WidenI8(_mm_srli_si128(lo, 8))), x, acc);
-    Step256(_mm256_mul_ps(d, WidenI8(hi)), _mm256_mul_ps(d, WidenI8(_mm_srli_si128(hi, 8))), x + 16, acc);
+    Step256(_mm256_mul_ps(d, WidenI8(lo)), _mm256_mul_ps(d, WidenI8(_mm_srli_si128(lo, 8))), x,
+            acc);
+    Step256(_mm256_mul_ps(d, WidenI8(hi)), _mm256_mul_ps(d, WidenI8(_mm_srli_si128(hi, 8))), x + 16,
+            acc);
   }
 };
 // The AVX2 decoders' MXFP4 values of 16 codes (StoreMxfp4x16's arithmetic) as two halves.
@@ -488,7 +532,8 @@ SS_FUSED256 void Mxfp4Values256(__m128i codes, __m256 half_scale, __m256* v) {
     const __m128i m = k ? _mm_srli_si128(magnitude, 8) : magnitude;
     const __m128i c = k ? _mm_srli_si128(codes, 8) : codes;
     const __m256 value = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m)), half_scale);
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(_mm256_cvtepu8_epi32(c), _mm256_set1_epi32(8)), 28);
+    const __m256i sign =
+        _mm256_slli_epi32(_mm256_and_si256(_mm256_cvtepu8_epi32(c), _mm256_set1_epi32(8)), 28);
     v[k] = _mm256_or_ps(value, _mm256_castsi256_ps(sign));
   }
 }
@@ -513,9 +558,11 @@ struct KindMxfp4 {
 };
 struct KindMxfp4Split {
   static constexpr int kValues = 32, kBytes = 16;
-  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t* s, int b, const float* x, __m512& acc) {
+  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t* s, int b, const float* x,
+                            __m512& acc) {
     const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-    const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    const __m512i second =
+        _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
     const __m512 table = Mxfp4Table(s[b]);
     const __m512i wide = _mm512_cvtepu8_epi32(Load128(w));
     const __m512 even = _mm512_permutexvar_ps(wide, table);
@@ -523,7 +570,8 @@ struct KindMxfp4Split {
     Step512(_mm512_permutex2var_ps(even, first, odd), x, acc);
     Step512(_mm512_permutex2var_ps(even, second, odd), x + 16, acc);
   }
-  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t* s, int b, const float* x, __m256* acc) {
+  SS_FUSED256 void Block256(const uint8_t* w, const uint8_t* s, int b, const float* x,
+                            __m256* acc) {
     const __m128i mask = _mm_set1_epi8(0x0F);
     const __m256 half_scale = _mm256_set1_ps(kE8M0Half.v[s[b]]);
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
@@ -540,15 +588,18 @@ struct KindQ4_K {
   SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
     const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     // d sc_j in lanes 0-7, dmin m_j in lanes 8-15: exact products, as the scalar decoder's.
-    const __m512 d = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(Half(w)))),
-                                                         _mm256_castps_pd(_mm256_set1_ps(Half(w + 2))), 1));
+    const __m512 d = _mm512_castpd_ps(
+        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(Half(w)))),
+                           _mm256_castps_pd(_mm256_set1_ps(Half(w + 2))), 1));
     const __m512 all = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(Q4KScaleBytes(w))));
 #pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) {
-      const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_permutexvar_ps(_mm512_set1_epi32(2 * g), all)),
-                                      _mm512_permutexvar_ps(_mm512_set1_epi32(8 + 2 * g), all));
-      const __m512 hi = _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_permutexvar_ps(_mm512_set1_epi32(2 * g + 1), all)),
-                                      _mm512_permutexvar_ps(_mm512_set1_epi32(9 + 2 * g), all));
+      const __m512 lo =
+          _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_permutexvar_ps(_mm512_set1_epi32(2 * g), all)),
+                        _mm512_permutexvar_ps(_mm512_set1_epi32(8 + 2 * g), all));
+      const __m512 hi = _mm512_sub_ps(
+          _mm512_mul_ps(codes, _mm512_permutexvar_ps(_mm512_set1_epi32(2 * g + 1), all)),
+          _mm512_permutexvar_ps(_mm512_set1_epi32(9 + 2 * g), all));
       const __m512i w0 = _mm512_cvtepu8_epi32(Load128(w + 16 + 32 * g));
       const __m512i w1 = _mm512_cvtepu8_epi32(Load128(w + 32 + 32 * g));
       const float* xg = x + 64 * g;
@@ -566,12 +617,14 @@ struct KindQ4_K {
       Q4KScaleMin(2 * g, w + 4, &sc_lo, &m_lo);
       Q4KScaleMin(2 * g + 1, w + 4, &sc_hi, &m_hi);
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * g));
-      const __m256i nib[2] = {_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16(q, 4), mask)};
+      const __m256i nib[2] = {_mm256_and_si256(q, mask),
+                              _mm256_and_si256(_mm256_srli_epi16(q, 4), mask)};
       const float scale[2] = {d * static_cast<float>(sc_lo), d * static_cast<float>(sc_hi)};
       const float min[2] = {dmin * static_cast<float>(m_lo), dmin * static_cast<float>(m_hi)};
       for (int h = 0; h < 2; ++h) {  // the sub-block of the low nibbles, then the high ones
         const __m256 s = _mm256_set1_ps(scale[h]), m = _mm256_set1_ps(min[h]);
-        const __m128i halves[2] = {_mm256_castsi256_si128(nib[h]), _mm256_extracti128_si256(nib[h], 1)};
+        const __m128i halves[2] = {_mm256_castsi256_si128(nib[h]),
+                                   _mm256_extracti128_si256(nib[h], 1)};
         __m256 v[4];
         for (int k = 0; k < 4; ++k) {  // bytes 8k .. 8k + 7, StoreQ4KSub's arithmetic
           const __m128i part = k % 2 ? _mm_srli_si128(halves[k / 2], 8) : halves[k / 2];
@@ -588,7 +641,8 @@ struct KindQ6_K {
   SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
     const __m512 zero = _mm512_setzero_ps();
     // d sc for the sixteen 16-value sub-blocks (exact), each then broadcast to its lanes.
-    const __m512 ds = _mm512_mul_ps(_mm512_set1_ps(Half(w + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 192))));
+    const __m512 ds = _mm512_mul_ps(_mm512_set1_ps(Half(w + 208)),
+                                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 192))));
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       __m256i q[4];
@@ -616,8 +670,10 @@ struct KindQ6_K {
         const __m256i p[2] = {_mm256_mullo_epi16(lo, _mm256_set1_epi16(sc[8 * h + 2 * k])),
                               _mm256_mullo_epi16(hi, _mm256_set1_epi16(sc[8 * h + 2 * k + 1]))};
         for (int s = 0; s < 2; ++s)
-          Step256(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(p[s])))),
-                  _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(p[s], 1)))),
+          Step256(_mm256_mul_ps(
+                      d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(p[s])))),
+                  _mm256_mul_ps(d, _mm256_cvtepi32_ps(
+                                       _mm256_cvtepi16_epi32(_mm256_extracti128_si256(p[s], 1)))),
                   x + 128 * h + 32 * k + 16 * s, acc);
       }
     }
@@ -627,8 +683,9 @@ struct KindQ6_K {
 // G rows of W from r0 times x into y[r0 ..] (+ bias). F16 / BF16 rows whose length is not whole
 // chunks end with a masked chunk: its missing values are zero, as MatMulDot's padding.
 template <class Kind, int G>
-__attribute__((target("avx512f,avx2,fma,f16c"))) void RowsTimesX512(const GgmlMatrix& w, int r0, const float* x,
-                                                                   float* y, const float* bias) {
+__attribute__((target("avx512f,avx2,fma,f16c"))) void RowsTimesX512(const GgmlMatrix& w, int r0,
+                                                                    const float* x, float* y,
+                                                                    const float* bias) {
   __m512 acc[G];
   const uint8_t* row[G];
   const uint8_t* sc[G];
@@ -643,7 +700,9 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void RowsTimesX512(const GgmlMa
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const uint8_t* p = row[g] + static_cast<size_t>(b) * Kind::kBytes;
-      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * Kind::kBytes, w.row_bytes, w.row_stride), _MM_HINT_T0);
+      _mm_prefetch(
+          RowAhead(row[g], static_cast<size_t>(b) * Kind::kBytes, w.row_bytes, w.row_stride),
+          _MM_HINT_T0);
       Kind::Block512(p, sc[g], b, xb, acc[g]);
     }
   }
@@ -664,8 +723,9 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void RowsTimesX512(const GgmlMa
 }
 
 template <class Kind, int G>
-__attribute__((target("avx2,fma,f16c"))) void RowsTimesX256(const GgmlMatrix& w, int r0, const float* x, float* y,
-                                                           const float* bias) {
+__attribute__((target("avx2,fma,f16c"))) void RowsTimesX256(const GgmlMatrix& w, int r0,
+                                                            const float* x, float* y,
+                                                            const float* bias) {
   __m256 acc[G][2];
   const uint8_t* row[G];
   const uint8_t* sc[G];
@@ -680,7 +740,9 @@ __attribute__((target("avx2,fma,f16c"))) void RowsTimesX256(const GgmlMatrix& w,
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const uint8_t* p = row[g] + static_cast<size_t>(b) * Kind::kBytes;
-      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * Kind::kBytes, w.row_bytes, w.row_stride), _MM_HINT_T0);
+      _mm_prefetch(
+          RowAhead(row[g], static_cast<size_t>(b) * Kind::kBytes, w.row_bytes, w.row_stride),
+          _MM_HINT_T0);
       Kind::Block256(p, sc[g], b, xb, acc[g]);
     }
   }
@@ -705,8 +767,10 @@ using RowsTimesXFn = void (*)(const GgmlMatrix&, int, const float*, float*, cons
 template <class Kind>
 constexpr std::array<RowsTimesXFn, kRowGroup + 1> RowsTimesX(bool avx512) {
   if (avx512)
-    return {nullptr, RowsTimesX512<Kind, 1>, RowsTimesX512<Kind, 2>, RowsTimesX512<Kind, 3>, RowsTimesX512<Kind, 4>};
-  return {nullptr, RowsTimesX256<Kind, 1>, RowsTimesX256<Kind, 2>, RowsTimesX256<Kind, 3>, RowsTimesX256<Kind, 4>};
+    return {nullptr, RowsTimesX512<Kind, 1>, RowsTimesX512<Kind, 2>, RowsTimesX512<Kind, 3>,
+            RowsTimesX512<Kind, 4>};
+  return {nullptr, RowsTimesX256<Kind, 1>, RowsTimesX256<Kind, 2>, RowsTimesX256<Kind, 3>,
+          RowsTimesX256<Kind, 4>};
 }
 
 // The kernels for `type` at the active level (avx512 or avx2), or an empty table.
@@ -714,23 +778,32 @@ std::array<RowsTimesXFn, kRowGroup + 1> RowKernels(uint32_t type) {
   if (!Avx2Active()) return {};
   const bool avx512 = ActiveSimdLevel() == SimdLevel::kAvx512;
   switch (type) {
-    case kGgmlTypeF16: return RowsTimesX<KindF16>(avx512);
-    case kGgmlTypeBF16: return RowsTimesX<KindBf16>(avx512);
-    case kGgmlTypeQ8_0: return RowsTimesX<KindQ8_0>(avx512);
-    case kGgmlTypeQ4_0: return RowsTimesX<KindQ4_0>(avx512);
-    case kGgmlTypeQ4_K: return RowsTimesX<KindQ4_K>(avx512);
-    case kGgmlTypeQ6_K: return RowsTimesX<KindQ6_K>(avx512);
-    case kGgmlTypeMXFP4: return RowsTimesX<KindMxfp4>(avx512);
-    case kTypeMxfp4Split: return RowsTimesX<KindMxfp4Split>(avx512);
-    default: return {};
+    case kGgmlTypeF16:
+      return RowsTimesX<KindF16>(avx512);
+    case kGgmlTypeBF16:
+      return RowsTimesX<KindBf16>(avx512);
+    case kGgmlTypeQ8_0:
+      return RowsTimesX<KindQ8_0>(avx512);
+    case kGgmlTypeQ4_0:
+      return RowsTimesX<KindQ4_0>(avx512);
+    case kGgmlTypeQ4_K:
+      return RowsTimesX<KindQ4_K>(avx512);
+    case kGgmlTypeQ6_K:
+      return RowsTimesX<KindQ6_K>(avx512);
+    case kGgmlTypeMXFP4:
+      return RowsTimesX<KindMxfp4>(avx512);
+    case kTypeMxfp4Split:
+      return RowsTimesX<KindMxfp4Split>(avx512);
+    default:
+      return {};
   }
 }
 
 // y (out) = W x (+ bias): each thread a contiguous range of rows, kRowGroup at a time.
-void RowsTimesXAll(const std::array<RowsTimesXFn, kRowGroup + 1>& kernels, const GgmlMatrix& w, const float* x,
-                   float* y, const float* bias) {
+void RowsTimesXAll(const std::array<RowsTimesXFn, kRowGroup + 1>& kernels, const GgmlMatrix& w,
+                   const float* x, float* y, const float* bias) {
   const int groups = (w.out + kRowGroup - 1) / kRowGroup;
-#pragma omp parallel if (static_cast<int64_t>(w.in) * w.out >= (int64_t{1} << 16))
+#pragma omp parallel if (static_cast <int64_t>(w.in) * w.out >= (int64_t{1} << 16))
   {
     const int threads = omp_get_num_threads(), id = omp_get_thread_num();
     const int g0 = static_cast<int>(static_cast<int64_t>(groups) * id / threads);
@@ -769,27 +842,32 @@ inline void PrefetchNext(const GgmlMatrix& w, int r, int rows, int v0, int n) {
 }
 
 template <RowDequant kDecode>
-void DecodeRowsWith(const void* ctx, int row0, int rows, int v0, int n, float* dst, int64_t rs, int cs) {
+void DecodeRowsWith(const void* ctx, int row0, int rows, int v0, int n, float* dst, int64_t rs,
+                    int cs) {
   const GgmlMatrix& w = *static_cast<const GgmlMatrix*>(ctx);
   const size_t offset = ValueOffset(w, v0);
   for (int r = 0; r < rows; ++r) {
     PrefetchNext(w, row0 + r, rows, v0 + n, n);
-    kDecode(w.row(row0 + r) + offset, w.scales ? w.row_scales(row0 + r) + v0 / kMxfp4Block : nullptr,
-            dst + r * rs, n, cs);
+    kDecode(w.row(row0 + r) + offset,
+            w.scales ? w.row_scales(row0 + r) + v0 / kMxfp4Block : nullptr, dst + r * rs, n, cs);
   }
 }
 
-// The scalar decoders write plain rows: into scratch, then chunk by chunk where MatMulDot wants them.
-void DecodeRowsScalar(const void* ctx, int row0, int rows, int v0, int n, float* dst, int64_t rs, int cs) {
+// The scalar decoders write plain rows: into scratch, then chunk by chunk where MatMulDot wants
+// them.
+void DecodeRowsScalar(const void* ctx, int row0, int rows, int v0, int n, float* dst, int64_t rs,
+                      int cs) {
   const GgmlMatrix& w = *static_cast<const GgmlMatrix*>(ctx);
   const size_t offset = ValueOffset(w, v0);
   float* row = Workspace<float, 6>(static_cast<size_t>(n));
   for (int r = 0; r < rows; ++r) {
     if (w.type == kTypeMxfp4Split)
-      DequantizeMxfp4Split(w.row(row0 + r) + offset, w.row_scales(row0 + r) + v0 / kMxfp4Block, row, n);
+      DequantizeMxfp4Split(w.row(row0 + r) + offset, w.row_scales(row0 + r) + v0 / kMxfp4Block, row,
+                           n);
     else
       Dequantize(w.type, w.row(row0 + r) + offset, row, n);
-    for (int v = 0; v < n; v += 16) std::copy(row + v, row + std::min(n, v + 16), At(dst + r * rs, v, cs));
+    for (int v = 0; v < n; v += 16)
+      std::copy(row + v, row + std::min(n, v + 16), At(dst + r * rs, v, cs));
   }
 }
 
@@ -811,13 +889,16 @@ using RowsDecode = void (*)(const void*, int, int, int, int, float*, int64_t, in
 
 // DecodeRowsWith<f> for a vector decoder f (DecodeRowsScalar for none).
 RowsDecode RowsDecoder(RowDequant f) {
-#define SS_CASE(fn) if (f == fn) return DecodeRowsWith<fn>;
-  SS_CASE(DecodeF16Avx512) SS_CASE(DecodeBf16Avx512) SS_CASE(DecodeQ8_0Avx512) SS_CASE(DecodeQ4_0Avx512)
-  SS_CASE(DecodeQ4_KAvx512) SS_CASE(DecodeQ6_KAvx512) SS_CASE(DecodeMxfp4Avx512) SS_CASE(DecodeMxfp4SplitAvx512)
-  SS_CASE(DequantF16Avx2) SS_CASE(DequantBf16Avx2) SS_CASE(DequantQ8_0Avx2) SS_CASE(DequantQ4_0Avx2)
-  SS_CASE(DequantQ4_KAvx2) SS_CASE(DequantQ6_KAvx2) SS_CASE(DequantMxfp4Avx2) SS_CASE(DequantMxfp4SplitAvx2)
+#define SS_CASE(fn) \
+  if (f == fn) return DecodeRowsWith<fn>;
+  SS_CASE(DecodeF16Avx512)
+  SS_CASE(DecodeBf16Avx512) SS_CASE(DecodeQ8_0Avx512) SS_CASE(DecodeQ4_0Avx512)
+      SS_CASE(DecodeQ4_KAvx512) SS_CASE(DecodeQ6_KAvx512) SS_CASE(DecodeMxfp4Avx512)
+          SS_CASE(DecodeMxfp4SplitAvx512) SS_CASE(DequantF16Avx2) SS_CASE(DequantBf16Avx2)
+              SS_CASE(DequantQ8_0Avx2) SS_CASE(DequantQ4_0Avx2) SS_CASE(DequantQ4_KAvx2)
+                  SS_CASE(DequantQ6_KAvx2) SS_CASE(DequantMxfp4Avx2) SS_CASE(DequantMxfp4SplitAvx2)
 #undef SS_CASE
-  return DecodeRowsScalar;
+                      return DecodeRowsScalar;
 }
 
 }  // namespace
@@ -837,11 +918,13 @@ GgmlMatrix GgmlMatrix::Rows(int first, int count) const {
   return m;
 }
 
-GgmlMatrix GgmlView(uint32_t type, int out, int in, const uint8_t* data, std::shared_ptr<const void> owner,
-                    int row_step, const uint8_t* scales) {
+GgmlMatrix GgmlView(uint32_t type, int out, int in, const uint8_t* data,
+                    std::shared_ptr<const void> owner, int row_step, const uint8_t* scales) {
   if (!GgmlMatMulSupports(type))
-    Fail("ggml type {} ({}): no matrix product kernel for it (supported: F16, BF16, Q8_0, Q4_0, "
-         "Q4_K, Q6_K, MXFP4)", type, GgmlTypeName(type));
+    Fail(
+        "ggml type {} ({}): no matrix product kernel for it (supported: F16, BF16, Q8_0, Q4_0, "
+        "Q4_K, Q6_K, MXFP4)",
+        type, GgmlTypeName(type));
   if (out < 1 || in < 1 || in % GgmlBlockValues(type) != 0)
     Fail("ggml type {}: a ({}, {}) matrix needs rows of whole {}-value blocks", GgmlTypeName(type),
          out, in, GgmlBlockValues(type));
@@ -867,10 +950,10 @@ const char* GgmlKernelName(uint32_t type) {
 namespace {
 
 // Whether any of n 2-byte fields, `stride` bytes apart from p, has all `exponent` bits set. Counted
-// over chunks without an early exit, so that the loop vectorises (a 7B BF16 model's 6.7 G values are
-// scanned at load); the caller finds the exact place in a chunk that has one.
-__attribute__((always_inline)) inline bool AnyAllOnesBody(const uint8_t* p, int64_t n, size_t stride,
-                                                          uint16_t exponent) {
+// over chunks without an early exit, so that the loop vectorises (a 7B BF16 model's 6.7 G values
+// are scanned at load); the caller finds the exact place in a chunk that has one.
+__attribute__((always_inline)) inline bool AnyAllOnesBody(const uint8_t* p, int64_t n,
+                                                          size_t stride, uint16_t exponent) {
   int hits = 0;
   for (int64_t i = 0; i < n; ++i) hits += (LoadU16(p + i * stride) & exponent) == exponent;
   return hits > 0;
@@ -880,7 +963,8 @@ __attribute__((target("avx2"))) bool AnyAllOnesAvx2(const uint8_t* p, int64_t n,
   return AnyAllOnesBody(p, n, stride, exponent);
 }
 bool AnyAllOnes(const uint8_t* p, int64_t n, size_t stride, uint16_t exponent) {
-  return Avx2FmaActive() ? AnyAllOnesAvx2(p, n, stride, exponent) : AnyAllOnesBody(p, n, stride, exponent);
+  return Avx2FmaActive() ? AnyAllOnesAvx2(p, n, stride, exponent)
+                         : AnyAllOnesBody(p, n, stride, exponent);
 }
 
 }  // namespace
@@ -901,8 +985,8 @@ int64_t Mxfp4FirstNonFinite(const GgmlMatrix& w) {
 
 // Rows [row0, row0 + rows) of a matrix of the other types, whose f16 / bf16 fields sit at
 // `fields` in each block.
-int64_t HalvesFirstNonFinite(const GgmlMatrix& w, int row0, int rows, const std::vector<int>& fields,
-                             uint16_t exponent) {
+int64_t HalvesFirstNonFinite(const GgmlMatrix& w, int row0, int rows,
+                             const std::vector<int>& fields, uint16_t exponent) {
   const int64_t per_block = GgmlBlockValues(w.type);
   const size_t block_bytes = GgmlBlockBytes(w.type);
   const uint8_t* data = w.row(row0);
@@ -912,11 +996,13 @@ int64_t HalvesFirstNonFinite(const GgmlMatrix& w, int row0, int rows, const std:
   for (int64_t c = 0; c < blocks; c += kChunk) {
     const int64_t n = std::min(kChunk, blocks - c);
     bool any = false;
-    for (int f : fields) any = any || AnyAllOnes(data + c * block_bytes + f, n, block_bytes, exponent);
+    for (int f : fields)
+      any = any || AnyAllOnes(data + c * block_bytes + f, n, block_bytes, exponent);
     if (!any) continue;
     for (int64_t b = c; b < c + n; ++b)
       for (int f : fields)
-        if ((LoadU16(data + b * block_bytes + f) & exponent) == exponent) return (first + b) * per_block;
+        if ((LoadU16(data + b * block_bytes + f) & exponent) == exponent)
+          return (first + b) * per_block;
   }
   return -1;
 }
@@ -929,13 +1015,22 @@ int64_t GgmlFirstNonFinite(const GgmlMatrix& w) {
   std::vector<int> fields;
   uint16_t exponent = 0x7C00;  // binary16
   switch (w.type) {
-    case kGgmlTypeBF16: exponent = 0x7F80; [[fallthrough]];
+    case kGgmlTypeBF16:
+      exponent = 0x7F80;
+      [[fallthrough]];
     case kGgmlTypeF16:
     case kGgmlTypeQ8_0:
-    case kGgmlTypeQ4_0: fields = {0}; break;
-    case kGgmlTypeQ4_K: fields = {0, 2}; break;
-    case kGgmlTypeQ6_K: fields = {208}; break;
-    default: SS_ASSERT(false);
+    case kGgmlTypeQ4_0:
+      fields = {0};
+      break;
+    case kGgmlTypeQ4_K:
+      fields = {0, 2};
+      break;
+    case kGgmlTypeQ6_K:
+      fields = {208};
+      break;
+    default:
+      SS_ASSERT(false);
   }
   // Contiguous rows are scanned as one run of blocks; rows a stride apart one at a time.
   if (w.row_stride == w.row_bytes) return HalvesFirstNonFinite(w, 0, w.out, fields, exponent);
@@ -946,17 +1041,19 @@ int64_t GgmlFirstNonFinite(const GgmlMatrix& w) {
 
 std::string GgmlFaultReason(const GgmlMatrix& w, int64_t element) {
   SS_ASSERT(element >= 0 && element < static_cast<int64_t>(w.out) * w.in);
-  const int r = static_cast<int>(element / w.in), g = static_cast<int>(element % w.in / kMxfp4Block);
+  const int r = static_cast<int>(element / w.in),
+            g = static_cast<int>(element % w.in / kMxfp4Block);
   if (w.type == kTypeMxfp4Split) {
     const uint8_t e = w.row_scales(r)[g];
     const char* why = Mxfp4BlockFault(e, w.row(r) + kMxfp4NibbleBytes * g);
-    return fmt::format("holds a bad MXFP4 block, block {} of row {} (scale byte 0x{:02X}): {}", g, r, e, why ? why : "?");
+    return fmt::format("holds a bad MXFP4 block, block {} of row {} (scale byte 0x{:02X}): {}", g,
+                       r, e, why ? why : "?");
   }
   if (w.type == kGgmlTypeMXFP4) {
     const uint8_t* block = w.row(r) + 17 * g;
     const char* why = Mxfp4BlockFault(block[0], block + 1);
-    return fmt::format("holds a bad MXFP4 block, block {} of row {} (scale byte 0x{:02X}): {}", g, r, block[0],
-                       why ? why : "?");
+    return fmt::format("holds a bad MXFP4 block, block {} of row {} (scale byte 0x{:02X}): {}", g,
+                       r, block[0], why ? why : "?");
   }
   return fmt::format("holds a non-finite value or scale at element {}", element);
 }
@@ -965,17 +1062,19 @@ void DequantizeGgmlRows(const GgmlMatrix& w, int row0, int rows, float* dst) {
   SS_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= w.out);
   if (const RowDequant vector = VectorRowDecode(w.type)) {
     for (int r = 0; r < rows; ++r)
-      vector(w.row(row0 + r), w.scales ? w.row_scales(row0 + r) : nullptr, dst + static_cast<int64_t>(r) * w.in, w.in,
-             kDotChunk);
+      vector(w.row(row0 + r), w.scales ? w.row_scales(row0 + r) : nullptr,
+             dst + static_cast<int64_t>(r) * w.in, w.in, kDotChunk);
     return;
   }
-  for (int r = 0; r < rows; ++r) DequantizeRowScalar(w, row0 + r, dst + static_cast<int64_t>(r) * w.in);
+  for (int r = 0; r < rows; ++r)
+    DequantizeRowScalar(w, row0 + r, dst + static_cast<int64_t>(r) * w.in);
 }
 
 namespace {
 
 // The types with int8 products, and the choice for each (SetGgmlActivations).
-constexpr uint32_t kInt8Types[] = {kGgmlTypeQ4_0, kGgmlTypeQ4_K, kGgmlTypeQ6_K, kGgmlTypeMXFP4, kTypeMxfp4Split};
+constexpr uint32_t kInt8Types[] = {kGgmlTypeQ4_0, kGgmlTypeQ4_K, kGgmlTypeQ6_K, kGgmlTypeMXFP4,
+                                   kTypeMxfp4Split};
 constexpr const char* kInt8TypeNames[] = {"q4_0", "q4_k", "q6_k", "mxfp4", "mxfp4"};
 
 int Int8Slot(uint32_t type) {
@@ -990,7 +1089,8 @@ std::atomic<bool>* Int8Chosen() {
     const char* env = std::getenv("SINKSCOPE_INT8_ACTIVATIONS");
     const std::string list = env ? std::string(",") + env + "," : "";
     for (int i = 0; i < 5; ++i)
-      chosen[i] = list == ",all," || list.find(std::string(",") + kInt8TypeNames[i] + ",") != std::string::npos;
+      chosen[i] = list == ",all," ||
+                  list.find(std::string(",") + kInt8TypeNames[i] + ",") != std::string::npos;
     return true;
   }();
   (void)initialised;
@@ -1013,8 +1113,9 @@ GgmlActivations GgmlActivationsFor(uint32_t type) {
 }
 
 std::string GgmlActivationsName(uint32_t type) {
-  return GgmlActivationsFor(type) == GgmlActivations::kInt8 ? std::string("int8 (") + Int8KernelName() + ")"
-                                                            : std::string("f32");
+  return GgmlActivationsFor(type) == GgmlActivations::kInt8
+             ? std::string("int8 (") + Int8KernelName() + ")"
+             : std::string("f32");
 }
 
 void MatMulGgml(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T) {

@@ -25,16 +25,16 @@
 namespace ss {
 
 struct GgmlMatrix {
-  uint32_t type = 0;       // kGgmlType*, or kTypeMxfp4Split (kernels/dequant.h)
-  int out = 0, in = 0;     // the logical shape of W (PyTorch order)
-  size_t row_bytes = 0;    // GgmlBytes(type, in): one row's bytes (the split form: its nibbles)
-  size_t row_stride = 0;   // bytes from one row's start to the next's: row_bytes, or a multiple of
-                           // it when W's rows alternate with another matrix's in the file
-  const uint8_t* data = nullptr;        // row r at data + r * row_stride; any alignment
+  uint32_t type = 0;      // kGgmlType*, or kTypeMxfp4Split (kernels/dequant.h)
+  int out = 0, in = 0;    // the logical shape of W (PyTorch order)
+  size_t row_bytes = 0;   // GgmlBytes(type, in): one row's bytes (the split form: its nibbles)
+  size_t row_stride = 0;  // bytes from one row's start to the next's: row_bytes, or a multiple of
+                          // it when W's rows alternate with another matrix's in the file
+  const uint8_t* data = nullptr;  // row r at data + r * row_stride; any alignment
   // kTypeMxfp4Split only: row r's in / 32 E8M0 scales at scales + r * scale_stride.
   const uint8_t* scales = nullptr;
   size_t scale_stride = 0;
-  std::shared_ptr<const void> owner;    // keeps `data` alive: the file's mapping or a buffer
+  std::shared_ptr<const void> owner;  // keeps `data` alive: the file's mapping or a buffer
   bool empty() const { return data == nullptr; }
   size_t bytes() const { return static_cast<size_t>(out) * row_bytes; }  // the rows' (the nibbles')
   const uint8_t* row(int r) const { return data + static_cast<size_t>(r) * row_stride; }

@@ -22,10 +22,12 @@ namespace {
 
 #define SS_I512 __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c,avxvnni")))
 #define SS_I256 __attribute__((target("avx2,fma,f16c,avxvnni")))
-#define SS_I512_INLINE __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c,avxvnni"), always_inline)) static inline
+#define SS_I512_INLINE                                                        \
+  __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c,avxvnni"), \
+                 always_inline)) static inline
 #define SS_I256_INLINE __attribute__((target("avx2,fma,f16c,avxvnni"), always_inline)) static inline
 
-constexpr int kBlock = 32;     // values of x per int8 block (and per lane group of 8 lanes)
+constexpr int kBlock = 32;  // values of x per int8 block (and per lane group of 8 lanes)
 
 uint16_t LoadU16(const uint8_t* p) {
   uint16_t v;
@@ -60,14 +62,18 @@ struct XRows {
 // Where value v of block h (0: the pair's first, 1: its second) goes in the pair's 64 bytes.
 enum class Arrangement {
   kPlain,   // block 2p's 32 values, then block 2p + 1's (Q4_K's and Q6_K's 32-byte groups)
-  kHalves,  // values 0-15 of each block, then 16-31 of each (Q4_0's and MXFP4's low and high nibbles)
+  kHalves,  // values 0-15 of each block, then 16-31 of each (Q4_0's and MXFP4's low and high
+            // nibbles)
   kSplit,   // the even values of each block, then the odd ones (the split MXFP4 form's nibbles)
 };
 int Position(Arrangement a, int h, int v) {
   switch (a) {
-    case Arrangement::kPlain: return 32 * h + v;
-    case Arrangement::kHalves: return (v / 16) * 32 + 16 * h + v % 16;
-    case Arrangement::kSplit: return (v % 2) * 32 + 16 * h + v / 2;
+    case Arrangement::kPlain:
+      return 32 * h + v;
+    case Arrangement::kHalves:
+      return (v / 16) * 32 + 16 * h + v % 16;
+    case Arrangement::kSplit:
+      return (v % 2) * 32 + 16 * h + v / 2;
   }
   return 0;
 }
@@ -77,7 +83,8 @@ int Position(Arrangement a, int h, int v) {
 SS_I256 float QuantizeBlock(const float* x, int8_t* q) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 m = _mm256_and_ps(_mm256_loadu_ps(x), abs_mask);
-  for (int i = 8; i < kBlock; i += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask));
+  for (int i = 8; i < kBlock; i += 8)
+    m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask));
   __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));
   h = _mm_max_ss(h, _mm_movehdup_ps(h));
@@ -85,7 +92,8 @@ SS_I256 float QuantizeBlock(const float* x, int8_t* q) {
   const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
   for (int i = 0; i < kBlock; i += 8) {
     alignas(32) int32_t v[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(v), _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), inv)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(v),
+                       _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), inv)));
     for (int k = 0; k < 8; ++k) q[i + k] = static_cast<int8_t>(v[k]);
   }
   return amax / 127.0f;
@@ -140,23 +148,24 @@ bool CpuHasAvxVnni() {
 
 // kOffset: start from the (negated offset) sums; Q4_K's codes have no offset.
 template <bool kOffset = true>
-SS_I512_INLINE void Step512(__m512i u, const int8_t* q, const int32_t* sums, const float* dx, __m512 w_scale,
-                            __m512& acc) {
+SS_I512_INLINE void Step512(__m512i u, const int8_t* q, const int32_t* sums, const float* dx,
+                            __m512 w_scale, __m512& acc) {
   const __m512i start = kOffset ? _mm512_loadu_si512(sums) : _mm512_setzero_si512();
   const __m512i p = _mm512_dpbusd_epi32(start, u, _mm512_loadu_si512(q));
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(w_scale, _mm512_loadu_ps(dx)), acc);
 }
 SS_I512_INLINE void Offset512(const int32_t* sums, const float* dx, __m512 w_min, __m512& acc) {
-  acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(sums)), _mm512_mul_ps(w_min, _mm512_loadu_ps(dx)),
-                         acc);
+  acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(sums)),
+                         _mm512_mul_ps(w_min, _mm512_loadu_ps(dx)), acc);
 }
 // The AVX2 form: VPDPBUSD on ymm where the CPU has AVX-VNNI, else VPMADDUBSW (pairs of products in
 // 16 bits: at most 2 x 63 x 127, no saturation) and VPMADDWD: the same exact sums.
 template <bool kOffset = true, bool kVnni = false>
-SS_I256_INLINE void Step256(__m256i u, const int8_t* q, const int32_t* sums, const float* dx, __m256 w_scale,
-                            __m256& acc) {
+SS_I256_INLINE void Step256(__m256i u, const int8_t* q, const int32_t* sums, const float* dx,
+                            __m256 w_scale, __m256& acc) {
   const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-  const __m256i start = kOffset ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums)) : _mm256_setzero_si256();
+  const __m256i start =
+      kOffset ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums)) : _mm256_setzero_si256();
   __m256i p;
   if constexpr (kVnni) {
     p = _mm256_dpbusd_avx_epi32(start, u, xq);
@@ -167,8 +176,9 @@ SS_I256_INLINE void Step256(__m256i u, const int8_t* q, const int32_t* sums, con
   acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(w_scale, _mm256_loadu_ps(dx)), acc);
 }
 SS_I256_INLINE void Offset256(const int32_t* sums, const float* dx, __m256 w_min, __m256& acc) {
-  acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums))),
-                         _mm256_mul_ps(w_min, _mm256_loadu_ps(dx)), acc);
+  acc = _mm256_fnmadd_ps(
+      _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums))),
+      _mm256_mul_ps(w_min, _mm256_loadu_ps(dx)), acc);
 }
 
 // Two blocks' 16 bytes of nibbles, q0 and q1, as [q0 low | q1 low] and [q0 high | q1 high] (the
@@ -181,8 +191,8 @@ SS_I256_INLINE void Nibbles(__m128i q0, __m128i q1, __m256i* lo, __m256i* hi) {
 
 // MXFP4 codes as u = doubled value + 12 (0 .. 24; code 8, -0, gives 12).
 SS_I256_INLINE __m256i Mxfp4Bytes() {
-  return _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24,
-                          12, 11, 10, 9, 8, 6, 4, 0);
+  return _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15,
+                          16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
 }
 
 // ---- The 32-value kinds: for block pair p of a row (w at the row; s: the split form's scales),
@@ -193,9 +203,11 @@ struct KindQ4_0 {
   static constexpr int kOffset = 8, kBytes = 18;
   static constexpr Arrangement kArrangement = Arrangement::kHalves;
   template <bool kSecond>
-  SS_I256_INLINE void Pair(const uint8_t* w, const uint8_t*, int p, __m256i* lo, __m256i* hi, __m128* d) {
+  SS_I256_INLINE void Pair(const uint8_t* w, const uint8_t*, int p, __m256i* lo, __m256i* hi,
+                           __m128* d) {
     const uint8_t* b = w + static_cast<size_t>(2 * p) * kBytes;
-    const __m128i q1 = kSecond ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kBytes + 2)) : _mm_setzero_si128();
+    const __m128i q1 = kSecond ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kBytes + 2))
+                               : _mm_setzero_si128();
     Nibbles(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)), q1, lo, hi);
     __m128i h = _mm_cvtsi32_si128(LoadU16(b));
     if constexpr (kSecond) h = _mm_insert_epi16(h, LoadU16(b + kBytes), 1);
@@ -208,10 +220,12 @@ struct KindMxfp4 {
   static constexpr int kOffset = 12, kBytes = kSplit ? 16 : 17;
   static constexpr Arrangement kArrangement = kSplit ? Arrangement::kSplit : Arrangement::kHalves;
   template <bool kSecond>
-  SS_I256_INLINE void Pair(const uint8_t* w, const uint8_t* s, int p, __m256i* lo, __m256i* hi, __m128* d) {
+  SS_I256_INLINE void Pair(const uint8_t* w, const uint8_t* s, int p, __m256i* lo, __m256i* hi,
+                           __m128* d) {
     const uint8_t* b = w + static_cast<size_t>(2 * p) * kBytes;
     const uint8_t* n = b + (kSplit ? 0 : 1);
-    const __m128i q1 = kSecond ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(n + kBytes)) : _mm_setzero_si128();
+    const __m128i q1 = kSecond ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(n + kBytes))
+                               : _mm_setzero_si128();
     __m256i c_lo, c_hi;
     Nibbles(_mm_loadu_si128(reinterpret_cast<const __m128i*>(n)), q1, &c_lo, &c_hi);
     *lo = _mm256_shuffle_epi8(Mxfp4Bytes(), c_lo);
@@ -228,27 +242,32 @@ SS_I512_INLINE __m512 PairScales512(__m128 d) {
                                _mm512_castps128_ps512(d));
 }
 SS_I256_INLINE __m256 PairScales256(__m128 d) {
-  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d),
+                                  _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
 }
 
 template <class Kind, bool kSecond, int G>
-SS_I512_INLINE void Pair512(const uint8_t* const* row, const uint8_t* const* sc, int p, const XRows& x, int t,
-                            size_t row_bytes, size_t row_stride, __m512* acc) {
+SS_I512_INLINE void Pair512(const uint8_t* const* row, const uint8_t* const* sc, int p,
+                            const XRows& x, int t, size_t row_bytes, size_t row_stride,
+                            __m512* acc) {
   const int8_t* q = x.qrow(t) + 64 * p;
   const float* dx = x.dxrow(t) + 16 * p;
   const int32_t* sums = x.sumrow(t) + 16 * p;
 #pragma GCC unroll 4
   for (int g = 0; g < G; ++g) {
-    _mm_prefetch(RowAhead(row[g], static_cast<size_t>(2 * p) * Kind::kBytes, row_bytes, row_stride), _MM_HINT_T0);
+    _mm_prefetch(RowAhead(row[g], static_cast<size_t>(2 * p) * Kind::kBytes, row_bytes, row_stride),
+                 _MM_HINT_T0);
     __m256i lo, hi;
     __m128 d;
     Kind::template Pair<kSecond>(row[g], sc[g], p, &lo, &hi, &d);
-    Step512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), q, sums, dx, PairScales512(d), acc[g]);
+    Step512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), q, sums, dx, PairScales512(d),
+            acc[g]);
   }
 }
 
 template <class Kind, int G>
-SS_I512 void Rows32x512(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y, const float* bias) {
+SS_I512 void Rows32x512(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y,
+                        const float* bias) {
   const int blocks = w.in / kBlock;
   __m512 acc[G];
   const uint8_t* row[G];
@@ -258,8 +277,10 @@ SS_I512 void Rows32x512(const GgmlMatrix& w, int r0, const XRows& x, int t, floa
     row[g] = w.row(r0 + g);
     sc[g] = w.scales ? w.row_scales(r0 + g) : nullptr;
   }
-  for (int p = 0; p < blocks / 2; ++p) Pair512<Kind, true, G>(row, sc, p, x, t, w.row_bytes, w.row_stride, acc);
-  if (blocks % 2) Pair512<Kind, false, G>(row, sc, blocks / 2, x, t, w.row_bytes, w.row_stride, acc);
+  for (int p = 0; p < blocks / 2; ++p)
+    Pair512<Kind, true, G>(row, sc, p, x, t, w.row_bytes, w.row_stride, acc);
+  if (blocks % 2)
+    Pair512<Kind, false, G>(row, sc, blocks / 2, x, t, w.row_bytes, w.row_stride, acc);
   for (int g = 0; g < G; ++g) {
     const float s = Reduce16(acc[g]);
     y[r0 + g] = bias ? s + bias[r0 + g] : s;
@@ -267,14 +288,16 @@ SS_I512 void Rows32x512(const GgmlMatrix& w, int r0, const XRows& x, int t, floa
 }
 
 template <class Kind, bool kSecond, int G, bool kVnni>
-SS_I256_INLINE void Pair256(const uint8_t* const* row, const uint8_t* const* sc, int p, const XRows& x, int t,
-                            size_t row_bytes, size_t row_stride, __m256 (*acc)[2]) {
+SS_I256_INLINE void Pair256(const uint8_t* const* row, const uint8_t* const* sc, int p,
+                            const XRows& x, int t, size_t row_bytes, size_t row_stride,
+                            __m256 (*acc)[2]) {
   const int8_t* q = x.qrow(t) + 64 * p;
   const float* dx = x.dxrow(t) + 16 * p;
   const int32_t* sums = x.sumrow(t) + 16 * p;
 #pragma GCC unroll 4
   for (int g = 0; g < G; ++g) {
-    _mm_prefetch(RowAhead(row[g], static_cast<size_t>(2 * p) * Kind::kBytes, row_bytes, row_stride), _MM_HINT_T0);
+    _mm_prefetch(RowAhead(row[g], static_cast<size_t>(2 * p) * Kind::kBytes, row_bytes, row_stride),
+                 _MM_HINT_T0);
     __m256i lo, hi;
     __m128 d;
     Kind::template Pair<kSecond>(row[g], sc[g], p, &lo, &hi, &d);
@@ -285,7 +308,8 @@ SS_I256_INLINE void Pair256(const uint8_t* const* row, const uint8_t* const* sc,
 }
 
 template <class Kind, int G, bool kVnni>
-SS_I256 void Rows32x256(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y, const float* bias) {
+SS_I256 void Rows32x256(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y,
+                        const float* bias) {
   const int blocks = w.in / kBlock;
   __m256 acc[G][2];
   const uint8_t* row[G];
@@ -295,8 +319,10 @@ SS_I256 void Rows32x256(const GgmlMatrix& w, int r0, const XRows& x, int t, floa
     row[g] = w.row(r0 + g);
     sc[g] = w.scales ? w.row_scales(r0 + g) : nullptr;
   }
-  for (int p = 0; p < blocks / 2; ++p) Pair256<Kind, true, G, kVnni>(row, sc, p, x, t, w.row_bytes, w.row_stride, acc);
-  if (blocks % 2) Pair256<Kind, false, G, kVnni>(row, sc, blocks / 2, x, t, w.row_bytes, w.row_stride, acc);
+  for (int p = 0; p < blocks / 2; ++p)
+    Pair256<Kind, true, G, kVnni>(row, sc, p, x, t, w.row_bytes, w.row_stride, acc);
+  if (blocks % 2)
+    Pair256<Kind, false, G, kVnni>(row, sc, blocks / 2, x, t, w.row_bytes, w.row_stride, acc);
   for (int g = 0; g < G; ++g) {
     const float s = Reduce16(acc[g][0], acc[g][1]);
     y[r0 + g] = bias ? s + bias[r0 + g] : s;
@@ -309,20 +335,22 @@ SS_I256 void Rows32x256(const GgmlMatrix& w, int r0, const XRows& x, int t, floa
 // Q4_K's eight d sc_j (lanes 0-7) and dmin m_j (lanes 8-15) of a super-block: exact products.
 SS_I512_INLINE __m512 Q4KScales512(const uint8_t* w) {
   const __m512 ints = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(Q4KScaleBytes(w)));
-  const __m512 d = _mm512_castpd_ps(
-      _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(_cvtsh_ss(LoadU16(w))))),
-                         _mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(LoadU16(w + 2)))), 1));
+  const __m512 d = _mm512_castpd_ps(_mm512_insertf64x4(
+      _mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(_cvtsh_ss(LoadU16(w))))),
+      _mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(LoadU16(w + 2)))), 1));
   return _mm512_mul_ps(d, ints);
 }
 SS_I256_INLINE void Q4KScales256(const uint8_t* w, __m256* ds, __m256* dm) {
   const __m128i bytes = Q4KScaleBytes(w);
-  *ds = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(LoadU16(w))), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)));
+  *ds = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(LoadU16(w))),
+                      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)));
   *dm = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(LoadU16(w + 2))),
                       _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8))));
 }
 
 template <int G>
-SS_I512 void RowsQ4_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y, const float* bias) {
+SS_I512 void RowsQ4_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y,
+                          const float* bias) {
   __m512 acc[G];
   const uint8_t* row[G];
   for (int g = 0; g < G; ++g) {
@@ -337,18 +365,23 @@ SS_I512 void RowsQ4_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const uint8_t* p = row[g] + static_cast<size_t>(b) * 144;
-      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 144, w.row_bytes, w.row_stride), _MM_HINT_T0);
-      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 144 + 64, w.row_bytes, w.row_stride), _MM_HINT_T0);
+      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 144, w.row_bytes, w.row_stride),
+                   _MM_HINT_T0);
+      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 144 + 64, w.row_bytes, w.row_stride),
+                   _MM_HINT_T0);
       const __m512 all = Q4KScales512(p);  // ds, then dm
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {  // block pair 4 b + k: sub-blocks 2k, 2k + 1
         const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * k));
-        const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, mask)),
-                                             _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask), 1);
-        const __m512i scale_at = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(2 * k), _mm512_set1_epi32(2 * k + 1));
+        const __m512i u =
+            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, mask)),
+                               _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask), 1);
+        const __m512i scale_at =
+            _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(2 * k), _mm512_set1_epi32(2 * k + 1));
         const __m512i min_at = _mm512_add_epi32(scale_at, _mm512_set1_epi32(8));
         const int pair = 4 * b + k;
-        Step512<false>(u, q + 64 * pair, sums + 16 * pair, dx + 16 * pair, _mm512_permutexvar_ps(scale_at, all), acc[g]);
+        Step512<false>(u, q + 64 * pair, sums + 16 * pair, dx + 16 * pair,
+                       _mm512_permutexvar_ps(scale_at, all), acc[g]);
         Offset512(sums + 16 * pair, dx + 16 * pair, _mm512_permutexvar_ps(min_at, all), acc[g]);
       }
     }
@@ -360,7 +393,8 @@ SS_I512 void RowsQ4_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
 }
 
 template <int G, bool kVnni>
-SS_I256 void RowsQ4_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y, const float* bias) {
+SS_I256 void RowsQ4_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y,
+                          const float* bias) {
   __m256 acc[G][2];
   const uint8_t* row[G];
   for (int g = 0; g < G; ++g) {
@@ -375,8 +409,10 @@ SS_I256 void RowsQ4_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const uint8_t* p = row[g] + static_cast<size_t>(b) * 144;
-      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 144, w.row_bytes, w.row_stride), _MM_HINT_T0);
-      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 144 + 64, w.row_bytes, w.row_stride), _MM_HINT_T0);
+      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 144, w.row_bytes, w.row_stride),
+                   _MM_HINT_T0);
+      _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 144 + 64, w.row_bytes, w.row_stride),
+                   _MM_HINT_T0);
       __m256 ds, dm;
       Q4KScales256(p, &ds, &dm);
 #pragma GCC unroll 4
@@ -385,10 +421,11 @@ SS_I256 void RowsQ4_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {  // block 8 b + 2k + h: lanes 0-7 (h = 0) or 8-15 of its pair
           const int block = 8 * b + 2 * k + h;
-          const __m256i u = h ? _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask) : _mm256_and_si256(bytes, mask);
+          const __m256i u = h ? _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask)
+                              : _mm256_and_si256(bytes, mask);
           const __m256i at = _mm256_set1_epi32(2 * k + h);
-          Step256<false, kVnni>(u, q + 32 * block, sums + 8 * block, dx + 8 * block, _mm256_permutevar8x32_ps(ds, at),
-                                acc[g][h]);
+          Step256<false, kVnni>(u, q + 32 * block, sums + 8 * block, dx + 8 * block,
+                                _mm256_permutevar8x32_ps(ds, at), acc[g][h]);
           Offset256(sums + 8 * block, dx + 8 * block, _mm256_permutevar8x32_ps(dm, at), acc[g][h]);
         }
       }
@@ -422,7 +459,8 @@ SS_I256_INLINE void Q6KHalfUnsigned(const uint8_t* w, int h, __m256i q[4]) {
 }
 
 template <int G>
-SS_I512 void RowsQ6_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y, const float* bias) {
+SS_I512 void RowsQ6_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y,
+                          const float* bias) {
   __m512 acc[G];
   const uint8_t* row[G];
   for (int g = 0; g < G; ++g) {
@@ -437,24 +475,27 @@ SS_I512 void RowsQ6_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
     for (int g = 0; g < G; ++g) {
       const uint8_t* p = row[g] + static_cast<size_t>(b) * 210;
       for (int o = 0; o < 210; o += 64)
-        _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 210 + o, w.row_bytes, w.row_stride), _MM_HINT_T0);
+        _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 210 + o, w.row_bytes, w.row_stride),
+                     _MM_HINT_T0);
       // d sc for the sixteen 16-value sub-blocks: exact products.
       const __m512 all = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(LoadU16(p + 208))),
-                                       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)))));
+                                       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                           reinterpret_cast<const __m128i*>(p + 192)))));
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         __m256i v[4];
         Q6KHalfUnsigned(p, h, v);
 #pragma GCC unroll 2
-        for (int k = 0; k < 2; ++k) {  // block pair 4 b + 2 h + k: values 64 k .. 64 k + 63 of the half
+        for (int k = 0; k < 2;
+             ++k) {  // block pair 4 b + 2 h + k: values 64 k .. 64 k + 63 of the half
           const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(v[2 * k]), v[2 * k + 1], 1);
           const int base = 8 * h + 4 * k;  // its four 16-value sub-blocks
-          const __m512i idx = _mm512_setr_epi32(base, base, base, base, base + 1, base + 1, base + 1, base + 1,
-                                                base + 2, base + 2, base + 2, base + 2, base + 3, base + 3, base + 3,
-                                                base + 3);
+          const __m512i idx = _mm512_setr_epi32(base, base, base, base, base + 1, base + 1,
+                                                base + 1, base + 1, base + 2, base + 2, base + 2,
+                                                base + 2, base + 3, base + 3, base + 3, base + 3);
           const int pair = 4 * b + 2 * h + k;
-          Step512(u, q + 64 * pair, sums + 16 * pair, dx + 16 * pair, _mm512_permutexvar_ps(idx, all), acc[g]);
+          Step512(u, q + 64 * pair, sums + 16 * pair, dx + 16 * pair,
+                  _mm512_permutexvar_ps(idx, all), acc[g]);
         }
       }
     }
@@ -466,7 +507,8 @@ SS_I512 void RowsQ6_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
 }
 
 template <int G, bool kVnni>
-SS_I256 void RowsQ6_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y, const float* bias) {
+SS_I256 void RowsQ6_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y,
+                          const float* bias) {
   __m256 acc[G][2];
   const uint8_t* row[G];
   for (int g = 0; g < G; ++g) {
@@ -481,11 +523,13 @@ SS_I256 void RowsQ6_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
     for (int g = 0; g < G; ++g) {
       const uint8_t* p = row[g] + static_cast<size_t>(b) * 210;
       for (int o = 0; o < 210; o += 64)
-        _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 210 + o, w.row_bytes, w.row_stride), _MM_HINT_T0);
+        _mm_prefetch(RowAhead(row[g], static_cast<size_t>(b) * 210 + o, w.row_bytes, w.row_stride),
+                     _MM_HINT_T0);
       const __m256 d = _mm256_set1_ps(_cvtsh_ss(LoadU16(p + 208)));
       const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
-      const __m256 ds[2] = {_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))),
-                            _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))))};
+      const __m256 ds[2] = {
+          _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))),
+          _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))))};
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         __m256i v[4];
@@ -493,10 +537,11 @@ SS_I256 void RowsQ6_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
 #pragma GCC unroll 4
         for (int k = 0; k < 4; ++k) {  // block 8 b + 4 h + k: sub-blocks 8 h + 2 k, + 1
           const int block = 8 * b + 4 * h + k;
-          const __m256 scale =
-              _mm256_permutevar8x32_ps(ds[h], _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1,
-                                                                2 * k + 1, 2 * k + 1));
-          Step256<true, kVnni>(v[k], q + 32 * block, sums + 8 * block, dx + 8 * block, scale, acc[g][k % 2]);
+          const __m256 scale = _mm256_permutevar8x32_ps(
+              ds[h], _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1, 2 * k + 1,
+                                       2 * k + 1));
+          Step256<true, kVnni>(v[k], q + 32 * block, sums + 8 * block, dx + 8 * block, scale,
+                               acc[g][k % 2]);
         }
       }
     }
@@ -535,12 +580,42 @@ void Fill(Kernels& k) {
   k.fn[3] = F<3>::fn;
   k.fn[4] = F<4>::fn;
 }
-template <class Kind> struct R32x512 { template <int G> struct F { static constexpr RowsFn fn = Rows32x512<Kind, G>; }; };
-template <class Kind, bool V> struct R32x256 { template <int G> struct F { static constexpr RowsFn fn = Rows32x256<Kind, G, V>; }; };
-template <int G> struct RQ4Kx512 { static constexpr RowsFn fn = RowsQ4_Kx512<G>; };
-template <bool V> struct RQ4Kx256 { template <int G> struct F { static constexpr RowsFn fn = RowsQ4_Kx256<G, V>; }; };
-template <int G> struct RQ6Kx512 { static constexpr RowsFn fn = RowsQ6_Kx512<G>; };
-template <bool V> struct RQ6Kx256 { template <int G> struct F { static constexpr RowsFn fn = RowsQ6_Kx256<G, V>; }; };
+template <class Kind>
+struct R32x512 {
+  template <int G>
+  struct F {
+    static constexpr RowsFn fn = Rows32x512<Kind, G>;
+  };
+};
+template <class Kind, bool V>
+struct R32x256 {
+  template <int G>
+  struct F {
+    static constexpr RowsFn fn = Rows32x256<Kind, G, V>;
+  };
+};
+template <int G>
+struct RQ4Kx512 {
+  static constexpr RowsFn fn = RowsQ4_Kx512<G>;
+};
+template <bool V>
+struct RQ4Kx256 {
+  template <int G>
+  struct F {
+    static constexpr RowsFn fn = RowsQ4_Kx256<G, V>;
+  };
+};
+template <int G>
+struct RQ6Kx512 {
+  static constexpr RowsFn fn = RowsQ6_Kx512<G>;
+};
+template <bool V>
+struct RQ6Kx256 {
+  template <int G>
+  struct F {
+    static constexpr RowsFn fn = RowsQ6_Kx256<G, V>;
+  };
+};
 
 template <class Kind>
 void FillKind(Kernels& k, bool avx512, bool vnni) {
@@ -559,9 +634,15 @@ Kernels KernelsFor(uint32_t type) {
   if (ActiveSimdLevel() == SimdLevel::kPortable) return k;
   const bool avx512 = Use512(), vnni = CpuHasAvxVnni();
   switch (type) {
-    case kGgmlTypeQ4_0: FillKind<KindQ4_0>(k, avx512, vnni); break;
-    case kGgmlTypeMXFP4: FillKind<KindMxfp4<false>>(k, avx512, vnni); break;
-    case kTypeMxfp4Split: FillKind<KindMxfp4<true>>(k, avx512, vnni); break;
+    case kGgmlTypeQ4_0:
+      FillKind<KindQ4_0>(k, avx512, vnni);
+      break;
+    case kGgmlTypeMXFP4:
+      FillKind<KindMxfp4<false>>(k, avx512, vnni);
+      break;
+    case kTypeMxfp4Split:
+      FillKind<KindMxfp4<true>>(k, avx512, vnni);
+      break;
     case kGgmlTypeQ4_K:
       if (avx512)
         Fill<RQ4Kx512>(k);
@@ -580,7 +661,8 @@ Kernels KernelsFor(uint32_t type) {
         Fill<RQ6Kx256<false>::template F>(k);
       k.offset = 32;
       break;
-    default: break;
+    default:
+      break;
   }
   return k;
 }
@@ -603,7 +685,7 @@ void MatMulGgmlInt8(const float* x, const GgmlMatrix& w, const float* bias, floa
   SS_ASSERT(k.fn[1] != nullptr);
   const XRows xr = QuantizeX(x, T, w.in, k.offset, k.arrangement);
   const int groups = (w.out + kRowGroup - 1) / kRowGroup;
-#pragma omp parallel if (static_cast<int64_t>(T) * w.in * w.out >= (int64_t{1} << 16))
+#pragma omp parallel if (static_cast <int64_t>(T) * w.in * w.out >= (int64_t{1} << 16))
   {
     const int threads = omp_get_num_threads(), id = omp_get_thread_num();
     const int g0 = static_cast<int>(static_cast<int64_t>(groups) * id / threads);

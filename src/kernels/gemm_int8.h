@@ -7,7 +7,8 @@
 // 0, dx = 0), as ggml's quantize_row_q8_0 does (with the scale kept in f32 rather than f16).
 // W: each block's integer codes c (Q4_0: n - 8; MXFP4: ggml's doubled E2M1 values, with half the
 // E8M0 scale; Q4_K: the 4-bit q, with d sc and the offset dmin m; Q6_K: the six-bit q - 32 with d
-// and its 16-value sub-blocks' int8 scales sc), held as unsigned bytes u = c + o (o = 8, 12, 0, 32).
+// and its 16-value sub-blocks' int8 scales sc), held as unsigned bytes u = c + o (o = 8, 12, 0,
+// 32).
 //
 // Every output is formed the same way whatever T, the thread count or the SIMD level:
 //   for each pair of 32-value blocks (2p, 2p + 1), in order, and each of the 16 lanes l (lanes
@@ -54,10 +55,13 @@ __attribute__((target("sse2"))) inline __m128i Q4KScaleBytes(const uint8_t* w) {
 // that rows shorter than the distance (a 768-wide model's 1.5 KiB of BF16) are asked for early too.
 inline constexpr size_t kRowAheadBytes = 1024;
 inline constexpr int kRowGroup = 4;
-inline const char* RowAhead(const uint8_t* row, size_t offset, size_t row_bytes, size_t row_stride) {
+inline const char* RowAhead(const uint8_t* row, size_t offset, size_t row_bytes,
+                            size_t row_stride) {
   const size_t at = offset + kRowAheadBytes;
-  const uintptr_t base = reinterpret_cast<uintptr_t>(row);  // may point past W's end: a prefetch does not fault
-  return reinterpret_cast<const char*>(at < row_bytes ? base + at : base + kRowGroup * row_stride + (at - row_bytes));
+  const uintptr_t base =
+      reinterpret_cast<uintptr_t>(row);  // may point past W's end: a prefetch does not fault
+  return reinterpret_cast<const char*>(
+      at < row_bytes ? base + at : base + kRowGroup * row_stride + (at - row_bytes));
 }
 
 // Whether the int8 products run for `type` now (the type has them and the SIMD level is AVX2 or

@@ -25,7 +25,8 @@ namespace {
 constexpr int kQ8BlockBytes = 2 + kQ8Block;  // ggml's block_q8_0
 
 SS_AVX2 inline __m256 Widen8(const int8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
 // Row `row`'s block b into out (that block's n <= 32 values), one value at a time.
@@ -63,28 +64,33 @@ SS_AVX512 inline void ScaleBlock512(const int8_t* q, float d, float* first, floa
   const __m512 s = _mm512_set1_ps(d);
   for (int h = 0; h < 2; ++h)
     _mm512_storeu_ps(h ? second : first,
-                     _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * h))))));
+                     _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                          reinterpret_cast<const __m128i*>(q + 16 * h))))));
 }
 SS_AVX2 inline void ScaleBlock256(const int8_t* q, float d, float* first, float* second) {
   const __m256 s = _mm256_set1_ps(d);
-  for (int i = 0; i < kQ8Block; i += 8) _mm256_storeu_ps((i < 16 ? first : second) + i % 16, _mm256_mul_ps(s, Widen8(q + i)));
+  for (int i = 0; i < kQ8Block; i += 8)
+    _mm256_storeu_ps((i < 16 ? first : second) + i % 16, _mm256_mul_ps(s, Widen8(q + i)));
 }
 inline void ScaleBlockPortable(const int8_t* q, float d, float* first, float* second) {
-  for (int i = 0; i < kQ8Block; ++i) (i < 16 ? first : second)[i % 16] = d * static_cast<float>(q[i]);
+  for (int i = 0; i < kQ8Block; ++i)
+    (i < 16 ? first : second)[i % 16] = d * static_cast<float>(q[i]);
 }
 
 // Rows [row0, row0 + rows), values [v0, v0 + n) of W for MatMulDot (v0 a multiple of 32): row r at
 // dst + r * rs, each 16-value chunk cs floats after the previous one. The last block of a row may
 // be cut short at `in` (the pack's padding is zeros; MatMulDot zeroes what lies past `in` anyway).
 template <void (*kScale)(const int8_t*, float, float*, float*)>
-void DecodeForDot(const void* ctx, int row0, int rows, int v0, int n, float* dst, int64_t rs, int cs) {
+void DecodeForDot(const void* ctx, int row0, int rows, int v0, int n, float* dst, int64_t rs,
+                  int cs) {
   const PackedQ8& w = *static_cast<const PackedQ8*>(ctx);
   // The next value block of these rows' groups (each group's blocks lie together, its rows side
   // by side), asked for into L1 a line at a time: the stream one value block ahead.
-  const int b_next = (v0 + n) / kQ8Block, b_end = std::min(w.blocks, b_next + kDotKBlockOnePass / kQ8Block);
+  const int b_next = (v0 + n) / kQ8Block,
+            b_end = std::min(w.blocks, b_next + kDotKBlockOnePass / kQ8Block);
   for (int g = row0 / kQ8GroupRows; b_next < b_end && g <= (row0 + rows - 1) / kQ8GroupRows; ++g) {
-    const char* begin = reinterpret_cast<const char*>(w.qs.data() + w.q_at(g * kQ8GroupRows, b_next));
+    const char* begin =
+        reinterpret_cast<const char*>(w.qs.data() + w.q_at(g * kQ8GroupRows, b_next));
     for (int64_t o = 0; o < static_cast<int64_t>(b_end - b_next) * kQ8GroupRows * kQ8Block; o += 64)
       _mm_prefetch(begin + o, _MM_HINT_T0);
   }
@@ -129,13 +135,14 @@ PackedQ8 PackQ8_0(const float* w, int out, int in) {
   const int64_t ldq = static_cast<int64_t>(p.blocks) * kQ8Block;
   p.qs.assign(static_cast<size_t>(p.groups) * kQ8GroupRows * ldq, 0);
   p.scales.assign(static_cast<size_t>(p.groups) * kQ8GroupRows * p.blocks, 0.0f);
-#pragma omp parallel if (static_cast<int64_t>(out) * in >= (1 << 16))
+#pragma omp parallel if (static_cast <int64_t>(out) * in >= (1 << 16))
   {
     std::vector<float> row(ldq, 0.0f);
     std::vector<uint8_t> bytes(static_cast<size_t>(p.blocks) * kQ8BlockBytes);
 #pragma omp for schedule(static)
     for (int o = 0; o < out; ++o) {
-      std::copy(w + static_cast<int64_t>(o) * in, w + static_cast<int64_t>(o + 1) * in, row.begin());
+      std::copy(w + static_cast<int64_t>(o) * in, w + static_cast<int64_t>(o + 1) * in,
+                row.begin());
       QuantizeQ8_0(row.data(), bytes.data(), ldq);
       for (int b = 0; b < p.blocks; ++b) {
         const uint8_t* block = bytes.data() + static_cast<size_t>(b) * kQ8BlockBytes;
@@ -176,7 +183,8 @@ namespace {
 // chain per row over the chunks in order, the chunks past `in` left out, Reduce16, then the bias),
 // so a row gives the same bits as inside any T. x padded with zeros to whole blocks.
 template <int R>
-SS_AVX512 void GroupTimesX512(const PackedQ8& w, int g, const float* x, float* y, const float* bias) {
+SS_AVX512 void GroupTimesX512(const PackedQ8& w, int g, const float* x, float* y,
+                              const float* bias) {
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const int8_t* q = w.qs.data() + w.q_at(g * kQ8GroupRows, 0);
@@ -189,8 +197,10 @@ SS_AVX512 void GroupTimesX512(const PackedQ8& w, int g, const float* x, float* y
       const __m512 xv = _mm512_loadu_ps(x + b * kQ8Block + 16 * c);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const __m512 v = _mm512_mul_ps(_mm512_set1_ps(d[r]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-                                                                 reinterpret_cast<const __m128i*>(q + r * kQ8Block + 16 * c)))));
+        const __m512 v = _mm512_mul_ps(
+            _mm512_set1_ps(d[r]),
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + r * kQ8Block + 16 * c)))));
         acc[r] = _mm512_fmadd_ps(v, xv, acc[r]);
       }
     }
@@ -238,9 +248,12 @@ void MatVecQ8(const float* x, const PackedQ8& w, const float* bias, float* y) {
   std::fill(xp + w.in, xp + ldx, 0.0f);
   using Fn = void (*)(const PackedQ8&, int, const float*, float*, const float*);
   const bool avx512 = ActiveSimdLevel() == SimdLevel::kAvx512;
-  static constexpr Fn k512[] = {nullptr, GroupTimesX512<1>, GroupTimesX512<2>, GroupTimesX512<3>, GroupTimesX512<4>};
-  static constexpr Fn k256[] = {nullptr, GroupTimesX256<1>, GroupTimesX256<2>, GroupTimesX256<3>, GroupTimesX256<4>};
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(w.in) * w.out >= (int64_t{1} << 16))
+  static constexpr Fn k512[] = {nullptr, GroupTimesX512<1>, GroupTimesX512<2>, GroupTimesX512<3>,
+                                GroupTimesX512<4>};
+  static constexpr Fn k256[] = {nullptr, GroupTimesX256<1>, GroupTimesX256<2>, GroupTimesX256<3>,
+                                GroupTimesX256<4>};
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(w.in) * w.out >= \
+                                              (int64_t{1} << 16))
   for (int g = 0; g < w.groups; ++g) {
     const int rows = std::min(kQ8GroupRows, w.out - g * kQ8GroupRows);
     (avx512 ? k512 : k256)[rows](w, g, xp, y, bias);
@@ -261,9 +274,15 @@ void MatMulQ8(const float* x, const PackedQ8& w, const float* bias, float* y, in
   dot.out = w.out;
   dot.in = w.in;
   switch (ActiveSimdLevel()) {
-    case SimdLevel::kAvx512: dot.decode = DecodeForDot<ScaleBlock512>; break;
-    case SimdLevel::kAvx2: dot.decode = DecodeForDot<ScaleBlock256>; break;
-    case SimdLevel::kPortable: dot.decode = DecodeForDot<ScaleBlockPortable>; break;
+    case SimdLevel::kAvx512:
+      dot.decode = DecodeForDot<ScaleBlock512>;
+      break;
+    case SimdLevel::kAvx2:
+      dot.decode = DecodeForDot<ScaleBlock256>;
+      break;
+    case SimdLevel::kPortable:
+      dot.decode = DecodeForDot<ScaleBlockPortable>;
+      break;
   }
   dot.ctx = &w;
   dot.prefetch = PrefetchForDot;

@@ -11,10 +11,10 @@
 // order of f32 additions: tests/test_gemm_q8.cpp holds each path to a double-precision product and
 // prints the largest difference.
 //
-// Quantisation (PackQ8_0) is ggml's Q8_0 as kernels/dequant.h's QuantizeQ8_0 encodes it (the largest
-// magnitude of a block maps to 127, against the f16-rounded scale that is stored), so a tensor read
-// from a Q8_0 GGUF file and dequantised re-quantises to the blocks the file holds (tested). Rows
-// whose length is not a multiple of 32 are padded with zeros to whole blocks.
+// Quantisation (PackQ8_0) is ggml's Q8_0 as kernels/dequant.h's QuantizeQ8_0 encodes it (the
+// largest magnitude of a block maps to 127, against the f16-rounded scale that is stored), so a
+// tensor read from a Q8_0 GGUF file and dequantised re-quantises to the blocks the file holds
+// (tested). Rows whose length is not a multiple of 32 are padded with zeros to whole blocks.
 #pragma once
 
 #include <cstdint>
@@ -35,9 +35,9 @@ inline constexpr int kQ8GroupRows = 4;
 //   qs[((g * blocks + b) * kQ8GroupRows + r) * 32 + i] = q(row 4g + r, value 32b + i)
 //   scales[(g * blocks + b) * kQ8GroupRows + r]          = d(row 4g + r, block b)
 struct PackedQ8 {
-  int out = 0, in = 0;  // the logical shape of W
-  int blocks = 0;       // per row: ceil(in / 32)
-  int groups = 0;       // ceil(out / kQ8GroupRows)
+  int out = 0, in = 0;                                   // the logical shape of W
+  int blocks = 0;                                        // per row: ceil(in / 32)
+  int groups = 0;                                        // ceil(out / kQ8GroupRows)
   std::vector<int8_t, CacheLineAllocator<int8_t>> qs;    // zero past `in` and `out`
   std::vector<float, CacheLineAllocator<float>> scales;  // the f16 scales, exact in f32
   bool empty() const { return qs.empty(); }
@@ -45,7 +45,8 @@ struct PackedQ8 {
   // Offsets of (row, block b) in qs (its 32 values) and in scales.
   int64_t q_at(int row, int b) const { return scale_at(row, b) * kQ8Block; }
   int64_t scale_at(int row, int b) const {
-    return (static_cast<int64_t>(row / kQ8GroupRows) * blocks + b) * kQ8GroupRows + row % kQ8GroupRows;
+    return (static_cast<int64_t>(row / kQ8GroupRows) * blocks + b) * kQ8GroupRows +
+           row % kQ8GroupRows;
   }
 };
 

@@ -11,10 +11,10 @@
 // is attention on the dequantised cache.
 //
 // A streaming cache stores a layer's rows head-major (KvPanelValues): the row is cut into panels of
-// whole heads, and each panel's rows are contiguous, so one head's keys over the whole cache are one
-// run of bytes (a 32K-entry q8_0 cache of 128-wide heads: 4.4 MB per head) that the attention reads
-// front to back. Each panel row is itself an encoded row of the panel's values, so the blocks, and
-// the values they decode to, are those of the whole row.
+// whole heads, and each panel's rows are contiguous, so one head's keys over the whole cache are
+// one run of bytes (a 32K-entry q8_0 cache of 128-wide heads: 4.4 MB per head) that the attention
+// reads front to back. Each panel row is itself an encoded row of the panel's values, so the
+// blocks, and the values they decode to, are those of the whole row.
 #pragma once
 
 #include <cstddef>
@@ -34,7 +34,8 @@ size_t KvRowBytes(KvType type, int n);
 // Encodes n values into KvRowBytes(type, n) bytes.
 void KvEncodeRow(KvType type, const float* x, int n, uint8_t* row);
 // Decodes values [first, first + count) of a row into out (count floats). Whole aligned blocks of
-// q8_0 / q4_0 take a vector path (AVX2); any other range decodes value by value, to the same floats.
+// q8_0 / q4_0 take a vector path (AVX2); any other range decodes value by value, to the same
+// floats.
 void KvDecodeSlice(KvType type, const uint8_t* row, int first, int count, float* out);
 
 // Values per panel of a head-major row of n_kv_heads heads of head_dim: one head, or for q8_0 and

@@ -42,8 +42,8 @@ __attribute__((always_inline)) static inline void SmallMatMulBody(const float* x
   }
 }
 __attribute__((target("avx2,fma"))) static void SmallMatMulAvx2(const float* x, const float* w,
-                                                                 float* y, int T, int in, int out,
-                                                                 int64_t ldw) {
+                                                                float* y, int T, int in, int out,
+                                                                int64_t ldw) {
   SmallMatMulBody(x, w, y, T, in, out, ldw);
 }
 static void SmallMatMul(const float* x, const float* w, float* y, int T, int in, int out,
@@ -56,12 +56,12 @@ static void SmallMatMul(const float* x, const float* w, float* y, int T, int in,
 }
 
 // y[o] = W[o] · x for o in [0, out): a token's product in decode, bound by reading W once. The AVX2
-// body takes R rows evenly spaced through the range at once (o, o + q, o + 2q, ... with q = out / R):
-// R long sequential streams keep more of the memory's requests in flight than one stream, and R
+// body takes R rows evenly spaced through the range at once (o, o + q, o + 2q, ... with q = out /
+// R): R long sequential streams keep more of the memory's requests in flight than one stream, and R
 // independent rows (two 8-lane chains each) keep the FMA units fed. Against one row at a time (one
 // 8-lane chain), on one thread, W larger than the caches: 14.7-20.5 GB/s of W against 10.4-12.2 on
-// the 288- to 4096-wide decode shapes; four adjacent rows instead of four spaced ones read 9-15 GB/s
-// on rows of 288-768 floats, too short for the prefetcher to follow four interleaved streams.
+// the 288- to 4096-wide decode shapes; four adjacent rows instead of four spaced ones read 9-15
+// GB/s on rows of 288-768 floats, too short for the prefetcher to follow four interleaved streams.
 constexpr int kMatVecStreams = 4;
 constexpr int kKeyRowsAhead = 4;  // per stream: 16 rows ahead in all
 
@@ -100,7 +100,7 @@ __attribute__((target("avx2,fma"))) static inline void RowsDotAvx2(const float* 
 }
 
 __attribute__((target("avx2,fma"))) static void MatVecAvx2(const float* x, const float* w, float* y,
-                                                            int in, int out, int64_t ldw) {
+                                                           int in, int out, int64_t ldw) {
   constexpr int R = kMatVecStreams;
   const int q = out / R;
   // Short rows far apart (a head's keys in the cache) are fetched kKeyRowsAhead rows ahead.
@@ -163,9 +163,9 @@ void MatVec(const float* x, const float* w, float* y, int in, int out) {
 // acc (dim) += sum over j < n of p[j] v[j] (rows of v ldv floats apart), skipping zero weights: a
 // decode query's weighted sum of values. The AVX2 body keeps up to 64 floats of acc in registers
 // across the rows (a head of 48 in one block of 6 vectors, of 128 in two of 8).
-__attribute__((always_inline)) static inline void AddWeightedRowsBody(const float* p, const float* v,
-                                                                     int64_t ldv, int n, int dim,
-                                                                     float* acc) {
+__attribute__((always_inline)) static inline void AddWeightedRowsBody(const float* p,
+                                                                      const float* v, int64_t ldv,
+                                                                      int n, int dim, float* acc) {
   for (int j = 0; j < n; ++j) {
     if (p[j] == 0.0f) continue;
     const float* vj = v + static_cast<int64_t>(j) * ldv;
@@ -178,7 +178,8 @@ constexpr int kRowsAhead = 8;
 // N vectors (8N floats) of acc at once, kept in registers across the rows.
 template <int N>
 __attribute__((target("avx2,fma"))) static void AddWeightedRowsBlock(const float* p, const float* v,
-                                                                      int64_t ldv, int n, float* acc) {
+                                                                     int64_t ldv, int n,
+                                                                     float* acc) {
   __m256 a[N];
   for (int i = 0; i < N; ++i) a[i] = _mm256_loadu_ps(acc + 8 * i);
   for (int j = 0; j < n; ++j) {
@@ -194,8 +195,8 @@ __attribute__((target("avx2,fma"))) static void AddWeightedRowsBlock(const float
   for (int i = 0; i < N; ++i) _mm256_storeu_ps(acc + 8 * i, a[i]);
 }
 __attribute__((target("avx2,fma"))) static void AddWeightedRowsAvx2(const float* p, const float* v,
-                                                                     int64_t ldv, int n, int dim,
-                                                                     float* acc) {
+                                                                    int64_t ldv, int n, int dim,
+                                                                    float* acc) {
   using Fn = void (*)(const float*, const float*, int64_t, int, float*);
   static constexpr Fn kBlocks[] = {nullptr,
                                    AddWeightedRowsBlock<1>,
@@ -214,7 +215,8 @@ __attribute__((target("avx2,fma"))) static void AddWeightedRowsAvx2(const float*
   }
   if (d0 < dim) AddWeightedRowsBody(p, v + d0, ldv, n, dim - d0, acc + d0);
 }
-static void AddWeightedRows(const float* p, const float* v, int64_t ldv, int n, int dim, float* acc) {
+static void AddWeightedRows(const float* p, const float* v, int64_t ldv, int n, int dim,
+                            float* acc) {
   if (Avx2FmaActive())
     AddWeightedRowsAvx2(p, v, ldv, n, dim, acc);
   else
@@ -235,9 +237,8 @@ void MatMul(const float* x, const float* w, const float* bias, float* y, int T, 
     // The bias goes in as C with beta = 1: the kernel adds it where it writes y, instead of a
     // serial pass over (T, out) afterwards.
     if (bias) {
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(T) * out >= (1 << 16))
-      for (int t = 0; t < T; ++t)
-        std::copy(bias, bias + out, y + static_cast<int64_t>(t) * out);
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(T) * out >= (1 << 16))
+      for (int t = 0; t < T; ++t) std::copy(bias, bias + out, y + static_cast<int64_t>(t) * out);
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, in, w, in,
                 bias ? 1.0f : 0.0f, y, out);
@@ -256,7 +257,7 @@ constexpr int64_t kParallelValues = int64_t{1} << 16;
 
 void RmsNorm(const float* x, const float* weight, float* out, int T, int D, float eps,
              float weight_offset) {
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(T) * D >= kParallelValues)
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(T) * D >= kParallelValues)
   for (int t = 0; t < T; ++t) {
     const float* xr = x + static_cast<int64_t>(t) * D;
     float* orow = out + static_cast<int64_t>(t) * D;
@@ -273,7 +274,7 @@ void RmsNorm(const float* x, const float* weight, float* out, int T, int D, floa
 
 void LayerNorm(const float* x, const float* weight, const float* bias, float* out, int T, int D,
                float eps) {
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(T) * D >= kParallelValues)
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(T) * D >= kParallelValues)
   for (int t = 0; t < T; ++t) {
     const float* xr = x + static_cast<int64_t>(t) * D;
     float* orow = out + static_cast<int64_t>(t) * D;
@@ -378,9 +379,12 @@ void ForChunks(int64_t n, Fn fn) {
 
 void ActivationRange(float* x, int64_t n, ActKind kind) {
   switch (kind) {
-    case ActKind::kSilu: return SiluInPlace(x, n);
-    case ActKind::kGelu: return GeluErfInPlace(x, n);
-    case ActKind::kGeluTanh: return GeluTanhInPlace(x, n);
+    case ActKind::kSilu:
+      return SiluInPlace(x, n);
+    case ActKind::kGelu:
+      return GeluErfInPlace(x, n);
+    case ActKind::kGeluTanh:
+      return GeluTanhInPlace(x, n);
     case ActKind::kRelu:
       for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0 ? x[i] : 0.0f;
       return;
@@ -426,10 +430,11 @@ float SlotLogit(const AttnOptions& opt, int h, int T, int64_t t) {
 
 // Weights over the visible keys of one query row (opt's rule), then the statistics and the pattern
 // row; returns the slot's probability. row: scores for keys [key0, key0 + n) of the block; the
-// query sees [first, last] (absolute). slot_logit (-inf: none) is the slot column's; opt.softcap > 0
-// caps the visible scores first. The statistics read the weights times the rule's stat_scale.
+// query sees [first, last] (absolute). slot_logit (-inf: none) is the slot column's; opt.softcap >
+// 0 caps the visible scores first. The statistics read the weights times the rule's stat_scale.
 float FinishRow(float* row, int key0, int n, int first, int last, int S, int64_t ht,
-                float* pattern_row, const AttnStats* stats, float slot_logit, const AttnOptions& opt) {
+                float* pattern_row, const AttnStats* stats, float slot_logit,
+                const AttnOptions& opt) {
   float* vis = row + (first - key0);
   const int count = last - first + 1;
   if (opt.softcap > 0) SoftCap(vis, count, opt.softcap);
@@ -481,8 +486,8 @@ static void BlockScores(const float* qb, int q_row, const float* kb, int kv_row,
 // The materialised path: each query block's full score rows (kBlock x keys), softmaxed in place and
 // copied into the (H, T, S) pattern. Used when a pattern is asked for, and as the slow reference
 // that tests hold the tiled path to.
-static void MaterialisedAttention(const float* q, const float* k, const float* v, float* out,
-                                  int T, int S, int n_heads, int n_kv_heads, int head_dim,
+static void MaterialisedAttention(const float* q, const float* k, const float* v, float* out, int T,
+                                  int S, int n_heads, int n_kv_heads, int head_dim,
                                   const AttnOptions& opt, float* pattern, const AttnStats* stats) {
   const int window = opt.window;
   SS_ASSERT(T <= S && n_heads % n_kv_heads == 0);
@@ -521,9 +526,9 @@ static void MaterialisedAttention(const float* q, const float* k, const float* v
         const int last = S - T + t;
         const int first = window > 0 ? std::max(0, last - window + 1) : 0;
         const int64_t ht = static_cast<int64_t>(h) * T + t;
-        slot_p[r] = FinishRow(scores.data() + static_cast<int64_t>(r) * n, key0, n, first, last, S,
-                              ht, pattern ? pattern + ht * S : nullptr, stats,
-                              SlotLogit(opt, h, T, t), opt);
+        slot_p[r] =
+            FinishRow(scores.data() + static_cast<int64_t>(r) * n, key0, n, first, last, S, ht,
+                      pattern ? pattern + ht * S : nullptr, stats, SlotLogit(opt, h, T, t), opt);
       }
       if (rows == 1) {
         std::fill(ob, ob + head_dim, 0.0f);
@@ -708,7 +713,8 @@ void FinishBlock(const TiledPlan& p, const QueryBlock& b, TiledScratch& s) {
     if (!stats) continue;
     if (stats->first_k_probs)
       for (int j = 0; j < K; ++j)
-        stats->first_k_probs[ht * K + j] = p.rule.Weight(s.first_logits[r * K + j], st) * e.stat_scale;
+        stats->first_k_probs[ht * K + j] =
+            p.rule.Weight(s.first_logits[r * K + j], st) * e.stat_scale;
     if (stats->top_key) stats->top_key[ht] = s.best_j[r];
     if (stats->top_prob) stats->top_prob[ht] = p.rule.Weight(s.best[r], st) * e.stat_scale;
     if (stats->sum_sq) stats->sum_sq[ht] = st.sq * e.stat_scale * e.stat_scale;
@@ -732,7 +738,8 @@ void TiledBlock(const TiledPlan& p, TiledScratch& s, int h, int block) {
     const float* qb = p.q + static_cast<int64_t>(b.t0) * p.q_row + h * p.head_dim;
     for (int r = 0; r < b.rows; ++r)
       for (int d = 0; d < p.head_dim; ++d)
-        s.q_scaled[static_cast<size_t>(r) * p.head_dim + d] = qb[static_cast<int64_t>(r) * p.q_row + d] * p.scale;
+        s.q_scaled[static_cast<size_t>(r) * p.head_dim + d] =
+            qb[static_cast<int64_t>(r) * p.q_row + d] * p.scale;
     ConvertBf16Rows(s.q_scaled.data(), b.rows, p.head_dim, p.head_dim, s.qb16.data(), p.ldq);
   }
   for (int r = 0; r < b.rows; ++r) p.rule.Start(s.state[r]);
@@ -751,8 +758,8 @@ void TiledBlock(const TiledPlan& p, TiledScratch& s, int h, int block) {
 
 }  // namespace
 
-static void TiledAttention(const float* q, const float* k, const float* v, float* out, int T,
-                           int S, int n_heads, int n_kv_heads, int head_dim, const AttnOptions& opt,
+static void TiledAttention(const float* q, const float* k, const float* v, float* out, int T, int S,
+                           int n_heads, int n_kv_heads, int head_dim, const AttnOptions& opt,
                            const AttnStats* stats, bool bf16) {
   // Long inputs take blocks of 256 queries, so that sgemm packs each key and value tile a quarter
   // as often as with 64 (analyze at T = 32,768: 268 s against 338 s); below 1,024 queries blocks of
@@ -767,10 +774,29 @@ static void TiledAttention(const float* q, const float* k, const float* v, float
   PackedBf16* kp = nullptr;
   PackedBf16* vp = nullptr;
   if (bf16) PackKvBf16(k, v, S, n_kv_heads, head_dim, kv_row, parallel, &kp, &vp);
-  const TiledPlan plan{q, k, v, out, T, S, n_heads, head_dim, n_heads / n_kv_heads,
-                       n_heads * head_dim, kv_row, stats ? stats->first_k : 0, tile_q,
-                       1.0f / std::sqrt(static_cast<float>(head_dim)), opt, opt.Rule(), stats,
-                       bf16, dh_pairs, (dh_pairs + 15) / 16 * 16, kTileK / 2, kp, vp};
+  const TiledPlan plan{q,
+                       k,
+                       v,
+                       out,
+                       T,
+                       S,
+                       n_heads,
+                       head_dim,
+                       n_heads / n_kv_heads,
+                       n_heads * head_dim,
+                       kv_row,
+                       stats ? stats->first_k : 0,
+                       tile_q,
+                       1.0f / std::sqrt(static_cast<float>(head_dim)),
+                       opt,
+                       opt.Rule(),
+                       stats,
+                       bf16,
+                       dh_pairs,
+                       (dh_pairs + 15) / 16 * 16,
+                       kTileK / 2,
+                       kp,
+                       vp};
 #pragma omp parallel if (parallel)
   {
     TiledScratch scratch(plan);
@@ -795,10 +821,9 @@ void Attention(const float* q, const float* k, const float* v, float* out, int T
   }
 }
 
-void SinkWindowAttention(const float* q_recent, const float* q_sink, const float* k,
-                         const float* v, float* out, int T, int n_heads, int n_kv_heads,
-                         int head_dim, int sinks, int window, int ring, int64_t first_index,
-                         const AttnOptions& opt) {
+void SinkWindowAttention(const float* q_recent, const float* q_sink, const float* k, const float* v,
+                         float* out, int T, int n_heads, int n_kv_heads, int head_dim, int sinks,
+                         int window, int ring, int64_t first_index, const AttnOptions& opt) {
   KvRows kr, vr;
   kr.f32 = k;
   vr.f32 = v;
@@ -826,7 +851,8 @@ static KvHead HeadOf(const KvRows& kv, int kvh, int head_dim, int kv_row) {
   const int g = e / panel;
   SS_ASSERT(e - g * panel + head_dim <= panel);  // panels hold whole heads
   const float* kept = kv.kept_slot ? kv.kept + static_cast<int64_t>(kvh) * head_dim : nullptr;
-  return {&kv, kv.bytes + static_cast<size_t>(g) * kv.panel_bytes, kv.row_bytes, e - g * panel, kept};
+  return {&kv, kv.bytes + static_cast<size_t>(g) * kv.panel_bytes, kv.row_bytes, e - g * panel,
+          kept};
 }
 
 // Calls f(r, n, kept_slot) over the rows [0, count) from row0, split into runs of stored rows
@@ -848,7 +874,9 @@ static void ForEachStoredRun(const KvHead& h, int row0, int count, F&& f) {
 static void StoredScores(const float* q, const KvHead& h, int row0, int count, int head_dim,
                          int kv_row, float* scores, float* scratch) {
   ForEachStoredRun(h, row0, count, [&](int r, int n, int slot) {
-    if (slot >= 0) return RowDots(q, h.kept + static_cast<int64_t>(slot) * kv_row, scores + r, head_dim, 1, kv_row);
+    if (slot >= 0)
+      return RowDots(q, h.kept + static_cast<int64_t>(slot) * kv_row, scores + r, head_dim, 1,
+                     kv_row);
     const uint8_t* rows = h.base + static_cast<size_t>(row0 + r) * h.stride;
     if (KvRowDots({h.kv->type, rows, h.stride, h.first, head_dim, n}, q, scores + r)) return;
     for (int c0 = 0; c0 < n; c0 += kDecodeChunk) {
@@ -866,7 +894,8 @@ static void StoredValues(const float* p, const KvHead& h, int row0, int count, i
                          int kv_row, float* acc, float* scratch) {
   ForEachStoredRun(h, row0, count, [&](int r, int n, int slot) {
     if (slot >= 0)
-      return AddWeightedRows(p + r, h.kept + static_cast<int64_t>(slot) * kv_row, kv_row, 1, head_dim, acc);
+      return AddWeightedRows(p + r, h.kept + static_cast<int64_t>(slot) * kv_row, kv_row, 1,
+                             head_dim, acc);
     const uint8_t* rows = h.base + static_cast<size_t>(row0 + r) * h.stride;
     if (KvAddWeightedRows({h.kv->type, rows, h.stride, h.first, head_dim, n}, p + r, acc)) return;
     for (int c0 = 0; c0 < n; c0 += kDecodeChunk) {
@@ -897,7 +926,8 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const KvRow
     float* scores = Workspace<float, 15>(static_cast<size_t>(sinks) + window);
     // A stored-type cache's rows decoded to f32 where the fused kernels do not apply.
     const bool stored = !k.f32 || !v.f32;
-    float* scratch = stored ? Workspace<float, 16>(static_cast<size_t>(kDecodeChunk) * head_dim) : nullptr;
+    float* scratch =
+        stored ? Workspace<float, 16>(static_cast<size_t>(kDecodeChunk) * head_dim) : nullptr;
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < work; ++item) {
       const int h = static_cast<int>(item / T);
@@ -914,7 +944,10 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const KvRow
       // The visible cache rows as runs of consecutive rows: the sinks, then the recent tokens,
       // which wrap around the ring at most once. Each run's scores are one set of row dot
       // products, its values one weighted row sum.
-      struct Run { int row0, count; const float* q; };
+      struct Run {
+        int row0, count;
+        const float* q;
+      };
       Run runs[3];
       int n_runs = 0, n = 0;
       const float* qs = q_sink + static_cast<int64_t>(t) * q_row + h * head_dim;
@@ -932,7 +965,8 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const KvRow
           RowDots(runs[r].q, k.f32 + static_cast<int64_t>(runs[r].row0) * kv_row + kvh * head_dim,
                   scores + n, head_dim, runs[r].count, kv_row);
         else
-          StoredScores(runs[r].q, kh, runs[r].row0, runs[r].count, head_dim, kv_row, scores + n, scratch);
+          StoredScores(runs[r].q, kh, runs[r].row0, runs[r].count, head_dim, kv_row, scores + n,
+                       scratch);
         n += runs[r].count;
       }
       for (int j = 0; j < n; ++j) scores[j] *= scale;
@@ -944,7 +978,8 @@ void SinkWindowAttention(const float* q_recent, const float* q_sink, const KvRow
       const KvHead vh = v.f32 ? KvHead{} : HeadOf(v, kvh, head_dim, kv_row);
       for (int r = 0, at = 0; r < n_runs; at += runs[r].count, ++r) {
         if (v.f32)
-          AddWeightedRows(scores + at, v.f32 + static_cast<int64_t>(runs[r].row0) * kv_row + kvh * head_dim,
+          AddWeightedRows(scores + at,
+                          v.f32 + static_cast<int64_t>(runs[r].row0) * kv_row + kvh * head_dim,
                           kv_row, runs[r].count, head_dim, o);
         else
           StoredValues(scores + at, vh, runs[r].row0, runs[r].count, head_dim, kv_row, o, scratch);
@@ -966,8 +1001,8 @@ void AttentionFromPattern(const float* pattern, const float* v, float* out, int 
     const float* vh = v + kvh * head_dim;
     float* o = out + h * head_dim;
     if (T > 1) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, head_dim, S, 1.0f, p, S, vh,
-                  kv_row, 0.0f, o, q_row);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, head_dim, S, 1.0f, p, S, vh, kv_row,
+                  0.0f, o, q_row);
       continue;
     }
     std::fill(o, o + head_dim, 0.0f);

@@ -8,8 +8,8 @@
 #include <span>
 
 #include "kernels/attn_rule.h"
-#include "kernels/kv_types.h"
 #include "kernels/kinds.h"
+#include "kernels/kv_types.h"
 
 namespace ss {
 
@@ -35,7 +35,8 @@ void MatVecBatch(const float* x, int in, std::span<const MatVecJob> jobs);
 // weight_offset is 1 for Gemma (Gemma2RMSNorm multiplies by 1 + weight), else 0.
 void RmsNorm(const float* x, const float* weight, float* out, int T, int D, float eps,
              float weight_offset = 0.0f);
-// out (T, D) = (x - mean) / sqrt(var + eps) * weight + bias (biased variance, as torch.nn.LayerNorm).
+// out (T, D) = (x - mean) / sqrt(var + eps) * weight + bias (biased variance, as
+// torch.nn.LayerNorm).
 void LayerNorm(const float* x, const float* weight, const float* bias, float* out, int T, int D,
                float eps);
 
@@ -74,11 +75,11 @@ void ClampedGlu(float* gate, const float* up, int64_t n, float limit);
 // Statistics of the attention probabilities, accumulated inside the attention kernel so that the
 // (H, T, S) pattern never has to be stored (DESIGN.md "Hook points"). All arrays are optional.
 struct AttnStats {
-  int first_k = 0;           // K: how many leading key positions to record
-  float* first_k_probs;      // (H, T, K) A[h][t][j] for j < K (0 where j is not visible)
-  int* top_key;              // (H, T) argmax_j A[h][t][j] (cache index)
-  float* top_prob;           // (H, T) the max probability
-  float* sum_sq;             // (H, T) sum_j A[h][t][j]^2 (the cone model's concentration term)
+  int first_k = 0;             // K: how many leading key positions to record
+  float* first_k_probs;        // (H, T, K) A[h][t][j] for j < K (0 where j is not visible)
+  int* top_key;                // (H, T) argmax_j A[h][t][j] (cache index)
+  float* top_prob;             // (H, T) the max probability
+  float* sum_sq;               // (H, T) sum_j A[h][t][j]^2 (the cone model's concentration term)
   float* sink_prob = nullptr;  // (H, T) the mass on the learned sink slot (0 without sink logits)
   // (H, T) the weights' sum over the keys before the statistics' normalisation: 1 - p_slot for
   // softmax, the unnormalised total for sigmoid attention (how much the query attends at all).
@@ -86,8 +87,9 @@ struct AttnStats {
 };
 
 // What a layer's attention adds to plain causal softmax attention.
-//   window: the query sees only the last `window` keys (sliding-window layers); 0: all earlier keys.
-//   sink_logits: (H) one learned logit per head that joins every row's softmax as an extra column
+//   window: the query sees only the last `window` keys (sliding-window layers); 0: all earlier
+//   keys. sink_logits: (H) one learned logit per head that joins every row's softmax as an extra
+//   column
 //     with no value (gpt-oss, modeling_gpt_oss.py: softmax over [q.k / sqrt(Dh), s_h], the last
 //     column dropped), so a row's probabilities over the keys sum to 1 - p_sink. Null: none.
 //     A logit of -inf gives plain attention.
@@ -112,8 +114,8 @@ struct AttnOptions {
 };
 
 // Causal grouped-query attention of T new queries over S cached keys (the last T of which are the
-// new tokens): query t sees keys [0, S - T + t] (and only the last opt.window of those if it is > 0);
-// learned sink logits and soft-capping as AttnOptions says.
+// new tokens): query t sees keys [0, S - T + t] (and only the last opt.window of those if it is >
+// 0); learned sink logits and soft-capping as AttnOptions says.
 //   q (T, H*Dh) rotated;  k, v (S, Hkv*Dh) cache;  out (T, H*Dh)
 //   pattern: if not null, receives the full probabilities (H, T, S), zero where masked.
 //   bf16: the tiled path's two products (q k^T and p v) with bf16 operands and f32 sums
@@ -142,17 +144,16 @@ void AddSlotValue(const AttnOptions& opt, int kvh, int head_dim, float p, float*
 // at m (relative distance to a recent key = stream distance), q_sink at the query's cache position.
 //   q_recent, q_sink (T, H*Dh);  k, v (sinks + ring, Hkv*Dh);  out (T, H*Dh)
 // The caller guarantees every visible row holds the right entry (ring >= window - 1 + T).
-// opt: learned sink logits and soft-capping as in Attention; opt.window > 0 (a sliding-window layer)
-// further limits what the query sees to the keys less than opt.window cache positions before it,
-// as a fresh forward over the cache's contents would: sink row j at cache distance
-// (query cache position - j), a recent key at its stream distance (the same inside the cache).
-void SinkWindowAttention(const float* q_recent, const float* q_sink, const float* k,
-                         const float* v, float* out, int T, int n_heads, int n_kv_heads,
-                         int head_dim, int sinks, int window, int ring, int64_t first_index,
-                         const AttnOptions& opt = {});
+// opt: learned sink logits and soft-capping as in Attention; opt.window > 0 (a sliding-window
+// layer) further limits what the query sees to the keys less than opt.window cache positions before
+// it, as a fresh forward over the cache's contents would: sink row j at cache distance (query cache
+// position - j), a recent key at its stream distance (the same inside the cache).
+void SinkWindowAttention(const float* q_recent, const float* q_sink, const float* k, const float* v,
+                         float* out, int T, int n_heads, int n_kv_heads, int head_dim, int sinks,
+                         int window, int ring, int64_t first_index, const AttnOptions& opt = {});
 // The cache rows of SinkWindowAttention as a streaming cache stores them (--kv-type, f32 included).
-// Each row is cut into panels of panel_values values (0: one panel, the whole row); panel g of row r
-// is an encoded row of those values (KvEncodeRow) at bytes + g * panel_bytes + r * row_bytes. A
+// Each row is cut into panels of panel_values values (0: one panel, the whole row); panel g of row
+// r is an encoded row of those values (KvEncodeRow) at bytes + g * panel_bytes + r * row_bytes. A
 // streaming cache stores panels of whole heads, each panel's rows contiguous (head-major,
 // kernels/kv_types.h KvPanelValues); row_bytes = KvRowBytes(type, kv_row) and one panel is the
 // row-major layout. Rows with kept_slot[r] >= 0 are f32 rows of `kept` instead (kv_row floats
@@ -164,9 +165,9 @@ struct KvRows {
   const float* f32 = nullptr;
   KvType type = KvType::kF32;
   const uint8_t* bytes = nullptr;
-  size_t row_bytes = 0;       // from a row of a panel to the next
-  int panel_values = 0;       // values of a row per panel; 0: the whole row
-  size_t panel_bytes = 0;     // from a panel to the next
+  size_t row_bytes = 0;            // from a row of a panel to the next
+  int panel_values = 0;            // values of a row per panel; 0: the whole row
+  size_t panel_bytes = 0;          // from a panel to the next
   const int* kept_slot = nullptr;  // per row, or null: none kept
   const float* kept = nullptr;
 };

@@ -2,9 +2,8 @@
 
 #include <cblas.h>
 #include <dlfcn.h>
-#include <omp.h>
-
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <cstdlib>
 
@@ -43,7 +42,8 @@ BlasInfo GetBlasInfo() {
   if (const char* c = openblas_get_corename()) info.core = c;
   info.parallel = openblas_get_parallel();
   Dl_info dl{};
-  if (dladdr(reinterpret_cast<void*>(&cblas_sgemm), &dl) && dl.dli_fname) info.library = dl.dli_fname;
+  if (dladdr(reinterpret_cast<void*>(&cblas_sgemm), &dl) && dl.dli_fname)
+    info.library = dl.dli_fname;
   return info;
 }
 

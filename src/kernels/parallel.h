@@ -10,7 +10,8 @@
 namespace ss {
 
 // GOMP_SPINCOUNT the CLI and the Python module set when the user chose no OpenMP wait policy:
-// threads spin about this many iterations (tens of microseconds) before sleeping (src/app/main.cpp).
+// threads spin about this many iterations (tens of microseconds) before sleeping
+// (src/app/main.cpp).
 inline constexpr const char* kSpinCount = "10000";
 // The spin of work that decodes a token at a time: about a hundred times longer, a few
 // milliseconds (src/app/main.cpp says why; cli/commands.h's SpinCountFor picks it per verb).
@@ -37,7 +38,7 @@ struct BlasInfo {
   std::string config;  // openblas_get_config(), e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY ..."
   std::string core;    // openblas_get_corename(), the kernel set chosen for this CPU
   int parallel = 0;    // openblas_get_parallel(): 0 sequential, 1 pthreads, 2 OpenMP
-  std::string library; // path of the shared object that provides cblas_sgemm
+  std::string library;  // path of the shared object that provides cblas_sgemm
   bool openmp() const { return parallel == 2; }
 };
 BlasInfo GetBlasInfo();

@@ -1,6 +1,6 @@
-// Small pieces the kernels share (ops.cpp, vecmath.cpp, gemm_q8.cpp, gemm_ggml.cpp, gemm_dot.cpp). The vector
-// helper carries its own target attribute, so it inlines into any AVX2 / AVX-512 function and is
-// only ever reached from code that checked the CPU first.
+// Small pieces the kernels share (ops.cpp, vecmath.cpp, gemm_q8.cpp, gemm_ggml.cpp, gemm_dot.cpp).
+// The vector helper carries its own target attribute, so it inlines into any AVX2 / AVX-512
+// function and is only ever reached from code that checked the CPU first.
 #pragma once
 
 #include <immintrin.h>

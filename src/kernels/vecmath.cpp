@@ -23,10 +23,10 @@ constexpr float kP0 = 1.9875691500E-4f, kP1 = 1.3981999507E-3f, kP2 = 8.33345190
 // erf: Abramowitz and Stegun 7.1.26, |error| <= 1.5e-7.
 constexpr float kErfP = 0.3275911f, kErfA1 = 0.254829592f, kErfA2 = -0.284496736f,
                 kErfA3 = 1.421413741f, kErfA4 = -1.453152027f, kErfA5 = 1.061405429f;
-constexpr float kSqrt2Inv = 0.70710678118654752f, kGeluC = 0.7978845608028654f,
-                kGeluK = 0.044715f;
+constexpr float kSqrt2Inv = 0.70710678118654752f, kGeluC = 0.7978845608028654f, kGeluK = 0.044715f;
 
-// ---- AVX-512 -------------------------------------------------------------------------------------
+// ---- AVX-512
+// -------------------------------------------------------------------------------------
 
 __attribute__((target("avx512f"))) inline __m512 Exp512(__m512 x) {
   const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpLo), _CMP_LT_OQ);
@@ -44,8 +44,8 @@ __attribute__((target("avx512f"))) inline __m512 Exp512(__m512 x) {
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kP5));
   y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   // Scale by 2^n: n is in [-126, 127], so the biased exponent n + 127 is a valid normal exponent.
-  const __m512i e = _mm512_slli_epi32(
-      _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  const __m512i e =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
   y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
   return _mm512_maskz_mov_ps(static_cast<__mmask16>(~under), y);  // below 2^-126: 0
 }
@@ -94,7 +94,7 @@ __attribute__((target("avx512f"))) float MaxOf512(const float* x, int64_t n) {
 }
 
 __attribute__((target("avx512f"))) float ExpShiftSum512(float* x, int64_t n, float shift,
-                                                         float* sum_sq) {
+                                                        float* sum_sq) {
   const __m512 s = _mm512_set1_ps(shift);
   __m512 acc = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps();
   int64_t i = 0;
@@ -106,7 +106,8 @@ __attribute__((target("avx512f"))) float ExpShiftSum512(float* x, int64_t n, flo
   }
   if (i < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    const __m512 e = _mm512_maskz_mov_ps(m, Exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s)));
+    const __m512 e =
+        _mm512_maskz_mov_ps(m, Exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s)));
     _mm512_mask_storeu_ps(x + i, m, e);
     acc = _mm512_add_ps(acc, e);
     acc2 = _mm512_fmadd_ps(e, e, acc2);
@@ -117,30 +118,35 @@ __attribute__((target("avx512f"))) float ExpShiftSum512(float* x, int64_t n, flo
 
 __attribute__((target("avx512f"))) void Scale512(float* x, int64_t n, float s) {
   const __m512 v = _mm512_set1_ps(s);
-  Map512(x, n, [&](__m512 a) __attribute__((target("avx512f"))) { return _mm512_mul_ps(a, v); });
+  Map512(
+      x, n, [&](__m512 a) __attribute__((target("avx512f"))) { return _mm512_mul_ps(a, v); });
 }
 
 __attribute__((target("avx512f"))) void Silu512(float* x, int64_t n) {
-  Map512(x, n, [](__m512 a) __attribute__((target("avx512f"))) {
-    const __m512 e = Exp512(_mm512_sub_ps(_mm512_setzero_ps(), a));
-    return _mm512_div_ps(a, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
-  });
+  Map512(
+      x, n, [](__m512 a) __attribute__((target("avx512f"))) {
+        const __m512 e = Exp512(_mm512_sub_ps(_mm512_setzero_ps(), a));
+        return _mm512_div_ps(a, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+      });
 }
 
 __attribute__((target("avx512f"))) void GeluTanh512(float* x, int64_t n) {
-  Map512(x, n, [](__m512 a) __attribute__((target("avx512f"))) {
-    const __m512 a3 = _mm512_mul_ps(_mm512_mul_ps(a, a), a);
-    const __m512 u = _mm512_mul_ps(_mm512_set1_ps(kGeluC), _mm512_fmadd_ps(_mm512_set1_ps(kGeluK), a3, a));
-    const __m512 half_a = _mm512_mul_ps(_mm512_set1_ps(0.5f), a);
-    return _mm512_fmadd_ps(half_a, Tanh512(u), half_a);
-  });
+  Map512(
+      x, n, [](__m512 a) __attribute__((target("avx512f"))) {
+        const __m512 a3 = _mm512_mul_ps(_mm512_mul_ps(a, a), a);
+        const __m512 u =
+            _mm512_mul_ps(_mm512_set1_ps(kGeluC), _mm512_fmadd_ps(_mm512_set1_ps(kGeluK), a3, a));
+        const __m512 half_a = _mm512_mul_ps(_mm512_set1_ps(0.5f), a);
+        return _mm512_fmadd_ps(half_a, Tanh512(u), half_a);
+      });
 }
 
 __attribute__((target("avx512f"))) void GeluErf512(float* x, int64_t n) {
-  Map512(x, n, [](__m512 a) __attribute__((target("avx512f"))) {
-    const __m512 half_a = _mm512_mul_ps(_mm512_set1_ps(0.5f), a);
-    return _mm512_fmadd_ps(half_a, Erf512(_mm512_mul_ps(a, _mm512_set1_ps(kSqrt2Inv))), half_a);
-  });
+  Map512(
+      x, n, [](__m512 a) __attribute__((target("avx512f"))) {
+        const __m512 half_a = _mm512_mul_ps(_mm512_set1_ps(0.5f), a);
+        return _mm512_fmadd_ps(half_a, Erf512(_mm512_mul_ps(a, _mm512_set1_ps(kSqrt2Inv))), half_a);
+      });
 }
 
 __attribute__((target("avx512f"))) void SiluMul512(float* gate, const float* up, int64_t n) {
@@ -150,7 +156,8 @@ __attribute__((target("avx512f"))) void SiluMul512(float* gate, const float* up,
     return _mm512_div_ps(a, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
   };
   for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(gate + i, _mm512_mul_ps(silu(_mm512_loadu_ps(gate + i)), _mm512_loadu_ps(up + i)));
+    _mm512_storeu_ps(gate + i,
+                     _mm512_mul_ps(silu(_mm512_loadu_ps(gate + i)), _mm512_loadu_ps(up + i)));
   if (i < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
     const __m512 g = silu(_mm512_maskz_loadu_ps(m, gate + i));
@@ -171,7 +178,8 @@ __attribute__((target("avx512f"))) void Sigmoid512(const float* x, float* out, i
   }
 }
 
-// ---- AVX2 + FMA ----------------------------------------------------------------------------------
+// ---- AVX2 + FMA
+// ----------------------------------------------------------------------------------
 
 #define SS_AVX2 __attribute__((target("avx2,fma")))
 
@@ -190,8 +198,8 @@ SS_AVX2 inline __m256 Exp256(__m256 x) {
   y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kP4));
   y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kP5));
   y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
   return _mm256_andnot_ps(under, y);
 }
@@ -278,12 +286,15 @@ SS_AVX2 inline __m256 SiluV256(__m256 a) {
   return _mm256_div_ps(a, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
-SS_AVX2 void Silu256(float* x, int64_t n) { Map256(x, n, [](__m256 a) SS_AVX2 { return SiluV256(a); }); }
+SS_AVX2 void Silu256(float* x, int64_t n) {
+  Map256(x, n, [](__m256 a) SS_AVX2 { return SiluV256(a); });
+}
 
 SS_AVX2 void GeluTanh256(float* x, int64_t n) {
   Map256(x, n, [](__m256 a) SS_AVX2 {
     const __m256 a3 = _mm256_mul_ps(_mm256_mul_ps(a, a), a);
-    const __m256 u = _mm256_mul_ps(_mm256_set1_ps(kGeluC), _mm256_fmadd_ps(_mm256_set1_ps(kGeluK), a3, a));
+    const __m256 u =
+        _mm256_mul_ps(_mm256_set1_ps(kGeluC), _mm256_fmadd_ps(_mm256_set1_ps(kGeluK), a3, a));
     const __m256 half_a = _mm256_mul_ps(_mm256_set1_ps(0.5f), a);
     return _mm256_fmadd_ps(half_a, Tanh256(u), half_a);
   });
@@ -299,7 +310,8 @@ SS_AVX2 void GeluErf256(float* x, int64_t n) {
 SS_AVX2 void SiluMul256(float* gate, const float* up, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(gate + i, _mm256_mul_ps(SiluV256(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
+    _mm256_storeu_ps(gate + i,
+                     _mm256_mul_ps(SiluV256(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
   for (; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
@@ -307,18 +319,22 @@ SS_AVX2 void Sigmoid256(const float* x, float* out, int64_t n) {
   const __m256 one = _mm256_set1_ps(1.0f);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_div_ps(one, _mm256_add_ps(one, Exp256(_mm256_sub_ps(
-                                                     _mm256_setzero_ps(), _mm256_loadu_ps(x + i))))));
+    _mm256_storeu_ps(
+        out + i,
+        _mm256_div_ps(one, _mm256_add_ps(one, Exp256(_mm256_sub_ps(_mm256_setzero_ps(),
+                                                                   _mm256_loadu_ps(x + i))))));
   for (; i < n; ++i) out[i] = 1.0f / (1.0f + std::exp(-x[i]));
 }
 
 #undef SS_AVX2
 
-// ---- Dispatch ------------------------------------------------------------------------------------
+// ---- Dispatch
+// ------------------------------------------------------------------------------------
 
 SimdLevel CpuLevel() {
   __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return SimdLevel::kPortable;
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+    return SimdLevel::kPortable;
   return __builtin_cpu_supports("avx512f") ? SimdLevel::kAvx512 : SimdLevel::kAvx2;
 }
 
@@ -326,9 +342,12 @@ SimdLevel InitialLevel() {
   SimdLevel level = CpuLevel();
   if (const char* env = std::getenv("SINKSCOPE_SIMD")) {
     SimdLevel want = level;
-    if (!std::strcmp(env, "portable")) want = SimdLevel::kPortable;
-    else if (!std::strcmp(env, "avx2")) want = SimdLevel::kAvx2;
-    else if (!std::strcmp(env, "avx512")) want = SimdLevel::kAvx512;
+    if (!std::strcmp(env, "portable"))
+      want = SimdLevel::kPortable;
+    else if (!std::strcmp(env, "avx2"))
+      want = SimdLevel::kAvx2;
+    else if (!std::strcmp(env, "avx512"))
+      want = SimdLevel::kAvx512;
     level = std::min(level, want);
   }
   return level;
@@ -347,18 +366,24 @@ SimdLevel CpuSimdLevel() { return CpuLevel(); }
 
 std::string SimdLevelName(SimdLevel level) {
   switch (level) {
-    case SimdLevel::kAvx512: return "avx512";
-    case SimdLevel::kAvx2: return "avx2";
-    case SimdLevel::kPortable: return "portable";
+    case SimdLevel::kAvx512:
+      return "avx512";
+    case SimdLevel::kAvx2:
+      return "avx2";
+    case SimdLevel::kPortable:
+      return "portable";
   }
   return "?";
 }
 
 float MaxOf(const float* x, int64_t n) {
   switch (ActiveSimdLevel()) {
-    case SimdLevel::kAvx512: return MaxOf512(x, n);
-    case SimdLevel::kAvx2: return MaxOf256(x, n);
-    case SimdLevel::kPortable: break;
+    case SimdLevel::kAvx512:
+      return MaxOf512(x, n);
+    case SimdLevel::kAvx2:
+      return MaxOf256(x, n);
+    case SimdLevel::kPortable:
+      break;
   }
   float r = x[0];
   for (int64_t i = 1; i < n; ++i) r = std::max(r, x[i]);
@@ -367,9 +392,12 @@ float MaxOf(const float* x, int64_t n) {
 
 float ExpShiftSum(float* x, int64_t n, float shift, float* sum_sq) {
   switch (ActiveSimdLevel()) {
-    case SimdLevel::kAvx512: return ExpShiftSum512(x, n, shift, sum_sq);
-    case SimdLevel::kAvx2: return ExpShiftSum256(x, n, shift, sum_sq);
-    case SimdLevel::kPortable: break;
+    case SimdLevel::kAvx512:
+      return ExpShiftSum512(x, n, shift, sum_sq);
+    case SimdLevel::kAvx2:
+      return ExpShiftSum256(x, n, shift, sum_sq);
+    case SimdLevel::kPortable:
+      break;
   }
   float sum = 0.0f, sq = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
@@ -383,27 +411,36 @@ float ExpShiftSum(float* x, int64_t n, float shift, float* sum_sq) {
 
 void Scale(float* x, int64_t n, float s) {
   switch (ActiveSimdLevel()) {
-    case SimdLevel::kAvx512: return Scale512(x, n, s);
-    case SimdLevel::kAvx2: return Scale256(x, n, s);
-    case SimdLevel::kPortable: break;
+    case SimdLevel::kAvx512:
+      return Scale512(x, n, s);
+    case SimdLevel::kAvx2:
+      return Scale256(x, n, s);
+    case SimdLevel::kPortable:
+      break;
   }
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
 void SiluInPlace(float* x, int64_t n) {
   switch (ActiveSimdLevel()) {
-    case SimdLevel::kAvx512: return Silu512(x, n);
-    case SimdLevel::kAvx2: return Silu256(x, n);
-    case SimdLevel::kPortable: break;
+    case SimdLevel::kAvx512:
+      return Silu512(x, n);
+    case SimdLevel::kAvx2:
+      return Silu256(x, n);
+    case SimdLevel::kPortable:
+      break;
   }
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
 void GeluTanhInPlace(float* x, int64_t n) {
   switch (ActiveSimdLevel()) {
-    case SimdLevel::kAvx512: return GeluTanh512(x, n);
-    case SimdLevel::kAvx2: return GeluTanh256(x, n);
-    case SimdLevel::kPortable: break;
+    case SimdLevel::kAvx512:
+      return GeluTanh512(x, n);
+    case SimdLevel::kAvx2:
+      return GeluTanh256(x, n);
+    case SimdLevel::kPortable:
+      break;
   }
   for (int64_t i = 0; i < n; ++i) {
     const float a = x[i];
@@ -413,27 +450,36 @@ void GeluTanhInPlace(float* x, int64_t n) {
 
 void GeluErfInPlace(float* x, int64_t n) {
   switch (ActiveSimdLevel()) {
-    case SimdLevel::kAvx512: return GeluErf512(x, n);
-    case SimdLevel::kAvx2: return GeluErf256(x, n);
-    case SimdLevel::kPortable: break;
+    case SimdLevel::kAvx512:
+      return GeluErf512(x, n);
+    case SimdLevel::kAvx2:
+      return GeluErf256(x, n);
+    case SimdLevel::kPortable:
+      break;
   }
   for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kSqrt2Inv));
 }
 
 void SiluMul(float* gate, const float* up, int64_t n) {
   switch (ActiveSimdLevel()) {
-    case SimdLevel::kAvx512: return SiluMul512(gate, up, n);
-    case SimdLevel::kAvx2: return SiluMul256(gate, up, n);
-    case SimdLevel::kPortable: break;
+    case SimdLevel::kAvx512:
+      return SiluMul512(gate, up, n);
+    case SimdLevel::kAvx2:
+      return SiluMul256(gate, up, n);
+    case SimdLevel::kPortable:
+      break;
   }
   for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
 void Sigmoid(const float* x, float* out, int64_t n) {
   switch (ActiveSimdLevel()) {
-    case SimdLevel::kAvx512: return Sigmoid512(x, out, n);
-    case SimdLevel::kAvx2: return Sigmoid256(x, out, n);
-    case SimdLevel::kPortable: break;
+    case SimdLevel::kAvx512:
+      return Sigmoid512(x, out, n);
+    case SimdLevel::kAvx2:
+      return Sigmoid256(x, out, n);
+    case SimdLevel::kPortable:
+      break;
   }
   for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / (1.0f + std::exp(-x[i]));
 }

@@ -18,7 +18,8 @@ SimdLevel ActiveSimdLevel();
 void ForceSimdLevel(SimdLevel level);
 // The best level the CPU supports (kAvx2 and above imply AVX2 + FMA).
 SimdLevel CpuSimdLevel();
-// Whether AVX2 + FMA code may run now (the active level is kAvx2 or above; it never exceeds the CPU).
+// Whether AVX2 + FMA code may run now (the active level is kAvx2 or above; it never exceeds the
+// CPU).
 inline bool Avx2FmaActive() { return ActiveSimdLevel() != SimdLevel::kPortable; }
 std::string SimdLevelName(SimdLevel level);
 

@@ -1,10 +1,10 @@
 #include "model/arch.h"
 
-#include <algorithm>
-#include <vector>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
+#include <vector>
 
 namespace ss {
 
@@ -24,7 +24,8 @@ std::vector<ArchEntry> CollectFamilies() {
 #include "families.inc"
 #undef SS_FAMILY_FILE
   // Llama first: it is the default, and the family listings read best from it.
-  std::stable_partition(all.begin(), all.end(), [](const ArchEntry& a) { return std::string(a.name) == "llama"; });
+  std::stable_partition(all.begin(), all.end(),
+                        [](const ArchEntry& a) { return std::string(a.name) == "llama"; });
   return all;
 }
 
@@ -59,7 +60,8 @@ const ArchEntry* FindGgufArchitecture(const std::string& gguf_arch) {
 
 TensorMap FamilyTensorMap(const ModelConfig& config, TensorNaming naming, ModelWeights& weights) {
   const ArchEntry& entry = FindArchitecture(config.arch);
-  if (!entry.tensors) Fail("architecture '{}' has no Hugging Face / GGUF tensor layout", config.arch);
+  if (!entry.tensors)
+    Fail("architecture '{}' has no Hugging Face / GGUF tensor layout", config.arch);
   if (naming == TensorNaming::kGguf && !entry.gguf_arch)
     Fail("architecture '{}' has no GGUF tensor naming", config.arch);
   weights.layers.resize(config.n_layers);

@@ -31,11 +31,11 @@ using FamilyReadFn = void (*)(const ConfigReader& r, const FamilyDefaults& defau
 using FamilyWriteFn = void (*)(const ModelConfig& config, ConfigWriter& w);
 
 struct ArchEntry {
-  const char* name;          // ModelConfig::arch (Hugging Face model_type)
-  const char* hf_class;      // config.json architectures[0]
-  const char* gguf_arch;     // llama.cpp's general.architecture; null: no GGUF naming
+  const char* name;       // ModelConfig::arch (Hugging Face model_type)
+  const char* hf_class;   // config.json architectures[0]
+  const char* gguf_arch;  // llama.cpp's general.architecture; null: no GGUF naming
   const char* description;
-  FamilyDefaults defaults;   // transformers' defaults for what config.json omits
+  FamilyDefaults defaults;  // transformers' defaults for what config.json omits
   FamilyReadFn read;
   FamilyWriteFn write;
   FamilyTensorMapFn tensors;

@@ -46,11 +46,16 @@ TensorMap GemmaTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& 
   const int64_t D = c.dim, Dh = c.head_dim;
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& lw = w.layers[l];
-    auto name = [&](const char* hf_name, const char* gguf) { return LayerTensorName(naming, l, hf_name, gguf); };
+    auto name = [&](const char* hf_name, const char* gguf) {
+      return LayerTensorName(naming, l, hf_name, gguf);
+    };
     map.specs.push_back(norm(name("input_layernorm.weight", "attn_norm.weight"), &lw.attn_norm, D));
-    map.specs.push_back(norm(name("post_attention_layernorm.weight", "post_attention_norm.weight"), &lw.attn_post_norm, D));
-    map.specs.push_back(norm(name("pre_feedforward_layernorm.weight", "ffn_norm.weight"), &lw.ffn_norm, D));
-    map.specs.push_back(norm(name("post_feedforward_layernorm.weight", "post_ffw_norm.weight"), &lw.ffn_post_norm, D));
+    map.specs.push_back(norm(name("post_attention_layernorm.weight", "post_attention_norm.weight"),
+                             &lw.attn_post_norm, D));
+    map.specs.push_back(
+        norm(name("pre_feedforward_layernorm.weight", "ffn_norm.weight"), &lw.ffn_norm, D));
+    map.specs.push_back(norm(name("post_feedforward_layernorm.weight", "post_ffw_norm.weight"),
+                             &lw.ffn_post_norm, D));
     if (c.qk_norm == QkNormKind::kPerHead) {
       TensorSpec qn = norm(name("self_attn.q_norm.weight", "attn_q_norm.weight"), &lw.q_norm, Dh);
       TensorSpec kn = norm(name("self_attn.k_norm.weight", "attn_k_norm.weight"), &lw.k_norm, Dh);
@@ -90,16 +95,19 @@ void ReadGemma(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
   const bool gemma3 = std::string(c->arch) == "gemma3_text";
   ReadLlamaCore(r, d, /*head_dim_default=*/256, c);
   ReadAttentionBias(r, false, c);
-  if (c->qkv_bias) ss::Fail("{}: attention_bias = true is not supported for {}", r.source(), c->arch);
+  if (c->qkv_bias)
+    ss::Fail("{}: attention_bias = true is not supported for {}", r.source(), c->arch);
   // Gemma's MLP reads hidden_activation (hidden_act is the older name).
-  const Key act = r.Has({"hidden_activation", nullptr}) ? Key{"hidden_activation", nullptr} : Key{"hidden_act", nullptr};
+  const Key act = r.Has({"hidden_activation", nullptr}) ? Key{"hidden_activation", nullptr}
+                                                        : Key{"hidden_act", nullptr};
   c->act = ReadAct(r, act, "gelu_pytorch_tanh");
   c->norm_weight_offset = 1.0f;  // GGUF: the file's norms hold 1 + w; the map subtracts the 1
   c->embed_scale = std::sqrt(static_cast<float>(c->dim));
   // llama.cpp derives the query scale from the head size; sinkscope's GGUF carries HF's value.
   r.Spelled("query_pre_attn_scalar", kQueryScalar);
   c->query_pre_attn_scalar = r.Real(kQueryScalar, r.gguf() ? c->head_dim : 256.0);
-  if (!(c->query_pre_attn_scalar > 0)) r.Fail(kQueryScalar, "must be positive, found {}", c->query_pre_attn_scalar);
+  if (!(c->query_pre_attn_scalar > 0))
+    r.Fail(kQueryScalar, "must be positive, found {}", c->query_pre_attn_scalar);
   c->sliding_window = ReadSlidingWindow(r, r.HfDefault<int64_t>(4096), *c);
   int pattern = 2;
   if (gemma3) {
@@ -134,7 +142,8 @@ void WriteGemma(const ModelConfig& c, ConfigWriter& w) {
   w.Int(kWindow, c.sliding_window);
   WriteLayerTypes(c, w);
   if (c.arch == "gemma3_text") w.Float(kLocalBase, c.rope_local_theta);
-  for (auto [key, cap] : {std::pair{kAttnCap, c.attn_logit_softcap}, std::pair{kFinalCap, c.final_logit_softcap}}) {
+  for (auto [key, cap] :
+       {std::pair{kAttnCap, c.attn_logit_softcap}, std::pair{kFinalCap, c.final_logit_softcap}}) {
     if (cap > 0) {
       w.Float(key, cap);
     } else {
@@ -147,16 +156,30 @@ void WriteGemma(const ModelConfig& c, ConfigWriter& w) {
 
 std::span<const ArchEntry> Families_gemma() {
   static const ArchEntry families[] = {
-      {"gemma2", "Gemma2ForCausalLM", "gemma2",
+      {"gemma2",
+       "Gemma2ForCausalLM",
+       "gemma2",
        "Gemma 2: scaled embeddings, (1 + w) RMSNorm before and after attention and MLP, GeGLU, "
        "soft-capped attention and output logits, alternating sliding / global layers",
-       {true, 1e-6f, 10000.0f, 8192, 2, 1}, &ReadGemma, &WriteGemma, &GemmaTensors,
-       &ForwardSequential, false, /*reads_softcaps=*/true},
-      {"gemma3_text", "Gemma3ForCausalLM", "gemma3",
+       {true, 1e-6f, 10000.0f, 8192, 2, 1},
+       &ReadGemma,
+       &WriteGemma,
+       &GemmaTensors,
+       &ForwardSequential,
+       false,
+       /*reads_softcaps=*/true},
+      {"gemma3_text",
+       "Gemma3ForCausalLM",
+       "gemma3",
        "Gemma 3 (text): Gemma 2's block with per-head q/k norms, 5 sliding layers per global one, "
        "a local RoPE base for sliding layers, no soft-capping",
-       {true, 1e-6f, 1e6f, 131072, 2, 1}, &ReadGemma, &WriteGemma, &GemmaTensors,
-       &ForwardSequential, false, /*reads_softcaps=*/true},
+       {true, 1e-6f, 1e6f, 131072, 2, 1},
+       &ReadGemma,
+       &WriteGemma,
+       &GemmaTensors,
+       &ForwardSequential,
+       false,
+       /*reads_softcaps=*/true},
   };
   return families;
 }

@@ -28,15 +28,18 @@ void ForwardGpt2(ForwardContext& ctx) {
   for (int l = ctx.request.first_layer, last = LastLayer(ctx.request, c); l <= last; ++l) {
     PollInterrupt();  // a stopping point for work asked to end (common/interrupt.h)
     const LayerWeights& w = ctx.model.weights.layers[l];
-    if (ctx.HookActive(HookPoint::kResidPre, l)) ctx.RunHook(HookPoint::kResidPre, l, s.x.data(), {ctx.T, c.dim});
+    if (ctx.HookActive(HookPoint::kResidPre, l))
+      ctx.RunHook(HookPoint::kResidPre, l, s.x.data(), {ctx.T, c.dim});
     ApplyNorm(ctx, w.attn_norm, w.attn_norm_bias, s.x.data(), s.xb.data());
     SelfAttention(ctx, l, s.xb.data(), s.xb2.data());
     AddInPlace(s.x.data(), s.xb2.data(), n);
-    if (ctx.HookActive(HookPoint::kResidMid, l)) ctx.RunHook(HookPoint::kResidMid, l, s.x.data(), {ctx.T, c.dim});
+    if (ctx.HookActive(HookPoint::kResidMid, l))
+      ctx.RunHook(HookPoint::kResidMid, l, s.x.data(), {ctx.T, c.dim});
     ApplyNorm(ctx, w.ffn_norm, w.ffn_norm_bias, s.x.data(), s.xb.data());
     Mlp(ctx, l, s.xb.data(), s.xb2.data());
     AddInPlace(s.x.data(), s.xb2.data(), n);
-    if (ctx.HookActive(HookPoint::kResidPost, l)) ctx.RunHook(HookPoint::kResidPost, l, s.x.data(), {ctx.T, c.dim});
+    if (ctx.HookActive(HookPoint::kResidPost, l))
+      ctx.RunHook(HookPoint::kResidPost, l, s.x.data(), {ctx.T, c.dim});
   }
 }
 
@@ -103,13 +106,16 @@ void ReadGpt2(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
   c->n_layers = r.PositiveInt({"n_layer", "block_count"});
   c->n_heads = c->n_kv_heads = r.PositiveInt(kHeads);
   if (c->dim % c->n_heads != 0)
-    ss::Fail("{}: {} {} is not a multiple of {} {}", r.source(), r.Name({"n_embd", "embedding_length"}),
-             c->dim, r.Name(kHeads), c->n_heads);
+    ss::Fail("{}: {} {} is not a multiple of {} {}", r.source(),
+             r.Name({"n_embd", "embedding_length"}), c->dim, r.Name(kHeads), c->n_heads);
   c->head_dim = c->dim / c->n_heads;
-  c->hidden_dim = r.PositiveInt({"n_inner", "feed_forward_length"}, r.HfDefault<int64_t>(4 * c->dim));  // None: 4 D
+  c->hidden_dim = r.PositiveInt({"n_inner", "feed_forward_length"},
+                                r.HfDefault<int64_t>(4 * c->dim));  // None: 4 D
   if (!r.gguf()) c->vocab_size = r.PositiveInt({"vocab_size", nullptr});
-  c->max_seq_len = r.PositiveInt({"n_positions", "context_length"}, r.HfDefault<int64_t>(d.max_positions));
-  c->norm_eps = r.Real({"layer_norm_epsilon", "attention.layer_norm_epsilon"}, r.gguf() ? 1e-5 : d.norm_eps);
+  c->max_seq_len =
+      r.PositiveInt({"n_positions", "context_length"}, r.HfDefault<int64_t>(d.max_positions));
+  c->norm_eps =
+      r.Real({"layer_norm_epsilon", "attention.layer_norm_epsilon"}, r.gguf() ? 1e-5 : d.norm_eps);
   c->norm = NormKind::kLayer;
   c->act = ReadAct(r, {"activation_function", nullptr}, "gelu_new");
   c->gated_mlp = false;
@@ -130,8 +136,9 @@ void ReadGpt2(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
 void WriteGpt2(const ModelConfig& c, ConfigWriter& w) {
   // llama.cpp's gpt2 has no key for these: a GGUF file would load there with the wrong scores.
   if (w.gguf() && (!c.attn_scale_sqrt_dim || c.attn_scale_inverse_layer))
-    Fail("GPT-2 with scale_attn_weights = false or scale_attn_by_inverse_layer_idx cannot be "
-         "written to GGUF (llama.cpp has no key for either)");
+    Fail(
+        "GPT-2 with scale_attn_weights = false or scale_attn_by_inverse_layer_idx cannot be "
+        "written to GGUF (llama.cpp has no key for either)");
   w.Int({"n_embd", "embedding_length"}, c.dim);
   w.Int({"n_inner", "feed_forward_length"}, c.hidden_dim);
   w.Int({"n_layer", "block_count"}, c.n_layers);
@@ -151,9 +158,15 @@ void WriteGpt2(const ModelConfig& c, ConfigWriter& w) {
 
 std::span<const ArchEntry> Families_gpt2() {
   static const ArchEntry families[] = {
-      {"gpt2", "GPT2LMHeadModel", "gpt2",
+      {"gpt2",
+       "GPT2LMHeadModel",
+       "gpt2",
        "GPT-2: learned positions, LayerNorm, GELU MLP, Conv1D layout, tied head",
-       {true, 1e-5f, 0.0f, 1024, 50256, 50256}, &ReadGpt2, &WriteGpt2, &Gpt2Tensors, &ForwardGpt2},
+       {true, 1e-5f, 0.0f, 1024, 50256, 50256},
+       &ReadGpt2,
+       &WriteGpt2,
+       &Gpt2Tensors,
+       &ForwardGpt2},
   };
   return families;
 }

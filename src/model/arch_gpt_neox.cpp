@@ -8,11 +8,11 @@
 // query_key_value fuses the projections per head: its 3D output rows are [h][q | k | v][Dh]
 // (the module views them as (H, 3 * Dh) and splits the last axis). llama.cpp's converter
 // reorders them to [q | k | v] for GGUF's attn_qkv; both layouts are mapped here.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <optional>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "common/interrupt.h"
 #include "model/arch.h"
@@ -30,7 +30,8 @@ void ForwardGptNeox(ForwardContext& ctx) {
   for (int l = ctx.request.first_layer, last = LastLayer(ctx.request, c); l <= last; ++l) {
     PollInterrupt();  // a stopping point for work asked to end (common/interrupt.h)
     const LayerWeights& w = ctx.model.weights.layers[l];
-    if (ctx.HookActive(HookPoint::kResidPre, l)) ctx.RunHook(HookPoint::kResidPre, l, s.x.data(), {ctx.T, c.dim});
+    if (ctx.HookActive(HookPoint::kResidPre, l))
+      ctx.RunHook(HookPoint::kResidPre, l, s.x.data(), {ctx.T, c.dim});
     ApplyNorm(ctx, w.attn_norm, w.attn_norm_bias, s.x.data(), s.xb.data());
     SelfAttention(ctx, l, s.xb.data(), s.xb2.data());
     if (c.parallel_residual) {
@@ -38,15 +39,18 @@ void ForwardGptNeox(ForwardContext& ctx) {
       // added.
       ApplyNorm(ctx, w.ffn_norm, w.ffn_norm_bias, s.x.data(), s.xb.data());
       AddInPlace(s.x.data(), s.xb2.data(), n);
-      if (ctx.HookActive(HookPoint::kResidMid, l)) ctx.RunHook(HookPoint::kResidMid, l, s.x.data(), {ctx.T, c.dim});
+      if (ctx.HookActive(HookPoint::kResidMid, l))
+        ctx.RunHook(HookPoint::kResidMid, l, s.x.data(), {ctx.T, c.dim});
     } else {
       AddInPlace(s.x.data(), s.xb2.data(), n);
-      if (ctx.HookActive(HookPoint::kResidMid, l)) ctx.RunHook(HookPoint::kResidMid, l, s.x.data(), {ctx.T, c.dim});
+      if (ctx.HookActive(HookPoint::kResidMid, l))
+        ctx.RunHook(HookPoint::kResidMid, l, s.x.data(), {ctx.T, c.dim});
       ApplyNorm(ctx, w.ffn_norm, w.ffn_norm_bias, s.x.data(), s.xb.data());
     }
     Mlp(ctx, l, s.xb.data(), s.xb2.data());
     AddInPlace(s.x.data(), s.xb2.data(), n);
-    if (ctx.HookActive(HookPoint::kResidPost, l)) ctx.RunHook(HookPoint::kResidPost, l, s.x.data(), {ctx.T, c.dim});
+    if (ctx.HookActive(HookPoint::kResidPost, l))
+      ctx.RunHook(HookPoint::kResidPost, l, s.x.data(), {ctx.T, c.dim});
   }
 }
 
@@ -79,9 +83,11 @@ TensorMap GptNeoxTensors(const ModelConfig& c, TensorNaming naming, ModelWeights
     };
     add(name("input_layernorm.weight", "attn_norm.weight"), {&lw.attn_norm}, {D});
     add(name("input_layernorm.bias", "attn_norm.bias"), {&lw.attn_norm_bias}, {D});
-    add(name("attention.query_key_value.weight", "attn_qkv.weight"), {&lw.wq, &lw.wk, &lw.wv}, {3 * D, D});
+    add(name("attention.query_key_value.weight", "attn_qkv.weight"), {&lw.wq, &lw.wk, &lw.wv},
+        {3 * D, D});
     if (c.qkv_bias)
-      add(name("attention.query_key_value.bias", "attn_qkv.bias"), {&lw.bq, &lw.bk, &lw.bv}, {3 * D});
+      add(name("attention.query_key_value.bias", "attn_qkv.bias"), {&lw.bq, &lw.bk, &lw.bv},
+          {3 * D});
     add(name("attention.dense.weight", "attn_output.weight"), {&lw.wo}, {D, D});
     if (c.attn_out_bias) add(name("attention.dense.bias", "attn_output.bias"), {&lw.bo}, {D});
     add(name("post_attention_layernorm.weight", "ffn_norm.weight"), {&lw.ffn_norm}, {D});
@@ -115,7 +121,8 @@ void ReadGptNeox(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c)
   if (!r.gguf()) c->vocab_size = r.PositiveInt({"vocab_size", nullptr});
   c->max_seq_len = r.PositiveInt({"max_position_embeddings", "context_length"},
                                  r.HfDefault<int64_t>(d.max_positions));
-  c->norm_eps = r.Real({"layer_norm_eps", "attention.layer_norm_epsilon"}, r.gguf() ? 1e-5 : d.norm_eps);
+  c->norm_eps =
+      r.Real({"layer_norm_eps", "attention.layer_norm_epsilon"}, r.gguf() ? 1e-5 : d.norm_eps);
   c->norm = NormKind::kLayer;
   c->act = r.gguf() ? ActKind::kGelu : ReadAct(r, {"hidden_act", nullptr}, "gelu");
   c->gated_mlp = false;
@@ -123,7 +130,8 @@ void ReadGptNeox(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c)
   // Older configs name the base rotary_emb_base, newer ones rope_theta.
   const Key base{"rotary_emb_base", nullptr};
   if (!r.gguf() && !r.Has({"rope_theta", nullptr}) && r.Has(base)) r.Spelled("rope_theta", base);
-  c->rope_theta = r.Real({"rope_theta", "rope.freq_base"}, r.gguf() ? 10000.0 : r.Float(base, d.rope_theta));
+  c->rope_theta =
+      r.Real({"rope_theta", "rope.freq_base"}, r.gguf() ? 10000.0 : r.Float(base, d.rope_theta));
   ReadPartialRotary(r, kRotaryPct, 0.25f, c);  // GPTNeoXConfig's default rotary_pct
   c->parallel_residual = r.Bool({"use_parallel_residual", "use_parallel_residual"}, true);
   if (r.gguf()) {
@@ -147,7 +155,9 @@ void WriteGptNeox(const ModelConfig& c, ConfigWriter& w) {
   w.Int({"max_position_embeddings", "context_length"}, c.max_seq_len);
   w.Float({"layer_norm_eps", "attention.layer_norm_epsilon"}, c.norm_eps);
   w.String({"hidden_act", nullptr}, ActName(c.act));
-  w.Float(kRotaryPct, c.head_dim > 0 ? static_cast<float>(static_cast<double>(c.rot_dim()) / c.head_dim) : 1.0f);
+  w.Float(kRotaryPct, c.head_dim > 0
+                          ? static_cast<float>(static_cast<double>(c.rot_dim()) / c.head_dim)
+                          : 1.0f);
   w.Float({"rotary_emb_base", nullptr}, c.rope_theta);
   w.Bool({"use_parallel_residual", "use_parallel_residual"}, c.parallel_residual);
   w.Bool({"attention_bias", nullptr}, c.qkv_bias);
@@ -157,10 +167,16 @@ void WriteGptNeox(const ModelConfig& c, ConfigWriter& w) {
 
 std::span<const ArchEntry> Families_gpt_neox() {
   static const ArchEntry families[] = {
-      {"gpt_neox", "GPTNeoXForCausalLM", "gptneox",
+      {"gpt_neox",
+       "GPTNeoXForCausalLM",
+       "gptneox",
        "GPT-NeoX / Pythia: parallel residual, partial rotate-half RoPE, fused QKV",
-       {false, 1e-5f, 10000.0f, 2048, 0, 2}, &ReadGptNeox, &WriteGptNeox, &GptNeoxTensors,
-       &ForwardGptNeox, /*reads_partial_rotary=*/true},
+       {false, 1e-5f, 10000.0f, 2048, 0, 2},
+       &ReadGptNeox,
+       &WriteGptNeox,
+       &GptNeoxTensors,
+       &ForwardGptNeox,
+       /*reads_partial_rotary=*/true},
   };
   return families;
 }

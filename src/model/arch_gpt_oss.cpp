@@ -23,12 +23,12 @@
 // they stay in the file's bytes (MoeFfn multiplies the chosen experts' rows); otherwise they are
 // decoded to f32 at load. BF16 / F16 / F32 experts (a dequantised or random checkpoint) are read
 // too. GGUF's MXFP4 experts (ggml type 39) are ffn_*_exps tensors like any other type.
+#include <fmt/format.h>
+
 #include <cstring>
 #include <functional>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "model/arch.h"
 #include "model/blocks.h"
@@ -42,8 +42,10 @@ TensorMap GptOssTensors(const ModelConfig& c, TensorNaming naming, ModelWeights&
   TensorMap map = LlamaLayoutTensors(c, naming, w, /*input_norms=*/true);
   map.file_rope = RopeKind::kHalf;  // rotate-half in both conventions (llama.cpp: NEOX RoPE)
   std::erase_if(map.specs, [](const TensorSpec& s) {
-    return s.name.find("mlp.") != std::string::npos || s.name.find("ffn_gate") != std::string::npos ||
-           s.name.find("ffn_up") != std::string::npos || s.name.find("ffn_down") != std::string::npos;
+    return s.name.find("mlp.") != std::string::npos ||
+           s.name.find("ffn_gate") != std::string::npos ||
+           s.name.find("ffn_up") != std::string::npos ||
+           s.name.find("ffn_down") != std::string::npos;
   });
   for (TensorSpec& s : map.specs) {  // llama.cpp names gpt-oss's pre-MoE norm post_attention_norm
     const size_t at = s.name.find("ffn_norm.weight");
@@ -52,9 +54,13 @@ TensorMap GptOssTensors(const ModelConfig& c, TensorNaming naming, ModelWeights&
   const int64_t D = c.dim, F = c.hidden_dim, E = c.n_experts;
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& lw = w.layers[l];
-    auto name = [&](const char* hf_name, const char* gguf) { return LayerTensorName(naming, l, hf_name, gguf); };
-    map.specs.push_back(Spec(name("mlp.router.weight", "ffn_gate_inp.weight"), {&lw.moe_router}, {E, D}));
-    map.specs.push_back(Spec(name("mlp.router.bias", "ffn_gate_inp.bias"), {&lw.moe_router_bias}, {E}));
+    auto name = [&](const char* hf_name, const char* gguf) {
+      return LayerTensorName(naming, l, hf_name, gguf);
+    };
+    map.specs.push_back(
+        Spec(name("mlp.router.weight", "ffn_gate_inp.weight"), {&lw.moe_router}, {E, D}));
+    map.specs.push_back(
+        Spec(name("mlp.router.bias", "ffn_gate_inp.bias"), {&lw.moe_router_bias}, {E}));
     if (!hf) {
       map.specs.push_back(Spec(name("", "ffn_gate_exps.weight"), {&lw.moe_w1}, {E, F, D}));
       map.specs.push_back(Spec(name("", "ffn_down_exps.weight"), {&lw.moe_w2}, {E, D, F}));
@@ -91,8 +97,8 @@ TensorMap GptOssTensors(const ModelConfig& c, TensorNaming naming, ModelWeights&
       // gate_up_proj_blocks (E, 2F, D / 32, 16) holds gate at its even rows and up at its odd
       // ones (the (in, out) tensor's even and odd columns), down_proj_blocks (E, D, F / 32, 16)
       // is down_proj transposed. Loaded straight into the members, or kept as stored (native).
-      TensorSpec gate_up_blocks =
-          Spec(name("mlp.experts.gate_up_proj_blocks", ""), {&lw.moe_w1, &lw.moe_w3}, {E, 2 * F, D});
+      TensorSpec gate_up_blocks = Spec(name("mlp.experts.gate_up_proj_blocks", ""),
+                                       {&lw.moe_w1, &lw.moe_w3}, {E, 2 * F, D});
       gate_up_blocks.mxfp4_scales = name("mlp.experts.gate_up_proj_scales", "");
       gate_up_blocks.alternate_rows = true;
       map.specs.push_back(gate_up_blocks);
@@ -105,7 +111,8 @@ TensorMap GptOssTensors(const ModelConfig& c, TensorNaming naming, ModelWeights&
     Tensor* gub = &map.slices.back();
     map.specs.push_back(Spec(name("mlp.experts.gate_up_proj_bias", ""), {gub}, {E, 2 * F}));
     if (mxfp4) {
-      TensorSpec down_blocks = Spec(name("mlp.experts.down_proj_blocks", ""), {&lw.moe_w2}, {E, D, F});
+      TensorSpec down_blocks =
+          Spec(name("mlp.experts.down_proj_blocks", ""), {&lw.moe_w2}, {E, D, F});
       down_blocks.mxfp4_scales = name("mlp.experts.down_proj_scales", "");
       map.specs.push_back(down_blocks);
     } else {
@@ -144,7 +151,9 @@ TensorMap GptOssTensors(const ModelConfig& c, TensorNaming naming, ModelWeights&
 const Key kSwigluLimit{"swiglu_limit", "sinkscope.swiglu_limit"};
 const Key kWindow{"sliding_window", "attention.sliding_window"};
 
-LayerAttention EvenLayersSlide(int l, int) { return l % 2 == 0 ? LayerAttention::kSliding : LayerAttention::kFull; }
+LayerAttention EvenLayersSlide(int l, int) {
+  return l % 2 == 0 ? LayerAttention::kSliding : LayerAttention::kFull;
+}
 
 // Whether `pattern` matches at the start of `text` (Python's re.match, which need not reach the
 // end) for the patterns transformers' modules_to_not_convert holds: literal characters, '.' (any
@@ -157,7 +166,9 @@ bool MatchesAtStart(std::string_view pattern, std::string_view text) {
     if (i == m) return true;
     int8_t& known = memo[i * (n + 1) + j];
     if (known >= 0) return known;
-    const auto same = [&](size_t at) { return at < n && (pattern[i] == '.' || pattern[i] == text[at]); };
+    const auto same = [&](size_t at) {
+      return at < n && (pattern[i] == '.' || pattern[i] == text[at]);
+    };
     bool yes;
     if (i + 1 < m && pattern[i + 1] == '*')
       yes = match(i + 2, j) || (same(j) && match(i, j + 1));  // none, or one more of pattern[i]
@@ -181,8 +192,10 @@ void ReadQuantization(const ConfigReader& r, const ModelConfig& c, bool* mxfp4_e
   const Key method{"quantization_config.quant_method", nullptr};
   const std::string name = r.String(method, "");
   if (name != "mxfp4")
-    r.Fail(method, "'{}' is not supported: sinkscope reads gpt-oss's MXFP4 experts (quant_method "
-           "\"mxfp4\"), or BF16 / F16 / F32 ones without a quantization_config", name);
+    r.Fail(method,
+           "'{}' is not supported: sinkscope reads gpt-oss's MXFP4 experts (quant_method "
+           "\"mxfp4\"), or BF16 / F16 / F32 ones without a quantization_config",
+           name);
   const Key skip{"quantization_config.modules_to_not_convert", nullptr};
   std::vector<std::string> patterns;
   if (r.Given(skip) && r.Has(skip)) patterns = r.Strings(skip);
@@ -192,8 +205,10 @@ void ReadQuantization(const ConfigReader& r, const ModelConfig& c, bool* mxfp4_e
     const std::string experts = "model.layers." + std::to_string(l) + ".mlp.experts";
     for (const std::string& p : patterns) {
       if (p.find_first_of("[](){}+?|^$\\") != std::string::npos)
-        r.Fail(skip, "entry '{}' uses regular-expression syntax beyond '.' and '*', which sinkscope "
-               "does not match", p);
+        r.Fail(skip,
+               "entry '{}' uses regular-expression syntax beyond '.' and '*', which sinkscope "
+               "does not match",
+               p);
       if (MatchesAtStart(p, experts)) {
         if (first_pattern.empty()) first_pattern = p;
         ++kept_plain;
@@ -204,8 +219,10 @@ void ReadQuantization(const ConfigReader& r, const ModelConfig& c, bool* mxfp4_e
   if (kept_plain == 0) {
     *mxfp4_experts = true;
   } else if (kept_plain < c.n_layers) {
-    r.Fail(skip, "entry '{}' keeps the experts of {} of the {} layers unquantised; sinkscope reads "
-           "MXFP4 experts in every layer or in none", first_pattern, kept_plain, c.n_layers);
+    r.Fail(skip,
+           "entry '{}' keeps the experts of {} of the {} layers unquantised; sinkscope reads "
+           "MXFP4 experts in every layer or in none",
+           first_pattern, kept_plain, c.n_layers);
   }
   // Every layer's experts listed: the checkpoint's experts are not MXFP4 at all.
 }
@@ -240,10 +257,15 @@ void WriteGptOss(const ModelConfig& c, ConfigWriter& w) {
 
 std::span<const ArchEntry> Families_gpt_oss() {
   static const ArchEntry families[] = {
-      {"gpt_oss", "GptOssForCausalLM", "gpt-oss",
+      {"gpt_oss",
+       "GptOssForCausalLM",
+       "gpt-oss",
        "gpt-oss: learned per-head sink logits, alternating sliding / full attention, YaRN RoPE, "
        "biased top-k MoE with a clamped GLU",
-       {false, 1e-5f, 150000.0f, 131072, -1, -1}, &ReadGptOss, &WriteGptOss, &GptOssTensors,
+       {false, 1e-5f, 150000.0f, 131072, -1, -1},
+       &ReadGptOss,
+       &WriteGptOss,
+       &GptOssTensors,
        &ForwardSequential},
   };
   return families;

@@ -5,9 +5,9 @@
 //
 // Tensor names: Hugging Face LlamaForCausalLM state dict (modeling_llama.py) and llama.cpp's GGUF
 // names (gguf-py constants.py MODEL_TENSORS for LLM_ARCH_LLAMA). GGUF stores q/k rows in Meta's
-// original interleaved RoPE order, Hugging Face in rotate-half order (convert_llama_weights_to_hf.py
-// permutes them); the map records that so writers permute, while readers keep the file's order and
-// set config.rope to match (no permutation at load).
+// original interleaved RoPE order, Hugging Face in rotate-half order
+// (convert_llama_weights_to_hf.py permutes them); the map records that so writers permute, while
+// readers keep the file's order and set config.rope to match (no permutation at load).
 #include "model/arch.h"
 #include "model/attention.h"
 #include "model/blocks.h"
@@ -22,14 +22,16 @@ TensorMap LlamaLayoutTensors(const ModelConfig& c, TensorNaming naming, ModelWei
   TensorMap map;
   map.file_rope = hf ? RopeKind::kHalf : RopeKind::kInterleaved;
   auto& specs = map.specs;
-  specs.push_back(Spec(hf ? "model.embed_tokens.weight" : "token_embd.weight", {&w.token_embedding}, {V, D}));
+  specs.push_back(
+      Spec(hf ? "model.embed_tokens.weight" : "token_embd.weight", {&w.token_embedding}, {V, D}));
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& lw = w.layers[l];
     auto name = [&](const char* hf_name, const char* gguf_name) {
       return LayerTensorName(naming, l, hf_name, gguf_name);
     };
     if (input_norms)
-      specs.push_back(Spec(name("input_layernorm.weight", "attn_norm.weight"), {&lw.attn_norm}, {D}));
+      specs.push_back(
+          Spec(name("input_layernorm.weight", "attn_norm.weight"), {&lw.attn_norm}, {D}));
     TensorSpec q = Spec(name("self_attn.q_proj.weight", "attn_q.weight"), {&lw.wq}, {q_dim, D});
     q.rope_heads = c.n_heads;
     TensorSpec k = Spec(name("self_attn.k_proj.weight", "attn_k.weight"), {&lw.wk}, {kv_dim, D});
@@ -37,7 +39,8 @@ TensorMap LlamaLayoutTensors(const ModelConfig& c, TensorNaming naming, ModelWei
     specs.push_back(q);
     specs.push_back(k);
     specs.push_back(Spec(name("self_attn.v_proj.weight", "attn_v.weight"), {&lw.wv}, {kv_dim, D}));
-    specs.push_back(Spec(name("self_attn.o_proj.weight", "attn_output.weight"), {&lw.wo}, {D, q_dim}));
+    specs.push_back(
+        Spec(name("self_attn.o_proj.weight", "attn_output.weight"), {&lw.wo}, {D, q_dim}));
     if (c.qkv_bias) {
       TensorSpec bq = Spec(name("self_attn.q_proj.bias", "attn_q.bias"), {&lw.bq}, {q_dim});
       bq.rope_heads = c.n_heads;
@@ -53,7 +56,8 @@ TensorMap LlamaLayoutTensors(const ModelConfig& c, TensorNaming naming, ModelWei
     // kv-bias slot), as sinkscope's trainer writes them.
     AppendAttentionTensors(c, naming, l, lw, specs);
     if (input_norms)
-      specs.push_back(Spec(name("post_attention_layernorm.weight", "ffn_norm.weight"), {&lw.ffn_norm}, {D}));
+      specs.push_back(
+          Spec(name("post_attention_layernorm.weight", "ffn_norm.weight"), {&lw.ffn_norm}, {D}));
     specs.push_back(Spec(name("mlp.gate_proj.weight", "ffn_gate.weight"), {&lw.w1}, {F, D}));
     specs.push_back(Spec(name("mlp.down_proj.weight", "ffn_down.weight"), {&lw.w2}, {D, F}));
     specs.push_back(Spec(name("mlp.up_proj.weight", "ffn_up.weight"), {&lw.w3}, {F, D}));
@@ -120,10 +124,23 @@ void WriteMistral(const ModelConfig& c, ConfigWriter& w) {
 
 std::span<const ArchEntry> Families_llama() {
   static const ArchEntry families[] = {
-      {"llama", "LlamaForCausalLM", "llama", "Llama 2/3, TinyLlama, llama2.c: RMSNorm, RoPE, GQA, SwiGLU",
-       {false, 1e-6f, 10000.0f, 2048, 1, 2}, &ReadLlama, &WriteLlama, &LlamaTensors, &ForwardSequential},
-      {"mistral", "MistralForCausalLM", "llama", "Mistral: the Llama layout with sliding-window attention",
-       {false, 1e-6f, 10000.0f, 4096 * 32, 1, 2}, &ReadMistral, &WriteMistral, &LlamaTensors,
+      {"llama",
+       "LlamaForCausalLM",
+       "llama",
+       "Llama 2/3, TinyLlama, llama2.c: RMSNorm, RoPE, GQA, SwiGLU",
+       {false, 1e-6f, 10000.0f, 2048, 1, 2},
+       &ReadLlama,
+       &WriteLlama,
+       &LlamaTensors,
+       &ForwardSequential},
+      {"mistral",
+       "MistralForCausalLM",
+       "llama",
+       "Mistral: the Llama layout with sliding-window attention",
+       {false, 1e-6f, 10000.0f, 4096 * 32, 1, 2},
+       &ReadMistral,
+       &WriteMistral,
+       &LlamaTensors,
        &ForwardSequential},
   };
   return families;

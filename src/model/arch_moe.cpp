@@ -12,9 +12,9 @@
 // (Mixtral: block_sparse_moe.gate and block_sparse_moe.experts.e.w1 (gate) / w3 (up) / w2 (down));
 // llama.cpp stacks the experts: blk.N.ffn_gate_inp (E, D), ffn_gate_exps / ffn_up_exps (E, F, D),
 // ffn_down_exps (E, D, F).
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "model/arch.h"
 #include "model/blocks.h"
@@ -57,7 +57,8 @@ void WriteQwen3Moe(const ModelConfig& c, ConfigWriter& w) {
   }
   WriteMoe(c, w, "num_experts", "moe_intermediate_size", "norm_topk_prob");
   WriteMoeLayers(c, w);
-  if (c.n_shared_experts > 0) w.Int({"shared_expert_intermediate_size", nullptr}, c.shared_expert_hidden_dim);
+  if (c.n_shared_experts > 0)
+    w.Int({"shared_expert_intermediate_size", nullptr}, c.shared_expert_hidden_dim);
   w.Bool({"attention_bias", nullptr}, c.qkv_bias);
   WriteQwenSlidingWindow(c, w);
 }
@@ -97,17 +98,32 @@ void WriteMixtral(const ModelConfig& c, ConfigWriter& w) {
 
 std::span<const ArchEntry> Families_moe() {
   static const ArchEntry families[] = {
-      {"qwen3_moe", "Qwen3MoeForCausalLM", "qwen3moe",
+      {"qwen3_moe",
+       "Qwen3MoeForCausalLM",
+       "qwen3moe",
        "Qwen3-MoE: Llama layout with per-head q/k RMSNorm and a top-k mixture-of-experts FFN",
-       {false, 1e-6f, 10000.0f, 32768, -1, -1}, &ReadQwen3Moe, &WriteQwen3Moe, &MoeTensors,
+       {false, 1e-6f, 10000.0f, 32768, -1, -1},
+       &ReadQwen3Moe,
+       &WriteQwen3Moe,
+       &MoeTensors,
        &ForwardSequential},
-      {"olmoe", "OlmoeForCausalLM", "olmoe",
+      {"olmoe",
+       "OlmoeForCausalLM",
+       "olmoe",
        "OLMoE: Llama layout with whole-projection q/k RMSNorm and a top-k MoE FFN",
-       {false, 1e-5f, 10000.0f, 4096, -1, 50279}, &ReadOlmoe, &WriteOlmoe, &MoeTensors,
+       {false, 1e-5f, 10000.0f, 4096, -1, 50279},
+       &ReadOlmoe,
+       &WriteOlmoe,
+       &MoeTensors,
        &ForwardSequential},
-      {"mixtral", "MixtralForCausalLM", "llama",
+      {"mixtral",
+       "MixtralForCausalLM",
+       "llama",
        "Mixtral: Llama layout (sliding window optional) with a renormalised top-2 MoE FFN",
-       {false, 1e-5f, 1e6f, 4096 * 32, 1, 2}, &ReadMixtral, &WriteMixtral, &MoeTensors,
+       {false, 1e-5f, 1e6f, 4096 * 32, 1, 2},
+       &ReadMixtral,
+       &WriteMixtral,
+       &MoeTensors,
        &ForwardSequential},
   };
   return families;
@@ -121,8 +137,10 @@ TensorMap MoeTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w)
   TensorMap map = LlamaLayoutTensors(dense, naming, w, /*input_norms=*/true);
   if (c.arch != "mixtral") map.file_rope = RopeKind::kHalf;  // llama.cpp: NEOX RoPE for these
   std::erase_if(map.specs, [](const TensorSpec& s) {
-    return s.name.find("mlp.") != std::string::npos || s.name.find("ffn_gate") != std::string::npos ||
-           s.name.find("ffn_up") != std::string::npos || s.name.find("ffn_down") != std::string::npos;
+    return s.name.find("mlp.") != std::string::npos ||
+           s.name.find("ffn_gate") != std::string::npos ||
+           s.name.find("ffn_up") != std::string::npos ||
+           s.name.find("ffn_down") != std::string::npos;
   });
   const int64_t D = c.dim, F = c.hidden_dim, E = c.n_experts, Dh = c.head_dim;
   for (int l = 0; l < c.n_layers; ++l) {
@@ -133,8 +151,10 @@ TensorMap MoeTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w)
     if (c.qk_norm != QkNormKind::kNone) {
       const int64_t q = c.qk_norm == QkNormKind::kPerHead ? Dh : c.q_dim();
       const int64_t k = c.qk_norm == QkNormKind::kPerHead ? Dh : c.kv_dim();
-      TensorSpec qn = Spec(name("self_attn.q_norm.weight", "attn_q_norm.weight"), {&lw.q_norm}, {q});
-      TensorSpec kn = Spec(name("self_attn.k_norm.weight", "attn_k_norm.weight"), {&lw.k_norm}, {k});
+      TensorSpec qn =
+          Spec(name("self_attn.q_norm.weight", "attn_q_norm.weight"), {&lw.q_norm}, {q});
+      TensorSpec kn =
+          Spec(name("self_attn.k_norm.weight", "attn_k_norm.weight"), {&lw.k_norm}, {k});
       // The gains follow their dimensions when q/k rows change RoPE order.
       qn.rope_heads = c.qk_norm == QkNormKind::kPerHead ? 1 : c.n_heads;
       kn.rope_heads = c.qk_norm == QkNormKind::kPerHead ? 1 : c.n_kv_heads;
@@ -149,7 +169,8 @@ TensorMap MoeTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w)
       continue;
     }
     const std::string moe = mixtral ? "block_sparse_moe." : "mlp.";
-    map.specs.push_back(Spec(name(moe + "gate.weight", "ffn_gate_inp.weight"), {&lw.moe_router}, {E, D}));
+    map.specs.push_back(
+        Spec(name(moe + "gate.weight", "ffn_gate_inp.weight"), {&lw.moe_router}, {E, D}));
     if (!hf) {
       map.specs.push_back(Spec(name("", "ffn_gate_exps.weight"), {&lw.moe_w1}, {E, F, D}));
       map.specs.push_back(Spec(name("", "ffn_down_exps.weight"), {&lw.moe_w2}, {E, D, F}));
@@ -159,7 +180,11 @@ TensorMap MoeTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w)
     // HF stores one tensor per expert. Writing: views into the stacked members. Loading: each
     // expert loads on its own and after_bind stacks them, so nothing is allocated from the
     // config's sizes before the file has shown it holds the data.
-    struct Part { const char* hf_name; Tensor* stacked; int64_t rows, cols; };
+    struct Part {
+      const char* hf_name;
+      Tensor* stacked;
+      int64_t rows, cols;
+    };
     const Part parts[] = {{mixtral ? "w1" : "gate_proj", &lw.moe_w1, F, D},
                           {mixtral ? "w2" : "down_proj", &lw.moe_w2, D, F},
                           {mixtral ? "w3" : "up_proj", &lw.moe_w3, F, D}};

@@ -20,15 +20,21 @@ TensorMap Olmo2Tensors(const ModelConfig& c, TensorNaming naming, ModelWeights& 
   const int64_t D = c.dim;
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& lw = w.layers[l];
-    auto name = [&](const char* hf, const char* gguf) { return LayerTensorName(naming, l, hf, gguf); };
-    TensorSpec q = Spec(name("self_attn.q_norm.weight", "attn_q_norm.weight"), {&lw.q_norm}, {c.q_dim()});
-    TensorSpec k = Spec(name("self_attn.k_norm.weight", "attn_k_norm.weight"), {&lw.k_norm}, {c.kv_dim()});
+    auto name = [&](const char* hf, const char* gguf) {
+      return LayerTensorName(naming, l, hf, gguf);
+    };
+    TensorSpec q =
+        Spec(name("self_attn.q_norm.weight", "attn_q_norm.weight"), {&lw.q_norm}, {c.q_dim()});
+    TensorSpec k =
+        Spec(name("self_attn.k_norm.weight", "attn_k_norm.weight"), {&lw.k_norm}, {c.kv_dim()});
     q.rope_heads = c.n_heads;  // the gains follow their dimensions if RoPE order changes
     k.rope_heads = c.n_kv_heads;
     map.specs.push_back(q);
     map.specs.push_back(k);
-    map.specs.push_back(Spec(name("post_attention_layernorm.weight", "post_attention_norm.weight"), {&lw.attn_post_norm}, {D}));
-    map.specs.push_back(Spec(name("post_feedforward_layernorm.weight", "post_ffw_norm.weight"), {&lw.ffn_post_norm}, {D}));
+    map.specs.push_back(Spec(name("post_attention_layernorm.weight", "post_attention_norm.weight"),
+                             {&lw.attn_post_norm}, {D}));
+    map.specs.push_back(Spec(name("post_feedforward_layernorm.weight", "post_ffw_norm.weight"),
+                             {&lw.ffn_post_norm}, {D}));
   }
   return map;
 }
@@ -49,9 +55,14 @@ void WriteOlmo2(const ModelConfig& c, ConfigWriter& w) {
 
 std::span<const ArchEntry> Families_olmo2() {
   static const ArchEntry families[] = {
-      {"olmo2", "Olmo2ForCausalLM", "olmo2",
+      {"olmo2",
+       "Olmo2ForCausalLM",
+       "olmo2",
        "OLMo 2: norms after attention and MLP, whole-projection q/k RMSNorm",
-       {false, 1e-5f, 10000.0f, 2048, -1, 50279}, &ReadOlmo2, &WriteOlmo2, &Olmo2Tensors,
+       {false, 1e-5f, 10000.0f, 2048, -1, 50279},
+       &ReadOlmo2,
+       &WriteOlmo2,
+       &Olmo2Tensors,
        &ForwardSequential},
   };
   return families;

@@ -32,11 +32,13 @@ TensorMap Phi3Tensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w
   const int64_t D = c.dim, F = c.hidden_dim, qd = c.q_dim(), kvd = c.kv_dim();
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& lw = w.layers[l];
-    TensorSpec qkv = Spec(LayerTensorName(naming, l, "self_attn.qkv_proj.weight", "attn_qkv.weight"),
-                          {&lw.wq, &lw.wk, &lw.wv}, {qd + 2 * kvd, D});
+    TensorSpec qkv =
+        Spec(LayerTensorName(naming, l, "self_attn.qkv_proj.weight", "attn_qkv.weight"),
+             {&lw.wq, &lw.wk, &lw.wv}, {qd + 2 * kvd, D});
     qkv.fused_rows = {qd, kvd, kvd};
-    TensorSpec gate_up = Spec(LayerTensorName(naming, l, "mlp.gate_up_proj.weight", "ffn_up.weight"),
-                              {&lw.w1, &lw.w3}, {2 * F, D});
+    TensorSpec gate_up =
+        Spec(LayerTensorName(naming, l, "mlp.gate_up_proj.weight", "ffn_up.weight"),
+             {&lw.w1, &lw.w3}, {2 * F, D});
     gate_up.fused_rows = {F, F};
     map.specs.push_back(qkv);
     map.specs.push_back(gate_up);
@@ -64,11 +66,17 @@ void WritePhi3(const ModelConfig& c, ConfigWriter& w) {
 
 std::span<const ArchEntry> Families_phi3() {
   static const ArchEntry families[] = {
-      {"phi3", "Phi3ForCausalLM", "phi3",
+      {"phi3",
+       "Phi3ForCausalLM",
+       "phi3",
        "Phi-3 / Phi-4-mini: the Llama block with fused qkv and gate_up projections, partial "
        "rotary, optional sliding window",
-       {false, 1e-5f, 10000.0f, 4096, 1, 32000}, &ReadPhi3, &WritePhi3, &Phi3Tensors,
-       &ForwardSequential, /*reads_partial_rotary=*/true},
+       {false, 1e-5f, 10000.0f, 4096, 1, 32000},
+       &ReadPhi3,
+       &WritePhi3,
+       &Phi3Tensors,
+       &ForwardSequential,
+       /*reads_partial_rotary=*/true},
   };
   return families;
 }

@@ -30,8 +30,14 @@ void WriteQwen2(const ModelConfig& c, ConfigWriter& w) {
 
 std::span<const ArchEntry> Families_qwen2() {
   static const ArchEntry families[] = {
-      {"qwen2", "Qwen2ForCausalLM", "qwen2", "Qwen2 / Qwen2.5: the Llama layout with q/k/v biases",
-       {false, 1e-6f, 10000.0f, 32768, -1, -1}, &ReadQwen2, &WriteQwen2, &Qwen2Tensors,
+      {"qwen2",
+       "Qwen2ForCausalLM",
+       "qwen2",
+       "Qwen2 / Qwen2.5: the Llama layout with q/k/v biases",
+       {false, 1e-6f, 10000.0f, 32768, -1, -1},
+       &ReadQwen2,
+       &WriteQwen2,
+       &Qwen2Tensors,
        &ForwardSequential},
   };
   return families;

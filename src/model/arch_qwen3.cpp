@@ -42,8 +42,14 @@ void WriteQwen3(const ModelConfig& c, ConfigWriter& w) {
 
 std::span<const ArchEntry> Families_qwen3() {
   static const ArchEntry families[] = {
-      {"qwen3", "Qwen3ForCausalLM", "qwen3", "Qwen3: the Llama layout with per-head q/k RMSNorm",
-       {false, 1e-6f, 10000.0f, 32768, -1, -1}, &ReadQwen3, &WriteQwen3, &Qwen3Tensors,
+      {"qwen3",
+       "Qwen3ForCausalLM",
+       "qwen3",
+       "Qwen3: the Llama layout with per-head q/k RMSNorm",
+       {false, 1e-6f, 10000.0f, 32768, -1, -1},
+       &ReadQwen3,
+       &WriteQwen3,
+       &Qwen3Tensors,
        &ForwardSequential},
   };
   return families;

@@ -1,8 +1,8 @@
 #include "model/attention.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "common/error.h"
 #include "model/arch.h"
@@ -23,7 +23,8 @@ std::vector<const AttnVariant*> CollectVariants() {
 #include "attn_variants.inc"
 #undef SS_ATTN_FILE
   // Plain softmax first: it is the default, and listings read best from it.
-  std::stable_partition(all.begin(), all.end(), [](const AttnVariant* v) { return v->flag == nullptr; });
+  std::stable_partition(all.begin(), all.end(),
+                        [](const AttnVariant* v) { return v->flag == nullptr; });
   return all;
 }
 
@@ -69,9 +70,12 @@ const AttnVariant& ModelAttention(const ModelConfig& c) {
 
 std::vector<int64_t> AttnParamShape(AttnParam::Shape shape, const AttnShape& s) {
   switch (shape) {
-    case AttnParam::Shape::kHeads: return {s.H};
-    case AttnParam::Shape::kKvRows: return {int64_t{s.Hkv} * s.Dh};
-    case AttnParam::Shape::kGate: return {int64_t{s.H} * s.Dh, s.D};
+    case AttnParam::Shape::kHeads:
+      return {s.H};
+    case AttnParam::Shape::kKvRows:
+      return {int64_t{s.Hkv} * s.Dh};
+    case AttnParam::Shape::kGate:
+      return {int64_t{s.H} * s.Dh, s.D};
   }
   return {};
 }
@@ -80,7 +84,8 @@ void ReadAttentionVariant(const ConfigReader& r, ModelConfig* c) {
   const AttnVariant* found = nullptr;
   for (const AttnVariant* v : AttnVariants()) {
     if (!v->flag || !OwnsFlag(*v)) continue;
-    const bool on = r.gguf() && v->gguf_tensor ? r.HasTensor(v->gguf_tensor) : r.Bool(v->key, false);
+    const bool on =
+        r.gguf() && v->gguf_tensor ? r.HasTensor(v->gguf_tensor) : r.Bool(v->key, false);
     c->*(v->flag) = on;
     if (!on) continue;
     if (found)
@@ -101,14 +106,16 @@ void AppendAttentionTensors(const ModelConfig& c, TensorNaming naming, int layer
   for (const AttnParam& p : ModelAttention(c).params) {
     TensorSpec spec = Spec(LayerTensorName(naming, layer, p.hf, p.gguf), {&(lw.*p.field)},
                            AttnParamShape(p.shape, s));
-    if (p.rope_rows) spec.rope_heads = p.shape == AttnParam::Shape::kHeads ? c.n_heads : c.n_kv_heads;
+    if (p.rope_rows)
+      spec.rope_heads = p.shape == AttnParam::Shape::kHeads ? c.n_heads : c.n_kv_heads;
     specs.push_back(std::move(spec));
   }
 }
 
 std::vector<const float*> AttnParamData(const AttnVariant& v, const LayerWeights& lw) {
   std::vector<const float*> out;
-  for (const AttnParam& p : v.params) out.push_back((lw.*p.field).empty() ? nullptr : (lw.*p.field).data());
+  for (const AttnParam& p : v.params)
+    out.push_back((lw.*p.field).empty() ? nullptr : (lw.*p.field).data());
   return out;
 }
 
@@ -126,8 +133,7 @@ AttnOptions LayerAttnOptions(const ModelConfig& c, const LayerWeights& lw, int w
 template <typename Real>
 void BroadcastHeadSlot(const Real* logits, Real* out, const AttnShape& s) {
   for (int b = 0; b < s.B; ++b)
-    for (int h = 0; h < s.H; ++h)
-      std::fill_n(out + (int64_t{b} * s.H + h) * s.T, s.T, logits[h]);
+    for (int h = 0; h < s.H; ++h) std::fill_n(out + (int64_t{b} * s.H + h) * s.T, s.T, logits[h]);
 }
 
 template <typename Real>

@@ -38,10 +38,10 @@ struct AttnShape {
 
 // A tensor a variant adds to every layer.
 struct AttnParam {
-  const char* hf;    // after "model.layers.N.": "self_attn.sinks"
-  const char* gguf;  // after "blk.N.": "attn_sinks.weight"
+  const char* hf;                                     // after "model.layers.N.": "self_attn.sinks"
+  const char* gguf;                                   // after "blk.N.": "attn_sinks.weight"
   enum class Shape { kHeads, kKvRows, kGate } shape;  // (H), (Hkv*Dh), (H*Dh, D)
-  Tensor LayerWeights::*field;                       // where a loaded model keeps it
+  Tensor LayerWeights::*field;                        // where a loaded model keeps it
   bool rope_rows = false;  // its dims follow q's RoPE order: permuted with q_proj when exported
   bool decay = false;      // the trainer's AdamW decays it
   bool zero_init = true;   // the trainer starts it at 0, else N(0, init_std)
@@ -58,7 +58,8 @@ template <typename Real>
 struct AttnOps {
   // Slot logits (B, H, T) [(b * H + h) * T + t] of the queries q (B * T, H * Dh) after their norm,
   // before RoPE; and the backward: d_slot (B, H, T) into dq (added) and dparams.
-  void (*slot_logits)(const Real* const* params, const Real* q, Real* out, const AttnShape& s) = nullptr;
+  void (*slot_logits)(const Real* const* params, const Real* q, Real* out,
+                      const AttnShape& s) = nullptr;
   void (*slot_logits_backward)(const Real* const* params, const Real* q, const Real* d_slot,
                                Real* dq, Real* const* dparams, const AttnShape& s) = nullptr;
   // An output gate: g (n) holds the gate projection's output on entry and the gate on exit; the
@@ -77,8 +78,8 @@ struct AttnVariant {
   // writes it.
   bool ModelConfig::*flag;
   const char* flag_name;
-  Key key;                  // the flag in config.json / GGUF (sinkscope's extension keys)
-  const char* gguf_tensor;  // GGUF: the flag is the presence of this tensor instead (or null)
+  Key key;                    // the flag in config.json / GGUF (sinkscope's extension keys)
+  const char* gguf_tensor;    // GGUF: the flag is the presence of this tensor instead (or null)
   const AttnRule& (*rule)();  // the row weights
   AttnSlot slot = AttnSlot::kNone;
   int slot_value = -1;  // index into params of the slot's value (Hkv*Dh), or -1
@@ -90,7 +91,10 @@ struct AttnVariant {
 
   template <typename Real>
   const AttnOps<Real>& Ops() const {
-    if constexpr (std::is_same_v<Real, float>) return f32; else return f64;
+    if constexpr (std::is_same_v<Real, float>)
+      return f32;
+    else
+      return f64;
   }
 };
 

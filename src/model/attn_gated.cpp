@@ -9,12 +9,11 @@
 // a converter interleaves; GGUF: the blk.N.attn_output_gate.weight tensors mark it). The hook
 // blocks.L.attn.hook_gate shows the gate; analyze and the telemetry report its mean at position 0
 // and elsewhere.
-#include "model/attention.h"
-
 #include <cmath>
 #include <type_traits>
 
 #include "kernels/vecmath.h"
+#include "model/attention.h"
 
 namespace ss {
 
@@ -44,10 +43,15 @@ std::span<const AttnVariant* const> AttnVariants_gated() {
       {"self_attn.output_gate.weight", "attn_output_gate.weight", AttnParam::Shape::kGate,
        &LayerWeights::attn_gate, /*rope_rows=*/false, /*decay=*/true, /*zero_init=*/false}};
   static const AttnVariant gated{
-      .name = "gated", .feature = "output gate per head (gated attention)",
-      .flag = &ModelConfig::attn_output_gate, .flag_name = "attn_output_gate",
-      .key = {"sinkscope_attn_output_gate", nullptr}, .gguf_tensor = "blk.0.attn_output_gate.weight",
-      .rule = SoftmaxRule, .gate_param = 0, .params = params,
+      .name = "gated",
+      .feature = "output gate per head (gated attention)",
+      .flag = &ModelConfig::attn_output_gate,
+      .flag_name = "attn_output_gate",
+      .key = {"sinkscope_attn_output_gate", nullptr},
+      .gguf_tensor = "blk.0.attn_output_gate.weight",
+      .rule = SoftmaxRule,
+      .gate_param = 0,
+      .params = params,
       .f32 = {.gate = Gate<float>, .gate_backward = GateBackward<float>},
       .f64 = {.gate = Gate<double>, .gate_backward = GateBackward<double>}};
   static const AttnVariant* const all[] = {&gated};

@@ -12,9 +12,9 @@
 // q_proj's RoPE row order) with "sinkscope_attn_kv_bias": true (sinkscope's extension; GGUF: the
 // blk.N.attn_bias_key.weight / attn_bias_value.weight tensors). analyze, explain and the telemetry
 // report the slot's mass as alpha_sink.
-#include "model/attention.h"
-
 #include <cmath>
+
+#include "model/attention.h"
 
 namespace ss {
 
@@ -65,12 +65,19 @@ std::span<const AttnVariant* const> AttnVariants_kv_bias() {
       {"self_attn.bias_value", "attn_bias_value.weight", AttnParam::Shape::kKvRows,
        &LayerWeights::attn_bias_value}};
   static const AttnVariant kv_bias{
-      .name = "kv-bias", .feature = "learnable key/value bias slot per kv head",
-      .flag = &ModelConfig::attn_kv_bias, .flag_name = "attn_kv_bias",
-      .key = {"sinkscope_attn_kv_bias", nullptr}, .gguf_tensor = "blk.0.attn_bias_key.weight",
-      .rule = SoftmaxRule, .slot = AttnSlot::kPerQuery, .slot_value = 1, .params = params,
+      .name = "kv-bias",
+      .feature = "learnable key/value bias slot per kv head",
+      .flag = &ModelConfig::attn_kv_bias,
+      .flag_name = "attn_kv_bias",
+      .key = {"sinkscope_attn_kv_bias", nullptr},
+      .gguf_tensor = "blk.0.attn_bias_key.weight",
+      .rule = SoftmaxRule,
+      .slot = AttnSlot::kPerQuery,
+      .slot_value = 1,
+      .params = params,
       .f32 = {.slot_logits = SlotLogits<float>, .slot_logits_backward = SlotLogitsBackward<float>},
-      .f64 = {.slot_logits = SlotLogits<double>, .slot_logits_backward = SlotLogitsBackward<double>}};
+      .f64 = {.slot_logits = SlotLogits<double>,
+              .slot_logits_backward = SlotLogitsBackward<double>}};
   static const AttnVariant* const all[] = {&kv_bias};
   return all;
 }

@@ -7,12 +7,11 @@
 //
 // Marked by "sinkscope_attn_sigmoid": true in config.json and the GGUF key
 // sinkscope.attention.sigmoid (no tensor shows it); it adds no tensor.
-#include "model/attention.h"
-
 #include <cmath>
 #include <type_traits>
 
 #include "kernels/vecmath.h"
+#include "model/attention.h"
 
 namespace ss {
 
@@ -67,11 +66,13 @@ const AttnRule& SigmoidRule() {
 }  // namespace
 
 std::span<const AttnVariant* const> AttnVariants_sigmoid() {
-  static const AttnVariant sigmoid{
-      .name = "sigmoid", .feature = "sigmoid attention (no normalisation)",
-      .flag = &ModelConfig::attn_sigmoid, .flag_name = "attn_sigmoid",
-      .key = {"sinkscope_attn_sigmoid", "sinkscope.attention.sigmoid"}, .gguf_tensor = nullptr,
-      .rule = SigmoidRule};
+  static const AttnVariant sigmoid{.name = "sigmoid",
+                                   .feature = "sigmoid attention (no normalisation)",
+                                   .flag = &ModelConfig::attn_sigmoid,
+                                   .flag_name = "attn_sigmoid",
+                                   .key = {"sinkscope_attn_sigmoid", "sinkscope.attention.sigmoid"},
+                                   .gguf_tensor = nullptr,
+                                   .rule = SigmoidRule};
   static const AttnVariant* const all[] = {&sigmoid};
   return all;
 }

@@ -16,13 +16,18 @@
 namespace ss {
 
 std::span<const AttnVariant* const> AttnVariants_sink_logit() {
-  static const std::vector<AttnParam> params = {
-      {"self_attn.sinks", "attn_sinks.weight", AttnParam::Shape::kHeads, &LayerWeights::attn_sinks}};
-  static const AttnVariant sink_logit{
-      .name = "sink-logit", .feature = "learned sink logit per head", .flag = &ModelConfig::attn_sinks,
-      .flag_name = "attn_sinks", .key = {"sinkscope_attn_sinks", nullptr},
-      .gguf_tensor = "blk.0.attn_sinks.weight", .rule = SoftmaxRule, .slot = AttnSlot::kPerHead,
-      .params = params};
+  static const std::vector<AttnParam> params = {{"self_attn.sinks", "attn_sinks.weight",
+                                                 AttnParam::Shape::kHeads,
+                                                 &LayerWeights::attn_sinks}};
+  static const AttnVariant sink_logit{.name = "sink-logit",
+                                      .feature = "learned sink logit per head",
+                                      .flag = &ModelConfig::attn_sinks,
+                                      .flag_name = "attn_sinks",
+                                      .key = {"sinkscope_attn_sinks", nullptr},
+                                      .gguf_tensor = "blk.0.attn_sinks.weight",
+                                      .rule = SoftmaxRule,
+                                      .slot = AttnSlot::kPerHead,
+                                      .params = params};
   static const AttnVariant softmax1 = [] {
     AttnVariant v = sink_logit;
     v.name = "softmax1";

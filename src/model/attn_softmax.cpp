@@ -6,8 +6,12 @@
 namespace ss {
 
 std::span<const AttnVariant* const> AttnVariants_softmax() {
-  static const AttnVariant softmax{.name = "softmax", .feature = nullptr, .flag = nullptr,
-                                   .flag_name = nullptr, .key = {}, .gguf_tensor = nullptr,
+  static const AttnVariant softmax{.name = "softmax",
+                                   .feature = nullptr,
+                                   .flag = nullptr,
+                                   .flag_name = nullptr,
+                                   .key = {},
+                                   .gguf_tensor = nullptr,
                                    .rule = SoftmaxRule};
   static const AttnVariant* const all[] = {&softmax};
   return all;

@@ -15,13 +15,12 @@
 // The statistics describe the weights themselves (alpha_0 is the weight on key 0, as the paper
 // measures its sink rate); row_sum is their total. No slot. Marked by "sinkscope_attn_softpick":
 // true in config.json and the GGUF key sinkscope.attention.softpick; it adds no tensor.
-#include "model/attention.h"
-
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 
 #include "kernels/vecmath.h"
+#include "model/attention.h"
 
 namespace ss {
 
@@ -62,7 +61,8 @@ struct SoftpickWeights {
     return {Real(0), sum, Real(1)};
   }
   template <typename Real>
-  static Real RowBackward(const Real* p, const Real* saved, Real* d, int n, const AttnSlotGrad<Real>*) {
+  static Real RowBackward(const Real* p, const Real* saved, Real* d, int n,
+                          const AttnSlotGrad<Real>*) {
     Real dot = 0;
     for (int j = 0; j < n; ++j) dot += p[j] * d[j];
     for (int j = 0; j < n; ++j) d[j] = (saved[j] > 0 ? saved[j] * d[j] : Real(0)) - saved[j] * dot;
@@ -111,9 +111,12 @@ const AttnRule& SoftpickRule() {
 
 std::span<const AttnVariant* const> AttnVariants_softpick() {
   static const AttnVariant softpick{
-      .name = "softpick", .feature = "softpick attention (rectified softmax, rows sum to at most 1)",
-      .flag = &ModelConfig::attn_softpick, .flag_name = "attn_softpick",
-      .key = {"sinkscope_attn_softpick", "sinkscope.attention.softpick"}, .gguf_tensor = nullptr,
+      .name = "softpick",
+      .feature = "softpick attention (rectified softmax, rows sum to at most 1)",
+      .flag = &ModelConfig::attn_softpick,
+      .flag_name = "attn_softpick",
+      .key = {"sinkscope_attn_softpick", "sinkscope.attention.softpick"},
+      .gguf_tensor = nullptr,
       .rule = SoftpickRule};
   static const AttnVariant* const all[] = {&softpick};
   return all;

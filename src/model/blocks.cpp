@@ -47,7 +47,8 @@ void EmbedTokens(ForwardContext& ctx) {
       std::memcpy(ctx.state.x.row(t), w.token_embedding.row(tokens[t]), sizeof(float) * D);
   }
   // Gemma: embeddings times sqrt(hidden_size) (Gemma2Model's normalizer).
-  if (ctx.config.embed_scale > 0) Scale(ctx.state.x.data(), static_cast<int64_t>(ctx.T) * D, ctx.config.embed_scale);
+  if (ctx.config.embed_scale > 0)
+    Scale(ctx.state.x.data(), static_cast<int64_t>(ctx.T) * D, ctx.config.embed_scale);
   if (ctx.HookActive(HookPoint::kEmbed, -1))
     ctx.RunHook(HookPoint::kEmbed, -1, ctx.state.x.data(), {ctx.T, D});
 }
@@ -59,7 +60,8 @@ void AddPositionEmbeddings(ForwardContext& ctx) {
   for (int t = 0; t < ctx.T; ++t) {
     const int pos = ctx.positions[t];
     if (pos < 0 || pos >= wpe.dim(0))
-      Fail("position {} is outside the {} learned positions of {}", pos, wpe.dim(0), ctx.model.source);
+      Fail("position {} is outside the {} learned positions of {}", pos, wpe.dim(0),
+           ctx.model.source);
     AddInPlace(ctx.state.x.row(t), wpe.row(pos), D);
   }
 }
@@ -67,7 +69,8 @@ void AddPositionEmbeddings(ForwardContext& ctx) {
 std::vector<double> RopeInvFrequencies(const ModelConfig& c, const Tensor& factors) {
   const int rot = c.rot_dim(), half = rot / 2;
   std::vector<double> inv(half);
-  for (int i = 0; i < half; ++i) inv[i] = std::pow(static_cast<double>(c.rope_theta), -2.0 * i / rot);
+  for (int i = 0; i < half; ++i)
+    inv[i] = std::pow(static_cast<double>(c.rope_theta), -2.0 * i / rot);
   if (c.rope_scaling == RopeScalingKind::kLinear) {
     // Position interpolation (Chen et al. 2023): positions divided by the factor, i.e. every
     // frequency divided by it (HF _compute_linear_scaling_rope_parameters).
@@ -99,7 +102,8 @@ std::vector<double> RopeInvFrequencies(const ModelConfig& c, const Tensor& facto
     auto correction_dim = [&](double rotations) {
       return rot * std::log(original / (rotations * 2 * std::numbers::pi)) / (2 * log_theta);
     };
-    double low = correction_dim(c.rope_yarn_beta_fast), high = correction_dim(c.rope_yarn_beta_slow);
+    double low = correction_dim(c.rope_yarn_beta_fast),
+           high = correction_dim(c.rope_yarn_beta_slow);
     if (c.rope_yarn_truncate) {
       low = std::floor(low);
       high = std::ceil(high);
@@ -159,7 +163,8 @@ struct Projection {
   float* y;
   int out;
 };
-static void ProjectEach(const float* x, std::initializer_list<Projection> projections, int T, int in) {
+static void ProjectEach(const float* x, std::initializer_list<Projection> projections, int T,
+                        int in) {
   bool f32 = T == 1;
   for (const Projection& p : projections) f32 = f32 && !p.packed;
   if (f32) {
@@ -225,9 +230,9 @@ static void SlotLogits(ForwardContext& ctx, int layer, const float* q) {
 // logits SlotLogits computed).
 static AttnOptions LayerAttnOptions(const ForwardContext& ctx, int layer) {
   const ModelConfig& c = ctx.config;
-  return ss::LayerAttnOptions(c, ctx.model.weights.layers[layer],
-                              ctx.request.self_attention_only ? 1 : c.Window(layer),
-                              ctx.state.slot_logits.empty() ? nullptr : ctx.state.slot_logits.data());
+  return ss::LayerAttnOptions(
+      c, ctx.model.weights.layers[layer], ctx.request.self_attention_only ? 1 : c.Window(layer),
+      ctx.state.slot_logits.empty() ? nullptr : ctx.state.slot_logits.data());
 }
 
 // Self-attention on a sink + ring streaming cache (ForwardRequest::stream; see model.h).
@@ -263,10 +268,12 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
     }
     if (has_sinks) {
       std::copy(s.q.data(), s.q.data() + static_cast<int64_t>(T) * c.q_dim(), s.q_sink.data());
-      RopeWithFrequencies(s.q_sink.data(), ctx.positions, H, Dh, c.rot_dim(), ctx.RopeFreq(layer), c.rope);
+      RopeWithFrequencies(s.q_sink.data(), ctx.positions, H, Dh, c.rot_dim(), ctx.RopeFreq(layer),
+                          c.rope);
     }
     RopeWithFrequencies(s.q.data(), stream_pos, H, Dh, c.rot_dim(), ctx.RopeFreq(layer), c.rope);
-    RopeWithFrequencies(s.k_new.data(), stream_pos, Hkv, Dh, c.rot_dim(), ctx.RopeFreq(layer), c.rope);
+    RopeWithFrequencies(s.k_new.data(), stream_pos, Hkv, Dh, c.rot_dim(), ctx.RopeFreq(layer),
+                        c.rope);
     if (const float m = c.RopeMagnitude(); m != 1.0f) {
       Scale(s.q.data(), static_cast<int64_t>(T) * c.q_dim(), m);
       Scale(s.k_new.data(), static_cast<int64_t>(T) * kv_dim, m);
@@ -276,9 +283,12 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
     std::copy(s.q.data(), s.q.data() + static_cast<int64_t>(T) * c.q_dim(), s.q_sink.data());
   }
   if (ctx.hooks) {
-    if (ctx.HookActive(HookPoint::kQ, layer)) ctx.RunHook(HookPoint::kQ, layer, s.q.data(), {T, H, Dh});
-    if (ctx.HookActive(HookPoint::kK, layer)) ctx.RunHook(HookPoint::kK, layer, s.k_new.data(), {T, Hkv, Dh});
-    if (ctx.HookActive(HookPoint::kV, layer)) ctx.RunHook(HookPoint::kV, layer, s.v_new.data(), {T, Hkv, Dh});
+    if (ctx.HookActive(HookPoint::kQ, layer))
+      ctx.RunHook(HookPoint::kQ, layer, s.q.data(), {T, H, Dh});
+    if (ctx.HookActive(HookPoint::kK, layer))
+      ctx.RunHook(HookPoint::kK, layer, s.k_new.data(), {T, Hkv, Dh});
+    if (ctx.HookActive(HookPoint::kV, layer))
+      ctx.RunHook(HookPoint::kV, layer, s.v_new.data(), {T, Hkv, Dh});
   }
   if (const float f = c.QueryScale(layer); f != 1.0f) {
     Scale(s.q.data(), static_cast<int64_t>(T) * c.q_dim(), f);
@@ -295,7 +305,8 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
                       ctx.cache.Values(layer), s.z.data(), T, H, Hkv, Dh, layout.sinks,
                       layout.window, layout.ring, layout.first_index, LayerAttnOptions(ctx, layer));
   GateAttentionOutput(ctx, layer, in);
-  if (ctx.HookActive(HookPoint::kZ, layer)) ctx.RunHook(HookPoint::kZ, layer, s.z.data(), {T, H, Dh});
+  if (ctx.HookActive(HookPoint::kZ, layer))
+    ctx.RunHook(HookPoint::kZ, layer, s.z.data(), {T, H, Dh});
   Project(s.z.data(), w.wo, Packed(w, &LayerPacked::wo), w.bo, out, T, c.q_dim(), D);
   if (ctx.HookActive(HookPoint::kAttnOut, layer))
     ctx.RunHook(HookPoint::kAttnOut, layer, out, {T, D});
@@ -327,13 +338,17 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
     }
   }
   if (ctx.hooks) {
-    if (ctx.HookActive(HookPoint::kQ, layer)) ctx.RunHook(HookPoint::kQ, layer, s.q.data(), {T, H, Dh});
-    if (ctx.HookActive(HookPoint::kK, layer)) ctx.RunHook(HookPoint::kK, layer, k_new, {T, Hkv, Dh});
-    if (ctx.HookActive(HookPoint::kV, layer)) ctx.RunHook(HookPoint::kV, layer, v_new, {T, Hkv, Dh});
+    if (ctx.HookActive(HookPoint::kQ, layer))
+      ctx.RunHook(HookPoint::kQ, layer, s.q.data(), {T, H, Dh});
+    if (ctx.HookActive(HookPoint::kK, layer))
+      ctx.RunHook(HookPoint::kK, layer, k_new, {T, Hkv, Dh});
+    if (ctx.HookActive(HookPoint::kV, layer))
+      ctx.RunHook(HookPoint::kV, layer, v_new, {T, Hkv, Dh});
   }
   // GPT-2's optional scalings, on the queries after hook_q (which shows them as the model
   // computes them, before the scores are scaled).
-  if (const float f = c.QueryScale(layer); f != 1.0f) Scale(s.q.data(), static_cast<int64_t>(T) * c.q_dim(), f);
+  if (const float f = c.QueryScale(layer); f != 1.0f)
+    Scale(s.q.data(), static_cast<int64_t>(T) * c.q_dim(), f);
 
   AttnStats stats{};
   const AttnStats* stats_ptr = nullptr;
@@ -380,7 +395,8 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
                        s.z.data() + static_cast<int64_t>(t) * c.q_dim() + h * Dh);
   }
   GateAttentionOutput(ctx, layer, in);
-  if (ctx.HookActive(HookPoint::kZ, layer)) ctx.RunHook(HookPoint::kZ, layer, s.z.data(), {T, H, Dh});
+  if (ctx.HookActive(HookPoint::kZ, layer))
+    ctx.RunHook(HookPoint::kZ, layer, s.z.data(), {T, H, Dh});
   Project(s.z.data(), w.wo, Packed(w, &LayerPacked::wo), w.bo, out, T, c.q_dim(), D);
   if (ctx.HookActive(HookPoint::kAttnOut, layer))
     ctx.RunHook(HookPoint::kAttnOut, layer, out, {T, D});
@@ -405,9 +421,11 @@ void Mlp(ForwardContext& ctx, int layer, const float* in, float* out) {
       Project(x, w.w1, Packed(w, &LayerPacked::w1), w.b1, s.hb.data(), rows, D, F);
       ActivationInPlace(s.hb.data(), static_cast<int64_t>(rows) * F, c.act);
     }
-    Project(s.hb.data(), w.w2, Packed(w, &LayerPacked::w2), w.b2, out + static_cast<int64_t>(t0) * D, rows, F, D);
+    Project(s.hb.data(), w.w2, Packed(w, &LayerPacked::w2), w.b2,
+            out + static_cast<int64_t>(t0) * D, rows, F, D);
   }
-  if (ctx.HookActive(HookPoint::kMlpOut, layer)) ctx.RunHook(HookPoint::kMlpOut, layer, out, {T, D});
+  if (ctx.HookActive(HookPoint::kMlpOut, layer))
+    ctx.RunHook(HookPoint::kMlpOut, layer, out, {T, D});
 }
 
 void MoeFfn(ForwardContext& ctx, int layer, const float* in, float* out) {
@@ -433,7 +451,9 @@ void MoeFfn(ForwardContext& ctx, int layer, const float* in, float* out) {
       const int e = order[j];
       const float weight = c.norm_topk_prob ? probs[e] / norm : probs[e];
       // Expert biases (gpt-oss): row e of the stacked (E, F) / (E, D) tensors.
-      auto bias = [&](const Tensor& b, int64_t n) { return b.empty() ? nullptr : b.data() + e * n; };
+      auto bias = [&](const Tensor& b, int64_t n) {
+        return b.empty() ? nullptr : b.data() + e * n;
+      };
       // Expert e's rows of a stacked (E, rows, cols) weight: its f32 slice, or (native) its rows
       // of the stored matrix, so that only the chosen experts' bytes are read.
       auto expert = [&](const Tensor& f32, const PackedWeight* stored, const float* input, int rows,
@@ -441,7 +461,8 @@ void MoeFfn(ForwardContext& ctx, int layer, const float* in, float* out) {
         if (stored)
           MatMulGgml(input, stored->ggml.Rows(e * rows, rows), b, result, 1);
         else
-          MatMul(input, f32.data() + static_cast<int64_t>(e) * rows * cols, b, result, 1, cols, rows);
+          MatMul(input, f32.data() + static_cast<int64_t>(e) * rows * cols, b, result, 1, cols,
+                 rows);
       };
       expert(w.moe_w1, Packed(w, &LayerPacked::moe_w1), x, F, D, bias(w.moe_b1, F), gate.data());
       expert(w.moe_w3, Packed(w, &LayerPacked::moe_w3), x, F, D, bias(w.moe_b3, F), up.data());
@@ -450,11 +471,13 @@ void MoeFfn(ForwardContext& ctx, int layer, const float* in, float* out) {
       } else {
         GatedActivation(gate.data(), up.data(), F, c.act);
       }
-      expert(w.moe_w2, Packed(w, &LayerPacked::moe_w2), gate.data(), D, F, bias(w.moe_b2, D), y.data());
+      expert(w.moe_w2, Packed(w, &LayerPacked::moe_w2), gate.data(), D, F, bias(w.moe_b2, D),
+             y.data());
       for (int d = 0; d < D; ++d) o[d] += weight * y[d];
     }
   }
-  if (ctx.HookActive(HookPoint::kMlpOut, layer)) ctx.RunHook(HookPoint::kMlpOut, layer, out, {T, D});
+  if (ctx.HookActive(HookPoint::kMlpOut, layer))
+    ctx.RunHook(HookPoint::kMlpOut, layer, out, {T, D});
 }
 
 Tensor FinalLogits(ForwardContext& ctx) {
@@ -474,15 +497,16 @@ Tensor FinalLogits(ForwardContext& ctx) {
     RmsNorm(s.x.row(first), w.final_norm.data(), s.xb.row(first), rows, D, c.norm_eps,
             c.norm_weight_offset);
   } else {
-    LayerNorm(s.x.row(first), w.final_norm.data(), OrNull(w.final_norm_bias), s.xb.row(first),
-              rows, D, c.norm_eps);
+    LayerNorm(s.x.row(first), w.final_norm.data(), OrNull(w.final_norm_bias), s.xb.row(first), rows,
+              D, c.norm_eps);
   }
   if (hook) ctx.RunHook(HookPoint::kLnFinal, -1, s.xb.data(), {T, D});
   if (mode == LogitsMode::kNone) return Tensor();
   const int out_first = mode == LogitsMode::kLast ? T - 1 : 0;
   const int out_rows = T - out_first;
   if (s.logits.empty() || s.logits.dim(0) < out_rows) s.logits = Tensor::Zeros({out_rows, V});
-  Project(s.xb.row(out_first), w.lm_head, w.lm_head_packed.get(), Tensor(), s.logits.data(), out_rows, D, V);
+  Project(s.xb.row(out_first), w.lm_head, w.lm_head_packed.get(), Tensor(), s.logits.data(),
+          out_rows, D, V);
   if (c.final_logit_softcap != 0)
     SoftCap(s.logits.data(), static_cast<int64_t>(out_rows) * V, c.final_logit_softcap);
   return s.logits.Rows(0, out_rows);
@@ -506,20 +530,25 @@ void ForwardSequential(ForwardContext& ctx) {
   for (int l = ctx.request.first_layer, last = LastLayer(ctx.request, c); l <= last; ++l) {
     PollInterrupt();  // a stopping point for work asked to end (common/interrupt.h)
     const LayerWeights& w = ctx.model.weights.layers[l];
-    if (ctx.HookActive(HookPoint::kResidPre, l)) ctx.RunHook(HookPoint::kResidPre, l, s.x.data(), {ctx.T, c.dim});
+    if (ctx.HookActive(HookPoint::kResidPre, l))
+      ctx.RunHook(HookPoint::kResidPre, l, s.x.data(), {ctx.T, c.dim});
     SelfAttention(ctx, l, input(w.attn_norm, w.attn_norm_bias), s.xb2.data());
-    if (!w.attn_post_norm.empty()) ApplyNorm(ctx, w.attn_post_norm, Tensor(), s.xb2.data(), s.xb2.data());
+    if (!w.attn_post_norm.empty())
+      ApplyNorm(ctx, w.attn_post_norm, Tensor(), s.xb2.data(), s.xb2.data());
     AddInPlace(s.x.data(), s.xb2.data(), n);
-    if (ctx.HookActive(HookPoint::kResidMid, l)) ctx.RunHook(HookPoint::kResidMid, l, s.x.data(), {ctx.T, c.dim});
+    if (ctx.HookActive(HookPoint::kResidMid, l))
+      ctx.RunHook(HookPoint::kResidMid, l, s.x.data(), {ctx.T, c.dim});
     const float* ffn_in = input(w.ffn_norm, w.ffn_norm_bias);
     if (c.MoeLayer(l)) {
       MoeFfn(ctx, l, ffn_in, s.xb2.data());
     } else {
       Mlp(ctx, l, ffn_in, s.xb2.data());
     }
-    if (!w.ffn_post_norm.empty()) ApplyNorm(ctx, w.ffn_post_norm, Tensor(), s.xb2.data(), s.xb2.data());
+    if (!w.ffn_post_norm.empty())
+      ApplyNorm(ctx, w.ffn_post_norm, Tensor(), s.xb2.data(), s.xb2.data());
     AddInPlace(s.x.data(), s.xb2.data(), n);
-    if (ctx.HookActive(HookPoint::kResidPost, l)) ctx.RunHook(HookPoint::kResidPost, l, s.x.data(), {ctx.T, c.dim});
+    if (ctx.HookActive(HookPoint::kResidPost, l))
+      ctx.RunHook(HookPoint::kResidPost, l, s.x.data(), {ctx.T, c.dim});
   }
 }
 

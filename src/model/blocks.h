@@ -16,10 +16,10 @@ struct ForwardContext {
   KVCache& cache;
   RunState& state;
   const ForwardRequest& request;
-  const Hooks* hooks;        // null when nothing is attached
-  int T;                     // tokens in this call
-  int start;                 // cache index of the first new token
-  std::vector<int> positions;  // (T) position of each token
+  const Hooks* hooks;                 // null when nothing is attached
+  int T;                              // tokens in this call
+  int start;                          // cache index of the first new token
+  std::vector<int> positions;         // (T) position of each token
   std::vector<double> rope_inv_freq;  // (rot_dim / 2) RoPE angular frequencies, scaling applied
   std::vector<double> rope_inv_freq_local;  // sliding layers' own (config.rope_local_theta > 0)
 
@@ -28,12 +28,10 @@ struct ForwardContext {
   // The RoPE frequencies layer `layer` uses.
   const double* RopeFreq(int layer) const {
     return config.rope_local_theta > 0 && config.Window(layer) > 0 ? rope_inv_freq_local.data()
-                                                                    : rope_inv_freq.data();
+                                                                   : rope_inv_freq.data();
   }
 
-  bool HookActive(HookPoint point, int layer) const {
-    return hooks && hooks->Active(point, layer);
-  }
+  bool HookActive(HookPoint point, int layer) const { return hooks && hooks->Active(point, layer); }
   // Runs the hook on a (T, ...) view of `data` with the given trailing shape.
   void RunHook(HookPoint point, int layer, float* data, std::vector<int64_t> shape) const;
 };

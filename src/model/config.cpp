@@ -99,10 +99,12 @@ void ValidateConfig(const ModelConfig& c, const std::string& source, const Confi
   if (c.dense_hidden_dim < 0) fail("dense_hidden_dim", c.dense_hidden_dim, ">= 0");
   if (!c.dense_layers.empty()) {
     if (c.n_experts == 0 || static_cast<int>(c.dense_layers.size()) != c.n_layers)
-      Fail("{}: {} lists {} layers; expected one per layer ({}) of a mixture-of-experts model", source,
-           key("dense_layers"), c.dense_layers.size(), c.n_layers);
-    if (c.dense_hidden_dim <= 0 && std::find(c.dense_layers.begin(), c.dense_layers.end(), true) != c.dense_layers.end())
-      Fail("{}: dense MLP layers need their width ({}), which is missing", source, key("dense_hidden_dim"));
+      Fail("{}: {} lists {} layers; expected one per layer ({}) of a mixture-of-experts model",
+           source, key("dense_layers"), c.dense_layers.size(), c.n_layers);
+    if (c.dense_hidden_dim <= 0 &&
+        std::find(c.dense_layers.begin(), c.dense_layers.end(), true) != c.dense_layers.end())
+      Fail("{}: dense MLP layers need their width ({}), which is missing", source,
+           key("dense_hidden_dim"));
   }
   if (c.bos_id < -1) fail("bos_id", c.bos_id, "a token id or none");
   if (c.eos_id < -1) fail("eos_id", c.eos_id, "a token id or none");

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-
 #include <map>
 #include <string>
 #include <vector>
@@ -22,7 +21,8 @@ enum class QkNormKind { kNone, kPerHead, kFull };
 // RoPE frequency rescaling for context extension (HF config.json "rope_scaling").
 //  kLinear: every frequency divided by rope_scaling_factor (position interpolation).
 //  kLlama3: Llama 3.1's piecewise rule: low-frequency bands divided by the factor, high-frequency
-//           bands kept, a smooth blend between, set by low/high_freq_factor and the original length.
+//           bands kept, a smooth blend between, set by low/high_freq_factor and the original
+//           length.
 //  kYarn:   YaRN (Peng et al. 2023, "YaRN: Efficient Context Window Extension", section 3.2):
 //           frequencies blended between interpolated (/ factor) and original by a linear ramp over
 //           the dims whose wavelengths fall between beta_fast and beta_slow rotations of the
@@ -44,28 +44,28 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   NormKind norm = NormKind::kRms;
   ActKind act = ActKind::kSilu;
-  bool gated_mlp = true;       // SwiGLU: w2(act(w1 x) * w3 x); else w2(act(w1 x))
+  bool gated_mlp = true;  // SwiGLU: w2(act(w1 x) * w3 x); else w2(act(w1 x))
   RopeKind rope = RopeKind::kInterleaved;
   float rope_theta = 10000.0f;
-  int rotary_dim = 0;          // dims of each head that are rotated (partial rotary); 0 means head_dim
+  int rotary_dim = 0;  // dims of each head that are rotated (partial rotary); 0 means head_dim
   bool tied_embeddings = true;
   int bos_id = 1;
   int eos_id = 2;
   // ---- Added for Hugging Face config.json families (io/hf_config.h). Defaults describe a plain
   // ---- Llama-style dense model, so code that ignores them keeps working for llama2.c models.
-  bool qkv_bias = false;        // q/k/v projections carry biases (Qwen2, GPT-2, GPT-NeoX)
-  bool attn_out_bias = false;   // the attention output projection carries a bias (GPT-2, GPT-NeoX)
-  bool mlp_bias = false;        // MLP (and expert) projections carry biases (GPT-2, GPT-NeoX)
-  bool learned_pos = false;     // learned absolute position embeddings, (max_seq_len, D) (GPT-2)
+  bool qkv_bias = false;       // q/k/v projections carry biases (Qwen2, GPT-2, GPT-NeoX)
+  bool attn_out_bias = false;  // the attention output projection carries a bias (GPT-2, GPT-NeoX)
+  bool mlp_bias = false;       // MLP (and expert) projections carry biases (GPT-2, GPT-NeoX)
+  bool learned_pos = false;    // learned absolute position embeddings, (max_seq_len, D) (GPT-2)
   QkNormKind qk_norm = QkNormKind::kNone;
   bool parallel_residual = false;  // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)) instead of sequential
-  bool post_norms = false;      // OLMo 2: norm the attention / MLP output before the residual add,
-                                // and no norm on their inputs
-  int sliding_window = 0;       // attention sees only the last W keys (Mistral); 0: full causal
+  bool post_norms = false;  // OLMo 2: norm the attention / MLP output before the residual add,
+                            // and no norm on their inputs
+  int sliding_window = 0;   // attention sees only the last W keys (Mistral); 0: full causal
   // Per-layer attention kind (gpt-oss's layer_types): empty means every layer uses
   // sliding_window (Mistral); else layer l slides only when layer_attention[l] is kSliding.
   std::vector<LayerAttention> layer_attention;
-  bool attn_sinks = false;      // one learned sink logit per head in the softmax (gpt-oss "sinks")
+  bool attn_sinks = false;  // one learned sink logit per head in the softmax (gpt-oss "sinks")
   // Gated attention (Qiu et al. 2025, arXiv 2505.06708, "G1": Qwen3-Next's gate): each head's
   // output z is multiplied elementwise by sigmoid(x W_gate^T) of the block's normed input before
   // the output projection (LayerWeights::attn_gate).
@@ -85,7 +85,7 @@ struct ModelConfig {
   // limit, up clamped to [-limit, limit], out = (up + 1) * gate * sigmoid(1.702 gate). 0: the
   // plain gated activation act(gate) * up.
   float swiglu_limit = 0.0f;
-  bool moe_bias = false;        // router and expert projections carry biases (gpt-oss)
+  bool moe_bias = false;  // router and expert projections carry biases (gpt-oss)
   // gpt-oss as published: the experts stored as MXFP4 blocks and scales (config.json's
   // quantization_config with quant_method "mxfp4"), which the tensor map reads as
   // mlp.experts.{gate_up,down}_proj_{blocks,scales}. Like torch_dtype a property of the checkpoint:
@@ -94,9 +94,10 @@ struct ModelConfig {
   // ---- Gemma 2 / 3 (modeling_gemma2.py, modeling_gemma3.py).
   float norm_weight_offset = 0.0f;  // RMSNorm multiplies by (offset + w): 1 for Gemma
   float embed_scale = 0.0f;         // token embeddings multiplied by this; 0: not scaled
-  float query_pre_attn_scalar = 0;  // scores scaled by 1/sqrt(this) instead of 1/sqrt(head_dim); 0: head_dim
-  float rope_local_theta = 0;       // RoPE base of sliding layers (Gemma 3); 0: rope_theta. The
-                                    // global layers' rope_scaling does not apply to them.
+  float query_pre_attn_scalar =
+      0;  // scores scaled by 1/sqrt(this) instead of 1/sqrt(head_dim); 0: head_dim
+  float rope_local_theta = 0;  // RoPE base of sliding layers (Gemma 3); 0: rope_theta. The
+                               // global layers' rope_scaling does not apply to them.
   // Mixture of experts (model/arch_moe.cpp). hidden_dim (above) is the width of one expert when
   // n_experts > 0.
   int n_experts = 0;            // E; 0 for dense models
@@ -104,7 +105,7 @@ struct ModelConfig {
   bool norm_topk_prob = false;  // renormalise the top-k router probabilities to sum to 1
   int n_shared_experts = 0;     // experts every token goes through (none in the families so far)
   int shared_expert_hidden_dim = 0;
-  int dense_hidden_dim = 0;     // Qwen3-MoE "intermediate_size": width of its dense MLP layers
+  int dense_hidden_dim = 0;  // Qwen3-MoE "intermediate_size": width of its dense MLP layers
   // Which layers of a mixture-of-experts model have a dense MLP (width dense_hidden_dim) instead
   // of experts (Qwen-MoE's mlp_only_layers and decoder_sparse_step): empty means none.
   std::vector<bool> dense_layers;
@@ -123,9 +124,9 @@ struct ModelConfig {
   // scores also by l + 1.
   bool attn_scale_sqrt_dim = true;
   bool attn_scale_inverse_layer = false;
-  std::vector<int> eos_ids;     // every end-of-sequence id when a config lists several; eos_id is
-                                // the first. Ids are -1 when the config has none (null).
-  std::string torch_dtype;      // dtype the checkpoint was saved in ("bfloat16", ...); "" if unknown
+  std::vector<int> eos_ids;  // every end-of-sequence id when a config lists several; eos_id is
+                             // the first. Ids are -1 when the config has none (null).
+  std::string torch_dtype;   // dtype the checkpoint was saved in ("bfloat16", ...); "" if unknown
 
   bool operator==(const ModelConfig&) const = default;
 
@@ -139,7 +140,9 @@ struct ModelConfig {
     return n_experts > 0 && (dense_layers.empty() || !dense_layers[layer]);
   }
   // The hidden width of layer `layer`'s FFN: per expert, or its dense MLP's.
-  int FfnWidth(int layer) const { return n_experts > 0 && !MoeLayer(layer) ? dense_hidden_dim : hidden_dim; }
+  int FfnWidth(int layer) const {
+    return n_experts > 0 && !MoeLayer(layer) ? dense_hidden_dim : hidden_dim;
+  }
   int MaxFfnWidth() const {
     int f = hidden_dim;
     for (int l = 0; l < static_cast<int>(dense_layers.size()); ++l) f = std::max(f, FfnWidth(l));
@@ -158,8 +161,8 @@ struct ModelConfig {
     return 0.1f * std::log(rope_scaling_factor) + 1.0f;
   }
   // The factor block `layer` multiplies its queries by so that attention, which divides the
-  // scores by sqrt(head_dim), gives the scaling above (and Gemma's 1 / sqrt(query_pre_attn_scalar));
-  // 1 for every other family.
+  // scores by sqrt(head_dim), gives the scaling above (and Gemma's 1 /
+  // sqrt(query_pre_attn_scalar)); 1 for every other family.
   float QueryScale(int layer) const {
     float f = attn_scale_sqrt_dim ? 1.0f : std::sqrt(static_cast<float>(head_dim));
     if (query_pre_attn_scalar > 0) f *= std::sqrt(head_dim / query_pre_attn_scalar);

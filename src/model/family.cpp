@@ -19,17 +19,22 @@ ActKind ReadAct(const ConfigReader& r, Key k, const std::string& fallback) {
   const std::string name = r.String(k, fallback);
   if (name == "silu" || name == "swish") return ActKind::kSilu;
   if (name == "gelu") return ActKind::kGelu;
-  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") return ActKind::kGeluTanh;
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast")
+    return ActKind::kGeluTanh;
   if (name == "relu") return ActKind::kRelu;
   r.Fail(k, "is '{}'; supported: silu, gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu", name);
 }
 
 const char* ActName(ActKind act, const char* gelu_tanh_name) {
   switch (act) {
-    case ActKind::kSilu: return "silu";
-    case ActKind::kGelu: return "gelu";
-    case ActKind::kGeluTanh: return gelu_tanh_name;
-    case ActKind::kRelu: return "relu";
+    case ActKind::kSilu:
+      return "silu";
+    case ActKind::kGelu:
+      return "gelu";
+    case ActKind::kGeluTanh:
+      return gelu_tanh_name;
+    case ActKind::kRelu:
+      return "relu";
   }
   SS_ASSERT(false);
   return "";
@@ -43,13 +48,15 @@ void ReadLlamaCore(const ConfigReader& r, const FamilyDefaults& d, int head_dim_
   c->n_layers = r.PositiveInt({"num_hidden_layers", "block_count"});
   c->n_heads = r.PositiveInt(heads);
   c->n_kv_heads = r.PositiveInt(kv_heads, c->n_heads);
-  const int64_t head_dim = r.gguf() || head_dim_default == 0 ? c->dim / c->n_heads : head_dim_default;
+  const int64_t head_dim =
+      r.gguf() || head_dim_default == 0 ? c->dim / c->n_heads : head_dim_default;
   c->head_dim = r.PositiveInt({"head_dim", "attention.key_length"}, head_dim);
   if (read_ffn_width) c->hidden_dim = r.PositiveInt({"intermediate_size", "feed_forward_length"});
   if (!r.gguf()) c->vocab_size = r.PositiveInt({"vocab_size", nullptr});
   c->max_seq_len = r.PositiveInt({"max_position_embeddings", "context_length"},
                                  r.HfDefault<int64_t>(d.max_positions));
-  c->norm_eps = r.Real({"rms_norm_eps", "attention.layer_norm_rms_epsilon"}, r.gguf() ? 1e-5 : d.norm_eps);
+  c->norm_eps =
+      r.Real({"rms_norm_eps", "attention.layer_norm_rms_epsilon"}, r.gguf() ? 1e-5 : d.norm_eps);
   c->norm = NormKind::kRms;
   c->act = ReadAct(r, {"hidden_act", nullptr}, "silu");
   c->gated_mlp = true;
@@ -60,8 +67,9 @@ void ReadLlamaCore(const ConfigReader& r, const FamilyDefaults& d, int head_dim_
     c->attn_out_bias = r.HasTensor("blk.0.attn_output.bias");
     c->mlp_bias = r.HasTensor("blk.0.ffn_gate.bias");
   }
-  // The attention variant (model/attention.h): sinkscope's extension keys for the models its trainer
-  // makes with --set attention=..., or in GGUF the variant's tensors (gpt-oss's sinks included).
+  // The attention variant (model/attention.h): sinkscope's extension keys for the models its
+  // trainer makes with --set attention=..., or in GGUF the variant's tensors (gpt-oss's sinks
+  // included).
   ReadAttentionVariant(r, c);
   if (c->n_heads % c->n_kv_heads != 0)
     ss::Fail("{}: {} {} is not a multiple of {} {}", r.source(), r.Name(heads), c->n_heads,
@@ -108,15 +116,16 @@ std::vector<LayerAttention> ReadLayerTypes(const ConfigReader& r, int n_layers,
   }
   const std::vector<std::string> types = r.Strings(key);
   if (static_cast<int>(types.size()) != n_layers)
-    r.Fail(key, "must list one attention kind for each of the {} layers, found {}", n_layers, r.Dump(key));
+    r.Fail(key, "must list one attention kind for each of the {} layers, found {}", n_layers,
+           r.Dump(key));
   for (int l = 0; l < n_layers; ++l) {
     if (types[l] == "sliding_attention") {
       kinds[l] = LayerAttention::kSliding;
     } else if (types[l] == "full_attention") {
       kinds[l] = LayerAttention::kFull;
     } else {
-      ss::Fail("{}: {}[{}] is \"{}\"; supported: \"sliding_attention\", \"full_attention\"", r.source(),
-               r.Name(key), l, types[l]);
+      ss::Fail("{}: {}[{}] is \"{}\"; supported: \"sliding_attention\", \"full_attention\"",
+               r.source(), r.Name(key), l, types[l]);
     }
   }
   return kinds;
@@ -150,12 +159,13 @@ void WriteOptionalWindow(const ModelConfig& c, ConfigWriter& w) {
   }
 }
 
-int ReadSlidingWindow(const ConfigReader& r, std::optional<int64_t> fallback, const ModelConfig& c) {
+int ReadSlidingWindow(const ConfigReader& r, std::optional<int64_t> fallback,
+                      const ModelConfig& c) {
   const Key key{"sliding_window", "attention.sliding_window"};
   const int window = r.PositiveInt(key, fallback);
   if (window > c.max_seq_len)
-    r.Fail(key, "{} is beyond the context ({} {})", window, r.Name({"max_position_embeddings", "context_length"}),
-           c.max_seq_len);
+    r.Fail(key, "{} is beyond the context ({} {})", window,
+           r.Name({"max_position_embeddings", "context_length"}), c.max_seq_len);
   return window;
 }
 
@@ -167,8 +177,9 @@ void ReadMoe(const ConfigReader& r, const char* experts, std::optional<int> expe
   r.Spelled("n_experts_per_tok", per_tok);
   c->n_experts = r.PositiveInt(count, r.gguf() ? std::nullopt : experts_default);
   c->n_experts_per_tok = r.PositiveInt(per_tok, r.gguf() ? std::nullopt : per_tok_default);
-  const Key expert_width{width, r.Has({nullptr, "expert_feed_forward_length"}) ? "expert_feed_forward_length"
-                                                                                  : "feed_forward_length"};
+  const Key expert_width{width, r.Has({nullptr, "expert_feed_forward_length"})
+                                    ? "expert_feed_forward_length"
+                                    : "feed_forward_length"};
   r.Spelled("hidden_dim", expert_width);
   c->hidden_dim = r.PositiveInt(expert_width);
   c->norm_topk_prob = r.Bool({norm_key, "expert_weights_norm"}, norm_default);
@@ -190,9 +201,10 @@ void ReadQwenSlidingWindow(const ConfigReader& r, ModelConfig* c) {
   const Key first{"max_window_layers", nullptr};
   const int64_t from = r.Int(first, 28);
   if (from < 0) r.Fail(first, "must be 0 or more, found {}", from);
-  c->layer_attention = ReadLayerTypes(r, c->n_layers, [](int l, int from) {
-    return l >= from ? LayerAttention::kSliding : LayerAttention::kFull;
-  }, static_cast<int>(std::min<int64_t>(from, c->n_layers)));
+  c->layer_attention = ReadLayerTypes(
+      r, c->n_layers,
+      [](int l, int from) { return l >= from ? LayerAttention::kSliding : LayerAttention::kFull; },
+      static_cast<int>(std::min<int64_t>(from, c->n_layers)));
   // No layer slides (max_window_layers >= the layer count): the window applies nowhere.
   if (std::none_of(c->layer_attention.begin(), c->layer_attention.end(),
                    [](LayerAttention a) { return a == LayerAttention::kSliding; })) {
@@ -207,8 +219,10 @@ void WriteQwenSlidingWindow(const ModelConfig& c, ConfigWriter& w) {
     return;
   }
   if (w.gguf())
-    Fail("{} with sliding-window layers cannot be written to GGUF: llama.cpp has no key for them "
-         "and would run every layer with full attention", c.arch);
+    Fail(
+        "{} with sliding-window layers cannot be written to GGUF: llama.cpp has no key for them "
+        "and would run every layer with full attention",
+        c.arch);
   int first = c.n_layers;
   for (int l = c.n_layers - 1; l >= 0; --l)
     if (c.Window(l) > 0) first = l;
@@ -228,7 +242,8 @@ void ReadMoeLayers(const ConfigReader& r, ModelConfig* c) {
   for (int l = 0; l < c->n_layers; ++l) layers[l] = (l + 1) % every != 0;
   if (r.Has(dense))
     for (int64_t l : r.Ints(dense)) {
-      if (l < 0 || l >= c->n_layers) r.Fail(dense, "lists layer {}; the model has layers 0 to {}", l, c->n_layers - 1);
+      if (l < 0 || l >= c->n_layers)
+        r.Fail(dense, "lists layer {}; the model has layers 0 to {}", l, c->n_layers - 1);
       layers[l] = true;
     }
   if (std::find(layers.begin(), layers.end(), true) == layers.end()) return;
@@ -241,15 +256,18 @@ void WriteMoeLayers(const ModelConfig& c, ConfigWriter& w) {
   for (int l = 0; l < static_cast<int>(c.dense_layers.size()); ++l)
     if (c.dense_layers[l]) dense.push_back(l);
   if (w.gguf() && !dense.empty())
-    Fail("{} with dense MLP layers among the expert layers cannot be written to GGUF: llama.cpp "
-         "has no key for them", c.arch);
+    Fail(
+        "{} with dense MLP layers among the expert layers cannot be written to GGUF: llama.cpp "
+        "has no key for them",
+        c.arch);
   w.Int({"decoder_sparse_step", nullptr}, 1);
   w.Ints({"mlp_only_layers", nullptr}, dense);
 }
 
 void ReadPartialRotary(const ConfigReader& r, Key primary, float fallback, ModelConfig* c) {
   if (r.gguf()) return;
-  const Key nested{"rope_parameters.partial_rotary_factor", nullptr}, top{"partial_rotary_factor", nullptr};
+  const Key nested{"rope_parameters.partial_rotary_factor", nullptr},
+      top{"partial_rotary_factor", nullptr};
   Key key = primary;
   std::optional<Key> other;
   for (Key k : {nested, top})
@@ -270,7 +288,8 @@ void ReadPartialRotary(const ConfigReader& r, Key primary, float fallback, Model
   // keeps a fraction written as rotary_dim / head_dim from rounding down.
   c->rotary_dim = static_cast<int>(std::floor(c->head_dim * static_cast<double>(fraction) + 1e-4));
   if (c->rotary_dim % 2 != 0)
-    r.Fail(key, "{} gives an odd rotary dimension {} of head size {}", fraction, c->rotary_dim, c->head_dim);
+    r.Fail(key, "{} gives an odd rotary dimension {} of head size {}", fraction, c->rotary_dim,
+           c->head_dim);
   if (c->rotary_dim == c->head_dim) c->rotary_dim = 0;
 }
 

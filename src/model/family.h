@@ -10,12 +10,12 @@
 // means the setting does not exist in that format: it reads as absent and is not written.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "common/error.h"
 #include "model/config.h"
@@ -118,7 +118,7 @@ void ReadLlamaCore(const ConfigReader& r, const FamilyDefaults& d, int head_dim_
                    ModelConfig* c, bool read_ffn_width = true);
 // Writes what ReadLlamaCore reads. `act_key`: config.json's name for the activation.
 struct CoreWrite {
-  bool ffn_width = true;       // intermediate_size / feed_forward_length is hidden_dim
+  bool ffn_width = true;  // intermediate_size / feed_forward_length is hidden_dim
   // "sinkscope_attn_sinks" when the model has learned sinks (false: the family's own, gpt-oss)
   bool sink_extension = true;
   const char* act_key = "hidden_act";

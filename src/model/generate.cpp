@@ -13,7 +13,8 @@ std::vector<int> Generate(const Model& model, const std::vector<int>& prompt,
   if (static_cast<int>(prompt.size()) > c.max_seq_len)
     Fail("generate: the prompt has {} tokens, more than the model's context of {}", prompt.size(),
          c.max_seq_len);
-  KVCache cache = KVCache::Create(c, steps > 0 ? std::max<int>(steps, prompt.size()) : prompt.size());
+  KVCache cache =
+      KVCache::Create(c, steps > 0 ? std::max<int>(steps, prompt.size()) : prompt.size());
   RunState state;
   Sampler sampler(options.sampler);
   std::vector<int> out;

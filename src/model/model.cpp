@@ -1,8 +1,7 @@
 #include "model/model.h"
 
-#include <omp.h>
-
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <numeric>
 
@@ -43,7 +42,7 @@ namespace {
   cache.length = start_length;
   ForwardContext ctx{
       model,        c,  cache, state, rerun, &hooks, static_cast<int>(rerun.tokens.size()),
-      start_length, {}, {}, {}};
+      start_length, {}, {},    {}};
   ctx.positions.resize(ctx.T);
   for (int t = 0; t < ctx.T; ++t)
     ctx.positions[t] = request.stream
@@ -69,24 +68,61 @@ int64_t Model::ParameterCount() const {
   int64_t n = count(weights.token_embedding) + count(weights.final_norm) +
               count(weights.final_norm_bias) + count(weights.position_embedding);
   // A projection held packed only (packed_only: its f32 tensor empty) counts from its pack.
-  auto packed = [](const PackedWeight& p) { return p.empty() ? 0 : static_cast<int64_t>(p.out()) * p.in(); };
-  if (weights.token_embedding.empty() && weights.embedding_packed) n += packed(*weights.embedding_packed);
+  auto packed = [](const PackedWeight& p) {
+    return p.empty() ? 0 : static_cast<int64_t>(p.out()) * p.in();
+  };
+  if (weights.token_embedding.empty() && weights.embedding_packed)
+    n += packed(*weights.embedding_packed);
   if (!config.tied_embeddings)
     n += weights.lm_head.empty() && weights.lm_head_packed ? packed(*weights.lm_head_packed)
-                                                         : count(weights.lm_head);
+                                                           : count(weights.lm_head);
   for (const auto& l : weights.layers) {
     if (l.packed)
-      for (auto [t, p] : {std::pair{&l.wq, &l.packed->wq}, {&l.wk, &l.packed->wk}, {&l.wv, &l.packed->wv},
-                          {&l.wo, &l.packed->wo}, {&l.w1, &l.packed->w1}, {&l.w2, &l.packed->w2},
-                          {&l.w3, &l.packed->w3}, {&l.moe_w1, &l.packed->moe_w1},
-                          {&l.moe_w2, &l.packed->moe_w2}, {&l.moe_w3, &l.packed->moe_w3}})
+      for (auto [t, p] : {std::pair{&l.wq, &l.packed->wq},
+                          {&l.wk, &l.packed->wk},
+                          {&l.wv, &l.packed->wv},
+                          {&l.wo, &l.packed->wo},
+                          {&l.w1, &l.packed->w1},
+                          {&l.w2, &l.packed->w2},
+                          {&l.w3, &l.packed->w3},
+                          {&l.moe_w1, &l.packed->moe_w1},
+                          {&l.moe_w2, &l.packed->moe_w2},
+                          {&l.moe_w3, &l.packed->moe_w3}})
         if (t->empty()) n += packed(*p);
-    for (const Tensor* t : {&l.attn_norm, &l.attn_norm_bias, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq,
-                            &l.bk, &l.bv, &l.bo, &l.ffn_norm, &l.ffn_norm_bias, &l.w1, &l.w2,
-                            &l.w3, &l.b1, &l.b2, &l.q_norm, &l.k_norm, &l.moe_router, &l.moe_w1,
-                            &l.moe_w2, &l.moe_w3, &l.moe_router_bias, &l.moe_b1, &l.moe_b2,
-                            &l.moe_b3, &l.b3, &l.attn_post_norm, &l.ffn_post_norm,
-                            &l.attn_sinks, &l.attn_gate, &l.attn_bias_key, &l.attn_bias_value})
+    for (const Tensor* t : {&l.attn_norm,
+                            &l.attn_norm_bias,
+                            &l.wq,
+                            &l.wk,
+                            &l.wv,
+                            &l.wo,
+                            &l.bq,
+                            &l.bk,
+                            &l.bv,
+                            &l.bo,
+                            &l.ffn_norm,
+                            &l.ffn_norm_bias,
+                            &l.w1,
+                            &l.w2,
+                            &l.w3,
+                            &l.b1,
+                            &l.b2,
+                            &l.q_norm,
+                            &l.k_norm,
+                            &l.moe_router,
+                            &l.moe_w1,
+                            &l.moe_w2,
+                            &l.moe_w3,
+                            &l.moe_router_bias,
+                            &l.moe_b1,
+                            &l.moe_b2,
+                            &l.moe_b3,
+                            &l.b3,
+                            &l.attn_post_norm,
+                            &l.ffn_post_norm,
+                            &l.attn_sinks,
+                            &l.attn_gate,
+                            &l.attn_bias_key,
+                            &l.attn_bias_value})
       n += count(*t);
   }
   return n;
@@ -120,7 +156,8 @@ int64_t KVCache::Bytes() const {
     int64_t n = 0;
     for (size_t l = 0; l < k_rows.size(); ++l) {
       n += static_cast<int64_t>(k_rows[l].size() + v_rows[l].size());
-      if (!keep.empty()) n += (k_kept[l].numel() + v_kept[l].numel()) * static_cast<int64_t>(sizeof(float));
+      if (!keep.empty())
+        n += (k_kept[l].numel() + v_kept[l].numel()) * static_cast<int64_t>(sizeof(float));
     }
     return n + static_cast<int64_t>(kept_slot.size() * sizeof(int));
   }
@@ -168,8 +205,8 @@ static void CopyPanels(KvType type, int panel, int kv_dim, const uint8_t* from, 
                        int from_row, uint8_t* to, int to_capacity, int to_row) {
   const size_t panel_bytes = KvRowBytes(type, panel);
   for (int g = 0; g < kv_dim / panel; ++g)
-    std::copy_n(from + (static_cast<size_t>(g) * from_capacity + from_row) * panel_bytes, panel_bytes,
-                to + (static_cast<size_t>(g) * to_capacity + to_row) * panel_bytes);
+    std::copy_n(from + (static_cast<size_t>(g) * from_capacity + from_row) * panel_bytes,
+                panel_bytes, to + (static_cast<size_t>(g) * to_capacity + to_row) * panel_bytes);
 }
 
 void KVCache::WriteRow(int layer, int row, int64_t index, const float* kr, const float* vr) {
@@ -205,8 +242,10 @@ void KVCache::CopyRow(const KVCache& from, int from_row, int to_row) {
       std::copy_n(from.v_kept[l].row(slot), kv_dim, v_kept[l].row(slot));
       continue;
     }
-    CopyPanels(k_type, k_panel, kv_dim, from.k_rows[l].data(), from.capacity, from_row, k_rows[l].data(), capacity, to_row);
-    CopyPanels(v_type, v_panel, kv_dim, from.v_rows[l].data(), from.capacity, from_row, v_rows[l].data(), capacity, to_row);
+    CopyPanels(k_type, k_panel, kv_dim, from.k_rows[l].data(), from.capacity, from_row,
+               k_rows[l].data(), capacity, to_row);
+    CopyPanels(v_type, v_panel, kv_dim, from.v_rows[l].data(), from.capacity, from_row,
+               v_rows[l].data(), capacity, to_row);
   }
   if (!keep.empty()) kept_slot[to_row] = from.kept_slot[from_row];
 }
@@ -231,16 +270,17 @@ static KvRows LayerRows(const KVCache& c, const Tensor& f32, KvType type,
 
 KvRows KVCache::Keys(int layer) const {
   return head_major ? LayerRows(*this, Tensor(), k_type, k_rows[layer], k_panel, k_kept[layer])
-                 : LayerRows(*this, k[layer], k_type, {}, 0, Tensor());
+                    : LayerRows(*this, k[layer], k_type, {}, 0, Tensor());
 }
 
 KvRows KVCache::Values(int layer) const {
   return head_major ? LayerRows(*this, Tensor(), v_type, v_rows[layer], v_panel, v_kept[layer])
-                 : LayerRows(*this, v[layer], v_type, {}, 0, Tensor());
+                    : LayerRows(*this, v[layer], v_type, {}, 0, Tensor());
 }
 
 int64_t KVCache::BytesPerToken() const {
-  const int64_t layers = head_major ? static_cast<int64_t>(k_rows.size()) : static_cast<int64_t>(k.size());
+  const int64_t layers =
+      head_major ? static_cast<int64_t>(k_rows.size()) : static_cast<int64_t>(k.size());
   if (!head_major) return layers * 2 * kv_dim * static_cast<int64_t>(sizeof(float));
   return layers * static_cast<int64_t>(k_row_bytes + v_row_bytes);
 }
@@ -290,7 +330,9 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
     if (request.first_layer != 0) Fail("a streaming forward cannot resume at a later block");
     if (request.self_attention_only) Fail("a streaming forward cannot attend to each token alone");
   } else if (cache.single_use && cache.length != 0) {
-    Fail("a single-use KV cache holds only the last layer's entries: Clear() it before the next call");
+    Fail(
+        "a single-use KV cache holds only the last layer's entries: Clear() it before the next "
+        "call");
   } else if (cache.length + T > cache.capacity) {
     Fail("KV cache full: {} cached + {} new tokens > capacity {}", cache.length, T, cache.capacity);
   }
@@ -298,7 +340,8 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
       (request.first_layer > 0 && request.resid_pre == nullptr))
     Fail("forward from block {}: needs 0 <= block < {} and the residual stream entering it",
          request.first_layer, c.n_layers);
-  if (request.last_layer >= c.n_layers || (request.last_layer >= 0 && request.last_layer < request.first_layer))
+  if (request.last_layer >= c.n_layers ||
+      (request.last_layer >= 0 && request.last_layer < request.first_layer))
     Fail("forward to block {}: needs {} <= block < {} (or -1: every block)", request.last_layer,
          request.first_layer, c.n_layers);
   if (LastLayer(request, c) < c.n_layers - 1 && request.logits != LogitsMode::kNone)
@@ -317,11 +360,12 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
   // larger decode products are bound by memory bandwidth, which two cores share better. (2^24
   // before threads spun briefly between regions; with the short spin a stories15M-shaped token,
   // 15 M multiply-adds, decodes faster on two threads: 522 against 435 tokens/s in bf16.)
-  const int64_t per_token = static_cast<int64_t>(c.n_layers) *
-                                (static_cast<int64_t>(c.dim) * (c.q_dim() + 2 * c.kv_dim()) +
-                                 static_cast<int64_t>(c.q_dim()) * c.dim +
-                                 static_cast<int64_t>(c.dim) * c.hidden_dim * (c.gated_mlp ? 3 : 2)) +
-                            static_cast<int64_t>(c.dim) * c.vocab_size;
+  const int64_t per_token =
+      static_cast<int64_t>(c.n_layers) *
+          (static_cast<int64_t>(c.dim) * (c.q_dim() + 2 * c.kv_dim()) +
+           static_cast<int64_t>(c.q_dim()) * c.dim +
+           static_cast<int64_t>(c.dim) * c.hidden_dim * (c.gated_mlp ? 3 : 2)) +
+      static_cast<int64_t>(c.dim) * c.vocab_size;
   const int threads = omp_get_max_threads();
   const bool serial = threads > 1 && !omp_in_parallel() &&
                       static_cast<int64_t>(T) * per_token < (int64_t{1} << 27) &&
@@ -349,8 +393,8 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
   const int start_length = cache.length;
   FindArchitecture(c.arch).forward(ctx);
   if (stream) {
-    cache.length = static_cast<int>(
-        std::min<int64_t>(stream->first_index + T, stream->sinks + stream->ring));
+    cache.length =
+        static_cast<int>(std::min<int64_t>(stream->first_index + T, stream->sinks + stream->ring));
   } else {
     cache.length += T;
   }

@@ -18,11 +18,11 @@ namespace ss {
 
 // Keys (after RoPE) and values of every layer for the tokens seen so far.
 struct KVCache {
-  int capacity = 0;         // S_max entries
-  int kv_dim = 0;           // Hkv * Dh
-  int length = 0;           // entries in use
-  std::vector<Tensor> k;    // per layer (S_max, Hkv * Dh)
-  std::vector<Tensor> v;    // per layer (S_max, Hkv * Dh)
+  int capacity = 0;       // S_max entries
+  int kv_dim = 0;         // Hkv * Dh
+  int length = 0;         // entries in use
+  std::vector<Tensor> k;  // per layer (S_max, Hkv * Dh)
+  std::vector<Tensor> v;  // per layer (S_max, Hkv * Dh)
 
   static KVCache Create(const ModelConfig& config, int capacity);
   // Layers share one (S_max, Hkv * Dh) pair of buffers: for a single forward call from an empty
@@ -61,26 +61,26 @@ struct KVCache {
 
   KvType k_type = KvType::kF32, v_type = KvType::kF32;
   size_t k_row_bytes = 0, v_row_bytes = 0;
-  int k_panel = 0, v_panel = 0;  // values per panel (KvPanelValues)
+  int k_panel = 0, v_panel = 0;                      // values per panel (KvPanelValues)
   std::vector<std::vector<uint8_t>> k_rows, v_rows;  // per layer (capacity * row bytes)
   std::vector<int64_t> keep;
-  std::vector<int> kept_slot;                       // per row: its slot in k_kept / v_kept, or -1
-                                                    // (empty when nothing is kept)
+  std::vector<int> kept_slot;  // per row: its slot in k_kept / v_kept, or -1
+                               // (empty when nothing is kept)
   int KeptSlot(int row) const { return kept_slot.empty() ? -1 : kept_slot[row]; }
-  std::vector<Tensor> k_kept, v_kept;               // per layer (keep.size(), kv_dim)
+  std::vector<Tensor> k_kept, v_kept;  // per layer (keep.size(), kv_dim)
 };
 
 // Attention statistics computed inside the attention kernel (the fused path): per layer, head and
 // query, the probabilities on the first K keys, the top key and its probability, and sum_j p^2.
 struct AttnStatsBuffers {
-  int first_k = 0;            // K (0: no statistics)
-  int tokens = 0;             // T of the last call
-  Tensor first_k_probs;       // (L, H, T, K)
-  std::vector<int> top_key;   // (L, H, T)
-  Tensor top_prob;            // (L, H, T)
-  Tensor sum_sq;              // (L, H, T)
-  Tensor sink_prob;           // (L, H, T) mass on the learned sink slot (0 without one)
-  Tensor row_sum;             // (L, H, T) the weights' sum over the keys (AttnStats::row_sum)
+  int first_k = 0;           // K (0: no statistics)
+  int tokens = 0;            // T of the last call
+  Tensor first_k_probs;      // (L, H, T, K)
+  std::vector<int> top_key;  // (L, H, T)
+  Tensor top_prob;           // (L, H, T)
+  Tensor sum_sq;             // (L, H, T)
+  Tensor sink_prob;          // (L, H, T) mass on the learned sink slot (0 without one)
+  Tensor row_sum;            // (L, H, T) the weights' sum over the keys (AttnStats::row_sum)
   void Resize(int n_layers, int n_heads, int T, int K);
 };
 
@@ -112,18 +112,18 @@ struct StreamLayout {
 };
 
 struct ForwardRequest {
-  std::span<const int> tokens;          // (T) token ids
-  std::span<const int> positions;       // (T) positions for RoPE / learned embeddings;
-                                        // empty: cache.length + t
+  std::span<const int> tokens;     // (T) token ids
+  std::span<const int> positions;  // (T) positions for RoPE / learned embeddings;
+                                   // empty: cache.length + t
   LogitsMode logits = LogitsMode::kAll;
-  const Hooks* hooks = nullptr;         // null or empty: no hooks
-  AttnStatsBuffers* stats = nullptr;    // fused attention statistics, if wanted
-  const StreamLayout* stream = nullptr; // null: plain cache (append at cache.length)
+  const Hooks* hooks = nullptr;          // null or empty: no hooks
+  AttnStatsBuffers* stats = nullptr;     // fused attention statistics, if wanted
+  const StreamLayout* stream = nullptr;  // null: plain cache (append at cache.length)
   // Resume a forward at block first_layer from a residual stream computed earlier (the input of
   // that block for the same tokens): blocks before it are skipped, and so are their hooks and
   // statistics. Interventions at block l need only blocks l.. (explain's intervention table).
   int first_layer = 0;
-  const float* resid_pre = nullptr;     // (T, D), required when first_layer > 0
+  const float* resid_pre = nullptr;  // (T, D), required when first_layer > 0
   // Stop after block last_layer (-1: run to the last block). Work that reads nothing deeper (a
   // metric of the first blocks, explain's block-by-block sweep of position 0) skips the rest;
   // the final norm and the logits need every block, so a request that stops early asks for
@@ -141,21 +141,22 @@ inline constexpr int kMlpRows = 512;
 
 // Scratch buffers for one forward call, grown on demand and reused (no allocation per token).
 struct RunState {
-  int capacity = 0;   // T the buffers hold
-  Tensor x;           // (T, D) residual stream
-  Tensor xb;          // (T, D) normalised input of a sublayer
-  Tensor xb2;         // (T, D) sublayer output
-  Tensor q;           // (T, H * Dh)
-  Tensor z;           // (T, H * Dh) attention output per head, before the output projection
-  Tensor hb;          // (min(T, kMlpRows), F)
-  Tensor hb2;         // (min(T, kMlpRows), F)
-  Tensor logits;      // (T, V) or (1, V), allocated on first use
-  Tensor pattern;     // (H, T, S) only when a pattern hook is attached
-  Tensor q_sink;      // (T, H * Dh) streaming only: the query rotated at its cache position
-  Tensor gate;        // (T * H * Dh) gated attention's gate, allocated when the model has one
-  Tensor slot_logits; // (H * T) the kv-bias slot's logit per head and query, when the model has one
-  Tensor k_new;       // (T, Hkv * Dh) streaming only: new keys before they go to their ring rows
-  Tensor v_new;       // (T, Hkv * Dh)
+  int capacity = 0;  // T the buffers hold
+  Tensor x;          // (T, D) residual stream
+  Tensor xb;         // (T, D) normalised input of a sublayer
+  Tensor xb2;        // (T, D) sublayer output
+  Tensor q;          // (T, H * Dh)
+  Tensor z;          // (T, H * Dh) attention output per head, before the output projection
+  Tensor hb;         // (min(T, kMlpRows), F)
+  Tensor hb2;        // (min(T, kMlpRows), F)
+  Tensor logits;     // (T, V) or (1, V), allocated on first use
+  Tensor pattern;    // (H, T, S) only when a pattern hook is attached
+  Tensor q_sink;     // (T, H * Dh) streaming only: the query rotated at its cache position
+  Tensor gate;       // (T * H * Dh) gated attention's gate, allocated when the model has one
+  Tensor
+      slot_logits;  // (H * T) the kv-bias slot's logit per head and query, when the model has one
+  Tensor k_new;     // (T, Hkv * Dh) streaming only: new keys before they go to their ring rows
+  Tensor v_new;     // (T, Hkv * Dh)
   void Reserve(const ModelConfig& config, int T);
 };
 

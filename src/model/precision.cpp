@@ -19,20 +19,27 @@ Precision ParsePrecision(const std::string& name, const std::string& flag) {
 
 const char* PrecisionName(Precision p) {
   switch (p) {
-    case Precision::kBf16: return "bf16";
-    case Precision::kQ8_0: return "q8_0";
-    case Precision::kNative: return "native";
-    case Precision::kF32: break;
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kQ8_0:
+      return "q8_0";
+    case Precision::kNative:
+      return "native";
+    case Precision::kF32:
+      break;
   }
   return "f32";
 }
 
 double BytesPerWeight(Precision p) {
   switch (p) {
-    case Precision::kBf16: return 2.0;
-    case Precision::kQ8_0: return 1.0 + 4.0 / kQ8Block;
+    case Precision::kBf16:
+      return 2.0;
+    case Precision::kQ8_0:
+      return 1.0 + 4.0 / kQ8Block;
     case Precision::kNative:  // as stored: counted per tensor by the loader; f32 at most
-    case Precision::kF32: break;
+    case Precision::kF32:
+      break;
   }
   return 4.0;
 }
@@ -58,17 +65,19 @@ PackedWeight Pack(const Tensor& w, Precision p) {
 
 void SetPrecision(Model& model, Precision p) {
   if (model.packed_only && p != model.precision)
-    Fail("{}: the model was loaded with its projections in {} only (--precision {}); reload it "
-         "to run at {}",
-         model.source, PrecisionName(model.precision), PrecisionName(model.precision),
-         PrecisionName(p));
+    Fail(
+        "{}: the model was loaded with its projections in {} only (--precision {}); reload it "
+        "to run at {}",
+        model.source, PrecisionName(model.precision), PrecisionName(model.precision),
+        PrecisionName(p));
   ModelWeights& w = model.weights;
   if (p != model.precision) {  // the packs, if any, are of another precision
     for (LayerWeights& l : w.layers) l.packed.reset();
     w.lm_head_packed.reset();
   }
   model.precision = p;
-  // native on a model held in f32 (a llama2.c file, a trainer's checkpoint): the stored type is f32.
+  // native on a model held in f32 (a llama2.c file, a trainer's checkpoint): the stored type is
+  // f32.
   if (p == Precision::kF32 || p == Precision::kNative) return;
   for (LayerWeights& l : w.layers) {
     if (l.packed) continue;
@@ -90,12 +99,18 @@ WeightPacker::WeightPacker(ModelWeights& weights, Precision precision) : precisi
   SS_ASSERT(precision != Precision::kF32);
   for (LayerWeights& l : weights.layers) {
     auto b = std::make_shared<LayerPacked>();
-    for (auto [tensor, slot] : {std::pair{&l.wq, &b->wq}, {&l.wk, &b->wk}, {&l.wv, &b->wv},
-                                {&l.wo, &b->wo}, {&l.w1, &b->w1}, {&l.w2, &b->w2}, {&l.w3, &b->w3}})
+    for (auto [tensor, slot] : {std::pair{&l.wq, &b->wq},
+                                {&l.wk, &b->wk},
+                                {&l.wv, &b->wv},
+                                {&l.wo, &b->wo},
+                                {&l.w1, &b->w1},
+                                {&l.w2, &b->w2},
+                                {&l.w3, &b->w3}})
       slots_[tensor] = slot;
     // Experts are kept only as stored (native); at bf16 and q8_0 they stay f32 (weights.h).
     if (precision == Precision::kNative)
-      for (auto [tensor, slot] : {std::pair{&l.moe_w1, &b->moe_w1}, {&l.moe_w2, &b->moe_w2}, {&l.moe_w3, &b->moe_w3}})
+      for (auto [tensor, slot] :
+           {std::pair{&l.moe_w1, &b->moe_w1}, {&l.moe_w2, &b->moe_w2}, {&l.moe_w3, &b->moe_w3}})
         slots_[tensor] = slot;
     layers_.push_back(std::move(b));
   }
@@ -199,12 +214,14 @@ Tensor ProjectionF32(const Tensor& f32, const PackedWeight* packed) {
 std::string PrecisionNote(Precision p) {
   if (p == Precision::kNative && GgmlKernelName(kGgmlTypeQ4_K) == std::string("portable"))
     return "--precision native: no vector kernel runs for the stored types (the CPU lacks AVX2 + "
-           "FMA + F16C, or SINKSCOPE_SIMD=portable); the portable path gives the same numbers, slower";
+           "FMA + F16C, or SINKSCOPE_SIMD=portable); the portable path gives the same numbers, "
+           "slower";
   if (p == Precision::kQ8_0 && !Avx2FmaActive())
     return "--precision q8_0: no vector Q8_0 kernel runs (the CPU lacks AVX2 + FMA, or "
            "SINKSCOPE_SIMD=portable); the portable path gives the same numbers, slower";
   if (p != Precision::kBf16 || Bf16KernelActive()) return "";
-  return "--precision bf16: no vector bf16 kernel runs (the CPU lacks AVX2 + FMA, or SINKSCOPE_SIMD="
+  return "--precision bf16: no vector bf16 kernel runs (the CPU lacks AVX2 + FMA, or "
+         "SINKSCOPE_SIMD="
          "portable); the portable path gives the same rounding but runs slower than f32";
 }
 

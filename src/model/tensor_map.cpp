@@ -108,13 +108,15 @@ bool CanKeepStored(const TensorSpec& spec) {
 }
 
 const uint8_t* TensorSource::BytesU8(const std::string& name, std::shared_ptr<const void>*) const {
-  Fail("{}: tensor '{}' is not stored as U8 bytes (MXFP4 blocks and scales are U8 tensors of a "
-       "safetensors checkpoint)", source(), name);
+  Fail(
+      "{}: tensor '{}' is not stored as U8 bytes (MXFP4 blocks and scales are U8 tensors of a "
+      "safetensors checkpoint)",
+      source(), name);
 }
 
-uint64_t BindBytes(
-    const TensorMap& map, const TensorSource& source,
-    const std::function<std::optional<double>(const TensorSpec&, const std::string&)>& packed_bytes) {
+uint64_t BindBytes(const TensorMap& map, const TensorSource& source,
+                   const std::function<std::optional<double>(const TensorSpec&,
+                                                             const std::string&)>& packed_bytes) {
   uint64_t bytes = 0;
   for (const TensorSpec& spec : map.specs) {
     std::string name = spec.name;
@@ -126,7 +128,7 @@ uint64_t BindBytes(
     if (!spec.mxfp4_scales.empty()) n *= 2;  // two values a byte of blocks
     const std::optional<double> per_value =
         packed_bytes && !spec.targets.empty() ? packed_bytes(spec, name) : std::nullopt;
-    bytes += per_value                                        ? static_cast<uint64_t>(static_cast<double>(n) * *per_value)
+    bytes += per_value ? static_cast<uint64_t>(static_cast<double>(n) * *per_value)
              : source.LoadsAsView(name) && spec.offset == 0.0f ? 0
                                                                : 4 * n;
   }
@@ -141,17 +143,21 @@ std::string MissingHint(const TensorSpec& spec, const TensorSource& source) {
   if (!spec.mxfp4_scales.empty()) {
     const std::string plain = spec.name.substr(0, spec.name.size() - std::string("_blocks").size());
     if (source.Has(plain))
-      return fmt::format("; the file stores '{}' instead, not MXFP4 blocks, but config.json's "
-                         "quantization_config says mxfp4", plain);
+      return fmt::format(
+          "; the file stores '{}' instead, not MXFP4 blocks, but config.json's "
+          "quantization_config says mxfp4",
+          plain);
     return "";
   }
   std::string stem = spec.name;
   if (stem.ends_with(".weight")) stem.resize(stem.size() - std::string(".weight").size());
   for (const std::string& blocks : {spec.name + "_blocks", stem + "_blocks"})
     if (source.Has(blocks))
-      return fmt::format("; the file stores it as MXFP4 blocks ('{}'), which sinkscope reads only "
-                         "for gpt-oss's experts under a quantization_config with quant_method "
-                         "mxfp4", blocks);
+      return fmt::format(
+          "; the file stores it as MXFP4 blocks ('{}'), which sinkscope reads only "
+          "for gpt-oss's experts under a quantization_config with quant_method "
+          "mxfp4",
+          blocks);
   return "";
 }
 
@@ -162,7 +168,8 @@ int64_t Numel(const std::vector<int64_t>& shape) {
 }
 
 // Keeps two owners (blocks and scales may lie in different shards) alive as one.
-std::shared_ptr<const void> BothOwners(std::shared_ptr<const void> a, std::shared_ptr<const void> b) {
+std::shared_ptr<const void> BothOwners(std::shared_ptr<const void> a,
+                                       std::shared_ptr<const void> b) {
   if (a == b) return a;
   return std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(
       std::move(a), std::move(b));
@@ -190,12 +197,15 @@ void BindMxfp4(const TensorSpec& spec, const std::string& blocks, const TensorSo
   std::shared_ptr<const void> blocks_owner, scales_owner;
   const uint8_t* nibbles = source.BytesU8(blocks, &blocks_owner);
   const uint8_t* scale = source.BytesU8(scales, &scales_owner);
-  const std::vector<int64_t> found_blocks = source.Shape(blocks), found_scales = source.Shape(scales);
+  const std::vector<int64_t> found_blocks = source.Shape(blocks),
+                             found_scales = source.Shape(scales);
   if (found_blocks.size() < 2 || found_blocks.back() != kMxfp4NibbleBytes)
-    Fail("{}: tensor '{}' has shape {}: MXFP4 blocks are {} bytes (32 values) each, so its last "
-         "dimension must be {}", src, blocks, ShapeString(found_blocks), kMxfp4NibbleBytes,
-         kMxfp4NibbleBytes);
-  if (!std::equal(found_blocks.begin(), found_blocks.end() - 1, found_scales.begin(), found_scales.end()))
+    Fail(
+        "{}: tensor '{}' has shape {}: MXFP4 blocks are {} bytes (32 values) each, so its last "
+        "dimension must be {}",
+        src, blocks, ShapeString(found_blocks), kMxfp4NibbleBytes, kMxfp4NibbleBytes);
+  if (!std::equal(found_blocks.begin(), found_blocks.end() - 1, found_scales.begin(),
+                  found_scales.end()))
     Fail("{}: tensors '{}' {} and '{}' {} disagree: MXFP4 has one scale per 16-byte block", src,
          blocks, ShapeString(found_blocks), scales, ShapeString(found_scales));
   if (found_blocks != want_blocks)
@@ -203,8 +213,8 @@ void BindMxfp4(const TensorSpec& spec, const std::string& blocks, const TensorSo
          ShapeString(found_blocks), ShapeString(want_blocks), ShapeString(spec.shape));
   const int64_t groups = Numel(want_scales);
   if (const int64_t b = Mxfp4FirstFault(scale, 1, nibbles, kMxfp4NibbleBytes, groups); b >= 0)
-    Fail("{}: tensor '{}' (MXFP4): block {} (row {}, group {}; scale byte 0x{:02X} in '{}'): {}", src,
-         blocks, b, b / want_scales.back(), b % want_scales.back(), scale[b], scales,
+    Fail("{}: tensor '{}' (MXFP4): block {} (row {}, group {}; scale byte 0x{:02X} in '{}'): {}",
+         src, blocks, b, b / want_scales.back(), b % want_scales.back(), scale[b], scales,
          Mxfp4BlockFault(scale[b], nibbles + b * kMxfp4NibbleBytes));
   std::vector<int64_t> target_shape = spec.shape;
   const size_t parts = spec.alternate_rows ? 2 : 1;
@@ -215,7 +225,8 @@ void BindMxfp4(const TensorSpec& spec, const std::string& blocks, const TensorSo
   }
   if (keep) {
     const std::shared_ptr<const void> owner = BothOwners(blocks_owner, scales_owner);
-    const size_t row_nibbles = static_cast<size_t>(in) / 2, row_scales = static_cast<size_t>(in) / kMxfp4Block;
+    const size_t row_nibbles = static_cast<size_t>(in) / 2,
+                 row_scales = static_cast<size_t>(in) / kMxfp4Block;
     size_t kept = 0;
     for (size_t i = 0; i < parts; ++i) {
       StoredTensor stored{kTypeMxfp4Split, nibbles + i * row_nibbles, owner, scale + i * row_scales,
@@ -253,8 +264,8 @@ void BindTensors(const TensorMap& map, const TensorSource& source, const std::st
       if (!source.Has(name) && source.Has(alias)) name = alias;
     if (!source.Has(name)) {
       if (spec.optional) continue;
-      Fail("{}: missing tensor '{}' (required by the {} architecture){}", source.source(), spec.name,
-           family, MissingHint(spec, source));
+      Fail("{}: missing tensor '{}' (required by the {} architecture){}", source.source(),
+           spec.name, family, MissingHint(spec, source));
     }
     if (!spec.mxfp4_scales.empty()) {
       BindMxfp4(spec, name, source, family, bound, keep);
@@ -263,8 +274,8 @@ void BindTensors(const TensorMap& map, const TensorSource& source, const std::st
     const std::vector<int64_t> expected = StoredShape(spec);
     const std::vector<int64_t> found = source.Shape(name);
     if (found != expected)
-      Fail("{}: tensor '{}' has shape {}, expected {}", source.source(), name,
-           ShapeString(found), ShapeString(expected));
+      Fail("{}: tensor '{}' has shape {}, expected {}", source.source(), name, ShapeString(found),
+           ShapeString(expected));
     if (StoredTensor stored; keep && CanKeepStored(spec) && source.Stored(name, &stored) &&
                              keep(spec.targets[0], name, expected, stored))
       continue;

@@ -43,11 +43,14 @@ class TensorSource {
   virtual std::vector<int64_t> Shape(const std::string& name) const = 0;
   // The tensor as float32 (converted or dequantised as the file requires).
   virtual Tensor Load(const std::string& name) const = 0;
-  virtual const std::string& source() const = 0;  // file or directory, for error messages
-  virtual size_t count() const = 0;                // tensors in the source
+  virtual const std::string& source() const = 0;       // file or directory, for error messages
+  virtual size_t count() const = 0;                    // tensors in the source
   virtual std::vector<std::string> Names() const = 0;  // every tensor in the source
   // Whether Load returns a view of the file's mapping (no allocation): a stored F32 tensor.
-  virtual bool LoadsAsView(const std::string& name) const { (void)name; return false; }
+  virtual bool LoadsAsView(const std::string& name) const {
+    (void)name;
+    return false;
+  }
   // The stored bytes of a tensor held in a 2-byte or block type (not F32), if the source can give
   // them: false otherwise.
   virtual bool Stored(const std::string& name, StoredTensor* out) const {
@@ -60,19 +63,19 @@ class TensorSource {
 };
 
 struct TensorSpec {
-  std::string name;              // in the file
+  std::string name;                  // in the file
   std::vector<std::string> aliases;  // other names a reader accepts (e.g. without a prefix)
-  std::vector<Tensor*> targets;  // one member, or several (q, k, v) for a fused tensor
-  std::vector<int64_t> shape;    // the stored shape as PyTorch orders it, after `transposed` is
-                                 // undone: (out, in) for linear weights
-  bool transposed = false;       // stored as (in, out) (GPT-2 Conv1D)
+  std::vector<Tensor*> targets;      // one member, or several (q, k, v) for a fused tensor
+  std::vector<int64_t> shape;        // the stored shape as PyTorch orders it, after `transposed` is
+                                     // undone: (out, in) for linear weights
+  bool transposed = false;           // stored as (in, out) (GPT-2 Conv1D)
   // Fused tensors (several targets): the stored rows are `fused_groups` groups, each holding
   // fused_rows[i] rows of target i in turn. [q | k | v] (GPT-2 c_attn, llama.cpp attn_qkv) is one
   // group of {H*Dh, Hkv*Dh, Hkv*Dh}; GPT-NeoX's query_key_value, [h][q | k | v][Dh], is H groups
   // of {Dh, Dh, Dh}. A 1-D bias is split the same way with rows of one value.
   int fused_groups = 1;
   std::vector<int64_t> fused_rows;
-  bool optional = false;         // absent in the file: the member stays empty
+  bool optional = false;  // absent in the file: the member stays empty
   // > 0: the rows are q or k rows of this many heads in RoPE pair order; a writer permutes them
   // when the model's RoPE order differs from the file's (TensorMap::file_rope).
   int rope_heads = 0;
@@ -112,8 +115,9 @@ bool CanKeepStored(const TensorSpec& spec);
 
 // Takes a member (a spec for which CanKeepStored holds) in its stored bytes: returns true if it
 // kept them (the member is then not loaded as f32), false to load it as usual.
-using KeepStoredFn = std::function<bool(Tensor* member, const std::string& name,
-                                        const std::vector<int64_t>& shape, const StoredTensor& stored)>;
+using KeepStoredFn =
+    std::function<bool(Tensor* member, const std::string& name, const std::vector<int64_t>& shape,
+                       const StoredTensor& stored)>;
 
 // Fills `weights` (layers already sized to config.n_layers) from `source` with `map`. Throws
 // ss::Error naming the source and tensor for a missing tensor ("missing tensor 'x'") and a shape
@@ -132,9 +136,9 @@ void BindTensors(const TensorMap& map, const TensorSource& source, const std::st
 // does not load as a view of the file, and for a member that will be packed or kept stored the
 // bytes a value `packed_bytes(spec, stored name)` gives (2 for bf16, 1.125 for Q8_0, 0 for a
 // member kept as a view of the file; nullopt for members that are neither).
-uint64_t BindBytes(
-    const TensorMap& map, const TensorSource& source,
-    const std::function<std::optional<double>(const TensorSpec&, const std::string&)>& packed_bytes);
+uint64_t BindBytes(const TensorMap& map, const TensorSource& source,
+                   const std::function<std::optional<double>(const TensorSpec&,
+                                                             const std::string&)>& packed_bytes);
 
 // The stored tensors no spec of `map` binds that belong to a layer the config does not declare:
 // a name whose first number (".12." in "model.layers.12.mlp.up_proj.weight",

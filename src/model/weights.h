@@ -34,7 +34,8 @@ struct PackedWeight {
 };
 
 // y (T, out) = x (T, in) W^T (+ bias) on whichever form w holds.
-inline void MatMulPacked(const float* x, const PackedWeight& w, const float* bias, float* y, int T) {
+inline void MatMulPacked(const float* x, const PackedWeight& w, const float* bias, float* y,
+                         int T) {
   if (!w.q8.empty())
     MatMulQ8(x, w.q8, bias, y, T);
   else if (!w.ggml.empty())
@@ -70,35 +71,35 @@ struct LayerWeights {
   Tensor b1, b2;          // optional MLP biases
   // Query/key RMSNorm applied before RoPE (Qwen3, OLMo 2): a weight of size Dh shared by all
   // heads, or of the whole projection width (H*Dh / Hkv*Dh). Empty: no q/k norm.
-  Tensor q_norm;          // (Dh) or (H * Dh)
-  Tensor k_norm;          // (Dh) or (Hkv * Dh)
+  Tensor q_norm;  // (Dh) or (H * Dh)
+  Tensor k_norm;  // (Dh) or (Hkv * Dh)
   // Mixture-of-experts FFN (replaces w1/w2/w3 when config.n_experts > 0).
-  Tensor moe_router;      // (E, D)  router logits = x W^T
-  Tensor moe_w1;          // (E, F, D)  per-expert gate_proj
-  Tensor moe_w2;          // (E, D, F)  per-expert down_proj
-  Tensor moe_w3;          // (E, F, D)  per-expert up_proj
+  Tensor moe_router;  // (E, D)  router logits = x W^T
+  Tensor moe_w1;      // (E, F, D)  per-expert gate_proj
+  Tensor moe_w2;      // (E, D, F)  per-expert down_proj
+  Tensor moe_w3;      // (E, F, D)  per-expert up_proj
   // ---- Added for the Hugging Face / GGUF families (append-only).
-  Tensor b3;              // (F) optional up_proj bias (Llama with mlp_bias)
-  Tensor attn_post_norm;  // (D) OLMo 2: RMSNorm of the attention output before the residual add
-  Tensor ffn_post_norm;   // (D) OLMo 2: RMSNorm of the MLP output before the residual add
-  Tensor attn_sinks;      // (H) gpt-oss: each head's learned sink logit (config.attn_sinks)
-  Tensor moe_router_bias; // (E) gpt-oss: router bias (config.moe_bias)
-  Tensor moe_b1, moe_b3;  // (E, F) gpt-oss: expert gate / up biases
-  Tensor moe_b2;          // (E, D) gpt-oss: expert down bias
-  Tensor attn_gate;       // (H*Dh, D) gated attention's gate projection (config.attn_output_gate)
-  Tensor attn_bias_key;   // (Hkv*Dh) the kv-bias slot's key per kv head (config.attn_kv_bias)
-  Tensor attn_bias_value; // (Hkv*Dh) the kv-bias slot's value per kv head
+  Tensor b3;               // (F) optional up_proj bias (Llama with mlp_bias)
+  Tensor attn_post_norm;   // (D) OLMo 2: RMSNorm of the attention output before the residual add
+  Tensor ffn_post_norm;    // (D) OLMo 2: RMSNorm of the MLP output before the residual add
+  Tensor attn_sinks;       // (H) gpt-oss: each head's learned sink logit (config.attn_sinks)
+  Tensor moe_router_bias;  // (E) gpt-oss: router bias (config.moe_bias)
+  Tensor moe_b1, moe_b3;   // (E, F) gpt-oss: expert gate / up biases
+  Tensor moe_b2;           // (E, D) gpt-oss: expert down bias
+  Tensor attn_gate;        // (H*Dh, D) gated attention's gate projection (config.attn_output_gate)
+  Tensor attn_bias_key;    // (Hkv*Dh) the kv-bias slot's key per kv head (config.attn_kv_bias)
+  Tensor attn_bias_value;  // (Hkv*Dh) the kv-bias slot's value per kv head
   // The projections in the model's precision (bf16, Q8_0); null at f32. At native a projection
   // the file stores as F32 (or fused, or transposed) stays in its f32 member and its pack is empty.
   std::shared_ptr<const LayerPacked> packed;
 };
 
 struct ModelWeights {
-  Tensor token_embedding;   // (V, D)
+  Tensor token_embedding;  // (V, D)
   std::vector<LayerWeights> layers;
-  Tensor final_norm;        // (D)
-  Tensor final_norm_bias;   // (D)  LayerNorm only
-  Tensor lm_head;           // (V, D); shares storage with token_embedding when tied
+  Tensor final_norm;       // (D)
+  Tensor final_norm_bias;  // (D)  LayerNorm only
+  Tensor lm_head;          // (V, D); shares storage with token_embedding when tied
   // ---- Added for the Hugging Face / GGUF families (append-only).
   Tensor position_embedding;  // (max_seq_len, D) learned absolute positions (GPT-2)
   Tensor rope_freq_factors;   // (rot_dim / 2) optional: pair i turns at inv_freq[i] / factor[i]
@@ -113,8 +114,8 @@ struct ModelWeights {
 struct Model {
   ModelConfig config;
   ModelWeights weights;
-  std::string source;  // file or directory it was read from
-  std::string format;  // "llama2c", "hf", "gguf"
+  std::string source;                     // file or directory it was read from
+  std::string format;                     // "llama2c", "hf", "gguf"
   Precision precision = Precision::kF32;  // set by SetPrecision (model/precision.h)
   // Loaded at bf16 or Q8_0 (LoadModel's precision): the dense projections and the LM head are held
   // only in that form, their f32 tensors empty (model/precision.h, WeightPacker).

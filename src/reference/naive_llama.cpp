@@ -22,7 +22,8 @@ void PlainRmsNorm(float* out, const float* x, const float* w, int n, float eps) 
   for (int j = 0; j < n; ++j) out[j] = w[j] * (ss * x[j]);
 }
 
-void PlainRope(float* v, int n_heads, int head_dim, int rot_dim, int pos, float theta, RopeKind kind) {
+void PlainRope(float* v, int n_heads, int head_dim, int rot_dim, int pos, float theta,
+               RopeKind kind) {
   for (int h = 0; h < n_heads; ++h) {
     float* head = v + h * head_dim;
     for (int i = 0; i < rot_dim / 2; ++i) {
@@ -42,7 +43,8 @@ void PlainRope(float* v, int n_heads, int head_dim, int rot_dim, int pos, float 
 
 NaiveLlama::NaiveLlama(const Model& model) : model_(model) {
   const ModelConfig& c = model.config;
-  key_cache_.assign(c.n_layers, std::vector<float>(static_cast<size_t>(c.max_seq_len) * c.kv_dim()));
+  key_cache_.assign(c.n_layers,
+                    std::vector<float>(static_cast<size_t>(c.max_seq_len) * c.kv_dim()));
   value_cache_ = key_cache_;
   x_.resize(c.dim);
   xb_.resize(std::max(c.dim, c.q_dim()));

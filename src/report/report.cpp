@@ -1,13 +1,12 @@
 #include "report/report.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
-
-#include <fmt/format.h>
 
 #include "common/file_util.h"
 
@@ -41,8 +40,12 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
 }
 
 Progress::Progress(std::string label, int64_t total, std::string unit)
-    : label_(std::move(label)), unit_(std::move(unit)), total_(total),
-      enabled_(isatty(fileno(stderr))), start_(std::chrono::steady_clock::now()), last_draw_() {}
+    : label_(std::move(label)),
+      unit_(std::move(unit)),
+      total_(total),
+      enabled_(isatty(fileno(stderr))),
+      start_(std::chrono::steady_clock::now()),
+      last_draw_() {}
 
 void Progress::Update(int64_t done) {
   PollProgress();
@@ -70,11 +73,20 @@ std::string EscapeHtml(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -82,7 +94,8 @@ std::string EscapeHtml(const std::string& text) {
 
 std::string FormatNumber(double v, int precision) {
   if (std::isnan(v)) return "nan";
-  if (v != 0 && (std::fabs(v) >= 1e5 || std::fabs(v) < 1e-3)) return fmt::format("{:.{}g}", v, precision);
+  if (v != 0 && (std::fabs(v) >= 1e5 || std::fabs(v) < 1e-3))
+    return fmt::format("{:.{}g}", v, precision);
   return fmt::format("{:.{}f}", v, precision);
 }
 
@@ -104,7 +117,8 @@ std::string ScaleColour(double t) {
 }
 
 // ---- A minimal PNG writer (RFC 2083 / ISO 15948): 8-bit RGB, no filtering, and a zlib stream
-// (RFC 1950) of stored deflate blocks (RFC 1951 section 3.2.4), so no compression library is needed.
+// (RFC 1950) of stored deflate blocks (RFC 1951 section 3.2.4), so no compression library is
+// needed.
 
 uint32_t Crc32(const std::string& bytes) {
   static const auto table = [] {
@@ -235,7 +249,8 @@ std::string LineChart(const std::vector<Series>& series, const ChartOptions& o) 
   }
   if (!std::isfinite(xmin)) xmin = 0, xmax = 1, ymin = 0, ymax = 1;
   if (xmax == xmin) xmax = xmin + 1;
-  // A flat series (or float noise around one value) gets a unit range, not ticks that all read alike.
+  // A flat series (or float noise around one value) gets a unit range, not ticks that all read
+  // alike.
   if (ymax - ymin <= 1e-6 * std::max(1.0, std::fabs(ymax))) ymax = ymin + 1;
   if (!o.log_y && ymin > 0 && ymin < 0.3 * ymax) ymin = 0;
   double pad = (ymax - ymin) * 0.05;
@@ -249,31 +264,36 @@ std::string LineChart(const std::vector<Series>& series, const ChartOptions& o) 
       o.width, o.height);
   svg += fmt::format("<text x=\"{}\" y=\"18\" font-size=\"13\" font-weight=\"bold\">{}</text>\n",
                      left, EscapeHtml(o.title));
-  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#999\"/>\n",
-                     left, top, pw, ph);
+  svg += fmt::format(
+      "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#999\"/>\n", left,
+      top, pw, ph);
   for (double t : Ticks(xmin, xmax, 6)) {
-    svg += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#eee\"/>"
-                       "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
-                       px(t), top, top + ph, top + ph + 14, FormatTick(t));
+    svg += fmt::format(
+        "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#eee\"/>"
+        "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
+        px(t), top, top + ph, top + ph + 14, FormatTick(t));
   }
   for (double t : Ticks(ymin, ymax, 5)) {
     double yv = o.log_y ? std::pow(10.0, t) : t;
     double y = top + ph - (t - ymin) / (ymax - ymin) * ph;
-    svg += fmt::format("<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#eee\"/>"
-                       "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
-                       left, left + pw, y, left - 4, y + 4, FormatNumber(yv, 2));
+    svg += fmt::format(
+        "<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#eee\"/>"
+        "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
+        left, left + pw, y, left - 4, y + 4, FormatNumber(yv, 2));
   }
   svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", left + pw / 2,
                      o.height - 8, EscapeHtml(o.x_label));
-  svg += fmt::format("<text x=\"14\" y=\"{0}\" transform=\"rotate(-90 14 {0})\" "
-                     "text-anchor=\"middle\">{1}</text>\n",
-                     top + ph / 2, EscapeHtml(o.y_label + (o.log_y ? " (log)" : "")));
+  svg += fmt::format(
+      "<text x=\"14\" y=\"{0}\" transform=\"rotate(-90 14 {0})\" "
+      "text-anchor=\"middle\">{1}</text>\n",
+      top + ph / 2, EscapeHtml(o.y_label + (o.log_y ? " (log)" : "")));
   if (o.has_reference) {
     double y = py(o.reference_y);
-    svg += fmt::format("<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#555\" "
-                       "stroke-dasharray=\"4 3\"/><text x=\"{1}\" y=\"{3:.1f}\" "
-                       "text-anchor=\"end\" fill=\"#555\">{4}</text>\n",
-                       left, left + pw, y, y - 3, EscapeHtml(o.reference_label));
+    svg += fmt::format(
+        "<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#555\" "
+        "stroke-dasharray=\"4 3\"/><text x=\"{1}\" y=\"{3:.1f}\" "
+        "text-anchor=\"end\" fill=\"#555\">{4}</text>\n",
+        left, left + pw, y, y - 3, EscapeHtml(o.reference_label));
   }
   for (size_t k = 0; k < series.size(); ++k) {
     const auto& s = series[k];
@@ -283,17 +303,19 @@ std::string LineChart(const std::vector<Series>& series, const ChartOptions& o) 
       if (!std::isfinite(s.y[i])) continue;
       points += fmt::format("{:.1f},{:.1f} ", px(s.x[i]), py(s.y[i]));
     }
-    svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\" points=\"{}\"/>\n",
-                       colour, points);
+    svg +=
+        fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\" points=\"{}\"/>\n",
+                    colour, points);
     if (s.x.size() <= 40)
       for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
         if (std::isfinite(s.y[i]))
           svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"/>\n",
                              px(s.x[i]), py(s.y[i]), colour);
     double ly = top + 10 + 16 * k;
-    svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"3\" fill=\"{}\"/>"
-                       "<text x=\"{}\" y=\"{}\">{}</text>\n",
-                       left + pw + 10, ly - 4, colour, left + pw + 26, ly, EscapeHtml(s.name));
+    svg += fmt::format(
+        "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"3\" fill=\"{}\"/>"
+        "<text x=\"{}\" y=\"{}\">{}</text>\n",
+        left + pw + 10, ly - 4, colour, left + pw + 26, ly, EscapeHtml(s.name));
   }
   svg += "</svg>\n";
   return svg;
@@ -321,26 +343,29 @@ std::string Heatmap(const std::vector<std::vector<double>>& values, const Heatma
       for (int c = 0; c < cols; ++c) {
         const double v = c < static_cast<int>(values[r].size()) ? values[r][c] : o.min_value;
         const auto px = ScaleRgb((v - o.min_value) / span);
-        for (int k = 0; k < 3; ++k) rgb[(static_cast<size_t>(r) * cols + c) * 3 + k] = static_cast<char>(px[k]);
+        for (int k = 0; k < 3; ++k)
+          rgb[(static_cast<size_t>(r) * cols + c) * 3 + k] = static_cast<char>(px[k]);
       }
-    svg += fmt::format("<image x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" "
-                       "preserveAspectRatio=\"none\" style=\"image-rendering:pixelated\" "
-                       "href=\"data:image/png;base64,{}\"/>\n",
-                       left, top, cols * cell, rows * cell, Base64(EncodePng(rgb, cols, rows)));
+    svg += fmt::format(
+        "<image x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" "
+        "preserveAspectRatio=\"none\" style=\"image-rendering:pixelated\" "
+        "href=\"data:image/png;base64,{}\"/>\n",
+        left, top, cols * cell, rows * cell, Base64(EncodePng(rgb, cols, rows)));
   }
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; !o.raster && c < cols && c < static_cast<int>(values[r].size()); ++c) {
       double t = (values[r][c] - o.min_value) / span;
-      svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\">"
-                         "<title>{} {}, {} {}: {}</title></rect>\n",
-                         left + c * cell, top + r * cell, cell, cell, ScaleColour(t),
-                         EscapeHtml(o.row_label), r, EscapeHtml(o.col_label), c,
-                         FormatNumber(values[r][c]));
+      svg += fmt::format(
+          "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\">"
+          "<title>{} {}, {} {}: {}</title></rect>\n",
+          left + c * cell, top + r * cell, cell, cell, ScaleColour(t), EscapeHtml(o.row_label), r,
+          EscapeHtml(o.col_label), c, FormatNumber(values[r][c]));
       if (annotate)
-        svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"8\" "
-                           "fill=\"{}\">{}</text>\n",
-                           left + c * cell + cell / 2, top + r * cell + cell / 2 + 3,
-                           t > 0.55 ? "#fff" : "#222", FormatNumber(values[r][c], 2));
+        svg += fmt::format(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"8\" "
+            "fill=\"{}\">{}</text>\n",
+            left + c * cell + cell / 2, top + r * cell + cell / 2 + 3, t > 0.55 ? "#fff" : "#222",
+            FormatNumber(values[r][c], 2));
     }
     if (r % std::max(1, (12 + cell - 1) / cell) == 0)  // labels at least 12 px apart
       svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", left - 4,
@@ -352,18 +377,19 @@ std::string Heatmap(const std::vector<std::vector<double>>& values, const Heatma
                        left + c * cell + cell / 2, top - 4, c);
   svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
                      left + cols * cell / 2, top + rows * cell + 16, EscapeHtml(o.col_label));
-  svg += fmt::format("<text x=\"14\" y=\"{0}\" transform=\"rotate(-90 14 {0})\" "
-                     "text-anchor=\"middle\">{1}</text>\n",
-                     top + rows * cell / 2, EscapeHtml(o.row_label));
+  svg += fmt::format(
+      "<text x=\"14\" y=\"{0}\" transform=\"rotate(-90 14 {0})\" "
+      "text-anchor=\"middle\">{1}</text>\n",
+      top + rows * cell / 2, EscapeHtml(o.row_label));
   // Colour bar.
   const int bx = left + cols * cell + 20;
   for (int i = 0; i < 10; ++i)
     svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"{}\" fill=\"{}\"/>\n", bx,
                        top + i * std::max(rows * cell, 60) / 10, std::max(rows * cell, 60) / 10 + 1,
                        ScaleColour(1.0 - i / 9.0));
-  svg += fmt::format("<text x=\"{}\" y=\"{}\">{}</text><text x=\"{}\" y=\"{}\">{}</text>\n", bx + 15,
-                     top + 8, FormatNumber(o.max_value, 2), bx + 15, top + std::max(rows * cell, 60),
-                     FormatNumber(o.min_value, 2));
+  svg += fmt::format("<text x=\"{}\" y=\"{}\">{}</text><text x=\"{}\" y=\"{}\">{}</text>\n",
+                     bx + 15, top + 8, FormatNumber(o.max_value, 2), bx + 15,
+                     top + std::max(rows * cell, 60), FormatNumber(o.min_value, 2));
   svg += "</svg>\n";
   return svg;
 }

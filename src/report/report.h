@@ -67,12 +67,12 @@ std::string LineChart(const std::vector<Series>& series, const ChartOptions& opt
 
 struct HeatmapOptions {
   std::string title;
-  std::string row_label;     // e.g. "layer"
-  std::string col_label;     // e.g. "head"
-  double min_value = 0.0;    // colour scale range
+  std::string row_label;   // e.g. "layer"
+  std::string col_label;   // e.g. "head"
+  double min_value = 0.0;  // colour scale range
   double max_value = 1.0;
-  int cell = 22;             // px per cell (shrinks for large matrices)
-  bool annotate = true;      // print values in cells when they fit
+  int cell = 22;         // px per cell (shrinks for large matrices)
+  bool annotate = true;  // print values in cells when they fit
   // Draw the cells as one embedded PNG (one pixel per cell, scaled up) instead of one <rect> each:
   // for large matrices (attention patterns), where rects would make the page megabytes long.
   // No per-cell tooltips or annotations then.
@@ -88,11 +88,11 @@ class HtmlPage {
  public:
   explicit HtmlPage(std::string title);
   void Heading(const std::string& text, int level = 2);
-  void Paragraph(const std::string& text);      // escaped
-  void Raw(const std::string& html);            // trusted markup (an SVG from this file)
+  void Paragraph(const std::string& text);  // escaped
+  void Raw(const std::string& html);        // trusted markup (an SVG from this file)
   void Table(const std::vector<std::vector<std::string>>& rows);  // first row is the header
   std::string Render() const;
-  void Save(const std::string& path) const;     // atomic
+  void Save(const std::string& path) const;  // atomic
 
  private:
   std::string title_;

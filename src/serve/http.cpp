@@ -1,6 +1,7 @@
 #include "serve/http.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -13,8 +14,6 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "common/error.h"
 
@@ -52,7 +51,8 @@ int HexDigit(char c) {
 }
 
 int MillisLeft(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30));
 }
 
@@ -68,7 +68,8 @@ int WaitReadable(int fd, Clock::time_point deadline) {
   }
 }
 
-// Appends what the socket has (up to 64 KiB) to `buf`: bytes read, 0 at the peer's end, -1 on error.
+// Appends what the socket has (up to 64 KiB) to `buf`: bytes read, 0 at the peer's end, -1 on
+// error.
 ssize_t ReadSome(int fd, std::string& buf) {
   char chunk[1 << 16];
   for (;;) {
@@ -152,26 +153,46 @@ bool PeerClosed(int socket) {
 
 const char* ReasonPhrase(int status) {
   switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 417: return "Expectation Failed";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    case 507: return "Insufficient Storage";
-    default: return "Unknown";
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Content Too Large";
+    case 414:
+      return "URI Too Long";
+    case 415:
+      return "Unsupported Media Type";
+    case 417:
+      return "Expectation Failed";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
+    case 507:
+      return "Insufficient Storage";
+    default:
+      return "Unknown";
   }
 }
 
@@ -214,10 +235,12 @@ std::optional<HeadError> ParseHead(std::string_view head, const Limits& limits, 
   if (target.empty() || target[0] != '/')
     return HeadError{400, "the request target must be a path starting with '/'"};
   for (unsigned char c : target)
-    if (c <= ' ' || c >= 0x7f) return HeadError{400, "the request target holds a byte that is not printable ASCII"};
+    if (c <= ' ' || c >= 0x7f)
+      return HeadError{400, "the request target holds a byte that is not printable ASCII"};
   if (version != "HTTP/1.1" && version != "HTTP/1.0") {
     if (version.size() == 8 && version.substr(0, 5) == "HTTP/" && version[6] == '.')
-      return HeadError{505, fmt::format("{} is not supported (HTTP/1.1 and HTTP/1.0 are)", version)};
+      return HeadError{505,
+                       fmt::format("{} is not supported (HTTP/1.1 and HTTP/1.0 are)", version)};
     return HeadError{400, "malformed HTTP version in the request line"};
   }
   req.method = std::string(method);
@@ -246,7 +269,8 @@ std::optional<HeadError> ParseHead(std::string_view head, const Limits& limits, 
     const std::string_view value = Trim(h.substr(colon + 1));
     for (unsigned char c : value)
       if (c == '\0' || c == '\r' || c == '\n' || (c < ' ' && c != '\t') || c == 0x7f)
-        return HeadError{400, fmt::format("header '{}' holds a control character", h.substr(0, colon))};
+        return HeadError{400,
+                         fmt::format("header '{}' holds a control character", h.substr(0, colon))};
     req.headers.emplace_back(Lower(h.substr(0, colon)), std::string(value));
   }
 
@@ -260,7 +284,8 @@ std::optional<HeadError> ParseHead(std::string_view head, const Limits& limits, 
     const size_t eq = pair.find('=');
     std::string key, value;
     if (!PercentDecode(pair.substr(0, eq), key) ||
-        !PercentDecode(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1), value))
+        !PercentDecode(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1),
+                       value))
       return HeadError{400, "malformed percent-escape in the query"};
     req.params.emplace_back(std::move(key), std::move(value));
   }
@@ -313,7 +338,8 @@ int Server::Bind(const std::string& host, int port) {
   }
   freeaddrinfo(found);
   if (fd < 0) {
-    if (error == EADDRINUSE) Fail("--host {} --port {}: the port is in use (another server listens there)", host, port);
+    if (error == EADDRINUSE)
+      Fail("--host {} --port {}: the port is in use (another server listens there)", host, port);
     Fail("--host {} --port {}: cannot listen ({})", host, port, std::strerror(error));
   }
   sockaddr_storage bound{};
@@ -369,9 +395,10 @@ void Server::Stop() {
 }
 
 bool Server::Write(int fd, const Request& req, Response& res, bool close_after) {
-  std::string out = fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n"
-                                "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n",
-                                res.status, ReasonPhrase(res.status), res.content_type, res.body.size());
+  std::string out = fmt::format(
+      "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n"
+      "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n",
+      res.status, ReasonPhrase(res.status), res.content_type, res.body.size());
   for (const auto& [k, v] : res.headers) out += fmt::format("{}: {}\r\n", k, v);
   out += close_after ? "Connection: close\r\n\r\n" : "\r\n";
   if (req.method != "HEAD") out += res.body;
@@ -405,8 +432,9 @@ void Server::Answer(const Request& req, Response& res) {
   }
   res.status = known_path ? 405 : 404;
   if (known_path) res.headers.emplace_back("Allow", allow);
-  error_body_(req, res, known_path ? fmt::format("the method is not allowed (allowed: {})", allow)
-                                   : std::string("not found"));
+  error_body_(req, res,
+              known_path ? fmt::format("the method is not allowed (allowed: {})", allow)
+                         : std::string("not found"));
 }
 
 void Server::Serve(int fd) {
@@ -433,15 +461,18 @@ void Server::Serve(int fd) {
       if (buf.size() > limits_.max_head_bytes) {
         const bool long_line = buf.find("\r\n") == std::string::npos;
         res.status = long_line && buf.size() > limits_.max_target_bytes ? 414 : 431;
-        return Refuse(fd, req, res, res.status == 414
-            ? fmt::format("the request line is longer than {} bytes", limits_.max_target_bytes)
-            : fmt::format("the request head is larger than {} bytes", limits_.max_head_bytes));
+        return Refuse(
+            fd, req, res,
+            res.status == 414
+                ? fmt::format("the request line is longer than {} bytes", limits_.max_target_bytes)
+                : fmt::format("the request head is larger than {} bytes", limits_.max_head_bytes));
       }
       const int ready = WaitReadable(fd, deadline);
       if (ready == 0 && started) {
         res.status = 408;
-        return Refuse(fd, req, res, fmt::format("the request head did not arrive within {} ms",
-                                                limits_.head_timeout_ms));
+        return Refuse(
+            fd, req, res,
+            fmt::format("the request head did not arrive within {} ms", limits_.head_timeout_ms));
       }
       if (ready <= 0 || ReadSome(fd, buf) <= 0) return;  // idle, gone or failed: closed quietly
     }
@@ -454,15 +485,17 @@ void Server::Serve(int fd) {
     // The body: Content-Length only, at most max_body_bytes.
     if (req.Header("transfer-encoding")) {
       res.status = 411;
-      return Refuse(fd, req, res, "send the body with Content-Length (a chunked or other transfer-coded "
-                                      "body is not accepted)");
+      return Refuse(fd, req, res,
+                    "send the body with Content-Length (a chunked or other transfer-coded "
+                    "body is not accepted)");
     }
     size_t length = 0;
     int lengths = 0;
     for (const auto& [k, v] : req.headers) {
       if (k != "content-length") continue;
-      const bool digits = !v.empty() && v.size() <= 18 &&
-                          std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+      const bool digits =
+          !v.empty() && v.size() <= 18 &&
+          std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
       if (!digits || (lengths++ && std::stoull(v) != length)) {
         res.status = 400;
         return Refuse(fd, req, res, "malformed or conflicting Content-Length");
@@ -471,8 +504,10 @@ void Server::Serve(int fd) {
     }
     if (length > limits_.max_body_bytes) {
       res.status = 413;
-      return Refuse(fd, req, res, fmt::format("the request body is {} bytes, more than the limit of {} "
-                                                  "bytes", length, limits_.max_body_bytes));
+      return Refuse(fd, req, res,
+                    fmt::format("the request body is {} bytes, more than the limit of {} "
+                                "bytes",
+                                length, limits_.max_body_bytes));
     }
     if (guard_ && guard_(req, res)) {
       if (Write(fd, req, res, /*close_after=*/true)) LingerClose(fd);
@@ -483,24 +518,29 @@ void Server::Serve(int fd) {
         res.status = 417;
         return Refuse(fd, req, res, "only 'Expect: 100-continue' is understood");
       }
-      if (length > buf.size() && !SendAll(fd, "HTTP/1.1 100 Continue\r\n\r\n", limits_.write_timeout_ms)) return;
+      if (length > buf.size() &&
+          !SendAll(fd, "HTTP/1.1 100 Continue\r\n\r\n", limits_.write_timeout_ms))
+        return;
     }
-    const Clock::time_point body_deadline = Clock::now() + std::chrono::milliseconds(limits_.body_timeout_ms);
+    const Clock::time_point body_deadline =
+        Clock::now() + std::chrono::milliseconds(limits_.body_timeout_ms);
     while (buf.size() < length) {
       const int ready = WaitReadable(fd, body_deadline);
       if (ready == 0) {
         res.status = 408;
-        return Refuse(fd, req, res, fmt::format("the request body did not arrive within {} ms",
-                                                limits_.body_timeout_ms));
+        return Refuse(
+            fd, req, res,
+            fmt::format("the request body did not arrive within {} ms", limits_.body_timeout_ms));
       }
       if (ready < 0 || ReadSome(fd, buf) <= 0) return;
     }
     req.body = buf.substr(0, length);
     buf.erase(0, length);
 
-    const bool close_after = res.close || HasToken(req.Header("connection"), "close") ||
-                             (req.version == "HTTP/1.0" && !HasToken(req.Header("connection"), "keep-alive")) ||
-                             served + 1 == limits_.max_requests_per_connection;
+    const bool close_after =
+        res.close || HasToken(req.Header("connection"), "close") ||
+        (req.version == "HTTP/1.0" && !HasToken(req.Header("connection"), "keep-alive")) ||
+        served + 1 == limits_.max_requests_per_connection;
     try {
       Answer(req, res);
     } catch (const ClientGone&) {

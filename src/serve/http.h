@@ -27,14 +27,14 @@
 namespace ss::http {
 
 struct Limits {
-  size_t max_head_bytes = 16 << 10;    // request line and headers: 431 beyond
-  size_t max_target_bytes = 8 << 10;   // the request target (path and query): 414 beyond
-  size_t max_body_bytes = 8 << 20;     // Content-Length: 413 beyond
-  int head_timeout_ms = 10000;         // the whole head, from its first byte: then 408 and closed
-  int body_timeout_ms = 60000;         // the whole body
-  int idle_timeout_ms = 5000;          // waiting for the next request on a kept-alive connection
-  int write_timeout_ms = 30000;        // any one wait to send
-  int max_connections = 64;            // open at once; the next gets 503 and is closed
+  size_t max_head_bytes = 16 << 10;   // request line and headers: 431 beyond
+  size_t max_target_bytes = 8 << 10;  // the request target (path and query): 414 beyond
+  size_t max_body_bytes = 8 << 20;    // Content-Length: 413 beyond
+  int head_timeout_ms = 10000;        // the whole head, from its first byte: then 408 and closed
+  int body_timeout_ms = 60000;        // the whole body
+  int idle_timeout_ms = 5000;         // waiting for the next request on a kept-alive connection
+  int write_timeout_ms = 30000;       // any one wait to send
+  int max_connections = 64;           // open at once; the next gets 503 and is closed
   int max_requests_per_connection = 1000;
 };
 
@@ -80,7 +80,8 @@ bool PercentDecode(std::string_view in, std::string& out);
 
 // Parses a request head: the request line and the header lines, without the blank line that ends
 // them. On success fills method, target, path, query, version, headers and params; on failure
-// returns the status to answer (400, 414, 501, 505) and a message. Exposed for tests and the fuzzer.
+// returns the status to answer (400, 414, 501, 505) and a message. Exposed for tests and the
+// fuzzer.
 struct HeadError {
   int status;
   std::string message;

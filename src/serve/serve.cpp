@@ -13,9 +13,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <tuple>
-#include <nlohmann/json.hpp>
 
 #include "analysis/analyze_report.h"
 #include "cli/commands.h"
@@ -59,12 +59,13 @@ void ForEachQueryBlock(const Model& model, int layer, const float* q, const floa
     Fail("layer {}: a kv-bias model's pattern needs the slot logits of the forward pass", layer);
   AttnOptions opt = LayerAttnOptions(c, model.weights.layers[layer], c.Window(layer), nullptr);
   if (opt.sink_logits) opt.sink_logits += head;
-  opt.slot_values = nullptr;  // the tiles read the weights only
+  opt.slot_values = nullptr;                      // the tiles read the weights only
   const float query_scale = c.QueryScale(layer);  // hook_q is taken before it
   const int kv_head = head / (H / Hkv);
   std::vector<float> kh(static_cast<size_t>(q1) * Dh), vh(static_cast<size_t>(q1) * Dh, 0.0f);
   for (int j = 0; j < q1; ++j)
-    std::copy_n(k + (static_cast<size_t>(j) * Hkv + kv_head) * Dh, Dh, kh.data() + static_cast<size_t>(j) * Dh);
+    std::copy_n(k + (static_cast<size_t>(j) * Hkv + kv_head) * Dh, Dh,
+                kh.data() + static_cast<size_t>(j) * Dh);
   std::vector<float> qh, out, probs;
   for (int b = q0; b < q1; b += kQueryBlock) {
     PollInterrupt();  // a T = 8192 tile is 64 blocks: its client may leave in between
@@ -72,7 +73,8 @@ void ForEachQueryBlock(const Model& model, int layer, const float* q, const floa
     qh.resize(static_cast<size_t>(rows) * Dh);
     for (int r = 0; r < rows; ++r)
       for (int d = 0; d < Dh; ++d)
-        qh[static_cast<size_t>(r) * Dh + d] = q[(static_cast<size_t>(b + r) * H + head) * Dh + d] * query_scale;
+        qh[static_cast<size_t>(r) * Dh + d] =
+            q[(static_cast<size_t>(b + r) * H + head) * Dh + d] * query_scale;
     out.resize(static_cast<size_t>(rows) * Dh);
     probs.assign(static_cast<size_t>(rows) * S, 0.0f);
     // The slot's logits of this head's queries b .. b + rows: (1, rows) for the one-head call.
@@ -90,7 +92,8 @@ PatternTile ComputePatternTile(const Model& model, int layer, const float* q, co
                                int head, int q0, int q1, int k0, int k1, int bins,
                                const float* slot_logits) {
   const ModelConfig& c = model.config;
-  if (head < 0 || head >= c.n_heads) Fail("head {} is outside the model ({} heads)", head, c.n_heads);
+  if (head < 0 || head >= c.n_heads)
+    Fail("head {} is outside the model ({} heads)", head, c.n_heads);
   if (!(0 <= q0 && q0 < q1 && q1 <= T && 0 <= k0 && k0 < k1 && k1 <= T))
     Fail("window [{}, {}) x [{}, {}) is outside the {} tokens", q0, q1, k0, k1, T);
   if (bins < 1) Fail("bins: expected 1 or more, got {}", bins);
@@ -102,23 +105,27 @@ PatternTile ComputePatternTile(const Model& model, int layer, const float* q, co
   t.cols = (k1 - k0 + t.col_step - 1) / t.col_step;
   t.values.assign(static_cast<size_t>(t.rows) * t.cols, 0.0f);
   // Keys beyond the last query are masked for every query in the window: only keys < q1 matter.
-  ForEachQueryBlock(model, layer, q, k, T, head, q0, q1, slot_logits, [&](int first, int rows, int S, const float* p) {
-    for (int r = 0; r < rows; ++r) {
-      const float* row = p + static_cast<size_t>(r) * S;
-      float* cell_row = t.values.data() + static_cast<size_t>((first + r - q0) / t.row_step) * t.cols;
-      for (int j = k0; j < std::min(k1, S); ++j) {
-        float& cell = cell_row[(j - k0) / t.col_step];
-        cell = std::max(cell, row[j]);
-      }
-    }
-  });
+  ForEachQueryBlock(model, layer, q, k, T, head, q0, q1, slot_logits,
+                    [&](int first, int rows, int S, const float* p) {
+                      for (int r = 0; r < rows; ++r) {
+                        const float* row = p + static_cast<size_t>(r) * S;
+                        float* cell_row =
+                            t.values.data() +
+                            static_cast<size_t>((first + r - q0) / t.row_step) * t.cols;
+                        for (int j = k0; j < std::min(k1, S); ++j) {
+                          float& cell = cell_row[(j - k0) / t.col_step];
+                          cell = std::max(cell, row[j]);
+                        }
+                      }
+                    });
   return t;
 }
 
-std::vector<float> ComputePatternRow(const Model& model, int layer, const float* q, const float* k, int T,
-                                     int head, int query, const float* slot_logits) {
+std::vector<float> ComputePatternRow(const Model& model, int layer, const float* q, const float* k,
+                                     int T, int head, int query, const float* slot_logits) {
   const ModelConfig& c = model.config;
-  if (head < 0 || head >= c.n_heads) Fail("head {} is outside the model ({} heads)", head, c.n_heads);
+  if (head < 0 || head >= c.n_heads)
+    Fail("head {} is outside the model ({} heads)", head, c.n_heads);
   if (query < 0 || query >= T) Fail("query {} is outside the {} tokens", query, T);
   std::vector<float> out(T, 0.0f);
   ForEachQueryBlock(model, layer, q, k, T, head, query, query + 1, slot_logits,
@@ -135,10 +142,10 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxBodyBytes = size_t{8} << 20;  // a request's body: the text and settings
 constexpr int kMaxBins = 1024;
-constexpr int kMaxRuns = 8;            // analyses kept for the pattern view (oldest dropped)
+constexpr int kMaxRuns = 8;  // analyses kept for the pattern view (oldest dropped)
 constexpr int kMaxSamples = 1024;
 constexpr int64_t kMaxStreamTokens = 200000;
-constexpr int kMaxWaiting = 4;         // computations queued behind the running one; more: 503
+constexpr int kMaxWaiting = 4;  // computations queued behind the running one; more: 503
 constexpr auto kPollInterval = std::chrono::milliseconds(20);  // checks for a client gone
 
 // Replies carry token strings, which may hold partial UTF-8 sequences (byte pieces): replaced.
@@ -183,7 +190,8 @@ int QueryInt(const http::Request& req, const char* key, int fallback, int lo, in
   for (size_t i = 0; ok && i < s->size(); ++i)
     ok = ((*s)[i] >= '0' && (*s)[i] <= '9') || (i == 0 && (*s)[i] == '-' && s->size() > 1);
   const long long v = ok ? std::stoll(*s) : 0;
-  if (!ok || v < lo || v > hi) Fail("{}: expected an integer in [{}, {}], got '{}'", key, lo, hi, Shown(*s));
+  if (!ok || v < lo || v > hi)
+    Fail("{}: expected an integer in [{}, {}], got '{}'", key, lo, hi, Shown(*s));
   return static_cast<int>(v);
 }
 
@@ -229,7 +237,7 @@ bool SameSecret(std::string_view a, std::string_view b) {
 struct Run {
   cli::AnalyzeRequest request;
   std::map<std::string, std::vector<int>> first_sample;  // condition -> tokens of sample 0
-  std::mutex mutex;                                        // guards qk
+  std::mutex mutex;                                      // guards qk
   // (condition, layer) -> q, k and, for a kv-bias model, the slot logits (H, T) of that pass.
   struct Captured {
     Tensor q, k, slot;
@@ -246,7 +254,8 @@ class WorkGate {
     std::unique_lock<std::mutex> lock(mutex_);
     if (busy_ && waiting_ >= kMaxWaiting)
       throw HttpError(503, fmt::format("the server is busy (one computation runs and {} wait): try "
-                                       "again when they end", waiting_));
+                                       "again when they end",
+                                       waiting_));
     ++waiting_;
     while (busy_) {
       cv_.wait_for(lock, kPollInterval);
@@ -290,10 +299,14 @@ struct ServeArgs {
 class Server {
  public:
   Server(Model model, std::unique_ptr<Tokenizer> tokenizer, const ServeArgs& args)
-      : model_(std::move(model)), tokenizer_(std::move(tokenizer)), texts_(args.texts), args_(args) {
+      : model_(std::move(model)),
+        tokenizer_(std::move(tokenizer)),
+        texts_(args.texts),
+        args_(args) {
     if (!args.no_token) token_ = args.token.empty() ? RandomHex(16) : args.token;
-    for (const std::string& h : {std::string("localhost"), std::string("127.0.0.1"), std::string("[::1]"),
-                                 args.host.find(':') != std::string::npos ? "[" + args.host + "]" : args.host})
+    for (const std::string& h :
+         {std::string("localhost"), std::string("127.0.0.1"), std::string("[::1]"),
+          args.host.find(':') != std::string::npos ? "[" + args.host + "]" : args.host})
       hosts_.push_back(h);
     for (const std::string& h : args.allow_hosts) hosts_.push_back(h);
     for (std::string& h : hosts_)
@@ -309,7 +322,8 @@ class Server {
     };
     hide(model_.source);
     for (const std::string& t : texts_) hide(t);
-    std::sort(hidden_.begin(), hidden_.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+    std::sort(hidden_.begin(), hidden_.end(),
+              [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
     Routes();
   }
   http::Server& http() { return http_; }
@@ -320,8 +334,10 @@ class Server {
   // inside messages too) by their file names.
   std::string Scrub(std::string body) const {
     for (const auto& [path, name] : hidden_) {
-      const std::string from = path.substr(1, path.size() - 2), to = name.substr(1, name.size() - 2);
-      for (size_t at = body.find(from); at != std::string::npos; at = body.find(from, at + to.size()))
+      const std::string from = path.substr(1, path.size() - 2),
+                        to = name.substr(1, name.size() - 2);
+      for (size_t at = body.find(from); at != std::string::npos;
+           at = body.find(from, at + to.size()))
         body.replace(at, from.size(), to);
     }
     return body;
@@ -350,7 +366,8 @@ class Server {
       try {
         Reply(res, 200, fn(req));
       } catch (const http::ClientGone&) {
-        cli::Log(fmt::format("serve: {} {}: the client left; its work was stopped", req.method, req.path));
+        cli::Log(fmt::format("serve: {} {}: the client left; its work was stopped", req.method,
+                             req.path));
         throw;
       } catch (const HttpError& e) {
         Reply(res, e.status, {{"error", e.what()}});
@@ -371,9 +388,11 @@ class Server {
   json Computation(const char* what, double flop, Fn fn) {
     const double limit = args_.max_request_tflop * 1e12;
     if (flop > limit)
-      Fail("this {} needs about {:.3g} TFLOP, more than the server's limit of {:.3g} TFLOP per request "
-           "(--max-request-tflop): ask for fewer samples or a shorter length", what, flop / 1e12,
-           args_.max_request_tflop);
+      Fail(
+          "this {} needs about {:.3g} TFLOP, more than the server's limit of {:.3g} TFLOP per "
+          "request "
+          "(--max-request-tflop): ask for fewer samples or a shorter length",
+          what, flop / 1e12, args_.max_request_tflop);
     gate_.Enter([] { PollInterrupt(); });
     struct Release {
       WorkGate& g;
@@ -389,7 +408,8 @@ class Server {
   bool Guard(const http::Request& req, http::Response& res) {
     auto refuse = [&](int status, const std::string& message) {
       refused_++;
-      cli::Log(fmt::format("serve: refused {} {} ({}): {}", req.method, req.path, status, Shown(message)));
+      cli::Log(fmt::format("serve: refused {} {} ({}): {}", req.method, req.path, status,
+                           Shown(message)));
       Reply(res, status, {{"error", message}});
       return true;
     };
@@ -397,18 +417,22 @@ class Server {
     if (!host) return refuse(400, "the request has no Host header");
     if (!AllowedAuthority(*host))
       return refuse(403, fmt::format("Host '{}' does not name this server (allowed: {}; more with "
-                                     "--allow-host)", Shown(*host), AllowedList()));
+                                     "--allow-host)",
+                                     Shown(*host), AllowedList()));
     if (const std::string* origin = req.Header("origin")) {
       const std::string prefix = "http://";
-      if (origin->compare(0, prefix.size(), prefix) != 0 || !AllowedAuthority(origin->substr(prefix.size())))
+      if (origin->compare(0, prefix.size(), prefix) != 0 ||
+          !AllowedAuthority(origin->substr(prefix.size())))
         return refuse(403, fmt::format("cross-origin request from '{}' refused: the viewer answers "
-                                       "only its own page", Shown(*origin)));
+                                       "only its own page",
+                                       Shown(*origin)));
     }
     if (const std::string* site = req.Header("sec-fetch-site"); site && *site == "cross-site")
       return refuse(403, "cross-site request refused: the viewer answers only its own page");
     if (!token_.empty() && !HasToken(req))
-      return refuse(403, "missing or wrong token: open the address that 'sinkscope serve' printed "
-                         "(it ends in ?token=...), or send the token as X-Sinkscope-Token");
+      return refuse(403,
+                    "missing or wrong token: open the address that 'sinkscope serve' printed "
+                    "(it ends in ?token=...), or send the token as X-Sinkscope-Token");
     if (req.method == "POST") {
       const std::string* type = req.Header("content-type");
       std::string media = type ? type->substr(0, type->find(';')) : "";
@@ -416,7 +440,8 @@ class Server {
       for (char& ch : media) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
       if (media != "application/json")
         return refuse(415, fmt::format("POST {}: send the body as Content-Type: application/json "
-                                       "(got '{}')", req.path, Shown(type ? *type : "")));
+                                       "(got '{}')",
+                                       req.path, Shown(type ? *type : "")));
     }
     return false;
   }
@@ -446,7 +471,8 @@ class Server {
   // The token as ?token=, X-Sinkscope-Token or the cookie the page got with it.
   bool HasToken(const http::Request& req) const {
     if (const std::string* t = req.Param("token"); t && SameSecret(*t, token_)) return true;
-    if (const std::string* t = req.Header("x-sinkscope-token"); t && SameSecret(*t, token_)) return true;
+    if (const std::string* t = req.Header("x-sinkscope-token"); t && SameSecret(*t, token_))
+      return true;
     const std::string want = CookieName() + "=";
     for (const auto& [k, v] : req.headers) {
       if (k != "cookie") continue;
@@ -455,7 +481,8 @@ class Server {
         const size_t semi = std::min(v.find(';', start), v.size());
         std::string_view c = std::string_view(v).substr(start, semi - start);
         while (!c.empty() && c.front() == ' ') c.remove_prefix(1);
-        if (c.substr(0, want.size()) == want && SameSecret(c.substr(want.size()), token_)) return true;
+        if (c.substr(0, want.size()) == want && SameSecret(c.substr(want.size()), token_))
+          return true;
         start = semi + 1;
       }
     }
@@ -519,7 +546,8 @@ class Server {
     if (!id) Fail("missing parameter 'run'");
     std::lock_guard<std::mutex> lock(runs_mutex_);
     auto it = runs_.find(*id);
-    if (it == runs_.end()) throw HttpError(404, fmt::format("run '{}' is unknown or expired", Shown(*id)));
+    if (it == runs_.end())
+      throw HttpError(404, fmt::format("run '{}' is unknown or expired", Shown(*id)));
     return it->second;
   }
 
@@ -539,7 +567,8 @@ class Server {
       const ModelConfig& c = model_.config;
       RunState state;
       Hooks hooks;
-      std::vector<std::pair<std::string, int>> captured;  // dropped again if the forward stops early
+      std::vector<std::pair<std::string, int>>
+          captured;  // dropped again if the forward stops early
       for (int l = 0; l <= layer; ++l) {
         auto& s = run.qk[{condition, l}];
         if (!s.q.empty()) continue;
@@ -547,7 +576,8 @@ class Server {
         hooks.Add(HookPoint::kQ, l, [&s](const HookContext&, Tensor& a) { s.q = a.Copy(); });
         hooks.Add(HookPoint::kK, l, [&s, &state, &c, l, layer](const HookContext&, Tensor& a) {
           s.k = a.Copy();
-          if (ModelAttention(c).slot == AttnSlot::kPerQuery) {  // this layer's slot logits, computed before RoPE (blocks.cpp)
+          if (ModelAttention(c).slot ==
+              AttnSlot::kPerQuery) {  // this layer's slot logits, computed before RoPE (blocks.cpp)
             const int64_t n = static_cast<int64_t>(c.n_heads) * a.dim(0);
             s.slot = Tensor::Zeros({n});
             std::copy_n(state.slot_logits.data(), n, s.slot.data());
@@ -585,9 +615,12 @@ class Server {
     cli::ValidateAnalyze(r);
     const cli::SampleStream input = StreamOf(body, /*bos=*/false);
     // The context first: its message says more than the cost's would.
-    if (!r.input.prompt_given) cli::CheckLength(model_.config, r.input.length, r.allow_long_context, true);
-    const double length = r.input.prompt_given ? static_cast<double>(input.tokens.size()) : r.input.length;
-    const double flop = static_cast<double>(r.conditions.size()) * (r.input.prompt_given ? 1 : r.input.samples) *
+    if (!r.input.prompt_given)
+      cli::CheckLength(model_.config, r.input.length, r.allow_long_context, true);
+    const double length =
+        r.input.prompt_given ? static_cast<double>(input.tokens.size()) : r.input.length;
+    const double flop = static_cast<double>(r.conditions.size()) *
+                        (r.input.prompt_given ? 1 : r.input.samples) *
                         ForwardFlop(model_.config, length);
     return Computation("analysis", flop, [&] {
       const analysis::AnalyzeReport rep = cli::RunAnalysis(model_, input, r);
@@ -599,7 +632,8 @@ class Server {
         run->first_sample[name] = cli::AnalysisSamples(model_, input, r, cond)[0];
         tokens[name] = Labels(run->first_sample[name]);
       }
-      // Run ids are random per run: another server's (or an earlier launch's) ids name nothing here.
+      // Run ids are random per run: another server's (or an earlier launch's) ids name nothing
+      // here.
       const std::string id = RandomHex(8);
       {
         std::lock_guard<std::mutex> lock(runs_mutex_);
@@ -648,11 +682,22 @@ class Server {
     const int q0 = QueryInt(req, "q0", 0, 0, T - 1), q1 = QueryInt(req, "q1", T, q0 + 1, T);
     const int k0 = QueryInt(req, "k0", 0, 0, T - 1), k1 = QueryInt(req, "k1", T, k0 + 1, T);
     const int bins = QueryInt(req, "bins", 256, 1, kMaxBins);
-    const PatternTile t = ComputePatternTile(model_, layer, q->data(), k->data(), T, head, q0, q1, k0, k1, bins, h.slot);
-    return {{"condition", condition}, {"layer", layer}, {"head", head}, {"tokens", T},
-            {"q0", t.q0}, {"q1", t.q1}, {"k0", t.k0}, {"k1", t.k1}, {"rows", t.rows},
-            {"cols", t.cols}, {"row_step", t.row_step}, {"col_step", t.col_step},
-            {"pooling", "max"}, {"values", t.values}};
+    const PatternTile t = ComputePatternTile(model_, layer, q->data(), k->data(), T, head, q0, q1,
+                                             k0, k1, bins, h.slot);
+    return {{"condition", condition},
+            {"layer", layer},
+            {"head", head},
+            {"tokens", T},
+            {"q0", t.q0},
+            {"q1", t.q1},
+            {"k0", t.k0},
+            {"k1", t.k1},
+            {"rows", t.rows},
+            {"cols", t.cols},
+            {"row_step", t.row_step},
+            {"col_step", t.col_step},
+            {"pooling", "max"},
+            {"values", t.values}};
   }
 
   json Row(const http::Request& req) {
@@ -664,7 +709,8 @@ class Server {
     const Tensor *q = h.q, *k = h.k;
     const int query = QueryInt(req, "query", -1, 0, T - 1);
     const int top = QueryInt(req, "top", 10, 1, 100);
-    const std::vector<float> p = ComputePatternRow(model_, h.layer, q->data(), k->data(), T, head, query, h.slot);
+    const std::vector<float> p =
+        ComputePatternRow(model_, h.layer, q->data(), k->data(), T, head, query, h.slot);
     std::vector<int> order(query + 1);
     for (int j = 0; j <= query; ++j) order[j] = j;
     const int n = std::min(top, query + 1);
@@ -683,7 +729,8 @@ class Server {
     const json body = Body(req);
     cli::ExplainRequest r;
     r.input = SampleOptionsOf(body, 8);
-    const auto conditions = analysis::ParseConditions(body.value("condition", std::string("bos")), "condition");
+    const auto conditions =
+        analysis::ParseConditions(body.value("condition", std::string("bos")), "condition");
     if (conditions.size() != 1) Fail("condition: expected one condition");
     r.condition = conditions[0];
     r.options.intervention_samples = IntField(body, "intervention_samples", 4, 0, kMaxSamples);
@@ -694,7 +741,8 @@ class Server {
     // --max-components passes of the same size: counted as L H once more).
     const ModelConfig& c = model_.config;
     cli::CheckLength(c, r.input.length, /*allow_long=*/false, /*has_allow_flag=*/false);
-    const double per_intervention = 2.0 * c.n_layers + 2.0 * c.n_layers * c.n_heads + c.n_layers + 2;
+    const double per_intervention =
+        2.0 * c.n_layers + 2.0 * c.n_layers * c.n_heads + c.n_layers + 2;
     const double flop = (r.input.samples + r.options.intervention_samples * per_intervention) *
                         ForwardFlop(c, r.input.length);
     return Computation("explanation", flop, [&] {
@@ -708,7 +756,8 @@ class Server {
     const json body = Body(req);
     const std::string list = JoinList(body.value("policies", json("window,sinks")), "policies");
     std::vector<stream::StreamOptions> options;
-    const int sinks = IntField(body, "sinks", 4, 0, 1 << 20), window = IntField(body, "window", 252, 1, 1 << 20);
+    const int sinks = IntField(body, "sinks", 4, 0, 1 << 20),
+              window = IntField(body, "window", 252, 1, 1 << 20);
     size_t start = 0;
     while (start <= list.size()) {
       const size_t comma = std::min(list.find(',', start), list.size());
@@ -721,7 +770,8 @@ class Server {
       start = comma + 1;
     }
     if (options.size() > 4) Fail("policies: at most 4");
-    const int64_t max_tokens = IntField(body, "max_tokens", 20000, 2, static_cast<int>(kMaxStreamTokens));
+    const int64_t max_tokens =
+        IntField(body, "max_tokens", 20000, 2, static_cast<int>(kMaxStreamTokens));
     std::vector<int> tokens = StreamOf(body, /*bos=*/true).tokens;
     if (static_cast<int64_t>(tokens.size()) > max_tokens) tokens.resize(max_tokens);
     if (tokens.size() < 2) Fail("the text has {} token(s); at least two are needed", tokens.size());
@@ -729,7 +779,8 @@ class Server {
     double flop = 0;
     for (const auto& o : options) {
       if (o.policy == stream::Policy::kDense && static_cast<int64_t>(tokens.size()) > c.max_seq_len)
-        Fail("dense: {} tokens is more than the model's context of {}", tokens.size(), c.max_seq_len);
+        Fail("dense: {} tokens is more than the model's context of {}", tokens.size(),
+             c.max_seq_len);
       // Each token's forward attends to at most the kept entries (all of them for dense).
       const double kept = o.policy == stream::Policy::kDense ? static_cast<double>(tokens.size())
                                                              : static_cast<double>(sinks) + window;
@@ -740,9 +791,9 @@ class Server {
       std::vector<cli::StreamRun> runs;
       for (const auto& o : options)
         runs.push_back(cli::RunStreamPolicy(model_, o, tokens, nullptr, false, /*keep_nll=*/true));
-      const cli::StreamDocument doc{model_.source, "text (viewer)", static_cast<int64_t>(tokens.size()),
-                                    true, sinks, window, false, max_tokens,
-                                    PrecisionName(model_.precision)};
+      const cli::StreamDocument doc{
+          model_.source, "text (viewer)", static_cast<int64_t>(tokens.size()), true, sinks, window,
+          false,         max_tokens,      PrecisionName(model_.precision)};
       json out = cli::StreamJson(doc, runs);
       json nll = json::object();
       for (const auto& r : runs) nll[stream::PolicyName(r.policy)] = r.nll;
@@ -756,47 +807,69 @@ class Server {
     const ModelConfig& c = model_.config;
     json texts = json::array();
     for (size_t i = 0; i < texts_.size(); ++i)
-      texts.push_back({{"index", i}, {"name", std::filesystem::path(texts_[i]).filename().string()}});
+      texts.push_back(
+          {{"index", i}, {"name", std::filesystem::path(texts_[i]).filename().string()}});
     return {{"path", std::filesystem::path(model_.source).filename().string()},
-            {"format", model_.format}, {"arch", c.arch},
-            {"n_layers", c.n_layers}, {"n_heads", c.n_heads}, {"dim", c.dim},
-            {"vocab_size", c.vocab_size}, {"max_seq_len", c.max_seq_len},
-            {"learned_positions", c.learned_pos}, {"texts", texts},
+            {"format", model_.format},
+            {"arch", c.arch},
+            {"n_layers", c.n_layers},
+            {"n_heads", c.n_heads},
+            {"dim", c.dim},
+            {"vocab_size", c.vocab_size},
+            {"max_seq_len", c.max_seq_len},
+            {"learned_positions", c.learned_pos},
+            {"texts", texts},
             {"default_text", std::string(cli::DefaultText())},
-            {"limits", {{"body_bytes", kMaxBodyBytes}, {"bins", kMaxBins}, {"samples", kMaxSamples},
-                        {"stream_tokens", kMaxStreamTokens}, {"request_tflop", args_.max_request_tflop},
-                        {"queued_computations", kMaxWaiting}}},
-            {"served", {{"analyze", served_analyze_.load()}, {"explain", served_explain_.load()},
-                        {"stream", served_stream_.load()}, {"refused", refused_.load()}}}};
+            {"limits",
+             {{"body_bytes", kMaxBodyBytes},
+              {"bins", kMaxBins},
+              {"samples", kMaxSamples},
+              {"stream_tokens", kMaxStreamTokens},
+              {"request_tflop", args_.max_request_tflop},
+              {"queued_computations", kMaxWaiting}}},
+            {"served",
+             {{"analyze", served_analyze_.load()},
+              {"explain", served_explain_.load()},
+              {"stream", served_stream_.load()},
+              {"refused", refused_.load()}}}};
   }
 
   void Routes() {
-    http_.SetGuard([this](const http::Request& req, http::Response& res) { return Guard(req, res); });
-    http_.SetErrorBody([this](const http::Request& req, http::Response& res, const std::string& message) {
-      res.content_type = "application/json";
-      const std::string where = req.method.empty() ? "" : fmt::format("{} {}: ", req.method, Shown(req.path));
-      res.body = Scrub(Dump({{"error", where + message}}));
-    });
+    http_.SetGuard(
+        [this](const http::Request& req, http::Response& res) { return Guard(req, res); });
+    http_.SetErrorBody(
+        [this](const http::Request& req, http::Response& res, const std::string& message) {
+          res.content_type = "application/json";
+          const std::string where =
+              req.method.empty() ? "" : fmt::format("{} {}: ", req.method, Shown(req.path));
+          res.body = Scrub(Dump({{"error", where + message}}));
+        });
     http_.Route("GET", "/", [this](const http::Request& req, http::Response& res) {
       res.content_type = "text/html; charset=utf-8";
       res.body = std::string(ViewerHtml());
       // The page's own scripts and styles are inline; it fetches from this origin only and may
       // not be framed by another page.
-      res.headers.emplace_back("Content-Security-Policy",
-                               "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                               "connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'");
+      res.headers.emplace_back(
+          "Content-Security-Policy",
+          "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+          "connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'");
       res.headers.emplace_back("X-Frame-Options", "DENY");
       res.headers.emplace_back("Referrer-Policy", "no-referrer");
       if (!token_.empty() && req.Param("token"))
-        res.headers.emplace_back("Set-Cookie", fmt::format("{}={}; Path=/; HttpOnly; SameSite=Strict",
-                                                           CookieName(), token_));
+        res.headers.emplace_back(
+            "Set-Cookie",
+            fmt::format("{}={}; Path=/; HttpOnly; SameSite=Strict", CookieName(), token_));
     });
     http_.Route("GET", "/api/model", Handle([this](const http::Request&) { return ModelInfo(); }));
-    http_.Route("POST", "/api/analyze", Handle([this](const http::Request& r) { return Analyze(r); }));
-    http_.Route("GET", "/api/pattern", Handle([this](const http::Request& r) { return Pattern(r); }));
+    http_.Route("POST", "/api/analyze",
+                Handle([this](const http::Request& r) { return Analyze(r); }));
+    http_.Route("GET", "/api/pattern",
+                Handle([this](const http::Request& r) { return Pattern(r); }));
     http_.Route("GET", "/api/row", Handle([this](const http::Request& r) { return Row(r); }));
-    http_.Route("POST", "/api/explain", Handle([this](const http::Request& r) { return Explain(r); }));
-    http_.Route("POST", "/api/stream", Handle([this](const http::Request& r) { return Stream(r); }));
+    http_.Route("POST", "/api/explain",
+                Handle([this](const http::Request& r) { return Explain(r); }));
+    http_.Route("POST", "/api/stream",
+                Handle([this](const http::Request& r) { return Stream(r); }));
   }
 
   static http::Limits ServerLimits() {
@@ -824,24 +897,33 @@ void RunServe(const ServeArgs& a) {
   if (a.max_request_tflop <= 0 || !std::isfinite(a.max_request_tflop))
     Fail("--max-request-tflop: expected a positive number, got {}", a.max_request_tflop);
   if (!a.token.empty() && a.no_token) Fail("--token and --no-token: give one of them");
-  if (!a.token.empty() && (a.token.size() < 16 || a.token.size() > 256 ||
-                           a.token.find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_.~") != std::string::npos))
+  if (!a.token.empty() &&
+      (a.token.size() < 16 || a.token.size() > 256 ||
+       a.token.find_first_not_of(
+           "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_.~") !=
+           std::string::npos))
     Fail("--token: expected 16 to 256 letters, digits or -_.~");
   for (const std::string& h : a.allow_hosts)
     if (h.empty() || h.find_first_of(" /\\?#@\t") != std::string::npos)
       Fail("--allow-host: '{}' is not a host name", Shown(h));
-  for (const std::string& t : a.texts) (void)ReadInputFile(t, "--texts");  // readable, within the cap
+  for (const std::string& t : a.texts)
+    (void)ReadInputFile(t, "--texts");  // readable, within the cap
   cli::LoadedModel loaded = a.model.Load();
   if (a.host != "127.0.0.1" && a.host != "localhost" && a.host != "::1")
-    cli::Log(fmt::format("warning: --host {}: the viewer is reachable from other machines; anyone who "
-                         "has the token can run the model", a.host));
+    cli::Log(
+        fmt::format("warning: --host {}: the viewer is reachable from other machines; anyone who "
+                    "has the token can run the model",
+                    a.host));
   if (a.no_token)
-    cli::Log("warning: --no-token: any program on this machine that can connect may use the viewer");
+    cli::Log(
+        "warning: --no-token: any program on this machine that can connect may use the viewer");
   Server server(std::move(loaded.model), std::move(loaded.tokenizer), a);
   const int port = server.http().Bind(a.host, a.port);
-  const std::string shown_host = a.host.find(':') != std::string::npos ? "[" + a.host + "]" : a.host;
+  const std::string shown_host =
+      a.host.find(':') != std::string::npos ? "[" + a.host + "]" : a.host;
   const std::string query = server.token().empty() ? "" : "?token=" + server.token();
-  std::printf("sinkscope serve: listening on http://%s:%d/%s\n", shown_host.c_str(), port, query.c_str());
+  std::printf("sinkscope serve: listening on http://%s:%d/%s\n", shown_host.c_str(), port,
+              query.c_str());
   std::fflush(stdout);
   server.http().Run();
 }
@@ -849,22 +931,27 @@ void RunServe(const ServeArgs& a) {
 }  // namespace
 
 void RegisterServe(CLI::App& app) {
-  auto* cmd = app.add_subcommand("serve", "Interactive sink viewer in the browser (local web server)");
+  auto* cmd =
+      app.add_subcommand("serve", "Interactive sink viewer in the browser (local web server)");
   auto a = std::make_shared<ServeArgs>();
   a->model.Add(cmd);
-  cmd->add_option("--texts", a->texts, "Text files the page may choose from (nothing else is read)");
+  cmd->add_option("--texts", a->texts,
+                  "Text files the page may choose from (nothing else is read)");
   cmd->add_option("--host", a->host, "Address to listen on (other than 127.0.0.1: warned)")
       ->capture_default_str();
   cmd->add_option("--port", a->port, "Port (0: any free port, printed)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  cmd->add_option("--allow-host", a->allow_hosts,
-                  "Host name the page may be reached by, besides localhost, 127.0.0.1, [::1] and --host "
-                  "(repeatable; '*' allows any, which also allows DNS rebinding)");
-  cmd->add_option("--token", a->token,
-                  "The secret the page and API calls must carry (default: a new random one per launch, "
-                  "printed in the address)");
-  cmd->add_flag("--no-token", a->no_token, "Accept requests without a token (any local program may call)");
+  cmd->add_option(
+      "--allow-host", a->allow_hosts,
+      "Host name the page may be reached by, besides localhost, 127.0.0.1, [::1] and --host "
+      "(repeatable; '*' allows any, which also allows DNS rebinding)");
+  cmd->add_option(
+      "--token", a->token,
+      "The secret the page and API calls must carry (default: a new random one per launch, "
+      "printed in the address)");
+  cmd->add_flag("--no-token", a->no_token,
+                "Accept requests without a token (any local program may call)");
   cmd->add_option("--max-request-tflop", a->max_request_tflop,
                   "Largest estimated cost of one analyze, explain or stream request, in TFLOP")
       ->capture_default_str();

@@ -17,14 +17,12 @@
 // block the others. Only the model and the files given with --texts are ever read.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
-#include "model/weights.h"
-
 #include "model/model.h"
+#include "model/weights.h"
 
 namespace ss::serve {
 
@@ -47,7 +45,8 @@ PatternTile ComputePatternTile(const Model& model, int layer, const float* q, co
                                const float* slot_logits = nullptr);
 // The probabilities of one query row (T keys, zero beyond the query).
 std::vector<float> ComputePatternRow(const Model& model, int layer, const float* q, const float* k,
-                                     int T, int head, int query, const float* slot_logits = nullptr);
+                                     int T, int head, int query,
+                                     const float* slot_logits = nullptr);
 
 // Registers the `serve` verb.
 void RegisterServe(CLI::App& app);

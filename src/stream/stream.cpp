@@ -1,10 +1,10 @@
 #include "stream/stream.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <deque>
-
-#include <fmt/format.h>
 
 #include "common/file_util.h"
 
@@ -20,10 +20,14 @@ Policy ParsePolicy(const std::string& name, const std::string& flag) {
 
 const char* PolicyName(Policy policy) {
   switch (policy) {
-    case Policy::kDense: return "dense";
-    case Policy::kWindow: return "window";
-    case Policy::kSinks: return "sinks";
-    case Policy::kRecompute: return "recompute";
+    case Policy::kDense:
+      return "dense";
+    case Policy::kWindow:
+      return "window";
+    case Policy::kSinks:
+      return "sinks";
+    case Policy::kRecompute:
+      return "recompute";
   }
   return "?";
 }
@@ -32,19 +36,24 @@ void ValidateOptions(const StreamOptions& o, const ModelConfig& config) {
   if (o.window < 1) Fail("--window: expected a window of at least 1 token, got {}", o.window);
   if (o.sinks < 0) Fail("--sinks: expected 0 or more sink tokens, got {}", o.sinks);
   if (o.sinks > o.window)
-    Fail("--sinks {} is larger than --window {}: expected S <= W (the sinks are a few initial "
-         "tokens beside a larger window of recent ones)",
-         o.sinks, o.window);
+    Fail(
+        "--sinks {} is larger than --window {}: expected S <= W (the sinks are a few initial "
+        "tokens beside a larger window of recent ones)",
+        o.sinks, o.window);
   if (o.max_chunk < 0) Fail("max_chunk: expected 0 (= W) or more, got {}", o.max_chunk);
   const int64_t budget_or_context = o.policy == Policy::kDense
-      ? (config.max_seq_len > 0 ? config.max_seq_len : 4096) : static_cast<int64_t>(o.sinks) + o.window;
+                                        ? (config.max_seq_len > 0 ? config.max_seq_len : 4096)
+                                        : static_cast<int64_t>(o.sinks) + o.window;
   if (o.typed()) {
     if (o.policy == Policy::kRecompute)
-      Fail("--kv-type {} / {}: the recompute policy re-encodes its window every token into an f32 "
-           "cache; use sinks, window or dense", KvTypeName(o.k_type), KvTypeName(o.v_type));
+      Fail(
+          "--kv-type {} / {}: the recompute policy re-encodes its window every token into an f32 "
+          "cache; use sinks, window or dense",
+          KvTypeName(o.k_type), KvTypeName(o.v_type));
     if (o.policy == Policy::kDense && o.force)
-      Fail("--policy dense --force with a typed cache (--kv-type): a typed dense cache ends at the "
-           "model's context; use --policy window with --force to go beyond it");
+      Fail(
+          "--policy dense --force with a typed cache (--kv-type): a typed dense cache ends at the "
+          "model's context; use --policy window with --force to go beyond it");
     try {
       (void)KvRowBytes(o.k_type, config.kv_dim());
       (void)KvRowBytes(o.v_type, config.kv_dim());
@@ -63,9 +72,10 @@ void ValidateOptions(const StreamOptions& o, const ModelConfig& config) {
   if (o.policy == Policy::kDense) return;
   const int64_t budget = static_cast<int64_t>(o.sinks) + o.window;
   if (config.max_seq_len > 0 && budget > config.max_seq_len && !o.force)
-    Fail("--sinks + --window = {} + {} = {} exceeds the model's context of {} tokens: positions "
-         "beyond it were never trained (pass --force to run anyway)",
-         o.sinks, o.window, budget, config.max_seq_len);
+    Fail(
+        "--sinks + --window = {} + {} = {} exceeds the model's context of {} tokens: positions "
+        "beyond it were never trained (pass --force to run anyway)",
+        o.sinks, o.window, budget, config.max_seq_len);
   if (budget > INT32_MAX / 4) Fail("--sinks + --window = {} is too large", budget);
 }
 
@@ -84,12 +94,16 @@ int PickGreedy(const float* logits, int vocab_size) {
 
 namespace {
 
-Tensor LastRow(const Tensor& logits) { return logits.Rows(logits.dim(0) - 1, 1).Reshaped({logits.dim(1)}); }
+Tensor LastRow(const Tensor& logits) {
+  return logits.Rows(logits.dim(0) - 1, 1).Reshaped({logits.dim(1)});
+}
 
 // Refuses a cache of `entries` entries that the machine cannot hold, before allocating it: a 7B
 // shape's f32 cache takes 1 MiB a token (32 GiB at 32K). `what` names the flags that sized it.
-void CheckCacheMemory(const ModelConfig& c, int64_t entries, const StreamOptions& o, const std::string& what) {
-  const int64_t row = static_cast<int64_t>(KvRowBytes(o.k_type, c.kv_dim()) + KvRowBytes(o.v_type, c.kv_dim()));
+void CheckCacheMemory(const ModelConfig& c, int64_t entries, const StreamOptions& o,
+                      const std::string& what) {
+  const int64_t row =
+      static_cast<int64_t>(KvRowBytes(o.k_type, c.kv_dim()) + KvRowBytes(o.v_type, c.kv_dim()));
   const int64_t kept = o.typed() ? static_cast<int64_t>(o.keep.size()) * 2 * c.kv_dim() * 4 : 0;
   CheckMemory(static_cast<uint64_t>(c.n_layers * (entries * row + kept)),
               fmt::format("{}: a KV cache of {} entries ({} keys, {} values)", what, entries,
@@ -103,7 +117,8 @@ class SinkWindowCache final : public StreamCache {
   SinkWindowCache(const Model& model, StreamOptions o) : StreamCache(model, o) {
     layout_.sinks = o.policy == Policy::kSinks ? o.sinks : 0;
     layout_.window = o.policy == Policy::kSinks ? o.window : o.sinks + o.window;
-    if (o.policy == Policy::kDense) {  // typed dense: a window as long as the context, never evicting
+    if (o.policy ==
+        Policy::kDense) {  // typed dense: a window as long as the context, never evicting
       context_ = model.config.max_seq_len > 0 ? model.config.max_seq_len : 4096;
       layout_.window = context_;
     }
@@ -138,8 +153,10 @@ class SinkWindowCache final : public StreamCache {
   Tensor Run(std::span<const int> tokens) {
     const int T = static_cast<int>(tokens.size());
     if (context_ > 0 && tokens_seen_ + T > context_)
-      Fail("--policy dense: the stream reached the model's context of {} tokens; use a streaming "
-           "policy (sinks, window), --max-tokens, or an f32 cache with --force", context_);
+      Fail(
+          "--policy dense: the stream reached the model's context of {} tokens; use a streaming "
+          "policy (sinks, window), --max-tokens, or an f32 cache with --force",
+          context_);
     if (layout_.ring < layout_.window - 1 + T) Grow(layout_.window - 1 + T);
     layout_.first_index = tokens_seen_;
     ForwardRequest request;
@@ -209,9 +226,10 @@ class DenseCache final : public StreamCache {
   Tensor Run(std::span<const int> tokens) {
     const int need = cache_.length + static_cast<int>(tokens.size());
     if (need > context_ && !options_.force)
-      Fail("--policy dense: the stream reached the model's context of {} tokens; use a streaming "
-           "policy (sinks, window, recompute), --max-tokens, or --force",
-           context_);
+      Fail(
+          "--policy dense: the stream reached the model's context of {} tokens; use a streaming "
+          "policy (sinks, window, recompute), --max-tokens, or --force",
+          context_);
     if (need > cache_.capacity) Grow(std::max(need, 2 * cache_.capacity));
     ForwardRequest request;
     request.tokens = tokens;
@@ -296,8 +314,10 @@ std::unique_ptr<StreamCache> MakeStreamCache(const Model& model, const StreamOpt
       if (options.typed()) return std::make_unique<SinkWindowCache>(model, options);
       return std::make_unique<DenseCache>(model, options);
     case Policy::kWindow:
-    case Policy::kSinks: return std::make_unique<SinkWindowCache>(model, options);
-    case Policy::kRecompute: return std::make_unique<RecomputeCache>(model, options);
+    case Policy::kSinks:
+      return std::make_unique<SinkWindowCache>(model, options);
+    case Policy::kRecompute:
+      return std::make_unique<RecomputeCache>(model, options);
   }
   SS_ASSERT(false);
   return nullptr;
@@ -313,7 +333,8 @@ std::vector<int64_t> ParseKvKeep(const std::string& spec, const std::string& fla
   const std::string prefix = "first:";
   if (spec.compare(0, prefix.size(), prefix) == 0) {
     const std::string n = spec.substr(prefix.size());
-    const bool digits = !n.empty() && n.size() <= 9 && n.find_first_not_of("0123456789") == std::string::npos;
+    const bool digits =
+        !n.empty() && n.size() <= 9 && n.find_first_not_of("0123456789") == std::string::npos;
     if (digits && std::stoll(n) >= 1) {
       std::vector<int64_t> keep(static_cast<size_t>(std::stoll(n)));
       for (size_t i = 0; i < keep.size(); ++i) keep[i] = static_cast<int64_t>(i);
@@ -323,7 +344,8 @@ std::vector<int64_t> ParseKvKeep(const std::string& spec, const std::string& fla
   Fail("{}: expected none, first:N (N >= 1) or detected; got '{}'", flag, spec);
 }
 
-std::vector<int64_t> DetectSinkPositions(const Model& model, std::span<const int> prompt, double eps) {
+std::vector<int64_t> DetectSinkPositions(const Model& model, std::span<const int> prompt,
+                                         double eps) {
   const ModelConfig& c = model.config;
   const int T = static_cast<int>(prompt.size());
   if (T < 2) return {};
@@ -344,7 +366,8 @@ std::vector<int64_t> DetectSinkPositions(const Model& model, std::span<const int
       for (int h = 0; h < c.n_heads; ++h) {
         double sum = 0;
         for (int t = k + 1; t < T; ++t)
-          sum += stats.first_k_probs.data()[((static_cast<int64_t>(l) * c.n_heads + h) * T + t) * K + k];
+          sum += stats.first_k_probs
+                     .data()[((static_cast<int64_t>(l) * c.n_heads + h) * T + t) * K + k];
         ++heads;
         if (sum / (T - k - 1) > eps) ++over;
       }

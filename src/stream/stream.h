@@ -31,11 +31,11 @@ const char* PolicyName(Policy policy);
 
 struct StreamOptions {
   Policy policy = Policy::kSinks;
-  int sinks = 4;    // S (sinks policy; for window and recompute S adds to the window budget)
-  int window = 252; // W
-  int max_chunk = 0;  // tokens per forward call in Prefill; 0: W. The sinks and window caches hold
-                      // S + W entries while stepping and grow to S + W - 1 + chunk in Prefill.
-  bool force = false; // allow S + W (or dense) beyond the model's context
+  int sinks = 4;       // S (sinks policy; for window and recompute S adds to the window budget)
+  int window = 252;    // W
+  int max_chunk = 0;   // tokens per forward call in Prefill; 0: W. The sinks and window caches hold
+                       // S + W entries while stepping and grow to S + W - 1 + chunk in Prefill.
+  bool force = false;  // allow S + W (or dense) beyond the model's context
   // The cache's storage (kernels/kv_types.h, --kv-type-k / --kv-type-v): a typed cache holds each
   // entry encoded and attention reads it decoded. Entries whose stream index is in `keep` stay f32
   // (--kv-keep first:N or detected; IntactKV). The sinks and window policies store any type; dense
@@ -52,8 +52,9 @@ std::vector<int64_t> ParseKvKeep(const std::string& spec, const std::string& fla
 
 // The positions of `prompt` (its first min(|prompt|, 16) keys) that the model's heads use as sinks
 // (analyze's alpha_k, docs/ANALYZE.md): key k is one when at least a quarter of the (layer, head)
-// pairs of layers >= 1 (layer 0 in a one-layer model) put more than eps of their queries' mass on it on average (queries after
-// k). One forward over the prompt with the fused statistics. May return none (no sink).
+// pairs of layers >= 1 (layer 0 in a one-layer model) put more than eps of their queries' mass on
+// it on average (queries after k). One forward over the prompt with the fused statistics. May
+// return none (no sink).
 std::vector<int64_t> DetectSinkPositions(const Model& model, std::span<const int> prompt,
                                          double eps = 0.3);
 

@@ -35,7 +35,7 @@ uint16_t F32ToF16(float f) {
   uint32_t abs = x & 0x7fffffff;
   if (abs >= 0x7f800000) return sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0);  // inf / nan
   if (abs >= 0x477ff000) return sign | 0x7c00;  // rounds to >= 65520: overflow to inf
-  if (abs < 0x38800000) {  // below the smallest normal: subnormal or zero
+  if (abs < 0x38800000) {                       // below the smallest normal: subnormal or zero
     float a;
     std::memcpy(&a, &abs, 4);
     float scaled = a * 16777216.0f;  // 2^24: units of the smallest subnormal

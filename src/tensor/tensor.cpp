@@ -1,10 +1,10 @@
 #include "tensor/tensor.h"
 
-#include <algorithm>
-#include <cstring>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
 
 namespace ss {
 
@@ -88,7 +88,8 @@ int64_t FirstNonFinite(const float* p, int64_t n) {
       std::memcpy(&bits, p + i, sizeof(bits));
       lanes[0] |= (bits & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
     }
-    if (!(lanes[0] | lanes[1] | lanes[2] | lanes[3] | lanes[4] | lanes[5] | lanes[6] | lanes[7])) continue;
+    if (!(lanes[0] | lanes[1] | lanes[2] | lanes[3] | lanes[4] | lanes[5] | lanes[6] | lanes[7]))
+      continue;
     for (int64_t i = start; i < end; ++i) {
       uint32_t bits;
       std::memcpy(&bits, p + i, sizeof(bits));

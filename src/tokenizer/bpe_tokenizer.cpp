@@ -69,8 +69,10 @@ BpeTokenizer::BpeTokenizer(BpeModel model) : model_(std::move(model)) {
     Fail("{}: {} token types for {} tokens", src, model_.types.size(), n);
   if (!model_.scores.empty() && static_cast<int>(model_.scores.size()) != n)
     Fail("{}: {} scores for {} tokens", src, model_.scores.size(), n);
-  for (auto [what, id] : {std::pair{"BOS", model_.bos}, {"EOS", model_.eos}, {"unknown", model_.unk}})
-    if (id < -1 || id >= n) Fail("{}: {} token id {} is outside the vocabulary of {}", src, what, id, n);
+  for (auto [what, id] :
+       {std::pair{"BOS", model_.bos}, {"EOS", model_.eos}, {"unknown", model_.unk}})
+    if (id < -1 || id >= n)
+      Fail("{}: {} token id {} is outside the vocabulary of {}", src, what, id, n);
 
   piece_to_id_.reserve(n);
   for (int i = 0; i < n; ++i) piece_to_id_.emplace(model_.pieces[i], i);  // first id wins
@@ -96,7 +98,8 @@ BpeTokenizer::BpeTokenizer(BpeModel model) : model_(std::move(model)) {
   for (size_t r = 0; r < model_.merges.size(); ++r) {
     auto [a, b] = model_.merges[r];
     if (a < 0 || a >= n || b < 0 || b >= n)
-      Fail("{}: merge {} refers to token ids {} and {} outside the vocabulary of {}", src, r, a, b, n);
+      Fail("{}: merge {} refers to token ids {} and {} outside the vocabulary of {}", src, r, a, b,
+           n);
     int id = Lookup(model_.pieces[a] + model_.pieces[b]);
     if (id < 0)
       Fail("{}: merge {} (\"{}\" + \"{}\") produces a piece that is not in the vocabulary", src, r,
@@ -105,18 +108,19 @@ BpeTokenizer::BpeTokenizer(BpeModel model) : model_(std::move(model)) {
   }
 
   for (int id : model_.atomic_tokens)
-    if (id < 0 || id >= n) Fail("{}: added token id {} is outside the vocabulary of {}", src, id, n);
+    if (id < 0 || id >= n)
+      Fail("{}: added token id {} is outside the vocabulary of {}", src, id, n);
   // Longest first, so that "<|im_start|>" wins over a shorter added token that is its prefix.
   std::erase_if(model_.atomic_tokens, [&](int id) { return model_.pieces[id].empty(); });
-  std::stable_sort(model_.atomic_tokens.begin(), model_.atomic_tokens.end(), [&](int a, int b) {
-    return model_.pieces[a].size() > model_.pieces[b].size();
-  });
+  std::stable_sort(model_.atomic_tokens.begin(), model_.atomic_tokens.end(),
+                   [&](int a, int b) { return model_.pieces[a].size() > model_.pieces[b].size(); });
 
   if (model_.kind == BpeModel::Kind::kSentencePiece && !model_.space_marker.empty()) {
     const std::string& marker = model_.space_marker;
     split_before_marker_ = true;
     for (const std::string& piece : model_.pieces) {
-      for (size_t k = piece.find(marker, 1); k != std::string::npos; k = piece.find(marker, k + 1)) {
+      for (size_t k = piece.find(marker, 1); k != std::string::npos;
+           k = piece.find(marker, k + 1)) {
         if (k < marker.size() || piece.compare(k - marker.size(), marker.size(), marker) != 0) {
           split_before_marker_ = false;
           break;
@@ -159,8 +163,10 @@ BpeTokenizer::BpeTokenizer(BpeModel model) : model_(std::move(model)) {
       }
       for (const CodePoint& cp : DecodeUtf8(piece)) {
         auto it = char_to_byte_.find(cp.value);
-        if (it != char_to_byte_.end()) out += static_cast<char>(it->second);
-        else out.append(piece, cp.offset, cp.length);  // added tokens are stored unmapped
+        if (it != char_to_byte_.end())
+          out += static_cast<char>(it->second);
+        else
+          out.append(piece, cp.offset, cp.length);  // added tokens are stored unmapped
       }
     }
   }
@@ -221,7 +227,8 @@ void BpeTokenizer::EncodeWord(const std::string& word, std::vector<int>& out) co
       if (a.id < 0 || b.id < 0) return;
       auto it = merge_ranks_.find(PairKey(a.id, b.id));
       if (it == merge_ranks_.end()) return;
-      heap.push({static_cast<double>(it->second.rank), a.start, left, right, length, it->second.id});
+      heap.push(
+          {static_cast<double>(it->second.rank), a.start, left, right, length, it->second.id});
     }
   };
   for (int i = 0; i + 1 < n; ++i) consider(i, i + 1);
@@ -253,8 +260,10 @@ void BpeTokenizer::EncodeWord(const std::string& word, std::vector<int>& out) co
       uint8_t byte = static_cast<uint8_t>(word[s.start + k]);
       int id = byte_tokens_[byte] >= 0 ? byte_tokens_[byte] : model_.unk;
       if (id < 0)
-        Fail("{}: cannot encode byte 0x{:02X}: the vocabulary has neither a byte token nor an "
-             "unknown token", model_.source, byte);
+        Fail(
+            "{}: cannot encode byte 0x{:02X}: the vocabulary has neither a byte token nor an "
+            "unknown token",
+            model_.source, byte);
       out.push_back(id);
       if (byte_tokens_[byte] < 0) break;  // one unknown token for the whole character
     }
@@ -272,8 +281,10 @@ void BpeTokenizer::EncodeSegment(std::string_view text, bool after_special,
     word.reserve(text.size() * 3 / 2 + 3);
     if (model_.add_space_prefix && after_special) word = model_.space_marker;
     for (char c : text) {
-      if (c == ' ') word += model_.space_marker;
-      else word += c;
+      if (c == ' ')
+        word += model_.space_marker;
+      else
+        word += c;
     }
     const std::string& marker = model_.space_marker;
     if (!model_.split_on_space_marker && !split_before_marker_) {

@@ -23,7 +23,13 @@ namespace ss {
 
 // GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 enum class TokenType : uint8_t {
-  kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6,
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
 };
 
 struct BpeModel {
@@ -80,7 +86,7 @@ class BpeTokenizer : public Tokenizer {
   BpeModel model_;
   std::unordered_map<std::string, int> piece_to_id_;
   std::unordered_map<uint64_t, MergeResult> merge_ranks_;
-  std::array<int, 256> byte_tokens_{};    // <0xXX> pieces, -1 if absent
+  std::array<int, 256> byte_tokens_{};         // <0xXX> pieces, -1 if absent
   std::array<std::string, 256> byte_to_char_;  // byte-level: GPT-2 bytes_to_unicode
   std::unordered_map<uint32_t, uint8_t> char_to_byte_;
   std::vector<std::string> decoded_;  // bytes each token prints

@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <tuple>
 #include <unordered_map>
-
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "tokenizer/bpe_tokenizer.h"
@@ -35,8 +34,10 @@ std::vector<std::string> NormalisedPieces(const BpeModel& m) {
     for (auto& p : pieces) {
       std::string out;
       for (char ch : p) {
-        if (ch == ' ') out += kSpaceMarker;
-        else out += ch;
+        if (ch == ' ')
+          out += kSpaceMarker;
+        else
+          out += ch;
       }
       p = out;
     }
@@ -49,7 +50,8 @@ std::vector<std::string> NormalisedPieces(const BpeModel& m) {
 }
 
 // Merge list in rank order: the model's own, or derived from scores (see export.h).
-std::vector<std::pair<int, int>> MergesOf(const BpeModel& m, const std::vector<std::string>& pieces) {
+std::vector<std::pair<int, int>> MergesOf(const BpeModel& m,
+                                          const std::vector<std::string>& pieces) {
   if (!m.merges.empty() || m.scores.empty()) return m.merges;
   std::unordered_map<std::string, int> ids;
   for (int i = 0; i < static_cast<int>(pieces.size()); ++i) ids.emplace(pieces[i], i);
@@ -68,7 +70,8 @@ std::vector<std::pair<int, int>> MergesOf(const BpeModel& m, const std::vector<s
   }
   std::sort(found.begin(), found.end(), [](const auto& x, const auto& y) {
     if (std::get<0>(x) != std::get<0>(y)) return std::get<0>(x) > std::get<0>(y);
-    return std::make_pair(std::get<1>(x), std::get<2>(x)) < std::make_pair(std::get<1>(y), std::get<2>(y));
+    return std::make_pair(std::get<1>(x), std::get<2>(x)) <
+           std::make_pair(std::get<1>(y), std::get<2>(y));
   });
   std::vector<std::pair<int, int>> merges;
   for (const auto& f : found) merges.emplace_back(std::get<3>(f), std::get<4>(f));
@@ -88,10 +91,15 @@ std::string TokenizerJsonText(const Tokenizer& tok) {
   OrderedJson added = OrderedJson::array();
   for (int i = 0; i < n; ++i) {
     TokenType t = m.types[i];
-    if (t != TokenType::kControl && t != TokenType::kUnknown && t != TokenType::kUserDefined) continue;
+    if (t != TokenType::kControl && t != TokenType::kUnknown && t != TokenType::kUserDefined)
+      continue;
     if (pieces[i].empty()) continue;
-    added.push_back({{"id", i}, {"content", pieces[i]}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false},
+    added.push_back({{"id", i},
+                     {"content", pieces[i]},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
                      {"special", t != TokenType::kUserDefined}});
   }
   root["added_tokens"] = added;
@@ -104,19 +112,25 @@ std::string TokenizerJsonText(const Tokenizer& tok) {
     root["pre_tokenizer"] = nullptr;
   } else if (spm) {
     root["normalizer"] = nullptr;
-    root["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", kSpaceMarker},
+    root["pre_tokenizer"] = {{"type", "Metaspace"},
+                             {"replacement", kSpaceMarker},
                              {"prepend_scheme", m.add_space_prefix ? "first" : "never"},
                              {"split", true}};
   } else {
     root["normalizer"] = nullptr;
     if (m.pre == PreTokenizer::kGpt2 || m.pre == PreTokenizer::kNone) {
-      root["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+      root["pre_tokenizer"] = {{"type", "ByteLevel"},
+                               {"add_prefix_space", false},
+                               {"trim_offsets", true},
                                {"use_regex", m.pre == PreTokenizer::kGpt2}};
     } else {
       OrderedJson split = {{"type", "Split"},
                            {"pattern", {{"Regex", std::string(PreTokenizerRegex(m.pre))}}},
-                           {"behavior", "Isolated"}, {"invert", false}};
-      OrderedJson level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
+                           {"behavior", "Isolated"},
+                           {"invert", false}};
+      OrderedJson level = {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", false},
                            {"use_regex", false}};
       root["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {split, level}}};
     }
@@ -125,8 +139,9 @@ std::string TokenizerJsonText(const Tokenizer& tok) {
     const std::string& bos = pieces[m.bos];
     root["post_processor"] = {
         {"type", "TemplateProcessing"},
-        {"single", {{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
-                    {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"single",
+         {{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
         {"pair", OrderedJson::array()},
         {"special_tokens", {{bos, {{"id", bos}, {"ids", {m.bos}}, {"tokens", {bos}}}}}}};
   } else {
@@ -145,8 +160,9 @@ std::string TokenizerJsonText(const Tokenizer& tok) {
            m.source, i, bad);
     auto [it, fresh] = seen.emplace(pieces[i], i);
     if (!fresh)
-      Fail("tokenizer {}: piece \"{}\" appears twice (ids {} and {}); tokenizer.json cannot hold it",
-           m.source, pieces[i], it->second, i);
+      Fail(
+          "tokenizer {}: piece \"{}\" appears twice (ids {} and {}); tokenizer.json cannot hold it",
+          m.source, pieces[i], it->second, i);
     vocab += (i ? ",\n  " : "\n  ") + OrderedJson(pieces[i]).dump() + ": " + std::to_string(i);
   }
   vocab += "\n }";
@@ -209,12 +225,21 @@ void AddGgufTokenizer(const Tokenizer& tok, GgufWriter& w) {
   } else {
     std::string pre;
     switch (m.pre) {
-      case PreTokenizer::kGpt2: pre = "gpt-2"; break;
-      case PreTokenizer::kLlama3: pre = "llama-bpe"; break;
-      case PreTokenizer::kQwen2: pre = "qwen2"; break;
-      case PreTokenizer::kO200k: pre = "gpt-4o"; break;
+      case PreTokenizer::kGpt2:
+        pre = "gpt-2";
+        break;
+      case PreTokenizer::kLlama3:
+        pre = "llama-bpe";
+        break;
+      case PreTokenizer::kQwen2:
+        pre = "qwen2";
+        break;
+      case PreTokenizer::kO200k:
+        pre = "gpt-4o";
+        break;
       case PreTokenizer::kNone:
-        Fail("tokenizer {}: byte-level BPE without a pre-tokenizer regex has no GGUF name", m.source);
+        Fail("tokenizer {}: byte-level BPE without a pre-tokenizer regex has no GGUF name",
+             m.source);
     }
     if (m.ignore_merges != (m.pre == PreTokenizer::kLlama3))
       Fail("tokenizer {}: ignore_merges={} with pre-tokenizer {} would not read back from GGUF",

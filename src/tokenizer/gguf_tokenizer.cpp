@@ -28,8 +28,10 @@ PreTokenizer PreTokenizerFromGguf(const GgufFile& gguf) {
     if (pre == name) return PreTokenizer::kLlama3;
   if (pre == "qwen2") return PreTokenizer::kQwen2;
   if (pre == "gpt-4o") return PreTokenizer::kO200k;  // llama.cpp's name for o200k (GPT-4o, gpt-oss)
-  Fail("{}: tokenizer.ggml.pre '{}' is not supported (supported: gpt-2, gpt-neox, olmo, mpt, "
-       "default, llama-bpe/llama3, qwen2, gpt-4o)", gguf.path(), pre);
+  Fail(
+      "{}: tokenizer.ggml.pre '{}' is not supported (supported: gpt-2, gpt-neox, olmo, mpt, "
+      "default, llama-bpe/llama3, qwen2, gpt-4o)",
+      gguf.path(), pre);
 }
 
 int OptionalId(const GgufFile& gguf, const std::string& key, int fallback, int n) {
@@ -48,7 +50,8 @@ std::unique_ptr<Tokenizer> LoadGgufTokenizer(const GgufFile& gguf) {
   model.source = path;
   model.pieces = gguf.GetStringArray("tokenizer.ggml.tokens");
   const int n = static_cast<int>(model.pieces.size());
-  if (model.pieces.size() > (1u << 30)) Fail("{}: {} tokens is too many", path, model.pieces.size());
+  if (model.pieces.size() > (1u << 30))
+    Fail("{}: {} tokens is too many", path, model.pieces.size());
   if (n == 0) Fail("{}: tokenizer.ggml.tokens is empty", path);
 
   if (gguf.Find("tokenizer.ggml.token_type")) {

@@ -6,14 +6,18 @@ namespace ss {
 
 HarmonyTokens HarmonyTokens::Find(const Tokenizer& tokenizer, const std::string& what) {
   HarmonyTokens t;
-  for (auto [text, id] : {std::pair{"<|start|>", &t.start}, {"<|end|>", &t.end},
-                          {"<|message|>", &t.message}, {"<|channel|>", &t.channel},
-                          {"<|return|>", &t.return_}, {"<|call|>", &t.call}}) {
+  for (auto [text, id] : {std::pair{"<|start|>", &t.start},
+                          {"<|end|>", &t.end},
+                          {"<|message|>", &t.message},
+                          {"<|channel|>", &t.channel},
+                          {"<|return|>", &t.return_},
+                          {"<|call|>", &t.call}}) {
     *id = tokenizer.SpecialTokenId(text);
     if (*id < 0)
-      Fail("{}: the tokenizer has no special token {}, which gpt-oss's harmony chat format needs "
-           "(o200k_harmony's vocabulary has it)",
-           what, text);
+      Fail(
+          "{}: the tokenizer has no special token {}, which gpt-oss's harmony chat format needs "
+          "(o200k_harmony's vocabulary has it)",
+          what, text);
   }
   return t;
 }

@@ -23,8 +23,10 @@ std::unique_ptr<Tokenizer> LoadLlama2cTokenizer(const std::string& path, int voc
   size_t size = file->size, pos = 0;
   auto read_i32 = [&](const char* what, int token) {
     if (size - pos < 4)
-      Fail("{}: truncated at byte {} reading {} of token {}: the file holds fewer than the "
-           "expected {} tokens (wrong tokenizer for this model?)", path, pos, what, token, vocab_size);
+      Fail(
+          "{}: truncated at byte {} reading {} of token {}: the file holds fewer than the "
+          "expected {} tokens (wrong tokenizer for this model?)",
+          path, pos, what, token, vocab_size);
     int32_t v;
     std::memcpy(&v, p + pos, 4);
     pos += 4;
@@ -60,8 +62,10 @@ std::unique_ptr<Tokenizer> LoadLlama2cTokenizer(const std::string& path, int voc
     pos += length;
   }
   if (pos != size)
-    Fail("{}: {} bytes remain after {} tokens: the file holds more tokens than the model's "
-         "vocabulary size {}", path, size - pos, vocab_size, vocab_size);
+    Fail(
+        "{}: {} bytes remain after {} tokens: the file holds more tokens than the model's "
+        "vocabulary size {}",
+        path, size - pos, vocab_size, vocab_size);
   model.types.assign(vocab_size, TokenType::kNormal);
   model.types[0] = TokenType::kUnknown;
   if (model.bos >= 0) model.types[model.bos] = TokenType::kControl;

@@ -28,7 +28,9 @@ struct Scanner {
   // [^\s\p{L}\p{N}]
   bool Other(size_t i) const { return i < n() && !Space(i) && !Letter(i) && !Number(i); }
   bool Newline(size_t i) const { return at(i) == '\r' || at(i) == '\n'; }
-  bool Mark(size_t i) const { return i < n() && ClassifyCodePoint(cps[i].value) == UnicodeClass::kMark; }
+  bool Mark(size_t i) const {
+    return i < n() && ClassifyCodePoint(cps[i].value) == UnicodeClass::kMark;
+  }
   // o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}].
   bool UpperLike(size_t i) const {
     return Mark(i) || (Letter(i) && CaseOf(cps[i].value) != LetterCase::kLower);
@@ -181,22 +183,32 @@ size_t MatchO200k(const Scanner& s, size_t i) {
 
 const char* PreTokenizerName(PreTokenizer pre) {
   switch (pre) {
-    case PreTokenizer::kNone: return "none";
-    case PreTokenizer::kGpt2: return "gpt-2";
-    case PreTokenizer::kLlama3: return "llama3";
-    case PreTokenizer::kQwen2: return "qwen2";
-    case PreTokenizer::kO200k: return "o200k";
+    case PreTokenizer::kNone:
+      return "none";
+    case PreTokenizer::kGpt2:
+      return "gpt-2";
+    case PreTokenizer::kLlama3:
+      return "llama3";
+    case PreTokenizer::kQwen2:
+      return "qwen2";
+    case PreTokenizer::kO200k:
+      return "o200k";
   }
   return "?";
 }
 
 std::string_view PreTokenizerRegex(PreTokenizer pre) {
   switch (pre) {
-    case PreTokenizer::kNone: return {};
-    case PreTokenizer::kGpt2: return kGpt2Regex;
-    case PreTokenizer::kLlama3: return kLlama3Regex;
-    case PreTokenizer::kQwen2: return kQwen2Regex;
-    case PreTokenizer::kO200k: return kO200kRegex;
+    case PreTokenizer::kNone:
+      return {};
+    case PreTokenizer::kGpt2:
+      return kGpt2Regex;
+    case PreTokenizer::kLlama3:
+      return kLlama3Regex;
+    case PreTokenizer::kQwen2:
+      return kQwen2Regex;
+    case PreTokenizer::kO200k:
+      return kO200kRegex;
   }
   return {};
 }

@@ -12,7 +12,7 @@
 namespace ss {
 
 enum class PreTokenizer {
-  kNone,   // the whole text is one word (SentencePiece-style models)
+  kNone,  // the whole text is one word (SentencePiece-style models)
   // GPT-2 (OpenAI encoder.py; also GPT-NeoX/Pythia, OLMo, MPT, HF ByteLevel's default):
   //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
   kGpt2,

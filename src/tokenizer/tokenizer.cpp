@@ -34,8 +34,10 @@ std::unique_ptr<Tokenizer> LoadTokenizer(const std::string& path, int vocab_size
     break;
   }
   if (vocab_size <= 0)
-    Fail("{}: neither GGUF nor JSON; reading it as a llama2.c tokenizer.bin needs the model's "
-         "vocabulary size", path);
+    Fail(
+        "{}: neither GGUF nor JSON; reading it as a llama2.c tokenizer.bin needs the model's "
+        "vocabulary size",
+        path);
   return LoadLlama2cTokenizer(path, vocab_size);
 }
 

@@ -90,10 +90,14 @@ struct Builder {
       std::string regex = pattern.is_object() ? pattern.value("Regex", std::string()) : "";
       split = PreTokenizerFromRegex(regex);
       if (!split)
-        Fail("{}: Split pre-tokenizer regex is not one of the supported ones (gpt-2, llama3, "
-             "qwen2, o200k): {}", name, regex);
-      if (node.value("behavior", std::string("Isolated")) != "Isolated" || node.value("invert", false))
-        Fail("{}: Split pre-tokenizer is only supported with behavior Isolated, invert false", name);
+        Fail(
+            "{}: Split pre-tokenizer regex is not one of the supported ones (gpt-2, llama3, "
+            "qwen2, o200k): {}",
+            name, regex);
+      if (node.value("behavior", std::string("Isolated")) != "Isolated" ||
+          node.value("invert", false))
+        Fail("{}: Split pre-tokenizer is only supported with behavior Isolated, invert false",
+             name);
     } else if (type == "Metaspace") {
       if (node.value("replacement", kSpaceMarker) != kSpaceMarker)
         Fail("{}: Metaspace is only supported with replacement \"▁\"", name);
@@ -103,8 +107,10 @@ struct Builder {
       if (scheme != "never") prepend_marker = true;
       model.split_on_space_marker = node.value("split", true);
     } else {
-      Fail("{}: pre_tokenizer type '{}' is not supported (supported: ByteLevel, Split, "
-           "Metaspace, Sequence)", name, type);
+      Fail(
+          "{}: pre_tokenizer type '{}' is not supported (supported: ByteLevel, Split, "
+          "Metaspace, Sequence)",
+          name, type);
     }
   }
 };
@@ -154,7 +160,8 @@ std::unique_ptr<Tokenizer> ParseTokenizerJson(const std::string& name, std::stri
     for (auto it = vocab.begin(); it != vocab.end(); ++it)
       entries_list.emplace_back(check_id(it.value(), it.key()), it.key());
     for (const Json& a : added) {
-      if (!a.is_object() || !a.contains("id") || !a.contains("content") || !a["content"].is_string())
+      if (!a.is_object() || !a.contains("id") || !a.contains("content") ||
+          !a["content"].is_string())
         Fail("{}: added_tokens entry without id and content: {}", name, a.dump().substr(0, 80));
       check_id(a["id"], a["content"].get<std::string>());
     }
@@ -219,7 +226,9 @@ std::unique_ptr<Tokenizer> ParseTokenizerJson(const std::string& name, std::stri
     b.PreTok(root.value("pre_tokenizer", Json()));
     if (b.byte_level) {
       b.model.kind = BpeModel::Kind::kByteLevel;
-      b.model.pre = b.split ? *b.split : b.byte_level_regex ? PreTokenizer::kGpt2 : PreTokenizer::kNone;
+      b.model.pre = b.split              ? *b.split
+                    : b.byte_level_regex ? PreTokenizer::kGpt2
+                                         : PreTokenizer::kNone;
       b.model.name = std::string("bpe/") + PreTokenizerName(b.model.pre);
     } else {
       if (b.split) Fail("{}: a Split pre-tokenizer without ByteLevel is not supported", name);
@@ -233,7 +242,8 @@ std::unique_ptr<Tokenizer> ParseTokenizerJson(const std::string& name, std::stri
     const Json& unk = m.value("unk_token", Json());
     if (unk.is_string()) {
       b.model.unk = id_of(unk.get<std::string>());
-      if (b.model.unk < 0) Fail("{}: unk_token \"{}\" is not in the vocabulary", name, unk.get<std::string>());
+      if (b.model.unk < 0)
+        Fail("{}: unk_token \"{}\" is not in the vocabulary", name, unk.get<std::string>());
     }
     // BOS: the first special token of the post-processor's single-sequence template, else a
     // conventional name. EOS is not recorded in tokenizer.json (it is in tokenizer_config.json):

@@ -1,20 +1,19 @@
 #include "trace/trace.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 
-#include <fmt/format.h>
-
 #include <algorithm>
-#include <limits>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <regex>
 
 #include "common/error.h"
-#include "io/json_util.h"
 #include "common/file_util.h"
 #include "common/sha256.h"
+#include "io/json_util.h"
 #include "io/load.h"
 #include "model/model.h"
 #include "model/precision.h"
@@ -47,7 +46,8 @@ int64_t ReadStep(const std::string& path, std::string* source) {
                                ? fs::path(path).parent_path().filename().string()
                                : fs::path(path).filename().string();
   int64_t step = -1;
-  for (auto it = std::sregex_iterator(name.begin(), name.end(), kStepRe); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(name.begin(), name.end(), kStepRe);
+       it != std::sregex_iterator(); ++it) {
     // At most 18 digits always fit an int64_t; a longer run of digits is not a step number.
     const std::string digits = (*it)[1].str();
     step = digits.size() <= 18 ? std::stoll(digits) : -1;
@@ -80,8 +80,11 @@ CheckpointRef MakeRef(const std::string& path) {
   r.path = path;
   r.step = ReadStep(path, &r.step_source);
   if (r.step < 0)
-    Fail("{}: no readable step (expected \"step\" in trainer_state.json or a name such as step-1000, "
-         "checkpoint-1000 or step1000)", path);
+    Fail(
+        "{}: no readable step (expected \"step\" in trainer_state.json or a name such as "
+        "step-1000, "
+        "checkpoint-1000 or step1000)",
+        path);
   return r;
 }
 
@@ -95,8 +98,10 @@ std::vector<CheckpointRef> FindCheckpoints(const std::string& dir) {
     if (IsCheckpointEntry(e)) paths.push_back(e.path().string());
   std::sort(paths.begin(), paths.end());
   if (paths.empty())
-    Fail("--checkpoints: {}: no checkpoints (expected sub-directories with config.json or *.gguf "
-         "files)", dir);
+    Fail(
+        "--checkpoints: {}: no checkpoints (expected sub-directories with config.json or *.gguf "
+        "files)",
+        dir);
   std::vector<CheckpointRef> refs;
   for (const auto& p : paths) refs.push_back(MakeRef(p));
   return Order(std::move(refs));
@@ -125,7 +130,8 @@ CheckpointIdentity IdentifyCheckpoint(const std::string& path) {
   auto get_int = [&](const char* key) -> int64_t {
     return c.contains(key) && c[key].is_number_integer() ? c[key].get<int64_t>() : -1;
   };
-  if (c.contains("model_type") && c["model_type"].is_string()) id.arch = c["model_type"].get<std::string>();
+  if (c.contains("model_type") && c["model_type"].is_string())
+    id.arch = c["model_type"].get<std::string>();
   if (c.contains("architectures") && c["architectures"].is_array() && !c["architectures"].empty() &&
       c["architectures"][0].is_string())
     id.arch += "/" + c["architectures"][0].get<std::string>();
@@ -133,7 +139,8 @@ CheckpointIdentity IdentifyCheckpoint(const std::string& path) {
                          get_int("num_attention_heads"), get_int("num_key_value_heads"),
                          get_int("hidden_size"), get_int("vocab_size"));
   for (const char* tok : {"tokenizer.model", "tokenizer.json"})
-    if (FileExists(path + "/" + tok)) id.tokenizer += std::string(tok) + ":" + Sha256File(path + "/" + tok);
+    if (FileExists(path + "/" + tok))
+      id.tokenizer += std::string(tok) + ":" + Sha256File(path + "/" + tok);
   return id;
 }
 
@@ -185,9 +192,12 @@ std::string FileHash(const std::string& file, const std::string& index_dir) {
   if (::stat(file.c_str(), &st) != 0) return Sha256File(file);  // Sha256File says what is wrong
   const std::string abs = fs::absolute(file).lexically_normal().string();
   const std::string entry = index_dir + "/" + Sha256Hex(abs) + ".json";
-  const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  const nlohmann::json want = {{"path", abs}, {"size", static_cast<int64_t>(st.st_size)},
-                               {"mtime_ns", mtime_ns}, {"inode", static_cast<uint64_t>(st.st_ino)}};
+  const int64_t mtime_ns =
+      static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  const nlohmann::json want = {{"path", abs},
+                               {"size", static_cast<int64_t>(st.st_size)},
+                               {"mtime_ns", mtime_ns},
+                               {"inode", static_cast<uint64_t>(st.st_ino)}};
   if (FileExists(entry)) {
     try {
       nlohmann::json j = nlohmann::json::parse(ReadFile(entry));
@@ -282,17 +292,17 @@ Profile MeasureProfile(const Model& model, const std::vector<std::vector<int>>& 
 
 nlohmann::json ProfileJson(const Profile& p) {
   nlohmann::json j = {{"n_layers", p.n_layers},
-          {"n_heads", p.n_heads},
-          {"sink_rate", p.sink_rate},
-          {"alpha0", p.alpha0},
-          {"alpha1", p.alpha1},
-          {"other_top_share", p.other_top},
-          {"p0_norm_ratio", p.p0_norm_ratio},
-          {"other_sink_share", p.other_sink_share},
-          {"alpha1_share", p.alpha1_share},
-          {"onset_layer", p.onset_layer},
-          {"amplification_layer", p.amplification_layer},
-          {"loss", p.loss}};
+                      {"n_heads", p.n_heads},
+                      {"sink_rate", p.sink_rate},
+                      {"alpha0", p.alpha0},
+                      {"alpha1", p.alpha1},
+                      {"other_top_share", p.other_top},
+                      {"p0_norm_ratio", p.p0_norm_ratio},
+                      {"other_sink_share", p.other_sink_share},
+                      {"alpha1_share", p.alpha1_share},
+                      {"onset_layer", p.onset_layer},
+                      {"amplification_layer", p.amplification_layer},
+                      {"loss", p.loss}};
   if (!p.sink_slot_rate.empty()) j["sink_slot_rate"] = p.sink_slot_rate;
   return j;
 }
@@ -312,9 +322,11 @@ Profile ProfileFromJson(const nlohmann::json& j, const std::string& source) {
     p.alpha1_share = j.at("alpha1_share").get<double>();
     const int last = std::max(-1, p.n_layers - 1);  // -1: none
     p.onset_layer = static_cast<int>(JsonInteger(j, "onset_layer", -1, last, source));
-    p.amplification_layer = static_cast<int>(JsonInteger(j, "amplification_layer", -1, last, source));
+    p.amplification_layer =
+        static_cast<int>(JsonInteger(j, "amplification_layer", -1, last, source));
     p.loss = j.at("loss").get<double>();
-    if (j.contains("sink_slot_rate")) p.sink_slot_rate = j.at("sink_slot_rate").get<std::vector<double>>();
+    if (j.contains("sink_slot_rate"))
+      p.sink_slot_rate = j.at("sink_slot_rate").get<std::vector<double>>();
   } catch (const nlohmann::json::exception& e) {
     Fail("{}: not a sinkscope trace profile ({})", source, e.what());
   }
@@ -330,10 +342,14 @@ Profile ProfileFromJson(const nlohmann::json& j, const std::string& source) {
 
 std::string StageName(Stage s) {
   switch (s) {
-    case Stage::kNone: return "none";
-    case Stage::kEarly: return "early";
-    case Stage::kTransitional: return "transitional";
-    case Stage::kConverged: return "converged";
+    case Stage::kNone:
+      return "none";
+    case Stage::kEarly:
+      return "early";
+    case Stage::kTransitional:
+      return "transitional";
+    case Stage::kConverged:
+      return "converged";
   }
   return "?";
 }
@@ -381,19 +397,18 @@ std::string CacheKey(const std::string& content_hash, const TraceSettings& s) {
   // Everything that changes a profile: the weights, the samples, the metric thresholds. The stage
   // options are not part of it: stages are recomputed from the profiles on every run.
   std::string settings = fmt::format(
-      "trace-profile-v1|{}|N={}|T={}|seed={}|eps={:.17g}|K={}|onset={:.17g}|amp={:.17g}", s.samples_source,
-      s.samples, s.length, s.seed, s.profile.eps, s.profile.first_k, s.profile.onset_sink_rate,
-      s.profile.amplification_ratio);
+      "trace-profile-v1|{}|N={}|T={}|seed={}|eps={:.17g}|K={}|onset={:.17g}|amp={:.17g}",
+      s.samples_source, s.samples, s.length, s.seed, s.profile.eps, s.profile.first_k,
+      s.profile.onset_sink_rate, s.profile.amplification_ratio);
   // bf16 and q8_0 profiles are cached apart; f32 keys stay those of earlier versions.
-  if (s.precision != Precision::kF32) settings += std::string("|precision=") + PrecisionName(s.precision);
+  if (s.precision != Precision::kF32)
+    settings += std::string("|precision=") + PrecisionName(s.precision);
   return Sha256Hex(content_hash + "|" + settings).substr(0, 32);
 }
 
 nlohmann::json ResultJson(const CheckpointResult& r) {
-  nlohmann::json j = {{"path", r.ref.path},
-                      {"step", r.ref.step},
-                      {"step_source", r.ref.step_source},
-                      {"ok", r.ok}};
+  nlohmann::json j = {
+      {"path", r.ref.path}, {"step", r.ref.step}, {"step_source", r.ref.step_source}, {"ok", r.ok}};
   if (r.ok) {
     j["profile"] = ProfileJson(r.profile);
   } else {
@@ -408,15 +423,17 @@ CheckpointResult ResultFromJson(const nlohmann::json& j) {
   r.ref.step = JsonInteger(j, "step", -1, std::numeric_limits<int64_t>::max(), r.ref.path);
   r.ref.step_source = j.at("step_source").get<std::string>();
   r.ok = j.at("ok").get<bool>();
-  if (r.ok) r.profile = ProfileFromJson(j.at("profile"), r.ref.path);
-  else r.error = j.value("error", "");
+  if (r.ok)
+    r.profile = ProfileFromJson(j.at("profile"), r.ref.path);
+  else
+    r.error = j.value("error", "");
   return r;
 }
 
-std::vector<CheckpointResult> AnalyseCheckpoints(const std::vector<CheckpointRef>& checkpoints,
-                                                 const TraceSettings& settings,
-                                                 const SampleMaker& make_samples, int rank, int ranks,
-                                                 const std::function<void(const std::string&)>& log) {
+std::vector<CheckpointResult> AnalyseCheckpoints(
+    const std::vector<CheckpointRef>& checkpoints, const TraceSettings& settings,
+    const SampleMaker& make_samples, int rank, int ranks,
+    const std::function<void(const std::string&)>& log) {
   std::vector<CheckpointResult> results(checkpoints.size());
   std::vector<std::vector<int>> samples;
   ModelConfig first_config;
@@ -429,7 +446,10 @@ std::vector<CheckpointResult> AnalyseCheckpoints(const std::vector<CheckpointRef
     try {
       std::string cache_file;
       if (!settings.cache_dir.empty()) {
-        cache_file = settings.cache_dir + "/" + CacheKey(CheckpointHash(r.ref.path, settings.cache_dir + "/file-hashes"), settings) + ".json";
+        cache_file =
+            settings.cache_dir + "/" +
+            CacheKey(CheckpointHash(r.ref.path, settings.cache_dir + "/file-hashes"), settings) +
+            ".json";
         if (FileExists(cache_file)) {
           try {
             r.profile = ProfileFromJson(nlohmann::json::parse(ReadFile(cache_file)), cache_file);
@@ -439,7 +459,8 @@ std::vector<CheckpointResult> AnalyseCheckpoints(const std::vector<CheckpointRef
             continue;
           } catch (const std::exception& e) {
             // A damaged cache entry is recomputed and rewritten.
-            if (log) log(fmt::format("{}: ignoring unreadable cache entry ({})", cache_file, e.what()));
+            if (log)
+              log(fmt::format("{}: ignoring unreadable cache entry ({})", cache_file, e.what()));
           }
         }
       }
@@ -449,18 +470,22 @@ std::vector<CheckpointResult> AnalyseCheckpoints(const std::vector<CheckpointRef
         samples = make_samples(model);
         first_config = model.config;
         have_first = true;
-      } else if (model.config.arch != first_config.arch || model.config.n_layers != first_config.n_layers ||
-                 model.config.n_heads != first_config.n_heads || model.config.dim != first_config.dim ||
+      } else if (model.config.arch != first_config.arch ||
+                 model.config.n_layers != first_config.n_layers ||
+                 model.config.n_heads != first_config.n_heads ||
+                 model.config.dim != first_config.dim ||
                  model.config.vocab_size != first_config.vocab_size) {
-        Fail("{}: architecture {} L={} H={} D={} V={} differs from the first checkpoint's {} L={} H={} "
-             "D={} V={}", r.ref.path, model.config.arch, model.config.n_layers, model.config.n_heads,
-             model.config.dim, model.config.vocab_size, first_config.arch, first_config.n_layers,
-             first_config.n_heads, first_config.dim, first_config.vocab_size);
+        Fail(
+            "{}: architecture {} L={} H={} D={} V={} differs from the first checkpoint's {} L={} "
+            "H={} "
+            "D={} V={}",
+            r.ref.path, model.config.arch, model.config.n_layers, model.config.n_heads,
+            model.config.dim, model.config.vocab_size, first_config.arch, first_config.n_layers,
+            first_config.n_heads, first_config.dim, first_config.vocab_size);
       }
       r.profile = MeasureProfile(model, samples, settings.profile);
       r.ok = true;
-      if (!cache_file.empty())
-        WriteFileAtomic(cache_file, ProfileJson(r.profile).dump(1) + "\n");
+      if (!cache_file.empty()) WriteFileAtomic(cache_file, ProfileJson(r.profile).dump(1) + "\n");
       if (log)
         log(fmt::format("step {}: loss {:.4f}, onset layer {}", r.ref.step, r.profile.loss,
                         r.profile.onset_layer));

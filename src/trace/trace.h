@@ -43,9 +43,9 @@ std::vector<CheckpointRef> CheckpointsFromPaths(const std::vector<std::string>& 
 // What must agree across a run's checkpoints: architecture and shapes from config.json, and the
 // tokenizer files' hash. Empty fields for GGUF (checked after loading instead).
 struct CheckpointIdentity {
-  std::string arch;        // model_type / architectures[0]
-  std::string shape;       // "layers=L heads=H kv=Hkv dim=D vocab=V"
-  std::string tokenizer;   // sha256 of tokenizer.model / tokenizer.json, "" if none
+  std::string arch;       // model_type / architectures[0]
+  std::string shape;      // "layers=L heads=H kv=Hkv dim=D vocab=V"
+  std::string tokenizer;  // sha256 of tokenizer.model / tokenizer.json, "" if none
 };
 CheckpointIdentity IdentifyCheckpoint(const std::string& path);
 // Throws ss::Error naming the first two checkpoints that differ in architecture or tokenizer.
@@ -72,20 +72,21 @@ struct Profile {
   std::vector<double> alpha1;         // (L) mean over heads of alpha_1^{l,h}
   std::vector<double> other_top;      // (L) share of heads whose most frequent top key is not 0
   std::vector<double> p0_norm_ratio;  // (L) ||h_0|| / median_{i>=1} ||h_i|| after block l
-  double other_sink_share = 0;  // share of all heads with alpha_k > eps for some k in 1..K-1
-  double alpha1_share = 0;      // Sink_1^eps: share of all heads with alpha_1 > eps
-  int onset_layer = -1;         // first layer with sink_rate > onset threshold; -1 none
-  int amplification_layer = -1; // first layer with p0_norm_ratio > amplification threshold; -1 none
-  double loss = 0;              // mean next-token cross-entropy (nats) over the samples
+  double other_sink_share = 0;        // share of all heads with alpha_k > eps for some k in 1..K-1
+  double alpha1_share = 0;            // Sink_1^eps: share of all heads with alpha_1 > eps
+  int onset_layer = -1;               // first layer with sink_rate > onset threshold; -1 none
+  int amplification_layer =
+      -1;           // first layer with p0_norm_ratio > amplification threshold; -1 none
+  double loss = 0;  // mean next-token cross-entropy (nats) over the samples
   // Models with learned sink logits (gpt-oss): per layer, the share of heads whose mass on the
   // sink slot (alpha_sink) exceeds eps. Empty for other models.
   std::vector<double> sink_slot_rate;
 };
 
 struct ProfileOptions {
-  double eps = 0.3;               // Sink^eps threshold (DESIGN.md default)
-  int first_k = 4;                // alpha_k for k < K
-  double onset_sink_rate = 0.5;   // a layer "has a sink" when more than half its heads are sinks
+  double eps = 0.3;                  // Sink^eps threshold (DESIGN.md default)
+  int first_k = 4;                   // alpha_k for k < K
+  double onset_sink_rate = 0.5;      // a layer "has a sink" when more than half its heads are sinks
   double amplification_ratio = 3.0;  // P0 norm ratio that counts as amplified
 };
 
@@ -114,11 +115,13 @@ struct StageOptions {
 //   none          no layer has a sink (onset_layer == -1)
 //   transitional  other_sink_share >= other_sink_share threshold (sink mass at a position != 0)
 //   early         onset_layer > early_block_limit
-//   converged     onset and amplification in blocks 0..limit at each of the last k checkpoints, with
+//   converged     onset and amplification in blocks 0..limit at each of the last k checkpoints,
+//   with
 //                 the same onset layer at all k
 //   transitional  otherwise (onset in the first blocks but still moving, not yet amplified there,
 //                 or fewer than k checkpoints seen)
-std::vector<Stage> ClassifyStages(const std::vector<Profile>& profiles, const StageOptions& options);
+std::vector<Stage> ClassifyStages(const std::vector<Profile>& profiles,
+                                  const StageOptions& options);
 
 // ---- the whole trace
 
@@ -128,7 +131,7 @@ struct TraceSettings {
   uint64_t seed = 0;
   ProfileOptions profile;
   StageOptions stage;
-  std::string cache_dir;       // "" = no cache
+  std::string cache_dir;                  // "" = no cache
   Precision precision = Precision::kF32;  // the forward's products (--precision)
 };
 
@@ -141,22 +144,23 @@ struct CheckpointResult {
   Stage stage = Stage::kNone;
 };
 
-// Analyses the checkpoints given to this rank (`rank`, `ranks`: checkpoint i goes to rank i % ranks)
-// and returns their results (others left !ok with empty error). Failed checkpoints are recorded,
-// not thrown. `make_samples` builds the samples from the first model loaded (vocabulary, BOS).
+// Analyses the checkpoints given to this rank (`rank`, `ranks`: checkpoint i goes to rank i %
+// ranks) and returns their results (others left !ok with empty error). Failed checkpoints are
+// recorded, not thrown. `make_samples` builds the samples from the first model loaded (vocabulary,
+// BOS).
 using SampleMaker = std::function<std::vector<std::vector<int>>(const Model&)>;
-std::vector<CheckpointResult> AnalyseCheckpoints(const std::vector<CheckpointRef>& checkpoints,
-                                                 const TraceSettings& settings,
-                                                 const SampleMaker& make_samples, int rank = 0,
-                                                 int ranks = 1,
-                                                 const std::function<void(const std::string&)>& log = {});
+std::vector<CheckpointResult> AnalyseCheckpoints(
+    const std::vector<CheckpointRef>& checkpoints, const TraceSettings& settings,
+    const SampleMaker& make_samples, int rank = 0, int ranks = 1,
+    const std::function<void(const std::string&)>& log = {});
 // Fills in stages (over the ok results, in step order).
 void AssignStages(std::vector<CheckpointResult>& results, const StageOptions& options);
 
 // The cache key of a checkpoint under the settings.
 std::string CacheKey(const std::string& content_hash, const TraceSettings& settings);
 
-nlohmann::json TraceJson(const std::vector<CheckpointResult>& results, const TraceSettings& settings);
+nlohmann::json TraceJson(const std::vector<CheckpointResult>& results,
+                         const TraceSettings& settings);
 std::string TraceTable(const std::vector<CheckpointResult>& results, const StageOptions& options);
 std::string TraceHtml(const std::vector<CheckpointResult>& results, const TraceSettings& settings);
 

@@ -56,11 +56,12 @@ nlohmann::json TraceJson(const std::vector<CheckpointResult>& results, const Tra
 
 std::string TraceTable(const std::vector<CheckpointResult>& results, const StageOptions& options) {
   // Checkpoints with learned sink logits (gpt-oss) add the share of heads on the sink slot.
-  const bool slot = std::any_of(results.begin(), results.end(),
-                                [](const CheckpointResult& r) { return r.ok && !r.profile.sink_slot_rate.empty(); });
-  std::vector<std::vector<std::string>> rows = {
-      {"step", "loss", "stage", "onset", "amplif", "P0 ratio b0-1", "sink rate b0-1", "alpha1 share",
-       "other-pos share"}};
+  const bool slot = std::any_of(results.begin(), results.end(), [](const CheckpointResult& r) {
+    return r.ok && !r.profile.sink_slot_rate.empty();
+  });
+  std::vector<std::vector<std::string>> rows = {{"step", "loss", "stage", "onset", "amplif",
+                                                 "P0 ratio b0-1", "sink rate b0-1", "alpha1 share",
+                                                 "other-pos share"}};
   if (slot) rows[0].push_back("slot share");
   for (const auto& r : results) {
     if (!r.ok) {
@@ -74,7 +75,8 @@ std::string TraceTable(const std::vector<CheckpointResult>& results, const Stage
                     p.amplification_layer < 0 ? "-" : std::to_string(p.amplification_layer),
                     fmt::format("{:.2f}", FirstBlocksMax(p.p0_norm_ratio)),
                     fmt::format("{:.2f}", FirstBlocksMax(p.sink_rate)),
-                    fmt::format("{:.3f}", p.alpha1_share), fmt::format("{:.3f}", p.other_sink_share)});
+                    fmt::format("{:.3f}", p.alpha1_share),
+                    fmt::format("{:.3f}", p.other_sink_share)});
     if (slot) {
       double mean = 0;
       for (double v : p.sink_slot_rate) mean += v / std::max<size_t>(1, p.sink_slot_rate.size());
@@ -91,7 +93,8 @@ std::string TraceHtml(const std::vector<CheckpointResult>& results, const TraceS
   report::HtmlPage page("sinkscope trace");
   page.Heading("sinkscope trace", 1);
   page.Paragraph(fmt::format(
-      "{} checkpoints analysed ({} failed); {} samples of {} tokens ({}), seed {}. Sink: alpha_0 > {}; "
+      "{} checkpoints analysed ({} failed); {} samples of {} tokens ({}), seed {}. Sink: alpha_0 > "
+      "{}; "
       "onset layer: first layer with sink rate > {}; amplification layer: first layer with P0 norm "
       "ratio > {}. Stage thresholds: blocks 0-{}, other-position sink share >= {}, stable over {} "
       "checkpoints (docs/TRACE.md).",
@@ -101,14 +104,16 @@ std::string TraceHtml(const std::vector<CheckpointResult>& results, const TraceS
   if (ok.empty()) return page.Render();
 
   // Stage bands: one row per stage over the steps (1 where the checkpoint is in that stage).
-  const std::vector<Stage> all = {Stage::kNone, Stage::kEarly, Stage::kTransitional, Stage::kConverged};
+  const std::vector<Stage> all = {Stage::kNone, Stage::kEarly, Stage::kTransitional,
+                                  Stage::kConverged};
   std::vector<std::vector<double>> bands(all.size(), std::vector<double>(ok.size(), 0.0));
   for (size_t c = 0; c < ok.size(); ++c)
     for (size_t k = 0; k < all.size(); ++k) bands[k][c] = ok[c]->stage == all[k] ? 1.0 : 0.0;
   page.Heading("Stage bands");
-  page.Paragraph("Rows: none, early, transitional, converged; columns: checkpoints in step order (" +
-                 fmt::format("steps {} .. {}", ok.front()->ref.step, ok.back()->ref.step) +
-                 "). A filled cell marks the checkpoint's stage.");
+  page.Paragraph(
+      "Rows: none, early, transitional, converged; columns: checkpoints in step order (" +
+      fmt::format("steps {} .. {}", ok.front()->ref.step, ok.back()->ref.step) +
+      "). A filled cell marks the checkpoint's stage.");
   report::HeatmapOptions bo;
   bo.title = "stage (rows: none / early / transitional / converged)";
   bo.row_label = "stage";
@@ -119,7 +124,8 @@ std::string TraceHtml(const std::vector<CheckpointResult>& results, const TraceS
   const int L = ok.front()->profile.n_layers;
   std::vector<std::vector<double>> heat(L, std::vector<double>(ok.size(), 0.0));
   for (size_t c = 0; c < ok.size(); ++c)
-    for (int l = 0; l < L && l < ok[c]->profile.n_layers; ++l) heat[l][c] = ok[c]->profile.sink_rate[l];
+    for (int l = 0; l < L && l < ok[c]->profile.n_layers; ++l)
+      heat[l][c] = ok[c]->profile.sink_rate[l];
   page.Heading("Sink rate per layer over training");
   report::HeatmapOptions ho;
   ho.title = "Sink_0 rate (rows: layers, columns: checkpoints by step)";
@@ -128,7 +134,8 @@ std::string TraceHtml(const std::vector<CheckpointResult>& results, const TraceS
   ho.annotate = ok.size() <= 24;
   page.Raw(report::Heatmap(heat, ho));
 
-  report::Series onset{"onset layer", {}, {}}, amp{"amplification layer", {}, {}}, loss{"loss", {}, {}};
+  report::Series onset{"onset layer", {}, {}}, amp{"amplification layer", {}, {}},
+      loss{"loss", {}, {}};
   for (const auto* r : ok) {
     const double x = static_cast<double>(r->ref.step);
     onset.x.push_back(x);
@@ -151,7 +158,8 @@ std::string TraceHtml(const std::vector<CheckpointResult>& results, const TraceS
   co.y_label = "loss (nats/token)";
   page.Raw(report::LineChart({loss}, co));
 
-  std::vector<std::vector<std::string>> rows = {{"step", "loss", "stage", "onset", "amplification"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"step", "loss", "stage", "onset", "amplification"}};
   for (const auto* r : ok)
     rows.push_back({std::to_string(r->ref.step), fmt::format("{:.4f}", r->profile.loss),
                     StageName(r->stage), std::to_string(r->profile.onset_layer),
@@ -194,12 +202,19 @@ nlohmann::json TwinsJson(const std::vector<TwinRun>& runs, const TraceSettings& 
     if (doc.find("settings") == doc.end()) doc["settings"] = trace["settings"];
     nlohmann::json points = nlohmann::json::array();
     for (const TwinPoint& t : TwinPoints(run))
-      points.push_back({{"step", t.step}, {"stage", StageName(t.stage)}, {"loss", t.loss},
-                        {"alpha0_max_layer", t.alpha0}, {"sink_rate_max_layer", t.sink_rate},
+      points.push_back({{"step", t.step},
+                        {"stage", StageName(t.stage)},
+                        {"loss", t.loss},
+                        {"alpha0_max_layer", t.alpha0},
+                        {"sink_rate_max_layer", t.sink_rate},
                         {"p0_norm_ratio_max_layer", t.p0_norm_ratio},
-                        {"slot_share", std::isnan(t.slot_share) ? nlohmann::json(nullptr) : nlohmann::json(t.slot_share)}});
-    list.push_back({{"name", run.name}, {"dir", run.dir}, {"points", points},
-                    {"checkpoints", trace["checkpoints"]}, {"failed", trace["failed"]}});
+                        {"slot_share", std::isnan(t.slot_share) ? nlohmann::json(nullptr)
+                                                                : nlohmann::json(t.slot_share)}});
+    list.push_back({{"name", run.name},
+                    {"dir", run.dir},
+                    {"points", points},
+                    {"checkpoints", trace["checkpoints"]},
+                    {"failed", trace["failed"]}});
   }
   doc["runs"] = list;
   return doc;
@@ -215,15 +230,16 @@ std::pair<std::vector<int64_t>, std::vector<std::vector<const TwinPoint*>>> Alig
     for (const TwinPoint& t : run) steps.push_back(t.step);
   std::sort(steps.begin(), steps.end());
   steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
-  std::vector<std::vector<const TwinPoint*>> at(points.size(), std::vector<const TwinPoint*>(steps.size(), nullptr));
+  std::vector<std::vector<const TwinPoint*>> at(
+      points.size(), std::vector<const TwinPoint*>(steps.size(), nullptr));
   for (size_t r = 0; r < points.size(); ++r)
     for (const TwinPoint& t : points[r])
       at[r][std::lower_bound(steps.begin(), steps.end(), t.step) - steps.begin()] = &t;
   return {steps, at};
 }
 
-std::vector<std::vector<std::string>> SideBySideRows(const std::vector<TwinRun>& runs,
-                                                     const std::vector<std::vector<TwinPoint>>& points) {
+std::vector<std::vector<std::string>> SideBySideRows(
+    const std::vector<TwinRun>& runs, const std::vector<std::vector<TwinPoint>>& points) {
   std::vector<std::vector<std::string>> rows = {{"step"}};
   for (const TwinRun& run : runs) {
     rows[0].push_back(run.name + " stage");
@@ -256,7 +272,8 @@ std::string TwinsHtml(const std::vector<TwinRun>& runs, const TraceSettings& s) 
   report::HtmlPage page("sinkscope trace: twins");
   page.Heading("sinkscope trace: twins", 1);
   std::string names;
-  for (const TwinRun& run : runs) names += (names.empty() ? "" : ", ") + run.name + " (" + run.dir + ")";
+  for (const TwinRun& run : runs)
+    names += (names.empty() ? "" : ", ") + run.name + " (" + run.dir + ")";
   page.Paragraph(fmt::format(
       "{} runs traced on the same {} samples of {} tokens ({}), seed {}: {}. Sink: alpha_0 > {}; "
       "stages as in docs/TRACE.md (blocks 0-{}, other-position share >= {}, stable over {} "
@@ -270,7 +287,8 @@ std::string TwinsHtml(const std::vector<TwinRun>& runs, const TraceSettings& s) 
   };
   const Metric metrics[] = {
       {"alpha_0, largest layer mean over heads", "alpha_0", &TwinPoint::alpha0},
-      {"sink rate (share of heads with alpha_0 > eps), largest layer", "sink rate", &TwinPoint::sink_rate},
+      {"sink rate (share of heads with alpha_0 > eps), largest layer", "sink rate",
+       &TwinPoint::sink_rate},
       {"share of heads on a sink slot (runs with one)", "slot share", &TwinPoint::slot_share},
       {"P0 norm ratio, largest layer", "||h_0|| / median", &TwinPoint::p0_norm_ratio},
       {"loss on the trace samples", "nats/token", &TwinPoint::loss},
@@ -306,9 +324,10 @@ std::string TwinsHtml(const std::vector<TwinRun>& runs, const TraceSettings& s) 
     for (size_t i = 0; i < steps.size(); ++i)
       if (at[r][i]) stage_rows[r][i] = static_cast<double>(at[r][i]->stage);
   page.Heading("Stages side by side");
-  page.Paragraph("Rows: the runs in the order given; columns: steps " +
-                 (steps.empty() ? std::string("-") : fmt::format("{} .. {}", steps.front(), steps.back())) +
-                 "; 0 none, 1 early, 2 transitional, 3 converged (-1: no checkpoint at that step).");
+  page.Paragraph(
+      "Rows: the runs in the order given; columns: steps " +
+      (steps.empty() ? std::string("-") : fmt::format("{} .. {}", steps.front(), steps.back())) +
+      "; 0 none, 1 early, 2 transitional, 3 converged (-1: no checkpoint at that step).");
   report::HeatmapOptions ho;
   ho.title = "stage per run";
   ho.row_label = "run";

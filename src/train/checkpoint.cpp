@@ -1,22 +1,22 @@
 #include "train/checkpoint.h"
-#include "train/data.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <limits>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "io/json_util.h"
 #include "common/file_util.h"
 #include "io/hf_config.h"
+#include "io/json_util.h"
 #include "io/load.h"
 #include "io/safetensors.h"
 #include "model/attention.h"
+#include "train/data.h"
 #include "train/train_config.h"
 
 namespace ss::train {
@@ -65,17 +65,22 @@ Tensor ViewParam(std::vector<float>& params, int64_t offset, std::vector<int64_t
 }
 
 // The tensors of model.safetensors: HF names, rows permuted for interleaved RoPE.
-std::vector<std::pair<std::string, Tensor>> HfTensors(const TrainConfig& c, const ParamLayout& layout,
+std::vector<std::pair<std::string, Tensor>> HfTensors(const TrainConfig& c,
+                                                      const ParamLayout& layout,
                                                       const std::vector<float>& params) {
   std::vector<std::pair<std::string, Tensor>> out;
   const bool permute = c.rope == "interleaved";
   for (const ParamTensor& t : layout.tensors) {
     Tensor copy = Tensor::Zeros(t.shape);
     const float* src = params.data() + t.offset;
-    const bool norm_gain = t.name.find("q_norm") != std::string::npos || t.name.find("k_norm") != std::string::npos;
-    if (permute && t.rope_rows) PermuteRopeRows(src, copy.data(), t.rope_heads, t.shape[0], Cols(t), true);
-    else if (permute && norm_gain) PermuteRopeRows(src, copy.data(), 1, t.shape[0], 1, true);
-    else std::memcpy(copy.data(), src, sizeof(float) * t.numel);
+    const bool norm_gain =
+        t.name.find("q_norm") != std::string::npos || t.name.find("k_norm") != std::string::npos;
+    if (permute && t.rope_rows)
+      PermuteRopeRows(src, copy.data(), t.rope_heads, t.shape[0], Cols(t), true);
+    else if (permute && norm_gain)
+      PermuteRopeRows(src, copy.data(), 1, t.shape[0], 1, true);
+    else
+      std::memcpy(copy.data(), src, sizeof(float) * t.numel);
     out.emplace_back(t.name, copy);
   }
   return out;
@@ -108,8 +113,9 @@ Model ExportModel(const TrainConfig& c, const ParamLayout& layout, std::vector<f
     const AttnVariant& variant = FindAttnVariant(c.attention, "attention");
     for (size_t i = 0; i < variant.params.size(); ++i) {
       const AttnParam& a = variant.params[i];
-      w.*a.field = ViewParam(params, o.attn[i],
-                             AttnParamShape(a.shape, {1, 0, c.n_heads, c.n_kv_heads, int(Dh), int(D)}));
+      w.*a.field =
+          ViewParam(params, o.attn[i],
+                    AttnParamShape(a.shape, {1, 0, c.n_heads, c.n_kv_heads, int(Dh), int(D)}));
     }
     if (o.q_norm >= 0) w.q_norm = ViewParam(params, o.q_norm, {Dh});
     if (o.k_norm >= 0) w.k_norm = ViewParam(params, o.k_norm, {Dh});
@@ -152,8 +158,9 @@ void WriteSafetensorsF32(const std::string& path,
   WriteSafetensors(path, tensors, SafetensorsDtype::kF32, {{"format", "pt"}});
 }
 
-std::string SaveCheckpoint(const std::string& run_dir, const TrainConfig& c, const ParamLayout& layout,
-                           const TrainerState& s, const std::string& tokenizer) {
+std::string SaveCheckpoint(const std::string& run_dir, const TrainConfig& c,
+                           const ParamLayout& layout, const TrainerState& s,
+                           const std::string& tokenizer) {
   const std::string final_dir = fmt::format("{}/step-{}", run_dir, s.step);
   const std::string tmp = TemporaryPath(fmt::format("{}/.step-{}", run_dir, s.step));
   // Temporaries of a run that was killed while saving (its pid no longer runs) go first.
@@ -171,8 +178,11 @@ std::string SaveCheckpoint(const std::string& run_dir, const TrainConfig& c, con
       // tokenizer.json too, so analyze / explain / stream find the tokenizer as in any HF model.
       WriteText(tmp + "/tokenizer.json", SentencePieceToTokenizerJson(tokenizer));
       nlohmann::ordered_json tc = {{"tokenizer_class", "LlamaTokenizer"},
-                                   {"bos_token", "<s>"}, {"eos_token", "</s>"}, {"unk_token", "<unk>"},
-                                   {"add_bos_token", c.bos}, {"add_eos_token", false},
+                                   {"bos_token", "<s>"},
+                                   {"eos_token", "</s>"},
+                                   {"unk_token", "<unk>"},
+                                   {"add_bos_token", c.bos},
+                                   {"add_eos_token", false},
                                    {"model_max_length", c.seq_len}};
       WriteText(tmp + "/tokenizer_config.json", tc.dump(2) + "\n");
     }
@@ -210,7 +220,8 @@ std::string FindCheckpoint(const std::string& dir) {
   int best = -1;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || !FileExists(e.path().string() + "/trainer_state.json")) continue;
+    if (name.rfind("step-", 0) != 0 || !FileExists(e.path().string() + "/trainer_state.json"))
+      continue;
     try {
       best = std::max(best, std::stoi(name.substr(5)));
     } catch (...) {
@@ -236,10 +247,12 @@ TrainerState ParseTrainerState(std::string_view text, const std::string& path, i
       const std::string word = st.at("rng").at(i).get<std::string>();
       const bool hex = !word.empty() && word.size() <= 16 &&
                        word.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
-      if (!hex) Fail("{}: rng[{}] = '{}' is not a 64-bit hexadecimal word", path, i, word.substr(0, 40));
+      if (!hex)
+        Fail("{}: rng[{}] = '{}' is not a 64-bit hexadecimal word", path, i, word.substr(0, 40));
       s.rng[i] = std::stoull(word, nullptr, 16);
     }
-    const int64_t params = JsonInteger(st, "parameters", 0, std::numeric_limits<int64_t>::max(), path);
+    const int64_t params =
+        JsonInteger(st, "parameters", 0, std::numeric_limits<int64_t>::max(), path);
     if (params != n_params) Fail("{}: {} parameters, the config needs {}", path, params, n_params);
   } catch (const nlohmann::json::exception& e) {
     Fail("{}: malformed trainer state: {}", path, e.what());
@@ -247,7 +260,8 @@ TrainerState ParseTrainerState(std::string_view text, const std::string& path, i
   return s;
 }
 
-TrainerState ReadCheckpointState(const std::string& dir, const TrainConfig& c, const ParamLayout& layout) {
+TrainerState ReadCheckpointState(const std::string& dir, const TrainConfig& c,
+                                 const ParamLayout& layout) {
   const std::string path = dir + "/trainer_state.json";
   TrainerState s = ParseTrainerState(ReadFile(path), path, layout.total);
   // A checkpoint renamed or edited by hand: resuming would continue from one step and write over
@@ -258,9 +272,11 @@ TrainerState ReadCheckpointState(const std::string& dir, const TrainConfig& c, c
   if (name.rfind("step-", 0) == 0 && name.size() > 5 &&
       name.find_first_not_of("0123456789", 5) == std::string::npos && name.size() < 15 &&
       std::stoll(name.substr(5)) != s.step)
-    Fail("{}: step {} disagrees with its directory name {}; refusing to use a checkpoint whose state "
-         "and name differ",
-         path, s.step, name);
+    Fail(
+        "{}: step {} disagrees with its directory name {}; refusing to use a checkpoint whose "
+        "state "
+        "and name differ",
+        path, s.step, name);
   s.params.assign(layout.total, 0.0f);
   const bool permute = c.rope == "interleaved";
   const std::string model_path = dir + "/model.safetensors";
@@ -274,10 +290,14 @@ TrainerState ReadCheckpointState(const std::string& dir, const TrainConfig& c, c
       Fail("{}: tensor '{}' has shape {}, the config needs {}", model_path, name, t.ShapeString(),
            ShapeString(pt->shape));
     float* dst = s.params.data() + pt->offset;
-    const bool norm_gain = name.find("q_norm") != std::string::npos || name.find("k_norm") != std::string::npos;
-    if (permute && pt->rope_rows) PermuteRopeRows(t.data(), dst, pt->rope_heads, pt->shape[0], Cols(*pt), false);
-    else if (permute && norm_gain) PermuteRopeRows(t.data(), dst, 1, pt->shape[0], 1, false);
-    else std::memcpy(dst, t.data(), sizeof(float) * pt->numel);
+    const bool norm_gain =
+        name.find("q_norm") != std::string::npos || name.find("k_norm") != std::string::npos;
+    if (permute && pt->rope_rows)
+      PermuteRopeRows(t.data(), dst, pt->rope_heads, pt->shape[0], Cols(*pt), false);
+    else if (permute && norm_gain)
+      PermuteRopeRows(t.data(), dst, 1, pt->shape[0], 1, false);
+    else
+      std::memcpy(dst, t.data(), sizeof(float) * pt->numel);
     seen[pt - layout.tensors.data()] = true;
   }
   for (size_t i = 0; i < seen.size(); ++i)
@@ -285,11 +305,14 @@ TrainerState ReadCheckpointState(const std::string& dir, const TrainConfig& c, c
   const SafetensorsFile opt = SafetensorsFile::Open(dir + "/optimizer.safetensors");
   for (const std::string& name : opt.names()) {
     const Tensor t = opt.Load(name);
-    if (t.numel() != layout.total) Fail("{}/optimizer.safetensors: '{}' has {} values, need {}", dir, name, t.numel(), layout.total);
+    if (t.numel() != layout.total)
+      Fail("{}/optimizer.safetensors: '{}' has {} values, need {}", dir, name, t.numel(),
+           layout.total);
     auto& dst = name == "adam.m" ? s.adam_m : s.adam_v;
     dst.assign(t.data(), t.data() + t.numel());
   }
-  if (s.adam_m.empty() || s.adam_v.empty()) Fail("{}/optimizer.safetensors: adam.m or adam.v missing", dir);
+  if (s.adam_m.empty() || s.adam_v.empty())
+    Fail("{}/optimizer.safetensors: adam.m or adam.v missing", dir);
   return s;
 }
 

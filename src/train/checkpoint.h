@@ -31,9 +31,9 @@
 namespace ss::train {
 
 struct TrainerState {
-  int step = 0;                        // steps completed
+  int step = 0;  // steps completed
   int64_t adam_t = 0;
-  std::array<uint64_t, 4> rng{};       // data RNG after `step` steps
+  std::array<uint64_t, 4> rng{};  // data RNG after `step` steps
   int64_t tokens_seen = 0;
   std::vector<float> params, adam_m, adam_v;  // (P) each, trainer layout (not permuted)
 };

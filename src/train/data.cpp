@@ -1,8 +1,7 @@
 #include "train/data.h"
 
-#include "tokenizer/bpe_tokenizer.h"
-#include "tokenizer/export.h"
-
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
@@ -10,11 +9,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <fstream>
 
 #include "common/error.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/export.h"
 
 namespace ss::train {
 
@@ -152,7 +151,9 @@ std::string SentencePieceToTokenizerJson(const std::string& spm_path, bool* exac
   const BpeTokenizer tok(std::move(m));
   const std::string json = TokenizerJsonText(tok);
   if (exact) {
-    const std::string probe = "Once upon a time,  there were 1234 \"tiny\" stories.\n\tThe end \xC3\xA9t\xC3\xA9 \xE2\x9C\x93!";
+    const std::string probe =
+        "Once upon a time,  there were 1234 \"tiny\" stories.\n\tThe end \xC3\xA9t\xC3\xA9 "
+        "\xE2\x9C\x93!";
     std::vector<int> want;
     (void)sp.Encode(probe, &want);
     *exact = ParseTokenizerJson(spm_path, json)->Encode(probe, /*add_bos=*/false) == want;
@@ -218,19 +219,23 @@ TextData::TextData(const TextCorpusFiles& files, const TrainConfig& c)
   split_ = static_cast<int64_t>(std::floor(n_tokens_ * (1.0 - c.val_fraction)));
   const int need = c.seq_len + 1;
   if (split_ < need || n_tokens_ - split_ < need)
-    Fail("{}: too small: {} tokens after encoding ({} for training, {} for validation), need at "
-         "least {} in each split for one window of seq_len {}",
-         c.corpus, n_tokens_, split_, n_tokens_ - split_, need, c.seq_len);
+    Fail(
+        "{}: too small: {} tokens after encoding ({} for training, {} for validation), need at "
+        "least {} in each split for one window of seq_len {}",
+        c.corpus, n_tokens_, split_, n_tokens_ - split_, need, c.seq_len);
   const uint32_t* d = reinterpret_cast<const uint32_t*>(docs_map_->data);
   const size_t nd = docs_map_->size / sizeof(uint32_t);
   for (size_t i = 0; i < nd; ++i) {
-    if (int64_t(d[i]) + c.seq_len <= split_) docs_train_.push_back(d[i]);
-    else if (int64_t(d[i]) >= split_ && int64_t(d[i]) + c.seq_len <= n_tokens_) docs_val_.push_back(d[i]);
+    if (int64_t(d[i]) + c.seq_len <= split_)
+      docs_train_.push_back(d[i]);
+    else if (int64_t(d[i]) >= split_ && int64_t(d[i]) + c.seq_len <= n_tokens_)
+      docs_val_.push_back(d[i]);
   }
   if (bos_ && (docs_train_.empty() || docs_val_.empty()))
-    Fail("{}: --bos needs document starts (blank-line separated) with {} tokens after them in "
-         "both splits; found {} (train) and {} (validation)",
-         c.corpus, c.seq_len, docs_train_.size(), docs_val_.size());
+    Fail(
+        "{}: --bos needs document starts (blank-line separated) with {} tokens after them in "
+        "both splits; found {} (train) and {} (validation)",
+        c.corpus, c.seq_len, docs_train_.size(), docs_val_.size());
 }
 
 // tokens = [BOS] + stream[start, start + T - 1) with bos, else stream[start, start + T);
@@ -251,8 +256,10 @@ void TextData::Window(int64_t start, int T, bool with_bos, int* tokens, int* tar
 void TextData::TrainBatch(Rng& rng, int B, int T, int* tokens, int* targets) const {
   for (int b = 0; b < B; ++b) {
     int64_t start;
-    if (bos_) start = docs_train_[rng.Next() % docs_train_.size()];
-    else start = static_cast<int64_t>(rng.Next() % uint64_t(split_ - T));
+    if (bos_)
+      start = docs_train_[rng.Next() % docs_train_.size()];
+    else
+      start = static_cast<int64_t>(rng.Next() % uint64_t(split_ - T));
     Window(start, T, bos_ || sink_token_, tokens + int64_t(b) * T, targets + int64_t(b) * T);
   }
 }
@@ -262,8 +269,10 @@ void TextData::ValBatch(int index, int B, int T, int* tokens, int* targets) cons
   for (int b = 0; b < B; ++b) {
     const int64_t k = int64_t(index) * B + b;
     int64_t start;
-    if (bos_) start = docs_val_[(k * 7919) % docs_val_.size()];
-    else start = split_ + (k * 104729) % (n_tokens_ - split_ - T);
+    if (bos_)
+      start = docs_val_[(k * 7919) % docs_val_.size()];
+    else
+      start = split_ + (k * 104729) % (n_tokens_ - split_ - T);
     Window(start, T, bos_ || sink_token_, tokens + int64_t(b) * T, targets + int64_t(b) * T);
   }
 }
@@ -271,7 +280,7 @@ void TextData::ValBatch(int index, int B, int T, int* tokens, int* targets) cons
 std::string TextData::Describe() const {
   return fmt::format("text {}: {} tokens ({} train), {} documents, windows {}", corpus_, n_tokens_,
                      split_, docs_train_.size() + docs_val_.size(),
-                     bos_         ? "at document starts with BOS"
+                     bos_          ? "at document starts with BOS"
                      : sink_token_ ? "at random offsets behind a sink token (BOS id 1)"
                                    : "at random offsets (no BOS)");
 }

@@ -49,8 +49,8 @@ class BigramBackcopy : public DataSource {
   int SampleFrom(const double* cdf, Rng& rng) const;
   int V_;
   bool bos_;
-  std::vector<double> cdf_;          // (V, V) cumulative transition rows
-  std::vector<double> start_cdf_;    // (V) stationary distribution over non-trigger tokens
+  std::vector<double> cdf_;        // (V, V) cumulative transition rows
+  std::vector<double> start_cdf_;  // (V) stationary distribution over non-trigger tokens
   std::vector<int> triggers_;
   std::vector<bool> is_trigger_;
 };

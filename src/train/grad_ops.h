@@ -40,8 +40,8 @@ inline void Gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, 
 
 // Runs two independent products a() and b() of `macs_each` multiply-adds each: side by side, one
 // per thread, when the process has exactly two threads, is not inside a parallel region and each
-// has at least 2^20 multiply-adds (OpenBLAS runs single-threaded inside a parallel region); else one
-// after the other, each split over the threads by OpenBLAS. At the trainer's widths (128-512)
+// has at least 2^20 multiply-adds (OpenBLAS runs single-threaded inside a parallel region); else
+// one after the other, each split over the threads by OpenBLAS. At the trainer's widths (128-512)
 // sgemm's own split of one product over two threads scales poorly, so two threads gain more from
 // two products at once (measured +10-14 % a training step for the backward pairs, +2-4 % more for
 // the forward ones). With more threads sgemm's own split is kept.
@@ -248,8 +248,8 @@ void AttentionForward(const Real* q, const Real* k, const Real* v, Real* probs, 
 template <typename Real>
 void AttentionBackward(const Real* dz, const Real* q, const Real* k, const Real* v,
                        const Real* probs, Real* dq, Real* dk, Real* dv, int B, int T, int H,
-                       int Hkv, int Dh, const AttnRows<Real>& rows = {}, Real* dslot_logits = nullptr,
-                       Real* dslot_values = nullptr) {
+                       int Hkv, int Dh, const AttnRows<Real>& rows = {},
+                       Real* dslot_logits = nullptr, Real* dslot_values = nullptr) {
   const int group = H / Hkv, qd = H * Dh, kvd = Hkv * Dh;
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(Dh));
   const AttnRule& rule = rows.Rule();
@@ -288,7 +288,8 @@ void AttentionBackward(const Real* dz, const Real* q, const Real* k, const Real*
             }
           }
         }
-        const Real dslot = rule.RowBackward(p, saved, ds, t + 1, rows.slot_logits ? &slot : nullptr);
+        const Real dslot =
+            rule.RowBackward(p, saved, ds, t + 1, rows.slot_logits ? &slot : nullptr);
         if (dslot_logits) dslot_logits[bh * T + t] = dslot;
         for (int j = t + 1; j < T; ++j) ds[j] = 0;
       }

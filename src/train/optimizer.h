@@ -20,7 +20,11 @@ double ClipGradNorm(std::vector<float>& grads, float max_norm);
 
 class AdamW {
  public:
-  void Init(int64_t n) { m.assign(n, 0.0f); v.assign(n, 0.0f); t = 0; }
+  void Init(int64_t n) {
+    m.assign(n, 0.0f);
+    v.assign(n, 0.0f);
+    t = 0;
+  }
   // One update of `params` from `grads` at learning rate lr. Decay only on tensors whose
   // ParamTensor::decay is set (matrices; not norm gains, not embeddings: docs/TRAINING.md).
   //   p <- p - lr * wd * p;  m <- b1 m + (1-b1) g;  v <- b2 v + (1-b2) g^2;

@@ -9,7 +9,8 @@ namespace ss::train {
 
 ParamLayout ParamLayout::Build(const TrainConfig& c) {
   ParamLayout p;
-  const int64_t D = c.dim, V = c.vocab_size, H = c.n_heads, Hkv = c.n_kv_heads, Dh = c.dim / c.n_heads;
+  const int64_t D = c.dim, V = c.vocab_size, H = c.n_heads, Hkv = c.n_kv_heads,
+                Dh = c.dim / c.n_heads;
   const int64_t F = c.EffectiveHiddenDim(), E = c.n_experts;
   auto add = [&](std::string name, std::vector<int64_t> shape, bool decay) {
     ParamTensor t;
@@ -41,13 +42,20 @@ ParamLayout ParamLayout::Build(const TrainConfig& c) {
     // The attention variant's tensors (model/attention.h), with their decay, and frozen when the
     // variant trains them not at all (softmax1).
     const AttnVariant& variant = FindAttnVariant(c.attention, "attention");
-    const AttnShape shape{1, 0, static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(Dh), static_cast<int>(D)};
+    const AttnShape shape{1,
+                          0,
+                          static_cast<int>(H),
+                          static_cast<int>(Hkv),
+                          static_cast<int>(Dh),
+                          static_cast<int>(D)};
     for (const AttnParam& a : variant.params) {
       o.attn.push_back(add(pre + a.hf, AttnParamShape(a.shape, shape), a.decay));
       p.tensors.back().frozen = variant.frozen;
-      p.tensors.back().rope_rows = a.rope_rows;  // dotted with the query: its dims follow q's layout
+      p.tensors.back().rope_rows =
+          a.rope_rows;  // dotted with the query: its dims follow q's layout
       if (a.rope_rows)
-        p.tensors.back().rope_heads = static_cast<int>(a.shape == AttnParam::Shape::kHeads ? H : Hkv);
+        p.tensors.back().rope_heads =
+            static_cast<int>(a.shape == AttnParam::Shape::kHeads ? H : Hkv);
     }
     if (c.qk_norm) {
       o.q_norm = add(pre + "self_attn.q_norm.weight", {Dh}, false);

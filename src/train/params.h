@@ -12,22 +12,23 @@
 namespace ss::train {
 
 struct ParamTensor {
-  std::string name;             // HF name: "model.layers.0.self_attn.q_proj.weight"
-  std::vector<int64_t> shape;   // as HF stores it, (out, in) for linear weights
-  int64_t offset = 0;           // into the flat array
+  std::string name;            // HF name: "model.layers.0.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;  // as HF stores it, (out, in) for linear weights
+  int64_t offset = 0;          // into the flat array
   int64_t numel = 0;
-  bool decay = false;           // AdamW weight decay applies (matrices only)
-  bool rope_rows = false;       // q_proj / k_proj: rows permuted on export for interleaved RoPE
-  int rope_heads = 0;           // heads in those rows
-  bool frozen = false;          // never trained (its gradient stays 0): softmax1's sink logits
+  bool decay = false;      // AdamW weight decay applies (matrices only)
+  bool rope_rows = false;  // q_proj / k_proj: rows permuted on export for interleaved RoPE
+  int rope_heads = 0;      // heads in those rows
+  bool frozen = false;     // never trained (its gradient stays 0): softmax1's sink logits
 };
 
 // Offsets of one layer's tensors in the flat array (-1 when absent).
 struct LayerOffsets {
   int64_t attn_norm = -1, wq = -1, wk = -1, wv = -1, wo = -1, q_norm = -1, k_norm = -1;
   std::vector<int64_t> attn;  // the attention variant's tensors, AttnVariant::params order
-  int64_t ffn_norm = -1, w1 = -1, w2 = -1, w3 = -1;          // dense SwiGLU
-  int64_t router = -1, ew1 = -1, ew2 = -1, ew3 = -1;         // MoE: (E, D), (E, F, D), (E, D, F), (E, F, D)
+  int64_t ffn_norm = -1, w1 = -1, w2 = -1, w3 = -1;  // dense SwiGLU
+  int64_t router = -1, ew1 = -1, ew2 = -1,
+          ew3 = -1;  // MoE: (E, D), (E, F, D), (E, D, F), (E, F, D)
 };
 
 struct ParamLayout {

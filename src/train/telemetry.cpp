@@ -53,9 +53,13 @@ SinkProfile MeasureSinkProfile(const Model& model, const std::vector<std::vector
 }
 
 nlohmann::json ToJson(const SinkProfile& p) {
-  nlohmann::json j = {{"sink_rate", p.sink_rate}, {"alpha0", p.alpha0}, {"alpha1", p.alpha1},
-                      {"p0_norm_ratio", p.p0_norm_ratio}, {"alpha0_heads", p.alpha0_heads},
-                      {"top_abs", p.top_abs}, {"top_abs_ratio", p.top_abs_ratio},
+  nlohmann::json j = {{"sink_rate", p.sink_rate},
+                      {"alpha0", p.alpha0},
+                      {"alpha1", p.alpha1},
+                      {"p0_norm_ratio", p.p0_norm_ratio},
+                      {"alpha0_heads", p.alpha0_heads},
+                      {"top_abs", p.top_abs},
+                      {"top_abs_ratio", p.top_abs_ratio},
                       {"top_abs_at_p0", p.top_abs_at_p0}};
   if (!p.alpha_sink.empty()) j["alpha_sink"] = p.alpha_sink;
   if (!p.alpha0_raw.empty()) {

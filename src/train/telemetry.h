@@ -18,21 +18,21 @@
 namespace ss::train {
 
 struct SinkProfile {
-  std::vector<double> sink_rate;      // (L)
-  std::vector<double> alpha0;         // (L) mean over heads
-  std::vector<double> alpha1;         // (L)
-  std::vector<double> p0_norm_ratio;  // (L)
+  std::vector<double> sink_rate;                  // (L)
+  std::vector<double> alpha0;                     // (L) mean over heads
+  std::vector<double> alpha1;                     // (L)
+  std::vector<double> p0_norm_ratio;              // (L)
   std::vector<std::vector<double>> alpha0_heads;  // (L, H)
   // attention=sink-logit (models with learned sink logits): mean over heads of the mass on the
   // sink slot, per layer. Empty otherwise.
-  std::vector<double> alpha_sink;     // (L)
+  std::vector<double> alpha_sink;  // (L)
   // attention=gated (models with an output gate): the gate's mean (over heads and dimensions) at
   // position 0 and over positions >= 1, per layer. Empty otherwise.
   std::vector<double> gate_p0, gate_rest;  // (L)
   // attention=sigmoid: alpha_0 and alpha_1 above are over each row's weights divided by their sum
   // (Gu et al.'s proxy); these are the weights themselves: the mean weight on position 0 and the
   // mean row sum (how much a query attends at all), over heads and queries. Empty otherwise.
-  std::vector<double> alpha0_raw, row_sum;  // (L)
+  std::vector<double> alpha0_raw, row_sum;     // (L)
   std::vector<double> top_abs, top_abs_ratio;  // (L) the largest |activation| and / its median
   std::vector<int> top_abs_at_p0;              // (L) 1 when it sits at position 0
 };

@@ -60,7 +60,8 @@ void TrainConfig::Validate(const std::string& src) const {
   auto positive = [&](const char* name, double v) {
     if (!(v > 0)) Fail("{}: '{}' must be positive, found {}", src, name, v);
   };
-  // The one domain check; q8_0 and native are ways to hold weights for inference, not to train them.
+  // The one domain check; q8_0 and native are ways to hold weights for inference, not to train
+  // them.
   if (const Precision p = ParsePrecision(precision, fmt::format("{}: 'precision'", src));
       p == Precision::kQ8_0 || p == Precision::kNative)
     Fail("{}: 'precision': {} holds weights for inference only; train at f32 or bf16", src,
@@ -79,8 +80,9 @@ void TrainConfig::Validate(const std::string& src) const {
   if (dim % n_heads != 0)
     Fail("{}: n_heads {} does not divide dim {} (head size must be an integer)", src, n_heads, dim);
   if (n_heads % n_kv_heads != 0)
-    Fail("{}: n_kv_heads {} does not divide n_heads {} (grouped-query attention needs whole groups)",
-         src, n_kv_heads, n_heads);
+    Fail(
+        "{}: n_kv_heads {} does not divide n_heads {} (grouped-query attention needs whole groups)",
+        src, n_kv_heads, n_heads);
   if ((dim / n_heads) % 2 != 0)
     Fail("{}: head size dim/n_heads = {} must be even for RoPE", src, dim / n_heads);
   if (rope != "half" && rope != "interleaved")
@@ -88,11 +90,15 @@ void TrainConfig::Validate(const std::string& src) const {
   if (hidden_dim < 0) Fail("{}: 'hidden_dim' must be >= 0, found {}", src, hidden_dim);
   FindAttnVariant(attention, src);  // a name model/attention.h lists
   if (sink_token && data == DataKind::kBigramBackcopy)
-    Fail("{}: sink_token=true: on Bigram-Backcopy the BOS token (--bos) already is a learned "
-         "token at position 0 of every sample; use --bos / --no-bos", src);
+    Fail(
+        "{}: sink_token=true: on Bigram-Backcopy the BOS token (--bos) already is a learned "
+        "token at position 0 of every sample; use --bos / --no-bos",
+        src);
   if (sink_token && bos)
-    Fail("{}: sink_token=true puts a learned token before windows at random offsets, bos=true "
-         "puts BOS before document starts: choose one (--no-bos with sink_token=true)", src);
+    Fail(
+        "{}: sink_token=true puts a learned token before windows at random offsets, bos=true "
+        "puts BOS before document starts: choose one (--no-bos with sink_token=true)",
+        src);
   if (n_experts < 0) Fail("{}: 'n_experts' must be >= 0, found {}", src, n_experts);
   if (n_experts > 0) {
     if (n_experts_per_tok < 1 || n_experts_per_tok > n_experts)
@@ -244,9 +250,12 @@ void ApplyJson(TrainConfig& c, const nlohmann::json& j, const std::string& src) 
   if (j.contains("data")) {
     std::string d;
     Get(j, "data", d, src);
-    if (d == "text") c.data = DataKind::kText;
-    else if (d == "bigram-backcopy") c.data = DataKind::kBigramBackcopy;
-    else Fail("{}: 'data' must be \"bigram-backcopy\" or \"text\", found \"{}\"", src, d);
+    if (d == "text")
+      c.data = DataKind::kText;
+    else if (d == "bigram-backcopy")
+      c.data = DataKind::kBigramBackcopy;
+    else
+      Fail("{}: 'data' must be \"bigram-backcopy\" or \"text\", found \"{}\"", src, d);
   }
   Get(j, "bos", c.bos, src);
   Get(j, "sink_token", c.sink_token, src);
@@ -285,7 +294,9 @@ TrainConfig ParseTrainConfig(std::string_view text, const std::string& source) {
   return c;
 }
 
-TrainConfig LoadTrainConfig(const std::string& path) { return ParseTrainConfig(ReadFile(path), path); }
+TrainConfig LoadTrainConfig(const std::string& path) {
+  return ParseTrainConfig(ReadFile(path), path);
+}
 
 std::vector<std::string> PresetNames() {
   return {"quick", "bigram-backcopy", "bigram-backcopy-nobos", "text", "moe-quick"};
@@ -296,34 +307,81 @@ TrainConfig Preset(const std::string& name) {
   if (name == "quick") {
     // A CPU check of about half a minute on an idle 2-core machine: Bigram-Backcopy with BOS,
     // 2 layers x 64 wide, 400 steps, four checkpoints (CI runs it end to end).
-    c.dim = 64; c.n_layers = 2; c.n_heads = 4; c.n_kv_heads = 2; c.vocab_size = 64;
-    c.batch_size = 16; c.seq_len = 64; c.steps = 400; c.warmup_steps = 20;
-    c.lr = 3e-3f; c.min_lr = 3e-4f; c.eval_every = 50; c.eval_batches = 1; c.checkpoint_every = 100;
+    c.dim = 64;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.vocab_size = 64;
+    c.batch_size = 16;
+    c.seq_len = 64;
+    c.steps = 400;
+    c.warmup_steps = 20;
+    c.lr = 3e-3f;
+    c.min_lr = 3e-4f;
+    c.eval_every = 50;
+    c.eval_batches = 1;
+    c.checkpoint_every = 100;
     c.out = "runs/quick";
   } else if (name == "bigram-backcopy" || name == "bigram-backcopy-nobos") {
     // Guo et al. 2024 (arXiv 2410.13835) train 1-3 layer models on Bigram-Backcopy with k = 3
     // triggers, AdamW (lr 3e-4, weight decay 1e-4, betas 0.9/0.99), batch 512, 10k steps; a
     // CPU-sized version: 3 layers, width 64, 4 heads, batch 32 x 64 tokens, a higher lr.
-    c.dim = 64; c.n_layers = 3; c.n_heads = 4; c.n_kv_heads = 4; c.vocab_size = 64;
-    c.bb_triggers = 3; c.batch_size = 32; c.seq_len = 64; c.steps = 2000; c.warmup_steps = 100;
-    c.lr = 3e-3f; c.min_lr = 3e-4f; c.beta2 = 0.99f; c.weight_decay = 1e-4f;
-    c.eval_every = 100; c.eval_batches = 2; c.checkpoint_every = 500;
+    c.dim = 64;
+    c.n_layers = 3;
+    c.n_heads = 4;
+    c.n_kv_heads = 4;
+    c.vocab_size = 64;
+    c.bb_triggers = 3;
+    c.batch_size = 32;
+    c.seq_len = 64;
+    c.steps = 2000;
+    c.warmup_steps = 100;
+    c.lr = 3e-3f;
+    c.min_lr = 3e-4f;
+    c.beta2 = 0.99f;
+    c.weight_decay = 1e-4f;
+    c.eval_every = 100;
+    c.eval_batches = 2;
+    c.checkpoint_every = 500;
     c.bos = name == "bigram-backcopy";
     c.out = c.bos ? "runs/bigram-backcopy" : "runs/bigram-backcopy-nobos";
   } else if (name == "text") {
     c.data = DataKind::kText;
     c.corpus = "../shared/data/corpora/tinyshakespeare.txt";
-    c.dim = 128; c.n_layers = 4; c.n_heads = 4; c.n_kv_heads = 4; c.vocab_size = 2048;
-    c.batch_size = 16; c.seq_len = 128; c.steps = 2000; c.warmup_steps = 100;
-    c.lr = 2e-3f; c.min_lr = 2e-4f; c.eval_every = 200; c.eval_batches = 4; c.checkpoint_every = 500;
+    c.dim = 128;
+    c.n_layers = 4;
+    c.n_heads = 4;
+    c.n_kv_heads = 4;
+    c.vocab_size = 2048;
+    c.batch_size = 16;
+    c.seq_len = 128;
+    c.steps = 2000;
+    c.warmup_steps = 100;
+    c.lr = 2e-3f;
+    c.min_lr = 2e-4f;
+    c.eval_every = 200;
+    c.eval_batches = 4;
+    c.checkpoint_every = 500;
     c.bos = false;
     c.out = "runs/text";
   } else if (name == "moe-quick") {
-    c.dim = 32; c.n_layers = 2; c.n_heads = 2; c.n_kv_heads = 1; c.vocab_size = 32;
-    c.n_experts = 4; c.n_experts_per_tok = 2; c.qk_norm = true; c.hidden_dim = 48;
+    c.dim = 32;
+    c.n_layers = 2;
+    c.n_heads = 2;
+    c.n_kv_heads = 1;
+    c.vocab_size = 32;
+    c.n_experts = 4;
+    c.n_experts_per_tok = 2;
+    c.qk_norm = true;
+    c.hidden_dim = 48;
     c.tied_embeddings = false;
-    c.batch_size = 8; c.seq_len = 32; c.steps = 60; c.warmup_steps = 6;
-    c.eval_every = 20; c.eval_batches = 1; c.checkpoint_every = 20;
+    c.batch_size = 8;
+    c.seq_len = 32;
+    c.steps = 60;
+    c.warmup_steps = 6;
+    c.eval_every = 20;
+    c.eval_batches = 1;
+    c.checkpoint_every = 20;
     c.out = "runs/moe-quick";
   } else {
     Fail("--preset: unknown preset '{}' (known: {})", name, fmt::join(PresetNames(), ", "));

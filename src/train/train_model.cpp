@@ -1,6 +1,5 @@
 #include "train/train_model.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -33,11 +32,11 @@ void TrainModel<Real>::Linear(const Real* x, const Real* w, Real* y, int N, int 
   LinearForward(x, w, y, N, in, out);
 }
 
-// Two projections of the same x (q and k, the MLP's gate and up) through RunSideBySide (grad_ops.h),
-// except on bf16 weights, whose products are not sgemm's.
+// Two projections of the same x (q and k, the MLP's gate and up) through RunSideBySide
+// (grad_ops.h), except on bf16 weights, whose products are not sgemm's.
 template <typename Real>
-void TrainModel<Real>::LinearPair(const Real* x, const Real* wa, Real* ya, int out_a, const Real* wb,
-                                  Real* yb, int out_b, int N, int in) {
+void TrainModel<Real>::LinearPair(const Real* x, const Real* wa, Real* ya, int out_a,
+                                  const Real* wb, Real* yb, int out_b, int N, int in) {
   bool packed = false;
   if constexpr (std::is_same_v<Real, float>) packed = bf16_;
   if (packed) {
@@ -45,8 +44,9 @@ void TrainModel<Real>::LinearPair(const Real* x, const Real* wa, Real* ya, int o
     Linear(x, wb, yb, N, in, out_b);
     return;
   }
-  RunSideBySide(int64_t(N) * in * std::min(out_a, out_b), [&] { LinearForward(x, wa, ya, N, in, out_a); },
-                [&] { LinearForward(x, wb, yb, N, in, out_b); });
+  RunSideBySide(
+      int64_t(N) * in * std::min(out_a, out_b), [&] { LinearForward(x, wa, ya, N, in, out_a); },
+      [&] { LinearForward(x, wb, yb, N, in, out_b); });
 }
 
 template <typename Real>
@@ -241,7 +241,8 @@ double TrainModel<Real>::Forward(const int* tokens, const int* targets) {
     // The variant's slot logits: from the query before RoPE (kv-bias), or each head's logit.
     if (variant_.slot == AttnSlot::kPerQuery) {
       std::copy(a.q.begin(), a.q.end(), a.q_unrot.begin());
-      variant_.Ops<Real>().slot_logits(AttnParams(l).data(), a.q_unrot.data(), a.slot_logits.data(), Shape());
+      variant_.Ops<Real>().slot_logits(AttnParams(l).data(), a.q_unrot.data(), a.slot_logits.data(),
+                                       Shape());
     } else if (variant_.slot == AttnSlot::kPerHead) {
       BroadcastHeadSlot(P + o.attn[0], a.slot_logits.data(), Shape());
     }
@@ -324,7 +325,8 @@ void TrainModel<Real>::MoeForward(int l, const Real* in, Real* out) {
     Resize(a.ex_y[e], int64_t(ne) * D);
     if (ne == 0) continue;
     for (int r = 0; r < ne; ++r)
-      std::memcpy(&a.ex_in[e][int64_t(r) * D], in + int64_t(a.rows[e][r] / K) * D, sizeof(Real) * D);
+      std::memcpy(&a.ex_in[e][int64_t(r) * D], in + int64_t(a.rows[e][r] / K) * D,
+                  sizeof(Real) * D);
     LinearForward(a.ex_in[e].data(), P + o.ew1 + int64_t(e) * F * D, a.ex_h1[e].data(), ne, D, F);
     LinearForward(a.ex_in[e].data(), P + o.ew3 + int64_t(e) * F * D, a.ex_h3[e].data(), ne, D, F);
     SwigluForward(a.ex_h1[e].data(), a.ex_h3[e].data(), a.ex_g[e].data(), int64_t(ne) * F);
@@ -335,8 +337,8 @@ void TrainModel<Real>::MoeForward(int l, const Real* in, Real* out) {
     Real* orow = out + int64_t(n) * D;
     for (int j = 0; j < K; ++j) {
       const int e = a.topk_expert[int64_t(n) * K + j];
-      const int r = static_cast<int>(std::lower_bound(a.rows[e].begin(), a.rows[e].end(), n * K + j) -
-                                     a.rows[e].begin());
+      const int r = static_cast<int>(
+          std::lower_bound(a.rows[e].begin(), a.rows[e].end(), n * K + j) - a.rows[e].begin());
       const Real w = a.topk_weight[int64_t(n) * K + j];
       const Real* y = &a.ex_y[e][int64_t(r) * D];
       for (int d = 0; d < D; ++d) orow[d] += w * y[d];
@@ -393,7 +395,8 @@ void TrainModel<Real>::MoeBackward(int l, const Real* dout, Real* din) {
     Resize(dxe, int64_t(ne) * D);
     LinearBackward(dy.data(), a.ex_g[e].data(), P + o.ew2 + int64_t(e) * D * F, dg.data(),
                    G + o.ew2 + int64_t(e) * D * F, ne, F, D);
-    SwigluBackward(dg.data(), a.ex_h1[e].data(), a.ex_h3[e].data(), dh1.data(), dh3.data(), int64_t(ne) * F);
+    SwigluBackward(dg.data(), a.ex_h1[e].data(), a.ex_h3[e].data(), dh1.data(), dh3.data(),
+                   int64_t(ne) * F);
     LinearBackward(dh1.data(), a.ex_in[e].data(), P + o.ew1 + int64_t(e) * F * D, dxe.data(),
                    G + o.ew1 + int64_t(e) * F * D, ne, D, F);
     LinearBackward(dh3.data(), a.ex_in[e].data(), P + o.ew3 + int64_t(e) * F * D, dxe.data(),
@@ -423,7 +426,8 @@ void TrainModel<Real>::MoeBackward(int l, const Real* dout, Real* din) {
       for (int j = 0; j < K; ++j)
         dp[a.topk_expert[int64_t(n) * K + j]] += (dweight[int64_t(n) * K + j] - dot) / S;
     } else {
-      for (int j = 0; j < K; ++j) dp[a.topk_expert[int64_t(n) * K + j]] += dweight[int64_t(n) * K + j];
+      for (int j = 0; j < K; ++j)
+        dp[a.topk_expert[int64_t(n) * K + j]] += dweight[int64_t(n) * K + j];
     }
     Real sum = 0;
     for (int e = 0; e < E; ++e) sum += p[e] * dp[e];
@@ -444,7 +448,8 @@ void TrainModel<Real>::Backward() {
   // Head.
   CrossEntropyBackward(probs_.data(), targets_.data(), N, V, Real(1) / N);
   std::fill(dxn_.begin(), dxn_.end(), Real(0));
-  LinearBack(probs_.data(), xnf_.data(), P + layout_.lm_head, dxn_.data(), G + layout_.lm_head, N, D, V);
+  LinearBack(probs_.data(), xnf_.data(), P + layout_.lm_head, dxn_.data(), G + layout_.lm_head, N,
+             D, V);
   std::fill(dx_.begin(), dx_.end(), Real(0));
   RmsNormBackward(dxn_.data(), x_final_.data(), P + layout_.final_norm, rstdf_.data(), dx_.data(),
                   G + layout_.final_norm, N, D);
@@ -457,7 +462,8 @@ void TrainModel<Real>::Backward() {
     std::fill(dxn_.begin(), dxn_.end(), Real(0));
     if (E_ == 0) {
       LinearBack(dx_.data(), a.g.data(), P + o.w2, dg_.data(), G + o.w2, N, F, D);
-      SwigluBackward(dg_.data(), a.h1.data(), a.h3.data(), dh1_.data(), dh3_.data(), int64_t(N) * F);
+      SwigluBackward(dg_.data(), a.h1.data(), a.h3.data(), dh1_.data(), dh3_.data(),
+                     int64_t(N) * F);
       LinearBack(dh1_.data(), a.xn2.data(), P + o.w1, dxn_.data(), G + o.w1, N, D, F);
       LinearBack(dh3_.data(), a.xn2.data(), P + o.w3, dxn_.data(), G + o.w3, N, D, F, true);
     } else {
@@ -467,19 +473,24 @@ void TrainModel<Real>::Backward() {
                     G + o.ffn_norm, N, D);
     // Attention: x_mid = x_in + Wo z.
     const bool gated = variant_.gate_param >= 0;
-    LinearBack(dx_.data(), gated ? a.zg.data() : a.z.data(), P + o.wo, dz_.data(), G + o.wo, N, qd, D);
-    if (gated) variant_.Ops<Real>().gate_backward(a.gate.data(), a.z.data(), dz_.data(), dgate_.data(), int64_t(N) * qd);
+    LinearBack(dx_.data(), gated ? a.zg.data() : a.z.data(), P + o.wo, dz_.data(), G + o.wo, N, qd,
+               D);
+    if (gated)
+      variant_.Ops<Real>().gate_backward(a.gate.data(), a.z.data(), dz_.data(), dgate_.data(),
+                                         int64_t(N) * qd);
     const bool slot = variant_.slot != AttnSlot::kNone;
     AttentionBackward(dz_.data(), a.q.data(), a.k.data(), a.v.data(), a.probs.data(), dq_.data(),
-                      dk_.data(), dv_.data(), B_, T_, H, Hkv, Dh, Rows(l), slot ? dslot_.data() : nullptr,
+                      dk_.data(), dv_.data(), B_, T_, H, Hkv, Dh, Rows(l),
+                      slot ? dslot_.data() : nullptr,
                       variant_.slot_value >= 0 ? G + o.attn[variant_.slot_value] : nullptr);
     RopeApply(dq_.data(), rope_, N, H, Dh, rope_kind_, true);
     RopeApply(dk_.data(), rope_, N, Hkv, Dh, rope_kind_, true);
     // The slot logits' gradient: into the unrotated query and the variant's tensors (kv-bias), or
     // summed into each head's logit.
     if (variant_.slot == AttnSlot::kPerQuery)
-      variant_.Ops<Real>().slot_logits_backward(AttnParams(l).data(), a.q_unrot.data(), dslot_.data(),
-                                                dq_.data(), AttnGrads(l).data(), Shape());
+      variant_.Ops<Real>().slot_logits_backward(AttnParams(l).data(), a.q_unrot.data(),
+                                                dslot_.data(), dq_.data(), AttnGrads(l).data(),
+                                                Shape());
     else if (variant_.slot == AttnSlot::kPerHead)
       HeadSlotBackward(dslot_.data(), G + o.attn[0], Shape());
     std::fill(dxn_.begin(), dxn_.end(), Real(0));
@@ -521,8 +532,16 @@ std::string TrainModel<Real>::FirstNonFiniteActivation() const {
   for (size_t l = 0; l < acts_.size(); ++l) {
     const LayerActs& a = acts_[l];
     const std::pair<const char*, const std::vector<Real>*> items[] = {
-        {"resid_pre", &a.x_in}, {"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"attn_probs", &a.probs},
-        {"z", &a.z}, {"attn_gate", &a.gate}, {"resid_mid", &a.x_mid}, {"mlp_hidden", &a.g}, {"router_probs", &a.router_probs}};
+        {"resid_pre", &a.x_in},
+        {"q", &a.q},
+        {"k", &a.k},
+        {"v", &a.v},
+        {"attn_probs", &a.probs},
+        {"z", &a.z},
+        {"attn_gate", &a.gate},
+        {"resid_mid", &a.x_mid},
+        {"mlp_hidden", &a.g},
+        {"router_probs", &a.router_probs}};
     for (const auto& [name, vec] : items)
       if (!AllFinite(*vec)) return "blocks." + std::to_string(l) + "." + name;
   }

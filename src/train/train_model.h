@@ -7,10 +7,10 @@
 // finite-difference gradient checks. Parameters and gradients are flat arrays (train/params.h).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
-#include <cmath>
 #include <vector>
 
 #include "model/attention.h"
@@ -89,12 +89,12 @@ class TrainModel {
     std::vector<Real> xn2, rstd2;           // (N, D), (N)
     std::vector<Real> h1, h3, g;            // dense: (N, F) each
     // MoE
-    std::vector<Real> router_probs;         // (N, E)
-    std::vector<int> topk_expert;           // (N, k)
-    std::vector<Real> topk_weight;          // (N, k) the weights applied
-    std::vector<std::vector<int>> rows;     // per expert: token*k + slot routed to it, ascending
+    std::vector<Real> router_probs;      // (N, E)
+    std::vector<int> topk_expert;        // (N, k)
+    std::vector<Real> topk_weight;       // (N, k) the weights applied
+    std::vector<std::vector<int>> rows;  // per expert: token*k + slot routed to it, ascending
     std::vector<std::vector<Real>> ex_in, ex_h1, ex_h3, ex_g, ex_y;  // per expert (n_e, D|F)
-    std::vector<Real> counts;               // (E) routed assignments per expert, global batch
+    std::vector<Real> counts;  // (E) routed assignments per expert, global batch
   };
 
   // Layer l's rows for AttentionForward / AttentionBackward, and its variant tensors (data, grads).
@@ -113,11 +113,11 @@ class TrainModel {
   RopeTable rope_;
   std::vector<int> tokens_, targets_;
   std::vector<LayerActs> acts_;
-  std::vector<Real> x_final_, xnf_, rstdf_;   // (N, D), (N, D), (N)
-  std::vector<Real> probs_;                   // (N, V) logits -> probabilities -> dlogits
+  std::vector<Real> x_final_, xnf_, rstdf_;  // (N, D), (N, D), (N)
+  std::vector<Real> probs_;                  // (N, V) logits -> probabilities -> dlogits
   // backward scratch
   std::vector<Real> dx_, dxn_, dq_, dk_, dv_, dz_, dh1_, dh3_, dg_, dtmp_, dgate_;
-  std::vector<Real> dslot_;                   // a slot: (B, H, T) its logits' gradient
+  std::vector<Real> dslot_;  // a slot: (B, H, T) its logits' gradient
   double ce_loss_ = 0, aux_loss_ = 0;
   bool bf16_ = false;  // config.precision == "bf16" (TrainModel<float> only)
   Bf16Linear bf16_linear_;

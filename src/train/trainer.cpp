@@ -1,24 +1,23 @@
 #include "train/trainer.h"
 
-#include "kernels/parallel.h"
-
 #include <cblas.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <limits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <fstream>
+#include <limits>
 #include <memory>
 
 #include "common/error.h"
 #include "common/file_util.h"
+#include "kernels/parallel.h"
 #include "report/report.h"
 #include "train/checkpoint.h"
 #include "train/comm.h"
@@ -147,19 +146,23 @@ class TrainingRun {
     PrepareData();
     InitModel();
     OpenLogs();
-    report::Progress progress("train", int64_t(config_.steps - result_.start_step) * B_ * T_, "tok");
+    report::Progress progress("train", int64_t(config_.steps - result_.start_step) * B_ * T_,
+                              "tok");
     const auto wall_start = std::chrono::steady_clock::now();
     for (int step = result_.start_step; step < config_.steps; ++step) {
       Step(step);
       const int done = step + 1;
-      if (!options_.quiet && comm_.is_root()) progress.Update(int64_t(done - result_.start_step) * B_ * T_);
-      if (done % config_.eval_every == 0 || done == config_.steps) Evaluate(done, result_.losses.back());
+      if (!options_.quiet && comm_.is_root())
+        progress.Update(int64_t(done - result_.start_step) * B_ * T_);
+      if (done % config_.eval_every == 0 || done == config_.steps)
+        Evaluate(done, result_.losses.back());
       if (done % config_.checkpoint_every == 0 || done == config_.steps) Checkpoint(done);
       if (options_.stop_after > 0 && done == options_.stop_after) break;
     }
     if (!options_.quiet && comm_.is_root()) progress.Finish();
     result_.end_step = result_.start_step + static_cast<int>(result_.losses.size());
-    result_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+    result_.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
     result_.tokens_per_second =
         train_seconds_ > 0 ? double(result_.losses.size()) * B_ * T_ / train_seconds_ : 0;
     Log(fmt::format("train: {} steps in {:.1f} s, {:.0f} tokens/s (training only); {}",
@@ -181,14 +184,15 @@ class TrainingRun {
     // Weights, gradients and AdamW's two moments: 16 bytes a parameter (activations come on top).
     // Refused before anything is allocated, rather than failing inside an allocation.
     const double D = config_.dim, Dh = D / config_.n_heads, F = config_.EffectiveHiddenDim();
-    const double params =
-        2 * D * config_.vocab_size +
-        config_.n_layers * (D * Dh * 2 * (config_.n_heads + config_.n_kv_heads) +
-                            3 * D * F * std::max(1, config_.n_experts));
+    const double params = 2 * D * config_.vocab_size +
+                          config_.n_layers * (D * Dh * 2 * (config_.n_heads + config_.n_kv_heads) +
+                                              3 * D * F * std::max(1, config_.n_experts));
     const double bytes = 16 * params;
-    CheckMemory(bytes < 1.8e19 ? static_cast<uint64_t>(bytes) : std::numeric_limits<uint64_t>::max(),
-                fmt::format("the model of this config (about {:.3g} parameters, 16 bytes each for "
-                            "training)", params));
+    CheckMemory(
+        bytes < 1.8e19 ? static_cast<uint64_t>(bytes) : std::numeric_limits<uint64_t>::max(),
+        fmt::format("the model of this config (about {:.3g} parameters, 16 bytes each for "
+                    "training)",
+                    params));
     if (config_.batch_size % comm_.size() != 0)
       Fail("batch_size {} is not divisible by the {} MPI ranks (the global batch is split evenly)",
            config_.batch_size, comm_.size());
@@ -211,11 +215,15 @@ class TrainingRun {
     const TrainConfig saved = ReadCheckpointConfig(resume_dir_);
     const auto diff = IncompatibleFields(saved, config_);
     if (!diff.empty())
-      Fail("--resume: {} was trained with a different configuration ({} differ: checkpoint {} vs now {})",
-           resume_dir_, fmt::join(diff, ", "), ToJson(saved)[diff[0]].dump(), ToJson(config_)[diff[0]].dump());
+      Fail(
+          "--resume: {} was trained with a different configuration ({} differ: checkpoint {} vs "
+          "now {})",
+          resume_dir_, fmt::join(diff, ", "), ToJson(saved)[diff[0]].dump(),
+          ToJson(config_)[diff[0]].dump());
   }
 
-  // The data source: rank 0 prepares it (a text corpus is tokenised once), then every rank opens it.
+  // The data source: rank 0 prepares it (a text corpus is tokenised once), then every rank opens
+  // it.
   void PrepareData() {
     if (comm_.is_root()) data_ = MakeDataSource(config_, config_.out, &tokenizer_);
     comm_.Barrier();
@@ -266,13 +274,14 @@ class TrainingRun {
       }
     }
     const TrainConfig& c = config_;
-    Log(fmt::format("train: {} | {} params | {} layers x {} wide, {} heads ({} kv){} | batch {} x {} "
-                    "| {} steps{}{}{}",
-                    data_->Describe(), model_->layout().total, c.n_layers, c.dim, c.n_heads, c.n_kv_heads,
-                    c.n_experts ? fmt::format(", {} experts top-{}", c.n_experts, c.n_experts_per_tok) : "",
-                    B_, T_, c.steps, comm_.size() > 1 ? fmt::format(" | {} MPI ranks", comm_.size()) : "",
-                    c.precision == "bf16" ? " | bf16 products" : "",
-                    resume_dir_.empty() ? "" : " | resumed from " + resume_dir_));
+    Log(fmt::format(
+        "train: {} | {} params | {} layers x {} wide, {} heads ({} kv){} | batch {} x {} "
+        "| {} steps{}{}{}",
+        data_->Describe(), model_->layout().total, c.n_layers, c.dim, c.n_heads, c.n_kv_heads,
+        c.n_experts ? fmt::format(", {} experts top-{}", c.n_experts, c.n_experts_per_tok) : "", B_,
+        T_, c.steps, comm_.size() > 1 ? fmt::format(" | {} MPI ranks", comm_.size()) : "",
+        c.precision == "bf16" ? " | bf16 products" : "",
+        resume_dir_.empty() ? "" : " | resumed from " + resume_dir_));
   }
 
   // One update: a batch, forward, backward, the ranks' mean, clipping and AdamW; a non-finite loss
@@ -289,9 +298,10 @@ class TrainingRun {
         for (int64_t i = 0; i < t.numel && where.empty(); ++i)
           if (!std::isfinite(model.params[t.offset + i])) where = "parameter " + t.name;
       if (where.empty()) where = "activation " + model.FirstNonFiniteActivation();
-      Fail("step {}: the loss is {} (first non-finite tensor: {}); stopped without saving, the last "
-           "good checkpoint is {}",
-           step + 1, loss, where, LastGoodCheckpoint());
+      Fail(
+          "step {}: the loss is {} (first non-finite tensor: {}); stopped without saving, the last "
+          "good checkpoint is {}",
+          step + 1, loss, where, LastGoodCheckpoint());
     }
     model.Backward();
     comm_.AllReduceMean(model.grads.data(), int64_t(model.grads.size()));
@@ -301,9 +311,10 @@ class TrainingRun {
       for (const ParamTensor& t : model.layout().tensors)
         for (int64_t i = 0; i < t.numel && where == "?"; ++i)
           if (!std::isfinite(model.grads[t.offset + i])) where = t.name;
-      Fail("step {}: the gradient norm is {} (first non-finite gradient: {}); stopped without "
-           "saving, the last good checkpoint is {}",
-           step + 1, norm, where, LastGoodCheckpoint());
+      Fail(
+          "step {}: the gradient norm is {} (first non-finite gradient: {}); stopped without "
+          "saving, the last good checkpoint is {}",
+          step + 1, norm, where, LastGoodCheckpoint());
     }
     const double lr = LearningRate(config_, step);
     adam_.Step(model.params, model.grads, model.layout(), config_, lr);
@@ -311,8 +322,8 @@ class TrainingRun {
     train_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result_.losses.push_back(loss);
     if (comm_.is_root())
-      AppendLine(loss_log_, fmt::format("{}\t{:.17g}\t{:.9g}\t{:.9g}\t{:.6g}\t{:.6g}", step + 1, loss,
-                                        model.ce_loss(), model.aux_loss(), lr, norm));
+      AppendLine(loss_log_, fmt::format("{}\t{:.17g}\t{:.9g}\t{:.9g}\t{:.6g}\t{:.6g}", step + 1,
+                                        loss, model.ce_loss(), model.aux_loss(), lr, norm));
   }
 
   std::string LastGoodCheckpoint() const {
@@ -362,8 +373,8 @@ class TrainingRun {
     for (auto it = pj.begin(); it != pj.end(); ++it) j[it.key()] = it.value();
     AppendLine(telemetry_log_, j.dump());
     Log(fmt::format("step {:>6} | train {:.4f} | val {:.4f} | sink@0.3{}| a0{}| p0 ratio{}", step,
-                    train_loss, val, Join(profile.sink_rate, " {:.2f}"), Join(profile.alpha0, " {:.2f}"),
-                    Join(profile.p0_norm_ratio, " {:.1f}")));
+                    train_loss, val, Join(profile.sink_rate, " {:.2f}"),
+                    Join(profile.alpha0, " {:.2f}"), Join(profile.p0_norm_ratio, " {:.1f}")));
   }
 
   void Checkpoint(int step) {
@@ -376,7 +387,8 @@ class TrainingRun {
       s.params = model_->params;
       s.adam_m = adam_.m;
       s.adam_v = adam_.v;
-      result_.last_checkpoint = SaveCheckpoint(config_.out, config_, model_->layout(), s, tokenizer_);
+      result_.last_checkpoint =
+          SaveCheckpoint(config_.out, config_, model_->layout(), s, tokenizer_);
       Log(fmt::format("checkpoint {}", result_.last_checkpoint));
     }
     comm_.Barrier();
@@ -388,9 +400,9 @@ class TrainingRun {
   std::string resume_dir_, tokenizer_, loss_log_, telemetry_log_;
   std::unique_ptr<DataSource> data_;
   const BigramBackcopy* backcopy_ = nullptr;
-  int B_ = 0, T_ = 0;                  // the global batch
-  size_t local_off_ = 0;               // this rank's first token in a batch
-  int local_n_ = 0;                    // tokens of this rank in a batch
+  int B_ = 0, T_ = 0;     // the global batch
+  size_t local_off_ = 0;  // this rank's first token in a batch
+  int local_n_ = 0;       // tokens of this rank in a batch
   std::unique_ptr<TrainModel<float>> model_;
   AdamW adam_;
   Rng data_rng_{0};
@@ -411,7 +423,8 @@ double EvaluateCheckpoint(const std::string& step_dir, int batches) {
   const Model model = LoadCheckpointModel(step_dir);
   std::unique_ptr<DataSource> data;
   if (config.data == DataKind::kBigramBackcopy) {
-    data = std::make_unique<BigramBackcopy>(config.vocab_size, config.bb_triggers, config.bb_seed, config.bos);
+    data = std::make_unique<BigramBackcopy>(config.vocab_size, config.bb_triggers, config.bb_seed,
+                                            config.bos);
   } else {
     // Text: the token files of the run the checkpoint came from.
     const std::string dir = fs::path(step_dir).parent_path().string() + "/data";

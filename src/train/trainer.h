@@ -21,9 +21,9 @@
 namespace ss::train {
 
 struct TrainerOptions {
-  std::string resume;       // a run directory (newest checkpoint) or a step-<N> directory
-  int stop_after = 0;       // > 0: return after this step without the final checkpoint (tests)
-  bool quiet = false;       // no terminal lines (tests)
+  std::string resume;  // a run directory (newest checkpoint) or a step-<N> directory
+  int stop_after = 0;  // > 0: return after this step without the final checkpoint (tests)
+  bool quiet = false;  // no terminal lines (tests)
   // A fresh run (no `resume`) refuses an out directory that is not empty, so that an earlier
   // run's logs are not truncated and its checkpoints not mixed with new ones; `overwrite` removes
   // the earlier run's files (PrepareRunDirectory) and starts over.
@@ -31,13 +31,13 @@ struct TrainerOptions {
 };
 
 struct TrainResult {
-  int start_step = 0;             // steps already done before this call (resume)
+  int start_step = 0;  // steps already done before this call (resume)
   int end_step = 0;
-  std::vector<double> losses;     // training loss of steps start_step+1 .. end_step
-  double val_loss = 0;            // at the last evaluation
-  int val_step = 0;               // the step of that evaluation; 0: no evaluation ran
+  std::vector<double> losses;  // training loss of steps start_step+1 .. end_step
+  double val_loss = 0;         // at the last evaluation
+  int val_step = 0;            // the step of that evaluation; 0: no evaluation ran
   std::string last_checkpoint;
-  double tokens_per_second = 0;   // training throughput (excluding evaluation and checkpoints)
+  double tokens_per_second = 0;  // training throughput (excluding evaluation and checkpoints)
   double seconds = 0;
 };
 
