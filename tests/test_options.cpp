@@ -35,7 +35,9 @@ struct Verbs {
     serve::RegisterServe(app);
     AddRuntimeOptions(app);
   }
-  std::vector<CLI::App*> all() { return app.get_subcommands([](CLI::App*) { return true; }); }
+  std::vector<CLI::App*> all() {
+    return app.get_subcommands([](CLI::App*) { return true; });
+  }
   CLI::App* verb(const std::string& name) { return app.get_subcommand(name); }
 };
 
@@ -146,7 +148,8 @@ TEST(Options, EveryTableEntryIsTakenByTwoVerbsOrGroupedWithOnesThatAre) {
   std::map<std::string, int> users;
   for (CLI::App* verb : verbs.all())
     for (const CLI::Option* option : Flags(verb))
-      if (const OptionSpec* spec = EntryOf(option); spec && !OwnMeaningOf(verb->get_name(), option->get_name()))
+      if (const OptionSpec* spec = EntryOf(option);
+          spec && !OwnMeaningOf(verb->get_name(), option->get_name()))
         ++users[spec->names];
   for (const OptionSpec& spec : OptionTable()) {
     EXPECT_GE(users[spec.names], 1) << spec.names << " is in the table but no verb takes it";

@@ -15,15 +15,24 @@ namespace ss::cli {
 
 const char* OptionGroupName(OptionGroup group) {
   switch (group) {
-    case OptionGroup::kModel: return "Model";
-    case OptionGroup::kInput: return "Input";
-    case OptionGroup::kSamples: return "Samples";
-    case OptionGroup::kSinks: return "Sink metrics";
-    case OptionGroup::kSampling: return "Sampling";
-    case OptionGroup::kCache: return "KV cache";
-    case OptionGroup::kOutput: return "Output";
-    case OptionGroup::kRuntime: return "Runtime";
-    case OptionGroup::kVerb: return "Options";
+    case OptionGroup::kModel:
+      return "Model";
+    case OptionGroup::kInput:
+      return "Input";
+    case OptionGroup::kSamples:
+      return "Samples";
+    case OptionGroup::kSinks:
+      return "Sink metrics";
+    case OptionGroup::kSampling:
+      return "Sampling";
+    case OptionGroup::kCache:
+      return "KV cache";
+    case OptionGroup::kOutput:
+      return "Output";
+    case OptionGroup::kRuntime:
+      return "Runtime";
+    case OptionGroup::kVerb:
+      return "Options";
   }
   return "Options";
 }
@@ -124,7 +133,8 @@ bool HasName(const OptionSpec& spec, std::string_view name) {
 template <typename T>
 CLI::Option* Declare(CLI::App* cmd, std::string_view name, T* value, std::string_view note) {
   const OptionSpec& spec = FindOption(name);
-  CLI::Option* option = cmd->add_option(spec.names, *value, OptionHelp(spec, cmd->get_name(), note));
+  CLI::Option* option =
+      cmd->add_option(spec.names, *value, OptionHelp(spec, cmd->get_name(), note));
   option->group(OptionGroupName(spec.group));
   if (!spec.default_text.empty() || spec.verb_default) option->capture_default_str();
   return option;
@@ -145,8 +155,7 @@ const OptionSpec& FindOption(std::string_view name) {
 
 std::string OptionHelp(const OptionSpec& spec, std::string_view verb, std::string_view note) {
   std::string help = spec.help;
-  if (const size_t at = help.find("{verb}"); at != std::string::npos)
-    help.replace(at, 6, verb);
+  if (const size_t at = help.find("{verb}"); at != std::string::npos) help.replace(at, 6, verb);
   if (!note.empty()) help += fmt::format("; {}", note);
   return help;
 }
@@ -168,8 +177,7 @@ CLI::Option* AddOption(CLI::App* cmd, std::string_view name, std::string* value,
 CLI::Option* AddOption(CLI::App* cmd, std::string_view name, int* value, std::string_view note) {
   return Declare(cmd, name, value, note);
 }
-CLI::Option* AddOption(CLI::App* cmd, std::string_view name, double* value,
-                       std::string_view note) {
+CLI::Option* AddOption(CLI::App* cmd, std::string_view name, double* value, std::string_view note) {
   return Declare(cmd, name, value, note);
 }
 CLI::Option* AddOption(CLI::App* cmd, std::string_view name, float* value, std::string_view note) {
@@ -225,7 +233,8 @@ CLI::Option* AddSeedOption(CLI::App* cmd, std::function<void(uint64_t)> set, std
 
 void SampleOptions::Add(CLI::App* cmd, int default_samples, bool prompt_and_tokens) {
   samples = default_samples;
-  const char* windows = "random windows are cut from it (default: the shipped data/default_text.txt)";
+  const char* windows =
+      "random windows are cut from it (default: the shipped data/default_text.txt)";
   InputFlags flags;
   flags.text = &text_file;
   flags.text_note = windows;
@@ -289,7 +298,8 @@ void CacheOptions::Add(CLI::App* cmd, std::string_view policy_note, std::string_
   kv.Add(cmd);
 }
 
-stream::StreamOptions CacheOptions::Options(const std::string& name, const std::string& flag) const {
+stream::StreamOptions CacheOptions::Options(const std::string& name,
+                                            const std::string& flag) const {
   stream::StreamOptions o;
   o.policy = stream::ParsePolicy(name, flag);
   o.sinks = sinks;

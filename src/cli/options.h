@@ -14,7 +14,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -30,25 +29,25 @@ namespace ss::cli {
 
 // The groups, in the order their headings come in --help (after the verb's own "Options").
 enum class OptionGroup {
-  kModel,      // --model, --tokenizer, --precision
-  kInput,      // --prompt, --text, --tokens, --no-bos
-  kSamples,    // analyze, explain, trace: --samples, --length, --seed, --conditions
-  kSinks,      // analyze, explain, trace: --eps, --first-k, --onset-threshold, ...
-  kSampling,   // generate, chat: --temperature, --top-p, --seed
-  kCache,      // generate, chat, stream: --policy, --sinks, --window, --force, --kv-*
-  kOutput,     // --json, --html
-  kRuntime,    // every verb: --threads
-  kVerb,       // the verb's own flags ("Options"), for a table flag placed among them (train's --seed)
+  kModel,     // --model, --tokenizer, --precision
+  kInput,     // --prompt, --text, --tokens, --no-bos
+  kSamples,   // analyze, explain, trace: --samples, --length, --seed, --conditions
+  kSinks,     // analyze, explain, trace: --eps, --first-k, --onset-threshold, ...
+  kSampling,  // generate, chat: --temperature, --top-p, --seed
+  kCache,     // generate, chat, stream: --policy, --sinks, --window, --force, --kv-*
+  kOutput,    // --json, --html
+  kRuntime,   // every verb: --threads
+  kVerb,  // the verb's own flags ("Options"), for a table flag placed among them (train's --seed)
 };
 const char* OptionGroupName(OptionGroup group);  // the heading: "Model", "Cache", ...
 
 struct OptionSpec {
-  std::string names;         // as CLI11 takes them: "--onset-threshold,--onset-rate"
+  std::string names;  // as CLI11 takes them: "--onset-threshold,--onset-rate"
   OptionGroup group;
-  std::string help;          // "{verb}" stands for the verb's name
-  std::string default_text;  // as --help shows it; empty: none, or the verb's own (verb_default)
-  bool verb_default = false; // each verb sets its default (--samples, --temperature, --seed, ...)
-  bool is_flag = false;      // takes no value
+  std::string help;           // "{verb}" stands for the verb's name
+  std::string default_text;   // as --help shows it; empty: none, or the verb's own (verb_default)
+  bool verb_default = false;  // each verb sets its default (--samples, --temperature, --seed, ...)
+  bool is_flag = false;       // takes no value
 
   OptionSpec(std::string names_, OptionGroup group_, std::string help_,
              std::string default_text_ = {}, bool verb_default_ = false, bool is_flag_ = false)
@@ -83,14 +82,16 @@ const std::vector<OwnMeaning>& OwnMeanings();
 // entry's group heading (--seed sits under Samples in analyze and under Sampling in generate).
 CLI::Option* AddOption(CLI::App* cmd, std::string_view name, std::string* value,
                        std::string_view note = {});
-CLI::Option* AddOption(CLI::App* cmd, std::string_view name, int* value, std::string_view note = {});
+CLI::Option* AddOption(CLI::App* cmd, std::string_view name, int* value,
+                       std::string_view note = {});
 CLI::Option* AddOption(CLI::App* cmd, std::string_view name, double* value,
                        std::string_view note = {});
-CLI::Option* AddOption(CLI::App* cmd, std::string_view name, float* value, std::string_view note = {});
+CLI::Option* AddOption(CLI::App* cmd, std::string_view name, float* value,
+                       std::string_view note = {});
 CLI::Option* AddFlag(CLI::App* cmd, std::string_view name, bool* value, std::string_view note = {});
 
-// Model: --model (required), --tokenizer, --precision; null pointers are not taken. (ModelOptions::Add
-// declares the same through this.)
+// Model: --model (required), --tokenizer, --precision; null pointers are not taken.
+// (ModelOptions::Add declares the same through this.)
 void AddModelOptions(CLI::App* cmd, std::string* model, std::string* tokenizer,
                      std::string* precision);
 // --precision alone (trace, which reads --checkpoints, not --model).
