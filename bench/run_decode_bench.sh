@@ -19,6 +19,8 @@
 # Beside the wall-clock rates, the same from CPU time (user + system seconds of a STEPS run less
 # those of a STEPS_SHORT run, default 32, times the threads): on a machine shared with other work
 # the wall clock counts the time others held the cores, the CPU time does not.
+# sinkscope runs the dense KV cache, as run.c does (--policy dense; generate's default is the sinks
+# cache, which over 256 tokens evicts nothing but runs the streaming path).
 # Usage: bench/run_decode_bench.sh [build dir]
 #   PRESETS="stories110m" SIMD_LEVELS="default avx2"
 #   TYPES="f32 bf16 q8_0 BF16 F16 Q8_0 Q4_0 Q4_K Q6_K MXFP4 Q4_0+int8 Q4_K+int8 Q6_K+int8 MXFP4+int8"
@@ -113,9 +115,9 @@ print(l*(4*d*d+3*d*f)+abs(v)*d)")
         suffix=""
         if [ "$type" != "$entry" ]; then env_int8=(SINKSCOPE_INT8_ACTIVATIONS=all); suffix=", int8 x"; fi
         case $type in
-          f32) run "sinkscope f32" 4 "$SS" generate --model "$preset.bin" --tokenizer tokenizer.bin --steps @STEPS@ --temperature 0 --prompt a ;;
-          bf16) run "sinkscope bf16 weights" 2 "$SS" generate --model "$preset.bin" --tokenizer tokenizer.bin --steps @STEPS@ --temperature 0 --prompt a --precision bf16 ;;
-          q8_0) run "sinkscope q8_0 weights" 1.125 "$SS" generate --model "$preset.bin" --tokenizer tokenizer.bin --steps @STEPS@ --temperature 0 --prompt a --precision q8_0 ;;
+          f32) run "sinkscope f32" 4 "$SS" generate --policy dense --model "$preset.bin" --tokenizer tokenizer.bin --steps @STEPS@ --temperature 0 --prompt a ;;
+          bf16) run "sinkscope bf16 weights" 2 "$SS" generate --policy dense --model "$preset.bin" --tokenizer tokenizer.bin --steps @STEPS@ --temperature 0 --prompt a --precision bf16 ;;
+          q8_0) run "sinkscope q8_0 weights" 1.125 "$SS" generate --policy dense --model "$preset.bin" --tokenizer tokenizer.bin --steps @STEPS@ --temperature 0 --prompt a --precision q8_0 ;;
           *)
             # Bytes a weight: 2 for BF16 / F16, 34 per 32 for Q8_0, 18 per 32 for Q4_0, 17 per 32
             # for MXFP4, 144 and 210 per 256 for Q4_K and Q6_K (those only where rows are whole 256s).
@@ -124,7 +126,7 @@ print(l*(4*d*d+3*d*f)+abs(v)*d)")
               Q4_K) bpw=0.5625 ;; Q6_K) bpw=0.8203125 ;; *) echo "unknown type $type" >&2; exit 1 ;;
             esac
             if [[ $type == Q?_K ]] && [ $((dim % 256)) != 0 ]; then continue; fi
-            run "sinkscope native $type$suffix" $bpw "$SS" generate --model "$preset.${type,,}.gguf" --steps @STEPS@ --temperature 0 --prompt a --precision native ;;
+            run "sinkscope native $type$suffix" $bpw "$SS" generate --policy dense --model "$preset.${type,,}.gguf" --steps @STEPS@ --temperature 0 --prompt a --precision native ;;
         esac
       done
       env_int8=()

@@ -25,6 +25,13 @@ TEST(Cli, GenerateGreedyStory) {
   EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl named Lily.", 0), 0u) << r.out;
   EXPECT_EQ(r.out.find("loaded"), std::string::npos);  // logs stay on stderr
   EXPECT_NE(r.err.find("generated"), std::string::npos);
+  // The cache policy's default, as chat's and stream's (cli/options.h): 4 sinks + 252 recent
+  // tokens, which 256 steps fill without evicting, so the text is the dense cache's.
+  EXPECT_NE(r.err.find("with the sinks cache"), std::string::npos) << r.err;
+  CliResult dense = RunCli("generate --model " + kModel + " --temperature 0 --steps 256 --policy dense");
+  ASSERT_EQ(dense.code, 0) << dense.err;
+  EXPECT_EQ(dense.out, r.out);
+  EXPECT_EQ(dense.err.find("cache"), std::string::npos) << dense.err;
 }
 
 TEST(Cli, TokenizeAndInspect) {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "common/error.h"
 #include "kernels/dequant.h"
 #include "kernels/gemm_bf16.h"
@@ -80,16 +81,7 @@ int main(int argc, char** argv) {
   ss::cli::RegisterTrace(app);
   ss::cli::RegisterExplain(app);
   ss::serve::RegisterServe(app);
-  // --threads on every verb (train declares its own, stored in its config): one OpenMP pool for
-  // our kernels and OpenBLAS, sized before the verb runs.
-  for (CLI::App* verb : app.get_subcommands([](CLI::App*) { return true; })) {
-    if (verb->get_option_no_throw("--threads")) continue;
-    verb->add_option_function<int64_t>(
-        "--threads",
-        [](int64_t n) { ss::SetThreadCountChecked("--threads", n); },
-        fmt::format("Threads for the whole process, 1 to {} (default: the cores available)",
-                    ss::kMaxThreads));
-  }
+  ss::cli::AddRuntimeOptions(app);  // --threads (cli/options.h)
   if (std::string warning = ss::BlasWarning(); !warning.empty())
     std::fprintf(stderr, "sinkscope: %s\n", warning.c_str());
   try {

@@ -16,6 +16,7 @@
 #include "analysis/conditions.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/options.h"
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "common/file_util.h"
@@ -31,8 +32,7 @@ struct AnalyzeArgs {
   std::string model;
   AnalyzeRequest request;
   ConditionOptions conditions;
-  std::string json;
-  std::string html;
+  OutputOptions output;
   std::string precision;  // empty: the file's
 };
 
@@ -41,7 +41,7 @@ void RunAnalyze(AnalyzeArgs a) {
   ValidateAnalyze(a.request);
   CheckPrecisionFlag(a.precision);
   const SampleOptions& in = a.request.input;
-  CheckOutputs({{"--json", a.json}, {"--html", a.html}},
+  CheckOutputs({{"--json", a.output.json}, {"--html", a.output.html}},
                SampleInputs(a.model, in.text_file, in.tokens_file, in.tokenizer));
   Model model = LoadModelAt(a.model, a.precision);
   // --length against the context before the input is read (RunAnalysis checks it again).
@@ -54,12 +54,12 @@ void RunAnalyze(AnalyzeArgs a) {
   // Render everything first, then write: a failure leaves no half of the outputs behind.
   const std::string summary = analysis::ReportSummary(rep);
   std::string json_text, html_text;
-  if (!a.json.empty()) json_text = analysis::ReportJson(rep).dump(2) + "\n";
-  if (!a.html.empty()) html_text = analysis::ReportHtml(rep);
+  if (!a.output.json.empty()) json_text = analysis::ReportJson(rep).dump(2) + "\n";
+  if (!a.output.html.empty()) html_text = analysis::ReportHtml(rep);
   fmt::print("model {} ({}, {} layers x {} heads); {}\n", model.source, model.format,
              model.config.n_layers, model.config.n_heads, input.source);
   fmt::print("{}", summary);
-  WriteReports(a.json, json_text, a.html, html_text);
+  WriteReports(a.output.json, json_text, a.output.html, html_text);
 }
 
 }  // namespace
@@ -69,21 +69,18 @@ void RegisterAnalyze(CLI::App& app) {
       "analyze", "Measure a model's attention sinks (alpha_k, Sink_k^eps, P0 norms, massive "
                  "activations) with and without BOS");
   auto a = std::make_shared<AnalyzeArgs>();
-  cmd->add_option("--model", a->model, "Model file or directory")->required();
-  a->request.input.Add(cmd, /*default_samples=*/64, /*prompt_and_tokens=*/true);
-  a->conditions.Add(cmd, "bos,no-bos,random-p0,repeat",
-                    "Comma-separated: bos,no-bos,random-p0,repeat");
-  a->request.sink.Add(cmd, /*with_first_k=*/true);
   cmd->add_option("--patterns", a->request.patterns,
                   "Heads whose full pattern to keep for the HTML, e.g. 0:3,1:* (layer:head)");
   cmd->add_option("--attention", a->request.attn_path,
                   "fused (statistics inside the kernel) or materialised (full patterns per layer)")
       ->capture_default_str();
-  AddPrecisionOption(cmd, &a->precision);
-  cmd->add_option("--json", a->json, "Write the results as JSON (schema sinkscope.analyze/1)");
-  cmd->add_option("--html", a->html, "Write a self-contained HTML report");
   cmd->add_flag("--allow-long-context", a->request.allow_long_context,
                 "Allow T beyond the model's trained context (RoPE models only)");
+  AddModelOptions(cmd, &a->model, /*tokenizer=*/nullptr, &a->precision);  // --tokenizer: the samples'
+  a->request.input.Add(cmd, /*default_samples=*/64, /*prompt_and_tokens=*/true);
+  a->conditions.Add(cmd, "bos,no-bos,random-p0,repeat", "a comma-separated list");
+  a->request.sink.Add(cmd, /*with_first_k=*/true);
+  a->output.Add(cmd, /*html=*/true);
   cmd->callback([a] { RunAnalyze(*a); });
 }
 

@@ -19,6 +19,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/options.h"
 #include "cli/verbs.h"
 #include "io/load.h"
 #include "model/sampler.h"
@@ -32,31 +33,26 @@ namespace ss::cli {
 namespace {
 
 struct ChatArgs {
-  std::string model, tokenizer, policy = "sinks", precision;
+  std::string model, tokenizer, precision;
   // harmony (gpt-oss) messages
   std::string format = "auto", identity = "You are ChatGPT, a large language model trained by OpenAI.";
   std::string reasoning = "medium", developer, date;
   bool show_analysis = false, log_tokens = false;
-  int sinks = 4, window = 252, max_reply = 256;
+  int max_reply = 256;
   SamplingOptions sampling;
   uint64_t seed = 42;
-  bool force = false;
-  KvCacheFlags kv;
+  CacheOptions cache;
 };
 
 void RunChat(const ChatArgs& a) {
   if (a.max_reply < 1) Fail("--max-reply: expected at least 1 token, got {}", a.max_reply);
   a.sampling.Validate();
-  stream::StreamOptions o;
-  o.policy = stream::ParsePolicy(a.policy, "--policy");
-  o.sinks = a.sinks;
-  o.window = a.window;
-  o.force = a.force;
+  stream::StreamOptions o = a.cache.Options(a.cache.policy, "--policy");
   Model model = LoadModelAt(a.model, a.precision);
   stream::ValidateOptions(o, model.config);
-  if (a.kv.keep == "detected")
+  if (a.cache.kv.keep == "detected")
     Fail("--kv-keep detected: chat has no text to look at before the first turn; use first:N");
-  a.kv.Apply(model, {}, &o);
+  a.cache.kv.Apply(model, {}, &o);
   auto tokenizer = FindTokenizer(model, a.tokenizer);
   const bool harmony = a.format == "harmony" || (a.format == "auto" && model.config.arch == "gpt_oss");
   HarmonyTokens special;
@@ -154,17 +150,7 @@ void RegisterChat(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "chat", "Interactive multi-turn generation over one attention-sink cache (runs indefinitely)");
   auto a = std::make_shared<ChatArgs>();
-  cmd->add_option("--model", a->model, "Model file or directory")->required();
-  cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer (default: found beside the model)");
-  AddPrecisionOption(cmd, &a->precision);
-  cmd->add_option("--policy", a->policy, "sinks | window | recompute | dense")->default_val("sinks");
-  cmd->add_option("--sinks", a->sinks, "S initial tokens kept")->default_val(4);
-  cmd->add_option("--window", a->window, "W most recent tokens kept")->default_val(252);
-  cmd->add_option("--max-reply", a->max_reply, "Most tokens per reply")->default_val(256);
-  a->kv.Add(cmd);
-  a->sampling.Add(cmd, /*default_temperature=*/0.8f);
-  AddSeedOption(cmd, [a](uint64_t v) { a->seed = v; }, "Sampling seed", std::to_string(a->seed));
-  cmd->add_flag("--force", a->force, "Allow S + W beyond the model's context");
+  cmd->add_option("--max-reply", a->max_reply, "Most tokens per reply")->capture_default_str();
   cmd->add_option("--format", a->format,
                   "Turns as plain text, or as gpt-oss's harmony messages (auto: harmony for gpt_oss)")
       ->check(CLI::IsMember({"auto", "plain", "harmony"}))
@@ -180,6 +166,11 @@ void RegisterChat(CLI::App& app) {
   cmd->add_flag("--show-analysis", a->show_analysis,
                 "harmony: print the analysis and commentary channels to stderr (hidden by default)");
   cmd->add_flag("--log-tokens", a->log_tokens, "Log each turn's prompt and reply token ids (stderr)");
+  AddModelOptions(cmd, &a->model, &a->tokenizer, &a->precision);
+  a->sampling.Add(cmd, /*default_temperature=*/0.8f);
+  AddSeedOption(cmd, [a](uint64_t v) { a->seed = v; }, "for sampling", std::to_string(a->seed),
+                OptionGroup::kSampling);
+  a->cache.Add(cmd);
   cmd->callback([a] { RunChat(*a); });
 }
 

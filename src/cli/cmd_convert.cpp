@@ -20,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/options.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "io/model_files.h"
@@ -153,6 +154,7 @@ void RegisterConvert(CLI::App& app) {
                   "gguf: the stacked MoE experts' type (default f32, as llama.cpp's converters; "
                   "mxfp4 with --type mxfp4)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "mxfp4"}));
+  // Not the cache's --force (cli/options.cpp OwnMeanings).
   cmd->add_flag("--force", o->force,
                 "Replace an existing --out GGUF file (a Hugging Face directory is never replaced)");
   cmd->callback([o] { Run(*o); });

@@ -16,6 +16,7 @@
 #include "analysis/conditions.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/options.h"
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "common/file_util.h"
@@ -35,7 +36,7 @@ struct ExplainArgs {
   ConditionOptions conditions;
   SinkOptions sink;
   LayerThresholdOptions layers;
-  std::string json, html;
+  OutputOptions output;
   std::string precision;  // empty: the file's
   bool verify_top_given = false;  // --verify-top on the command line (it contradicts --exhaustive)
   bool no_early_stop = false;
@@ -54,7 +55,7 @@ void RunExplain(ExplainArgs a) {
   ValidateExplain(r);
   CheckPrecisionFlag(a.precision);
   const SampleOptions& in = r.input;
-  CheckOutputs({{"--json", a.json}, {"--html", a.html}},
+  CheckOutputs({{"--json", a.output.json}, {"--html", a.output.html}},
                SampleInputs(a.model, in.text_file, in.tokens_file, in.tokenizer));
 
   Model model = LoadModelAt(a.model, a.precision);
@@ -69,13 +70,13 @@ void RunExplain(ExplainArgs a) {
 
   const std::string summary = explain::ReportSummary(rep);
   std::string json_text, html_text;
-  if (!a.json.empty()) json_text = explain::ReportJson(rep).dump(2) + "\n";
-  if (!a.html.empty()) html_text = explain::ReportHtml(rep);
+  if (!a.output.json.empty()) json_text = explain::ReportJson(rep).dump(2) + "\n";
+  if (!a.output.html.empty()) html_text = explain::ReportHtml(rep);
   fmt::print("model {} ({}, {} layers x {} heads); {} samples of {} tokens, {}; {}\n", model.source,
              model.format, c.n_layers, c.n_heads, rep.result.samples, rep.result.length,
              rep.condition, input.source);
   fmt::print("{}", summary);
-  WriteReports(a.json, json_text, a.html, html_text);
+  WriteReports(a.output.json, json_text, a.output.html, html_text);
 }
 
 }  // namespace
@@ -85,11 +86,6 @@ void RegisterExplain(CLI::App& app) {
       "explain", "Locate the P0 attention-sink circuit: norm decomposition, interventions at "
                  "position 0, greedy circuit search, cone model");
   auto a = std::make_shared<ExplainArgs>();
-  cmd->add_option("--model", a->model, "Model file or directory")->required();
-  a->request.input.Add(cmd, /*default_samples=*/16, /*prompt_and_tokens=*/true);
-  a->conditions.Add(cmd, "bos", "First-token condition: bos, no-bos, random-p0 or repeat");
-  a->sink.Add(cmd, /*with_first_k=*/false);
-  a->layers.Add(cmd);
   cmd->add_option("--share", a->request.options.share,
                   "Share of the downstream sink a circuit must remove, in (0, 1]")->capture_default_str();
   cmd->add_option("--intervention-samples", a->request.options.intervention_samples,
@@ -116,9 +112,12 @@ void RegisterExplain(CLI::App& app) {
                   "intervention samples are needed, in [0.5, 1)")->capture_default_str();
   cmd->add_flag("--no-early-stop", a->no_early_stop,
                 "Measure every intervention sample, even once the verdict and the circuit are settled");
-  AddPrecisionOption(cmd, &a->precision);
-  cmd->add_option("--json", a->json, "Write the results as JSON (schema sinkscope.explain/1)");
-  cmd->add_option("--html", a->html, "Write a self-contained HTML report");
+  AddModelOptions(cmd, &a->model, /*tokenizer=*/nullptr, &a->precision);  // --tokenizer: the samples'
+  a->request.input.Add(cmd, /*default_samples=*/16, /*prompt_and_tokens=*/true);
+  a->conditions.Add(cmd, "bos", "one of them (this verb runs one condition)");
+  a->sink.Add(cmd, /*with_first_k=*/false);
+  a->layers.Add(cmd);
+  a->output.Add(cmd, /*html=*/true);
   cmd->callback([a, verify_top] {
     a->verify_top_given = verify_top->count() > 0;
     a->request.options.early_stop = !a->no_early_stop;

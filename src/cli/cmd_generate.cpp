@@ -1,5 +1,7 @@
 // sinkscope generate: sample a continuation. stdout holds only the decoded text (prompt, then the
-// continuation, streamed as produced); logs go to stderr.
+// continuation, streamed as produced); logs go to stderr. The KV cache is --policy's, by default
+// the sinks cache that chat and stream keep (cli/options.h CacheOptions); --policy dense with an
+// f32 cache runs model/generate.h, up to the model's context.
 #include <chrono>
 #include <cstdio>
 
@@ -7,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/options.h"
 #include "cli/verbs.h"
 #include "model/generate.h"
 #include "model/sampler.h"
@@ -23,27 +26,23 @@ void RegisterGenerate(CLI::App& app) {
     int steps = 256;
     SamplingOptions sampling;
     uint64_t seed = 0;
-    std::string policy = "dense";
-    KvCacheFlags kv;
-    int sinks = 4, window = 252;
-    bool force = false;
+    CacheOptions cache;
   };
   auto a = std::make_shared<Args>();
-  a->model.Add(cmd);
-  AddPrecisionOption(cmd, &a->model.precision);
-  cmd->add_option("--prompt", a->prompt, "Prompt text (default: empty, start from BOS)");
-  cmd->add_flag("--no-bos", a->no_bos, "Do not put BOS before the prompt");
-  cmd->add_option("--steps", a->steps,
-                  "Total tokens, prompt included, as llama2.c's -n (default 256)");
+  cmd->add_option("--steps", a->steps, "Total tokens, prompt included, as llama2.c's -n")
+      ->capture_default_str();
+  a->model.Add(cmd, /*with_precision=*/true);
+  InputFlags input;
+  input.prompt = &a->prompt;
+  input.prompt_note = "the prompt to continue (default: empty, start from BOS)";
+  input.no_bos = &a->no_bos;
+  AddInputOptions(cmd, input);
   a->sampling.Add(cmd, /*default_temperature=*/1.0f);
-  AddSeedOption(cmd, [a](uint64_t v) { a->seed = v; }, "Random seed (default: time)", "");
-  cmd->add_option("--policy", a->policy,
-                  "KV cache: dense (default, up to the context) or sinks | window | recompute, "
-                  "which run past the context in constant memory (docs/STREAMING.md)");
-  cmd->add_option("--sinks", a->sinks, "Sink tokens kept with --policy sinks (default 4)");
-  cmd->add_option("--window", a->window, "Recent tokens kept with a streaming policy (default 252)");
-  cmd->add_flag("--force", a->force, "Allow --sinks + --window beyond the model's context");
-  a->kv.Add(cmd);
+  AddSeedOption(cmd, [a](uint64_t v) { a->seed = v; }, "for sampling (default: time)", "",
+                OptionGroup::kSampling);
+  a->cache.Add(cmd,
+               "generate's default was dense before: --policy dense runs the full cache, up to the "
+               "context and no further");
   cmd->callback([a] {
     // Checked here rather than with CLI11's Range, which lets NaN through.
     CheckInt("--steps", a->steps, 1, 1 << 30);
@@ -63,15 +62,11 @@ void RegisterGenerate(CLI::App& app) {
     std::fwrite(head.data(), 1, head.size(), stdout);
     std::fflush(stdout);
     auto start = std::chrono::steady_clock::now();
-    if (a->policy != "dense" || a->kv.typed()) {
+    if (a->cache.policy != "dense" || a->cache.kv.typed()) {
       // Streaming generation: --steps is not capped by the context (but for dense). A typed cache
       // (--kv-type) runs here for every policy.
-      stream::StreamOptions so;
-      so.policy = stream::ParsePolicy(a->policy, "--policy");
-      so.sinks = a->sinks;
-      so.window = a->window;
-      so.force = a->force;
-      a->kv.Apply(m.model, prompt, &so);
+      stream::StreamOptions so = a->cache.Options(a->cache.policy, "--policy");
+      a->cache.kv.Apply(m.model, prompt, &so);
       auto cache = stream::MakeStreamCache(m.model, so);
       Sampler sampler(opt.sampler);
       const ModelConfig& c = m.model.config;
@@ -92,7 +87,7 @@ void RegisterGenerate(CLI::App& app) {
       double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       Log(fmt::format("generated {} tokens in {:.3f} s ({:.1f} tokens/s) with the {} cache ({} keys, {} "
                       "values), {} entries, {:.1f} KiB",
-                      n, seconds, n / std::max(seconds, 1e-9), a->policy, KvTypeName(so.k_type),
+                      n, seconds, n / std::max(seconds, 1e-9), a->cache.policy, KvTypeName(so.k_type),
                       KvTypeName(so.v_type), cache->budget(), cache->peak_kv_bytes() / 1024.0));
       return;
     }

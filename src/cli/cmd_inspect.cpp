@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "io/load.h"
 #include "model/attention.h"
 
@@ -25,7 +26,7 @@ static const char* RopeName(RopeKind k) {
 void RegisterInspect(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect", "Show a model's architecture, dimensions and size");
   auto model_path = std::make_shared<std::string>();
-  cmd->add_option("--model", *model_path, "Model file or directory")->required();
+  AddModelOptions(cmd, model_path.get(), /*tokenizer=*/nullptr, /*precision=*/nullptr);
   cmd->callback([model_path] {
     Model model = LoadModel(*model_path, Precision::kNative);
     const ModelConfig& c = model.config;

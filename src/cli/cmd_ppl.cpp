@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/options.h"
 #include "common/file_util.h"
 #include "kernels/ops.h"
 #include "model/model.h"
@@ -17,19 +18,23 @@ void RegisterPpl(CLI::App& app) {
   auto* cmd = app.add_subcommand("ppl", "Teacher-forced perplexity of a text");
   struct Args {
     ModelOptions model;
-    std::string prompt, text, json;
+    std::string prompt, text;
+    OutputOptions output;
     bool no_bos = false;
   };
   auto a = std::make_shared<Args>();
-  a->model.Add(cmd);
-  AddPrecisionOption(cmd, &a->model.precision);
-  auto* prompt_opt = cmd->add_option("--prompt", a->prompt, "Text to score");
-  auto* text_opt = cmd->add_option("--text", a->text, "File whose text to score");
-  cmd->add_flag("--no-bos", a->no_bos, "Do not put BOS first");
-  cmd->add_option("--json", a->json,
-                  "Write tokens, per-token NLL, mean NLL, perplexity and the precision here");
-  cmd->callback([a, prompt_opt, text_opt] {
-    CheckOutputs({{"--json", a->json}},
+  a->model.Add(cmd, /*with_precision=*/true);
+  InputFlags input;
+  input.prompt = &a->prompt;
+  input.prompt_note = "the text to score (or --text)";
+  input.text = &a->text;
+  input.text_note = "the text to score (or --prompt)";
+  input.no_bos = &a->no_bos;
+  const InputOptions in = AddInputOptions(cmd, input);
+  a->output.Add(cmd, /*html=*/false,
+                "the tokens, per-token NLL, mean NLL, perplexity and the precision");
+  cmd->callback([a, prompt_opt = in.prompt, text_opt = in.text] {
+    CheckOutputs({{"--json", a->output.json}},
                  SampleInputs(a->model.model_path, a->text, "", a->model.tokenizer_path));
     std::string text = ReadInputText(a->prompt, a->text, prompt_opt->count() > 0, text_opt->count() > 0);
     LoadedModel m = a->model.Load();
@@ -54,7 +59,7 @@ void RegisterPpl(CLI::App& app) {
     }
     const double mean = sum / (T - 1);
     fmt::print("tokens      {}\nmean NLL    {:.6f}\nperplexity  {:.4f}\n", T, mean, std::exp(mean));
-    if (!a->json.empty()) {
+    if (!a->output.json.empty()) {
       nlohmann::json doc = {{"schema", "sinkscope.ppl/1"},
                             {"model", m.model.source},
                             {"precision", PrecisionName(m.model.precision)},
@@ -62,7 +67,7 @@ void RegisterPpl(CLI::App& app) {
                             {"nll", nll},
                             {"mean_nll", mean},
                             {"perplexity", std::exp(mean)}};
-      report::WriteJson(a->json, doc);
+      report::WriteJson(a->output.json, doc);
     }
   });
 }

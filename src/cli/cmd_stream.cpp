@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/options.h"
 #include "cli/verbs.h"
 #include "common/file_util.h"
 #include "io/load.h"
@@ -38,17 +39,17 @@ std::vector<std::string> SplitList(const std::string& text) {
 }
 
 struct StreamArgs {
-  std::string model, text, token_file, tokenizer, policy = "sinks", compare, csv, json, html;
+  std::string model, text, token_file, tokenizer, compare, csv;
   std::string precision;  // empty: the file's
-  KvCacheFlags kv;
+  CacheOptions cache;
+  OutputOptions output;
   std::string compare_kv;
-  int sinks = 4, window = 252;
   int64_t max_tokens = 0;
-  bool force = false, no_bos = false;
+  bool no_bos = false;
 };
 
 void RunStream(const StreamArgs& a) {
-  CheckOutputs({{"--csv", a.csv}, {"--json", a.json}, {"--html", a.html}},
+  CheckOutputs({{"--csv", a.csv}, {"--json", a.output.json}, {"--html", a.output.html}},
                SampleInputs(a.model, a.text, a.token_file, a.tokenizer));
   if (a.max_tokens < 0) Fail("--max-tokens: expected 0 (all) or more, got {}", a.max_tokens);
   std::vector<stream::Policy> policies;
@@ -56,24 +57,20 @@ void RunStream(const StreamArgs& a) {
     for (const auto& p : SplitList(a.compare)) policies.push_back(stream::ParsePolicy(p, "--compare"));
     if (policies.empty()) Fail("--compare: expected a comma-separated list of policies, got '{}'", a.compare);
   } else {
-    policies.push_back(stream::ParsePolicy(a.policy, "--policy"));
+    policies.push_back(stream::ParsePolicy(a.cache.policy, "--policy"));
   }
-  const bool typed = a.kv.typed();  // the flags' domains, before the model loads
+  const bool typed = a.cache.kv.typed();  // the flags' domains, before the model loads
   std::vector<KvConfig> kv_configs;
   if (!a.compare_kv.empty()) {
     if (policies.size() != 1) Fail("--compare-kv compares cache types under one policy; drop --compare");
-    if (typed || a.kv.keep != "none")
+    if (typed || a.cache.kv.keep != "none")
       Fail("--compare-kv lists the cache types itself; drop --kv-type and --kv-keep");
     kv_configs = ParseKvConfigs(a.compare_kv, "--compare-kv");
   }
   Model model = LoadModelAt(a.model, a.precision);
   std::vector<stream::StreamOptions> options;
   for (auto p : policies) {
-    stream::StreamOptions o;
-    o.policy = p;
-    o.sinks = a.sinks;
-    o.window = a.window;
-    o.force = a.force;
+    stream::StreamOptions o = a.cache.Options(stream::PolicyName(p), "--policy");
     stream::ValidateOptions(o, model.config);
     options.push_back(o);
   }
@@ -104,7 +101,7 @@ void RunStream(const StreamArgs& a) {
     Fail("{} {}: {} token(s); expected at least two (one to condition on, one to score)", input_flag,
          input, tokens.size());
   for (const auto& o : options) {
-    if (o.policy == stream::Policy::kDense && !a.force &&
+    if (o.policy == stream::Policy::kDense && !a.cache.force &&
         static_cast<int64_t>(tokens.size()) > model.config.max_seq_len)
       Fail("--policy dense: the text has {} tokens, more than the model's context of {}; use "
            "--max-tokens {}, a streaming policy, or --force",
@@ -112,9 +109,9 @@ void RunStream(const StreamArgs& a) {
   }
   LogPending();
   Log(fmt::format("streaming {} tokens of {} through {} ({})", tokens.size(), input, a.model,
-                  fmt::join(SplitList(a.compare.empty() ? a.policy : a.compare), ", ")));
+                  fmt::join(SplitList(a.compare.empty() ? a.cache.policy : a.compare), ", ")));
 
-  for (auto& o : options) a.kv.Apply(model, tokens, &o);
+  for (auto& o : options) a.cache.kv.Apply(model, tokens, &o);
 
   std::vector<StreamRun> results;
   auto run_all = [&](std::FILE* csv) {
@@ -165,17 +162,18 @@ void RunStream(const StreamArgs& a) {
   }
   std::fputs(report::FormatTable(rows).c_str(), stdout);
 
-  if (!a.json.empty()) {
-    const StreamDocument doc{a.model, input,   static_cast<int64_t>(tokens.size()), !a.no_bos,
-                             a.sinks, a.window, a.force, a.max_tokens, PrecisionName(model.precision)};
-    report::WriteJson(a.json, StreamJson(doc, results));
+  if (!a.output.json.empty()) {
+    const StreamDocument doc{a.model,         input,          static_cast<int64_t>(tokens.size()),
+                             !a.no_bos,       a.cache.sinks,  a.cache.window,
+                             a.cache.force,   a.max_tokens,   PrecisionName(model.precision)};
+    report::WriteJson(a.output.json, StreamJson(doc, results));
   }
-  if (!a.html.empty()) {
+  if (!a.output.html.empty()) {
     report::HtmlPage page("sinkscope stream");
     page.Heading("Streaming perplexity", 1);
     page.Paragraph(fmt::format("Model {}, text {} ({} tokens), sinks {}, window {}. Perplexity of "
                                "each {}-token block as the text streams through the cache.",
-                               a.model, input, tokens.size(), a.sinks, a.window, kStreamBlock));
+                               a.model, input, tokens.size(), a.cache.sinks, a.cache.window, kStreamBlock));
     if (!kv_configs.empty())
       page.Paragraph(fmt::format("Cache storage types beside the f32 cache, each fed the same tokens in "
                                  "lockstep under the {} policy: perplexity, and the KL divergence of each "
@@ -204,7 +202,7 @@ void RunStream(const StreamArgs& a) {
     chart.width = 760;
     chart.log_y = hi > 10 * lo;
     page.Raw(report::LineChart(series, chart));
-    page.Save(a.html);
+    page.Save(a.output.html);
   }
 }
 
@@ -214,28 +212,23 @@ void RegisterStream(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "stream", "Streaming perplexity through a bounded KV cache (StreamingLLM attention sinks)");
   auto a = std::make_shared<StreamArgs>();
-  cmd->add_option("--model", a->model, "Model file or directory")->required();
-  cmd->add_option("--text", a->text, "UTF-8 text file to stream");
-  cmd->add_option("--tokens", a->token_file,
-                  "Token ids to stream instead of a text (whitespace-separated, e.g. from `train --write-stream`)");
-  cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer (default: found beside the model)");
-  AddPrecisionOption(cmd, &a->precision);
-  cmd->add_option("--policy", a->policy, "dense | window | sinks | recompute")->default_val("sinks");
-  cmd->add_option("--sinks", a->sinks, "S initial tokens kept (window/recompute use S + W recent)")
-      ->default_val(4);
-  cmd->add_option("--window", a->window, "W most recent tokens kept (the current one included)")
-      ->default_val(252);
   cmd->add_option("--max-tokens", a->max_tokens, "Stream at most N tokens (0: all)");
   cmd->add_option("--compare", a->compare, "Several policies on the same text, e.g. window,sinks,recompute");
-  cmd->add_option("--csv", a->csv, "Per-token NLL: position,token,nll (policy first with --compare)");
-  cmd->add_option("--json", a->json, "Summary (schema sinkscope.stream/1)");
-  cmd->add_option("--html", a->html, "Report page with a perplexity-vs-position chart");
-  a->kv.Add(cmd);
   cmd->add_option("--compare-kv", a->compare_kv,
                   "Cache types side by side against f32, e.g. bf16,q8_0,q4_0,q4_0+first:4,q4_0+detected "
                   "(K/V may differ: q8_0/q4_0): perplexity, KL to f32, bytes per token");
-  cmd->add_flag("--force", a->force, "Allow S + W beyond the model's context (or dense beyond it)");
-  cmd->add_flag("--no-bos", a->no_bos, "Do not start the stream with BOS");
+  AddModelOptions(cmd, &a->model, &a->tokenizer, &a->precision);
+  InputFlags input;
+  input.text = &a->text;
+  input.text_note = "streamed (give --text or --tokens)";
+  input.tokens = &a->token_file;
+  input.tokens_note = "streamed instead of a text (e.g. from `train --write-stream`)";
+  input.no_bos = &a->no_bos;
+  AddInputOptions(cmd, input);
+  a->cache.Add(cmd, {}, "and --policy dense beyond it");
+  a->output.Add(cmd, /*html=*/true, "the summary", "a perplexity-vs-position chart");
+  cmd->add_option("--csv", a->csv, "Per-token NLL: position,token,nll (policy first with --compare)")
+      ->group(OptionGroupName(OptionGroup::kOutput));
   cmd->callback([a] { RunStream(*a); });
 }
 

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/options.h"
 #include "common/file_util.h"
 #include "io/gguf.h"
 
@@ -19,8 +20,11 @@ void RegisterTokenize(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   a->model.Add(cmd);
-  cmd->add_option("--prompt", a->prompt, "Text to tokenize")->required();
-  cmd->add_flag("--no-bos", a->no_bos, "Do not put BOS first");
+  InputFlags input;
+  input.prompt = &a->prompt;
+  input.prompt_note = "the text to tokenize";
+  input.no_bos = &a->no_bos;
+  AddInputOptions(cmd, input).prompt->required();
   cmd->callback([a] {
     std::unique_ptr<Tokenizer> tok;
     // A vocabulary-only GGUF (no tensors) is a tokenizer, not a model.

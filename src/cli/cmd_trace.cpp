@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/options.h"
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "common/file_util.h"
@@ -27,7 +28,7 @@ struct TraceArgs {
   TraceRequest request;
   std::vector<std::string> twins;
   bool keep_going = false;
-  std::string json, html;
+  OutputOptions output;
 };
 
 // The twins' run directories: as given, or a scripts/twins.sh folder (with comparison.json)
@@ -72,7 +73,7 @@ void Validate(const TraceArgs& a) {
       for (FlagPath& f : ModelInputs("--twins", d)) inputs.push_back(std::move(f));
     }
   }
-  CheckOutputs({{"--json", a.json}, {"--html", a.html}}, inputs);
+  CheckOutputs({{"--json", a.output.json}, {"--html", a.output.html}}, inputs);
 }
 
 // --twins: each run traced in turn with the same sample settings; the samples must come out the
@@ -117,8 +118,9 @@ void RunTwins(const TraceArgs& a) {
       if (!r.ok) fmt::print("FAILED {} step {}: {}\n", run.name, r.ref.step, r.error);
   }
   fmt::print("== side by side (alpha0: the largest layer's mean over heads)\n{}", trace::TwinsTable(runs));
-  WriteReports(a.json, a.json.empty() ? "" : trace::TwinsJson(runs, settings).dump(2) + "\n",
-               a.html, a.html.empty() ? "" : trace::TwinsHtml(runs, settings));
+  const OutputOptions& out = a.output;
+  WriteReports(out.json, out.json.empty() ? "" : trace::TwinsJson(runs, settings).dump(2) + "\n",
+               out.html, out.html.empty() ? "" : trace::TwinsHtml(runs, settings));
   if (failed && !a.keep_going)
     Fail("{} checkpoints failed (listed above; the others are in the report); pass --keep-going "
          "to exit 0 anyway", failed);
@@ -146,8 +148,9 @@ void RunTrace(const TraceArgs& a) {
   fmt::print("{}", trace::TraceTable(results, settings.stage));
   for (const auto& r : results)
     if (!r.ok) fmt::print("FAILED step {}: {}\n", r.ref.step, r.error);
-  WriteReports(a.json, a.json.empty() ? "" : trace::TraceJson(results, settings).dump(2) + "\n",
-               a.html, a.html.empty() ? "" : trace::TraceHtml(results, settings));
+  const OutputOptions& out = a.output;
+  WriteReports(out.json, out.json.empty() ? "" : trace::TraceJson(results, settings).dump(2) + "\n",
+               out.html, out.html.empty() ? "" : trace::TraceHtml(results, settings));
   if (failed == static_cast<int>(results.size()))
     Fail("all {} checkpoints failed to load or analyse (first: {})", failed, results.front().error);
   if (failed && !a.keep_going)
@@ -168,9 +171,6 @@ void RegisterTrace(CLI::App& app) {
                   "Several run directories to trace on the same samples and compare (comma-separated), "
                   "or a scripts/twins.sh folder")
       ->delimiter(',');
-  a->request.input.Add(cmd, /*default_samples=*/16, /*prompt_and_tokens=*/false);
-  a->request.sink.Add(cmd, /*with_first_k=*/false);
-  a->request.layers.Add(cmd);
   cmd->add_option("--early-blocks", a->request.early_blocks, "Last block that counts as early (blocks 0..B)")
       ->capture_default_str();
   cmd->add_option("--other-share", a->request.other_share,
@@ -181,8 +181,10 @@ void RegisterTrace(CLI::App& app) {
   cmd->add_flag("--keep-going", a->keep_going, "Exit 0 even if some checkpoints failed");
   cmd->add_flag("--no-cache", a->request.no_cache, "Do not read or write DIR/.sinkscope-trace-cache");
   AddPrecisionOption(cmd, &a->request.precision);
-  cmd->add_option("--json", a->json, "Write the report as JSON (sinkscope.trace/1)");
-  cmd->add_option("--html", a->html, "Write the report as a self-contained HTML page");
+  a->request.input.Add(cmd, /*default_samples=*/16, /*prompt_and_tokens=*/false);
+  a->request.sink.Add(cmd, /*with_first_k=*/false);
+  a->request.layers.Add(cmd);
+  a->output.Add(cmd, /*html=*/true, fmt::format("with --twins {}", trace::kTwinsSchema));
   cmd->callback([a] { RunTrace(*a); });
 }
 

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/options.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "kernels/parallel.h"
@@ -152,7 +153,10 @@ void RegisterTrain(CLI::App& app) {
   cmd->add_option("--set", flags->sets, "Override any config key: --set dim=128 --set data=text");
   cmd->add_option("--steps", flags->steps, "Total optimiser steps");
   cmd->add_option("--lr", flags->lr, "Peak learning rate");
-  AddSeedOption(cmd, [flags](uint64_t v) { flags->seed = v; }, "Seed (init and data order)", "");
+  AddSeedOption(cmd, [flags](uint64_t v) { flags->seed = v; }, "the init and the data order", "",
+                OptionGroup::kVerb);
+  // --threads, --precision and --no-bos here are config keys, not the option table's
+  // (cli/options.cpp OwnMeanings).
   cmd->add_option("--threads", flags->threads, "Threads for OpenMP and OpenBLAS (0: default)");
   cmd->add_option("--precision", flags->precision,
                   "f32 (default) or bf16: the projections' forward and input-gradient products "

@@ -25,13 +25,6 @@ namespace ss::cli {
 
 void Log(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
 
-void ModelOptions::Add(CLI::App* cmd) {
-  cmd->add_option("--model", model_path,
-                  "Model: llama2.c .bin, GGUF file, or Hugging Face directory")->required();
-  cmd->add_option("--tokenizer", tokenizer_path,
-                  "Tokenizer file (default: found beside or inside the model)");
-}
-
 LoadedModel ModelOptions::Load() const {
   LoadedModel loaded;
   loaded.model = LoadModelAt(model_path, precision, precision_reason);
@@ -73,44 +66,9 @@ uint64_t ParseSeed(const std::string& flag, const std::string& text) {
   return value;
 }
 
-CLI::Option* AddSeedOption(CLI::App* cmd, std::function<void(uint64_t)> set,
-                           const std::string& help, const std::string& default_value) {
-  CLI::Option* option = cmd->add_option_function<std::string>(
-      "--seed", [set](const std::string& text) { set(ParseSeed("--seed", text)); }, help);
-  if (!default_value.empty()) option->default_str(default_value);
-  return option;
-}
-
-void SamplingOptions::Add(CLI::App* cmd, float default_temperature) {
-  temperature = default_temperature;
-  cmd->add_option("--temperature", temperature, "0 = greedy, up to 100")->capture_default_str();
-  cmd->add_option("--top-p", top_p, "Nucleus sampling mass, in (0, 1]")->capture_default_str();
-}
-
 void SamplingOptions::Validate() const {
   CheckReal("--temperature", temperature, 0, Bound::kClosed, 100, Bound::kClosed);
   CheckReal("--top-p", top_p, 0, Bound::kOpen, 1, Bound::kClosed);
-}
-
-void SampleOptions::Add(CLI::App* cmd, int default_samples, bool prompt_and_tokens) {
-  samples = default_samples;
-  auto* text = cmd->add_option("--text", text_file,
-                               "Text file to cut random windows from (default: the shipped "
-                               "data/default_text.txt)");
-  if (prompt_and_tokens) {
-    prompt_option = cmd->add_option("--prompt", prompt, "One sample: this text");
-    auto* tokens = cmd->add_option("--tokens", tokens_file,
-                                   "Token ids (whitespace-separated) to cut random windows from");
-    text->excludes(prompt_option)->excludes(tokens);
-    prompt_option->excludes(tokens);
-  }
-  cmd->add_option("--tokenizer", tokenizer,
-                  "Tokenizer file (default: found beside or inside the model)");
-  cmd->add_option("--samples", samples, "Samples (N)")->capture_default_str();
-  cmd->add_option("--length", length, "Tokens per sample (T)")->capture_default_str();
-  AddSeedOption(
-      cmd, [this](uint64_t v) { seed = v; }, "Seed for windows and random first tokens",
-      std::to_string(seed));
 }
 
 void SampleOptions::Validate(int conditions) const {
@@ -137,24 +95,9 @@ void SampleOptions::Validate(int conditions) const {
   }
 }
 
-void SinkOptions::Add(CLI::App* cmd, bool with_first_k) {
-  cmd->add_option("--eps", eps, "Sink threshold on alpha_k, in (0, 1]")->capture_default_str();
-  if (with_first_k)
-    cmd->add_option("--first-k", first_k, "K: alpha_k for k < K (1..64)")->capture_default_str();
-}
-
 void SinkOptions::Validate() const {
   CheckReal("--eps", eps, 0, Bound::kOpen, 1, Bound::kClosed, "a threshold");
   CheckInt("--first-k", first_k, 1, 64);
-}
-
-void LayerThresholdOptions::Add(CLI::App* cmd) {
-  cmd->add_option("--onset-threshold,--onset-rate", onset,
-                  "Per-layer sink rate above which a layer has a sink (the onset layer), in (0, 1)")
-      ->capture_default_str();
-  cmd->add_option("--amplification-threshold,--amplification-ratio", amplification,
-                  "P0 norm ratio above which a layer amplifies position 0, > 0")
-      ->capture_default_str();
 }
 
 void LayerThresholdOptions::Validate() const {
@@ -163,12 +106,6 @@ void LayerThresholdOptions::Validate() const {
   CheckReal("--onset-threshold", onset, 0, Bound::kOpen, 1, Bound::kOpen, "a sink rate");
   CheckReal("--amplification-threshold", amplification, 0, Bound::kOpen,
             std::numeric_limits<double>::infinity(), Bound::kOpen, "a norm ratio");
-}
-
-void ConditionOptions::Add(CLI::App* cmd, const std::string& default_list,
-                           const std::string& help) {
-  list = default_list;
-  cmd->add_option("--conditions", list, help)->capture_default_str();
 }
 
 std::vector<analysis::Condition> ConditionOptions::Parse(bool single) const {
@@ -307,16 +244,6 @@ std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& 
       {"--text", text_file}, {"--tokens", tokens_file}, {"--tokenizer", tokenizer}};
   for (FlagPath& f : ModelInputs("--model", model)) inputs.push_back(std::move(f));
   return inputs;
-}
-
-void AddPrecisionOption(CLI::App* cmd, std::string* precision) {
-  cmd->add_option("--precision", *precision,
-                  "Weights and matrix products in f32 (the reference), bf16 (weights held in "
-                  "bf16 only: half the memory; bf16 operands, f32 sums), q8_0 (weights held "
-                  "as Q8_0 blocks: 28 % of the memory; f32 activations) or native (each "
-                  "projection kept in the type the file stores: F16, BF16, Q8_0, Q4_0, Q4_K, "
-                  "Q6_K, MXFP4, mapped from the file; f32 activations). Default: the file's, "
-                  "native, or f32 for a file that stores every weight as F32");
 }
 
 void CheckPrecisionFlag(const std::string& precision) {

@@ -22,14 +22,15 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tokenizer;
 };
 
-// Options every model-reading verb has: --model, --tokenizer.
+// The model a verb reads: --model, --tokenizer and, where the verb runs forwards, --precision
+// (cli/options.h declares them).
 struct ModelOptions {
   std::string model_path;
   std::string tokenizer_path;
-  // --precision where the verb registers it (AddPrecisionOption); empty: the file's (FilePrecision).
+  // --precision where the verb takes it (Add with_precision); empty: the file's (FilePrecision).
   std::string precision;
   std::string precision_reason = "--precision";  // why `precision` was set, for the log
-  void Add(CLI::App* cmd);
+  void Add(CLI::App* cmd, bool with_precision = false);
   LoadedModel Load() const;  // logs a one-line summary to stderr
 };
 
@@ -41,12 +42,8 @@ void CheckReal(const std::string& flag, double value, double lo, Bound lo_bound,
                Bound hi_bound, const char* what = "a number");
 void CheckInt(const std::string& flag, int64_t value, int64_t lo, int64_t hi);
 
-// --seed, in every verb that has one (analyze, explain, trace, generate, chat, train): a decimal
-// integer in [0, 2^64 - 1], read as text, since CLI11 would wrap "-1" into a uint64 as
-// 18446744073709551615. `set` receives the value; `default_value` is shown in --help ("" for none).
-CLI::Option* AddSeedOption(CLI::App* cmd, std::function<void(uint64_t)> set,
-                           const std::string& help, const std::string& default_value);
-// The seed `text` (a flag's value) stands for; throws ss::Error naming `flag` otherwise.
+// The seed `text` (a --seed value: cli/options.h AddSeedOption) stands for, an integer in
+// [0, 2^64 - 1]; throws ss::Error naming `flag` otherwise.
 uint64_t ParseSeed(const std::string& flag, const std::string& text);
 
 // --temperature and --top-p of generate and chat.
@@ -57,7 +54,8 @@ struct SamplingOptions {
   void Validate() const;  // temperature in [0, 100] (0: greedy), top-p in (0, 1]
 };
 
-// ---- Options that analyze, explain and trace share, each declared and validated here once.
+// ---- Options that analyze, explain and trace share, validated here once (declared in
+// cli/options.cpp, the option table).
 
 // The samples: how many, how long, from which seed, cut from which input.
 struct SampleOptions {
@@ -101,7 +99,8 @@ struct LayerThresholdOptions {
 // --conditions: first-token conditions (analyze: a list; explain: exactly one).
 struct ConditionOptions {
   std::string list;
-  void Add(CLI::App* cmd, const std::string& default_list, const std::string& help);
+  // `note`: what the verb takes (analyze: a comma-separated list; explain: one).
+  void Add(CLI::App* cmd, const std::string& default_list, std::string_view note);
   std::vector<analysis::Condition> Parse(bool single) const;
 };
 
@@ -145,11 +144,10 @@ std::vector<FlagPath> ModelInputs(const std::string& flag, const std::string& pa
 std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& text_file,
                                    const std::string& tokens_file, const std::string& tokenizer);
 
-// --precision f32|bf16|q8_0|native on the verbs that run forwards: analyze, explain, trace,
-// stream, ppl, generate, chat. Not given (empty): the file's own (io/load.h FilePrecision: native,
-// or f32 for a file that stores every weight as F32).
-void AddPrecisionOption(CLI::App* cmd, std::string* precision);
-// The flag's value checked (empty passes: the file decides), before anything is loaded.
+// --precision f32|bf16|q8_0|native (cli/options.h) on the verbs that run forwards: analyze,
+// explain, trace, stream, ppl, generate, chat. Not given (empty): the file's own (io/load.h
+// FilePrecision: native, or f32 for a file that stores every weight as F32). The flag's value
+// checked (empty passes: the file decides), before anything is loaded.
 void CheckPrecisionFlag(const std::string& precision);
 // The precision `precision` (a --precision value, or empty for the file's) stands for on the model
 // at `path`, and the log line that says which and why: "precision native (the file's: weights

@@ -376,19 +376,6 @@ StreamRun RunStreamPolicy(const Model& model, const stream::StreamOptions& optio
   return r;
 }
 
-void KvCacheFlags::Add(CLI::App* cmd) {
-  cmd->add_option("--kv-type", type,
-                  "KV cache storage: f32 | bf16 | f16 | q8_0 | q4_0 (attention reads it decoded, sums "
-                  "in f32; docs/STREAMING.md)")
-      ->capture_default_str();
-  cmd->add_option("--kv-type-k", type_k, "Storage of the keys (default: --kv-type)");
-  cmd->add_option("--kv-type-v", type_v, "Storage of the values (default: --kv-type)");
-  cmd->add_option("--kv-keep", keep,
-                  "Entries a typed cache keeps in f32: none | first:N | detected (the positions the "
-                  "model's heads use as sinks on the first tokens)")
-      ->capture_default_str();
-}
-
 bool KvCacheFlags::typed() const {
   const KvType k = ParseKvType(type_k.empty() ? type : type_k, type_k.empty() ? "--kv-type" : "--kv-type-k");
   const KvType v = ParseKvType(type_v.empty() ? type : type_v, type_v.empty() ? "--kv-type" : "--kv-type-v");

@@ -118,7 +118,8 @@ StreamRun RunStreamPolicy(const Model& model, const stream::StreamOptions& optio
                           const std::vector<int>& tokens, std::FILE* csv, bool with_policy,
                           bool keep_nll);
 
-// --kv-type, --kv-type-k, --kv-type-v and --kv-keep, declared once for stream, generate and chat.
+// --kv-type, --kv-type-k, --kv-type-v and --kv-keep of stream, generate and chat (declared in
+// cli/options.cpp with the cache policy: CacheOptions).
 struct KvCacheFlags {
   std::string type = "f32", type_k, type_v, keep = "none";
   void Add(CLI::App* cmd);
