@@ -28,14 +28,16 @@ TEST(Cli, GenerateGreedyStory) {
   // The cache policy's default, as chat's and stream's (cli/options.h): 4 sinks + 252 recent
   // tokens, which 256 steps fill without evicting, so the text is the dense cache's.
   EXPECT_NE(r.err.find("with the sinks cache"), std::string::npos) << r.err;
-  CliResult dense = RunCli("generate --model " + kModel + " --temperature 0 --steps 256 --policy dense");
+  CliResult dense =
+      RunCli("generate --model " + kModel + " --temperature 0 --steps 256 --policy dense");
   ASSERT_EQ(dense.code, 0) << dense.err;
   EXPECT_EQ(dense.out, r.out);
   EXPECT_EQ(dense.err.find("cache"), std::string::npos) << dense.err;
 }
 
 TEST(Cli, TokenizeAndInspect) {
-  CliResult r = RunCli("tokenize --model " + kModel + " --prompt 'Once upon a time, there was a little girl named Lily.'");
+  CliResult r = RunCli("tokenize --model " + kModel +
+                       " --prompt 'Once upon a time, there was a little girl named Lily.'");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "1 403 407 261 378 432 383 286 261 376 298 315 421 395 317 426\n");
   r = RunCli("inspect --model " + kModel);
@@ -45,7 +47,9 @@ TEST(Cli, TokenizeAndInspect) {
 
 TEST(Cli, PplJsonMatchesReference) {
   std::string json = TempDir() + "/ppl.json";
-  CliResult r = RunCli("ppl --model " + kModel + " --prompt 'Once upon a time, there was a little girl named Lily.' --json " + json);
+  CliResult r =
+      RunCli("ppl --model " + kModel +
+             " --prompt 'Once upon a time, there was a little girl named Lily.' --json " + json);
   ASSERT_EQ(r.code, 0) << r.err;
   std::string doc = ReadFile(json);
   EXPECT_NE(doc.find("\"mean_nll\": 0.10013"), std::string::npos) << doc;  // reference 0.1001373
@@ -81,10 +85,12 @@ TEST(Cli, BadInputGivesOneClearLine) {
   ExpectError("generate --model " + kModel + " --tokenizer " +
                   test::RepoPath("tests/data/tokenizers/ggml-vocab-gpt-2.gguf"),
               "50257 tokens but model");
-  ExpectError("tokenize --model " + kModel + " --prompt \"$(printf '\\377\\376')\"", "not valid UTF-8");
+  ExpectError("tokenize --model " + kModel + " --prompt \"$(printf '\\377\\376')\"",
+              "not valid UTF-8");
   ExpectError("generate --model " + kModel + " --bogus-flag", "bogus-flag");
   ExpectError("ppl --model " + kModel + " --prompt ''", "empty");
-  ExpectError("ppl --model " + kModel + " --prompt hi --json /nonexistent-dir/x.json", "/nonexistent-dir");
+  ExpectError("ppl --model " + kModel + " --prompt hi --json /nonexistent-dir/x.json",
+              "/nonexistent-dir");
   std::string big = dir + "/big.txt";
   std::string words;
   for (int i = 0; i < 400; ++i) words += "hello world ";
@@ -92,7 +98,8 @@ TEST(Cli, BadInputGivesOneClearLine) {
   ExpectError("ppl --model " + kModel + " --text " + big, "context of 512");
   std::string lonely = dir + "/lonely";
   std::filesystem::create_directories(lonely);
-  std::filesystem::copy_file(kModel, lonely + "/m.bin", std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(kModel, lonely + "/m.bin",
+                             std::filesystem::copy_options::overwrite_existing);
   ExpectError("generate --model " + lonely + "/m.bin", "no tokenizer found");
 }
 
@@ -102,7 +109,8 @@ TEST(Cli, ConvertThenEveryVerbWorksOnEveryFormat) {
   const std::string dir = TempDir() + "/convert";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const std::string hf = dir + "/stories-hf", gguf = dir + "/stories.gguf", q8 = dir + "/stories-q8.gguf";
+  const std::string hf = dir + "/stories-hf", gguf = dir + "/stories.gguf",
+                    q8 = dir + "/stories-q8.gguf";
   CliResult r = RunCli("convert --model " + kModel + " --to hf --out " + hf);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
@@ -123,21 +131,26 @@ TEST(Cli, ConvertThenEveryVerbWorksOnEveryFormat) {
     EXPECT_NE(r.out.find("architecture  llama"), std::string::npos) << m << r.out;
     r = RunCli("generate --model " + m + " --temperature 0 --steps 40");
     ASSERT_EQ(r.code, 0) << m << r.err;
-    EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl named Lily.", 0), 0u) << m << r.out;
+    EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl named Lily.", 0), 0u)
+        << m << r.out;
   }
   for (const std::string& m : {hf, gguf}) {
     r = RunCli("ppl --model " + m + " --prompt " + prompt);
     ASSERT_EQ(r.code, 0) << m << r.err;
-    EXPECT_NE(r.out.find("mean NLL    0.10013"), std::string::npos) << m << r.out;  // llama2.c: 0.100137
+    EXPECT_NE(r.out.find("mean NLL    0.10013"), std::string::npos)
+        << m << r.out;  // llama2.c: 0.100137
   }
 }
 
 TEST(Cli, ConvertBadInput) {
   const std::string dir = TempDir() + "/convert_bad";
   std::filesystem::create_directories(dir);
-  ExpectError("convert --model " + kModel + " --to gguf --type q5_k --out " + dir + "/x.gguf", "--type");
-  ExpectError("convert --model " + kModel + " --to hf --type q8_0 --out " + dir + "/x", "--type q8_0");
-  ExpectError("convert --model " + kModel + " --to gguf --out /nonexistent-dir/x.gguf", "/nonexistent-dir");
+  ExpectError("convert --model " + kModel + " --to gguf --type q5_k --out " + dir + "/x.gguf",
+              "--type");
+  ExpectError("convert --model " + kModel + " --to hf --type q8_0 --out " + dir + "/x",
+              "--type q8_0");
+  ExpectError("convert --model " + kModel + " --to gguf --out /nonexistent-dir/x.gguf",
+              "/nonexistent-dir");
   ExpectError("convert --model " + kModel + " --to hf --out " + dir, "already exists");
   ExpectError("convert --model " + kModel + " --to onnx --out " + dir + "/y", "onnx");
 }

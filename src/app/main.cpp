@@ -1,10 +1,10 @@
 // The sinkscope executable: every verb of src/cli and `serve` (src/serve, which builds on the
 // verbs), above both, so that neither library depends on the other's registration.
-#include <cstdio>
-#include <cstdlib>
+#include <fmt/format.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
+#include <cstdio>
+#include <cstdlib>
 
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -45,29 +45,31 @@ static void ChooseRuntime(int argc, char** argv) {
     }
     again = setenv("GOMP_SPINCOUNT", spin, 1) == 0;
   }
-  if (const char* core = ss::BlasCoreOverride()) again = setenv("OPENBLAS_CORETYPE", core, 1) == 0 || again;
+  if (const char* core = ss::BlasCoreOverride())
+    again = setenv("OPENBLAS_CORETYPE", core, 1) == 0 || again;
   if (again) execv("/proc/self/exe", argv);
   // If the re-exec fails we simply go on with the defaults.
 }
 
 int main(int argc, char** argv) {
   ChooseRuntime(argc, argv);
-  CLI::App app{"sinkscope: find, explain and exploit attention sinks in transformer language models"};
+  CLI::App app{
+      "sinkscope: find, explain and exploit attention sinks in transformer language models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", [] {
     const ss::BlasInfo blas = ss::GetBlasInfo();
     const char* policy = std::getenv("OMP_WAIT_POLICY");
     const char* spin = std::getenv("GOMP_SPINCOUNT");
-    return fmt::format("sinkscope 0.1.0\nBLAS: {} ({}; {}; core {})\nthreads: {} (OpenMP wait "
-                       "policy: {})\nSIMD: {}; bf16 products: {}; q8_0 products: {}; native (ggml) products: {}", blas.config,
-                       blas.openmp() ? "OpenMP" : "not OpenMP", blas.library, blas.core,
-                       ss::ThreadCount(),
-                       policy ? std::string(policy)
-                       : spin ? fmt::format("spin {} then sleep (GOMP_SPINCOUNT)", spin)
-                              : std::string("libgomp default"),
-                       ss::SimdLevelName(ss::ActiveSimdLevel()),
-                       ss::Bf16KernelName(), ss::Q8KernelName(),
-                       ss::GgmlKernelName(ss::kGgmlTypeQ4_K));
+    return fmt::format(
+        "sinkscope 0.1.0\nBLAS: {} ({}; {}; core {})\nthreads: {} (OpenMP wait "
+        "policy: {})\nSIMD: {}; bf16 products: {}; q8_0 products: {}; native (ggml) products: {}",
+        blas.config, blas.openmp() ? "OpenMP" : "not OpenMP", blas.library, blas.core,
+        ss::ThreadCount(),
+        policy ? std::string(policy)
+        : spin ? fmt::format("spin {} then sleep (GOMP_SPINCOUNT)", spin)
+               : std::string("libgomp default"),
+        ss::SimdLevelName(ss::ActiveSimdLevel()), ss::Bf16KernelName(), ss::Q8KernelName(),
+        ss::GgmlKernelName(ss::kGgmlTypeQ4_K));
   });
   ss::cli::RegisterInspect(app);
   ss::cli::RegisterGenerate(app);

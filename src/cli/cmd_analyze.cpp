@@ -2,7 +2,8 @@
 //   [--samples N] [--length T] [--seed S] [--first-k K] [--eps E] [--patterns SPEC]
 //   [--json OUT] [--html OUT] [--allow-long-context]
 // Measures a model's attention sinks under first-token conditions (docs/ANALYZE.md). Every flag is
-// checked, and the output paths too, before the model runs; outputs are written atomically at the end.
+// checked, and the output paths too, before the model runs; outputs are written atomically at the
+// end.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -66,8 +67,9 @@ void RunAnalyze(AnalyzeArgs a) {
 
 void RegisterAnalyze(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "analyze", "Measure a model's attention sinks (alpha_k, Sink_k^eps, P0 norms, massive "
-                 "activations) with and without BOS");
+      "analyze",
+      "Measure a model's attention sinks (alpha_k, Sink_k^eps, P0 norms, massive "
+      "activations) with and without BOS");
   auto a = std::make_shared<AnalyzeArgs>();
   cmd->add_option("--patterns", a->request.patterns,
                   "Heads whose full pattern to keep for the HTML, e.g. 0:3,1:* (layer:head)");
@@ -76,7 +78,8 @@ void RegisterAnalyze(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--allow-long-context", a->request.allow_long_context,
                 "Allow T beyond the model's trained context (RoPE models only)");
-  AddModelOptions(cmd, &a->model, /*tokenizer=*/nullptr, &a->precision);  // --tokenizer: the samples'
+  AddModelOptions(cmd, &a->model, /*tokenizer=*/nullptr,
+                  &a->precision);  // --tokenizer: the samples'
   a->request.input.Add(cmd, /*default_samples=*/64, /*prompt_and_tokens=*/true);
   a->conditions.Add(cmd, "bos,no-bos,random-p0,repeat", "a comma-separated list");
   a->request.sink.Add(cmd, /*with_first_k=*/true);

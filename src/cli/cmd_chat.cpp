@@ -8,10 +8,11 @@
 // with --developer), each line becomes "<|start|>user<|message|>{line}<|end|><|start|>assistant",
 // and the model writes its messages; the final channel's text is the reply (the analysis channel
 // goes to stderr with --show-analysis only: the format asks not to show it to users). The stop
-// token (<|return|>, <|call|>, or the <|end|> of the final message) is not fed; the next turn starts
-// with <|end|> in its place, as the format keeps a reply in the history. The cache keeps what it
-// was fed, the analysis included (the format drops earlier analysis when it re-renders a whole
-// conversation; a cache kept across turns cannot, and a sink cache drops the oldest tokens anyway).
+// token (<|return|>, <|call|>, or the <|end|> of the final message) is not fed; the next turn
+// starts with <|end|> in its place, as the format keeps a reply in the history. The cache keeps
+// what it was fed, the analysis included (the format drops earlier analysis when it re-renders a
+// whole conversation; a cache kept across turns cannot, and a sink cache drops the oldest tokens
+// anyway).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -35,7 +36,8 @@ namespace {
 struct ChatArgs {
   std::string model, tokenizer, precision;
   // harmony (gpt-oss) messages
-  std::string format = "auto", identity = "You are ChatGPT, a large language model trained by OpenAI.";
+  std::string format = "auto",
+              identity = "You are ChatGPT, a large language model trained by OpenAI.";
   std::string reasoning = "medium", developer, date;
   bool show_analysis = false, log_tokens = false;
   int max_reply = 256;
@@ -54,22 +56,26 @@ void RunChat(const ChatArgs& a) {
     Fail("--kv-keep detected: chat has no text to look at before the first turn; use first:N");
   a.cache.kv.Apply(model, {}, &o);
   auto tokenizer = FindTokenizer(model, a.tokenizer);
-  const bool harmony = a.format == "harmony" || (a.format == "auto" && model.config.arch == "gpt_oss");
+  const bool harmony =
+      a.format == "harmony" || (a.format == "auto" && model.config.arch == "gpt_oss");
   HarmonyTokens special;
-  if (harmony) special = HarmonyTokens::Find(*tokenizer, a.tokenizer.empty() ? a.model : a.tokenizer);
+  if (harmony)
+    special = HarmonyTokens::Find(*tokenizer, a.tokenizer.empty() ? a.model : a.tokenizer);
   auto cache = stream::MakeStreamCache(model, o);
   Sampler sampler(SamplerOptions{a.sampling.temperature, a.sampling.top_p, a.seed});
   const int V = model.config.vocab_size;
   const int bos = tokenizer->bos_id(), eos = tokenizer->eos_id();
   LogPending();
-  Log(fmt::format("chat: {} cache, {} + {} entries ({} keys, {} values){}; one turn per line, end of "
-                  "input (Ctrl-D) quits",
-                  stream::PolicyName(o.policy), o.sinks, o.window, KvTypeName(o.k_type), KvTypeName(o.v_type),
-                  harmony ? fmt::format("; harmony messages (reasoning {})", a.reasoning) : ""));
+  Log(fmt::format(
+      "chat: {} cache, {} + {} entries ({} keys, {} values){}; one turn per line, end of "
+      "input (Ctrl-D) quits",
+      stream::PolicyName(o.policy), o.sinks, o.window, KvTypeName(o.k_type), KvTypeName(o.v_type),
+      harmony ? fmt::format("; harmony messages (reasoning {})", a.reasoning) : ""));
   std::string line;
   int prev = -1;
   int turn = 0;
-  bool close_reply = false;  // harmony: the last reply's stop token was not fed; <|end|> stands for it
+  bool close_reply =
+      false;  // harmony: the last reply's stop token was not fed; <|end|> stands for it
   while (std::getline(std::cin, line)) {
     ++turn;
     std::vector<int> prompt;
@@ -77,12 +83,15 @@ void RunChat(const ChatArgs& a) {
       if (harmony) {
         std::vector<HarmonyMessage> messages;
         if (cache->tokens_seen() == 0) {
-          messages.push_back({"system", "", HarmonySystemContent(a.identity, "2024-06", a.date, a.reasoning)});
-          if (!a.developer.empty()) messages.push_back({"developer", "", HarmonyDeveloperContent(a.developer)});
+          messages.push_back(
+              {"system", "", HarmonySystemContent(a.identity, "2024-06", a.date, a.reasoning)});
+          if (!a.developer.empty())
+            messages.push_back({"developer", "", HarmonyDeveloperContent(a.developer)});
         }
         messages.push_back({"user", "", line});
         if (close_reply) prompt.push_back(special.end);
-        const std::vector<int> rest = RenderHarmony(*tokenizer, special, messages, /*open_assistant=*/true);
+        const std::vector<int> rest =
+            RenderHarmony(*tokenizer, special, messages, /*open_assistant=*/true);
         prompt.insert(prompt.end(), rest.begin(), rest.end());
       } else if (!line.empty()) {
         prompt = tokenizer->Encode(line, /*add_bos=*/cache->tokens_seen() == 0 && bos >= 0);
@@ -95,7 +104,8 @@ void RunChat(const ChatArgs& a) {
       Log(fmt::format("chat: turn {}: {}; line skipped", turn, e.what()));
       continue;
     }
-    if (a.log_tokens) Log(fmt::format("chat: turn {} prompt tokens: {}", turn, fmt::join(prompt, " ")));
+    if (a.log_tokens)
+      Log(fmt::format("chat: turn {} prompt tokens: {}", turn, fmt::join(prompt, " ")));
     prev = prompt.empty() ? prev : prompt.back();
     auto pick = [&](const float* logits) { return sampler.Sample(logits, V); };
     HarmonyReplyParser parser(special);
@@ -116,7 +126,8 @@ void RunChat(const ChatArgs& a) {
       if (step.ends_reply) return false;
       // Message text only: the markers and any other special token (<|constrain|>, reserved ids)
       // are not printed.
-      if (step.part != HarmonyReplyParser::Part::kContent || tokenizer->SpecialTokenId(text) == token)
+      if (step.part != HarmonyReplyParser::Part::kContent ||
+          tokenizer->SpecialTokenId(text) == token)
         return true;
       const std::string& channel = parser.channel();
       if (channel == "final" || channel.empty()) {
@@ -134,9 +145,11 @@ void RunChat(const ChatArgs& a) {
     std::fputs("\n", stdout);
     std::fflush(stdout);
     if (!shown_channel.empty()) std::fputs("\n", stderr);
-    if (a.log_tokens) Log(fmt::format("chat: turn {} reply tokens: {}", turn, fmt::join(reply, " ")));
+    if (a.log_tokens)
+      Log(fmt::format("chat: turn {} reply tokens: {}", turn, fmt::join(reply, " ")));
     if (harmony && parser.stop_token() == special.call)
-      Log(fmt::format("chat: turn {}: the model called a tool (<|call|>); chat runs no tools", turn));
+      Log(fmt::format("chat: turn {}: the model called a tool (<|call|>); chat runs no tools",
+                      turn));
     Log(fmt::format("[cache {}/{} entries, {} tokens seen, {} generated, {:.1f} KiB KV]",
                     std::min<int64_t>(cache->tokens_seen(), cache->budget()), cache->budget(),
                     cache->tokens_seen(), n, cache->kv_bytes() / 1024.0));
@@ -148,28 +161,35 @@ void RunChat(const ChatArgs& a) {
 
 void RegisterChat(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "chat", "Interactive multi-turn generation over one attention-sink cache (runs indefinitely)");
+      "chat",
+      "Interactive multi-turn generation over one attention-sink cache (runs indefinitely)");
   auto a = std::make_shared<ChatArgs>();
   cmd->add_option("--max-reply", a->max_reply, "Most tokens per reply")->capture_default_str();
-  cmd->add_option("--format", a->format,
-                  "Turns as plain text, or as gpt-oss's harmony messages (auto: harmony for gpt_oss)")
+  cmd->add_option(
+         "--format", a->format,
+         "Turns as plain text, or as gpt-oss's harmony messages (auto: harmony for gpt_oss)")
       ->check(CLI::IsMember({"auto", "plain", "harmony"}))
       ->capture_default_str();
   cmd->add_option("--identity", a->identity, "harmony: the system message's first line")
       ->capture_default_str();
-  cmd->add_option("--reasoning", a->reasoning, "harmony: the reasoning effort the system message asks for")
+  cmd->add_option("--reasoning", a->reasoning,
+                  "harmony: the reasoning effort the system message asks for")
       ->check(CLI::IsMember({"low", "medium", "high"}))
       ->capture_default_str();
-  cmd->add_option("--date", a->date, "harmony: the system message's current date (none if not given)");
+  cmd->add_option("--date", a->date,
+                  "harmony: the system message's current date (none if not given)");
   cmd->add_option("--developer", a->developer,
                   "harmony: instructions, sent as the developer message before the first turn");
-  cmd->add_flag("--show-analysis", a->show_analysis,
-                "harmony: print the analysis and commentary channels to stderr (hidden by default)");
-  cmd->add_flag("--log-tokens", a->log_tokens, "Log each turn's prompt and reply token ids (stderr)");
+  cmd->add_flag(
+      "--show-analysis", a->show_analysis,
+      "harmony: print the analysis and commentary channels to stderr (hidden by default)");
+  cmd->add_flag("--log-tokens", a->log_tokens,
+                "Log each turn's prompt and reply token ids (stderr)");
   AddModelOptions(cmd, &a->model, &a->tokenizer, &a->precision);
   a->sampling.Add(cmd, /*default_temperature=*/0.8f);
-  AddSeedOption(cmd, [a](uint64_t v) { a->seed = v; }, "for sampling", std::to_string(a->seed),
-                OptionGroup::kSampling);
+  AddSeedOption(
+      cmd, [a](uint64_t v) { a->seed = v; }, "for sampling", std::to_string(a->seed),
+      OptionGroup::kSampling);
   a->cache.Add(cmd);
   cmd->callback([a] { RunChat(*a); });
 }

@@ -11,12 +11,11 @@
 // The stacked MoE experts are otherwise written F32, as llama.cpp's converters write them, unless
 // --expert-type names their type (gguf: the same model's experts in Q8_0 or BF16, say, to compare
 // with MXFP4).
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <map>
-
-#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -50,10 +49,12 @@ void WriteHfDirectory(const LoadedModel& loaded, const std::string& out, Safeten
       [&](std::string_view stem) { return stem == name; });
   std::error_code ec;
   fs::remove_all(tmp, ec);
-  if (!fs::create_directory(tmp, ec)) Fail("--out {}: cannot create {}: {}", out, tmp, ec.message());
+  if (!fs::create_directory(tmp, ec))
+    Fail("--out {}: cannot create {}: {}", out, tmp, ec.message());
   try {
     WriteHfModel(loaded.model, tmp, dtype);
-    WriteFileAtomic((fs::path(tmp) / "tokenizer.json").string(), TokenizerJsonText(*loaded.tokenizer));
+    WriteFileAtomic((fs::path(tmp) / "tokenizer.json").string(),
+                    TokenizerJsonText(*loaded.tokenizer));
     fs::rename(tmp, out, ec);
     if (ec) Fail("--out {}: cannot rename {} into place: {}", out, tmp, ec.message());
   } catch (...) {
@@ -70,21 +71,25 @@ std::string FallbackNote(const GgufWriter& writer, uint32_t ggml_type, uint32_t 
   int count = 0;
   for (const auto& [name, type] : writer.TensorTypes()) {
     if (type == ggml_type || type == kGgmlTypeF32) continue;
-    if (ggml_type == kGgmlTypeMXFP4 && type == kGgmlTypeQ8_0) continue;  // the non-expert weights' type
+    if (ggml_type == kGgmlTypeMXFP4 && type == kGgmlTypeQ8_0)
+      continue;  // the non-expert weights' type
     if (type == expert_type && name.find("_exps.") != std::string::npos) continue;  // --expert-type
     if (++count <= kListed)
       names += fmt::format("{}{} ({})", count > 1 ? ", " : "", name, GgmlTypeName(type));
   }
   if (count == 0) return "";
   if (count > kListed) names += fmt::format(", and {} more", count - kListed);
-  return fmt::format("{} weight(s) have rows that are not whole {}-value {} blocks and fell back: "
-                     "{}", count, GgmlBlockValues(ggml_type), GgmlTypeName(ggml_type), names);
+  return fmt::format(
+      "{} weight(s) have rows that are not whole {}-value {} blocks and fell back: "
+      "{}",
+      count, GgmlBlockValues(ggml_type), GgmlTypeName(ggml_type), names);
 }
 
 void Run(const ConvertOptions& o) {
   if (o.to == "hf" && o.out == "-")
-    Fail("--out -: a Hugging Face model is a directory; give a path (--to gguf can go to "
-         "standard output)");
+    Fail(
+        "--out -: a Hugging Face model is a directory; give a path (--to gguf can go to "
+        "standard output)");
   if (o.to == "hf" && fs::exists(o.out))
     Fail("--out {}: already exists; remove it or choose another path{}", o.out,
          o.force ? " (--force replaces a GGUF file, never a directory)" : "");
@@ -98,24 +103,35 @@ void Run(const ConvertOptions& o) {
   if (!o.expert_type.empty() && (o.to != "gguf" || o.type == "mxfp4"))
     Fail("--expert-type: only for --to gguf, and not with --type mxfp4 (whose experts are MXFP4)");
   if (o.to == "hf") {
-    if (o.type == "f16") dtype = SafetensorsDtype::kF16;
-    else if (o.type == "bf16") dtype = SafetensorsDtype::kBF16;
+    if (o.type == "f16")
+      dtype = SafetensorsDtype::kF16;
+    else if (o.type == "bf16")
+      dtype = SafetensorsDtype::kBF16;
     else if (o.type != "f32")
-      Fail("--type {}: Hugging Face output supports f32, f16, bf16 (the quantised types are for "
-           "--to gguf)", o.type);
+      Fail(
+          "--type {}: Hugging Face output supports f32, f16, bf16 (the quantised types are for "
+          "--to gguf)",
+          o.type);
   } else {
-    if (o.type == "f16") ggml_type = kGgmlTypeF16;
-    else if (o.type == "bf16") ggml_type = kGgmlTypeBF16;
-    else if (o.type == "q8_0") ggml_type = kGgmlTypeQ8_0;
-    else if (o.type == "q4_0") ggml_type = kGgmlTypeQ4_0;
-    else if (o.type == "q4_k") ggml_type = kGgmlTypeQ4_K;
-    else if (o.type == "q6_k") ggml_type = kGgmlTypeQ6_K;
-    else if (o.type == "mxfp4") ggml_type = kGgmlTypeMXFP4;
+    if (o.type == "f16")
+      ggml_type = kGgmlTypeF16;
+    else if (o.type == "bf16")
+      ggml_type = kGgmlTypeBF16;
+    else if (o.type == "q8_0")
+      ggml_type = kGgmlTypeQ8_0;
+    else if (o.type == "q4_0")
+      ggml_type = kGgmlTypeQ4_0;
+    else if (o.type == "q4_k")
+      ggml_type = kGgmlTypeQ4_K;
+    else if (o.type == "q6_k")
+      ggml_type = kGgmlTypeQ6_K;
+    else if (o.type == "mxfp4")
+      ggml_type = kGgmlTypeMXFP4;
     else if (o.type != "f32")
       Fail("--type {}: GGUF output supports f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, mxfp4", o.type);
     const std::map<std::string, uint32_t> experts = {
-        {"f32", kGgmlTypeF32},   {"f16", kGgmlTypeF16},   {"bf16", kGgmlTypeBF16},
-        {"q8_0", kGgmlTypeQ8_0}, {"q4_0", kGgmlTypeQ4_0}, {"q4_k", kGgmlTypeQ4_K},
+        {"f32", kGgmlTypeF32},   {"f16", kGgmlTypeF16},    {"bf16", kGgmlTypeBF16},
+        {"q8_0", kGgmlTypeQ8_0}, {"q4_0", kGgmlTypeQ4_0},  {"q4_k", kGgmlTypeQ4_K},
         {"q6_k", kGgmlTypeQ6_K}, {"mxfp4", kGgmlTypeMXFP4}};
     if (!o.expert_type.empty()) expert_type = experts.at(o.expert_type);
   }
@@ -141,7 +157,8 @@ void Run(const ConvertOptions& o) {
 }  // namespace
 
 void RegisterConvert(CLI::App& app) {
-  auto* cmd = app.add_subcommand("convert", "Write a model as a Hugging Face directory or a GGUF file");
+  auto* cmd =
+      app.add_subcommand("convert", "Write a model as a Hugging Face directory or a GGUF file");
   auto o = std::make_shared<ConvertOptions>();
   o->model.Add(cmd);
   cmd->add_option("--to", o->to, "Output format")->required()->check(CLI::IsMember({"hf", "gguf"}));

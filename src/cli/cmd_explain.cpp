@@ -37,7 +37,7 @@ struct ExplainArgs {
   SinkOptions sink;
   LayerThresholdOptions layers;
   OutputOptions output;
-  std::string precision;  // empty: the file's
+  std::string precision;          // empty: the file's
   bool verify_top_given = false;  // --verify-top on the command line (it contradicts --exhaustive)
   bool no_early_stop = false;
 };
@@ -83,18 +83,24 @@ void RunExplain(ExplainArgs a) {
 
 void RegisterExplain(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "explain", "Locate the P0 attention-sink circuit: norm decomposition, interventions at "
-                 "position 0, greedy circuit search, cone model");
+      "explain",
+      "Locate the P0 attention-sink circuit: norm decomposition, interventions at "
+      "position 0, greedy circuit search, cone model");
   auto a = std::make_shared<ExplainArgs>();
   cmd->add_option("--share", a->request.options.share,
-                  "Share of the downstream sink a circuit must remove, in (0, 1]")->capture_default_str();
+                  "Share of the downstream sink a circuit must remove, in (0, 1]")
+      ->capture_default_str();
   cmd->add_option("--intervention-samples", a->request.options.intervention_samples,
-                  "Samples the interventions run on (0: all)")->capture_default_str();
+                  "Samples the interventions run on (0: all)")
+      ->capture_default_str();
   cmd->add_option("--max-components", a->request.options.max_components,
-                  "Largest circuit the greedy search builds")->capture_default_str();
-  cmd->add_option("--ablation", a->request.ablation,
-                  "How components are knocked out at P0 for the head rows, the search and --ablate: "
-                  "mean (their mean over positions >= 1) or zero")->capture_default_str();
+                  "Largest circuit the greedy search builds")
+      ->capture_default_str();
+  cmd->add_option(
+         "--ablation", a->request.ablation,
+         "How components are knocked out at P0 for the head rows, the search and --ablate: "
+         "mean (their mean over positions >= 1) or zero")
+      ->capture_default_str();
   cmd->add_option("--ablate", a->request.ablate,
                   "Also measure ablating this set at P0, e.g. mlp.1,head.0.3");
   auto* verify_top =
@@ -106,13 +112,17 @@ void RegisterExplain(CLI::App& app) {
                 "Measure every row of the intervention table exactly (L H + 3 L - 1 forwards per "
                 "intervention sample)");
   cmd->add_option("--estimate-samples", a->request.options.estimate_samples,
-                  "Intervention samples the estimates rank the rows on (0: all)")->capture_default_str();
+                  "Intervention samples the estimates rank the rows on (0: all)")
+      ->capture_default_str();
   cmd->add_option("--confidence", a->request.options.confidence,
                   "Confidence of the bounds that decide when the circuit is settled and no more "
-                  "intervention samples are needed, in [0.5, 1)")->capture_default_str();
-  cmd->add_flag("--no-early-stop", a->no_early_stop,
-                "Measure every intervention sample, even once the verdict and the circuit are settled");
-  AddModelOptions(cmd, &a->model, /*tokenizer=*/nullptr, &a->precision);  // --tokenizer: the samples'
+                  "intervention samples are needed, in [0.5, 1)")
+      ->capture_default_str();
+  cmd->add_flag(
+      "--no-early-stop", a->no_early_stop,
+      "Measure every intervention sample, even once the verdict and the circuit are settled");
+  AddModelOptions(cmd, &a->model, /*tokenizer=*/nullptr,
+                  &a->precision);  // --tokenizer: the samples'
   a->request.input.Add(cmd, /*default_samples=*/16, /*prompt_and_tokens=*/true);
   a->conditions.Add(cmd, "bos", "one of them (this verb runs one condition)");
   a->sink.Add(cmd, /*with_first_k=*/false);

@@ -2,10 +2,10 @@
 // continuation, streamed as produced); logs go to stderr. The KV cache is --policy's, by default
 // the sinks cache that chat and stream keep (cli/options.h CacheOptions); --policy dense with an
 // f32 cache runs model/generate.h, up to the model's context.
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstdio>
-
-#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -38,8 +38,9 @@ void RegisterGenerate(CLI::App& app) {
   input.no_bos = &a->no_bos;
   AddInputOptions(cmd, input);
   a->sampling.Add(cmd, /*default_temperature=*/1.0f);
-  AddSeedOption(cmd, [a](uint64_t v) { a->seed = v; }, "for sampling (default: time)", "",
-                OptionGroup::kSampling);
+  AddSeedOption(
+      cmd, [a](uint64_t v) { a->seed = v; }, "for sampling (default: time)", "",
+      OptionGroup::kSampling);
   a->cache.Add(cmd,
                "generate's default was dense before: --policy dense runs the full cache, up to the "
                "context and no further");
@@ -55,9 +56,10 @@ void RegisterGenerate(CLI::App& app) {
     opt.steps = a->steps;
     opt.sampler.temperature = a->sampling.temperature;
     opt.sampler.top_p = a->sampling.top_p;
-    opt.sampler.seed = a->seed ? a->seed
-                               : static_cast<uint64_t>(
-                                     std::chrono::system_clock::now().time_since_epoch().count());
+    opt.sampler.seed =
+        a->seed
+            ? a->seed
+            : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
     std::string head = tok.Decode(prompt);
     std::fwrite(head.data(), 1, head.size(), stdout);
     std::fflush(stdout);
@@ -84,11 +86,13 @@ void RegisterGenerate(CLI::App& app) {
           });
       std::fputc('\n', stdout);
       std::fflush(stdout);
-      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      Log(fmt::format("generated {} tokens in {:.3f} s ({:.1f} tokens/s) with the {} cache ({} keys, {} "
-                      "values), {} entries, {:.1f} KiB",
-                      n, seconds, n / std::max(seconds, 1e-9), a->cache.policy, KvTypeName(so.k_type),
-                      KvTypeName(so.v_type), cache->budget(), cache->peak_kv_bytes() / 1024.0));
+      double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      Log(fmt::format(
+          "generated {} tokens in {:.3f} s ({:.1f} tokens/s) with the {} cache ({} keys, {} "
+          "values), {} entries, {:.1f} KiB",
+          n, seconds, n / std::max(seconds, 1e-9), a->cache.policy, KvTypeName(so.k_type),
+          KvTypeName(so.v_type), cache->budget(), cache->peak_kv_bytes() / 1024.0));
       return;
     }
     std::vector<int> out = Generate(m.model, prompt, opt, [&](int prev, int token) {
@@ -98,7 +102,8 @@ void RegisterGenerate(CLI::App& app) {
     });
     std::fputc('\n', stdout);
     std::fflush(stdout);
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     Log(fmt::format("generated {} tokens in {:.3f} s ({:.1f} tokens/s)", out.size(), seconds,
                     out.size() / std::max(seconds, 1e-9)));
   });

@@ -16,9 +16,12 @@ namespace ss::cli {
 
 static const char* RopeName(RopeKind k) {
   switch (k) {
-    case RopeKind::kNone: return "none";
-    case RopeKind::kInterleaved: return "interleaved pairs (2i, 2i+1)";
-    case RopeKind::kHalf: return "rotate-half pairs (i, i+d/2)";
+    case RopeKind::kNone:
+      return "none";
+    case RopeKind::kInterleaved:
+      return "interleaved pairs (2i, 2i+1)";
+    case RopeKind::kHalf:
+      return "rotate-half pairs (i, i+d/2)";
   }
   return "?";
 }
@@ -63,28 +66,35 @@ void RegisterInspect(CLI::App& app) {
       std::vector<int> dense;
       for (int l = 0; l < c.n_layers; ++l)
         if (!c.MoeLayer(l)) dense.push_back(l);
-      features.push_back(fmt::format("dense MLP ({}) in layers {} instead of experts", c.dense_hidden_dim,
-                                     fmt::join(dense, " ")));
+      features.push_back(fmt::format("dense MLP ({}) in layers {} instead of experts",
+                                     c.dense_hidden_dim, fmt::join(dense, " ")));
     }
     if (c.rope_scaling == RopeScalingKind::kYarn)
       features.push_back(fmt::format("YaRN RoPE scaling x{} (original {})", c.rope_scaling_factor,
                                      c.rope_original_max_seq_len));
-    if (c.swiglu_limit > 0) features.push_back(fmt::format("clamped expert GLU (limit {})", c.swiglu_limit));
+    if (c.swiglu_limit > 0)
+      features.push_back(fmt::format("clamped expert GLU (limit {})", c.swiglu_limit));
     if (c.mxfp4_experts) features.push_back("experts stored as MXFP4 (quantization_config)");
-    if (c.rotary_dim > 0) features.push_back(fmt::format("rotary dims {} of {}", c.rotary_dim, c.head_dim));
+    if (c.rotary_dim > 0)
+      features.push_back(fmt::format("rotary dims {} of {}", c.rotary_dim, c.head_dim));
     if (c.rope_scaling == RopeScalingKind::kLinear)
       features.push_back(fmt::format("linear RoPE scaling x{}", c.rope_scaling_factor));
     if (c.rope_scaling == RopeScalingKind::kLlama3)
       features.push_back(fmt::format("Llama 3 RoPE scaling x{}", c.rope_scaling_factor));
     if (!model.weights.rope_freq_factors.empty()) features.push_back("RoPE frequency factors");
-    if (c.final_logit_softcap != 0) features.push_back(fmt::format("logit soft-cap {}", c.final_logit_softcap));
-    if (c.attn_logit_softcap != 0) features.push_back(fmt::format("attention soft-cap {}", c.attn_logit_softcap));
+    if (c.final_logit_softcap != 0)
+      features.push_back(fmt::format("logit soft-cap {}", c.final_logit_softcap));
+    if (c.attn_logit_softcap != 0)
+      features.push_back(fmt::format("attention soft-cap {}", c.attn_logit_softcap));
     if (c.norm_weight_offset != 0) features.push_back("RMSNorm x (1 + w)");
     if (c.embed_scale > 0) features.push_back(fmt::format("embeddings x {:.4g}", c.embed_scale));
-    if (c.query_pre_attn_scalar > 0) features.push_back(fmt::format("scores / sqrt({})", c.query_pre_attn_scalar));
-    if (c.rope_local_theta > 0) features.push_back(fmt::format("sliding layers' RoPE base {}", c.rope_local_theta));
+    if (c.query_pre_attn_scalar > 0)
+      features.push_back(fmt::format("scores / sqrt({})", c.query_pre_attn_scalar));
+    if (c.rope_local_theta > 0)
+      features.push_back(fmt::format("sliding layers' RoPE base {}", c.rope_local_theta));
     if (!features.empty()) fmt::print("features      {}\n", fmt::join(features, ", "));
-    fmt::print("embeddings    {}\n", c.tied_embeddings ? "tied (classifier = embedding)" : "untied");
+    fmt::print("embeddings    {}\n",
+               c.tied_embeddings ? "tied (classifier = embedding)" : "untied");
     fmt::print("parameters    {} ({:.2f} M)\n", params, params / 1e6);
     std::vector<std::string> types;
     for (const auto& [type, count] : StoredTensorTypes(*model_path))

@@ -1,7 +1,7 @@
 // sinkscope ppl: teacher-forced perplexity of a text under the model, in one forward pass.
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -36,16 +36,18 @@ void RegisterPpl(CLI::App& app) {
   cmd->callback([a, prompt_opt = in.prompt, text_opt = in.text] {
     CheckOutputs({{"--json", a->output.json}},
                  SampleInputs(a->model.model_path, a->text, "", a->model.tokenizer_path));
-    std::string text = ReadInputText(a->prompt, a->text, prompt_opt->count() > 0, text_opt->count() > 0);
+    std::string text =
+        ReadInputText(a->prompt, a->text, prompt_opt->count() > 0, text_opt->count() > 0);
     LoadedModel m = a->model.Load();
     const ModelConfig& c = m.model.config;
     std::vector<int> tokens = m.tokenizer->Encode(text, !a->no_bos);
     const int T = static_cast<int>(tokens.size());
     if (T < 2) Fail("the text gives {} token(s); perplexity needs at least 2", T);
     if (T > c.max_seq_len)
-      Fail("the text gives {} tokens, more than the model's context of {}; use `sinkscope stream` "
-           "for long texts",
-           T, c.max_seq_len);
+      Fail(
+          "the text gives {} tokens, more than the model's context of {}; use `sinkscope stream` "
+          "for long texts",
+          T, c.max_seq_len);
     KVCache cache = KVCache::Create(c, T);
     RunState state;
     ForwardRequest req;

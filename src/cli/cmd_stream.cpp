@@ -54,15 +54,18 @@ void RunStream(const StreamArgs& a) {
   if (a.max_tokens < 0) Fail("--max-tokens: expected 0 (all) or more, got {}", a.max_tokens);
   std::vector<stream::Policy> policies;
   if (!a.compare.empty()) {
-    for (const auto& p : SplitList(a.compare)) policies.push_back(stream::ParsePolicy(p, "--compare"));
-    if (policies.empty()) Fail("--compare: expected a comma-separated list of policies, got '{}'", a.compare);
+    for (const auto& p : SplitList(a.compare))
+      policies.push_back(stream::ParsePolicy(p, "--compare"));
+    if (policies.empty())
+      Fail("--compare: expected a comma-separated list of policies, got '{}'", a.compare);
   } else {
     policies.push_back(stream::ParsePolicy(a.cache.policy, "--policy"));
   }
   const bool typed = a.cache.kv.typed();  // the flags' domains, before the model loads
   std::vector<KvConfig> kv_configs;
   if (!a.compare_kv.empty()) {
-    if (policies.size() != 1) Fail("--compare-kv compares cache types under one policy; drop --compare");
+    if (policies.size() != 1)
+      Fail("--compare-kv compares cache types under one policy; drop --compare");
     if (typed || a.cache.kv.keep != "none")
       Fail("--compare-kv lists the cache types itself; drop --kv-type and --kv-keep");
     kv_configs = ParseKvConfigs(a.compare_kv, "--compare-kv");
@@ -79,7 +82,8 @@ void RunStream(const StreamArgs& a) {
     o.k_type = c.k_type, o.v_type = c.v_type, o.keep = c.keep_indices;
     stream::ValidateOptions(o, model.config);
   }
-  if (a.text.empty() == a.token_file.empty()) Fail("stream: give --text FILE or --tokens FILE (one of them)");
+  if (a.text.empty() == a.token_file.empty())
+    Fail("stream: give --text FILE or --tokens FILE (one of them)");
   const std::string input = a.text.empty() ? a.token_file : a.text;
   const std::string input_flag = a.text.empty() ? "--tokens" : "--text";
   const std::string text = ReadInputFile(input, input_flag);
@@ -96,16 +100,18 @@ void RunStream(const StreamArgs& a) {
       Fail("--text {}: {}", a.text, e.what());
     }
   }
-  if (a.max_tokens > 0 && static_cast<int64_t>(tokens.size()) > a.max_tokens) tokens.resize(a.max_tokens);
+  if (a.max_tokens > 0 && static_cast<int64_t>(tokens.size()) > a.max_tokens)
+    tokens.resize(a.max_tokens);
   if (tokens.size() < 2)
-    Fail("{} {}: {} token(s); expected at least two (one to condition on, one to score)", input_flag,
-         input, tokens.size());
+    Fail("{} {}: {} token(s); expected at least two (one to condition on, one to score)",
+         input_flag, input, tokens.size());
   for (const auto& o : options) {
     if (o.policy == stream::Policy::kDense && !a.cache.force &&
         static_cast<int64_t>(tokens.size()) > model.config.max_seq_len)
-      Fail("--policy dense: the text has {} tokens, more than the model's context of {}; use "
-           "--max-tokens {}, a streaming policy, or --force",
-           tokens.size(), model.config.max_seq_len, model.config.max_seq_len);
+      Fail(
+          "--policy dense: the text has {} tokens, more than the model's context of {}; use "
+          "--max-tokens {}, a streaming policy, or --force",
+          tokens.size(), model.config.max_seq_len, model.config.max_seq_len);
   }
   LogPending();
   Log(fmt::format("streaming {} tokens of {} through {} ({})", tokens.size(), input, a.model,
@@ -132,27 +138,31 @@ void RunStream(const StreamArgs& a) {
 
   // Terminal table.
   auto kv_name = [](const StreamRun& r) {
-    std::string name = r.k_type == r.v_type ? KvTypeName(r.k_type)
-                                            : fmt::format("{}/{}", KvTypeName(r.k_type), KvTypeName(r.v_type));
+    std::string name = r.k_type == r.v_type
+                           ? KvTypeName(r.k_type)
+                           : fmt::format("{}/{}", KvTypeName(r.k_type), KvTypeName(r.v_type));
     if (r.keep != "none") name += "+" + r.keep;
     return name;
   };
   std::vector<std::vector<std::string>> rows;
   if (kv_configs.empty()) {
-    rows.push_back({"policy", "sinks", "window", "kv", "tokens", "mean NLL", "perplexity", "tokens/s", "peak KV"});
+    rows.push_back({"policy", "sinks", "window", "kv", "tokens", "mean NLL", "perplexity",
+                    "tokens/s", "peak KV"});
     for (const auto& r : results)
-      rows.push_back({stream::PolicyName(r.policy), std::to_string(r.sinks), std::to_string(r.window),
-                      kv_name(r), std::to_string(r.scored), fmt::format("{:.4f}", r.MeanNll()),
+      rows.push_back({stream::PolicyName(r.policy), std::to_string(r.sinks),
+                      std::to_string(r.window), kv_name(r), std::to_string(r.scored),
+                      fmt::format("{:.4f}", r.MeanNll()),
                       fmt::format("{:.3f}", std::exp(r.MeanNll())),
                       fmt::format("{:.0f}", r.scored / std::max(r.seconds, 1e-9)),
                       fmt::format("{:.1f} KiB", r.peak_kv_bytes / 1024.0)});
   } else {
-    rows.push_back({"kv cache", "bytes/token", "vs f32", "perplexity", "vs f32", "mean KL", "max KL",
-                    "tokens/s", "peak KV"});
+    rows.push_back({"kv cache", "bytes/token", "vs f32", "perplexity", "vs f32", "mean KL",
+                    "max KL", "tokens/s", "peak KV"});
     const StreamRun& ref = results[0];
     for (const auto& r : results)
       rows.push_back({kv_name(r), std::to_string(r.kv_bytes_per_token),
-                      fmt::format("{:.3f}x", static_cast<double>(r.kv_bytes_per_token) / ref.kv_bytes_per_token),
+                      fmt::format("{:.3f}x", static_cast<double>(r.kv_bytes_per_token) /
+                                                 ref.kv_bytes_per_token),
                       fmt::format("{:.4f}", std::exp(r.MeanNll())),
                       fmt::format("{:+.4f}", std::exp(r.MeanNll()) - std::exp(ref.MeanNll())),
                       fmt::format("{:.2e}", r.scored > 0 ? r.sum_kl / r.scored : 0.0),
@@ -163,29 +173,32 @@ void RunStream(const StreamArgs& a) {
   std::fputs(report::FormatTable(rows).c_str(), stdout);
 
   if (!a.output.json.empty()) {
-    const StreamDocument doc{a.model,         input,          static_cast<int64_t>(tokens.size()),
-                             !a.no_bos,       a.cache.sinks,  a.cache.window,
-                             a.cache.force,   a.max_tokens,   PrecisionName(model.precision)};
+    const StreamDocument doc{a.model,       input,         static_cast<int64_t>(tokens.size()),
+                             !a.no_bos,     a.cache.sinks, a.cache.window,
+                             a.cache.force, a.max_tokens,  PrecisionName(model.precision)};
     report::WriteJson(a.output.json, StreamJson(doc, results));
   }
   if (!a.output.html.empty()) {
     report::HtmlPage page("sinkscope stream");
     page.Heading("Streaming perplexity", 1);
-    page.Paragraph(fmt::format("Model {}, text {} ({} tokens), sinks {}, window {}. Perplexity of "
-                               "each {}-token block as the text streams through the cache.",
-                               a.model, input, tokens.size(), a.cache.sinks, a.cache.window, kStreamBlock));
+    page.Paragraph(
+        fmt::format("Model {}, text {} ({} tokens), sinks {}, window {}. Perplexity of "
+                    "each {}-token block as the text streams through the cache.",
+                    a.model, input, tokens.size(), a.cache.sinks, a.cache.window, kStreamBlock));
     if (!kv_configs.empty())
-      page.Paragraph(fmt::format("Cache storage types beside the f32 cache, each fed the same tokens in "
-                                 "lockstep under the {} policy: perplexity, and the KL divergence of each "
-                                 "next-token distribution from the f32 cache's (mean and largest).",
-                                 stream::PolicyName(options[0].policy)));
+      page.Paragraph(
+          fmt::format("Cache storage types beside the f32 cache, each fed the same tokens in "
+                      "lockstep under the {} policy: perplexity, and the KL divergence of each "
+                      "next-token distribution from the f32 cache's (mean and largest).",
+                      stream::PolicyName(options[0].policy)));
     page.Table(rows);
     std::vector<report::Series> series;
     double lo = INFINITY, hi = 0;
     for (const auto& r : results) {
       report::Series s;
-      s.name = kv_configs.empty() ? fmt::format("{} ({}+{})", stream::PolicyName(r.policy), r.sinks, r.window)
-                                  : fmt::format("{} cache", kv_name(r));
+      s.name = kv_configs.empty()
+                   ? fmt::format("{} ({}+{})", stream::PolicyName(r.policy), r.sinks, r.window)
+                   : fmt::format("{} cache", kv_name(r));
       for (size_t b = 0; b < r.block_sum.size(); ++b) {
         const double ppl = std::exp(r.block_sum[b] / r.block_count[b]);
         s.x.push_back(static_cast<double>(b * kStreamBlock + r.block_count[b]));
@@ -213,10 +226,12 @@ void RegisterStream(CLI::App& app) {
       "stream", "Streaming perplexity through a bounded KV cache (StreamingLLM attention sinks)");
   auto a = std::make_shared<StreamArgs>();
   cmd->add_option("--max-tokens", a->max_tokens, "Stream at most N tokens (0: all)");
-  cmd->add_option("--compare", a->compare, "Several policies on the same text, e.g. window,sinks,recompute");
-  cmd->add_option("--compare-kv", a->compare_kv,
-                  "Cache types side by side against f32, e.g. bf16,q8_0,q4_0,q4_0+first:4,q4_0+detected "
-                  "(K/V may differ: q8_0/q4_0): perplexity, KL to f32, bytes per token");
+  cmd->add_option("--compare", a->compare,
+                  "Several policies on the same text, e.g. window,sinks,recompute");
+  cmd->add_option(
+      "--compare-kv", a->compare_kv,
+      "Cache types side by side against f32, e.g. bf16,q8_0,q4_0,q4_0+first:4,q4_0+detected "
+      "(K/V may differ: q8_0/q4_0): perplexity, KL to f32, bytes per token");
   AddModelOptions(cmd, &a->model, &a->tokenizer, &a->precision);
   InputFlags input;
   input.text = &a->text;
@@ -227,7 +242,8 @@ void RegisterStream(CLI::App& app) {
   AddInputOptions(cmd, input);
   a->cache.Add(cmd, {}, "and --policy dense beyond it");
   a->output.Add(cmd, /*html=*/true, "the summary", "a perplexity-vs-position chart");
-  cmd->add_option("--csv", a->csv, "Per-token NLL: position,token,nll (policy first with --compare)")
+  cmd->add_option("--csv", a->csv,
+                  "Per-token NLL: position,token,nll (policy first with --compare)")
       ->group(OptionGroupName(OptionGroup::kOutput));
   cmd->callback([a] { RunStream(*a); });
 }

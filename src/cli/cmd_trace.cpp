@@ -60,7 +60,8 @@ void Validate(const TraceArgs& a) {
   } else {
     const std::vector<std::string> dirs = TwinDirs(a.twins);
     if (dirs.size() < 2)
-      Fail("--twins: expected two or more run directories (or a scripts/twins.sh folder), got {}", dirs.size());
+      Fail("--twins: expected two or more run directories (or a scripts/twins.sh folder), got {}",
+           dirs.size());
     std::set<std::string> names;
     for (const std::string& d : dirs) {
       if (!IsDirectory(d)) Fail("--twins: '{}' is not a run directory", d);
@@ -90,8 +91,10 @@ void RunTwins(const TraceArgs& a) {
     if (first_source.empty()) {
       first_source = source;
     } else if (source != first_source) {
-      Fail("--twins: {} draws its samples from {}, {} from {}: twins must share their samples "
-           "(the same data and tokenizer)", dirs.front(), first_source, dir, source);
+      Fail(
+          "--twins: {} draws its samples from {}, {} from {}: twins must share their samples "
+          "(the same data and tokenizer)",
+          dirs.front(), first_source, dir, source);
     }
   }
   std::vector<trace::TwinRun> runs;
@@ -102,7 +105,8 @@ void RunTwins(const TraceArgs& a) {
     TraceRequest one = a.request;
     one.checkpoints = {dir};
     TraceRun run = RunTraceAnalysis(one, comm.rank(), comm.size(), [&](const std::string& line) {
-      Log(comm.size() > 1 ? fmt::format("[rank {}] {}: {}", comm.rank(), name, line) : name + ": " + line);
+      Log(comm.size() > 1 ? fmt::format("[rank {}] {}: {}", comm.rank(), name, line)
+                          : name + ": " + line);
     });
     if (runs.empty()) settings = run.settings;
     for (const auto& r : run.results) failed += !r.ok;
@@ -117,13 +121,16 @@ void RunTwins(const TraceArgs& a) {
     for (const auto& r : run.results)
       if (!r.ok) fmt::print("FAILED {} step {}: {}\n", run.name, r.ref.step, r.error);
   }
-  fmt::print("== side by side (alpha0: the largest layer's mean over heads)\n{}", trace::TwinsTable(runs));
+  fmt::print("== side by side (alpha0: the largest layer's mean over heads)\n{}",
+             trace::TwinsTable(runs));
   const OutputOptions& out = a.output;
   WriteReports(out.json, out.json.empty() ? "" : trace::TwinsJson(runs, settings).dump(2) + "\n",
                out.html, out.html.empty() ? "" : trace::TwinsHtml(runs, settings));
   if (failed && !a.keep_going)
-    Fail("{} checkpoints failed (listed above; the others are in the report); pass --keep-going "
-         "to exit 0 anyway", failed);
+    Fail(
+        "{} checkpoints failed (listed above; the others are in the report); pass --keep-going "
+        "to exit 0 anyway",
+        failed);
 }
 
 void RunTrace(const TraceArgs& a) {
@@ -154,32 +161,40 @@ void RunTrace(const TraceArgs& a) {
   if (failed == static_cast<int>(results.size()))
     Fail("all {} checkpoints failed to load or analyse (first: {})", failed, results.front().error);
   if (failed && !a.keep_going)
-    Fail("{} of {} checkpoints failed (listed above; the others are in the report); pass "
-         "--keep-going to exit 0 anyway", failed, results.size());
+    Fail(
+        "{} of {} checkpoints failed (listed above; the others are in the report); pass "
+        "--keep-going to exit 0 anyway",
+        failed, results.size());
 }
 
 }  // namespace
 
 void RegisterTrace(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "trace", "Sink profile and formation stage (none/early/transitional/converged) of every "
-               "checkpoint of a training run");
+      "trace",
+      "Sink profile and formation stage (none/early/transitional/converged) of every "
+      "checkpoint of a training run");
   auto a = std::make_shared<TraceArgs>();
-  cmd->add_option("--checkpoints", a->request.checkpoints,
-                  "A run directory (checkpoint sub-directories or *.gguf) or a list of checkpoints");
-  cmd->add_option("--twins", a->twins,
-                  "Several run directories to trace on the same samples and compare (comma-separated), "
-                  "or a scripts/twins.sh folder")
+  cmd->add_option(
+      "--checkpoints", a->request.checkpoints,
+      "A run directory (checkpoint sub-directories or *.gguf) or a list of checkpoints");
+  cmd->add_option(
+         "--twins", a->twins,
+         "Several run directories to trace on the same samples and compare (comma-separated), "
+         "or a scripts/twins.sh folder")
       ->delimiter(',');
-  cmd->add_option("--early-blocks", a->request.early_blocks, "Last block that counts as early (blocks 0..B)")
+  cmd->add_option("--early-blocks", a->request.early_blocks,
+                  "Last block that counts as early (blocks 0..B)")
       ->capture_default_str();
   cmd->add_option("--other-share", a->request.other_share,
                   "Share of heads sinking on a position != 0 that makes a checkpoint transitional")
       ->capture_default_str();
-  cmd->add_option("--stable-window", a->request.stable_window, "k: checkpoints that must agree for converged")
+  cmd->add_option("--stable-window", a->request.stable_window,
+                  "k: checkpoints that must agree for converged")
       ->capture_default_str();
   cmd->add_flag("--keep-going", a->keep_going, "Exit 0 even if some checkpoints failed");
-  cmd->add_flag("--no-cache", a->request.no_cache, "Do not read or write DIR/.sinkscope-trace-cache");
+  cmd->add_flag("--no-cache", a->request.no_cache,
+                "Do not read or write DIR/.sinkscope-trace-cache");
   AddPrecisionOption(cmd, &a->request.precision);
   a->request.input.Add(cmd, /*default_samples=*/16, /*prompt_and_tokens=*/false);
   a->request.sink.Add(cmd, /*with_first_k=*/false);

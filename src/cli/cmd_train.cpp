@@ -50,7 +50,8 @@ void RunTrain(const TrainFlags& f) {
     return;
   }
   TrainConfig c;
-  if (!f.config_path.empty() && !f.preset.empty()) Fail("--config and --preset: give one, not both");
+  if (!f.config_path.empty() && !f.preset.empty())
+    Fail("--config and --preset: give one, not both");
   if (!f.config_path.empty()) {
     c = LoadTrainConfig(f.config_path);
   } else if (!f.preset.empty()) {
@@ -96,7 +97,8 @@ void RunTrain(const TrainFlags& f) {
   }
   if (f.bos) overrides["bos"] = true;
   if (f.no_bos) overrides["bos"] = false;
-  if (!f.out.empty()) overrides["out"] = f.out;
+  if (!f.out.empty())
+    overrides["out"] = f.out;
   else if (!f.resume.empty()) {
     // Continue writing where the checkpoint lives.
     std::string dir = FindCheckpoint(f.resume);
@@ -107,8 +109,9 @@ void RunTrain(const TrainFlags& f) {
     // One continuous Bigram-Backcopy sequence (BOS first when the config has bos), for
     // `sinkscope stream --tokens`: the synthetic task has no text and no tokenizer.
     if (c.data != DataKind::kBigramBackcopy)
-      Fail("--write-stream: only for data \"bigram-backcopy\" (stream a text run's corpus with "
-           "`sinkscope stream --text`)");
+      Fail(
+          "--write-stream: only for data \"bigram-backcopy\" (stream a text run's corpus with "
+          "`sinkscope stream --text`)");
     CheckOutputs(
         {{"--write-stream", f.write_stream}},
         {{"--config", f.config_path}, {"--corpus", c.corpus}, {"--tokenizer", c.tokenizer}});
@@ -121,7 +124,8 @@ void RunTrain(const TrainFlags& f) {
     source.Sample(rng, static_cast<int>(tokens.size()), tokens.data());
     WriteFileAtomic(f.write_stream, [&](std::FILE* out) {
       for (size_t i = 0; i < tokens.size(); ++i)
-        std::fprintf(out, "%d%c", tokens[i], (i + 1) % 32 == 0 || i + 1 == tokens.size() ? '\n' : ' ');
+        std::fprintf(out, "%d%c", tokens[i],
+                     (i + 1) % 32 == 0 || i + 1 == tokens.size() ? '\n' : ' ');
     });
     fmt::print("wrote {} Bigram-Backcopy tokens to {}\n", tokens.size(), f.write_stream);
     return;
@@ -142,19 +146,24 @@ void RunTrain(const TrainFlags& f) {
 void RegisterTrain(CLI::App& app) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "train", "Pretrain a small Llama-style or MoE model with sink telemetry (mpirun: data-parallel)");
-  cmd->add_option("--config", flags->config_path, "JSON config file (flat keys, see docs/TRAINING.md)");
-  cmd->add_option("--preset", flags->preset, "quick | bigram-backcopy | bigram-backcopy-nobos | text | moe-quick");
+      "train",
+      "Pretrain a small Llama-style or MoE model with sink telemetry (mpirun: data-parallel)");
+  cmd->add_option("--config", flags->config_path,
+                  "JSON config file (flat keys, see docs/TRAINING.md)");
+  cmd->add_option("--preset", flags->preset,
+                  "quick | bigram-backcopy | bigram-backcopy-nobos | text | moe-quick");
   cmd->add_option("--out", flags->out, "Run directory (checkpoints step-<N>/, telemetry.jsonl)");
-  cmd->add_option("--resume", flags->resume, "Continue from a run directory (newest checkpoint) or step-<N>");
+  cmd->add_option("--resume", flags->resume,
+                  "Continue from a run directory (newest checkpoint) or step-<N>");
   cmd->add_flag("--overwrite", flags->overwrite,
                 "Start over in a --out directory that holds an earlier run (its checkpoints, logs "
                 "and prepared data are removed first)");
   cmd->add_option("--set", flags->sets, "Override any config key: --set dim=128 --set data=text");
   cmd->add_option("--steps", flags->steps, "Total optimiser steps");
   cmd->add_option("--lr", flags->lr, "Peak learning rate");
-  AddSeedOption(cmd, [flags](uint64_t v) { flags->seed = v; }, "the init and the data order", "",
-                OptionGroup::kVerb);
+  AddSeedOption(
+      cmd, [flags](uint64_t v) { flags->seed = v; }, "the init and the data order", "",
+      OptionGroup::kVerb);
   // --threads, --precision and --no-bos here are config keys, not the option table's
   // (cli/options.cpp OwnMeanings).
   cmd->add_option("--threads", flags->threads, "Threads for OpenMP and OpenBLAS (0: default)");
@@ -168,12 +177,16 @@ void RegisterTrain(CLI::App& app) {
   cmd->add_option("--corpus", flags->corpus, "Text corpus (data \"text\")");
   cmd->add_flag("--bos", flags->bos, "BOS at position 0 / windows at document starts");
   cmd->add_flag("--no-bos", flags->no_bos, "No BOS: position 0 is an arbitrary token");
-  cmd->add_option("--stop-after", flags->stop_after, "Stop after this step without a final checkpoint (testing)");
-  cmd->add_option("--eval", flags->eval_dir, "Only evaluate a checkpoint through the analysis forward pass");
+  cmd->add_option("--stop-after", flags->stop_after,
+                  "Stop after this step without a final checkpoint (testing)");
+  cmd->add_option("--eval", flags->eval_dir,
+                  "Only evaluate a checkpoint through the analysis forward pass");
   cmd->add_option("--eval-batches", flags->eval_batches, "Validation batches for --eval");
-  cmd->add_option("--write-stream", flags->write_stream,
-                  "Write one long Bigram-Backcopy sequence (token ids) for `stream --tokens`, then exit");
-  cmd->add_option("--stream-tokens", flags->stream_tokens, "Tokens for --write-stream (default 200000)");
+  cmd->add_option(
+      "--write-stream", flags->write_stream,
+      "Write one long Bigram-Backcopy sequence (token ids) for `stream --tokens`, then exit");
+  cmd->add_option("--stream-tokens", flags->stream_tokens,
+                  "Tokens for --write-stream (default 200000)");
   cmd->callback([flags] {
     try {
       RunTrain(*flags);

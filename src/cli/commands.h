@@ -3,7 +3,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <string>
 #include <string_view>
 
@@ -28,8 +27,9 @@ void RegisterExplain(CLI::App& app);
 // The GOMP_SPINCOUNT for a verb: kDecodeSpinCount for the verbs that decode a token at a time
 // (generate, chat, stream, serve), kSpinCount for every other verb (src/app/main.cpp says why).
 inline const char* SpinCountFor(std::string_view verb) {
-  return verb == "generate" || verb == "chat" || verb == "stream" || verb == "serve" ? kDecodeSpinCount
-                                                                                     : kSpinCount;
+  return verb == "generate" || verb == "chat" || verb == "stream" || verb == "serve"
+             ? kDecodeSpinCount
+             : kSpinCount;
 }
 
 // Logs go to stderr so that stdout holds only the command's output.

@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -30,7 +30,8 @@ LoadedModel ModelOptions::Load() const {
   loaded.model = LoadModelAt(model_path, precision, precision_reason);
   loaded.tokenizer = FindTokenizer(loaded.model, tokenizer_path);
   const ModelConfig& c = loaded.model.config;
-  Log(fmt::format("loaded {} ({}, {}, {} layers, width {}, {:.2f} M parameters; tokenizer {}, {} "
+  Log(
+      fmt::format("loaded {} ({}, {}, {} layers, width {}, {:.2f} M parameters; tokenizer {}, {} "
                   "tokens); {}",
                   loaded.model.source, loaded.model.format, c.arch, c.n_layers, c.dim,
                   loaded.model.ParameterCount() / 1e6, loaded.tokenizer->kind(),
@@ -266,7 +267,8 @@ PrecisionChoice ResolvePrecision(const std::string& path, const std::string& pre
                          p == Precision::kF32 ? "" : "; --precision f32 for the f32 reference")};
 }
 
-Model LoadModelAt(const std::string& path, const std::string& precision, const std::string& reason) {
+Model LoadModelAt(const std::string& path, const std::string& precision,
+                  const std::string& reason) {
   const PrecisionChoice choice = ResolvePrecision(path, precision, reason);
   if (const std::string note = PrecisionNote(choice.precision); !note.empty()) Log("note: " + note);
   Model model = LoadModel(path, choice.precision);

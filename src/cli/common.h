@@ -1,14 +1,13 @@
 // Helpers shared by the verbs: loading a model with its tokenizer, and reading text input.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "analysis/conditions.h"
 #include "common/file_util.h"

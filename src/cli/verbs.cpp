@@ -34,7 +34,8 @@ void ValidateAnalyze(const AnalyzeRequest& r) {
 }
 
 std::vector<std::vector<int>> AnalysisSamples(const Model& model, const SampleStream& input,
-                                              const AnalyzeRequest& r, analysis::Condition condition) {
+                                              const AnalyzeRequest& r,
+                                              analysis::Condition condition) {
   const ModelConfig& c = model.config;
   analysis::SampleSpec spec{r.input.samples, r.input.length, r.input.seed,
                             c.vocab_size,    c.bos_id,       c.eos_id};
@@ -53,7 +54,8 @@ analysis::AnalyzeReport RunAnalysis(const Model& model, const SampleStream& inpu
   if (!has_prompt) CheckLength(c, r.input.length, r.allow_long_context, /*has_allow_flag=*/true);
 
   std::vector<std::vector<std::vector<int>>> samples;
-  for (analysis::Condition cond : r.conditions) samples.push_back(AnalysisSamples(model, input, r, cond));
+  for (analysis::Condition cond : r.conditions)
+    samples.push_back(AnalysisSamples(model, input, r, cond));
   int T = 0;
   for (const auto& s : samples) T = std::max(T, static_cast<int>(s[0].size()));
   if (T < 2) Fail("{}: {} token(s); the analysis needs at least 2", input.flag, T);
@@ -61,14 +63,15 @@ analysis::AnalyzeReport RunAnalysis(const Model& model, const SampleStream& inpu
     Fail("--first-k: K = {} is larger than the {} tokens per sample", r.sink.first_k, T);
   CheckLength(c, T, r.allow_long_context, /*has_allow_flag=*/true);
   if (c.max_seq_len > 0 && T > c.max_seq_len)
-    Log(fmt::format("note: T = {} is beyond the trained context of {} tokens (--allow-long-context)",
-                    T, c.max_seq_len));
+    Log(fmt::format(
+        "note: T = {} is beyond the trained context of {} tokens (--allow-long-context)", T,
+        c.max_seq_len));
 
   analysis::AnalyzeOptions options;
   options.first_k = r.sink.first_k;
   options.eps = r.sink.eps;
-  options.path = r.attn_path == "fused" ? analysis::AttnPath::kFused
-                                        : analysis::AttnPath::kMaterialised;
+  options.path =
+      r.attn_path == "fused" ? analysis::AttnPath::kFused : analysis::AttnPath::kMaterialised;
   options.patterns = heads;
   analysis::AnalyzeReport rep;
   LogPending();  // the input is checked: the precision line (CLI)
@@ -168,15 +171,16 @@ SamplePlan PlanSamples(const TraceRequest& r, const std::string& first_checkpoin
     if (c.data == train::DataKind::kBigramBackcopy) {
       plan.bigram = true;
       plan.bb = c;
-      plan.source = fmt::format("bigram-backcopy V={} triggers={} table_seed={} bos={}", c.vocab_size,
-                                c.bb_triggers, c.bb_seed, c.bos);
+      plan.source = fmt::format("bigram-backcopy V={} triggers={} table_seed={} bos={}",
+                                c.vocab_size, c.bb_triggers, c.bb_seed, c.bos);
       return plan;
     }
   }
   plan.text_name = r.input.text_file.empty() ? "default text" : r.input.text_file;
   plan.text = r.input.text_file.empty() ? std::string(DefaultText())
                                         : ReadInputFile(r.input.text_file, "--text");
-  plan.source = fmt::format("text {} sha256={}", plan.text_name, Sha256Hex(plan.text).substr(0, 16));
+  plan.source =
+      fmt::format("text {} sha256={}", plan.text_name, Sha256Hex(plan.text).substr(0, 16));
   return plan;
 }
 
@@ -194,7 +198,8 @@ trace::SampleMaker MakeSampleMaker(const SamplePlan& plan, const TraceRequest& r
     CheckLength(model.config, input.length, /*allow_long=*/false, /*has_allow_flag=*/false);
     std::vector<std::vector<int>> samples;
     if (plan.bigram) {
-      train::BigramBackcopy data(plan.bb.vocab_size, plan.bb.bb_triggers, plan.bb.bb_seed, plan.bb.bos);
+      train::BigramBackcopy data(plan.bb.vocab_size, plan.bb.bb_triggers, plan.bb.bb_seed,
+                                 plan.bb.bos);
       train::Rng rng(input.seed);
       for (int i = 0; i < input.samples; ++i) {
         std::vector<int> s(input.length);
@@ -216,7 +221,8 @@ trace::SampleMaker MakeSampleMaker(const SamplePlan& plan, const TraceRequest& r
     const std::vector<int> stream = FindTokenizer(model, input.tokenizer)->Encode(plan.text, false);
     analysis::SampleSpec spec{input.samples, input.length, input.seed,
                               c.vocab_size,  c.bos_id,     c.eos_id};
-    samples = analysis::BuildSamples(stream, analysis::Condition::kBos, spec, "--text " + plan.text_name);
+    samples =
+        analysis::BuildSamples(stream, analysis::Condition::kBos, spec, "--text " + plan.text_name);
     if (!key.empty()) *last = Encoded{key, samples};
     return samples;
   };
@@ -245,7 +251,8 @@ std::string TraceSamplesSource(const TraceRequest& r) {
   if (plan.bigram) return plan.source;
   // Text samples are token ids: the same text through another tokenizer is other samples. The
   // file the samples are encoded with (FindTokenizer: --tokenizer, else a directory's
-  // tokenizer.json) is compared, not tokenizer.model, whose bytes name the path it was trained into.
+  // tokenizer.json) is compared, not tokenizer.model, whose bytes name the path it was trained
+  // into.
   const std::string json = first + "/tokenizer.json";
   if (!r.input.tokenizer.empty() || !IsDirectory(first) || !FileExists(json)) return plan.source;
   return plan.source + ", tokenizer.json sha256=" + Sha256File(json).substr(0, 16);
@@ -275,7 +282,8 @@ TraceRun RunTraceAnalysis(const TraceRequest& r, int rank, int ranks,
   std::string why = "--precision";
   settings.precision =
       r.precision.empty() ? FilePrecision(refs.front().path, &why) : ParsePrecision(r.precision);
-  if (const std::string note = PrecisionNote(settings.precision); !note.empty()) Log("note: " + note);
+  if (const std::string note = PrecisionNote(settings.precision); !note.empty())
+    Log("note: " + note);
   settings.profile.eps = r.sink.eps;
   settings.profile.onset_sink_rate = r.layers.onset;
   settings.profile.amplification_ratio = r.layers.amplification;
@@ -284,15 +292,15 @@ TraceRun RunTraceAnalysis(const TraceRequest& r, int rank, int ranks,
   settings.stage.stable_window = r.stable_window;
   settings.cache_dir = cache_dir;
   if (rank == 0 && log)
-    log(fmt::format("{} checkpoints (steps {} .. {}); samples: {} x {} tokens, {}, seed {}{}; "
-                    "precision {} ({}{})",
-                    refs.size(), refs.front().step, refs.back().step, r.input.samples,
-                    r.input.length, plan.source, r.input.seed,
-                    ranks > 1 ? fmt::format("; {} MPI ranks", ranks) : "",
-                    PrecisionName(settings.precision), r.precision.empty() ? "the checkpoints': " : "",
-                    why));
+    log(fmt::format(
+        "{} checkpoints (steps {} .. {}); samples: {} x {} tokens, {}, seed {}{}; "
+        "precision {} ({}{})",
+        refs.size(), refs.front().step, refs.back().step, r.input.samples, r.input.length,
+        plan.source, r.input.seed, ranks > 1 ? fmt::format("; {} MPI ranks", ranks) : "",
+        PrecisionName(settings.precision), r.precision.empty() ? "the checkpoints': " : "", why));
 
-  run.results = trace::AnalyseCheckpoints(refs, settings, MakeSampleMaker(plan, r), rank, ranks, log);
+  run.results =
+      trace::AnalyseCheckpoints(refs, settings, MakeSampleMaker(plan, r), rank, ranks, log);
   run.results = trace::GatherResults(run.results, rank, ranks);
   trace::AssignStages(run.results, settings.stage);
   return run;
@@ -315,17 +323,24 @@ std::string KeepLabel(const std::vector<int64_t>& keep) {
   if (keep.empty()) return "none";
   bool prefix = true;
   for (size_t i = 0; i < keep.size(); ++i) prefix = prefix && keep[i] == static_cast<int64_t>(i);
-  return prefix ? fmt::format("first:{}", keep.size()) : fmt::format("positions {}", fmt::join(keep, ","));
+  return prefix ? fmt::format("first:{}", keep.size())
+                : fmt::format("positions {}", fmt::join(keep, ","));
 }
 
 // Sinks and window actually used by a policy (window and recompute spend the S + W budget on
 // recent tokens; dense keeps everything).
 void EffectiveShape(const stream::StreamOptions& o, const Model& m, StreamRun* r) {
   switch (o.policy) {
-    case stream::Policy::kSinks: r->sinks = o.sinks, r->window = o.window; break;
+    case stream::Policy::kSinks:
+      r->sinks = o.sinks, r->window = o.window;
+      break;
     case stream::Policy::kWindow:
-    case stream::Policy::kRecompute: r->sinks = 0, r->window = o.sinks + o.window; break;
-    case stream::Policy::kDense: r->sinks = 0, r->window = m.config.max_seq_len; break;
+    case stream::Policy::kRecompute:
+      r->sinks = 0, r->window = o.sinks + o.window;
+      break;
+    case stream::Policy::kDense:
+      r->sinks = 0, r->window = m.config.max_seq_len;
+      break;
   }
   r->budget = r->sinks + r->window;
 }
@@ -377,19 +392,26 @@ StreamRun RunStreamPolicy(const Model& model, const stream::StreamOptions& optio
 }
 
 bool KvCacheFlags::typed() const {
-  const KvType k = ParseKvType(type_k.empty() ? type : type_k, type_k.empty() ? "--kv-type" : "--kv-type-k");
-  const KvType v = ParseKvType(type_v.empty() ? type : type_v, type_v.empty() ? "--kv-type" : "--kv-type-v");
+  const KvType k =
+      ParseKvType(type_k.empty() ? type : type_k, type_k.empty() ? "--kv-type" : "--kv-type-k");
+  const KvType v =
+      ParseKvType(type_v.empty() ? type : type_v, type_v.empty() ? "--kv-type" : "--kv-type-v");
   return k != KvType::kF32 || v != KvType::kF32;
 }
 
-void KvCacheFlags::Apply(const Model& model, const std::vector<int>& tokens, stream::StreamOptions* o) const {
-  o->k_type = ParseKvType(type_k.empty() ? type : type_k, type_k.empty() ? "--kv-type" : "--kv-type-k");
-  o->v_type = ParseKvType(type_v.empty() ? type : type_v, type_v.empty() ? "--kv-type" : "--kv-type-v");
+void KvCacheFlags::Apply(const Model& model, const std::vector<int>& tokens,
+                         stream::StreamOptions* o) const {
+  o->k_type =
+      ParseKvType(type_k.empty() ? type : type_k, type_k.empty() ? "--kv-type" : "--kv-type-k");
+  o->v_type =
+      ParseKvType(type_v.empty() ? type : type_v, type_v.empty() ? "--kv-type" : "--kv-type-v");
   bool detected = false;
   o->keep = stream::ParseKvKeep(keep, "--kv-keep", &detected);
   if (detected) {
-    if (!o->typed()) Fail("--kv-keep: an f32 cache keeps every entry exact already; it applies with --kv-type");
-    if (tokens.size() < 2) Fail("--kv-keep detected: needs at least two tokens to look at (a prompt or a text)");
+    if (!o->typed())
+      Fail("--kv-keep: an f32 cache keeps every entry exact already; it applies with --kv-type");
+    if (tokens.size() < 2)
+      Fail("--kv-keep detected: needs at least two tokens to look at (a prompt or a text)");
     o->keep = ResolveKvKeep(model, *o, keep, tokens);
   }
   stream::ValidateOptions(*o, model.config);
@@ -416,7 +438,8 @@ std::vector<KvConfig> ParseKvConfigs(const std::string& list, const std::string&
     }
     out.push_back(std::move(c));
   }
-  if (out.empty()) Fail("{}: expected a comma-separated list of cache types, e.g. q8_0,q4_0+first:4", flag);
+  if (out.empty())
+    Fail("{}: expected a comma-separated list of cache types, e.g. q8_0,q4_0+first:4", flag);
   return out;
 }
 
@@ -428,13 +451,17 @@ std::vector<int64_t> ResolveKvKeep(const Model& model, const stream::StreamOptio
   const size_t n = std::min(tokens.size(), static_cast<size_t>(std::max(options.window, 2)));
   keep = stream::DetectSinkPositions(model, std::span<const int>(tokens.data(), n));
   if (!keep.empty()) {
-    Log(fmt::format("--kv-keep detected: positions {} of the first {} tokens are sinks; their "
-                    "entries stay f32", fmt::join(keep, ", "), n));
+    Log(
+        fmt::format("--kv-keep detected: positions {} of the first {} tokens are sinks; their "
+                    "entries stay f32",
+                    fmt::join(keep, ", "), n));
     return keep;
   }
   const int fallback = std::max(options.sinks, 1);
-  Log(fmt::format("--kv-keep detected: no position of the first {} tokens is a sink for this model "
-                  "(alpha_k > 0.3 in a quarter of the heads); keeping first:{} instead", n, fallback));
+  Log(
+      fmt::format("--kv-keep detected: no position of the first {} tokens is a sink for this model "
+                  "(alpha_k > 0.3 in a quarter of the heads); keeping first:{} instead",
+                  n, fallback));
   keep.resize(fallback);
   for (int i = 0; i < fallback; ++i) keep[i] = i;
   return keep;
@@ -458,15 +485,18 @@ std::vector<StreamRun> RunKvComparison(const Model& model, const stream::StreamO
       const KvConfig& c = configs[i - 1];
       lane.options.k_type = c.k_type;
       lane.options.v_type = c.v_type;
-      lane.options.keep = c.keep == "detected" ? ResolveKvKeep(model, lane.options, c.keep, tokens) : c.keep_indices;
-      lane.run.keep = c.keep == "detected" ? "detected (" + KeepLabel(lane.options.keep) + ")" : c.keep;
+      lane.options.keep = c.keep == "detected" ? ResolveKvKeep(model, lane.options, c.keep, tokens)
+                                               : c.keep_indices;
+      lane.run.keep =
+          c.keep == "detected" ? "detected (" + KeepLabel(lane.options.keep) + ")" : c.keep;
     }
     lane.cache = stream::MakeStreamCache(model, lane.options);
     lane.run.policy = base.policy;
     EffectiveShape(lane.options, model, &lane.run);
     lane.run.k_type = lane.options.k_type;
     lane.run.v_type = lane.options.v_type;
-    lane.run.kv_bytes_per_token = KvBytesPerToken(model.config, lane.options.k_type, lane.options.v_type);
+    lane.run.kv_bytes_per_token =
+        KvBytesPerToken(model.config, lane.options.k_type, lane.options.v_type);
   }
   const int V = model.config.vocab_size;
   const int64_t n = static_cast<int64_t>(tokens.size()) - 1;
@@ -479,14 +509,16 @@ std::vector<StreamRun> RunKvComparison(const Model& model, const stream::StreamO
     const double lz = std::log(z) + mx;
     for (int i = 0; i < V; ++i) out[i] = x[i] - lz;
   };
-  report::Progress progress(fmt::format("stream {} x {} cache types", stream::PolicyName(base.policy),
-                                        lanes.size()), n, "tok");
+  report::Progress progress(
+      fmt::format("stream {} x {} cache types", stream::PolicyName(base.policy), lanes.size()), n,
+      "tok");
   for (int64_t i = 0; i < n; ++i) {
     for (size_t li = 0; li < lanes.size(); ++li) {
       Lane& lane = lanes[li];
       const auto t0 = std::chrono::steady_clock::now();
       const Tensor logits = lane.cache->Step(tokens[i]);
-      lane.run.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      lane.run.seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       log_softmax(logits.data(), li == 0 ? ref_logp : logp);
       const std::vector<double>& mine = li == 0 ? ref_logp : logp;
       const double nll = -mine[tokens[i + 1]];
@@ -528,8 +560,11 @@ nlohmann::json StreamJson(const StreamDocument& d, const std::vector<StreamRun>&
   doc["tokens"] = d.tokens;
   doc["bos"] = d.bos;
   doc["block_size"] = kStreamBlock;
-  doc["settings"] = {{"sinks", d.sinks}, {"window", d.window}, {"force", d.force},
-                     {"max_tokens", d.max_tokens}, {"precision", d.precision}};
+  doc["settings"] = {{"sinks", d.sinks},
+                     {"window", d.window},
+                     {"force", d.force},
+                     {"max_tokens", d.max_tokens},
+                     {"precision", d.precision}};
   doc["runs"] = nlohmann::json::array();
   for (const auto& r : runs) {
     nlohmann::json blocks = nlohmann::json::array();

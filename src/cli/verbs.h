@@ -5,13 +5,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "analysis/analyze_report.h"
 #include "cli/common.h"
@@ -39,9 +37,9 @@ void ValidateAnalyze(const AnalyzeRequest& request);
 std::vector<std::vector<int>> AnalysisSamples(const Model& model, const SampleStream& input,
                                               const AnalyzeRequest& request,
                                               analysis::Condition condition);
-// Cuts the samples of every condition from `input`, runs them and returns the report (model identity
-// and settings filled in). Progress lines per condition (report::Progress, which also runs the
-// installed poll).
+// Cuts the samples of every condition from `input`, runs them and returns the report (model
+// identity and settings filled in). Progress lines per condition (report::Progress, which also runs
+// the installed poll).
 analysis::AnalyzeReport RunAnalysis(const Model& model, const SampleStream& input,
                                     const AnalyzeRequest& request);
 
@@ -125,7 +123,8 @@ struct KvCacheFlags {
   void Add(CLI::App* cmd);
   bool typed() const;  // parses the types (ss::Error naming the flag)
   // Sets the cache's types and kept entries; "detected" is resolved on `tokens` (ResolveKvKeep).
-  void Apply(const Model& model, const std::vector<int>& tokens, stream::StreamOptions* options) const;
+  void Apply(const Model& model, const std::vector<int>& tokens,
+             stream::StreamOptions* options) const;
 };
 
 // One cache storage of a comparison: "q8_0", "q8_0/q4_0" (keys / values), each optionally

@@ -618,30 +618,28 @@ ordered_json TokenJson(int id) { return id < 0 ? ordered_json(nullptr) : ordered
 // The fields that differ between two configs, for the writer's error message.
 std::vector<std::string> DiffFields(const ModelConfig& a, const ModelConfig& b) {
   std::vector<std::string> out;
+  // A table of one-line cases, laid out by hand.
+  // clang-format off
 #define SS_DIFF(field) \
   if (!(a.field == b.field)) out.push_back(#field);
-  SS_DIFF(arch)
-  SS_DIFF(dim) SS_DIFF(hidden_dim) SS_DIFF(n_layers) SS_DIFF(n_heads) SS_DIFF(n_kv_heads) SS_DIFF(
-      head_dim) SS_DIFF(vocab_size) SS_DIFF(max_seq_len) SS_DIFF(norm_eps) SS_DIFF(norm)
-      SS_DIFF(act) SS_DIFF(gated_mlp) SS_DIFF(rope) SS_DIFF(rope_theta) SS_DIFF(rotary_dim) SS_DIFF(
-          tied_embeddings) SS_DIFF(bos_id) SS_DIFF(eos_id) SS_DIFF(qkv_bias) SS_DIFF(attn_out_bias)
-          SS_DIFF(mlp_bias) SS_DIFF(learned_pos) SS_DIFF(qk_norm) SS_DIFF(
-              parallel_residual) SS_DIFF(post_norms) SS_DIFF(sliding_window) SS_DIFF(n_experts)
-              SS_DIFF(n_experts_per_tok) SS_DIFF(norm_topk_prob) SS_DIFF(n_shared_experts) SS_DIFF(
-                  shared_expert_hidden_dim) SS_DIFF(dense_hidden_dim) SS_DIFF(dense_layers)
-                  SS_DIFF(rope_scaling) SS_DIFF(rope_scaling_factor) SS_DIFF(rope_low_freq_factor)
-                      SS_DIFF(rope_high_freq_factor) SS_DIFF(rope_original_max_seq_len) SS_DIFF(
-                          attn_logit_softcap) SS_DIFF(final_logit_softcap) SS_DIFF(eos_ids)
-                          SS_DIFF(torch_dtype) SS_DIFF(attn_scale_sqrt_dim)
-                              SS_DIFF(attn_scale_inverse_layer) SS_DIFF(layer_attention) SS_DIFF(
-                                  swiglu_limit) SS_DIFF(moe_bias) SS_DIFF(rope_yarn_beta_fast)
-                                  SS_DIFF(rope_yarn_beta_slow) SS_DIFF(rope_yarn_truncate)
-                                      SS_DIFF(norm_weight_offset) SS_DIFF(embed_scale)
-                                          SS_DIFF(query_pre_attn_scalar) SS_DIFF(rope_local_theta)
+  SS_DIFF(arch) SS_DIFF(dim) SS_DIFF(hidden_dim) SS_DIFF(n_layers) SS_DIFF(n_heads)
+  SS_DIFF(n_kv_heads) SS_DIFF(head_dim) SS_DIFF(vocab_size) SS_DIFF(max_seq_len) SS_DIFF(norm_eps)
+  SS_DIFF(norm) SS_DIFF(act) SS_DIFF(gated_mlp) SS_DIFF(rope) SS_DIFF(rope_theta)
+  SS_DIFF(rotary_dim) SS_DIFF(tied_embeddings) SS_DIFF(bos_id) SS_DIFF(eos_id) SS_DIFF(qkv_bias)
+  SS_DIFF(attn_out_bias) SS_DIFF(mlp_bias) SS_DIFF(learned_pos) SS_DIFF(qk_norm)
+  SS_DIFF(parallel_residual) SS_DIFF(post_norms) SS_DIFF(sliding_window) SS_DIFF(n_experts)
+  SS_DIFF(n_experts_per_tok) SS_DIFF(norm_topk_prob) SS_DIFF(n_shared_experts)
+  SS_DIFF(shared_expert_hidden_dim) SS_DIFF(dense_hidden_dim) SS_DIFF(dense_layers) SS_DIFF(rope_scaling)
+  SS_DIFF(rope_scaling_factor) SS_DIFF(rope_low_freq_factor) SS_DIFF(rope_high_freq_factor)
+  SS_DIFF(rope_original_max_seq_len) SS_DIFF(attn_logit_softcap) SS_DIFF(final_logit_softcap)
+  SS_DIFF(eos_ids) SS_DIFF(torch_dtype) SS_DIFF(attn_scale_sqrt_dim) SS_DIFF(attn_scale_inverse_layer)
+  SS_DIFF(layer_attention) SS_DIFF(swiglu_limit) SS_DIFF(moe_bias)
+  SS_DIFF(rope_yarn_beta_fast) SS_DIFF(rope_yarn_beta_slow) SS_DIFF(rope_yarn_truncate)
+  SS_DIFF(norm_weight_offset) SS_DIFF(embed_scale) SS_DIFF(query_pre_attn_scalar) SS_DIFF(rope_local_theta)
 #undef SS_DIFF
-                                              for (const AttnVariant* v :
-                                                   AttnVariants())  // the attention variants' flags
-                                                                    // (model/attention.h)
+      // clang-format on
+      for (const AttnVariant* v : AttnVariants())  // the attention variants' flags
+                                                   // (model/attention.h)
       if (v->flag && a.*(v->flag) != b.*(v->flag) &&
           std::find(out.begin(), out.end(), v->flag_name) == out.end()) out.push_back(v->flag_name);
   if (out.empty() && !(a == b)) out.push_back("(a field DiffFields does not list)");

@@ -889,16 +889,16 @@ using RowsDecode = void (*)(const void*, int, int, int, int, float*, int64_t, in
 
 // DecodeRowsWith<f> for a vector decoder f (DecodeRowsScalar for none).
 RowsDecode RowsDecoder(RowDequant f) {
-#define SS_CASE(fn) \
-  if (f == fn) return DecodeRowsWith<fn>;
-  SS_CASE(DecodeF16Avx512)
-  SS_CASE(DecodeBf16Avx512) SS_CASE(DecodeQ8_0Avx512) SS_CASE(DecodeQ4_0Avx512)
-      SS_CASE(DecodeQ4_KAvx512) SS_CASE(DecodeQ6_KAvx512) SS_CASE(DecodeMxfp4Avx512)
-          SS_CASE(DecodeMxfp4SplitAvx512) SS_CASE(DequantF16Avx2) SS_CASE(DequantBf16Avx2)
-              SS_CASE(DequantQ8_0Avx2) SS_CASE(DequantQ4_0Avx2) SS_CASE(DequantQ4_KAvx2)
-                  SS_CASE(DequantQ6_KAvx2) SS_CASE(DequantMxfp4Avx2) SS_CASE(DequantMxfp4SplitAvx2)
+  // A table of one-line cases, laid out by hand.
+  // clang-format off
+#define SS_CASE(fn) if (f == fn) return DecodeRowsWith<fn>;
+  SS_CASE(DecodeF16Avx512) SS_CASE(DecodeBf16Avx512) SS_CASE(DecodeQ8_0Avx512) SS_CASE(DecodeQ4_0Avx512)
+  SS_CASE(DecodeQ4_KAvx512) SS_CASE(DecodeQ6_KAvx512) SS_CASE(DecodeMxfp4Avx512) SS_CASE(DecodeMxfp4SplitAvx512)
+  SS_CASE(DequantF16Avx2) SS_CASE(DequantBf16Avx2) SS_CASE(DequantQ8_0Avx2) SS_CASE(DequantQ4_0Avx2)
+  SS_CASE(DequantQ4_KAvx2) SS_CASE(DequantQ6_KAvx2) SS_CASE(DequantMxfp4Avx2) SS_CASE(DequantMxfp4SplitAvx2)
 #undef SS_CASE
-                      return DecodeRowsScalar;
+      // clang-format on
+      return DecodeRowsScalar;
 }
 
 }  // namespace
