@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -48,6 +49,120 @@ struct StreamArgs {
   bool no_bos = false;
 };
 
+// The tokens to stream: --tokens ids, or --text encoded (BOS first unless --no-bos), cut to
+// --max-tokens; at least two. *input_path: the file they came from.
+std::vector<int> StreamTokens(const StreamArgs& a, const Model& model, std::string* input_path) {
+  if (a.text.empty() == a.token_file.empty())
+    Fail("stream: give --text FILE or --tokens FILE (one of them)");
+  const std::string& input = *input_path = a.text.empty() ? a.token_file : a.text;
+  const std::string input_flag = a.text.empty() ? "--tokens" : "--text";
+  const std::string text = ReadInputFile(input, input_flag);
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    Fail("{} {}: the file is empty; expected at least two tokens to score", input_flag, input);
+  std::vector<int> tokens;
+  if (!a.token_file.empty()) {
+    tokens = ReadTokenIds(input, model.config.vocab_size);
+  } else {
+    auto tokenizer = FindTokenizer(model, a.tokenizer);
+    try {
+      tokens = tokenizer->Encode(text, /*add_bos=*/!a.no_bos && tokenizer->bos_id() >= 0);
+    } catch (const Error& e) {
+      Fail("--text {}: {}", a.text, e.what());
+    }
+  }
+  if (a.max_tokens > 0 && static_cast<int64_t>(tokens.size()) > a.max_tokens)
+    tokens.resize(a.max_tokens);
+  if (tokens.size() < 2)
+    Fail("{} {}: {} token(s); expected at least two (one to condition on, one to score)",
+         input_flag, input, tokens.size());
+  return tokens;
+}
+
+// A cache's storage as the tables name it: "q8_0", "q8_0/q4_0", "q4_0+first:4".
+std::string KvName(const StreamRun& r) {
+  std::string name = r.k_type == r.v_type
+                         ? KvTypeName(r.k_type)
+                         : fmt::format("{}/{}", KvTypeName(r.k_type), KvTypeName(r.v_type));
+  if (r.keep != "none") name += "+" + r.keep;
+  return name;
+}
+
+// The terminal table: one row per policy, or with kv (--compare-kv) one per storage against the
+// f32 cache (results[0]).
+std::vector<std::vector<std::string>> StreamTable(const std::vector<StreamRun>& results, bool kv) {
+  std::vector<std::vector<std::string>> rows;
+  if (!kv) {
+    rows.push_back({"policy", "sinks", "window", "kv", "tokens", "mean NLL", "perplexity",
+                    "tokens/s", "peak KV"});
+    for (const auto& r : results)
+      rows.push_back({stream::PolicyName(r.policy), std::to_string(r.sinks),
+                      std::to_string(r.window), KvName(r), std::to_string(r.scored),
+                      fmt::format("{:.4f}", r.MeanNll()),
+                      fmt::format("{:.3f}", std::exp(r.MeanNll())),
+                      fmt::format("{:.0f}", r.scored / std::max(r.seconds, 1e-9)),
+                      fmt::format("{:.1f} KiB", r.peak_kv_bytes / 1024.0)});
+  } else {
+    rows.push_back({"kv cache", "bytes/token", "vs f32", "perplexity", "vs f32", "mean KL",
+                    "max KL", "tokens/s", "peak KV"});
+    const StreamRun& ref = results[0];
+    for (const auto& r : results)
+      rows.push_back({KvName(r), std::to_string(r.kv_bytes_per_token),
+                      fmt::format("{:.3f}x", static_cast<double>(r.kv_bytes_per_token) /
+                                                 ref.kv_bytes_per_token),
+                      fmt::format("{:.4f}", std::exp(r.MeanNll())),
+                      fmt::format("{:+.4f}", std::exp(r.MeanNll()) - std::exp(ref.MeanNll())),
+                      fmt::format("{:.2e}", r.scored > 0 ? r.sum_kl / r.scored : 0.0),
+                      fmt::format("{:.2e}", r.max_kl),
+                      fmt::format("{:.0f}", r.scored / std::max(r.seconds, 1e-9)),
+                      fmt::format("{:.1f} KiB", r.peak_kv_bytes / 1024.0)});
+  }
+  return rows;
+}
+
+// The HTML page: the table and each run's perplexity per 1,000-token block. kv_policy: set when
+// the runs compare cache storages (--compare-kv) under that policy.
+void WriteStreamHtml(const StreamArgs& a, const std::string& input, size_t n_tokens,
+                     const std::vector<std::vector<std::string>>& rows,
+                     const std::vector<StreamRun>& results,
+                     std::optional<stream::Policy> kv_policy) {
+  report::HtmlPage page("sinkscope stream");
+  page.Heading("Streaming perplexity", 1);
+  page.Paragraph(
+      fmt::format("Model {}, text {} ({} tokens), sinks {}, window {}. Perplexity of "
+                  "each {}-token block as the text streams through the cache.",
+                  a.model, input, n_tokens, a.cache.sinks, a.cache.window, kStreamBlock));
+  if (kv_policy)
+    page.Paragraph(
+        fmt::format("Cache storage types beside the f32 cache, each fed the same tokens in "
+                    "lockstep under the {} policy: perplexity, and the KL divergence of each "
+                    "next-token distribution from the f32 cache's (mean and largest).",
+                    stream::PolicyName(*kv_policy)));
+  page.Table(rows);
+  std::vector<report::Series> series;
+  double lo = INFINITY, hi = 0;
+  for (const auto& r : results) {
+    report::Series s;
+    s.name = !kv_policy ? fmt::format("{} ({}+{})", stream::PolicyName(r.policy), r.sinks, r.window)
+                        : fmt::format("{} cache", KvName(r));
+    for (size_t b = 0; b < r.block_sum.size(); ++b) {
+      const double ppl = std::exp(r.block_sum[b] / r.block_count[b]);
+      s.x.push_back(static_cast<double>(b * kStreamBlock + r.block_count[b]));
+      s.y.push_back(ppl);
+      lo = std::min(lo, ppl);
+      hi = std::max(hi, ppl);
+    }
+    series.push_back(std::move(s));
+  }
+  report::ChartOptions chart;
+  chart.title = "Perplexity per 1,000-token block";
+  chart.x_label = "position (tokens)";
+  chart.y_label = "perplexity";
+  chart.width = 760;
+  chart.log_y = hi > 10 * lo;
+  page.Raw(report::LineChart(series, chart));
+  page.Save(a.output.html);
+}
+
 void RunStream(const StreamArgs& a) {
   CheckOutputs({{"--csv", a.csv}, {"--json", a.output.json}, {"--html", a.output.html}},
                SampleInputs(a.model, a.text, a.token_file, a.tokenizer));
@@ -82,29 +197,8 @@ void RunStream(const StreamArgs& a) {
     o.k_type = c.k_type, o.v_type = c.v_type, o.keep = c.keep_indices;
     stream::ValidateOptions(o, model.config);
   }
-  if (a.text.empty() == a.token_file.empty())
-    Fail("stream: give --text FILE or --tokens FILE (one of them)");
-  const std::string input = a.text.empty() ? a.token_file : a.text;
-  const std::string input_flag = a.text.empty() ? "--tokens" : "--text";
-  const std::string text = ReadInputFile(input, input_flag);
-  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
-    Fail("{} {}: the file is empty; expected at least two tokens to score", input_flag, input);
-  std::vector<int> tokens;
-  if (!a.token_file.empty()) {
-    tokens = ReadTokenIds(input, model.config.vocab_size);
-  } else {
-    auto tokenizer = FindTokenizer(model, a.tokenizer);
-    try {
-      tokens = tokenizer->Encode(text, /*add_bos=*/!a.no_bos && tokenizer->bos_id() >= 0);
-    } catch (const Error& e) {
-      Fail("--text {}: {}", a.text, e.what());
-    }
-  }
-  if (a.max_tokens > 0 && static_cast<int64_t>(tokens.size()) > a.max_tokens)
-    tokens.resize(a.max_tokens);
-  if (tokens.size() < 2)
-    Fail("{} {}: {} token(s); expected at least two (one to condition on, one to score)",
-         input_flag, input, tokens.size());
+  std::string input;
+  const std::vector<int> tokens = StreamTokens(a, model, &input);
   for (const auto& o : options) {
     if (o.policy == stream::Policy::kDense && !a.cache.force &&
         static_cast<int64_t>(tokens.size()) > model.config.max_seq_len)
@@ -136,40 +230,7 @@ void RunStream(const StreamArgs& a) {
     run_all(nullptr);
   }
 
-  // Terminal table.
-  auto kv_name = [](const StreamRun& r) {
-    std::string name = r.k_type == r.v_type
-                           ? KvTypeName(r.k_type)
-                           : fmt::format("{}/{}", KvTypeName(r.k_type), KvTypeName(r.v_type));
-    if (r.keep != "none") name += "+" + r.keep;
-    return name;
-  };
-  std::vector<std::vector<std::string>> rows;
-  if (kv_configs.empty()) {
-    rows.push_back({"policy", "sinks", "window", "kv", "tokens", "mean NLL", "perplexity",
-                    "tokens/s", "peak KV"});
-    for (const auto& r : results)
-      rows.push_back({stream::PolicyName(r.policy), std::to_string(r.sinks),
-                      std::to_string(r.window), kv_name(r), std::to_string(r.scored),
-                      fmt::format("{:.4f}", r.MeanNll()),
-                      fmt::format("{:.3f}", std::exp(r.MeanNll())),
-                      fmt::format("{:.0f}", r.scored / std::max(r.seconds, 1e-9)),
-                      fmt::format("{:.1f} KiB", r.peak_kv_bytes / 1024.0)});
-  } else {
-    rows.push_back({"kv cache", "bytes/token", "vs f32", "perplexity", "vs f32", "mean KL",
-                    "max KL", "tokens/s", "peak KV"});
-    const StreamRun& ref = results[0];
-    for (const auto& r : results)
-      rows.push_back({kv_name(r), std::to_string(r.kv_bytes_per_token),
-                      fmt::format("{:.3f}x", static_cast<double>(r.kv_bytes_per_token) /
-                                                 ref.kv_bytes_per_token),
-                      fmt::format("{:.4f}", std::exp(r.MeanNll())),
-                      fmt::format("{:+.4f}", std::exp(r.MeanNll()) - std::exp(ref.MeanNll())),
-                      fmt::format("{:.2e}", r.scored > 0 ? r.sum_kl / r.scored : 0.0),
-                      fmt::format("{:.2e}", r.max_kl),
-                      fmt::format("{:.0f}", r.scored / std::max(r.seconds, 1e-9)),
-                      fmt::format("{:.1f} KiB", r.peak_kv_bytes / 1024.0)});
-  }
+  const std::vector<std::vector<std::string>> rows = StreamTable(results, !kv_configs.empty());
   std::fputs(report::FormatTable(rows).c_str(), stdout);
 
   if (!a.output.json.empty()) {
@@ -178,45 +239,9 @@ void RunStream(const StreamArgs& a) {
                              a.cache.force, a.max_tokens,  PrecisionName(model.precision)};
     report::WriteJson(a.output.json, StreamJson(doc, results));
   }
-  if (!a.output.html.empty()) {
-    report::HtmlPage page("sinkscope stream");
-    page.Heading("Streaming perplexity", 1);
-    page.Paragraph(
-        fmt::format("Model {}, text {} ({} tokens), sinks {}, window {}. Perplexity of "
-                    "each {}-token block as the text streams through the cache.",
-                    a.model, input, tokens.size(), a.cache.sinks, a.cache.window, kStreamBlock));
-    if (!kv_configs.empty())
-      page.Paragraph(
-          fmt::format("Cache storage types beside the f32 cache, each fed the same tokens in "
-                      "lockstep under the {} policy: perplexity, and the KL divergence of each "
-                      "next-token distribution from the f32 cache's (mean and largest).",
-                      stream::PolicyName(options[0].policy)));
-    page.Table(rows);
-    std::vector<report::Series> series;
-    double lo = INFINITY, hi = 0;
-    for (const auto& r : results) {
-      report::Series s;
-      s.name = kv_configs.empty()
-                   ? fmt::format("{} ({}+{})", stream::PolicyName(r.policy), r.sinks, r.window)
-                   : fmt::format("{} cache", kv_name(r));
-      for (size_t b = 0; b < r.block_sum.size(); ++b) {
-        const double ppl = std::exp(r.block_sum[b] / r.block_count[b]);
-        s.x.push_back(static_cast<double>(b * kStreamBlock + r.block_count[b]));
-        s.y.push_back(ppl);
-        lo = std::min(lo, ppl);
-        hi = std::max(hi, ppl);
-      }
-      series.push_back(std::move(s));
-    }
-    report::ChartOptions chart;
-    chart.title = "Perplexity per 1,000-token block";
-    chart.x_label = "position (tokens)";
-    chart.y_label = "perplexity";
-    chart.width = 760;
-    chart.log_y = hi > 10 * lo;
-    page.Raw(report::LineChart(series, chart));
-    page.Save(a.output.html);
-  }
+  if (!a.output.html.empty())
+    WriteStreamHtml(a, input, tokens.size(), rows, results,
+                    kv_configs.empty() ? std::nullopt : std::optional(options[0].policy));
 }
 
 }  // namespace

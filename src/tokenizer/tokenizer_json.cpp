@@ -117,6 +117,8 @@ struct Builder {
 
 }  // namespace
 
+// Long on purpose: the fields of tokenizer.json in the order the file nests them (model,
+// vocabulary, merges, pre-tokenizer, normalizer, added tokens), each checked where it is read.
 std::unique_ptr<Tokenizer> ParseTokenizerJson(const std::string& name, std::string_view text) {
   Json root;
   try {
