@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# gpt-oss benchmark, one run, at the file's precision (native): a random model of gpt-oss-20b's
+# shape in the published layout (scripts/make_test_model.py --preset gpt-oss-20b: MXFP4 experts,
+# BF16 elsewhere, 13.8 GB), on this machine:
+#   - this machine's read and copy bandwidth (bench_membw), before and again after the runs;
+#   - load time and peak RSS, and greedy decode (generate, 32 tokens after a one-token prompt) at 2
+#     and 1 threads: tokens/s, and the weight bytes a token reads counting only the 4 active experts
+#     of each layer (attention, router, 4 of 32 experts, the LM head), times tokens/s as GB/s;
+#   - analyze --length 1024 (one sample, one condition): wall time and peak RSS;
+#   - MXFP4 against the same weights in Q8_0 and in BF16. The 20B model in either does not fit this
+#     24 GB machine (Q8_0 22 GB, BF16 42 GB as files; convert reads the model in f32, 84 GB), so the
+#     comparison runs on a slice: the 20B's layers, vocabulary and head, but 2 layers (SLICE_LAYERS),
+#     made by the script and converted by `sinkscope convert --to gguf --type T --expert-type T`.
+# "Load" is the run's wall time less the generation's own timer (so it includes the tokenizer and
+# the prompt, a few ms). The model is memory-mapped: a load or decode that finds its pages on disk
+# rather than in the page cache is disk-bound, so the first run is labelled "as found" and the
+# files are then read through once (fincore reports how much of them the page cache holds). Each figure is one run: this shared machine's speed moves by 10-25 % from
+# run to run; the load average is printed beside each. Run it holding the big-memory lock
+# (flock /work/wt/bigmem.lock ...): the slice's conversion holds about 16 GB.
+# Usage: bench/run_gpt_oss_bench.sh MODEL_DIR [build dir]   (NO_SLICE=1: skip the Q8_0 / BF16 slice)
+set -euo pipefail
+MODEL=${1:?usage: bench/run_gpt_oss_bench.sh MODEL_DIR [build dir]}
+BUILD=${2:-build}
+WORK=${WORK:-/tmp/sinkscope_gpt_oss_bench}
+STEPS=${STEPS:-33}
+SLICE_LAYERS=${SLICE_LAYERS:-2}
+SS=$(realpath "$BUILD/src/cli/sinkscope")
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$WORK"
+
+echo "date $(date -u +%Y-%m-%d); CPU $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(free -g | awk '/Mem:/ {print $2}') GiB"
+echo "model $MODEL ($(du -sh "$MODEL" | cut -f1)); commit $(git -C "$HERE" rev-parse --short HEAD)"
+echo
+echo "read bandwidth before the runs (bench_membw):"
+"$BUILD/bench/bench_membw"
+
+# Weight bytes one decode token reads at native precision, from config.json: every attention
+# projection, the router (held f32), the active experts only (top-k of E), the LM head; biases and
+# norms at f32. $2: bytes a weight of the projections / experts / head take in the file's types.
+bytes_per_token() {  # config.json  proj-bytes  expert-bytes  head-bytes
+  /usr/bin/python3 - "$@" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); bp, be, bh = map(float, sys.argv[2:5])
+L, D, H, KV, Dh = c["num_hidden_layers"], c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+E, K, F, V = c["num_local_experts"], c["num_experts_per_tok"], c["intermediate_size"], c["vocab_size"]
+q, kv = H * Dh, KV * Dh
+attn = L * (q * D + 2 * kv * D + D * q) * bp
+router = L * E * D * 4
+experts = L * K * (2 * F * D + D * F) * be
+small = L * ((q + 2 * kv + D + E + H + 2 * D) + K * (2 * F + D)) * 4
+head = V * D * bh + D * 2  # the head, and the token's embedding row
+total = attn + router + experts + small + head
+print(f"{total:.0f} {attn:.0f} {experts:.0f} {head:.0f}")
+PY
+}
+
+# One greedy decode: prints tokens/s, GB/s, wall, load seconds and peak RSS.
+decode() {  # label model threads bytes-per-token
+  local label=$1 model=$2 threads=$3 bpt=$4 log="$WORK/decode.log"
+  /usr/bin/time -v "$SS" generate --model "$model" --no-bos --prompt "The" --steps "$STEPS" --temperature 0 \
+    --threads "$threads" > /dev/null 2> "$log"
+  /usr/bin/python3 - "$log" "$label" "$threads" "$bpt" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read(); label, threads, bpt, load = sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
+n, secs, tps = re.search(r"generated (\d+) tokens in ([\d.]+) s \(([\d.]+) tokens/s\)", text).groups()
+h, m, s = (["0"] + re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text).group(1).split(":"))[-3:]
+wall = int(h) * 3600 + int(m) * 60 + float(s)
+rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1)) / 1e6
+print(f"{label:<34} {threads:>7} {float(tps):9.2f} {bpt / 1e9:9.3f} {float(tps) * bpt / 1e9:8.2f} "
+      f"{wall - float(secs):8.1f} {wall:7.1f} {rss:8.2f}   {load}")
+PY
+}
+
+header() {
+  printf '\n%-34s %7s %9s %9s %8s %8s %7s %8s   %s\n' run threads "tok/s" "GB/tok" "GB/s" "load s" "wall s" \
+    "RSS GB" "load average"
+}
+
+read -r BPT ATTN EXPERTS HEAD <<< "$(bytes_per_token "$MODEL/config.json" 2 0.53125 2)"
+echo
+echo "gpt-oss-20b shape, MXFP4 experts (17 bytes a 32-value block) and BF16 elsewhere, native:"
+echo "bytes read per decode token: $(/usr/bin/python3 -c "print(f'{$BPT/1e9:.3f} GB: attention {$ATTN/1e9:.3f}, 4 active experts x 24 layers {$EXPERTS/1e9:.3f}, LM head {$HEAD/1e9:.3f}, the rest (router f32, biases, norms) {($BPT-$ATTN-$EXPERTS-$HEAD)/1e9:.3f}')")"
+cached() { fincore -b "$@" 2>/dev/null | awk 'NR > 1 {r += $1; s += $3} END {printf "%.1f of %.1f GB", r / 1e9, s / 1e9}'; }
+echo "in the page cache before the first run: $(cached "$MODEL"/*.safetensors)"
+header
+decode "decode, native (page cache as found)" "$MODEL" 2 "$BPT"
+cat "$MODEL"/*.safetensors > /dev/null  # the whole file into the page cache, if it fits beside the rest
+echo "in the page cache after reading the files: $(cached "$MODEL"/*.safetensors)"
+decode "decode, native" "$MODEL" 2 "$BPT"
+decode "decode, native" "$MODEL" 1 "$BPT"
+echo "in the page cache after the decodes: $(cached "$MODEL"/*.safetensors)"
+
+echo
+echo "analyze --samples 1 --length 1024 --conditions no-bos (native):"
+/usr/bin/time -v "$SS" analyze --model "$MODEL" --samples 1 --length 1024 --conditions no-bos \
+  --json "$WORK/analyze1024.json" > "$WORK/analyze1024.out" 2> "$WORK/analyze1024.err"
+grep -E "Elapsed|Maximum resident" "$WORK/analyze1024.err"
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+if [ -n "${NO_SLICE:-}" ]; then
+  echo; echo "read bandwidth again, after the runs:"; "$BUILD/bench/bench_membw"; exit 0
+fi
+echo
+echo "MXFP4 against Q8_0 and BF16 on a $SLICE_LAYERS-layer slice of the 20B shape (same vocabulary and head):"
+SLICE="$WORK/slice$SLICE_LAYERS"
+[ -d "$SLICE" ] || /usr/bin/python3 "$HERE/scripts/make_test_model.py" --preset gpt-oss-20b --layers "$SLICE_LAYERS" \
+  --sink-logit 6 --out "$SLICE" 2> /dev/null
+for type in q8_0 bf16; do
+  if [ ! -f "$SLICE.$type.gguf" ]; then
+    /usr/bin/time -v "$SS" convert --model "$SLICE" --to gguf --type $type --expert-type $type \
+      --out "$SLICE.$type.gguf" 2> "$WORK/convert_$type.err"
+    echo "convert to $type: $(grep -E "Maximum resident" "$WORK/convert_$type.err" | sed 's/^\s*//')"
+  fi
+done
+echo "files: MXFP4 (HF) $(du -sh "$SLICE" | cut -f1), Q8_0 $(du -sh "$SLICE.q8_0.gguf" | cut -f1), BF16 $(du -sh "$SLICE.bf16.gguf" | cut -f1)"
+read -r B_MX _ E_MX _ <<< "$(bytes_per_token "$SLICE/config.json" 2 0.53125 2)"
+read -r B_Q8 _ E_Q8 _ <<< "$(bytes_per_token "$SLICE/config.json" 1.0625 1.0625 1.0625)"
+read -r B_BF _ E_BF _ <<< "$(bytes_per_token "$SLICE/config.json" 2 2 2)"
+echo "active experts' bytes per token: MXFP4 $(/usr/bin/python3 -c "print(f'{$E_MX/1e6:.0f}')") MB, Q8_0 $(/usr/bin/python3 -c "print(f'{$E_Q8/1e6:.0f}')") MB, BF16 $(/usr/bin/python3 -c "print(f'{$E_BF/1e6:.0f}')") MB"
+header
+for threads in 2 1; do
+  decode "slice: MXFP4 experts, BF16 (HF)" "$SLICE" $threads "$B_MX"
+  decode "slice: Q8_0 everywhere (GGUF)" "$SLICE.q8_0.gguf" $threads "$B_Q8"
+  decode "slice: BF16 everywhere (GGUF)" "$SLICE.bf16.gguf" $threads "$B_BF"
+done
+
+echo
+echo "read bandwidth again, after the runs:"
+"$BUILD/bench/bench_membw"
