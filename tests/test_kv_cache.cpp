@@ -291,7 +291,8 @@ TEST(KvAttention, FusedKernelsTakeWholeBlocksAndMultiplesOfEight) {
   const SimdLevel before = ActiveSimdLevel();
   std::mt19937 rng(5);
   const int rows = 5;
-  std::vector<uint8_t> bytes(rows * KvRowBytes(KvType::kQ8_0, 256) + 64);
+  // Room for the widest rows asked for below (bf16: 512 bytes a row of 256).
+  std::vector<uint8_t> bytes(rows * KvRowBytes(KvType::kBf16, 256) + 64);
   std::vector<float> x = RandomRow(256, rng), y(rows), acc(256), p(rows, 0.5f);
   for (const SimdLevel level : Levels()) {
     ForceSimdLevel(level);
