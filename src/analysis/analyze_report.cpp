@@ -180,26 +180,30 @@ std::vector<std::vector<double>> Downsample(const std::vector<float>& m, int T, 
 
 }  // namespace
 
+nlohmann::json ModelIdentityJson(const ModelIdentity& m) {
+  return {{"path", m.path},
+          {"format", m.format},
+          {"arch", m.arch},
+          {"n_layers", m.n_layers},
+          {"n_heads", m.n_heads},
+          {"n_kv_heads", m.n_kv_heads},
+          {"dim", m.dim},
+          {"head_dim", m.head_dim},
+          {"hidden_dim", m.hidden_dim},
+          {"vocab_size", m.vocab_size},
+          {"max_seq_len", m.max_seq_len},
+          {"parameters", m.parameters},
+          {"file_bytes", m.file_bytes},
+          {"sha256", m.sha256.empty() ? json(nullptr) : json(m.sha256)},
+          {"precision", m.precision}};
+}
+
 nlohmann::json ReportJson(const AnalyzeReport& report) {
   const ModelIdentity& m = report.model;
   const AnalyzeSettings& s = report.settings;
   json j;
   j["schema"] = kAnalyzeSchema;
-  j["model"] = {{"path", m.path},
-                {"format", m.format},
-                {"arch", m.arch},
-                {"n_layers", m.n_layers},
-                {"n_heads", m.n_heads},
-                {"n_kv_heads", m.n_kv_heads},
-                {"dim", m.dim},
-                {"head_dim", m.head_dim},
-                {"hidden_dim", m.hidden_dim},
-                {"vocab_size", m.vocab_size},
-                {"max_seq_len", m.max_seq_len},
-                {"parameters", m.parameters},
-                {"file_bytes", m.file_bytes},
-                {"sha256", m.sha256.empty() ? json(nullptr) : json(m.sha256)},
-                {"precision", m.precision}};
+  j["model"] = ModelIdentityJson(m);
   j["settings"] = {{"source", s.source},
                    {"samples", s.samples},
                    {"length", s.length},

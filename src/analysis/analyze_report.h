@@ -25,6 +25,8 @@ struct ModelIdentity {
 
 // Reads the model's dimensions and its file's size, and hashes files up to `hash_limit_bytes`.
 ModelIdentity IdentifyModel(const Model& model, int64_t hash_limit_bytes = int64_t{4} << 30);
+// The "model" object every report's JSON carries (analyze, explain).
+nlohmann::json ModelIdentityJson(const ModelIdentity& m);
 
 struct AnalyzeSettings {
   std::string source;  // "text FILE", "prompt", "default text data/default_text.txt"

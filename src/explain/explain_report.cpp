@@ -137,18 +137,7 @@ json ReportJson(const ExplainReport& rep) {
   j["schema"] = kExplainSchema;
   j["verdict"] = r.verdict;
   j["summary"] = Describe(r);
-  j["model"] = {{"path", m.path},
-                {"format", m.format},
-                {"arch", m.arch},
-                {"n_layers", m.n_layers},
-                {"n_heads", m.n_heads},
-                {"n_kv_heads", m.n_kv_heads},
-                {"dim", m.dim},
-                {"head_dim", m.head_dim},
-                {"vocab_size", m.vocab_size},
-                {"parameters", m.parameters},
-                {"sha256", m.sha256.empty() ? json(nullptr) : json(m.sha256)},
-                {"precision", m.precision}};
+  j["model"] = analysis::ModelIdentityJson(m);
   const ExplainOptions& o = r.options;
   j["settings"] = {
       {"source", rep.source},
