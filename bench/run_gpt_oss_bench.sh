@@ -17,7 +17,8 @@
 # files are then read through once (fincore reports how much of them the page cache holds). Each figure is one run: this shared machine's speed moves by 10-25 % from
 # run to run; the load average is printed beside each. Run it holding the big-memory lock
 # (flock /work/wt/bigmem.lock ...): the slice's conversion holds about 16 GB.
-# Usage: bench/run_gpt_oss_bench.sh MODEL_DIR [build dir]   (NO_SLICE=1: skip the Q8_0 / BF16 slice)
+# Usage: bench/run_gpt_oss_bench.sh MODEL_DIR [build dir]   (NO_SLICE=1: skip the Q8_0 / BF16 slice;
+#   SLICE_ONLY=1: only the slice, after the bandwidth)
 set -euo pipefail
 MODEL=${1:?usage: bench/run_gpt_oss_bench.sh MODEL_DIR [build dir]}
 BUILD=${2:-build}
@@ -78,6 +79,7 @@ header() {
 
 read -r BPT ATTN EXPERTS HEAD <<< "$(bytes_per_token "$MODEL/config.json" 2 0.53125 2)"
 echo
+if [ -z "${SLICE_ONLY:-}" ]; then
 echo "gpt-oss-20b shape, MXFP4 experts (17 bytes a 32-value block) and BF16 elsewhere, native:"
 echo "bytes read per decode token: $(/usr/bin/python3 -c "print(f'{$BPT/1e9:.3f} GB: attention {$ATTN/1e9:.3f}, 4 active experts x 24 layers {$EXPERTS/1e9:.3f}, LM head {$HEAD/1e9:.3f}, the rest (router f32, biases, norms) {($BPT-$ATTN-$EXPERTS-$HEAD)/1e9:.3f}')")"
 cached() { fincore -b "$@" 2>/dev/null | awk 'NR > 1 {r += $1; s += $3} END {printf "%.1f of %.1f GB", r / 1e9, s / 1e9}'; }
@@ -96,6 +98,7 @@ echo "analyze --samples 1 --length 1024 --conditions no-bos (native):"
   --json "$WORK/analyze1024.json" > "$WORK/analyze1024.out" 2> "$WORK/analyze1024.err"
 grep -E "Elapsed|Maximum resident" "$WORK/analyze1024.err"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+fi
 
 if [ -n "${NO_SLICE:-}" ]; then
   echo; echo "read bandwidth again, after the runs:"; "$BUILD/bench/bench_membw"; exit 0

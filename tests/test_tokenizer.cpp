@@ -322,6 +322,53 @@ TEST(TokenizerJson, O200kSplitSequenceAsGptOssWritesIt) {
   EXPECT_EQ(LoadGgufTokenizer(exported)->Encode(text, false), ids);
 }
 
+// tokenizer.json's ignore_merges (tiktoken's rule: a word that is itself a token is not merged) has
+// no ggml key: the export writes sinkscope.tokenizer.ignore_merges, and a GGUF without it follows
+// the pre-tokenizer (true for gpt-4o, as gpt-oss's and Llama 3's tokenizer.json set it; false for
+// GPT-2). Either value reads back as exported.
+TEST(TokenizerJson, IgnoreMergesReadsBackFromGguf) {
+  GgufFile gguf = GgufFile::Open(Tok("ggml-vocab-gpt-2.gguf"));
+  auto flag = [](const Tokenizer& t) {
+    return nlohmann::json::parse(TokenizerJsonText(t))["model"]["ignore_merges"].get<bool>();
+  };
+  for (bool ignore : {false, true}) {
+    nlohmann::json j = nlohmann::json::parse(Gpt2GgufAsTokenizerJson(gguf, false));
+    j["pre_tokenizer"] = {
+        {"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"},
+           {"pattern", {{"Regex", std::string(PreTokenizerRegex(PreTokenizer::kO200k))}}},
+           {"behavior", "Isolated"},
+           {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+    j["model"]["ignore_merges"] = ignore;
+    auto tok = ParseTokenizerJson("o200k/tokenizer.json", j.dump());
+    ASSERT_EQ(tok->kind(), "bpe/o200k");
+    ASSERT_EQ(flag(*tok), ignore);
+    ss::GgufWriter w;
+    w.SetString("general.architecture", "gpt-oss");
+    AddGgufTokenizer(*tok, w);
+    const std::string bytes = w.Build();
+    GgufFile exported = GgufFile::Parse("o200k.gguf", reinterpret_cast<const uint8_t*>(bytes.data()),
+                                        bytes.size(), nullptr);
+    EXPECT_EQ(exported.GetBool("sinkscope.tokenizer.ignore_merges"), ignore);
+    EXPECT_EQ(flag(*LoadGgufTokenizer(exported)), ignore);
+  }
+  // Without the key: the pre-tokenizer's default.
+  for (auto [pre, expected] : {std::pair{"gpt-4o", true}, {"llama-bpe", true}, {"gpt-2", false}}) {
+    ss::GgufWriter w;
+    w.SetString("general.architecture", "gpt2");
+    w.SetString("tokenizer.ggml.model", "gpt2");
+    w.SetString("tokenizer.ggml.pre", pre);
+    w.SetStringArray("tokenizer.ggml.tokens", gguf.GetStringArray("tokenizer.ggml.tokens"));
+    w.SetStringArray("tokenizer.ggml.merges", gguf.GetStringArray("tokenizer.ggml.merges"));
+    const std::string bytes = w.Build();
+    GgufFile plain = GgufFile::Parse("plain.gguf", reinterpret_cast<const uint8_t*>(bytes.data()),
+                                     bytes.size(), nullptr);
+    EXPECT_EQ(flag(*LoadGgufTokenizer(plain)), expected) << pre;
+  }
+}
+
 TEST(TokenizerJson, ConvertedGpt2MatchesGguf) {
   GgufFile gguf = GgufFile::Open(Tok("ggml-vocab-gpt-2.gguf"));
   auto from_gguf = LoadGgufTokenizer(gguf);

@@ -241,9 +241,6 @@ void AddGgufTokenizer(const Tokenizer& tok, GgufWriter& w) {
         Fail("tokenizer {}: byte-level BPE without a pre-tokenizer regex has no GGUF name",
              m.source);
     }
-    if (m.ignore_merges != (m.pre == PreTokenizer::kLlama3))
-      Fail("tokenizer {}: ignore_merges={} with pre-tokenizer {} would not read back from GGUF",
-           m.source, m.ignore_merges, PreTokenizerName(m.pre));
     std::vector<std::string> merges;
     for (auto [a, b] : m.merges) merges.push_back(pieces[a] + " " + pieces[b]);
     w.SetString("tokenizer.ggml.model", "gpt2");
@@ -251,6 +248,8 @@ void AddGgufTokenizer(const Tokenizer& tok, GgufWriter& w) {
     w.SetStringArray("tokenizer.ggml.tokens", pieces);
     w.SetI32Array("tokenizer.ggml.token_type", types);
     w.SetStringArray("tokenizer.ggml.merges", merges);
+    // Not one of ggml's keys (tokenizer/gguf_tokenizer.cpp reads it, other readers skip it).
+    w.SetBool("sinkscope.tokenizer.ignore_merges", m.ignore_merges);
   }
   if (m.bos >= 0) w.SetU32("tokenizer.ggml.bos_token_id", m.bos);
   if (m.eos >= 0) w.SetU32("tokenizer.ggml.eos_token_id", m.eos);

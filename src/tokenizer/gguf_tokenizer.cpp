@@ -34,6 +34,10 @@ PreTokenizer PreTokenizerFromGguf(const GgufFile& gguf) {
       gguf.path(), pre);
 }
 
+bool IgnoresMergesByDefault(PreTokenizer pre) {
+  return pre == PreTokenizer::kLlama3 || pre == PreTokenizer::kO200k;
+}
+
 int OptionalId(const GgufFile& gguf, const std::string& key, int fallback, int n) {
   int64_t id = gguf.GetInt(key, fallback);
   if (id < -1 || id >= n)
@@ -81,7 +85,12 @@ std::unique_ptr<Tokenizer> LoadGgufTokenizer(const GgufFile& gguf) {
     model.kind = BpeModel::Kind::kByteLevel;
     model.pre = PreTokenizerFromGguf(gguf);
     model.name = std::string("bpe/") + PreTokenizerName(model.pre);
-    model.ignore_merges = model.pre == PreTokenizer::kLlama3;  // as Llama 3's tokenizer.json
+    // ggml's keys do not say whether a pre-token found whole in the vocabulary skips the merges
+    // (tokenizer.json's "ignore_merges", tiktoken's rule). sinkscope's export writes it as
+    // sinkscope.tokenizer.ignore_merges; without that key it follows the pre-tokenizer, as the
+    // tiktoken-derived tokenizer.json files of Llama 3 and of o200k (GPT-4o, gpt-oss) set it.
+    model.ignore_merges = gguf.GetBool(
+        "sinkscope.tokenizer.ignore_merges", IgnoresMergesByDefault(model.pre));
     model.bos = OptionalId(gguf, "tokenizer.ggml.bos_token_id", -1, n);
     model.eos = OptionalId(gguf, "tokenizer.ggml.eos_token_id", -1, n);
     model.unk = OptionalId(gguf, "tokenizer.ggml.unknown_token_id", -1, n);
