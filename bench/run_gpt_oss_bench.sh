@@ -7,10 +7,13 @@
 #     and 1 threads: tokens/s, and the weight bytes a token reads counting only the 4 active experts
 #     of each layer (attention, router, 4 of 32 experts, the LM head), times tokens/s as GB/s;
 #   - analyze --length 1024 (one sample, one condition): wall time and peak RSS;
-#   - MXFP4 against the same weights in Q8_0 and in BF16. The 20B model in either does not fit this
-#     24 GB machine (Q8_0 22 GB, BF16 42 GB as files; convert reads the model in f32, 84 GB), so the
-#     comparison runs on a slice: the 20B's layers, vocabulary and head, but 2 layers (SLICE_LAYERS),
-#     made by the script and converted by `sinkscope convert --to gguf --type T --expert-type T`.
+#   - MXFP4 against the same weights in Q8_0 and against BF16 experts. The 20B model in either does
+#     not fit this 24 GB machine (Q8_0 22 GB, BF16 42 GB as files; convert reads the model in f32,
+#     84 GB), so the comparison runs on a slice: the 20B's layers, vocabulary and head, but 2 layers
+#     (SLICE_LAYERS), made by the script. Q8_0: the slice converted by `sinkscope convert --to gguf
+#     --type q8_0 --expert-type q8_0` (19 GB RSS). BF16: convert to BF16 needs more than 24 GB
+#     for the slice (the f32 weights and the output), so make_test_model writes the slice again with
+#     --expert-dtype bf16 (same shapes and seed; its experts not rounded to MXFP4).
 # "Load" is the run's wall time less the generation's own timer (so it includes the tokenizer and
 # the prompt, a few ms). The model is memory-mapped: a load or decode that finds its pages on disk
 # rather than in the page cache is disk-bound, so the first run is labelled "as found" and the
@@ -72,6 +75,9 @@ print(f"{label:<34} {threads:>7} {float(tps):9.2f} {bpt / 1e9:9.3f} {float(tps) 
 PY
 }
 
+# How many bytes of the files the page cache holds.
+cached() { fincore -b "$@" 2>/dev/null | awk 'NR > 1 {r += $1; s += $3} END {printf "%.1f of %.1f GB", r / 1e9, s / 1e9}'; }
+
 header() {
   printf '\n%-34s %7s %9s %9s %8s %8s %7s %8s   %s\n' run threads "tok/s" "GB/tok" "GB/s" "load s" "wall s" \
     "RSS GB" "load average"
@@ -82,7 +88,6 @@ echo
 if [ -z "${SLICE_ONLY:-}" ]; then
 echo "gpt-oss-20b shape, MXFP4 experts (17 bytes a 32-value block) and BF16 elsewhere, native:"
 echo "bytes read per decode token: $(/usr/bin/python3 -c "print(f'{$BPT/1e9:.3f} GB: attention {$ATTN/1e9:.3f}, 4 active experts x 24 layers {$EXPERTS/1e9:.3f}, LM head {$HEAD/1e9:.3f}, the rest (router f32, biases, norms) {($BPT-$ATTN-$EXPERTS-$HEAD)/1e9:.3f}')")"
-cached() { fincore -b "$@" 2>/dev/null | awk 'NR > 1 {r += $1; s += $3} END {printf "%.1f of %.1f GB", r / 1e9, s / 1e9}'; }
 echo "in the page cache before the first run: $(cached "$MODEL"/*.safetensors)"
 header
 decode "decode, native (page cache as found)" "$MODEL" 2 "$BPT"
@@ -108,23 +113,27 @@ echo "MXFP4 against Q8_0 and BF16 on a $SLICE_LAYERS-layer slice of the 20B shap
 SLICE="$WORK/slice$SLICE_LAYERS"
 [ -d "$SLICE" ] || /usr/bin/python3 "$HERE/scripts/make_test_model.py" --preset gpt-oss-20b --layers "$SLICE_LAYERS" \
   --sink-logit 6 --out "$SLICE" 2> /dev/null
-for type in q8_0 bf16; do
-  if [ ! -f "$SLICE.$type.gguf" ]; then
-    /usr/bin/time -v "$SS" convert --model "$SLICE" --to gguf --type $type --expert-type $type \
-      --out "$SLICE.$type.gguf" 2> "$WORK/convert_$type.err"
-    echo "convert to $type: $(grep -E "Maximum resident" "$WORK/convert_$type.err" | sed 's/^\s*//')"
-  fi
-done
-echo "files: MXFP4 (HF) $(du -sh "$SLICE" | cut -f1), Q8_0 $(du -sh "$SLICE.q8_0.gguf" | cut -f1), BF16 $(du -sh "$SLICE.bf16.gguf" | cut -f1)"
+if [ ! -f "$SLICE.q8_0.gguf" ]; then
+  /usr/bin/time -v "$SS" convert --model "$SLICE" --to gguf --type q8_0 --expert-type q8_0 \
+    --out "$SLICE.q8_0.gguf" 2> "$WORK/convert_q8_0.err"
+  echo "convert to q8_0: $(grep -E "Maximum resident" "$WORK/convert_q8_0.err" | sed 's/^\s*//')"
+fi
+[ -d "$SLICE.bf16" ] || /usr/bin/python3 "$HERE/scripts/make_test_model.py" --preset gpt-oss-20b \
+  --layers "$SLICE_LAYERS" --sink-logit 6 --expert-dtype bf16 --out "$SLICE.bf16" 2> /dev/null
+echo "files: MXFP4 (HF) $(du -sh "$SLICE" | cut -f1), Q8_0 $(du -sh "$SLICE.q8_0.gguf" | cut -f1), BF16 (HF) $(du -sh "$SLICE.bf16" | cut -f1)"
 read -r B_MX _ E_MX _ <<< "$(bytes_per_token "$SLICE/config.json" 2 0.53125 2)"
 read -r B_Q8 _ E_Q8 _ <<< "$(bytes_per_token "$SLICE/config.json" 1.0625 1.0625 1.0625)"
-read -r B_BF _ E_BF _ <<< "$(bytes_per_token "$SLICE/config.json" 2 2 2)"
-echo "active experts' bytes per token: MXFP4 $(/usr/bin/python3 -c "print(f'{$E_MX/1e6:.0f}')") MB, Q8_0 $(/usr/bin/python3 -c "print(f'{$E_Q8/1e6:.0f}')") MB, BF16 $(/usr/bin/python3 -c "print(f'{$E_BF/1e6:.0f}')") MB"
+# The BF16 experts of a Hugging Face gpt-oss file are (in, out) ordered (transformers' layout after
+# dequantising): the loader transposes them into f32 matrices, so they are read at 4 bytes a weight.
+read -r B_BF _ E_BF _ <<< "$(bytes_per_token "$SLICE/config.json" 2 4 2)"
+echo "active experts' bytes per token: MXFP4 $(/usr/bin/python3 -c "print(f'{$E_MX/1e6:.0f}')") MB, Q8_0 $(/usr/bin/python3 -c "print(f'{$E_Q8/1e6:.0f}')") MB, BF16 file (held f32) $(/usr/bin/python3 -c "print(f'{$E_BF/1e6:.0f}')") MB"
+cat "$SLICE"/*.safetensors "$SLICE.q8_0.gguf" "$SLICE.bf16"/*.safetensors > /dev/null  # into the page cache
+echo "in the page cache: $(cached "$SLICE"/*.safetensors "$SLICE.q8_0.gguf" "$SLICE.bf16"/*.safetensors)"
 header
 for threads in 2 1; do
   decode "slice: MXFP4 experts, BF16 (HF)" "$SLICE" $threads "$B_MX"
   decode "slice: Q8_0 everywhere (GGUF)" "$SLICE.q8_0.gguf" $threads "$B_Q8"
-  decode "slice: BF16 everywhere (GGUF)" "$SLICE.bf16.gguf" $threads "$B_BF"
+  decode "slice: BF16, experts f32 (HF)" "$SLICE.bf16" $threads "$B_BF"
 done
 
 echo
