@@ -283,20 +283,23 @@ std::string Gpt2GgufAsTokenizerJson(const GgufFile& gguf, bool merges_as_pairs) 
 // Sequence [Split(o200k regex, Isolated), ByteLevel(use_regex false)], here over GPT-2's vocabulary
 // and merges. Words never cross an o200k boundary (the case change in "helloWorld", which GPT-2's
 // regex keeps as one word), and the GGUF export names it gpt-4o and reads back the same ids.
+nlohmann::json O200kPreTokenizer() {
+  return {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"},
+             {"pattern", {{"Regex", std::string(PreTokenizerRegex(PreTokenizer::kO200k))}}},
+             {"behavior", "Isolated"},
+             {"invert", false}},
+            {{"type", "ByteLevel"},
+             {"add_prefix_space", false},
+             {"trim_offsets", true},
+             {"use_regex", false}}}}};
+}
+
 TEST(TokenizerJson, O200kSplitSequenceAsGptOssWritesIt) {
   GgufFile gguf = GgufFile::Open(Tok("ggml-vocab-gpt-2.gguf"));
   nlohmann::json j = nlohmann::json::parse(Gpt2GgufAsTokenizerJson(gguf, false));
-  j["pre_tokenizer"] = {
-      {"type", "Sequence"},
-      {"pretokenizers",
-       {{{"type", "Split"},
-         {"pattern", {{"Regex", std::string(PreTokenizerRegex(PreTokenizer::kO200k))}}},
-         {"behavior", "Isolated"},
-         {"invert", false}},
-        {{"type", "ByteLevel"},
-         {"add_prefix_space", false},
-         {"trim_offsets", true},
-         {"use_regex", false}}}}};
+  j["pre_tokenizer"] = O200kPreTokenizer();
   auto tok = ParseTokenizerJson("gpt-oss/tokenizer.json", j.dump());
   EXPECT_EQ(tok->kind(), "bpe/o200k");
   auto gpt2 = LoadGgufTokenizer(gguf);
@@ -333,14 +336,7 @@ TEST(TokenizerJson, IgnoreMergesReadsBackFromGguf) {
   };
   for (bool ignore : {false, true}) {
     nlohmann::json j = nlohmann::json::parse(Gpt2GgufAsTokenizerJson(gguf, false));
-    j["pre_tokenizer"] = {
-        {"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "Split"},
-           {"pattern", {{"Regex", std::string(PreTokenizerRegex(PreTokenizer::kO200k))}}},
-           {"behavior", "Isolated"},
-           {"invert", false}},
-          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+    j["pre_tokenizer"] = O200kPreTokenizer();
     j["model"]["ignore_merges"] = ignore;
     auto tok = ParseTokenizerJson("o200k/tokenizer.json", j.dump());
     ASSERT_EQ(tok->kind(), "bpe/o200k");
@@ -349,8 +345,8 @@ TEST(TokenizerJson, IgnoreMergesReadsBackFromGguf) {
     w.SetString("general.architecture", "gpt-oss");
     AddGgufTokenizer(*tok, w);
     const std::string bytes = w.Build();
-    GgufFile exported = GgufFile::Parse("o200k.gguf", reinterpret_cast<const uint8_t*>(bytes.data()),
-                                        bytes.size(), nullptr);
+    GgufFile exported = GgufFile::Parse(
+        "o200k.gguf", reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), nullptr);
     EXPECT_EQ(exported.GetBool("sinkscope.tokenizer.ignore_merges"), ignore);
     EXPECT_EQ(flag(*LoadGgufTokenizer(exported)), ignore);
   }

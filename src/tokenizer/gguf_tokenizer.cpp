@@ -89,8 +89,8 @@ std::unique_ptr<Tokenizer> LoadGgufTokenizer(const GgufFile& gguf) {
     // (tokenizer.json's "ignore_merges", tiktoken's rule). sinkscope's export writes it as
     // sinkscope.tokenizer.ignore_merges; without that key it follows the pre-tokenizer, as the
     // tiktoken-derived tokenizer.json files of Llama 3 and of o200k (GPT-4o, gpt-oss) set it.
-    model.ignore_merges = gguf.GetBool(
-        "sinkscope.tokenizer.ignore_merges", IgnoresMergesByDefault(model.pre));
+    model.ignore_merges =
+        gguf.GetBool("sinkscope.tokenizer.ignore_merges", IgnoresMergesByDefault(model.pre));
     model.bos = OptionalId(gguf, "tokenizer.ggml.bos_token_id", -1, n);
     model.eos = OptionalId(gguf, "tokenizer.ggml.eos_token_id", -1, n);
     model.unk = OptionalId(gguf, "tokenizer.ggml.unknown_token_id", -1, n);
