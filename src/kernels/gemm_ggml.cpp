@@ -226,6 +226,7 @@ SS_AVX2_NOFMA void DequantQ6_KAvx2(const uint8_t* w, const uint8_t*, float* dst,
 SS_AVX2_NOFMA inline void StoreMxfp4x16(__m128i codes, __m256 half_scale, float* dst) {
   const __m128i magnitude =
       _mm_shuffle_epi8(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12), codes);
+#pragma GCC unroll 2
   for (int k = 0; k < 2; ++k) {
     const __m128i m = k ? _mm_srli_si128(magnitude, 8) : magnitude;
     const __m128i c = k ? _mm_srli_si128(codes, 8) : codes;
@@ -545,17 +546,22 @@ struct KindQ4_0 {
   }
 };
 // The AVX2 decoders' MXFP4 values of 16 codes (StoreMxfp4x16's arithmetic) as two halves.
-SS_FUSED256 void Mxfp4Values256(__m128i codes, __m256 half_scale, __m256* v) {
-  const __m128i magnitude =
-      _mm_shuffle_epi8(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12), codes);
+SS_FUSED256 void Mxfp4Values256(__m128i codes, __m256 table, __m256* v) {
+  // table: the doubled E2M1 magnitudes 0, 1, 2, 3, 4, 6, 8, 12 times half the scale
+  // (Mxfp4Table256). VPERMPS reads a lane's low 3 bits, the code's magnitude; bit 3, its sign, goes
+  // to bit 31.
+  const __m128i high = _mm_srli_si128(codes, 8);
+  const __m256i idx[2] = {_mm256_cvtepu8_epi32(codes), _mm256_cvtepu8_epi32(high)};
+#pragma GCC unroll 2
   for (int k = 0; k < 2; ++k) {
-    const __m128i m = k ? _mm_srli_si128(magnitude, 8) : magnitude;
-    const __m128i c = k ? _mm_srli_si128(codes, 8) : codes;
-    const __m256 value = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m)), half_scale);
-    const __m256i sign =
-        _mm256_slli_epi32(_mm256_and_si256(_mm256_cvtepu8_epi32(c), _mm256_set1_epi32(8)), 28);
-    v[k] = _mm256_or_ps(value, _mm256_castsi256_ps(sign));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(idx[k], _mm256_set1_epi32(8)), 28);
+    v[k] = _mm256_or_ps(_mm256_permutevar8x32_ps(table, idx[k]), _mm256_castsi256_ps(sign));
   }
+}
+// The eight magnitudes of Mxfp4Values256: the same products as the decoders' magnitude times half
+// the scale.
+SS_FUSED256 __m256 Mxfp4Table256(float half_scale) {
+  return _mm256_mul_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 6, 8, 12), _mm256_set1_ps(half_scale));
 }
 struct KindMxfp4 {
   static constexpr int kValues = 32, kBytes = 17;
@@ -567,12 +573,12 @@ struct KindMxfp4 {
   }
   SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
     const __m128i mask = _mm_set1_epi8(0x0F);
-    const __m256 half_scale = _mm256_set1_ps(kE8M0Half.v[w[0]]);
+    const __m256 table = Mxfp4Table256(kE8M0Half.v[w[0]]);
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 1));
     __m256 v[2];
-    Mxfp4Values256(_mm_and_si128(q, mask), half_scale, v);
+    Mxfp4Values256(_mm_and_si128(q, mask), table, v);
     Step256(v[0], v[1], x, acc);
-    Mxfp4Values256(_mm_and_si128(_mm_srli_epi16(q, 4), mask), half_scale, v);
+    Mxfp4Values256(_mm_and_si128(_mm_srli_epi16(q, 4), mask), table, v);
     Step256(v[0], v[1], x + 16, acc);
   }
 };
@@ -593,16 +599,29 @@ struct KindMxfp4Split {
   SS_FUSED256 void Block256(const uint8_t* w, const uint8_t* s, int b, const float* x,
                             __m256* acc) {
     const __m128i mask = _mm_set1_epi8(0x0F);
-    const __m256 half_scale = _mm256_set1_ps(kE8M0Half.v[s[b]]);
+    const __m256 table = Mxfp4Table256(kE8M0Half.v[s[b]]);
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
     const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
     __m256 v[2];
-    Mxfp4Values256(_mm_unpacklo_epi8(lo, hi), half_scale, v);
+    Mxfp4Values256(_mm_unpacklo_epi8(lo, hi), table, v);
     Step256(v[0], v[1], x, acc);
-    Mxfp4Values256(_mm_unpackhi_epi8(lo, hi), half_scale, v);
+    Mxfp4Values256(_mm_unpackhi_epi8(lo, hi), table, v);
     Step256(v[0], v[1], x + 16, acc);
   }
 };
+// 32 values q (0..15, a byte each) of a Q4_K sub-block, scale * q - min (StoreQ4KSub's
+// arithmetic), multiplied with x[0, 32) as two chunks. Each value goes straight into its FMA: the
+// form that kept them in an array of four vectors was spilled to the stack (perf: stores and
+// reloads, the loops not unrolled) and ran at a third of this.
+SS_FUSED256 __m256 Q4KValues8(__m128i part, __m256 s, __m256 m) {
+  return _mm256_sub_ps(_mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part))), m);
+}
+SS_FUSED256 void Q4KSub256(__m256i q, float scale, float min, const float* x, __m256* acc) {
+  const __m256 s = _mm256_set1_ps(scale), m = _mm256_set1_ps(min);
+  const __m128i first = _mm256_castsi256_si128(q), second = _mm256_extracti128_si256(q, 1);
+  Step256(Q4KValues8(first, s, m), Q4KValues8(_mm_srli_si128(first, 8), s, m), x, acc);
+  Step256(Q4KValues8(second, s, m), Q4KValues8(_mm_srli_si128(second, 8), s, m), x + 16, acc);
+}
 struct KindQ4_K {
   static constexpr int kValues = 256, kBytes = 144;
   SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
@@ -632,27 +651,17 @@ struct KindQ4_K {
   SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
     const __m256i mask = _mm256_set1_epi8(0x0F);
     const float d = Half(w), dmin = Half(w + 2);
+#pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) {
       int sc_lo, m_lo, sc_hi, m_hi;
       Q4KScaleMin(2 * g, w + 4, &sc_lo, &m_lo);
       Q4KScaleMin(2 * g + 1, w + 4, &sc_hi, &m_hi);
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * g));
-      const __m256i nib[2] = {_mm256_and_si256(q, mask),
-                              _mm256_and_si256(_mm256_srli_epi16(q, 4), mask)};
-      const float scale[2] = {d * static_cast<float>(sc_lo), d * static_cast<float>(sc_hi)};
-      const float min[2] = {dmin * static_cast<float>(m_lo), dmin * static_cast<float>(m_hi)};
-      for (int h = 0; h < 2; ++h) {  // the sub-block of the low nibbles, then the high ones
-        const __m256 s = _mm256_set1_ps(scale[h]), m = _mm256_set1_ps(min[h]);
-        const __m128i halves[2] = {_mm256_castsi256_si128(nib[h]),
-                                   _mm256_extracti128_si256(nib[h], 1)};
-        __m256 v[4];
-        for (int k = 0; k < 4; ++k) {  // bytes 8k .. 8k + 7, StoreQ4KSub's arithmetic
-          const __m128i part = k % 2 ? _mm_srli_si128(halves[k / 2], 8) : halves[k / 2];
-          v[k] = _mm256_sub_ps(_mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part))), m);
-        }
-        Step256(v[0], v[1], x + 64 * g + 32 * h, acc);
-        Step256(v[2], v[3], x + 64 * g + 32 * h + 16, acc);
-      }
+      // The sub-block of the low nibbles, then the high ones.
+      Q4KSub256(_mm256_and_si256(q, mask), d * static_cast<float>(sc_lo),
+                dmin * static_cast<float>(m_lo), x + 64 * g, acc);
+      Q4KSub256(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask), d * static_cast<float>(sc_hi),
+                dmin * static_cast<float>(m_hi), x + 64 * g + 32, acc);
     }
   }
 };
