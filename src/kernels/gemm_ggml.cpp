@@ -54,16 +54,12 @@ const E8M0HalfTable kE8M0Half;
 // Q8_0 11.2 -> 13.7 on AVX-512; no change on AVX2. Q4_K and Q6_K, whose scales are per sub-block,
 // did not change when their broadcasts went through memory as well, so they are left as they were.
 struct F16Table {
-  std::vector<float> v;
-  F16Table() : v(65536) {
+  float v[65536];
+  F16Table() {
     for (uint32_t h = 0; h < 65536; ++h) v[h] = F16ToF32(static_cast<uint16_t>(h));
   }
 };
-const float* F16Values() {
-  static const F16Table table;
-  return table.v.data();
-}
-const float* const kF16 = F16Values();
+const F16Table kF16;
 
 bool Avx2Active() {
   // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
@@ -226,7 +222,6 @@ SS_AVX2_NOFMA void DequantQ6_KAvx2(const uint8_t* w, const uint8_t*, float* dst,
 SS_AVX2_NOFMA inline void StoreMxfp4x16(__m128i codes, __m256 half_scale, float* dst) {
   const __m128i magnitude =
       _mm_shuffle_epi8(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12), codes);
-#pragma GCC unroll 2
   for (int k = 0; k < 2; ++k) {
     const __m128i m = k ? _mm_srli_si128(magnitude, 8) : magnitude;
     const __m128i c = k ? _mm_srli_si128(codes, 8) : codes;
@@ -510,13 +505,13 @@ struct KindBf16 {
 struct KindQ8_0 {
   static constexpr int kValues = 32, kBytes = 34;
   SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
-    const __m512 d = _mm512_set1_ps(kF16[LoadU16(w)]);
+    const __m512 d = _mm512_set1_ps(kF16.v[LoadU16(w)]);
     Step512(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 2)))), x, acc);
     Step512(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 18)))), x + 16,
             acc);
   }
   SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
-    const __m256 d = _mm256_set1_ps(kF16[LoadU16(w)]);
+    const __m256 d = _mm256_set1_ps(kF16.v[LoadU16(w)]);
     for (int c = 0; c < 2; ++c) {
       const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 + 16 * c));
       Step256(_mm256_mul_ps(d, WidenI8(q)), _mm256_mul_ps(d, WidenI8(_mm_srli_si128(q, 8))),
@@ -528,14 +523,14 @@ struct KindQ4_0 {
   static constexpr int kValues = 32, kBytes = 18;
   SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
     const __m512 codes = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
-    const __m512 table = _mm512_mul_ps(_mm512_set1_ps(kF16[LoadU16(w)]), codes);
+    const __m512 table = _mm512_mul_ps(_mm512_set1_ps(kF16.v[LoadU16(w)]), codes);
     const __m512i wide = _mm512_cvtepu8_epi32(Load128(w + 2));
     Step512(_mm512_permutexvar_ps(wide, table), x, acc);
     Step512(_mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), table), x + 16, acc);
   }
   SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
     const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-    const __m256 d = _mm256_set1_ps(kF16[LoadU16(w)]);
+    const __m256 d = _mm256_set1_ps(kF16.v[LoadU16(w)]);
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
     const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
     const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight);
