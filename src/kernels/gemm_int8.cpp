@@ -45,6 +45,17 @@ struct HalfScales {
 };
 const HalfScales kHalf;
 
+// Every f16 bit pattern as f32 (F16ToF32, exact; 256 KiB), for Q4_0's block scales: a table read
+// reaches a vector as a broadcast load, where VMOVD + VPINSRW + VCVTPH2PS would take the shuffle
+// port that the codes need (as the fused f32 kernels of kernels/gemm_ggml.cpp do).
+struct F16Scales {
+  float v[65536];
+  F16Scales() {
+    for (uint32_t h = 0; h < 65536; ++h) v[h] = F16ToF32(static_cast<uint16_t>(h));
+  }
+};
+const F16Scales kF16Scale;
+
 // ---- x, a row at a time: for each pair of 32-value blocks, its 64 int8 values in the order the
 // weight kind multiplies them (Arrangement), then 16 lanes of dx (each lane's block's scale) and
 // 16 lanes of -o times the sum of each 4 values (the lanes VPDPBUSD forms; where o = 0, Q4_K, the
@@ -199,6 +210,22 @@ SS_I256_INLINE __m256i Mxfp4Bytes() {
                           16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
 }
 
+// The AVX-512 form of a whole pair: u as one vector, [q0 low | q1 low | q0 high | q1 high]
+// nibbles (Nibbles512), and the two blocks' scales (each kind's Scale: a table load) in their
+// lanes (PairScale512). The same lanes as Pair + PairScales512 give, in 4 + 1 vector instructions
+// where those take 12, most of them on the shuffle port (VINSERTI128, VPINSRW, VCVTPH2PS,
+// VINSERTI64X4, VPERMPS).
+SS_I512_INLINE __m512i Nibbles512(const uint8_t* q0, const uint8_t* q1) {
+  const __m256i both =
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q0))),
+                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(q1)), 1);
+  const __m512i twice = _mm512_inserti64x4(_mm512_castsi256_si512(both), both, 1);
+  return _mm512_and_si512(_mm512_mask_srli_epi16(twice, 0xFFFF0000u, twice, 4),
+                          _mm512_set1_epi8(0x0F));
+}
+SS_I512_INLINE __m512 PairScale512(float d0, float d1) {
+  return _mm512_mask_mov_ps(_mm512_set1_ps(d0), 0xF0F0, _mm512_set1_ps(d1));
+}
 // ---- The 32-value kinds: for block pair p of a row (w at the row; s: the split form's scales),
 // its u bytes in the kind's arrangement as two halves (lanes 0-7 and 8-15) and the two blocks'
 // scales in lanes 0 and 1 (kSecond false: a row's odd last block alone; the second's codes and
@@ -216,6 +243,14 @@ struct KindQ4_0 {
     __m128i h = _mm_cvtsi32_si128(LoadU16(b));
     if constexpr (kSecond) h = _mm_insert_epi16(h, LoadU16(b + kBytes), 1);
     *d = _mm_cvtph_ps(h);
+  }
+  // Block k's scale, from the table (a load, no conversion in registers).
+  static float Scale(const uint8_t* w, const uint8_t*, int k) {
+    return kF16Scale.v[LoadU16(w + static_cast<size_t>(k) * kBytes)];
+  }
+  SS_I512_INLINE __m512i Codes512(const uint8_t* w, const uint8_t*, int p) {
+    const uint8_t* b = w + static_cast<size_t>(2 * p) * kBytes;
+    return Nibbles512(b + 2, b + kBytes + 2);
   }
 };
 
@@ -237,6 +272,14 @@ struct KindMxfp4 {
     const float d0 = kHalf.v[kSplit ? s[2 * p] : b[0]];
     const float d1 = kSecond ? kHalf.v[kSplit ? s[2 * p + 1] : b[kBytes]] : 0.0f;
     *d = _mm_setr_ps(d0, d1, 0.0f, 0.0f);
+  }
+  static float Scale(const uint8_t* w, const uint8_t* s, int k) {
+    return kHalf.v[kSplit ? s[k] : w[static_cast<size_t>(k) * kBytes]];
+  }
+  SS_I512_INLINE __m512i Codes512(const uint8_t* w, const uint8_t*, int p) {
+    const uint8_t* n = w + static_cast<size_t>(2 * p) * kBytes + (kSplit ? 0 : 1);
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm256_castsi256_si128(Mxfp4Bytes())),
+                               Nibbles512(n, n + kBytes));
   }
 };
 
@@ -261,11 +304,17 @@ SS_I512_INLINE void Pair512(const uint8_t* const* row, const uint8_t* const* sc,
   for (int g = 0; g < G; ++g) {
     _mm_prefetch(RowAhead(row[g], static_cast<size_t>(2 * p) * Kind::kBytes, row_bytes, row_stride),
                  _MM_HINT_T0);
-    __m256i lo, hi;
-    __m128 d;
-    Kind::template Pair<kSecond>(row[g], sc[g], p, &lo, &hi, &d);
-    Step512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), q, sums, dx, PairScales512(d),
-            acc[g]);
+    if constexpr (kSecond) {
+      Step512(Kind::Codes512(row[g], sc[g], p), q, sums, dx,
+              PairScale512(Kind::Scale(row[g], sc[g], 2 * p), Kind::Scale(row[g], sc[g], 2 * p + 1)),
+              acc[g]);
+    } else {  // a row's odd last block
+      __m256i lo, hi;
+      __m128 d;
+      Kind::template Pair<kSecond>(row[g], sc[g], p, &lo, &hi, &d);
+      Step512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), q, sums, dx,
+              PairScales512(d), acc[g]);
+    }
   }
 }
 
@@ -305,7 +354,11 @@ SS_I256_INLINE void Pair256(const uint8_t* const* row, const uint8_t* const* sc,
     __m256i lo, hi;
     __m128 d;
     Kind::template Pair<kSecond>(row[g], sc[g], p, &lo, &hi, &d);
-    const __m256 scale = PairScales256(d);
+    // A whole pair's scales as two broadcast loads and a blend (the lanes PairScales256 gives).
+    const __m256 scale =
+        kSecond ? _mm256_blend_ps(_mm256_set1_ps(Kind::Scale(row[g], sc[g], 2 * p)),
+                                  _mm256_set1_ps(Kind::Scale(row[g], sc[g], 2 * p + 1)), 0xF0)
+                : PairScales256(d);
     Step256<true, kVnni>(lo, q, sums, dx, scale, acc[g][0]);
     Step256<true, kVnni>(hi, q + 32, sums + 8, dx + 8, scale, acc[g][1]);
   }
