@@ -86,7 +86,10 @@ print(l*(4*d*d+3*d*f)+abs(v)*d)")
         shift 2
         local tps=0 cps=0 r rep
         for ((rep = 0; rep < REPEATS; ++rep)); do  # the best of REPEATS runs
-          # Wall: the program's own tokens/s. CPU: the process's user + system seconds for STEPS and
+          # Wall: the program's own steady rate, the tokens after the first over the time since it
+          # (run.c's and runq.c's "achieved tok/s", sinkscope generate's "after the first": the
+          # prompt and the first forward, which also pays the first touch of every mapped weight
+          # page, left out of both). CPU: the process's user + system seconds for STEPS and
           # for STEPS_SHORT steps; their difference is what the extra tokens cost, load and prefill
           # left out, times the threads (the rate if each thread had its core).
           local cpu=() n
@@ -95,7 +98,7 @@ print(l*(4*d*d+3*d*f)+abs(v)*d)")
             r=$(cd "$WORK" && env "${env_simd[@]}" "${env_int8[@]}" OMP_NUM_THREADS=$threads /usr/bin/time -f 'cpu %U %S' "${args[@]}" 2>&1)
             cpu+=("$(echo "$r" | sed -n 's/^cpu \([0-9.]*\) \([0-9.]*\)$/\1+\2/p' | tail -1)")
             if [ "$n" = "$STEPS" ]; then
-              r=$(echo "$r" | sed -n -e 's/.*achieved tok\/s: \([0-9.]*\).*/\1/p' -e 's/.*(\([0-9.]*\) tokens\/s).*/\1/p' | tail -1)
+              r=$(echo "$r" | sed -n -e 's/.*achieved tok\/s: \([0-9.]*\).*/\1/p' -e 's/.*; \([0-9.]*\) tokens\/s after the first.*/\1/p' | tail -1)
               tps=$(python3 -c "print(max($tps, ${r:-0}))")
             fi
           done

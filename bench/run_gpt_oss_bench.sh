@@ -66,7 +66,7 @@ decode() {  # label model threads bytes-per-token
   /usr/bin/python3 - "$log" "$label" "$threads" "$bpt" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read(); label, threads, bpt, load = sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
-n, secs, tps = re.search(r"generated (\d+) tokens in ([\d.]+) s \(([\d.]+) tokens/s\)", text).groups()
+n, secs, tps = re.search(r"generated (\d+) tokens in ([\d.]+) s \(([\d.]+) tokens/s", text).groups()
 h, m, s = (["0"] + re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text).group(1).split(":"))[-3:]
 wall = int(h) * 3600 + int(m) * 60 + float(s)
 rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1)) / 1e6
