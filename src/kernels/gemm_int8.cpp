@@ -417,7 +417,6 @@ SS_I512 void RowsQ4_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
   const int8_t* q = x.qrow(t);
   const float* dx = x.dxrow(t);
   const int32_t* sums = x.sumrow(t);
-  const __m256i mask = _mm256_set1_epi8(0x0F);
   for (int b = 0; b < w.in / 256; ++b) {
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
@@ -429,14 +428,15 @@ SS_I512 void RowsQ4_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
       const __m512 all = Q4KScales512(p);  // ds, then dm
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {  // block pair 4 b + k: sub-blocks 2k, 2k + 1
-        const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * k));
-        const __m512i u =
-            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, mask)),
-                               _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask), 1);
+        // The group's 32 bytes twice (a broadcast load), the second copy's high nibbles.
+        const __m512i twice = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * k)));
+        const __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(twice, 0xFFFF0000u, twice, 4),
+                                           _mm512_set1_epi8(0x0F));
+        const int pair = 4 * b + k;
         const __m512i scale_at =
             _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(2 * k), _mm512_set1_epi32(2 * k + 1));
         const __m512i min_at = _mm512_add_epi32(scale_at, _mm512_set1_epi32(8));
-        const int pair = 4 * b + k;
         Step512<false>(u, q + 64 * pair, sums + 16 * pair, dx + 16 * pair,
                        _mm512_permutexvar_ps(scale_at, all), acc[g]);
         Offset512(sums + 16 * pair, dx + 16 * pair, _mm512_permutexvar_ps(min_at, all), acc[g]);
@@ -515,6 +515,24 @@ SS_I256_INLINE void Q6KHalfUnsigned(const uint8_t* w, int h, __m256i q[4]) {
   q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), h3);
 }
 
+// The same values as Q6KHalfUnsigned, as its two block pairs [q0 | q1] and [q2 | q3], built in
+// 512-bit registers: ql's 64 bytes (a | c) as one load, hb's 32 twice (a broadcast load), each
+// half's high bits moved by a shift of its own (masked), low nibble and high bits merged by one
+// VPTERNLOGD; no VINSERTI64X4 (the shuffle port).
+SS_I512_INLINE void Q6KHalfUnsigned512(const uint8_t* w, int h, __m512i v[2]) {
+  const __m512i ac = _mm512_loadu_si512(w + 64 * h);
+  const __m512i hb = _mm512_broadcast_i64x4(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * h)));
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  // Bits 0-1 (a's values) and 2-3 (c's) of hb to bits 4-5; then bits 4-5 and 6-7.
+  const __m512i h01 =
+      _mm512_and_si512(_mm512_mask_slli_epi16(_mm512_slli_epi16(hb, 4), 0xFFFF0000u, hb, 2), m30);
+  const __m512i h23 = _mm512_and_si512(_mm512_mask_srli_epi16(hb, 0xFFFF0000u, hb, 2), m30);
+  // (x & 0x0F) | high: VPTERNLOGD's function 0xEA of (x, m4, high).
+  v[0] = _mm512_ternarylogic_epi32(ac, m4, h01, 0xEA);
+  v[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ac, 4), m4, h23, 0xEA);
+}
+
 template <int G>
 SS_I512 void RowsQ6_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y,
                           const float* bias) {
@@ -540,12 +558,12 @@ SS_I512 void RowsQ6_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
                                            reinterpret_cast<const __m128i*>(p + 192)))));
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
-        __m256i v[4];
-        Q6KHalfUnsigned(p, h, v);
+        __m512i v[2];
+        Q6KHalfUnsigned512(p, h, v);
 #pragma GCC unroll 2
         for (int k = 0; k < 2;
              ++k) {  // block pair 4 b + 2 h + k: values 64 k .. 64 k + 63 of the half
-          const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(v[2 * k]), v[2 * k + 1], 1);
+          const __m512i u = v[k];
           const int base = 8 * h + 4 * k;  // its four 16-value sub-blocks
           const __m512i idx = _mm512_setr_epi32(base, base, base, base, base + 1, base + 1,
                                                 base + 1, base + 1, base + 2, base + 2, base + 2,
