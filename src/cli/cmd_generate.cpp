@@ -121,8 +121,8 @@ void RegisterGenerate(CLI::App& app) {
       std::fputc('\n', stdout);
       std::fflush(stdout);
       Log(fmt::format("{} with the {} cache ({} keys, {} values), {} entries, {:.1f} KiB",
-                      clock.Rates(n), a->cache.policy, KvTypeName(so.k_type),
-                      KvTypeName(so.v_type), cache->budget(), cache->peak_kv_bytes() / 1024.0));
+                      clock.Rates(n), a->cache.policy, KvTypeName(so.k_type), KvTypeName(so.v_type),
+                      cache->budget(), cache->peak_kv_bytes() / 1024.0));
       return;
     }
     std::vector<int> out = Generate(m.model, prompt, opt, [&](int prev, int token) {

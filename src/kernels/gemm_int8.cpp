@@ -213,12 +213,12 @@ SS_I256_INLINE __m256i Mxfp4Bytes() {
 // The AVX-512 form of a whole pair: u as one vector, [q0 low | q1 low | q0 high | q1 high]
 // nibbles (Nibbles512), and the two blocks' scales (each kind's Scale: a table load) in their
 // lanes (PairScale512). The same lanes as Pair + PairScales512 give, in 4 + 1 vector instructions
-// where those take 12, most of them on the shuffle port (VINSERTI128, VPINSRW, VCVTPH2PS,
-// VINSERTI64X4, VPERMPS).
+// (two of them, VINSERTI128 from memory and VINSERTI64X4, on the shuffle port) where those take
+// 12, most of them there (VINSERTI128, VPINSRW, VCVTPH2PS, VINSERTI64X4, VPERMPS).
 SS_I512_INLINE __m512i Nibbles512(const uint8_t* q0, const uint8_t* q1) {
-  const __m256i both =
-      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q0))),
-                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(q1)), 1);
+  const __m256i both = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q0))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(q1)), 1);
   const __m512i twice = _mm512_inserti64x4(_mm512_castsi256_si512(both), both, 1);
   return _mm512_and_si512(_mm512_mask_srli_epi16(twice, 0xFFFF0000u, twice, 4),
                           _mm512_set1_epi8(0x0F));
@@ -305,15 +305,16 @@ SS_I512_INLINE void Pair512(const uint8_t* const* row, const uint8_t* const* sc,
     _mm_prefetch(RowAhead(row[g], static_cast<size_t>(2 * p) * Kind::kBytes, row_bytes, row_stride),
                  _MM_HINT_T0);
     if constexpr (kSecond) {
-      Step512(Kind::Codes512(row[g], sc[g], p), q, sums, dx,
-              PairScale512(Kind::Scale(row[g], sc[g], 2 * p), Kind::Scale(row[g], sc[g], 2 * p + 1)),
-              acc[g]);
+      Step512(
+          Kind::Codes512(row[g], sc[g], p), q, sums, dx,
+          PairScale512(Kind::Scale(row[g], sc[g], 2 * p), Kind::Scale(row[g], sc[g], 2 * p + 1)),
+          acc[g]);
     } else {  // a row's odd last block
       __m256i lo, hi;
       __m128 d;
       Kind::template Pair<kSecond>(row[g], sc[g], p, &lo, &hi, &d);
-      Step512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), q, sums, dx,
-              PairScales512(d), acc[g]);
+      Step512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), q, sums, dx, PairScales512(d),
+              acc[g]);
     }
   }
 }
