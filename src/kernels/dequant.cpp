@@ -533,4 +533,14 @@ void QuantizeMXFP4(const float* src, uint8_t* dst, int64_t n) {
   }
 }
 
+F16AsF32Table::F16AsF32Table() {
+  for (uint32_t h = 0; h < 65536; ++h) v[h] = F16ToF32(static_cast<uint16_t>(h));
+}
+const F16AsF32Table kF16AsF32;
+
+E8M0HalfTable::E8M0HalfTable() {
+  for (int e = 0; e < 256; ++e) v[e] = E8M0ToFloat(static_cast<uint8_t>(e)) * 0.5f;
+}
+const E8M0HalfTable kE8M0Half;
+
 }  // namespace ss

@@ -75,6 +75,23 @@ inline constexpr int kMxfp4NibbleBytes = 16;
 float E2M1ToFloat(int code);
 // An E8M0 scale as a float: 2^(e - 127), NaN for 0xFF. (2^-127, e = 0, is an f32 subnormal.)
 float E8M0ToFloat(uint8_t e);
+
+// Lookup tables the vector kernels read a block's scale from, so that it reaches a vector as one
+// broadcast load (converting it in registers takes the shuffle port the codes also need):
+// kF16AsF32.v[h] is F16ToF32(h) for every f16 bit pattern (exact; 256 KiB); kE8M0Half.v[e] is
+// E8M0ToFloat(e) / 2, 2^(e - 128) (0xFF: NaN), the factor of ggml's doubled E2M1 values (2 x: 0, 1,
+// 2, 3, 4, 6, 8, 12, exact integers) that gives the value times 2^(e - 127) exactly. Filled at
+// start-up; read only after main begins.
+struct F16AsF32Table {
+  float v[65536];
+  F16AsF32Table();
+};
+extern const F16AsF32Table kF16AsF32;
+struct E8M0HalfTable {
+  float v[256];
+  E8M0HalfTable();
+};
+extern const E8M0HalfTable kE8M0Half;
 // Why an MXFP4 block's values are not all finite f32 numbers: its scale is 0xFF (NaN), or
 // 2^(e - 127) times an element's magnitude exceeds f32's largest value (e = 254 and |x| >= 2, or
 // e = 253 and |x| >= 4). Returns nullptr for a good block. `nibbles` are its 16 bytes.

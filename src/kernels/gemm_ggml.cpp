@@ -35,31 +35,13 @@ uint16_t LoadU16(const uint8_t* p) {
   return v;
 }
 
-// MXFP4's scales halved, 2^(e - 128): the vector decoders multiply ggml's doubled E2M1 values
-// (2 x: 0, 1, 2, 3, 4, 6, 8, 12, exact integers) by it, which is the value times 2^(e - 127)
-// exactly.
-struct E8M0HalfTable {
-  float v[256];
-  E8M0HalfTable() {
-    for (int e = 0; e < 256; ++e) v[e] = E8M0ToFloat(static_cast<uint8_t>(e)) * 0.5f;  // 0xFF: NaN
-  }
-};
-const E8M0HalfTable kE8M0Half;
-
-// Every f16 bit pattern as f32 (F16ToF32, exact; 256 KiB): the fused Q8_0 and Q4_0 decode kernels
-// read a block's f16 scale here, so that it reaches its vector as one broadcast load. Converting it
-// in registers (VMOVD, VCVTPH2PS, VBROADCASTSS) takes three instructions on the shuffle port, the
-// port the codes' VPMOVSXBD / VPMOVZXBD and VPERMPS also need. Measured (bench_gemm, one thread,
-// 4096 x 11008 in the L3 cache, four alternating rounds, 2026-12-03): Q4_0 7.1 -> 9.8 GB/s of W,
-// Q8_0 11.2 -> 13.7 on AVX-512; no change on AVX2. Q4_K and Q6_K, whose scales are per sub-block,
-// did not change when their broadcasts went through memory as well, so they are left as they were.
-struct F16Table {
-  float v[65536];
-  F16Table() {
-    for (uint32_t h = 0; h < 65536; ++h) v[h] = F16ToF32(static_cast<uint16_t>(h));
-  }
-};
-const F16Table kF16;
+// The scale tables (kE8M0Half, kF16AsF32) are kernels/dequant.h's. Reading the fused Q8_0 and
+// Q4_0 decode kernels' f16 scale from kF16AsF32 rather than converting it in registers (VMOVD,
+// VCVTPH2PS, VBROADCASTSS: the shuffle port the codes' VPMOVSXBD / VPMOVZXBD and VPERMPS also need)
+// measured (bench_gemm, one thread, 4096 x 11008 in the L3 cache, four alternating rounds,
+// 2026-12-03): Q4_0 7.1 -> 9.8 GB/s of W, Q8_0 11.2 -> 13.7 on AVX-512; no change on AVX2. Q4_K
+// and Q6_K, whose scales are per sub-block, did not change when their broadcasts went through
+// memory as well, so they are left as they were.
 
 bool Avx2Active() {
   // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
@@ -505,13 +487,13 @@ struct KindBf16 {
 struct KindQ8_0 {
   static constexpr int kValues = 32, kBytes = 34;
   SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
-    const __m512 d = _mm512_set1_ps(kF16.v[LoadU16(w)]);
+    const __m512 d = _mm512_set1_ps(kF16AsF32.v[LoadU16(w)]);
     Step512(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 2)))), x, acc);
     Step512(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 18)))), x + 16,
             acc);
   }
   SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
-    const __m256 d = _mm256_set1_ps(kF16.v[LoadU16(w)]);
+    const __m256 d = _mm256_set1_ps(kF16AsF32.v[LoadU16(w)]);
     for (int c = 0; c < 2; ++c) {
       const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 + 16 * c));
       Step256(_mm256_mul_ps(d, WidenI8(q)), _mm256_mul_ps(d, WidenI8(_mm_srli_si128(q, 8))),
@@ -523,14 +505,14 @@ struct KindQ4_0 {
   static constexpr int kValues = 32, kBytes = 18;
   SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
     const __m512 codes = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
-    const __m512 table = _mm512_mul_ps(_mm512_set1_ps(kF16.v[LoadU16(w)]), codes);
+    const __m512 table = _mm512_mul_ps(_mm512_set1_ps(kF16AsF32.v[LoadU16(w)]), codes);
     const __m512i wide = _mm512_cvtepu8_epi32(Load128(w + 2));
     Step512(_mm512_permutexvar_ps(wide, table), x, acc);
     Step512(_mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), table), x + 16, acc);
   }
   SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
     const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-    const __m256 d = _mm256_set1_ps(kF16.v[LoadU16(w)]);
+    const __m256 d = _mm256_set1_ps(kF16AsF32.v[LoadU16(w)]);
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
     const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
     const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight);

@@ -36,26 +36,6 @@ uint16_t LoadU16(const uint8_t* p) {
   return v;
 }
 
-// MXFP4's E8M0 scales halved (ggml's doubled E2M1 codes are 2 x: the value is code * half scale).
-struct HalfScales {
-  float v[256];
-  HalfScales() {
-    for (int e = 0; e < 256; ++e) v[e] = E8M0ToFloat(static_cast<uint8_t>(e)) * 0.5f;
-  }
-};
-const HalfScales kHalf;
-
-// Every f16 bit pattern as f32 (F16ToF32, exact; 256 KiB), for Q4_0's block scales: a table read
-// reaches a vector as a broadcast load, where VMOVD + VPINSRW + VCVTPH2PS would take the shuffle
-// port that the codes need (as the fused f32 kernels of kernels/gemm_ggml.cpp do).
-struct F16Scales {
-  float v[65536];
-  F16Scales() {
-    for (uint32_t h = 0; h < 65536; ++h) v[h] = F16ToF32(static_cast<uint16_t>(h));
-  }
-};
-const F16Scales kF16Scale;
-
 // ---- x, a row at a time: for each pair of 32-value blocks, its 64 int8 values in the order the
 // weight kind multiplies them (Arrangement), then 16 lanes of dx (each lane's block's scale) and
 // 16 lanes of -o times the sum of each 4 values (the lanes VPDPBUSD forms; where o = 0, Q4_K, the
@@ -246,7 +226,7 @@ struct KindQ4_0 {
   }
   // Block k's scale, from the table (a load, no conversion in registers).
   static float Scale(const uint8_t* w, const uint8_t*, int k) {
-    return kF16Scale.v[LoadU16(w + static_cast<size_t>(k) * kBytes)];
+    return kF16AsF32.v[LoadU16(w + static_cast<size_t>(k) * kBytes)];
   }
   SS_I512_INLINE __m512i Codes512(const uint8_t* w, const uint8_t*, int p) {
     const uint8_t* b = w + static_cast<size_t>(2 * p) * kBytes;
@@ -269,12 +249,12 @@ struct KindMxfp4 {
     Nibbles(_mm_loadu_si128(reinterpret_cast<const __m128i*>(n)), q1, &c_lo, &c_hi);
     *lo = _mm256_shuffle_epi8(Mxfp4Bytes(), c_lo);
     *hi = _mm256_shuffle_epi8(Mxfp4Bytes(), c_hi);
-    const float d0 = kHalf.v[kSplit ? s[2 * p] : b[0]];
-    const float d1 = kSecond ? kHalf.v[kSplit ? s[2 * p + 1] : b[kBytes]] : 0.0f;
+    const float d0 = kE8M0Half.v[kSplit ? s[2 * p] : b[0]];
+    const float d1 = kSecond ? kE8M0Half.v[kSplit ? s[2 * p + 1] : b[kBytes]] : 0.0f;
     *d = _mm_setr_ps(d0, d1, 0.0f, 0.0f);
   }
   static float Scale(const uint8_t* w, const uint8_t* s, int k) {
-    return kHalf.v[kSplit ? s[k] : w[static_cast<size_t>(k) * kBytes]];
+    return kE8M0Half.v[kSplit ? s[k] : w[static_cast<size_t>(k) * kBytes]];
   }
   SS_I512_INLINE __m512i Codes512(const uint8_t* w, const uint8_t*, int p) {
     const uint8_t* n = w + static_cast<size_t>(2 * p) * kBytes + (kSplit ? 0 : 1);
