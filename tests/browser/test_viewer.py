@@ -386,7 +386,10 @@ def test_another_local_origin_cannot_use_the_viewer(page, server):
         def log_message(self, *args):
             pass
 
-    other = http.server.HTTPServer(("127.0.0.1", 0), Page)
+    # Threaded: Chromium keeps an idle connection open to the page's origin, and a single-threaded
+    # server would sit in that connection's read until Chromium gives up (about 90 s) on shutdown.
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    other.daemon_threads = True
     threading.Thread(target=other.serve_forever, daemon=True).start()
     try:
         before = get(server + "api/model")["served"]
@@ -408,4 +411,5 @@ def test_another_local_origin_cannot_use_the_viewer(page, server):
         assert after["refused"] >= before["refused"] + 1
     finally:
         other.shutdown()
+        other.server_close()
         page.console_errors.clear()
