@@ -340,43 +340,103 @@ TEST(GemmGgml, Int8ActivationsMatchDoubleProductOfRoundedX) {
       if (level > CpuSimdLevel()) continue;
       ForceSimdLevel(level);
       ASSERT_EQ(GgmlActivationsFor(c.type), GgmlActivations::kInt8);
-      double worst = 0, worst_f32 = 0;
-      for (int out : {1, 5, 131}) {
-        const Stored stored = RandomMatrix(c.type, out, c.in, out * 13 + c.in, c.row_step, c.first);
-        std::vector<float> wd(static_cast<size_t>(out) * c.in);
-        DequantizeGgmlRows(stored.w, 0, out, wd.data());
-        const std::vector<float> bias = test::NormalVector(out, 77);
-        for (int T : {1, 3, 20}) {
-          const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * c.in, T + 17);
-          const std::vector<double> xr = XRoundedToInt8(x);
-          std::vector<float> y(static_cast<size_t>(T) * out, NAN);
-          MatMulGgml(x.data(), stored.w, bias.data(), y.data(), T);
-          for (int t = 0; t < T; ++t)
-            for (int o = 0; o < out; ++o) {
-              double ref = bias[o], mag = std::fabs(ref), ref_f32 = bias[o];
-              for (int i = 0; i < c.in; ++i) {
-                ref += xr[t * c.in + i] * wd[o * c.in + i];
-                mag += std::fabs(xr[t * c.in + i] * wd[o * c.in + i]);
-                ref_f32 += static_cast<double>(x[t * c.in + i]) * wd[o * c.in + i];
+      // The rows as stored, then (Q4_0, MXFP4) packed (PackForInt8).
+      for (int packed = 0; packed < (Int8PackSupports(c.type) ? 2 : 1); ++packed) {
+        double worst = 0, worst_f32 = 0;
+        for (int out : {1, 5, 131}) {
+          Stored stored = RandomMatrix(c.type, out, c.in, out * 13 + c.in, c.row_step, c.first);
+          if (packed) PackForInt8(&stored.w);
+          ASSERT_EQ(stored.w.int8 != nullptr, packed == 1);
+          std::vector<float> wd(static_cast<size_t>(out) * c.in);
+          DequantizeGgmlRows(stored.w, 0, out, wd.data());
+          const std::vector<float> bias = test::NormalVector(out, 77);
+          for (int T : {1, 3, 20}) {
+            const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * c.in, T + 17);
+            const std::vector<double> xr = XRoundedToInt8(x);
+            std::vector<float> y(static_cast<size_t>(T) * out, NAN);
+            MatMulGgml(x.data(), stored.w, bias.data(), y.data(), T);
+            for (int t = 0; t < T; ++t)
+              for (int o = 0; o < out; ++o) {
+                double ref = bias[o], mag = std::fabs(ref), ref_f32 = bias[o];
+                for (int i = 0; i < c.in; ++i) {
+                  ref += xr[t * c.in + i] * wd[o * c.in + i];
+                  mag += std::fabs(xr[t * c.in + i] * wd[o * c.in + i]);
+                  ref_f32 += static_cast<double>(x[t * c.in + i]) * wd[o * c.in + i];
+                }
+                const double err = std::fabs(y[t * out + o] - ref) / std::max(mag, 1e-30);
+                worst = std::max(worst, err);
+                worst_f32 =
+                    std::max(worst_f32, std::fabs(y[t * out + o] - ref_f32) / std::max(mag, 1e-30));
+                ASSERT_LT(err, 2e-6)
+                    << GgmlTypeName(c.type) << " " << SimdLevelName(level) << " out " << out
+                    << " T " << T << " (" << t << "," << o << ")";
               }
-              const double err = std::fabs(y[t * out + o] - ref) / std::max(mag, 1e-30);
-              worst = std::max(worst, err);
-              worst_f32 =
-                  std::max(worst_f32, std::fabs(y[t * out + o] - ref_f32) / std::max(mag, 1e-30));
-              ASSERT_LT(err, 2e-6) << GgmlTypeName(c.type) << " " << SimdLevelName(level) << " out "
-                                   << out << " T " << T << " (" << t << "," << o << ")";
-            }
+          }
         }
+        std::printf(
+            "MatMulGgml %s%s in %d, int8 x, %s: largest |difference| / sum |products| vs double on "
+            "rounded x "
+            "%.2e; vs the f32 product %.2e\n",
+            GgmlTypeName(c.type), packed ? " packed" : "", c.in, SimdLevelName(level).c_str(),
+            worst, worst_f32);
       }
-      std::printf(
-          "MatMulGgml %s in %d, int8 x, %s: largest |difference| / sum |products| vs double on "
-          "rounded x "
-          "%.2e; vs the f32 product %.2e\n",
-          GgmlTypeName(c.type), c.in, SimdLevelName(level).c_str(), worst, worst_f32);
     }
     SetGgmlActivations(c.type, GgmlActivations::kF32);
   }
   ForceSimdLevel(best);
+}
+
+// The packed rows (PackForInt8) of a stack of experts: an expert's rows (GgmlMatrix::Rows from a
+// multiple of 16) keep the packing and give the bits of those rows inside the whole product; a
+// view from elsewhere falls back to the stored rows. The pack holds each block's codes and scale
+// as the layout in kernels/gemm_int8.h says.
+TEST(GemmGgml, PackedRowsOfAnExpertAreThoseOfTheStack) {
+  if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
+  for (uint32_t type : {kGgmlTypeQ4_0, kGgmlTypeMXFP4, kTypeMxfp4Split}) {
+    SetGgmlActivations(type, GgmlActivations::kInt8);
+    const int experts = 3, rows = 40, in = 96;  // 40: an expert's last group is shared
+    Stored stored = RandomMatrix(type, experts * rows, in, 23);
+    PackForInt8(&stored.w);
+    ASSERT_NE(stored.w.int8, nullptr);
+    // The layout: row r, code k of block b against the dequantised value / scale.
+    std::vector<float> wd(static_cast<size_t>(experts) * rows * in);
+    DequantizeGgmlRows(stored.w, 0, experts * rows, wd.data());
+    for (int r : {0, 17, 119})
+      for (int b = 0; b < in / 32; ++b) {
+        const uint8_t* d = stored.w.int8 + static_cast<size_t>(r / 16) * stored.w.int8_group_bytes +
+                           static_cast<size_t>(b) * kPackedBlockBytes;
+        uint16_t bits;
+        std::memcpy(&bits, d + kPackedCodeBytes + 2 * (r % 16), 2);
+        const float scale = type == kGgmlTypeQ4_0 ? F16ToF32(bits) : BF16ToF32(bits) * 2.0f;
+        static const float kE2M1[16] = {0,     0.5f,  1,  1.5f,  2,  3,  4,  6,
+                                        -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+        for (int k = 0; k < 32; ++k) {
+          const uint8_t byte = d[64 * (k / 8) + 4 * (r % 16) + k % 4];
+          const int code = k % 8 < 4 ? byte & 15 : byte >> 4;
+          const float v =
+              type == kGgmlTypeQ4_0 ? static_cast<float>(code - 8) * scale : kE2M1[code] * scale;
+          ASSERT_EQ(v, wd[static_cast<size_t>(r) * in + 32 * b + k])
+              << GgmlTypeName(type) << " row " << r << " block " << b << " value " << k;
+        }
+      }
+    const int T = 5;
+    const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * in, 24);
+    std::vector<float> all(static_cast<size_t>(T) * experts * rows);
+    MatMulGgml(x.data(), stored.w, nullptr, all.data(), T);
+    for (int first : {0, 48, 80, 7}) {
+      const GgmlMatrix e = stored.w.Rows(first, rows);
+      EXPECT_EQ(e.int8 != nullptr, first % 16 == 0) << first;
+      std::vector<float> y(static_cast<size_t>(T) * rows);
+      MatMulGgml(x.data(), e, nullptr, y.data(), T);
+      size_t differ = 0;
+      for (int t = 0; t < T; ++t)
+        differ += std::memcmp(y.data() + static_cast<size_t>(t) * rows,
+                              all.data() + static_cast<size_t>(t) * experts * rows + first,
+                              rows * sizeof(float)) != 0;
+      if (first % 16 == 0) EXPECT_EQ(differ, 0u) << GgmlTypeName(type) << " rows from " << first;
+    }
+    SetGgmlActivations(type, GgmlActivations::kF32);
+  }
 }
 
 // With int8 x too, a row gives the same bits alone as inside any T, and AVX2 (with or without
@@ -387,33 +447,38 @@ TEST(GemmGgml, Int8RowsAreTIndependentAndTheSameOnEveryLevel) {
   for (uint32_t type :
        {kGgmlTypeQ4_0, kGgmlTypeMXFP4, kTypeMxfp4Split, kGgmlTypeQ4_K, kGgmlTypeQ6_K}) {
     SetGgmlActivations(type, GgmlActivations::kInt8);
-    const int out = 53, in = 768;
-    const Stored stored = RandomMatrix(type, out, in, 19);
-    const std::vector<float> bias = test::NormalVector(out, 20);
-    std::vector<std::vector<float>> by_level;
-    // AVX2 with VPMADDUBSW + VPMADDWD, AVX2 with AVX-VNNI where the CPU has it, AVX-512.
-    for (int run = 0; run < 3; ++run) {
-      const SimdLevel level = run < 2 ? SimdLevel::kAvx2 : SimdLevel::kAvx512;
-      if (level > CpuSimdLevel()) continue;
-      ForceSimdLevel(level);
-      AllowAvxVnniForInt8(run == 1);
-      size_t differ = 0;
-      const int T = 17;
-      const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * in, 21);
-      std::vector<float> all(static_cast<size_t>(T) * out), alone(out);
-      MatMulGgml(x.data(), stored.w, bias.data(), all.data(), T);
-      for (int t = 0; t < T; ++t) {
-        MatMulGgml(x.data() + static_cast<size_t>(t) * in, stored.w, bias.data(), alone.data(), 1);
-        differ +=
-            std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
+    for (int packed = 0; packed < (Int8PackSupports(type) ? 2 : 1); ++packed) {
+      const int out = 53, in = 768;
+      Stored stored = RandomMatrix(type, out, in, 19);
+      if (packed) PackForInt8(&stored.w);
+      const std::vector<float> bias = test::NormalVector(out, 20);
+      std::vector<std::vector<float>> by_level;
+      // AVX2 with VPMADDUBSW + VPMADDWD, AVX2 with AVX-VNNI where the CPU has it, AVX-512.
+      for (int run = 0; run < 3; ++run) {
+        const SimdLevel level = run < 2 ? SimdLevel::kAvx2 : SimdLevel::kAvx512;
+        if (level > CpuSimdLevel()) continue;
+        ForceSimdLevel(level);
+        AllowAvxVnniForInt8(run == 1);
+        size_t differ = 0;
+        const int T = 17;
+        const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * in, 21);
+        std::vector<float> all(static_cast<size_t>(T) * out), alone(out);
+        MatMulGgml(x.data(), stored.w, bias.data(), all.data(), T);
+        for (int t = 0; t < T; ++t) {
+          MatMulGgml(x.data() + static_cast<size_t>(t) * in, stored.w, bias.data(), alone.data(),
+                     1);
+          differ +=
+              std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
+        }
+        EXPECT_EQ(differ, 0u) << GgmlTypeName(type) << " " << Int8KernelName() << " packed "
+                              << packed;
+        by_level.push_back(all);
       }
-      EXPECT_EQ(differ, 0u) << GgmlTypeName(type) << " " << Int8KernelName();
-      by_level.push_back(all);
+      AllowAvxVnniForInt8(true);
+      for (size_t i = 1; i < by_level.size(); ++i)
+        EXPECT_TRUE(by_level[i] == by_level[0])
+            << GgmlTypeName(type) << ": kernel " << i << " vs the AVX2 one, packed " << packed;
     }
-    AllowAvxVnniForInt8(true);
-    for (size_t i = 1; i < by_level.size(); ++i)
-      EXPECT_TRUE(by_level[i] == by_level[0])
-          << GgmlTypeName(type) << ": kernel " << i << " vs the AVX2 one";
     SetGgmlActivations(type, GgmlActivations::kF32);
   }
   ForceSimdLevel(best);

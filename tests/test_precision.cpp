@@ -384,6 +384,69 @@ TEST(Precision, NativeIsTheF32ForwardOnTheStoredWeights) {
   }
 }
 
+// x in int8 (--activations int8, kernels/gemm_ggml.h): a Q4_0 file's projections and head, and
+// a gpt-oss GGUF's MXFP4 experts, are packed as they load (PackForInt8) and their mapped pages
+// released. The logits move by the rounding of x (printed) and no more; decode gives the prefill's
+// numbers; back at f32 x the same model reads the file's rows again (mapped anew) and gives the
+// f32 forward's numbers.
+TEST(Precision, Int8ActivationsPackTheWeightsAtLoad) {
+  if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
+  const std::string dir = test::TempDir("int8_load");
+  Model random = test::RandomLlama({2, 4, 2, 256, 512, 300, 256, 5});
+  random.config.tied_embeddings = false;
+  std::mt19937_64 rng(12);
+  random.weights.lm_head = test::RandomTensor({300, 256}, 0.05f, rng);
+  const std::vector<int> tokens = Tokens(24, random.config.vocab_size, 5);
+  const std::string path = dir + "/q4_0.gguf";
+  GgufWriter writer;
+  AddGgufModel(random, writer, kGgmlTypeQ4_0);
+  writer.Write(path);
+  const Model f32 = LoadModel(path);
+  SetGgmlActivationsForAll(GgmlActivations::kInt8);
+  const Model int8 = LoadModel(path, Precision::kNative);
+  for (const LayerWeights& l : int8.weights.layers)
+    for (const PackedWeight* w : {&l.packed->wq, &l.packed->wk, &l.packed->wv, &l.packed->wo,
+                                  &l.packed->w1, &l.packed->w2, &l.packed->w3}) {
+      ASSERT_EQ(w->ggml.type, kGgmlTypeQ4_0);
+      EXPECT_NE(w->ggml.int8, nullptr);
+    }
+  EXPECT_NE(int8.weights.lm_head_packed->ggml.int8, nullptr);
+  EXPECT_EQ(ActivationsName(int8), "int8");
+  const std::vector<float> reference = Logits(f32, tokens);
+  const double rounding = test::MaxRelDiff(Logits(int8, tokens), reference, "Q4_0 int8 x vs f32");
+  EXPECT_GT(rounding, 0.0);  // x was rounded
+  EXPECT_LT(rounding, 0.05);
+  EXPECT_LT(test::MaxRelDiff(DecodeLogits(int8, tokens), Logits(int8, tokens),
+                             "Q4_0 int8 x: decode vs prefill"),
+            1e-5);
+  // gpt-oss, experts MXFP4 (the rest Q8_0): the stacked experts packed, an expert's rows a view.
+  const std::string oss = test::WriteRandomHf(
+      R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 64, "intermediate_size": 32,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+      "vocab_size": 61, "max_position_embeddings": 64, "num_local_experts": 4,
+      "num_experts_per_tok": 2, "sliding_window": 8})",
+      3, "int8_load_oss");
+  GgufWriter oss_writer;
+  const Model oss_f32 = LoadModel(oss);
+  AddGgufModel(oss_f32, oss_writer, kGgmlTypeMXFP4);
+  oss_writer.Write(dir + "/oss.gguf");
+  const Model oss_int8 = LoadModel(dir + "/oss.gguf", Precision::kNative);
+  for (const LayerWeights& l : oss_int8.weights.layers)
+    for (const PackedWeight* w : {&l.packed->moe_w1, &l.packed->moe_w2, &l.packed->moe_w3}) {
+      ASSERT_EQ(w->ggml.type, kGgmlTypeMXFP4);
+      EXPECT_NE(w->ggml.int8, nullptr);
+    }
+  const std::vector<int> oss_tokens = Tokens(20, 61, 7);
+  const Model oss_dequantised = LoadModel(dir + "/oss.gguf");  // f32: the same MXFP4 values
+  const double oss_rounding = test::MaxRelDiff(
+      Logits(oss_int8, oss_tokens), Logits(oss_dequantised, oss_tokens), "MXFP4 int8 x vs f32");
+  EXPECT_GT(oss_rounding, 0.0);
+  EXPECT_LT(oss_rounding, 0.05);
+  SetGgmlActivationsForAll(GgmlActivations::kF32);
+  EXPECT_EQ(ActivationsName(int8), "f32");
+  EXPECT_LT(test::MaxRelDiff(Logits(int8, tokens), reference, "Q4_0 back at f32 x vs f32"), 1e-5);
+}
+
 // The real stories260K as GGUF Q8_0: its 64-wide rows are Q8_0, its 172-wide MLP rows fall back to
 // F16 in the writer; native keeps both (a model of mixed types) and matches the f32 load. A
 // llama2.c file is all f32: native leaves it f32, bit for bit.
@@ -721,6 +784,37 @@ TEST(PrecisionCli, DefaultIsTheFilesPrecision) {
     std::printf("%s: default precision %s (%s); its analysis equals --precision %s's\n",
                 path.c_str(), PrecisionName(want), why.c_str(), PrecisionName(want));
   }
+}
+
+// --activations on the command line: refused unless f32 or int8; int8 logged with the types and
+// recorded in the JSON ("activations"), f32 (the default) too.
+TEST(PrecisionCli, ActivationsAreLoggedAndRecorded) {
+  if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
+  const std::string dir = test::TempDir("activations_cli");
+  const CliRun bad = Cli("analyze --model " + kStories + " --activations int4");
+  EXPECT_EQ(bad.code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("sinkscope: error: --activations: expected f32 or int8, got 'int4'"),
+            std::string::npos)
+      << bad.output;
+  Model random = test::RandomLlama({2, 4, 2, 256, 512, 300, 256, 5});
+  GgufWriter writer;
+  AddGgufModel(random, writer, kGgmlTypeQ4_0);
+  writer.Write(dir + "/q4_0.gguf");
+  std::string ids;
+  for (int i = 0; i < 20; ++i) ids += std::to_string(3 + (7 * i) % 290) + " ";
+  WriteFileAtomic(dir + "/tokens.txt", ids);
+  const std::string args = "analyze --model " + dir + "/q4_0.gguf --tokens " + dir + "/tokens.txt" +
+                           " --samples 1 --length 16 --conditions no-bos --json " + dir + "/";
+  const CliRun int8 = Cli(args + "int8.json --activations int8");
+  ASSERT_EQ(int8.code, 0) << int8.output;
+  EXPECT_NE(int8.output.find("x in int8 for Q4_0, Q4_K, Q6_K, MXFP4 weights (--activations;"),
+            std::string::npos)
+      << int8.output;
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(dir + "/int8.json"))["model"]["activations"], "int8");
+  const CliRun plain = Cli(args + "f32.json");
+  ASSERT_EQ(plain.code, 0) << plain.output;
+  EXPECT_EQ(plain.output.find("x in int8"), std::string::npos) << plain.output;
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(dir + "/f32.json"))["model"]["activations"], "f32");
 }
 
 // ppl at q8_0 on the shipped model: the per-token NLL of the f32 run within the Q8_0 rounding

@@ -29,6 +29,7 @@ ModelIdentity IdentifyModel(const Model& model, int64_t hash_limit_bytes) {
   id.max_seq_len = c.max_seq_len;
   id.parameters = model.ParameterCount();
   id.precision = PrecisionName(model.precision);
+  id.activations = ActivationsName(model);
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!model.source.empty() && fs::is_regular_file(model.source, ec)) {
@@ -195,7 +196,8 @@ nlohmann::json ModelIdentityJson(const ModelIdentity& m) {
           {"parameters", m.parameters},
           {"file_bytes", m.file_bytes},
           {"sha256", m.sha256.empty() ? json(nullptr) : json(m.sha256)},
-          {"precision", m.precision}};
+          {"precision", m.precision},
+          {"activations", m.activations}};
 }
 
 nlohmann::json ReportJson(const AnalyzeReport& report) {

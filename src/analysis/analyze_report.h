@@ -20,7 +20,8 @@ struct ModelIdentity {
   int64_t parameters = 0;
   int64_t file_bytes = -1;  // size of the model file (sum over a directory's files); -1 unknown
   std::string sha256;       // of the model file; empty for directories or files over the limit
-  std::string precision = "f32";  // the products' arithmetic the run used (--precision)
+  std::string precision = "f32";    // the products' arithmetic the run used (--precision)
+  std::string activations = "f32";  // x of the quantised products: f32 or int8 (--activations)
 };
 
 // Reads the model's dimensions and its file's size, and hashes files up to `hash_limit_bytes`.

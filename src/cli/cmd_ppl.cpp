@@ -65,6 +65,7 @@ void RegisterPpl(CLI::App& app) {
       nlohmann::json doc = {{"schema", "sinkscope.ppl/1"},
                             {"model", m.model.source},
                             {"precision", PrecisionName(m.model.precision)},
+                            {"activations", ActivationsName(m.model)},
                             {"tokens", tokens},
                             {"nll", nll},
                             {"mean_nll", mean},

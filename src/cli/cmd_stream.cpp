@@ -234,9 +234,16 @@ void RunStream(const StreamArgs& a) {
   std::fputs(report::FormatTable(rows).c_str(), stdout);
 
   if (!a.output.json.empty()) {
-    const StreamDocument doc{a.model,       input,         static_cast<int64_t>(tokens.size()),
-                             !a.no_bos,     a.cache.sinks, a.cache.window,
-                             a.cache.force, a.max_tokens,  PrecisionName(model.precision)};
+    const StreamDocument doc{a.model,
+                             input,
+                             static_cast<int64_t>(tokens.size()),
+                             !a.no_bos,
+                             a.cache.sinks,
+                             a.cache.window,
+                             a.cache.force,
+                             a.max_tokens,
+                             PrecisionName(model.precision),
+                             ActivationsName(model)};
     report::WriteJson(a.output.json, StreamJson(doc, results));
   }
   if (!a.output.html.empty())

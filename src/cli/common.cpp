@@ -247,6 +247,12 @@ std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& 
   return inputs;
 }
 
+GgmlActivations ParseActivations(const std::string& value, const std::string& flag) {
+  if (value == "f32") return GgmlActivations::kF32;
+  if (value == "int8") return GgmlActivations::kInt8;
+  Fail("{}: expected f32 or int8, got '{}'", flag, value);
+}
+
 void CheckPrecisionFlag(const std::string& precision) {
   if (!precision.empty()) ParsePrecision(precision);
 }
@@ -257,14 +263,23 @@ std::string pending_line;  // LoadModelAt's precision line, until the verb's wor
 
 PrecisionChoice ResolvePrecision(const std::string& path, const std::string& precision,
                                  const std::string& reason) {
+  // At native, the types whose products take x in int8 (--activations), if any.
+  const auto int8 = [](Precision p) {
+    const std::string types = Int8ActivationTypes();
+    return p != Precision::kNative || types.empty()
+               ? std::string()
+               : fmt::format("; x in int8 for {} weights (--activations; {} kernels)", types,
+                             Int8ActivationsKernel());
+  };
   if (!precision.empty()) {
     const Precision p = ParsePrecision(precision);
-    return {p, fmt::format("precision {} ({})", PrecisionName(p), reason)};
+    return {p, fmt::format("precision {} ({}){}", PrecisionName(p), reason, int8(p))};
   }
   std::string why;
   const Precision p = FilePrecision(path, &why);
-  return {p, fmt::format("precision {} (the file's: {}{})", PrecisionName(p), why,
-                         p == Precision::kF32 ? "" : "; --precision f32 for the f32 reference")};
+  return {p, fmt::format("precision {} (the file's: {}{}){}", PrecisionName(p), why,
+                         p == Precision::kF32 ? "" : "; --precision f32 for the f32 reference",
+                         int8(p))};
 }
 
 Model LoadModelAt(const std::string& path, const std::string& precision,

@@ -148,6 +148,8 @@ std::vector<FlagPath> SampleInputs(const std::string& model, const std::string& 
 // FilePrecision: native, or f32 for a file that stores every weight as F32). The flag's value
 // checked (empty passes: the file decides), before anything is loaded.
 void CheckPrecisionFlag(const std::string& precision);
+// An --activations value: f32 or int8; throws ss::Error naming `flag` otherwise.
+GgmlActivations ParseActivations(const std::string& value, const std::string& flag);
 // The precision `precision` (a --precision value, or empty for the file's) stands for on the model
 // at `path`, and the log line that says which and why: "precision native (the file's: weights
 // stored as BF16, F32; ...)", or "precision bf16 (<reason>)" for a value given.

@@ -560,11 +560,9 @@ nlohmann::json StreamJson(const StreamDocument& d, const std::vector<StreamRun>&
   doc["tokens"] = d.tokens;
   doc["bos"] = d.bos;
   doc["block_size"] = kStreamBlock;
-  doc["settings"] = {{"sinks", d.sinks},
-                     {"window", d.window},
-                     {"force", d.force},
-                     {"max_tokens", d.max_tokens},
-                     {"precision", d.precision}};
+  doc["settings"] = {{"sinks", d.sinks},         {"window", d.window},
+                     {"force", d.force},         {"max_tokens", d.max_tokens},
+                     {"precision", d.precision}, {"activations", d.activations}};
   doc["runs"] = nlohmann::json::array();
   for (const auto& r : runs) {
     nlohmann::json blocks = nlohmann::json::array();

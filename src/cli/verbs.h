@@ -155,7 +155,8 @@ struct StreamDocument {
   int sinks = 4, window = 252;
   bool force = false;
   int64_t max_tokens = 0;
-  std::string precision = "f32";  // the model's (PrecisionName)
+  std::string precision = "f32";    // the model's (PrecisionName)
+  std::string activations = "f32";  // ActivationsName
 };
 // The sinkscope.stream/1 document.
 nlohmann::json StreamJson(const StreamDocument& doc, const std::vector<StreamRun>& runs);

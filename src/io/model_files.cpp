@@ -30,6 +30,7 @@ class SafetensorsSource : public TensorSource {
   bool LoadsAsView(const std::string& name) const override {
     return dir_.Info(name).dtype == SafetensorsDtype::kF32;
   }
+  bool Mapped(const std::string& name) const override { return dir_.Mapped(name); }
   bool Stored(const std::string& name, StoredTensor* out) const override {
     const SafetensorsDtype dtype = dir_.Info(name).dtype;
     if (dtype != SafetensorsDtype::kF16 && dtype != SafetensorsDtype::kBF16) return false;
@@ -85,6 +86,7 @@ class GgufSource : public TensorSource {
     if (gguf_.mapped()) ReleaseMappedPages(t->data, t->n_bytes);
     return out;
   }
+  bool Mapped(const std::string&) const override { return gguf_.mapped(); }
   bool Stored(const std::string& name, StoredTensor* out) const override {
     const GgufTensorInfo* t = gguf_.FindTensor(name);
     if (t->type == kGgmlTypeF32) return false;

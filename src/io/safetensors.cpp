@@ -348,6 +348,7 @@ const uint8_t* SafetensorsDir::RawData(const std::string& name,
   if (owner) *owner = shard.owner();
   return shard.RawData(name);
 }
+bool SafetensorsDir::Mapped(const std::string& name) const { return ShardOf(name).mapped(); }
 const std::string& SafetensorsDir::FileOf(const std::string& name) const {
   return ShardOf(name).path();
 }

@@ -101,6 +101,7 @@ class SafetensorsFile {
   // while `owner()` does.
   const uint8_t* RawData(const std::string& name) const;
   const std::shared_ptr<const void>& owner() const { return owner_; }
+  bool mapped() const { return mapped_; }  // owner() is a file mapping
 
  private:
   std::string path_;
@@ -129,6 +130,7 @@ class SafetensorsDir {
                          std::shared_ptr<const void>* owner = nullptr) const;
   // The shard file holding `name`.
   const std::string& FileOf(const std::string& name) const;
+  bool Mapped(const std::string& name) const;  // its shard is a file mapping
   const std::string& path() const { return path_; }
   size_t shard_count() const { return shards_.size(); }
 

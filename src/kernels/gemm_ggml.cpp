@@ -920,6 +920,9 @@ GgmlMatrix GgmlMatrix::Rows(int first, int count) const {
   m.owner = nullptr;
   m.out = count;
   m.data = row(first);
+  m.int8_owner = nullptr;
+  m.int8 =
+      int8 && first % 16 == 0 ? int8 + static_cast<size_t>(first / 16) * int8_group_bytes : nullptr;
   if (scales) m.scales = row_scales(first);
   return m;
 }
@@ -1117,6 +1120,21 @@ GgmlActivations GgmlActivationsFor(uint32_t type) {
              ? GgmlActivations::kInt8
              : GgmlActivations::kF32;
 }
+
+void SetGgmlActivationsForAll(GgmlActivations activations) {
+  for (uint32_t type : kInt8Types) SetGgmlActivations(type, activations);
+}
+
+std::string Int8ActivationTypes() {
+  std::string names;
+  // The split MXFP4 form shares the GGUF form's choice and name.
+  for (uint32_t type : {kGgmlTypeQ4_0, kGgmlTypeQ4_K, kGgmlTypeQ6_K, kGgmlTypeMXFP4})
+    if (GgmlActivationsFor(type) == GgmlActivations::kInt8)
+      names += (names.empty() ? "" : ", ") + std::string(GgmlTypeName(type));
+  return names;
+}
+
+const char* Int8ActivationsKernel() { return Int8KernelName(); }
 
 std::string GgmlActivationsName(uint32_t type) {
   return GgmlActivationsFor(type) == GgmlActivations::kInt8

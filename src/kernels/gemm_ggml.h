@@ -35,12 +35,19 @@ struct GgmlMatrix {
   const uint8_t* scales = nullptr;
   size_t scale_stride = 0;
   std::shared_ptr<const void> owner;  // keeps `data` alive: the file's mapping or a buffer
+  // The rows again in the int8 products' packed layout (PackForInt8, kernels/gemm_int8.h), or
+  // null: rows [16 g, 16 g + 16) at int8 + g * int8_group_bytes, the last group padded with zero
+  // rows. Where set, the int8 products read these bytes instead of `data`.
+  const uint8_t* int8 = nullptr;
+  size_t int8_group_bytes = 0;
+  std::shared_ptr<const void> int8_owner;  // keeps `int8` alive
   bool empty() const { return data == nullptr; }
   size_t bytes() const { return static_cast<size_t>(out) * row_bytes; }  // the rows' (the nibbles')
   const uint8_t* row(int r) const { return data + static_cast<size_t>(r) * row_stride; }
   const uint8_t* row_scales(int r) const { return scales + static_cast<size_t>(r) * scale_stride; }
   // Rows [first, first + count) of W as a matrix of their own (an expert of a stacked tensor).
-  // Holds no owner: valid while this matrix, or its owner, lives.
+  // Holds no owner: valid while this matrix, or its owner, lives. Keeps the int8 packing where
+  // `first` starts one of its groups (a multiple of 16).
   GgmlMatrix Rows(int first, int count) const;
 };
 
@@ -74,6 +81,22 @@ void SetGgmlActivations(uint32_t type, GgmlActivations activations);
 GgmlActivations GgmlActivationsFor(uint32_t type);
 // "int8 (avx512_vnni)", "int8 (avx2)" or "f32": the activations MatMulGgml uses for `type` now.
 std::string GgmlActivationsName(uint32_t type);
+// The choice for every type that has int8 products (the CLI's --activations).
+void SetGgmlActivationsForAll(GgmlActivations activations);
+// The types whose products take x in int8 now ("Q4_0, Q4_K, Q6_K, MXFP4"), or "" for none.
+std::string Int8ActivationTypes();
+// The int8 products' kernels now: "avx512_vnni", "avx_vnni", "avx2" or "none".
+const char* Int8ActivationsKernel();
+
+// Whether PackForInt8 packs weights of this type: Q4_0 and MXFP4 (both forms).
+bool Int8PackSupports(uint32_t type);
+// Sets w->int8 (above) to a new copy of W's rows in the int8 products' packed layout
+// (kernels/gemm_int8.h): 16 rows side by side, so that a thread's share of the product is one
+// stream and each VPDPBUSD serves 16 rows. The packed product sums each row in a lane of its own,
+// the unpacked one in 16 lanes and then across them, so the two differ in the last bits; each is
+// the same for every T, thread count and SIMD level. A no-op for other types. Allocates W's size
+// again (2 MiB-aligned, huge pages advised).
+void PackForInt8(GgmlMatrix* w);
 
 // y (T, out) = x (T, in) · dequant(W)^T (+ bias (out) if not null). Any T >= 0. Runs one OpenMP
 // parallel region when the product is large enough (the caller must not be inside one).

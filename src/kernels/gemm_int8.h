@@ -21,6 +21,18 @@
 //   AVX2 in two ymm (VPMADDUBSW then VPMADDWD: the same exact sums; the codes are at most 63, so
 //   no pair of products saturates 16 bits): the same bits. No portable form: without AVX2 the
 //   products keep x in f32.
+//
+// The packed rows (PackForInt8, kernels/gemm_ggml.h; Q4_0 and MXFP4): W's rows in groups of 16,
+// each group its blocks in order, each block kPackedBlockBytes: 256 bytes of codes, then the 16
+// rows' scales (Q4_0: its f16 d; MXFP4: the bf16 of half its E8M0 scale, exact). Code byte
+// 64 m + 4 r + j holds row r's code 8 m + j in its low nibble and code 8 m + 4 + j in its high
+// one (Q4_0: n; MXFP4: the E2M1 code). A group is one stream, and one VPDPBUSD multiplies 4 codes
+// of each of its 16 rows with the same 4 values of x (a broadcast load), so each output is summed
+// in a lane of its own:
+//   for each block b, in order: s = sum over its 32 values of u q (exact in int32) - o (sum of q)
+//                               acc = fma(float(s), w_scale * dx, acc)
+//   then acc (+ bias): no reduction across lanes, the same bits on AVX-512 (16 rows in a zmm)
+//   and AVX2 (two halves of 8) and for every T.
 #pragma once
 
 #include <immintrin.h>
@@ -63,6 +75,9 @@ inline const char* RowAhead(const uint8_t* row, size_t offset, size_t row_bytes,
   return reinterpret_cast<const char*>(
       at < row_bytes ? base + at : base + kRowGroup * row_stride + (at - row_bytes));
 }
+
+inline constexpr int kPackedRows = 16, kPackedCodeBytes = 256,
+                     kPackedBlockBytes = kPackedCodeBytes + 2 * kPackedRows;
 
 // Whether the int8 products run for `type` now (the type has them and the SIMD level is AVX2 or
 // AVX-512; the AVX-512 form needs AVX-512 BW and VNNI, else the AVX2 one runs).

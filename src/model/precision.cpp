@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "common/file_util.h"
 #include "kernels/dequant.h"
 #include "kernels/vecmath.h"
 #include "tensor/half.h"
@@ -143,6 +144,19 @@ bool WeightPacker::KeepStored(Tensor* tensor, const std::string& what,
                           stored.data, stored.owner, stored.row_step, stored.scales);
   if (const int64_t bad = GgmlFirstNonFinite(w); bad >= 0)
     Fail("{} ({}) {}", what, GgmlTypeName(stored.ggml_type), GgmlFaultReason(w, bad));
+  // With x in int8 for the type, a projection's products read a packed copy of its rows
+  // (PackForInt8), and the mapping's pages it was copied from are dropped from memory (the f32
+  // path and the dequantising lookups map them again from the file if they are ever read). The
+  // embedding keeps its rows for the lookup; a head tied to it is packed in Finish.
+  if (!embedding && GgmlActivationsFor(w.type) == GgmlActivations::kInt8) {
+    PackForInt8(&w);
+    if (w.int8 != nullptr && stored.mapped) {
+      ReleaseMappedPages(w.data, static_cast<size_t>(w.out - 1) * w.row_stride + w.row_bytes);
+      if (w.scales)
+        ReleaseMappedPages(w.scales, static_cast<size_t>(w.out - 1) * w.scale_stride +
+                                         static_cast<size_t>(w.in) / kMxfp4Block);
+    }
+  }
   // The embedding's lookup dequantises the rows it needs (and a tied head multiplies them).
   (embedding ? embedding_stored_ : *it->second).ggml = std::move(w);
   *tensor = Tensor();
@@ -176,6 +190,8 @@ void WeightPacker::Finish(Model& model) {
     if (model.config.tied_embeddings && !embedding_stored_.empty()) {
       SS_ASSERT(w.lm_head.empty() && w.token_embedding.empty());
       *lm_head_ = embedding_stored_;
+      if (GgmlActivationsFor(lm_head_->ggml.type) == GgmlActivations::kInt8)
+        PackForInt8(&lm_head_->ggml);
     }
     SS_ASSERT(!lm_head_->empty() || !w.lm_head.empty());
   } else if (lm_head_->empty()) {  // tied: the head is the embedding, which stays f32
@@ -209,6 +225,21 @@ Tensor ProjectionF32(const Tensor& f32, const PackedWeight* packed) {
           BF16ToF32(panel[(static_cast<int64_t>(i / 2) * kBf16PanelWidth + j) * 2 + i % 2]);
   }
   return out;
+}
+
+std::string ActivationsName(const Model& model) {
+  const auto int8 = [](const PackedWeight& w) {
+    return !w.ggml.empty() && GgmlActivationsFor(w.ggml.type) == GgmlActivations::kInt8;
+  };
+  const ModelWeights& w = model.weights;
+  bool any = w.lm_head_packed && int8(*w.lm_head_packed);
+  for (const LayerWeights& l : w.layers)
+    if (l.packed)
+      for (const PackedWeight* p :
+           {&l.packed->wq, &l.packed->wk, &l.packed->wv, &l.packed->wo, &l.packed->w1,
+            &l.packed->w2, &l.packed->w3, &l.packed->moe_w1, &l.packed->moe_w2, &l.packed->moe_w3})
+        any = any || int8(*p);
+  return any ? "int8" : "f32";
 }
 
 std::string PrecisionNote(Precision p) {

@@ -85,4 +85,8 @@ Tensor ProjectionF32(const Tensor& f32, const PackedWeight* packed);
 // the same rounding, slower than f32), or "" when the fast path is active or p is f32.
 std::string PrecisionNote(Precision p);
 
+// "int8" where some product of the model takes x rounded to int8 (native weights of a type
+// chosen for it: --activations, kernels/gemm_ggml.h GgmlActivations), else "f32".
+std::string ActivationsName(const Model& model);
+
 }  // namespace ss

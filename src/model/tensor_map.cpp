@@ -229,8 +229,12 @@ void BindMxfp4(const TensorSpec& spec, const std::string& blocks, const TensorSo
                  row_scales = static_cast<size_t>(in) / kMxfp4Block;
     size_t kept = 0;
     for (size_t i = 0; i < parts; ++i) {
-      StoredTensor stored{kTypeMxfp4Split, nibbles + i * row_nibbles, owner, scale + i * row_scales,
-                          static_cast<int>(parts)};
+      StoredTensor stored{kTypeMxfp4Split,
+                          nibbles + i * row_nibbles,
+                          owner,
+                          scale + i * row_scales,
+                          static_cast<int>(parts),
+                          source.Mapped(blocks) && source.Mapped(scales)};
       kept += keep(spec.targets[i], blocks, target_shape, stored);
     }
     SS_ASSERT(kept == 0 || kept == parts);  // the packer takes a whole spec or none of it
@@ -277,6 +281,7 @@ void BindTensors(const TensorMap& map, const TensorSource& source, const std::st
       Fail("{}: tensor '{}' has shape {}, expected {}", source.source(), name, ShapeString(found),
            ShapeString(expected));
     if (StoredTensor stored; keep && CanKeepStored(spec) && source.Stored(name, &stored) &&
+                             (stored.mapped = source.Mapped(name), true) &&
                              keep(spec.targets[0], name, expected, stored))
       continue;
     Tensor t = source.Load(name);

@@ -32,6 +32,7 @@ struct StoredTensor {
   std::shared_ptr<const void> owner;
   const uint8_t* scales = nullptr;
   int row_step = 1;
+  bool mapped = false;  // the bytes are pages of a read-only file mapping (TensorSource::Mapped)
 };
 
 // A source of named float32 tensors (a safetensors checkpoint, a GGUF file). Shapes are in
@@ -48,6 +49,12 @@ class TensorSource {
   virtual std::vector<std::string> Names() const = 0;  // every tensor in the source
   // Whether Load returns a view of the file's mapping (no allocation): a stored F32 tensor.
   virtual bool LoadsAsView(const std::string& name) const {
+    (void)name;
+    return false;
+  }
+  // Whether the tensor's bytes are pages of a read-only file mapping, which ReleaseMappedPages
+  // (common/file_util.h) may drop once they are copied out.
+  virtual bool Mapped(const std::string& name) const {
     (void)name;
     return false;
   }

@@ -403,6 +403,9 @@ std::string CacheKey(const std::string& content_hash, const TraceSettings& s) {
   // bf16 and q8_0 profiles are cached apart; f32 keys stay those of earlier versions.
   if (s.precision != Precision::kF32)
     settings += std::string("|precision=") + PrecisionName(s.precision);
+  // At native, x in int8 for some types (--activations int8) is cached apart too.
+  if (s.precision == Precision::kNative && !Int8ActivationTypes().empty())
+    settings += "|activations=int8(" + Int8ActivationTypes() + ")";
   return Sha256Hex(content_hash + "|" + settings).substr(0, 32);
 }
 
