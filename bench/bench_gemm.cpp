@@ -268,8 +268,10 @@ void Q8(benchmark::State& state, Shape s) {
 
 // W stored as `type` (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K or MXFP4) in ggml's row layout, or MXFP4's
 // split form (those MXFP4 blocks' scales moved apart; the nibble order does not change the time),
-// multiplied as --precision native does.
-void Native(benchmark::State& state, Shape s, uint32_t type) {
+// multiplied as --precision native does. X: how x is taken (--activations): f32, int8 on the rows
+// as stored, or int8 on the rows packed (PackForInt8: Q4_0 and MXFP4).
+enum class X { kF32, kInt8, kInt8Packed };
+void NativeX(benchmark::State& state, Shape s, uint32_t type, X xmode) {
   const auto x = Random(static_cast<size_t>(s.T) * s.in, 1);
   const auto w = Random(static_cast<size_t>(s.out) * s.in, 2);
   const int64_t n = static_cast<int64_t>(s.out) * s.in;
@@ -307,16 +309,24 @@ void Native(benchmark::State& state, Shape s, uint32_t type) {
     }
     bytes = nibbles;
   }
-  const ss::GgmlMatrix m = ss::GgmlView(type, s.out, s.in, bytes.data(), nullptr, 1,
-                                        scales.empty() ? nullptr : scales.data());
+  ss::GgmlMatrix m = ss::GgmlView(type, s.out, s.in, bytes.data(), nullptr, 1,
+                                  scales.empty() ? nullptr : scales.data());
+  ss::SetGgmlActivations(type,
+                         xmode == X::kF32 ? ss::GgmlActivations::kF32 : ss::GgmlActivations::kInt8);
+  if (xmode == X::kInt8Packed) ss::PackForInt8(&m);
   std::vector<float> y(static_cast<size_t>(s.T) * s.out);
   for (auto _ : state) {
     ss::MatMulGgml(x.data(), m, nullptr, y.data(), s.T);
     benchmark::DoNotOptimize(y.data());
   }
   SetFlops(state, s, static_cast<double>(m.bytes() + scales.size()) / static_cast<double>(n));
-  state.SetLabel(ss::GgmlKernelName(type));
+  state.SetLabel(xmode == X::kF32
+                     ? std::string(ss::GgmlKernelName(type))
+                     : ss::GgmlActivationsName(type) + (m.int8 != nullptr ? ", packed" : ""));
+  ss::SetGgmlActivations(type, ss::GgmlActivations::kF32);
 }
+
+void Native(benchmark::State& state, Shape s, uint32_t type) { NativeX(state, s, type, X::kF32); }
 
 const std::pair<const char*, uint32_t> kNativeTypes[] = {{"q4_0", ss::kGgmlTypeQ4_0},
                                                          {"q4_k", ss::kGgmlTypeQ4_K},
@@ -409,6 +419,20 @@ int main(int argc, char** argv) {
                                      type)
             ->UseRealTime()
             ->MeasureProcessCPUTime();
+    // Decode with x in int8 (--activations int8): the rows as stored, then packed (Q4_0, MXFP4).
+    if (s.T == 1)
+      for (auto [name, type] : {std::pair{"q4_0", ss::kGgmlTypeQ4_0},
+                                {"q4_k", ss::kGgmlTypeQ4_K},
+                                {"q6_k", ss::kGgmlTypeQ6_K},
+                                {"mxfp4", ss::kGgmlTypeMXFP4}})
+        for (X mode : {X::kInt8, X::kInt8Packed}) {
+          if (mode == X::kInt8Packed && !ss::Int8PackSupports(type)) continue;
+          const std::string label =
+              std::string(name) + (mode == X::kInt8 ? "_int8x/" : "_int8x_packed/") + ShapeName(s);
+          benchmark::RegisterBenchmark(label.c_str(), NativeX, s, type, mode)
+              ->UseRealTime()
+              ->MeasureProcessCPUTime();
+        }
   }
   for (const Shape& s : k7bShapes) {
     benchmark::RegisterBenchmark(("7b/sgemm/" + ShapeName(s)).c_str(), Sgemm, s)
