@@ -392,9 +392,12 @@ TEST(GemmGgml, Int8ActivationsMatchDoubleProductOfRoundedX) {
 // as the layout in kernels/gemm_int8.h says.
 TEST(GemmGgml, PackedRowsOfAnExpertAreThoseOfTheStack) {
   if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
-  for (uint32_t type : {kGgmlTypeQ4_0, kGgmlTypeMXFP4, kTypeMxfp4Split}) {
+  for (auto [type, in] : {std::pair{kGgmlTypeQ4_0, 96},
+                          {kGgmlTypeMXFP4, 96},
+                          {kTypeMxfp4Split, 96},
+                          {kGgmlTypeQ4_K, 256}}) {
     SetGgmlActivations(type, GgmlActivations::kInt8);
-    const int experts = 3, rows = 40, in = 96;  // 40: an expert's last group is shared
+    const int experts = 3, rows = 40;  // 40: an expert's last group is shared
     Stored stored = RandomMatrix(type, experts * rows, in, 23);
     PackForInt8(&stored.w);
     ASSERT_NE(stored.w.int8, nullptr);
@@ -402,7 +405,7 @@ TEST(GemmGgml, PackedRowsOfAnExpertAreThoseOfTheStack) {
     std::vector<float> wd(static_cast<size_t>(experts) * rows * in);
     DequantizeGgmlRows(stored.w, 0, experts * rows, wd.data());
     for (int r : {0, 17, 119})
-      for (int b = 0; b < in / 32; ++b) {
+      for (int b = 0; b < (type == kGgmlTypeQ4_K ? 0 : in / 32); ++b) {
         const uint8_t* d = stored.w.int8 + static_cast<size_t>(r / 16) * stored.w.int8_group_bytes +
                            static_cast<size_t>(b) * kPackedBlockBytes;
         uint16_t bits;

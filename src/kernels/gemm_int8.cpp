@@ -613,31 +613,31 @@ SS_I256 void RowsQ6_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
 // ---- The packed rows (PackForInt8; the layout in kernels/gemm_int8.h): group g's block b at
 // p + b * kPackedBlockBytes, each of its 16 rows in a lane of its own.
 
-// x a row at a time in its natural order: per 32-value block its 32 int8 values, dx, and
-// -o times their sum (the offset of the codes, folded into the integer sum's start).
+// x a row at a time in its natural order: per 32-value block its 32 int8 values, dx, and the sum
+// of the 32 (for the codes' offset o the integer sum starts from -o times it; Q4_K's dmin term).
 struct XBlocks {
   int blocks = 0;
-  const int8_t* q = nullptr;      // rows of blocks * 32
-  const float* dx = nullptr;      // rows of blocks
-  const int32_t* corr = nullptr;  // rows of blocks
+  const int8_t* q = nullptr;     // rows of blocks * 32
+  const float* dx = nullptr;     // rows of blocks
+  const int32_t* sum = nullptr;  // rows of blocks
 };
 
-XBlocks QuantizeXBlocks(const float* x, int T, int in, int offset) {
+XBlocks QuantizeXBlocks(const float* x, int T, int in) {
   XBlocks r;
   r.blocks = in / kBlock;
   const size_t n = static_cast<size_t>(T) * r.blocks;
   int8_t* q = Workspace<int8_t, 20>(n * kBlock);
   float* dx = Workspace<float, 21>(n);
-  int32_t* corr = Workspace<int32_t, 22>(n);
+  int32_t* sums = Workspace<int32_t, 22>(n);
   for (size_t i = 0; i < n; ++i) {
     dx[i] = QuantizeBlock(x + i * kBlock, q + i * kBlock);
     int32_t sum = 0;
     for (int v = 0; v < kBlock; ++v) sum += q[i * kBlock + v];
-    corr[i] = -offset * sum;
+    sums[i] = sum;
   }
   r.q = q;
   r.dx = dx;
-  r.corr = corr;
+  r.sum = sums;
   return r;
 }
 
@@ -659,7 +659,8 @@ template <bool kMx>
 SS_I512 void PackedGroup512(const uint8_t* p, const XBlocks& x, int t, float* out) {
   const int8_t* q = x.q + static_cast<size_t>(t) * x.blocks * kBlock;
   const float* dx = x.dx + static_cast<size_t>(t) * x.blocks;
-  const int32_t* corr = x.corr + static_cast<size_t>(t) * x.blocks;
+  const int32_t* sum = x.sum + static_cast<size_t>(t) * x.blocks;
+  constexpr int kOffset = kMx ? 12 : 8;
   const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8(static_cast<char>(0xF0));
   const __m512i lut = _mm512_broadcast_i32x4(_mm256_castsi256_si128(Mxfp4Bytes()));
   __m512 acc = _mm512_setzero_ps();
@@ -668,7 +669,7 @@ SS_I512 void PackedGroup512(const uint8_t* p, const XBlocks& x, int t, float* ou
     for (int o = 0; o < kPackedBlockBytes; o += 64)
       _mm_prefetch(reinterpret_cast<const char*>(d) + kPackedAhead + o, _MM_HINT_T0);
     const int8_t* xb = q + b * kBlock;
-    __m512i a0 = _mm512_set1_epi32(corr[b]), a1 = _mm512_setzero_si512();
+    __m512i a0 = _mm512_set1_epi32(-kOffset * sum[b]), a1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int m = 0; m < 4; ++m) {
       const __m512i v = _mm512_loadu_si512(d + 64 * m);
@@ -701,7 +702,8 @@ template <bool kMx, bool kVnni>
 SS_I256 void PackedGroup256(const uint8_t* p, const XBlocks& x, int t, float* out) {
   const int8_t* q = x.q + static_cast<size_t>(t) * x.blocks * kBlock;
   const float* dx = x.dx + static_cast<size_t>(t) * x.blocks;
-  const int32_t* corr = x.corr + static_cast<size_t>(t) * x.blocks;
+  const int32_t* sum = x.sum + static_cast<size_t>(t) * x.blocks;
+  constexpr int kOffset = kMx ? 12 : 8;
   const __m256i m4 = _mm256_set1_epi8(0x0F), lut = Mxfp4Bytes();
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int b = 0; b < x.blocks; ++b) {
@@ -712,7 +714,7 @@ SS_I256 void PackedGroup256(const uint8_t* p, const XBlocks& x, int t, float* ou
     const __m256 dxb = _mm256_set1_ps(dx[b]);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      __m256i a0 = _mm256_set1_epi32(corr[b]), a1 = _mm256_setzero_si256();
+      __m256i a0 = _mm256_set1_epi32(-kOffset * sum[b]), a1 = _mm256_setzero_si256();
 #pragma GCC unroll 4
       for (int m = 0; m < 4; ++m) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + 64 * m + 32 * h));
@@ -739,6 +741,111 @@ SS_I256 void PackedGroup256(const uint8_t* p, const XBlocks& x, int t, float* ou
               : _mm256_cvtph_ps(raw);
       acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(a0, a1)),
                                _mm256_mul_ps(scale, dxb), acc[h]);
+    }
+  }
+  _mm256_storeu_ps(out, acc[0]);
+  _mm256_storeu_ps(out + 8, acc[1]);
+}
+
+// Q4_K's packed super-blocks (kPackedQ4KBytes each, kernels/gemm_int8.h): per 32-value
+// sub-block j, acc = fma(float(s), d sc_j dx, acc), then acc = fnmadd(float(sum of q), dmin m_j
+// dx, acc): d sc_j and dmin m_j exact products, as the unpacked kernels form them.
+SS_I512 void PackedGroupQ4K512(const uint8_t* p, const XBlocks& x, int t, float* out) {
+  const int8_t* q = x.q + static_cast<size_t>(t) * x.blocks * kBlock;
+  const float* dx = x.dx + static_cast<size_t>(t) * x.blocks;
+  const int32_t* sum = x.sum + static_cast<size_t>(t) * x.blocks;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8(static_cast<char>(0xF0));
+  __m512 acc = _mm512_setzero_ps();
+  for (int sb = 0; sb < x.blocks / 8; ++sb) {
+    const uint8_t* d = p + static_cast<size_t>(sb) * kPackedQ4KBytes;
+    const __m512 dd =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + kPackedQ4KScales)));
+    const __m512 dm = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + kPackedQ4KScales + 32)));
+#pragma GCC unroll 2
+    for (int j = 0; j < 8; ++j) {
+      for (int o = 0; o < 320; o += 64)  // 8 x 320 bytes ahead: the whole super-block's
+        _mm_prefetch(reinterpret_cast<const char*>(d) + kPackedAhead + 320 * j + o, _MM_HINT_T0);
+      const int b = 8 * sb + j;
+      const uint8_t* c = d + kPackedCodeBytes * j;
+      const int8_t* xb = q + b * kBlock;
+      __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int m = 0; m < 4; ++m) {
+        const __m512i v = _mm512_loadu_si512(c + 64 * m);
+        a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(v, m4),
+                                 _mm512_set1_epi32(LoadI32(xb + 8 * m)));
+        a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(v, m4h),
+                                 _mm512_set1_epi32(LoadI32(xb + 8 * m + 4)));
+      }
+      const __m512i s = _mm512_add_epi32(a0, _mm512_srai_epi32(a1, 4));
+      const __m512 dxb = _mm512_set1_ps(dx[b]);
+      const __m512 sc = _mm512_mul_ps(
+          dd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                  reinterpret_cast<const __m128i*>(d + kPackedQ4KScales + 64 + 16 * j)))));
+      const __m512 mn = _mm512_mul_ps(
+          dm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                  reinterpret_cast<const __m128i*>(d + kPackedQ4KScales + 192 + 16 * j)))));
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sc, dxb), acc);
+      acc =
+          _mm512_fnmadd_ps(_mm512_set1_ps(static_cast<float>(sum[b])), _mm512_mul_ps(mn, dxb), acc);
+    }
+  }
+  _mm512_storeu_ps(out, acc);
+}
+
+template <bool kVnni>
+SS_I256 void PackedGroupQ4K256(const uint8_t* p, const XBlocks& x, int t, float* out) {
+  const int8_t* q = x.q + static_cast<size_t>(t) * x.blocks * kBlock;
+  const float* dx = x.dx + static_cast<size_t>(t) * x.blocks;
+  const int32_t* sum = x.sum + static_cast<size_t>(t) * x.blocks;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int sb = 0; sb < x.blocks / 8; ++sb) {
+    const uint8_t* d = p + static_cast<size_t>(sb) * kPackedQ4KBytes;
+    for (int j = 0; j < 8; ++j) {
+      for (int o = 0; o < 320; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(d) + kPackedAhead + 320 * j + o, _MM_HINT_T0);
+      const int b = 8 * sb + j;
+      const uint8_t* c = d + kPackedCodeBytes * j;
+      const int8_t* xb = q + b * kBlock;
+      const __m256 dxb = _mm256_set1_ps(dx[b]);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; ++m) {
+          const __m256i v =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 64 * m + 32 * h));
+          const __m256i lo = _mm256_and_si256(v, m4),
+                        hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          const __m256i x_lo = _mm256_set1_epi32(LoadI32(xb + 8 * m)),
+                        x_hi = _mm256_set1_epi32(LoadI32(xb + 8 * m + 4));
+          if constexpr (kVnni) {
+            a0 = _mm256_dpbusd_avx_epi32(a0, lo, x_lo);
+            a1 = _mm256_dpbusd_avx_epi32(a1, hi, x_hi);
+          } else {
+            const __m256i ones = _mm256_set1_epi16(1);
+            a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x_lo), ones));
+            a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x_hi), ones));
+          }
+        }
+        const uint8_t* sd = d + kPackedQ4KScales;
+        const __m256 dd =
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 16 * h)));
+        const __m256 dm =
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 32 + 16 * h)));
+        const __m256 sc = _mm256_mul_ps(
+            dd, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sd + 64 + 16 * j + 8 * h)))));
+        const __m256 mn = _mm256_mul_ps(
+            dm, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sd + 192 + 16 * j + 8 * h)))));
+        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(a0, a1)),
+                                 _mm256_mul_ps(sc, dxb), acc[h]);
+        acc[h] = _mm256_fnmadd_ps(_mm256_set1_ps(static_cast<float>(sum[b])),
+                                  _mm256_mul_ps(mn, dxb), acc[h]);
+      }
     }
   }
   _mm256_storeu_ps(out, acc[0]);
@@ -878,6 +985,10 @@ namespace {
 bool IsMxfp4(uint32_t type) { return type == kGgmlTypeMXFP4 || type == kTypeMxfp4Split; }
 
 PackedGroupFn PackedKernel(uint32_t type) {
+  if (type == kGgmlTypeQ4_K)
+    return Use512()          ? PackedGroupQ4K512
+           : CpuHasAvxVnni() ? PackedGroupQ4K256<true>
+                             : PackedGroupQ4K256<false>;
   const bool mx = IsMxfp4(type);
   if (Use512()) return mx ? PackedGroup512<true> : PackedGroup512<false>;
   if (CpuHasAvxVnni()) return mx ? PackedGroup256<true, true> : PackedGroup256<false, true>;
@@ -886,7 +997,7 @@ PackedGroupFn PackedKernel(uint32_t type) {
 
 void MatMulPacked(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T) {
   const PackedGroupFn kernel = PackedKernel(w.type);
-  const XBlocks xb = QuantizeXBlocks(x, T, w.in, IsMxfp4(w.type) ? 12 : 8);
+  const XBlocks xb = QuantizeXBlocks(x, T, w.in);
   const int groups = (w.out + kPackedRows - 1) / kPackedRows;
 #pragma omp parallel if (static_cast <int64_t>(T) * w.in * w.out >= (int64_t{1} << 16))
   {
@@ -908,13 +1019,43 @@ void MatMulPacked(const float* x, const GgmlMatrix& w, const float* bias, float*
 
 }  // namespace
 
-bool Int8PackSupports(uint32_t type) { return type == kGgmlTypeQ4_0 || IsMxfp4(type); }
+bool Int8PackSupports(uint32_t type) {
+  return type == kGgmlTypeQ4_0 || type == kGgmlTypeQ4_K || IsMxfp4(type);
+}
+
+namespace {
+
+// Row r (0-15 in its group) of one Q4_K super-block w into the packed super-block d.
+void PackQ4KRow(const uint8_t* w, int r, uint8_t* d) {
+  for (int j = 0; j < 8; ++j) {  // sub-block j: group j / 2's low (j even) or high nibbles
+    uint8_t code[kBlock];
+    const uint8_t* g = w + 16 + 32 * (j / 2);
+    for (int k = 0; k < kBlock; ++k) code[k] = j % 2 ? g[k] >> 4 : g[k] & 15;
+    for (int m = 0; m < 4; ++m)
+      for (int i = 0; i < 4; ++i)
+        d[kPackedCodeBytes * j + 64 * m + 4 * r + i] =
+            static_cast<uint8_t>(code[8 * m + i] | code[8 * m + 4 + i] << 4);
+  }
+  uint8_t* s = d + kPackedQ4KScales;
+  std::memcpy(s + 2 * r, w, 2);           // d
+  std::memcpy(s + 32 + 2 * r, w + 2, 2);  // dmin
+  alignas(16) uint8_t sm[16];             // sc_0-7, m_0-7
+  _mm_store_si128(reinterpret_cast<__m128i*>(sm), Q4KScaleBytes(w));
+  for (int j = 0; j < 8; ++j) {
+    s[64 + 16 * j + r] = sm[j];
+    s[192 + 16 * j + r] = sm[8 + j];
+  }
+}
+
+}  // namespace
 
 void PackForInt8(GgmlMatrix* w) {
   if (!Int8PackSupports(w->type) || w->int8 != nullptr) return;
   SS_ASSERT(w->in % kBlock == 0);
   const int blocks = w->in / kBlock, groups = (w->out + kPackedRows - 1) / kPackedRows;
-  const size_t group_bytes = static_cast<size_t>(blocks) * kPackedBlockBytes;
+  const bool q4k = w->type == kGgmlTypeQ4_K;
+  const size_t group_bytes = q4k ? static_cast<size_t>(blocks / 8) * kPackedQ4KBytes
+                                 : static_cast<size_t>(blocks) * kPackedBlockBytes;
   auto buffer = std::make_shared<std::vector<uint8_t, CacheLineAllocator<uint8_t>>>(
       static_cast<size_t>(groups) * group_bytes);  // zeros: the padding rows
   uint8_t* dst = buffer->data();
@@ -924,6 +1065,13 @@ void PackForInt8(GgmlMatrix* w) {
     for (int r = 0; r < kPackedRows && g * kPackedRows + r < m.out; ++r) {
       const int row = g * kPackedRows + r;
       const uint8_t* src = m.row(row);
+      if (q4k) {
+        for (int sb = 0; sb < blocks / 8; ++sb)
+          PackQ4KRow(src + static_cast<size_t>(sb) * 144, r,
+                     dst + static_cast<size_t>(g) * group_bytes +
+                         static_cast<size_t>(sb) * kPackedQ4KBytes);
+        continue;
+      }
       for (int b = 0; b < blocks; ++b) {
         uint8_t* d =
             dst + static_cast<size_t>(g) * group_bytes + static_cast<size_t>(b) * kPackedBlockBytes;

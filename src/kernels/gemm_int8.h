@@ -22,7 +22,7 @@
 //   no pair of products saturates 16 bits): the same bits. No portable form: without AVX2 the
 //   products keep x in f32.
 //
-// The packed rows (PackForInt8, kernels/gemm_ggml.h; Q4_0 and MXFP4): W's rows in groups of 16,
+// The packed rows (PackForInt8, kernels/gemm_ggml.h; Q4_0, MXFP4, Q4_K): W's rows in groups of 16,
 // each group its blocks in order, each block kPackedBlockBytes: 256 bytes of codes, then the 16
 // rows' scales (Q4_0: its f16 d; MXFP4: the bf16 of half its E8M0 scale, exact). Code byte
 // 64 m + 4 r + j holds row r's code 8 m + j in its low nibble and code 8 m + 4 + j in its high
@@ -31,8 +31,11 @@
 // in a lane of its own:
 //   for each block b, in order: s = sum over its 32 values of u q (exact in int32) - o (sum of q)
 //                               acc = fma(float(s), w_scale * dx, acc)
+//                               (Q4_K: w_scale = d sc_j, then
+//                                acc = fnmadd(float(sum of q), dmin m_j * dx, acc))
 //   then acc (+ bias): no reduction across lanes, the same bits on AVX-512 (16 rows in a zmm)
-//   and AVX2 (two halves of 8) and for every T.
+//   and AVX2 (two halves of 8) and for every T. Q4_K's super-blocks keep their 8 sub-blocks'
+//   codes in that form one after the other, then the scales unpacked (kPackedQ4KBytes below).
 #pragma once
 
 #include <immintrin.h>
@@ -78,6 +81,11 @@ inline const char* RowAhead(const uint8_t* row, size_t offset, size_t row_bytes,
 
 inline constexpr int kPackedRows = 16, kPackedCodeBytes = 256,
                      kPackedBlockBytes = kPackedCodeBytes + 2 * kPackedRows;
+// Q4_K: per 256-value super-block, its 8 sub-blocks' codes (kPackedCodeBytes each, as above),
+// then at kPackedQ4KScales the 16 rows' d (f16), dmin (f16), then sc_j of the 16 rows for
+// j = 0..7 (a byte each), then m_j likewise.
+inline constexpr int kPackedQ4KScales = 8 * kPackedCodeBytes,
+                     kPackedQ4KBytes = kPackedQ4KScales + 4 * kPackedRows + 16 * 2 * 8;
 
 // Whether the int8 products run for `type` now (the type has them and the SIMD level is AVX2 or
 // AVX-512; the AVX-512 form needs AVX-512 BW and VNNI, else the AVX2 one runs).
