@@ -269,7 +269,7 @@ void Q8(benchmark::State& state, Shape s) {
 // W stored as `type` (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K or MXFP4) in ggml's row layout, or MXFP4's
 // split form (those MXFP4 blocks' scales moved apart; the nibble order does not change the time),
 // multiplied as --precision native does. X: how x is taken (--activations): f32, int8 on the rows
-// as stored, or int8 on the rows packed (PackForInt8: Q4_0 and MXFP4).
+// as stored, or int8 on the rows packed (PackForInt8: Q4_0, Q4_K, Q6_K and MXFP4).
 enum class X { kF32, kInt8, kInt8Packed };
 void NativeX(benchmark::State& state, Shape s, uint32_t type, X xmode) {
   const auto x = Random(static_cast<size_t>(s.T) * s.in, 1);

@@ -340,7 +340,7 @@ TEST(GemmGgml, Int8ActivationsMatchDoubleProductOfRoundedX) {
       if (level > CpuSimdLevel()) continue;
       ForceSimdLevel(level);
       ASSERT_EQ(GgmlActivationsFor(c.type), GgmlActivations::kInt8);
-      // The rows as stored, then (Q4_0, MXFP4) packed (PackForInt8).
+      // The rows as stored, then packed (PackForInt8).
       for (int packed = 0; packed < (Int8PackSupports(c.type) ? 2 : 1); ++packed) {
         double worst = 0, worst_f32 = 0;
         for (int out : {1, 5, 131}) {

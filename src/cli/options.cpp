@@ -65,9 +65,8 @@ std::vector<OptionSpec> MakeTable() {
        "x in the products with Q4_0, Q4_K, Q6_K and MXFP4 weights at native precision: f32 (the "
        "f32 forward's numbers on the stored weights) or int8 (each 32 values rounded to int8 "
        "against their largest and multiplied with the weights' integer codes, as llama.cpp and "
-       "llama2.c's runq.c do; Q4_0, Q4_K and MXFP4 weights packed at load: 1.3-2x the decode speed "
-       "of "
-       "those types, each product off by a few thousandths of the sum of its terms' sizes; "
+       "llama2.c's runq.c do; the weights packed at load: 1.3-2.6x the decode speed of those "
+       "types, each product off by a few thousandths of the sum of its terms' sizes; "
        "docs/DESIGN.md)",
        "f32"},
       // ---- Input
@@ -210,8 +209,8 @@ void AddModelOptions(CLI::App* cmd, std::string* model, std::string* tokenizer,
 
 CLI::Option* AddPrecisionOption(CLI::App* cmd, std::string* precision) {
   // --activations takes effect as it is parsed: the choice is the process's (kernels/gemm_ggml.h),
-  // made before the verb loads its model, whose Q4_0, Q4_K and MXFP4 weights are packed as they
-  // load.
+  // made before the verb loads its model, whose Q4_0, Q4_K, Q6_K and MXFP4 weights are packed as
+  // they load.
   static std::string activations = "f32";
   AddOption(cmd, "--activations", &activations)->each([](const std::string& value) {
     SetGgmlActivationsForAll(ParseActivations(value, "--activations"));

@@ -88,7 +88,7 @@ std::string Int8ActivationTypes();
 // The int8 products' kernels now: "avx512_vnni", "avx_vnni", "avx2" or "none".
 const char* Int8ActivationsKernel();
 
-// Whether PackForInt8 packs weights of this type: Q4_0, Q4_K and MXFP4 (both forms).
+// Whether PackForInt8 packs weights of this type: Q4_0, Q4_K, Q6_K and MXFP4 (both forms).
 bool Int8PackSupports(uint32_t type);
 // Sets w->int8 (above) to a new copy of W's rows in the int8 products' packed layout
 // (kernels/gemm_int8.h): 16 rows side by side, so that a thread's share of the product is one

@@ -617,9 +617,10 @@ SS_I256 void RowsQ6_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
 // of the 32 (for the codes' offset o the integer sum starts from -o times it; Q4_K's dmin term).
 struct XBlocks {
   int blocks = 0;
-  const int8_t* q = nullptr;     // rows of blocks * 32
-  const float* dx = nullptr;     // rows of blocks
-  const int32_t* sum = nullptr;  // rows of blocks
+  const int8_t* q = nullptr;      // rows of blocks * 32
+  const float* dx = nullptr;      // rows of blocks
+  const int32_t* sum = nullptr;   // rows of blocks
+  const int32_t* half = nullptr;  // rows of blocks: the sum of each block's first 16 (Q6_K)
 };
 
 XBlocks QuantizeXBlocks(const float* x, int T, int in) {
@@ -629,15 +630,19 @@ XBlocks QuantizeXBlocks(const float* x, int T, int in) {
   int8_t* q = Workspace<int8_t, 20>(n * kBlock);
   float* dx = Workspace<float, 21>(n);
   int32_t* sums = Workspace<int32_t, 22>(n);
+  int32_t* halves = Workspace<int32_t, 23>(n);
   for (size_t i = 0; i < n; ++i) {
     dx[i] = QuantizeBlock(x + i * kBlock, q + i * kBlock);
-    int32_t sum = 0;
-    for (int v = 0; v < kBlock; ++v) sum += q[i * kBlock + v];
-    sums[i] = sum;
+    int32_t half = 0, sum = 0;
+    for (int v = 0; v < kBlock / 2; ++v) half += q[i * kBlock + v];
+    for (int v = kBlock / 2; v < kBlock; ++v) sum += q[i * kBlock + v];
+    halves[i] = half;
+    sums[i] = half + sum;
   }
   r.q = q;
   r.dx = dx;
   r.sum = sums;
+  r.half = halves;
   return r;
 }
 
@@ -852,6 +857,145 @@ SS_I256 void PackedGroupQ4K256(const uint8_t* p, const XBlocks& x, int t, float*
   _mm256_storeu_ps(out + 8, acc[1]);
 }
 
+// Q6_K's packed super-blocks (kPackedQ6KBytes each, kernels/gemm_int8.h). A code byte's 64
+// lanes are 4 quarters of 16 (a 128-bit lane each); the 16 bytes of high bits, broadcast to the
+// four, rotated right in each 32-bit word by 28, 30, 0, 2 bits (quarter q's bits 2 q, 2 q + 1 to
+// bits 4, 5) and masked, join the low nibbles in one VPTERNLOGD.
+SS_I512 void PackedGroupQ6K512(const uint8_t* p, const XBlocks& x, int t, float* out) {
+  const int8_t* q = x.q + static_cast<size_t>(t) * x.blocks * kBlock;
+  const float* dx = x.dx + static_cast<size_t>(t) * x.blocks;
+  const int32_t* sum = x.sum + static_cast<size_t>(t) * x.blocks;
+  const int32_t* half = x.half + static_cast<size_t>(t) * x.blocks;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const __m512i rot = _mm512_set_epi32(2, 2, 2, 2, 0, 0, 0, 0, 30, 30, 30, 30, 28, 28, 28, 28);
+  __m512 acc = _mm512_setzero_ps();
+  for (int sb = 0; sb < x.blocks / 8; ++sb) {
+    const uint8_t* d = p + static_cast<size_t>(sb) * kPackedQ6KBytes;
+    const uint8_t* sd = d + kPackedQ6KScales;
+    const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sd)));
+#pragma GCC unroll 2
+    for (int j = 0; j < 8; ++j) {
+      for (int o = 0; o < kPackedQ6KBlockBytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(d) + kPackedAhead + kPackedQ6KBlockBytes * j + o,
+                     _MM_HINT_T0);
+      const int b = 8 * sb + j;
+      const uint8_t* c = d + kPackedQ6KBlockBytes * j;
+      const int8_t* xb = q + b * kBlock;
+      // Sub-block A (values 0-15: steps 0, 1) and B (16-31: steps 2, 3), low and high nibbles.
+      __m512i a_lo = _mm512_set1_epi32(-32 * half[b]), a_hi = _mm512_setzero_si512();
+      __m512i b_lo = _mm512_set1_epi32(-32 * (sum[b] - half[b])), b_hi = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int m = 0; m < 4; ++m) {
+        const __m512i v = _mm512_loadu_si512(c + 64 * m);
+        const uint8_t* hb = c + kPackedCodeBytes + 32 * m;
+        const __m512i h_lo = _mm512_and_si512(
+            _mm512_rorv_epi32(
+                _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(hb))), rot),
+            m30);
+        const __m512i h_hi = _mm512_and_si512(
+            _mm512_rorv_epi32(
+                _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(hb + 16))),
+                rot),
+            m30);
+        const __m512i lo = _mm512_ternarylogic_epi32(v, m4, h_lo, 0xEA),
+                      hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), m4, h_hi, 0xEA);
+        const __m512i x_lo = _mm512_set1_epi32(LoadI32(xb + 8 * m)),
+                      x_hi = _mm512_set1_epi32(LoadI32(xb + 8 * m + 4));
+        if (m < 2) {
+          a_lo = _mm512_dpbusd_epi32(a_lo, lo, x_lo);
+          a_hi = _mm512_dpbusd_epi32(a_hi, hi, x_hi);
+        } else {
+          b_lo = _mm512_dpbusd_epi32(b_lo, lo, x_lo);
+          b_hi = _mm512_dpbusd_epi32(b_hi, hi, x_hi);
+        }
+      }
+      const __m512i sc_a =
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 32 + 32 * j)));
+      const __m512i sc_b =
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 48 + 32 * j)));
+      const __m512i s = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_add_epi32(a_lo, a_hi), sc_a),
+                                         _mm512_mullo_epi32(_mm512_add_epi32(b_lo, b_hi), sc_b));
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dd, _mm512_set1_ps(dx[b])), acc);
+    }
+  }
+  _mm512_storeu_ps(out, acc);
+}
+
+// The same in two halves of 8 rows (quarters 2 h and 2 h + 1 of each code byte's 64): the high
+// bits shifted down in each 32-bit word by 2 q (AVX2 has no rotate), masked, shifted up by 4.
+template <bool kVnni>
+SS_I256 void PackedGroupQ6K256(const uint8_t* p, const XBlocks& x, int t, float* out) {
+  const int8_t* q = x.q + static_cast<size_t>(t) * x.blocks * kBlock;
+  const float* dx = x.dx + static_cast<size_t>(t) * x.blocks;
+  const int32_t* sum = x.sum + static_cast<size_t>(t) * x.blocks;
+  const int32_t* half = x.half + static_cast<size_t>(t) * x.blocks;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int sb = 0; sb < x.blocks / 8; ++sb) {
+    const uint8_t* d = p + static_cast<size_t>(sb) * kPackedQ6KBytes;
+    const uint8_t* sd = d + kPackedQ6KScales;
+    for (int j = 0; j < 8; ++j) {
+      for (int o = 0; o < kPackedQ6KBlockBytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(d) + kPackedAhead + kPackedQ6KBlockBytes * j + o,
+                     _MM_HINT_T0);
+      const int b = 8 * sb + j;
+      const uint8_t* c = d + kPackedQ6KBlockBytes * j;
+      const int8_t* xb = q + b * kBlock;
+      const __m256 dxb = _mm256_set1_ps(dx[b]);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i shift = _mm256_setr_epi32(4 * h, 4 * h, 4 * h, 4 * h, 4 * h + 2, 4 * h + 2,
+                                                4 * h + 2, 4 * h + 2);
+        __m256i a_lo = _mm256_set1_epi32(-32 * half[b]), a_hi = _mm256_setzero_si256();
+        __m256i b_lo = _mm256_set1_epi32(-32 * (sum[b] - half[b])), b_hi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; ++m) {
+          const __m256i v =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 64 * m + 32 * h));
+          const uint8_t* hb = c + kPackedCodeBytes + 32 * m;
+          const __m256i h_lo = _mm256_slli_epi32(
+              _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                                     reinterpret_cast<const __m128i*>(hb))),
+                                                 shift),
+                               m3),
+              4);
+          const __m256i h_hi = _mm256_slli_epi32(
+              _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                                     reinterpret_cast<const __m128i*>(hb + 16))),
+                                                 shift),
+                               m3),
+              4);
+          const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, m4), h_lo),
+                        hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), h_hi);
+          const __m256i x_lo = _mm256_set1_epi32(LoadI32(xb + 8 * m)),
+                        x_hi = _mm256_set1_epi32(LoadI32(xb + 8 * m + 4));
+          __m256i& s_lo = m < 2 ? a_lo : b_lo;
+          __m256i& s_hi = m < 2 ? a_hi : b_hi;
+          if constexpr (kVnni) {
+            s_lo = _mm256_dpbusd_avx_epi32(s_lo, lo, x_lo);
+            s_hi = _mm256_dpbusd_avx_epi32(s_hi, hi, x_hi);
+          } else {
+            const __m256i ones = _mm256_set1_epi16(1);
+            s_lo = _mm256_add_epi32(s_lo, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x_lo), ones));
+            s_hi = _mm256_add_epi32(s_hi, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x_hi), ones));
+          }
+        }
+        const __m256i sc_a = _mm256_cvtepi8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sd + 32 + 32 * j + 8 * h)));
+        const __m256i sc_b = _mm256_cvtepi8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sd + 48 + 32 * j + 8 * h)));
+        const __m256i s = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_add_epi32(a_lo, a_hi), sc_a),
+                                           _mm256_mullo_epi32(_mm256_add_epi32(b_lo, b_hi), sc_b));
+        const __m256 dd =
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 16 * h)));
+        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dd, dxb), acc[h]);
+      }
+    }
+  }
+  _mm256_storeu_ps(out, acc[0]);
+  _mm256_storeu_ps(out + 8, acc[1]);
+}
+
 using PackedGroupFn = void (*)(const uint8_t*, const XBlocks&, int, float*);
 
 // ---- Dispatch.
@@ -989,6 +1133,10 @@ PackedGroupFn PackedKernel(uint32_t type) {
     return Use512()          ? PackedGroupQ4K512
            : CpuHasAvxVnni() ? PackedGroupQ4K256<true>
                              : PackedGroupQ4K256<false>;
+  if (type == kGgmlTypeQ6_K)
+    return Use512()          ? PackedGroupQ6K512
+           : CpuHasAvxVnni() ? PackedGroupQ6K256<true>
+                             : PackedGroupQ6K256<false>;
   const bool mx = IsMxfp4(type);
   if (Use512()) return mx ? PackedGroup512<true> : PackedGroup512<false>;
   if (CpuHasAvxVnni()) return mx ? PackedGroup256<true, true> : PackedGroup256<false, true>;
@@ -1020,7 +1168,7 @@ void MatMulPacked(const float* x, const GgmlMatrix& w, const float* bias, float*
 }  // namespace
 
 bool Int8PackSupports(uint32_t type) {
-  return type == kGgmlTypeQ4_0 || type == kGgmlTypeQ4_K || IsMxfp4(type);
+  return type == kGgmlTypeQ4_0 || type == kGgmlTypeQ4_K || type == kGgmlTypeQ6_K || IsMxfp4(type);
 }
 
 namespace {
@@ -1047,15 +1195,46 @@ void PackQ4KRow(const uint8_t* w, int r, uint8_t* d) {
   }
 }
 
+// Row r (0-15 in its group) of one Q6_K super-block w (kernels/dequant.h) into the packed
+// super-block d, whose bytes of high bits start zeroed.
+void PackQ6KRow(const uint8_t* w, int r, uint8_t* d) {
+  uint8_t code[256];  // the six-bit q of the 256 values in order (ql's nibbles, qh's bit pairs)
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = w + 64 * h;
+    const uint8_t* qh = w + 128 + 32 * h;
+    for (int l = 0; l < 32; ++l)
+      for (int k = 0; k < 4; ++k)
+        code[128 * h + 32 * k + l] =
+            static_cast<uint8_t>((k < 2 ? ql[l + 32 * k] & 15 : ql[l + 32 * (k - 2)] >> 4) |
+                                 ((qh[l] >> (2 * k)) & 3) << 4);
+  }
+  for (int j = 0; j < 8; ++j) {
+    uint8_t* blk = d + kPackedQ6KBlockBytes * j;
+    const uint8_t* c = code + kBlock * j;
+    for (int m = 0; m < 4; ++m)
+      for (int i = 0; i < 4; ++i) {
+        const int lane = 4 * r + i, quarter = lane / 16, k = lane % 16;
+        const uint8_t lo = c[8 * m + i], hi = c[8 * m + 4 + i];
+        blk[64 * m + lane] = static_cast<uint8_t>((lo & 15) | (hi & 15) << 4);
+        blk[kPackedCodeBytes + 32 * m + k] |= static_cast<uint8_t>((lo >> 4) << (2 * quarter));
+        blk[kPackedCodeBytes + 32 * m + 16 + k] |= static_cast<uint8_t>((hi >> 4) << (2 * quarter));
+      }
+  }
+  uint8_t* s = d + kPackedQ6KScales;
+  std::memcpy(s + 2 * r, w + 208, 2);                            // d
+  for (int k = 0; k < 16; ++k) s[32 + 16 * k + r] = w[192 + k];  // the int8 scales
+}
+
 }  // namespace
 
 void PackForInt8(GgmlMatrix* w) {
   if (!Int8PackSupports(w->type) || w->int8 != nullptr) return;
   SS_ASSERT(w->in % kBlock == 0);
   const int blocks = w->in / kBlock, groups = (w->out + kPackedRows - 1) / kPackedRows;
-  const bool q4k = w->type == kGgmlTypeQ4_K;
-  const size_t group_bytes = q4k ? static_cast<size_t>(blocks / 8) * kPackedQ4KBytes
-                                 : static_cast<size_t>(blocks) * kPackedBlockBytes;
+  const bool q4k = w->type == kGgmlTypeQ4_K, q6k = w->type == kGgmlTypeQ6_K;
+  const size_t group_bytes = q4k   ? static_cast<size_t>(blocks / 8) * kPackedQ4KBytes
+                             : q6k ? static_cast<size_t>(blocks / 8) * kPackedQ6KBytes
+                                   : static_cast<size_t>(blocks) * kPackedBlockBytes;
   auto buffer = std::make_shared<std::vector<uint8_t, CacheLineAllocator<uint8_t>>>(
       static_cast<size_t>(groups) * group_bytes);  // zeros: the padding rows
   uint8_t* dst = buffer->data();
@@ -1070,6 +1249,13 @@ void PackForInt8(GgmlMatrix* w) {
           PackQ4KRow(src + static_cast<size_t>(sb) * 144, r,
                      dst + static_cast<size_t>(g) * group_bytes +
                          static_cast<size_t>(sb) * kPackedQ4KBytes);
+        continue;
+      }
+      if (q6k) {
+        for (int sb = 0; sb < blocks / 8; ++sb)
+          PackQ6KRow(src + static_cast<size_t>(sb) * 210, r,
+                     dst + static_cast<size_t>(g) * group_bytes +
+                         static_cast<size_t>(sb) * kPackedQ6KBytes);
         continue;
       }
       for (int b = 0; b < blocks; ++b) {

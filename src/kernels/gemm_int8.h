@@ -22,13 +22,13 @@
 //   no pair of products saturates 16 bits): the same bits. No portable form: without AVX2 the
 //   products keep x in f32.
 //
-// The packed rows (PackForInt8, kernels/gemm_ggml.h; Q4_0, MXFP4, Q4_K): W's rows in groups of 16,
-// each group its blocks in order, each block kPackedBlockBytes: 256 bytes of codes, then the 16
-// rows' scales (Q4_0: its f16 d; MXFP4: the bf16 of half its E8M0 scale, exact). Code byte
-// 64 m + 4 r + j holds row r's code 8 m + j in its low nibble and code 8 m + 4 + j in its high
-// one (Q4_0: n; MXFP4: the E2M1 code). A group is one stream, and one VPDPBUSD multiplies 4 codes
-// of each of its 16 rows with the same 4 values of x (a broadcast load), so each output is summed
-// in a lane of its own:
+// The packed rows (PackForInt8, kernels/gemm_ggml.h; Q4_0, MXFP4, Q4_K, Q6_K): W's rows in groups
+// of 16, each group its blocks in order, each block kPackedBlockBytes: 256 bytes of codes, then the
+// 16 rows' scales (Q4_0: its f16 d; MXFP4: the bf16 of half its E8M0 scale, exact). Code byte 64 m
+// + 4 r + j holds row r's code 8 m + j in its low nibble and code 8 m + 4 + j in its high one
+// (Q4_0: n; MXFP4: the E2M1 code). A group is one stream, and one VPDPBUSD multiplies 4 codes of
+// each of its 16 rows with the same 4 values of x (a broadcast load), so each output is summed in a
+// lane of its own:
 //   for each block b, in order: s = sum over its 32 values of u q (exact in int32) - o (sum of q)
 //                               acc = fma(float(s), w_scale * dx, acc)
 //                               (Q4_K: w_scale = d sc_j, then
@@ -36,6 +36,11 @@
 //   then acc (+ bias): no reduction across lanes, the same bits on AVX-512 (16 rows in a zmm)
 //   and AVX2 (two halves of 8) and for every T. Q4_K's super-blocks keep their 8 sub-blocks'
 //   codes in that form one after the other, then the scales unpacked (kPackedQ4KBytes below).
+//   Q6_K's keep each block's low nibbles so, with their high bits beside them (kPackedQ6KBytes):
+//   for each block b, in order: s_A, s_B = sum of u q - 32 (sum of q) over its first and its
+//                               second 16 values (exact in int32)
+//                               S = sc_A s_A + sc_B s_B (exact: |S| < 2^24)
+//                               acc = fma(float(S), d dx, acc)
 #pragma once
 
 #include <immintrin.h>
@@ -86,6 +91,14 @@ inline constexpr int kPackedRows = 16, kPackedCodeBytes = 256,
 // j = 0..7 (a byte each), then m_j likewise.
 inline constexpr int kPackedQ4KScales = 8 * kPackedCodeBytes,
                      kPackedQ4KBytes = kPackedQ4KScales + 4 * kPackedRows + 16 * 2 * 8;
+// Q6_K: per 256-value super-block, for each of its 8 32-value blocks the low 4 bits of the codes
+// (kPackedCodeBytes, as above) then their high 2 bits (128 bytes: for step m = 0-3, 16 bytes for
+// the low nibbles' codes, then 16 for the high nibbles'; byte k holds in bits 2 q and 2 q + 1 the
+// high bits of code byte 16 q + k's code); then at kPackedQ6KScales the 16 rows' d (f16), then
+// the int8 scale of 16-value sub-block s for the 16 rows (16 bytes) for s = 0..15.
+inline constexpr int kPackedQ6KBlockBytes = kPackedCodeBytes + 128,
+                     kPackedQ6KScales = 8 * kPackedQ6KBlockBytes,
+                     kPackedQ6KBytes = kPackedQ6KScales + 2 * kPackedRows + 16 * kPackedRows;
 
 // Whether the int8 products run for `type` now (the type has them and the SIMD level is AVX2 or
 // AVX-512; the AVX-512 form needs AVX-512 BW and VNNI, else the AVX2 one runs).
