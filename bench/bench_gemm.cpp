@@ -269,7 +269,7 @@ void Q8(benchmark::State& state, Shape s) {
 // W stored as `type` (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K or MXFP4) in ggml's row layout, or MXFP4's
 // split form (those MXFP4 blocks' scales moved apart; the nibble order does not change the time),
 // multiplied as --precision native does. X: how x is taken (--activations): f32, int8 on the rows
-// as stored, or int8 on the rows packed (PackForInt8: Q4_0, Q4_K, Q6_K and MXFP4).
+// as stored, or int8 on the rows packed (PackForInt8: Q4_0, Q4_K, Q6_K, Q8_0 and MXFP4).
 enum class X { kF32, kInt8, kInt8Packed };
 void NativeX(benchmark::State& state, Shape s, uint32_t type, X xmode) {
   const auto x = Random(static_cast<size_t>(s.T) * s.in, 1);
@@ -419,14 +419,17 @@ int main(int argc, char** argv) {
                                      type)
             ->UseRealTime()
             ->MeasureProcessCPUTime();
-    // Decode with x in int8 (--activations int8): the rows as stored, then packed (Q4_0, MXFP4).
+    // Decode with x in int8 (--activations int8): the rows as stored, then packed (Q8_0's int8
+    // products run on packed rows only; the f32 product on its rows as stored is q8_0_native).
     if (s.T == 1)
       for (auto [name, type] : {std::pair{"q4_0", ss::kGgmlTypeQ4_0},
                                 {"q4_k", ss::kGgmlTypeQ4_K},
                                 {"q6_k", ss::kGgmlTypeQ6_K},
+                                {"q8_0", ss::kGgmlTypeQ8_0},
                                 {"mxfp4", ss::kGgmlTypeMXFP4}})
         for (X mode : {X::kInt8, X::kInt8Packed}) {
           if (mode == X::kInt8Packed && !ss::Int8PackSupports(type)) continue;
+          if (mode == X::kInt8 && type == ss::kGgmlTypeQ8_0) continue;
           const std::string label =
               std::string(name) + (mode == X::kInt8 ? "_int8x/" : "_int8x_packed/") + ShapeName(s);
           benchmark::RegisterBenchmark(label.c_str(), NativeX, s, type, mode)

@@ -332,16 +332,18 @@ std::vector<double> XRoundedToInt8(const std::vector<float>& x) {
 TEST(GemmGgml, Int8ActivationsMatchDoubleProductOfRoundedX) {
   if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
   const SimdLevel best = ActiveSimdLevel();
-  for (Case c : {Case{kGgmlTypeQ4_0, 160}, Case{kGgmlTypeQ4_0, 96}, Case{kGgmlTypeMXFP4, 288},
-                 Case{kTypeMxfp4Split, 320}, Case{kTypeMxfp4Split, 96, 2, 1},
-                 Case{kGgmlTypeQ4_K, 768}, Case{kGgmlTypeQ6_K, 512}}) {
+  for (Case c :
+       {Case{kGgmlTypeQ4_0, 160}, Case{kGgmlTypeQ4_0, 96}, Case{kGgmlTypeMXFP4, 288},
+        Case{kTypeMxfp4Split, 320}, Case{kTypeMxfp4Split, 96, 2, 1}, Case{kGgmlTypeQ4_K, 768},
+        Case{kGgmlTypeQ6_K, 512}, Case{kGgmlTypeQ8_0, 96}, Case{kGgmlTypeQ8_0, 160, 3, 2}}) {
     SetGgmlActivations(c.type, GgmlActivations::kInt8);
     for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
       if (level > CpuSimdLevel()) continue;
       ForceSimdLevel(level);
       ASSERT_EQ(GgmlActivationsFor(c.type), GgmlActivations::kInt8);
-      // The rows as stored, then packed (PackForInt8).
-      for (int packed = 0; packed < (Int8PackSupports(c.type) ? 2 : 1); ++packed) {
+      // The rows as stored (Q8_0: packed only), then packed (PackForInt8).
+      for (int packed = c.type == kGgmlTypeQ8_0; packed < (Int8PackSupports(c.type) ? 2 : 1);
+           ++packed) {
         double worst = 0, worst_f32 = 0;
         for (int out : {1, 5, 131}) {
           Stored stored = RandomMatrix(c.type, out, c.in, out * 13 + c.in, c.row_step, c.first);
@@ -442,15 +444,35 @@ TEST(GemmGgml, PackedRowsOfAnExpertAreThoseOfTheStack) {
   }
 }
 
+// Q8_0's int8 products run on packed rows only: its rows as stored, with int8 x chosen, give the
+// f32 product's bits (the loader packs them; a view that is not packed still multiplies).
+TEST(GemmGgml, Q8_0RowsAsStoredKeepF32X) {
+  if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
+  const int out = 37, in = 256, T = 3;
+  Stored stored = RandomMatrix(kGgmlTypeQ8_0, out, in, 5);
+  const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * in, 6);
+  std::vector<float> f32(static_cast<size_t>(T) * out), int8(f32.size()), packed(f32.size());
+  MatMulGgml(x.data(), stored.w, nullptr, f32.data(), T);
+  SetGgmlActivations(kGgmlTypeQ8_0, GgmlActivations::kInt8);
+  ASSERT_EQ(GgmlActivationsFor(kGgmlTypeQ8_0), GgmlActivations::kInt8);
+  MatMulGgml(x.data(), stored.w, nullptr, int8.data(), T);
+  PackForInt8(&stored.w);
+  ASSERT_NE(stored.w.int8, nullptr);
+  MatMulGgml(x.data(), stored.w, nullptr, packed.data(), T);
+  SetGgmlActivations(kGgmlTypeQ8_0, GgmlActivations::kF32);
+  EXPECT_TRUE(int8 == f32);
+  EXPECT_FALSE(packed == f32);  // the packed rows took x in int8
+}
+
 // With int8 x too, a row gives the same bits alone as inside any T, and AVX2 (with or without
 // AVX-VNNI) the bits of AVX-512.
 TEST(GemmGgml, Int8RowsAreTIndependentAndTheSameOnEveryLevel) {
   if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
   const SimdLevel best = ActiveSimdLevel();
-  for (uint32_t type :
-       {kGgmlTypeQ4_0, kGgmlTypeMXFP4, kTypeMxfp4Split, kGgmlTypeQ4_K, kGgmlTypeQ6_K}) {
+  for (uint32_t type : {kGgmlTypeQ4_0, kGgmlTypeMXFP4, kTypeMxfp4Split, kGgmlTypeQ4_K,
+                        kGgmlTypeQ6_K, kGgmlTypeQ8_0}) {
     SetGgmlActivations(type, GgmlActivations::kInt8);
-    for (int packed = 0; packed < (Int8PackSupports(type) ? 2 : 1); ++packed) {
+    for (int packed = type == kGgmlTypeQ8_0; packed < (Int8PackSupports(type) ? 2 : 1); ++packed) {
       const int out = 53, in = 768;
       Stored stored = RandomMatrix(type, out, in, 19);
       if (packed) PackForInt8(&stored.w);

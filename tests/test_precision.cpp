@@ -384,8 +384,8 @@ TEST(Precision, NativeIsTheF32ForwardOnTheStoredWeights) {
   }
 }
 
-// x in int8 (--activations int8, kernels/gemm_ggml.h): a Q4_0 file's projections and head, and
-// a gpt-oss GGUF's MXFP4 experts, are packed as they load (PackForInt8) and their mapped pages
+// x in int8 (--activations int8, kernels/gemm_ggml.h): a Q8_0 or Q4_0 file's projections and head,
+// and a gpt-oss GGUF's MXFP4 experts, are packed as they load (PackForInt8) and their mapped pages
 // released. The logits move by the rounding of x (printed) and no more; decode gives the prefill's
 // numbers; back at f32 x the same model reads the file's rows again (mapped anew) and gives the
 // f32 forward's numbers.
@@ -397,28 +397,37 @@ TEST(Precision, Int8ActivationsPackTheWeightsAtLoad) {
   std::mt19937_64 rng(12);
   random.weights.lm_head = test::RandomTensor({300, 256}, 0.05f, rng);
   const std::vector<int> tokens = Tokens(24, random.config.vocab_size, 5);
-  const std::string path = dir + "/q4_0.gguf";
-  GgufWriter writer;
-  AddGgufModel(random, writer, kGgmlTypeQ4_0);
-  writer.Write(path);
-  const Model f32 = LoadModel(path);
-  SetGgmlActivationsForAll(GgmlActivations::kInt8);
-  const Model int8 = LoadModel(path, Precision::kNative);
-  for (const LayerWeights& l : int8.weights.layers)
-    for (const PackedWeight* w : {&l.packed->wq, &l.packed->wk, &l.packed->wv, &l.packed->wo,
-                                  &l.packed->w1, &l.packed->w2, &l.packed->w3}) {
-      ASSERT_EQ(w->ggml.type, kGgmlTypeQ4_0);
-      EXPECT_NE(w->ggml.int8, nullptr);
-    }
-  EXPECT_NE(int8.weights.lm_head_packed->ggml.int8, nullptr);
-  EXPECT_EQ(ActivationsName(int8), "int8");
-  const std::vector<float> reference = Logits(f32, tokens);
-  const double rounding = test::MaxRelDiff(Logits(int8, tokens), reference, "Q4_0 int8 x vs f32");
-  EXPECT_GT(rounding, 0.0);  // x was rounded
-  EXPECT_LT(rounding, 0.05);
-  EXPECT_LT(test::MaxRelDiff(DecodeLogits(int8, tokens), Logits(int8, tokens),
-                             "Q4_0 int8 x: decode vs prefill"),
-            1e-5);
+  for (uint32_t type : {kGgmlTypeQ8_0, kGgmlTypeQ4_0}) {
+    const std::string name = GgmlTypeName(type);
+    const std::string path = dir + "/" + name + ".gguf";
+    GgufWriter writer;
+    AddGgufModel(random, writer, type);
+    writer.Write(path);
+    SetGgmlActivationsForAll(GgmlActivations::kF32);
+    const Model f32 = LoadModel(path);
+    SetGgmlActivationsForAll(GgmlActivations::kInt8);
+    const Model int8 = LoadModel(path, Precision::kNative);
+    for (const LayerWeights& l : int8.weights.layers)
+      for (const PackedWeight* w : {&l.packed->wq, &l.packed->wk, &l.packed->wv, &l.packed->wo,
+                                    &l.packed->w1, &l.packed->w2, &l.packed->w3}) {
+        ASSERT_EQ(w->ggml.type, type);
+        EXPECT_NE(w->ggml.int8, nullptr);
+      }
+    EXPECT_NE(int8.weights.lm_head_packed->ggml.int8, nullptr);
+    EXPECT_EQ(ActivationsName(int8), "int8");
+    const std::vector<float> reference = Logits(f32, tokens);
+    const double rounding =
+        test::MaxRelDiff(Logits(int8, tokens), reference, name + " int8 x vs f32");
+    EXPECT_GT(rounding, 0.0);  // x was rounded
+    EXPECT_LT(rounding, 0.05);
+    EXPECT_LT(test::MaxRelDiff(DecodeLogits(int8, tokens), Logits(int8, tokens),
+                               name + " int8 x: decode vs prefill"),
+              1e-5);
+    SetGgmlActivationsForAll(GgmlActivations::kF32);
+    EXPECT_EQ(ActivationsName(int8), "f32");
+    EXPECT_LT(test::MaxRelDiff(Logits(int8, tokens), reference, name + " back at f32 x vs f32"),
+              1e-5);
+  }
   // gpt-oss, experts MXFP4 (the rest Q8_0): the stacked experts packed, an expert's rows a view.
   const std::string oss = test::WriteRandomHf(
       R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 64, "intermediate_size": 32,
@@ -430,6 +439,11 @@ TEST(Precision, Int8ActivationsPackTheWeightsAtLoad) {
   const Model oss_f32 = LoadModel(oss);
   AddGgufModel(oss_f32, oss_writer, kGgmlTypeMXFP4);
   oss_writer.Write(dir + "/oss.gguf");
+  // The experts alone take x in int8 here: with the attention's Q8_0 products rounding x too, the
+  // router's input moves enough on this random model to flip a top-2 choice at one of the 20
+  // tokens (measured: that token's logits 1.28 off, the others 0.06-0.26), a jump no rounding
+  // bound describes. The dense model above checks Q8_0's int8 products.
+  SetGgmlActivations(kGgmlTypeMXFP4, GgmlActivations::kInt8);
   const Model oss_int8 = LoadModel(dir + "/oss.gguf", Precision::kNative);
   for (const LayerWeights& l : oss_int8.weights.layers)
     for (const PackedWeight* w : {&l.packed->moe_w1, &l.packed->moe_w2, &l.packed->moe_w3}) {
@@ -443,8 +457,6 @@ TEST(Precision, Int8ActivationsPackTheWeightsAtLoad) {
   EXPECT_GT(oss_rounding, 0.0);
   EXPECT_LT(oss_rounding, 0.05);
   SetGgmlActivationsForAll(GgmlActivations::kF32);
-  EXPECT_EQ(ActivationsName(int8), "f32");
-  EXPECT_LT(test::MaxRelDiff(Logits(int8, tokens), reference, "Q4_0 back at f32 x vs f32"), 1e-5);
 }
 
 // The real stories260K as GGUF Q8_0: its 64-wide rows are Q8_0, its 172-wide MLP rows fall back to
@@ -807,7 +819,7 @@ TEST(PrecisionCli, ActivationsAreLoggedAndRecorded) {
                            " --samples 1 --length 16 --conditions no-bos --json " + dir + "/";
   const CliRun int8 = Cli(args + "int8.json --activations int8");
   ASSERT_EQ(int8.code, 0) << int8.output;
-  EXPECT_NE(int8.output.find("x in int8 for Q4_0, Q4_K, Q6_K, MXFP4 weights (--activations;"),
+  EXPECT_NE(int8.output.find("x in int8 for Q4_0, Q4_K, Q6_K, Q8_0, MXFP4 weights (--activations;"),
             std::string::npos)
       << int8.output;
   EXPECT_EQ(nlohmann::json::parse(ReadFile(dir + "/int8.json"))["model"]["activations"], "int8");

@@ -1082,22 +1082,23 @@ void DequantizeGgmlRows(const GgmlMatrix& w, int row0, int rows, float* dst) {
 namespace {
 
 // The types with int8 products, and the choice for each (SetGgmlActivations).
-constexpr uint32_t kInt8Types[] = {kGgmlTypeQ4_0, kGgmlTypeQ4_K, kGgmlTypeQ6_K, kGgmlTypeMXFP4,
-                                   kTypeMxfp4Split};
-constexpr const char* kInt8TypeNames[] = {"q4_0", "q4_k", "q6_k", "mxfp4", "mxfp4"};
+constexpr uint32_t kInt8Types[] = {kGgmlTypeQ4_0, kGgmlTypeQ4_K,  kGgmlTypeQ6_K,
+                                   kGgmlTypeQ8_0, kGgmlTypeMXFP4, kTypeMxfp4Split};
+constexpr const char* kInt8TypeNames[] = {"q4_0", "q4_k", "q6_k", "q8_0", "mxfp4", "mxfp4"};
+constexpr int kInt8Slots = 6;
 
 int Int8Slot(uint32_t type) {
-  for (int i = 0; i < 5; ++i)
+  for (int i = 0; i < kInt8Slots; ++i)
     if (kInt8Types[i] == type) return i;
   return -1;
 }
 
 std::atomic<bool>* Int8Chosen() {
-  static std::atomic<bool> chosen[5] = {};
+  static std::atomic<bool> chosen[kInt8Slots] = {};
   static const bool initialised = [] {
     const char* env = std::getenv("SINKSCOPE_INT8_ACTIVATIONS");
     const std::string list = env ? std::string(",") + env + "," : "";
-    for (int i = 0; i < 5; ++i)
+    for (int i = 0; i < kInt8Slots; ++i)
       chosen[i] = list == ",all," ||
                   list.find(std::string(",") + kInt8TypeNames[i] + ",") != std::string::npos;
     return true;
@@ -1128,7 +1129,7 @@ void SetGgmlActivationsForAll(GgmlActivations activations) {
 std::string Int8ActivationTypes() {
   std::string names;
   // The split MXFP4 form shares the GGUF form's choice and name.
-  for (uint32_t type : {kGgmlTypeQ4_0, kGgmlTypeQ4_K, kGgmlTypeQ6_K, kGgmlTypeMXFP4})
+  for (uint32_t type : {kGgmlTypeQ4_0, kGgmlTypeQ4_K, kGgmlTypeQ6_K, kGgmlTypeQ8_0, kGgmlTypeMXFP4})
     if (GgmlActivationsFor(type) == GgmlActivations::kInt8)
       names += (names.empty() ? "" : ", ") + std::string(GgmlTypeName(type));
   return names;
@@ -1144,7 +1145,8 @@ std::string GgmlActivationsName(uint32_t type) {
 
 void MatMulGgml(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T) {
   SS_ASSERT(T >= 0 && !w.empty());
-  if (GgmlActivationsFor(w.type) == GgmlActivations::kInt8) {
+  // Q8_0's int8 products run on packed rows (the loader packs them); rows as stored keep x in f32.
+  if (GgmlActivationsFor(w.type) == GgmlActivations::kInt8 && Int8RunsOn(w)) {
     MatMulGgmlInt8(x, w, bias, y, T);
     return;
   }

@@ -71,10 +71,11 @@ const char* GgmlKernelName(uint32_t type);
 // stored weights). kInt8: each 32-value block of x rounded to int8 against its own scale and
 // multiplied with the weights' integer codes (kernels/gemm_int8.h), as llama.cpp's and llama2.c's
 // runq.c quantised kernels do: several times the 4-bit types' f32 throughput, at the cost of that
-// rounding (docs/BENCHMARKS.md measures both). Offered for Q4_0, Q4_K, Q6_K and MXFP4 (both forms);
-// where it cannot run (another type, no AVX2) x stays f32. The choice holds for every T, so a row
-// still gives the same bits alone as inside any product. SINKSCOPE_INT8_ACTIVATIONS at start-up
-// (a comma-separated list of q4_0, q4_k, q6_k, mxfp4, or "all") sets kInt8 for those types.
+// rounding (docs/BENCHMARKS.md measures both). Offered for Q4_0, Q4_K, Q6_K, Q8_0 and MXFP4 (both
+// forms); where it cannot run (another type, no AVX2, Q8_0 rows not packed) x stays f32. The choice
+// holds for every T, so a row still gives the same bits alone as inside any product.
+// SINKSCOPE_INT8_ACTIVATIONS at start-up (a comma-separated list of q4_0, q4_k, q6_k, q8_0, mxfp4,
+// or "all") sets kInt8 for those types.
 enum class GgmlActivations { kF32, kInt8 };
 void SetGgmlActivations(uint32_t type, GgmlActivations activations);
 // What MatMulGgml does with x for `type` now: kInt8 only where chosen and supported.
@@ -83,12 +84,12 @@ GgmlActivations GgmlActivationsFor(uint32_t type);
 std::string GgmlActivationsName(uint32_t type);
 // The choice for every type that has int8 products (the CLI's --activations).
 void SetGgmlActivationsForAll(GgmlActivations activations);
-// The types whose products take x in int8 now ("Q4_0, Q4_K, Q6_K, MXFP4"), or "" for none.
+// The types whose products take x in int8 now ("Q4_0, Q4_K, Q6_K, Q8_0, MXFP4"), or "" for none.
 std::string Int8ActivationTypes();
 // The int8 products' kernels now: "avx512_vnni", "avx_vnni", "avx2" or "none".
 const char* Int8ActivationsKernel();
 
-// Whether PackForInt8 packs weights of this type: Q4_0, Q4_K, Q6_K and MXFP4 (both forms).
+// Whether PackForInt8 packs weights of this type: Q4_0, Q4_K, Q6_K, Q8_0 and MXFP4 (both forms).
 bool Int8PackSupports(uint32_t type);
 // Sets w->int8 (above) to a new copy of W's rows in the int8 products' packed layout
 // (kernels/gemm_int8.h): 16 rows side by side, so that a thread's share of the product is one

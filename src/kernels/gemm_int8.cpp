@@ -996,6 +996,77 @@ SS_I256 void PackedGroupQ6K256(const uint8_t* p, const XBlocks& x, int t, float*
   _mm256_storeu_ps(out + 8, acc[1]);
 }
 
+// Q8_0's packed blocks (kPackedQ80Bytes each): 8 steps of 4 codes of the 16 rows, the sum
+// started from -128 (sum of q). AVX2 without AVX-VNNI multiplies the signed codes c (u - 128) by
+// VPSIGNB and VPMADDUBSW on |c| (each pair of products at most 2 x 128 x 127, no saturation),
+// starting from 0: the same exact sums.
+SS_I512 void PackedGroupQ80_512(const uint8_t* p, const XBlocks& x, int t, float* out) {
+  const int8_t* q = x.q + static_cast<size_t>(t) * x.blocks * kBlock;
+  const float* dx = x.dx + static_cast<size_t>(t) * x.blocks;
+  const int32_t* sum = x.sum + static_cast<size_t>(t) * x.blocks;
+  __m512 acc = _mm512_setzero_ps();
+  for (int b = 0; b < x.blocks; ++b) {
+    const uint8_t* d = p + static_cast<size_t>(b) * kPackedQ80Bytes;
+    for (int o = 0; o < kPackedQ80Bytes; o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(d) + kPackedAhead + o, _MM_HINT_T0);
+    const int8_t* xb = q + b * kBlock;
+    __m512i a0 = _mm512_set1_epi32(-128 * sum[b]), a1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int m = 0; m < 8; m += 2) {
+      a0 = _mm512_dpbusd_epi32(a0, _mm512_loadu_si512(d + 64 * m),
+                               _mm512_set1_epi32(LoadI32(xb + 4 * m)));
+      a1 = _mm512_dpbusd_epi32(a1, _mm512_loadu_si512(d + 64 * m + 64),
+                               _mm512_set1_epi32(LoadI32(xb + 4 * m + 4)));
+    }
+    const __m512 scale =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + 512)));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, a1)),
+                          _mm512_mul_ps(scale, _mm512_set1_ps(dx[b])), acc);
+  }
+  _mm512_storeu_ps(out, acc);
+}
+
+template <bool kVnni>
+SS_I256 void PackedGroupQ80_256(const uint8_t* p, const XBlocks& x, int t, float* out) {
+  const int8_t* q = x.q + static_cast<size_t>(t) * x.blocks * kBlock;
+  const float* dx = x.dx + static_cast<size_t>(t) * x.blocks;
+  const int32_t* sum = x.sum + static_cast<size_t>(t) * x.blocks;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int b = 0; b < x.blocks; ++b) {
+    const uint8_t* d = p + static_cast<size_t>(b) * kPackedQ80Bytes;
+    for (int o = 0; o < kPackedQ80Bytes; o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(d) + kPackedAhead + o, _MM_HINT_T0);
+    const int8_t* xb = q + b * kBlock;
+    const __m256 dxb = _mm256_set1_ps(dx[b]);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i a0 = kVnni ? _mm256_set1_epi32(-128 * sum[b]) : _mm256_setzero_si256(),
+              a1 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int m = 0; m < 8; ++m) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + 64 * m + 32 * h));
+        const __m256i xm = _mm256_set1_epi32(LoadI32(xb + 4 * m));
+        __m256i& a = m % 2 ? a1 : a0;
+        if constexpr (kVnni) {
+          a = _mm256_dpbusd_avx_epi32(a, v, xm);
+        } else {
+          const __m256i c = _mm256_xor_si256(v, flip);
+          a = _mm256_add_epi32(
+              a, _mm256_madd_epi16(
+                     _mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(xm, c)), ones));
+        }
+      }
+      const __m256 scale =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + 512 + 16 * h)));
+      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(a0, a1)),
+                               _mm256_mul_ps(scale, dxb), acc[h]);
+    }
+  }
+  _mm256_storeu_ps(out, acc[0]);
+  _mm256_storeu_ps(out + 8, acc[1]);
+}
+
 using PackedGroupFn = void (*)(const uint8_t*, const XBlocks&, int, float*);
 
 // ---- Dispatch.
@@ -1117,7 +1188,14 @@ Kernels KernelsFor(uint32_t type) {
 
 void AllowAvxVnniForInt8(bool allow) { avx_vnni_allowed.store(allow, std::memory_order_relaxed); }
 
-bool Int8Supported(uint32_t type) { return KernelsFor(type).fn[1] != nullptr; }
+bool Int8Supported(uint32_t type) {
+  if (type == kGgmlTypeQ8_0) return ActiveSimdLevel() != SimdLevel::kPortable;
+  return KernelsFor(type).fn[1] != nullptr;
+}
+
+bool Int8RunsOn(const GgmlMatrix& w) {
+  return w.int8 != nullptr ? Int8Supported(w.type) : KernelsFor(w.type).fn[1] != nullptr;
+}
 
 const char* Int8KernelName() {
   if (ActiveSimdLevel() == SimdLevel::kPortable) return "none";
@@ -1133,6 +1211,10 @@ PackedGroupFn PackedKernel(uint32_t type) {
     return Use512()          ? PackedGroupQ4K512
            : CpuHasAvxVnni() ? PackedGroupQ4K256<true>
                              : PackedGroupQ4K256<false>;
+  if (type == kGgmlTypeQ8_0)
+    return Use512()          ? PackedGroupQ80_512
+           : CpuHasAvxVnni() ? PackedGroupQ80_256<true>
+                             : PackedGroupQ80_256<false>;
   if (type == kGgmlTypeQ6_K)
     return Use512()          ? PackedGroupQ6K512
            : CpuHasAvxVnni() ? PackedGroupQ6K256<true>
@@ -1168,7 +1250,8 @@ void MatMulPacked(const float* x, const GgmlMatrix& w, const float* bias, float*
 }  // namespace
 
 bool Int8PackSupports(uint32_t type) {
-  return type == kGgmlTypeQ4_0 || type == kGgmlTypeQ4_K || type == kGgmlTypeQ6_K || IsMxfp4(type);
+  return type == kGgmlTypeQ4_0 || type == kGgmlTypeQ4_K || type == kGgmlTypeQ6_K ||
+         type == kGgmlTypeQ8_0 || IsMxfp4(type);
 }
 
 namespace {
@@ -1231,9 +1314,11 @@ void PackForInt8(GgmlMatrix* w) {
   if (!Int8PackSupports(w->type) || w->int8 != nullptr) return;
   SS_ASSERT(w->in % kBlock == 0);
   const int blocks = w->in / kBlock, groups = (w->out + kPackedRows - 1) / kPackedRows;
-  const bool q4k = w->type == kGgmlTypeQ4_K, q6k = w->type == kGgmlTypeQ6_K;
+  const bool q4k = w->type == kGgmlTypeQ4_K, q6k = w->type == kGgmlTypeQ6_K,
+             q80 = w->type == kGgmlTypeQ8_0;
   const size_t group_bytes = q4k   ? static_cast<size_t>(blocks / 8) * kPackedQ4KBytes
                              : q6k ? static_cast<size_t>(blocks / 8) * kPackedQ6KBytes
+                             : q80 ? static_cast<size_t>(blocks) * kPackedQ80Bytes
                                    : static_cast<size_t>(blocks) * kPackedBlockBytes;
   auto buffer = std::make_shared<std::vector<uint8_t, CacheLineAllocator<uint8_t>>>(
       static_cast<size_t>(groups) * group_bytes);  // zeros: the padding rows
@@ -1249,6 +1334,18 @@ void PackForInt8(GgmlMatrix* w) {
           PackQ4KRow(src + static_cast<size_t>(sb) * 144, r,
                      dst + static_cast<size_t>(g) * group_bytes +
                          static_cast<size_t>(sb) * kPackedQ4KBytes);
+        continue;
+      }
+      if (q80) {
+        for (int b = 0; b < blocks; ++b) {
+          const uint8_t* blk = src + static_cast<size_t>(b) * 34;  // f16 d, then 32 int8 codes
+          uint8_t* d =
+              dst + static_cast<size_t>(g) * group_bytes + static_cast<size_t>(b) * kPackedQ80Bytes;
+          for (int m = 0; m < 8; ++m)
+            for (int i = 0; i < 4; ++i)
+              d[64 * m + 4 * r + i] = static_cast<uint8_t>(blk[2 + 4 * m + i] ^ 0x80);
+          std::memcpy(d + 512 + 2 * r, blk, 2);
+        }
         continue;
       }
       if (q6k) {
@@ -1293,6 +1390,7 @@ void PackForInt8(GgmlMatrix* w) {
 void MatMulGgmlInt8(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T) {
   SS_ASSERT(T >= 0 && !w.empty() && w.in % kBlock == 0);
   if (T == 0) return;
+  SS_ASSERT(Int8RunsOn(w));
   if (w.int8 != nullptr && Int8PackSupports(w.type)) {
     MatMulPacked(x, w, bias, y, T);
     return;

@@ -7,8 +7,8 @@
 // 0, dx = 0), as ggml's quantize_row_q8_0 does (with the scale kept in f32 rather than f16).
 // W: each block's integer codes c (Q4_0: n - 8; MXFP4: ggml's doubled E2M1 values, with half the
 // E8M0 scale; Q4_K: the 4-bit q, with d sc and the offset dmin m; Q6_K: the six-bit q - 32 with d
-// and its 16-value sub-blocks' int8 scales sc), held as unsigned bytes u = c + o (o = 8, 12, 0,
-// 32).
+// and its 16-value sub-blocks' int8 scales sc; Q8_0: the int8 code with d), held as unsigned bytes
+// u = c + o (o = 8, 12, 0, 32, 128).
 //
 // Every output is formed the same way whatever T, the thread count or the SIMD level:
 //   for each pair of 32-value blocks (2p, 2p + 1), in order, and each of the 16 lanes l (lanes
@@ -96,20 +96,27 @@ inline constexpr int kPackedQ4KScales = 8 * kPackedCodeBytes,
 // the low nibbles' codes, then 16 for the high nibbles'; byte k holds in bits 2 q and 2 q + 1 the
 // high bits of code byte 16 q + k's code); then at kPackedQ6KScales the 16 rows' d (f16), then
 // the int8 scale of 16-value sub-block s for the 16 rows (16 bytes) for s = 0..15.
+// Q8_0: per 32-value block, 8 steps of 64 bytes: byte 64 m + 4 r + i holds row r's code 4 m + i
+// plus 128 (the int8 code c as an unsigned byte u = c + 128, o = 128), then the 16 rows' d (f16).
+inline constexpr int kPackedQ80Bytes = 8 * 64 + 2 * kPackedRows;
 inline constexpr int kPackedQ6KBlockBytes = kPackedCodeBytes + 128,
                      kPackedQ6KScales = 8 * kPackedQ6KBlockBytes,
                      kPackedQ6KBytes = kPackedQ6KScales + 2 * kPackedRows + 16 * kPackedRows;
 
 // Whether the int8 products run for `type` now (the type has them and the SIMD level is AVX2 or
-// AVX-512; the AVX-512 form needs AVX-512 BW and VNNI, else the AVX2 one runs).
+// AVX-512; the AVX-512 form needs AVX-512 BW and VNNI, else the AVX2 one runs). Q8_0 has them on
+// packed rows only (Int8RunsOn).
 bool Int8Supported(uint32_t type);
+// Whether MatMulGgmlInt8 takes W as it is: packed rows, or rows as stored of a type with kernels
+// for those (every type of Int8Supported but Q8_0).
+bool Int8RunsOn(const GgmlMatrix& w);
 // "avx512_vnni", "avx_vnni" (AVX2 with AVX-VNNI's VPDPBUSD), "avx2" or "none".
 const char* Int8KernelName();
 // Lets the AVX2 form use AVX-VNNI where the CPU has it (the default), or keeps it on VPMADDUBSW +
 // VPMADDWD (tests: the two give the same bits).
 void AllowAvxVnniForInt8(bool allow);
 
-// y (T, out) = x (T, in) · W^T (+ bias), x rounded to int8 as above. Int8Supported(w.type).
+// y (T, out) = x (T, in) · W^T (+ bias), x rounded to int8 as above. Int8RunsOn(w).
 void MatMulGgmlInt8(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T);
 
 }  // namespace ss
