@@ -35,6 +35,12 @@ namespace ss {
 namespace {
 
 const std::string kStories = test::RepoPath("models/stories260K/stories260K.bin");
+// A tiny gpt-oss (config.json): 4 experts, 2 a token, sliding and global layers.
+constexpr const char* kTinyGptOss =
+    R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 64, "intermediate_size": 32,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+      "vocab_size": 61, "max_position_embeddings": 64, "num_local_experts": 4,
+      "num_experts_per_tok": 2, "sliding_window": 8})";
 
 std::vector<int> Tokens(int T, int vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -429,12 +435,7 @@ TEST(Precision, Int8ActivationsPackTheWeightsAtLoad) {
               1e-5);
   }
   // gpt-oss, experts MXFP4 (the rest Q8_0): the stacked experts packed, an expert's rows a view.
-  const std::string oss = test::WriteRandomHf(
-      R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 64, "intermediate_size": 32,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-      "vocab_size": 61, "max_position_embeddings": 64, "num_local_experts": 4,
-      "num_experts_per_tok": 2, "sliding_window": 8})",
-      3, "int8_load_oss");
+  const std::string oss = test::WriteRandomHf(kTinyGptOss, 3, "int8_load_oss");
   GgufWriter oss_writer;
   const Model oss_f32 = LoadModel(oss);
   AddGgufModel(oss_f32, oss_writer, kGgmlTypeMXFP4);
@@ -750,12 +751,7 @@ TEST(PrecisionCli, DefaultIsTheFilesPrecision) {
     files.emplace_back(path, p);
   }
   // gpt-oss with its experts in MXFP4 (convert's --type mxfp4: the experts MXFP4, the rest Q8_0).
-  const std::string oss = test::WriteRandomHf(
-      R"({"architectures": ["GptOssForCausalLM"], "hidden_size": 64, "intermediate_size": 32,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-      "vocab_size": 61, "max_position_embeddings": 64, "num_local_experts": 4,
-      "num_experts_per_tok": 2, "sliding_window": 8})",
-      3, "precision_default_oss");
+  const std::string oss = test::WriteRandomHf(kTinyGptOss, 3, "precision_default_oss");
   GgufWriter oss_writer;
   AddGgufModel(LoadModel(oss), oss_writer, kGgmlTypeMXFP4);
   oss_writer.Write(dir + "/oss.gguf");

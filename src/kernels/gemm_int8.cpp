@@ -621,6 +621,17 @@ struct XBlocks {
   const float* dx = nullptr;      // rows of blocks
   const int32_t* sum = nullptr;   // rows of blocks
   const int32_t* half = nullptr;  // rows of blocks: the sum of each block's first 16 (Q6_K)
+  struct RowView {
+    const int8_t* q;
+    const float* dx;
+    const int32_t* sum;
+    const int32_t* half;
+  };
+  // Row t of x: its blocks' values, scales, sums and first-half sums.
+  RowView Row(int t) const {
+    const size_t at = static_cast<size_t>(t) * blocks;
+    return {q + at * kBlock, dx + at, sum + at, half + at};
+  }
 };
 
 XBlocks QuantizeXBlocks(const float* x, int T, int in) {
@@ -656,23 +667,25 @@ int32_t LoadI32(const int8_t* p) {
 // are one contiguous stream, so the distance is in the same stream; measured on the 2-core Xeon
 // (Q4_0 4096 rows x 2048, from memory) against 1 and 8 KiB: 1 KiB left 10 % of the reads' rate.
 constexpr int kPackedAhead = 4096;
+// Asks for the `bytes` (a multiple of 64) at kPackedAhead past `at`.
+__attribute__((always_inline)) inline void PrefetchPackedAhead(const uint8_t* at, int bytes) {
+  for (int o = 0; o < bytes; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(at) + kPackedAhead + o, _MM_HINT_T0);
+}
 
 // A group's 16 outputs for one row of x. kMx: MXFP4 (codes through the table, bf16 scales) else
 // Q4_0 (codes as they are, f16 scales). Q4_0's high nibbles are multiplied in place (v & 0xF0: 16
 // times the code; VPDPBUSD's products stay below 2^31) and the sum shifted back, exact.
 template <bool kMx>
 SS_I512 void PackedGroup512(const uint8_t* p, const XBlocks& x, int t, float* out) {
-  const int8_t* q = x.q + static_cast<size_t>(t) * x.blocks * kBlock;
-  const float* dx = x.dx + static_cast<size_t>(t) * x.blocks;
-  const int32_t* sum = x.sum + static_cast<size_t>(t) * x.blocks;
+  const auto [q, dx, sum, half] = x.Row(t);
   constexpr int kOffset = kMx ? 12 : 8;
   const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8(static_cast<char>(0xF0));
   const __m512i lut = _mm512_broadcast_i32x4(_mm256_castsi256_si128(Mxfp4Bytes()));
   __m512 acc = _mm512_setzero_ps();
   for (int b = 0; b < x.blocks; ++b) {
     const uint8_t* d = p + static_cast<size_t>(b) * kPackedBlockBytes;
-    for (int o = 0; o < kPackedBlockBytes; o += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(d) + kPackedAhead + o, _MM_HINT_T0);
+    PrefetchPackedAhead(d, kPackedBlockBytes);
     const int8_t* xb = q + b * kBlock;
     __m512i a0 = _mm512_set1_epi32(-kOffset * sum[b]), a1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -705,16 +718,13 @@ SS_I512 void PackedGroup512(const uint8_t* p, const XBlocks& x, int t, float* ou
 // 2 x 24 x 127, no saturation) and the same f32 steps in each lane, so the same bits.
 template <bool kMx, bool kVnni>
 SS_I256 void PackedGroup256(const uint8_t* p, const XBlocks& x, int t, float* out) {
-  const int8_t* q = x.q + static_cast<size_t>(t) * x.blocks * kBlock;
-  const float* dx = x.dx + static_cast<size_t>(t) * x.blocks;
-  const int32_t* sum = x.sum + static_cast<size_t>(t) * x.blocks;
+  const auto [q, dx, sum, half] = x.Row(t);
   constexpr int kOffset = kMx ? 12 : 8;
   const __m256i m4 = _mm256_set1_epi8(0x0F), lut = Mxfp4Bytes();
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int b = 0; b < x.blocks; ++b) {
     const uint8_t* d = p + static_cast<size_t>(b) * kPackedBlockBytes;
-    for (int o = 0; o < kPackedBlockBytes; o += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(d) + kPackedAhead + o, _MM_HINT_T0);
+    PrefetchPackedAhead(d, kPackedBlockBytes);
     const int8_t* xb = q + b * kBlock;
     const __m256 dxb = _mm256_set1_ps(dx[b]);
 #pragma GCC unroll 2
@@ -756,9 +766,7 @@ SS_I256 void PackedGroup256(const uint8_t* p, const XBlocks& x, int t, float* ou
 // sub-block j, acc = fma(float(s), d sc_j dx, acc), then acc = fnmadd(float(sum of q), dmin m_j
 // dx, acc): d sc_j and dmin m_j exact products, as the unpacked kernels form them.
 SS_I512 void PackedGroupQ4K512(const uint8_t* p, const XBlocks& x, int t, float* out) {
-  const int8_t* q = x.q + static_cast<size_t>(t) * x.blocks * kBlock;
-  const float* dx = x.dx + static_cast<size_t>(t) * x.blocks;
-  const int32_t* sum = x.sum + static_cast<size_t>(t) * x.blocks;
+  const auto [q, dx, sum, half] = x.Row(t);
   const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8(static_cast<char>(0xF0));
   __m512 acc = _mm512_setzero_ps();
   for (int sb = 0; sb < x.blocks / 8; ++sb) {
@@ -769,8 +777,7 @@ SS_I512 void PackedGroupQ4K512(const uint8_t* p, const XBlocks& x, int t, float*
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + kPackedQ4KScales + 32)));
 #pragma GCC unroll 2
     for (int j = 0; j < 8; ++j) {
-      for (int o = 0; o < 320; o += 64)  // 8 x 320 bytes ahead: the whole super-block's
-        _mm_prefetch(reinterpret_cast<const char*>(d) + kPackedAhead + 320 * j + o, _MM_HINT_T0);
+      PrefetchPackedAhead(d + 320 * j, 320);  // 8 x 320 bytes: the whole super-block's
       const int b = 8 * sb + j;
       const uint8_t* c = d + kPackedCodeBytes * j;
       const int8_t* xb = q + b * kBlock;
@@ -801,16 +808,13 @@ SS_I512 void PackedGroupQ4K512(const uint8_t* p, const XBlocks& x, int t, float*
 
 template <bool kVnni>
 SS_I256 void PackedGroupQ4K256(const uint8_t* p, const XBlocks& x, int t, float* out) {
-  const int8_t* q = x.q + static_cast<size_t>(t) * x.blocks * kBlock;
-  const float* dx = x.dx + static_cast<size_t>(t) * x.blocks;
-  const int32_t* sum = x.sum + static_cast<size_t>(t) * x.blocks;
+  const auto [q, dx, sum, half] = x.Row(t);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int sb = 0; sb < x.blocks / 8; ++sb) {
     const uint8_t* d = p + static_cast<size_t>(sb) * kPackedQ4KBytes;
     for (int j = 0; j < 8; ++j) {
-      for (int o = 0; o < 320; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(d) + kPackedAhead + 320 * j + o, _MM_HINT_T0);
+      PrefetchPackedAhead(d + 320 * j, 320);
       const int b = 8 * sb + j;
       const uint8_t* c = d + kPackedCodeBytes * j;
       const int8_t* xb = q + b * kBlock;
@@ -862,10 +866,7 @@ SS_I256 void PackedGroupQ4K256(const uint8_t* p, const XBlocks& x, int t, float*
 // four, rotated right in each 32-bit word by 28, 30, 0, 2 bits (quarter q's bits 2 q, 2 q + 1 to
 // bits 4, 5) and masked, join the low nibbles in one VPTERNLOGD.
 SS_I512 void PackedGroupQ6K512(const uint8_t* p, const XBlocks& x, int t, float* out) {
-  const int8_t* q = x.q + static_cast<size_t>(t) * x.blocks * kBlock;
-  const float* dx = x.dx + static_cast<size_t>(t) * x.blocks;
-  const int32_t* sum = x.sum + static_cast<size_t>(t) * x.blocks;
-  const int32_t* half = x.half + static_cast<size_t>(t) * x.blocks;
+  const auto [q, dx, sum, half] = x.Row(t);
   const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   const __m512i rot = _mm512_set_epi32(2, 2, 2, 2, 0, 0, 0, 0, 30, 30, 30, 30, 28, 28, 28, 28);
   __m512 acc = _mm512_setzero_ps();
@@ -875,9 +876,7 @@ SS_I512 void PackedGroupQ6K512(const uint8_t* p, const XBlocks& x, int t, float*
     const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sd)));
 #pragma GCC unroll 2
     for (int j = 0; j < 8; ++j) {
-      for (int o = 0; o < kPackedQ6KBlockBytes; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(d) + kPackedAhead + kPackedQ6KBlockBytes * j + o,
-                     _MM_HINT_T0);
+      PrefetchPackedAhead(d + kPackedQ6KBlockBytes * j, kPackedQ6KBlockBytes);
       const int b = 8 * sb + j;
       const uint8_t* c = d + kPackedQ6KBlockBytes * j;
       const int8_t* xb = q + b * kBlock;
@@ -925,19 +924,14 @@ SS_I512 void PackedGroupQ6K512(const uint8_t* p, const XBlocks& x, int t, float*
 // bits shifted down in each 32-bit word by 2 q (AVX2 has no rotate), masked, shifted up by 4.
 template <bool kVnni>
 SS_I256 void PackedGroupQ6K256(const uint8_t* p, const XBlocks& x, int t, float* out) {
-  const int8_t* q = x.q + static_cast<size_t>(t) * x.blocks * kBlock;
-  const float* dx = x.dx + static_cast<size_t>(t) * x.blocks;
-  const int32_t* sum = x.sum + static_cast<size_t>(t) * x.blocks;
-  const int32_t* half = x.half + static_cast<size_t>(t) * x.blocks;
+  const auto [q, dx, sum, half] = x.Row(t);
   const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int sb = 0; sb < x.blocks / 8; ++sb) {
     const uint8_t* d = p + static_cast<size_t>(sb) * kPackedQ6KBytes;
     const uint8_t* sd = d + kPackedQ6KScales;
     for (int j = 0; j < 8; ++j) {
-      for (int o = 0; o < kPackedQ6KBlockBytes; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(d) + kPackedAhead + kPackedQ6KBlockBytes * j + o,
-                     _MM_HINT_T0);
+      PrefetchPackedAhead(d + kPackedQ6KBlockBytes * j, kPackedQ6KBlockBytes);
       const int b = 8 * sb + j;
       const uint8_t* c = d + kPackedQ6KBlockBytes * j;
       const int8_t* xb = q + b * kBlock;
@@ -1001,14 +995,11 @@ SS_I256 void PackedGroupQ6K256(const uint8_t* p, const XBlocks& x, int t, float*
 // VPSIGNB and VPMADDUBSW on |c| (each pair of products at most 2 x 128 x 127, no saturation),
 // starting from 0: the same exact sums.
 SS_I512 void PackedGroupQ80_512(const uint8_t* p, const XBlocks& x, int t, float* out) {
-  const int8_t* q = x.q + static_cast<size_t>(t) * x.blocks * kBlock;
-  const float* dx = x.dx + static_cast<size_t>(t) * x.blocks;
-  const int32_t* sum = x.sum + static_cast<size_t>(t) * x.blocks;
+  const auto [q, dx, sum, half] = x.Row(t);
   __m512 acc = _mm512_setzero_ps();
   for (int b = 0; b < x.blocks; ++b) {
     const uint8_t* d = p + static_cast<size_t>(b) * kPackedQ80Bytes;
-    for (int o = 0; o < kPackedQ80Bytes; o += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(d) + kPackedAhead + o, _MM_HINT_T0);
+    PrefetchPackedAhead(d, kPackedQ80Bytes);
     const int8_t* xb = q + b * kBlock;
     __m512i a0 = _mm512_set1_epi32(-128 * sum[b]), a1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -1028,15 +1019,12 @@ SS_I512 void PackedGroupQ80_512(const uint8_t* p, const XBlocks& x, int t, float
 
 template <bool kVnni>
 SS_I256 void PackedGroupQ80_256(const uint8_t* p, const XBlocks& x, int t, float* out) {
-  const int8_t* q = x.q + static_cast<size_t>(t) * x.blocks * kBlock;
-  const float* dx = x.dx + static_cast<size_t>(t) * x.blocks;
-  const int32_t* sum = x.sum + static_cast<size_t>(t) * x.blocks;
+  const auto [q, dx, sum, half] = x.Row(t);
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int b = 0; b < x.blocks; ++b) {
     const uint8_t* d = p + static_cast<size_t>(b) * kPackedQ80Bytes;
-    for (int o = 0; o < kPackedQ80Bytes; o += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(d) + kPackedAhead + o, _MM_HINT_T0);
+    PrefetchPackedAhead(d, kPackedQ80Bytes);
     const int8_t* xb = q + b * kBlock;
     const __m256 dxb = _mm256_set1_ps(dx[b]);
 #pragma GCC unroll 2
