@@ -62,11 +62,10 @@ std::vector<OptionSpec> MakeTable() {
        "F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4, mapped from the file; f32 activations). "
        "Default: the file's, native, or f32 for a file that stores every weight as F32"},
       {"--activations", G::kModel,
-       "x in the products with Q4_0, Q4_K, Q6_K, Q8_0 and MXFP4 weights at native precision: f32 "
-       "(the "
-       "f32 forward's numbers on the stored weights) or int8 (each 32 values rounded to int8 "
-       "against their largest and multiplied with the weights' integer codes, as llama.cpp and "
-       "llama2.c's runq.c do; the weights packed at load: 1.3-2.6x the decode speed of those "
+       "x in the products with Q4_0, Q4_K, Q6_K, Q8_0 and MXFP4 weights at native precision: "
+       "f32 (the f32 forward's numbers on the stored weights) or int8 (each 32 values rounded to "
+       "int8 against their largest and multiplied with the weights' integer codes, as llama.cpp "
+       "and llama2.c's runq.c do; the weights packed at load: 1.5-9x the decode speed of those "
        "types, each product off by a few thousandths of the sum of its terms' sizes; "
        "docs/DESIGN.md)",
        "f32"},

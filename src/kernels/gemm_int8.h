@@ -22,13 +22,13 @@
 //   no pair of products saturates 16 bits): the same bits. No portable form: without AVX2 the
 //   products keep x in f32.
 //
-// The packed rows (PackForInt8, kernels/gemm_ggml.h; Q4_0, MXFP4, Q4_K, Q6_K): W's rows in groups
-// of 16, each group its blocks in order, each block kPackedBlockBytes: 256 bytes of codes, then the
-// 16 rows' scales (Q4_0: its f16 d; MXFP4: the bf16 of half its E8M0 scale, exact). Code byte 64 m
-// + 4 r + j holds row r's code 8 m + j in its low nibble and code 8 m + 4 + j in its high one
-// (Q4_0: n; MXFP4: the E2M1 code). A group is one stream, and one VPDPBUSD multiplies 4 codes of
-// each of its 16 rows with the same 4 values of x (a broadcast load), so each output is summed in a
-// lane of its own:
+// The packed rows (PackForInt8, kernels/gemm_ggml.h; Q4_0, MXFP4, Q4_K, Q6_K, Q8_0): W's rows in
+// groups of 16, each group its blocks in order, each block kPackedBlockBytes: 256 bytes of codes,
+// then the 16 rows' scales (Q4_0: its f16 d; MXFP4: the bf16 of half its E8M0 scale, exact). Code
+// byte 64 m + 4 r + j holds row r's code 8 m + j in its low nibble and code 8 m + 4 + j in its
+// high one (Q4_0: n; MXFP4: the E2M1 code). A group is one stream, and one VPDPBUSD multiplies 4
+// codes of each of its 16 rows with the same 4 values of x (a broadcast load), so each output is
+// summed in a lane of its own:
 //   for each block b, in order: s = sum over its 32 values of u q (exact in int32) - o (sum of q)
 //                               acc = fma(float(s), w_scale * dx, acc)
 //                               (Q4_K: w_scale = d sc_j, then
