@@ -1177,12 +1177,11 @@ Kernels KernelsFor(uint32_t type) {
 void AllowAvxVnniForInt8(bool allow) { avx_vnni_allowed.store(allow, std::memory_order_relaxed); }
 
 bool Int8Supported(uint32_t type) {
-  if (type == kGgmlTypeQ8_0) return ActiveSimdLevel() != SimdLevel::kPortable;
-  return KernelsFor(type).fn[1] != nullptr;
+  return ActiveSimdLevel() != SimdLevel::kPortable && Int8PackSupports(type);
 }
 
 bool Int8RunsOn(const GgmlMatrix& w) {
-  return w.int8 != nullptr ? Int8Supported(w.type) : KernelsFor(w.type).fn[1] != nullptr;
+  return Int8Supported(w.type) && (w.int8 != nullptr || KernelsFor(w.type).fn[1] != nullptr);
 }
 
 const char* Int8KernelName() {
