@@ -447,7 +447,8 @@ TEST(GemmGgml, PackedRowsOfAnExpertAreThoseOfTheStack) {
 // Q8_0's int8 products run on packed rows only: its rows as stored, with int8 x chosen, give the
 // f32 product's bits (the loader packs them; a view that is not packed still multiplies).
 TEST(GemmGgml, Q8_0RowsAsStoredKeepF32X) {
-  if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
+  if (ActiveSimdLevel() == SimdLevel::kPortable)
+    GTEST_SKIP() << "no AVX2 (the CPU, or SINKSCOPE_SIMD=portable)";
   const int out = 37, in = 256, T = 3;
   Stored stored = RandomMatrix(kGgmlTypeQ8_0, out, in, 5);
   const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * in, 6);

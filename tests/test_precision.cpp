@@ -396,7 +396,8 @@ TEST(Precision, NativeIsTheF32ForwardOnTheStoredWeights) {
 // numbers; back at f32 x the same model reads the file's rows again (mapped anew) and gives the
 // f32 forward's numbers.
 TEST(Precision, Int8ActivationsPackTheWeightsAtLoad) {
-  if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
+  if (ActiveSimdLevel() == SimdLevel::kPortable)
+    GTEST_SKIP() << "no AVX2 (the CPU, or SINKSCOPE_SIMD=portable)";
   const std::string dir = test::TempDir("int8_load");
   Model random = test::RandomLlama({2, 4, 2, 256, 512, 300, 256, 5});
   random.config.tied_embeddings = false;
