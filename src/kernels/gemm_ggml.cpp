@@ -690,15 +690,15 @@ struct KindQ6_K {
 // chunks end with a masked chunk: its missing values are zero, as MatMulDot's padding.
 template <class Kind, int G>
 __attribute__((target("avx512f,avx2,fma,f16c"))) void RowsTimesX512(const GgmlMatrix& w, int r0,
-                                                                    const float* x, float* y,
-                                                                    const float* bias) {
+                                                                    int step, const float* x,
+                                                                    float* y, const float* bias) {
   __m512 acc[G];
   const uint8_t* row[G];
   const uint8_t* sc[G];
   for (int g = 0; g < G; ++g) {
     acc[g] = _mm512_setzero_ps();
-    row[g] = w.row(r0 + g);
-    sc[g] = w.scales ? w.row_scales(r0 + g) : nullptr;
+    row[g] = w.row(r0 + g * step);
+    sc[g] = w.scales ? w.row_scales(r0 + g * step) : nullptr;
   }
   const int blocks = w.in / Kind::kValues;
   for (int b = 0; b < blocks; ++b) {
@@ -724,12 +724,12 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void RowsTimesX512(const GgmlMa
   }
   for (int g = 0; g < G; ++g) {
     const float s = Reduce16(acc[g]);
-    y[r0 + g] = bias ? s + bias[r0 + g] : s;
+    y[r0 + g * step] = bias ? s + bias[r0 + g * step] : s;
   }
 }
 
 template <class Kind, int G>
-__attribute__((target("avx2,fma,f16c"))) void RowsTimesX256(const GgmlMatrix& w, int r0,
+__attribute__((target("avx2,fma,f16c"))) void RowsTimesX256(const GgmlMatrix& w, int r0, int step,
                                                             const float* x, float* y,
                                                             const float* bias) {
   __m256 acc[G][2];
@@ -737,8 +737,8 @@ __attribute__((target("avx2,fma,f16c"))) void RowsTimesX256(const GgmlMatrix& w,
   const uint8_t* sc[G];
   for (int g = 0; g < G; ++g) {
     acc[g][0] = acc[g][1] = _mm256_setzero_ps();
-    row[g] = w.row(r0 + g);
-    sc[g] = w.scales ? w.row_scales(r0 + g) : nullptr;
+    row[g] = w.row(r0 + g * step);
+    sc[g] = w.scales ? w.row_scales(r0 + g * step) : nullptr;
   }
   const int blocks = w.in / Kind::kValues;
   for (int b = 0; b < blocks; ++b) {
@@ -764,23 +764,21 @@ __attribute__((target("avx2,fma,f16c"))) void RowsTimesX256(const GgmlMatrix& w,
   }
   for (int g = 0; g < G; ++g) {
     const float s = Reduce16(acc[g][0], acc[g][1]);
-    y[r0 + g] = bias ? s + bias[r0 + g] : s;
+    y[r0 + g * step] = bias ? s + bias[r0 + g * step] : s;
   }
 }
 
-using RowsTimesXFn = void (*)(const GgmlMatrix&, int, const float*, float*, const float*);
+using RowsTimesXFn = void (*)(const GgmlMatrix&, int, int, const float*, float*, const float*);
 
 template <class Kind>
-constexpr std::array<RowsTimesXFn, kRowGroup + 1> RowsTimesX(bool avx512) {
-  if (avx512)
-    return {nullptr, RowsTimesX512<Kind, 1>, RowsTimesX512<Kind, 2>, RowsTimesX512<Kind, 3>,
-            RowsTimesX512<Kind, 4>};
-  return {nullptr, RowsTimesX256<Kind, 1>, RowsTimesX256<Kind, 2>, RowsTimesX256<Kind, 3>,
-          RowsTimesX256<Kind, 4>};
+constexpr std::array<RowsTimesXFn, kRowStreams + 1> RowsTimesX(bool avx512) {
+  static_assert(kRowStreams == 2);
+  if (avx512) return {nullptr, RowsTimesX512<Kind, 1>, RowsTimesX512<Kind, 2>};
+  return {nullptr, RowsTimesX256<Kind, 1>, RowsTimesX256<Kind, 2>};
 }
 
 // The kernels for `type` at the active level (avx512 or avx2), or an empty table.
-std::array<RowsTimesXFn, kRowGroup + 1> RowKernels(uint32_t type) {
+std::array<RowsTimesXFn, kRowStreams + 1> RowKernels(uint32_t type) {
   if (!Avx2Active()) return {};
   const bool avx512 = ActiveSimdLevel() == SimdLevel::kAvx512;
   switch (type) {
@@ -805,19 +803,16 @@ std::array<RowsTimesXFn, kRowGroup + 1> RowKernels(uint32_t type) {
   }
 }
 
-// y (out) = W x (+ bias): each thread a contiguous range of rows, kRowGroup at a time.
-void RowsTimesXAll(const std::array<RowsTimesXFn, kRowGroup + 1>& kernels, const GgmlMatrix& w,
+// y (out) = W x (+ bias): each thread a contiguous range of rows, read as ForRowStreams says.
+void RowsTimesXAll(const std::array<RowsTimesXFn, kRowStreams + 1>& kernels, const GgmlMatrix& w,
                    const float* x, float* y, const float* bias) {
-  const int groups = (w.out + kRowGroup - 1) / kRowGroup;
 #pragma omp parallel if (static_cast <int64_t>(w.in) * w.out >= (int64_t{1} << 16))
   {
     const int threads = omp_get_num_threads(), id = omp_get_thread_num();
-    const int g0 = static_cast<int>(static_cast<int64_t>(groups) * id / threads);
-    const int g1 = static_cast<int>(static_cast<int64_t>(groups) * (id + 1) / threads);
-    for (int g = g0; g < g1; ++g) {
-      const int r0 = g * kRowGroup;
-      kernels[std::min(kRowGroup, w.out - r0)](w, r0, x, y, bias);
-    }
+    ForRowStreams(
+        static_cast<int>(static_cast<int64_t>(w.out) * id / threads),
+        static_cast<int>(static_cast<int64_t>(w.out) * (id + 1) / threads),
+        [&](int streams, int first, int step) { kernels[streams](w, first, step, x, y, bias); });
   }
 }
 

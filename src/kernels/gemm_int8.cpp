@@ -302,7 +302,7 @@ SS_I512_INLINE void Pair512(const uint8_t* const* row, const uint8_t* const* sc,
 }
 
 template <class Kind, int G>
-SS_I512 void Rows32x512(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y,
+SS_I512 void Rows32x512(const GgmlMatrix& w, int r0, int step, const XRows& x, int t, float* y,
                         const float* bias) {
   const int blocks = w.in / kBlock;
   __m512 acc[G];
@@ -310,8 +310,8 @@ SS_I512 void Rows32x512(const GgmlMatrix& w, int r0, const XRows& x, int t, floa
   const uint8_t* sc[G];
   for (int g = 0; g < G; ++g) {
     acc[g] = _mm512_setzero_ps();
-    row[g] = w.row(r0 + g);
-    sc[g] = w.scales ? w.row_scales(r0 + g) : nullptr;
+    row[g] = w.row(r0 + g * step);
+    sc[g] = w.scales ? w.row_scales(r0 + g * step) : nullptr;
   }
   for (int p = 0; p < blocks / 2; ++p)
     Pair512<Kind, true, G>(row, sc, p, x, t, w.row_bytes, w.row_stride, acc);
@@ -319,7 +319,7 @@ SS_I512 void Rows32x512(const GgmlMatrix& w, int r0, const XRows& x, int t, floa
     Pair512<Kind, false, G>(row, sc, blocks / 2, x, t, w.row_bytes, w.row_stride, acc);
   for (int g = 0; g < G; ++g) {
     const float s = Reduce16(acc[g]);
-    y[r0 + g] = bias ? s + bias[r0 + g] : s;
+    y[r0 + g * step] = bias ? s + bias[r0 + g * step] : s;
   }
 }
 
@@ -348,7 +348,7 @@ SS_I256_INLINE void Pair256(const uint8_t* const* row, const uint8_t* const* sc,
 }
 
 template <class Kind, int G, bool kVnni>
-SS_I256 void Rows32x256(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y,
+SS_I256 void Rows32x256(const GgmlMatrix& w, int r0, int step, const XRows& x, int t, float* y,
                         const float* bias) {
   const int blocks = w.in / kBlock;
   __m256 acc[G][2];
@@ -356,8 +356,8 @@ SS_I256 void Rows32x256(const GgmlMatrix& w, int r0, const XRows& x, int t, floa
   const uint8_t* sc[G];
   for (int g = 0; g < G; ++g) {
     acc[g][0] = acc[g][1] = _mm256_setzero_ps();
-    row[g] = w.row(r0 + g);
-    sc[g] = w.scales ? w.row_scales(r0 + g) : nullptr;
+    row[g] = w.row(r0 + g * step);
+    sc[g] = w.scales ? w.row_scales(r0 + g * step) : nullptr;
   }
   for (int p = 0; p < blocks / 2; ++p)
     Pair256<Kind, true, G, kVnni>(row, sc, p, x, t, w.row_bytes, w.row_stride, acc);
@@ -365,7 +365,7 @@ SS_I256 void Rows32x256(const GgmlMatrix& w, int r0, const XRows& x, int t, floa
     Pair256<Kind, false, G, kVnni>(row, sc, blocks / 2, x, t, w.row_bytes, w.row_stride, acc);
   for (int g = 0; g < G; ++g) {
     const float s = Reduce16(acc[g][0], acc[g][1]);
-    y[r0 + g] = bias ? s + bias[r0 + g] : s;
+    y[r0 + g * step] = bias ? s + bias[r0 + g * step] : s;
   }
 }
 
@@ -389,13 +389,13 @@ SS_I256_INLINE void Q4KScales256(const uint8_t* w, __m256* ds, __m256* dm) {
 }
 
 template <int G>
-SS_I512 void RowsQ4_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y,
+SS_I512 void RowsQ4_Kx512(const GgmlMatrix& w, int r0, int step, const XRows& x, int t, float* y,
                           const float* bias) {
   __m512 acc[G];
   const uint8_t* row[G];
   for (int g = 0; g < G; ++g) {
     acc[g] = _mm512_setzero_ps();
-    row[g] = w.row(r0 + g);
+    row[g] = w.row(r0 + g * step);
   }
   const int8_t* q = x.qrow(t);
   const float* dx = x.dxrow(t);
@@ -428,18 +428,18 @@ SS_I512 void RowsQ4_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
   }
   for (int g = 0; g < G; ++g) {
     const float s = Reduce16(acc[g]);
-    y[r0 + g] = bias ? s + bias[r0 + g] : s;
+    y[r0 + g * step] = bias ? s + bias[r0 + g * step] : s;
   }
 }
 
 template <int G, bool kVnni>
-SS_I256 void RowsQ4_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y,
+SS_I256 void RowsQ4_Kx256(const GgmlMatrix& w, int r0, int step, const XRows& x, int t, float* y,
                           const float* bias) {
   __m256 acc[G][2];
   const uint8_t* row[G];
   for (int g = 0; g < G; ++g) {
     acc[g][0] = acc[g][1] = _mm256_setzero_ps();
-    row[g] = w.row(r0 + g);
+    row[g] = w.row(r0 + g * step);
   }
   const int8_t* q = x.qrow(t);
   const float* dx = x.dxrow(t);
@@ -473,7 +473,7 @@ SS_I256 void RowsQ4_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
   }
   for (int g = 0; g < G; ++g) {
     const float s = Reduce16(acc[g][0], acc[g][1]);
-    y[r0 + g] = bias ? s + bias[r0 + g] : s;
+    y[r0 + g * step] = bias ? s + bias[r0 + g * step] : s;
   }
 }
 
@@ -517,13 +517,13 @@ SS_I512_INLINE void Q6KHalfUnsigned512(const uint8_t* w, int h, __m512i v[2]) {
 }
 
 template <int G>
-SS_I512 void RowsQ6_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y,
+SS_I512 void RowsQ6_Kx512(const GgmlMatrix& w, int r0, int step, const XRows& x, int t, float* y,
                           const float* bias) {
   __m512 acc[G];
   const uint8_t* row[G];
   for (int g = 0; g < G; ++g) {
     acc[g] = _mm512_setzero_ps();
-    row[g] = w.row(r0 + g);
+    row[g] = w.row(r0 + g * step);
   }
   const int8_t* q = x.qrow(t);
   const float* dx = x.dxrow(t);
@@ -560,18 +560,18 @@ SS_I512 void RowsQ6_Kx512(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
   }
   for (int g = 0; g < G; ++g) {
     const float s = Reduce16(acc[g]);
-    y[r0 + g] = bias ? s + bias[r0 + g] : s;
+    y[r0 + g * step] = bias ? s + bias[r0 + g * step] : s;
   }
 }
 
 template <int G, bool kVnni>
-SS_I256 void RowsQ6_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, float* y,
+SS_I256 void RowsQ6_Kx256(const GgmlMatrix& w, int r0, int step, const XRows& x, int t, float* y,
                           const float* bias) {
   __m256 acc[G][2];
   const uint8_t* row[G];
   for (int g = 0; g < G; ++g) {
     acc[g][0] = acc[g][1] = _mm256_setzero_ps();
-    row[g] = w.row(r0 + g);
+    row[g] = w.row(r0 + g * step);
   }
   const int8_t* q = x.qrow(t);
   const float* dx = x.dxrow(t);
@@ -606,7 +606,7 @@ SS_I256 void RowsQ6_Kx256(const GgmlMatrix& w, int r0, const XRows& x, int t, fl
   }
   for (int g = 0; g < G; ++g) {
     const float s = Reduce16(acc[g][0], acc[g][1]);
-    y[r0 + g] = bias ? s + bias[r0 + g] : s;
+    y[r0 + g * step] = bias ? s + bias[r0 + g * step] : s;
   }
 }
 
@@ -1059,9 +1059,9 @@ using PackedGroupFn = void (*)(const uint8_t*, const XBlocks&, int, float*);
 
 // ---- Dispatch.
 
-using RowsFn = void (*)(const GgmlMatrix&, int, const XRows&, int, float*, const float*);
+using RowsFn = void (*)(const GgmlMatrix&, int, int, const XRows&, int, float*, const float*);
 struct Kernels {
-  RowsFn fn[kRowGroup + 1] = {};
+  RowsFn fn[kRowStreams + 1] = {};
   int offset = 0;
   Arrangement arrangement = Arrangement::kPlain;
 };
@@ -1077,13 +1077,12 @@ bool CpuHasAvx512Vnni() {
 
 bool Use512() { return ActiveSimdLevel() == SimdLevel::kAvx512 && CpuHasAvx512Vnni(); }
 
-// RowsFn for G = 1 .. kRowGroup from a template taking <G, (AVX2 only) VNNI>.
+// RowsFn for G = 1 .. kRowStreams from a template taking <G, (AVX2 only) VNNI>.
 template <template <int> class F>
 void Fill(Kernels& k) {
+  static_assert(kRowStreams == 2);
   k.fn[1] = F<1>::fn;
   k.fn[2] = F<2>::fn;
-  k.fn[3] = F<3>::fn;
-  k.fn[4] = F<4>::fn;
 }
 template <class Kind>
 struct R32x512 {
@@ -1385,16 +1384,16 @@ void MatMulGgmlInt8(const float* x, const GgmlMatrix& w, const float* bias, floa
   const Kernels k = KernelsFor(w.type);
   SS_ASSERT(k.fn[1] != nullptr);
   const XRows xr = QuantizeX(x, T, w.in, k.offset, k.arrangement);
-  const int groups = (w.out + kRowGroup - 1) / kRowGroup;
 #pragma omp parallel if (static_cast <int64_t>(T) * w.in * w.out >= (int64_t{1} << 16))
   {
     const int threads = omp_get_num_threads(), id = omp_get_thread_num();
-    const int g0 = static_cast<int>(static_cast<int64_t>(groups) * id / threads);
-    const int g1 = static_cast<int>(static_cast<int64_t>(groups) * (id + 1) / threads);
-    for (int g = g0; g < g1; ++g) {
-      const int r0 = g * kRowGroup, n = std::min(kRowGroup, w.out - r0);
-      for (int t = 0; t < T; ++t) k.fn[n](w, r0, xr, t, y + static_cast<int64_t>(t) * w.out, bias);
-    }
+    ForRowStreams(static_cast<int>(static_cast<int64_t>(w.out) * id / threads),
+                  static_cast<int>(static_cast<int64_t>(w.out) * (id + 1) / threads),
+                  [&](int streams, int first, int step) {
+                    for (int t = 0; t < T; ++t)
+                      k.fn[streams](w, first, step, xr, t, y + static_cast<int64_t>(t) * w.out,
+                                    bias);
+                  });
   }
 }
 

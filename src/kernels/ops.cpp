@@ -58,16 +58,21 @@ static void SmallMatMul(const float* x, const float* w, float* y, int T, int in,
 // y[o] = W[o] · x for o in [0, out): a token's product in decode, bound by reading W once. The AVX2
 // body takes R rows evenly spaced through the range at once (o, o + q, o + 2q, ... with q = out /
 // R): R long sequential streams keep more of the memory's requests in flight than one stream, and R
-// independent rows (two 8-lane chains each) keep the FMA units fed. Against one row at a time (one
-// 8-lane chain), on one thread, W larger than the caches: 14.7-20.5 GB/s of W against 10.4-12.2 on
-// the 288- to 4096-wide decode shapes; four adjacent rows instead of four spaced ones read 9-15
-// GB/s on rows of 288-768 floats, too short for the prefetcher to follow four interleaved streams.
-constexpr int kMatVecStreams = 4;
-constexpr int kKeyRowsAhead = 4;  // per stream: 16 rows ahead in all
+// independent rows (two 8-lane chains each) keep the FMA units fed. On the Xeon, without the
+// prefetch below, four spaced rows read 14.7-20.5 GB/s of W against 10.4-12.2 one row at a time;
+// four adjacent rows instead of spaced ones read 9-15 GB/s on rows of 288-768 floats, too short
+// for the prefetcher to follow four interleaved streams. With the prefetch, on the 2-core Zen 5
+// EPYC, two streams a thread beat four: 46-53 GB/s against 31-39 with two threads (each thread's
+// streams spaced through its half), 28-30 against 24-31 on one, 288- to 2048-wide rows of a 3.5 GB
+// file; the 0.9B Llama shape's decode 9.4-9.8 -> 13.7 tokens/s with two threads (7.3 -> 7.9 on
+// one), the stories110M shape's 45-49 -> 60-61 on one thread.
+constexpr int kMatVecStreams = 2;
+constexpr int kKeyRowsAhead = 4;  // per stream: 8 rows ahead in all
 // Rows next to each other (W's own rows): each stream asks for the line 2 KiB further on, in its
-// row or the next one, which it reads next. On the Zen 5 EPYC, alternating rounds: the
-// stories110M shape's decode 25-27 -> 37-41 tokens/s on one thread (2 threads 49-51 -> 59-75), the
-// 0.9B Llama shape's 4.3-4.9 -> 6.1 (2 threads 7.2-8.1 -> 9.9-10.8); 1, 4 and 8 KiB did no better.
+// row or the next one, which it reads next. On the Zen 5 EPYC, alternating rounds (four streams
+// then): the stories110M shape's decode 25-27 -> 37-41 tokens/s on one thread (2 threads 49-51 ->
+// 59-75), the 0.9B Llama shape's 4.3-4.9 -> 6.1 (2 threads 7.2-8.1 -> 9.9-10.8); 1, 4 and 8 KiB
+// did no better.
 constexpr int kAheadFloats = 512;
 
 // y[r] = W row r · x for the R rows wr[r] (each with two 8-lane chains, the same arithmetic for
