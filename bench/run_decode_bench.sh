@@ -25,7 +25,8 @@
 #   PRESETS="stories110m" SIMD_LEVELS="default avx2"
 #   TYPES="f32 bf16 q8_0 BF16 F16 Q8_0 Q4_0 Q4_K Q6_K MXFP4 Q4_0+int8 Q4_K+int8 Q6_K+int8 MXFP4+int8"
 #   (lower case: sinkscope's --precision packs; upper case: a GGUF file's own type at native;
-#   +int8: the same with x rounded to int8, SINKSCOPE_INT8_ACTIVATIONS=all, kernels/gemm_ggml.h)
+#   +int8: the same with x rounded to int8, --activations int8, kernels/gemm_ggml.h; the others
+#   --activations f32, generate's default being int8)
 set -euo pipefail
 BUILD=${1:-build}
 PEERS=${LLAMA2C_DIR:-../shared/tools/peers/llama2c}
@@ -95,7 +96,7 @@ print(l*(4*d*d+3*d*f)+abs(v)*d)")
           local cpu=() n
           for n in "$STEPS" "$STEPS_SHORT"; do
             local args=("${@//@STEPS@/$n}")
-            r=$(cd "$WORK" && env "${env_simd[@]}" "${env_int8[@]}" OMP_NUM_THREADS=$threads /usr/bin/time -f 'cpu %U %S' "${args[@]}" 2>&1)
+            r=$(cd "$WORK" && env "${env_simd[@]}" OMP_NUM_THREADS=$threads /usr/bin/time -f 'cpu %U %S' "${args[@]}" 2>&1)
             cpu+=("$(echo "$r" | sed -n 's/^cpu \([0-9.]*\) \([0-9.]*\)$/\1+\2/p' | tail -1)")
             if [ "$n" = "$STEPS" ]; then
               r=$(echo "$r" | sed -n -e 's/.*achieved tok\/s: \([0-9.]*\).*/\1/p' -e 's/.*; \([0-9.]*\) tokens\/s after the first.*/\1/p' | tail -1)
@@ -110,13 +111,12 @@ print(l*(4*d*d+3*d*f)+abs(v)*d)")
         printf '%-12s %-28s %-8s %8s %10.1f %10.1f %10.1f %10.1f\n' "$preset" "$label" "$simd" "$threads" "$tps" "$gbs" "$cps" "$cgbs"
         echo "$preset|$label|$simd|$threads|$tps|$gbs|$cps|$cgbs" >>"$RESULTS"
       }
-      env_int8=()
       [ $peers = 1 ] && [ "$simd" = default ] && run "llama2.c run.c (f32)" 4 ./run "$preset.bin" -t 0 -n @STEPS@ -i a
       for entry in $TYPES; do
         type=${entry%+int8}
-        env_int8=()
         suffix=""
-        if [ "$type" != "$entry" ]; then env_int8=(SINKSCOPE_INT8_ACTIVATIONS=all); suffix=", int8 x"; fi
+        activations=f32
+        if [ "$type" != "$entry" ]; then activations=int8; suffix=", int8 x"; fi
         case $type in
           f32) run "sinkscope f32" 4 "$SS" generate --policy dense --model "$preset.bin" --tokenizer tokenizer.bin --steps @STEPS@ --temperature 0 --prompt a ;;
           bf16) run "sinkscope bf16 weights" 2 "$SS" generate --policy dense --model "$preset.bin" --tokenizer tokenizer.bin --steps @STEPS@ --temperature 0 --prompt a --precision bf16 ;;
@@ -129,10 +129,9 @@ print(l*(4*d*d+3*d*f)+abs(v)*d)")
               Q4_K) bpw=0.5625 ;; Q6_K) bpw=0.8203125 ;; *) echo "unknown type $type" >&2; exit 1 ;;
             esac
             if [[ $type == Q?_K ]] && [ $((dim % 256)) != 0 ]; then continue; fi
-            run "sinkscope native $type$suffix" $bpw "$SS" generate --policy dense --model "$preset.${type,,}.gguf" --steps @STEPS@ --temperature 0 --prompt a --precision native ;;
+            run "sinkscope native $type$suffix" $bpw "$SS" generate --policy dense --model "$preset.${type,,}.gguf" --steps @STEPS@ --temperature 0 --prompt a --precision native --activations $activations ;;
         esac
       done
-      env_int8=()
       [ $peers = 1 ] && [ "$simd" = default ] && run "llama2.c runq.c (Q8_0)" 1.0625 ./runq "$preset.q80.bin" -t 0 -n @STEPS@ -i a
     done
   done

@@ -824,6 +824,31 @@ TEST(PrecisionCli, ActivationsAreLoggedAndRecorded) {
   ASSERT_EQ(plain.code, 0) << plain.output;
   EXPECT_EQ(plain.output.find("x in int8"), std::string::npos) << plain.output;
   EXPECT_EQ(nlohmann::json::parse(ReadFile(dir + "/f32.json"))["model"]["activations"], "f32");
+
+  // The verb's default: stream (a decode verb) takes x in int8 unless told f32; a measuring verb's
+  // default is f32, as the analyze run above without --activations showed.
+  const std::string stream = "stream --model " + dir + "/q4_0.gguf --tokens " + dir +
+                             "/tokens.txt --sinks 2 --window 8 --json " + dir + "/";
+  const CliRun by_default = Cli(stream + "stream_default.json");
+  ASSERT_EQ(by_default.code, 0) << by_default.output;
+  EXPECT_NE(by_default.output.find("x in int8 for Q4_0"), std::string::npos) << by_default.output;
+  const auto settings = [&](const std::string& name) {
+    return nlohmann::json::parse(ReadFile(dir + "/" + name))["settings"];
+  };
+  EXPECT_EQ(settings("stream_default.json")["activations"], "int8");
+  const CliRun told_f32 = Cli(stream + "stream_f32.json --activations f32");
+  ASSERT_EQ(told_f32.code, 0) << told_f32.output;
+  EXPECT_EQ(told_f32.output.find("x in int8"), std::string::npos) << told_f32.output;
+  EXPECT_EQ(settings("stream_f32.json")["activations"], "f32");
+  // Both runs score the same tokens; int8 x moves the mean NLL by a small fraction of it (the
+  // random model's logits are large, so its NLL is too; printed).
+  const auto mean_nll = [&](const std::string& name) {
+    return nlohmann::json::parse(ReadFile(dir + "/" + name))["runs"][0]["mean_nll"].get<double>();
+  };
+  const double nll_int8 = mean_nll("stream_default.json"), nll_f32 = mean_nll("stream_f32.json");
+  std::printf("stream on a Q4_0 file: mean NLL %.6f with x in int8 (default), %.6f in f32\n",
+              nll_int8, nll_f32);
+  EXPECT_NEAR(nll_int8, nll_f32, 1e-3 * std::abs(nll_f32));
 }
 
 // ppl at q8_0 on the shipped model: the per-token NLL of the f32 run within the Q8_0 rounding

@@ -185,7 +185,7 @@ void RegisterChat(CLI::App& app) {
       "harmony: print the analysis and commentary channels to stderr (hidden by default)");
   cmd->add_flag("--log-tokens", a->log_tokens,
                 "Log each turn's prompt and reply token ids (stderr)");
-  AddModelOptions(cmd, &a->model, &a->tokenizer, &a->precision);
+  AddModelOptions(cmd, &a->model, &a->tokenizer, &a->precision, GgmlActivations::kInt8);
   a->sampling.Add(cmd, /*default_temperature=*/0.8f);
   AddSeedOption(
       cmd, [a](uint64_t v) { a->seed = v; }, "for sampling", std::to_string(a->seed),

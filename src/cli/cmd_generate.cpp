@@ -64,7 +64,7 @@ void RegisterGenerate(CLI::App& app) {
   auto a = std::make_shared<Args>();
   cmd->add_option("--steps", a->steps, "Total tokens, prompt included, as llama2.c's -n")
       ->capture_default_str();
-  a->model.Add(cmd, /*with_precision=*/true);
+  a->model.Add(cmd, /*with_precision=*/true, GgmlActivations::kInt8);
   InputFlags input;
   input.prompt = &a->prompt;
   input.prompt_note = "the prompt to continue (default: empty, start from BOS)";

@@ -264,7 +264,7 @@ void RegisterStream(CLI::App& app) {
       "--compare-kv", a->compare_kv,
       "Cache types side by side against f32, e.g. bf16,q8_0,q4_0,q4_0+first:4,q4_0+detected "
       "(K/V may differ: q8_0/q4_0): perplexity, KL to f32, bytes per token");
-  AddModelOptions(cmd, &a->model, &a->tokenizer, &a->precision);
+  AddModelOptions(cmd, &a->model, &a->tokenizer, &a->precision, GgmlActivations::kInt8);
   InputFlags input;
   input.text = &a->text;
   input.text_note = "streamed (give --text or --tokens)";

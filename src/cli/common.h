@@ -11,6 +11,7 @@
 
 #include "analysis/conditions.h"
 #include "common/file_util.h"
+#include "kernels/gemm_ggml.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,7 +30,9 @@ struct ModelOptions {
   // --precision where the verb takes it (Add with_precision); empty: the file's (FilePrecision).
   std::string precision;
   std::string precision_reason = "--precision";  // why `precision` was set, for the log
-  void Add(CLI::App* cmd, bool with_precision = false);
+  // by_default: the verb's default for --activations (with --precision only).
+  void Add(CLI::App* cmd, bool with_precision = false,
+           GgmlActivations by_default = GgmlActivations::kF32);
   LoadedModel Load() const;  // logs a one-line summary to stderr
 };
 

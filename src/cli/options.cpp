@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <list>
 #include <stdexcept>
 
 #include "common/file_util.h"
@@ -67,8 +69,10 @@ std::vector<OptionSpec> MakeTable() {
        "int8 against their largest and multiplied with the weights' integer codes, as llama.cpp "
        "and llama2.c's runq.c do; the weights packed at load: 1.5-9x the decode speed of those "
        "types, each product off by a few thousandths of the sum of its terms' sizes; "
-       "docs/DESIGN.md)",
-       "f32"},
+       "docs/DESIGN.md). Default: int8 on generate, chat and stream, whose speed is decode's "
+       "(each token reads every weight once; with f32 x the 4- and 6-bit types' products are "
+       "bound by their arithmetic, not by memory); f32 on the verbs that measure",
+       "", /*verb_default=*/true},
       // ---- Input
       {"--prompt", G::kInput, "The input text, given here"},
       {"--text", G::kInput,
@@ -201,25 +205,32 @@ CLI::Option* AddFlag(CLI::App* cmd, std::string_view name, bool* value, std::str
 // ---- Model
 
 void AddModelOptions(CLI::App* cmd, std::string* model, std::string* tokenizer,
-                     std::string* precision) {
+                     std::string* precision, GgmlActivations by_default) {
   if (model) AddOption(cmd, "--model", model)->required();
   if (tokenizer) AddOption(cmd, "--tokenizer", tokenizer);
-  if (precision) AddPrecisionOption(cmd, precision);
+  if (precision) AddPrecisionOption(cmd, precision, by_default);
 }
 
-CLI::Option* AddPrecisionOption(CLI::App* cmd, std::string* precision) {
+CLI::Option* AddPrecisionOption(CLI::App* cmd, std::string* precision, GgmlActivations by_default) {
   // --activations takes effect as it is parsed: the choice is the process's (kernels/gemm_ggml.h),
   // made before the verb loads its model, whose Q4_0, Q4_K, Q6_K, Q8_0 and MXFP4 weights are packed
-  // as they load.
-  static std::string activations = "f32";
-  AddOption(cmd, "--activations", &activations)->each([](const std::string& value) {
+  // as they load. The verb's default is set as its arguments start to be parsed (so an
+  // --activations given overrides it), unless SINKSCOPE_INT8_ACTIVATIONS made the choice at
+  // start-up; each verb holds its own text, which --help shows.
+  static std::list<std::string> texts;
+  std::string& text = texts.emplace_back(by_default == GgmlActivations::kInt8 ? "int8" : "f32");
+  cmd->preparse_callback([by_default](size_t) {
+    if (std::getenv("SINKSCOPE_INT8_ACTIVATIONS") == nullptr) SetGgmlActivationsForAll(by_default);
+  });
+  AddOption(cmd, "--activations", &text)->each([](const std::string& value) {
     SetGgmlActivationsForAll(ParseActivations(value, "--activations"));
   });
   return AddOption(cmd, "--precision", precision);
 }
 
-void ModelOptions::Add(CLI::App* cmd, bool with_precision) {
-  AddModelOptions(cmd, &model_path, &tokenizer_path, with_precision ? &precision : nullptr);
+void ModelOptions::Add(CLI::App* cmd, bool with_precision, GgmlActivations by_default) {
+  AddModelOptions(cmd, &model_path, &tokenizer_path, with_precision ? &precision : nullptr,
+                  by_default);
 }
 
 // ---- Input

@@ -90,12 +90,14 @@ CLI::Option* AddOption(CLI::App* cmd, std::string_view name, float* value,
                        std::string_view note = {});
 CLI::Option* AddFlag(CLI::App* cmd, std::string_view name, bool* value, std::string_view note = {});
 
-// Model: --model (required), --tokenizer, --precision; null pointers are not taken.
-// (ModelOptions::Add declares the same through this.)
+// Model: --model (required), --tokenizer, --precision with --activations (by_default: the verb's
+// default for the latter); null pointers are not taken. (ModelOptions::Add declares the same
+// through this.)
 void AddModelOptions(CLI::App* cmd, std::string* model, std::string* tokenizer,
-                     std::string* precision);
-// --precision alone (trace, which reads --checkpoints, not --model).
-CLI::Option* AddPrecisionOption(CLI::App* cmd, std::string* precision);
+                     std::string* precision, GgmlActivations by_default = GgmlActivations::kF32);
+// --precision and --activations alone (trace, which reads --checkpoints, not --model).
+CLI::Option* AddPrecisionOption(CLI::App* cmd, std::string* precision,
+                                GgmlActivations by_default = GgmlActivations::kF32);
 
 // --seed: a decimal integer in [0, 2^64 - 1], read as text, since CLI11 would wrap "-1" into a
 // uint64 as 18446744073709551615 (ParseSeed). `set` receives the value; `default_value` is shown in
