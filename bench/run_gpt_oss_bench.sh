@@ -3,12 +3,16 @@
 # shape in the published layout (scripts/make_test_model.py --preset gpt-oss-20b: MXFP4 experts,
 # BF16 elsewhere, 13.8 GB), on this machine:
 #   - this machine's read and copy bandwidth (bench_membw), before and again after the runs;
-#   - load time and peak RSS, and greedy decode (generate, 32 tokens after a one-token prompt) at 2
-#     and 1 threads: tokens/s, and the weight bytes a token reads counting only the 4 active experts
-#     of each layer (attention, router, 4 of 32 experts, the LM head), times tokens/s as GB/s;
+#   - load time and peak RSS, and greedy decode (generate, 64 tokens after a one-token prompt) at 2
+#     and 1 threads, with x in int8 (generate's default: the MXFP4 experts packed at load, 18 bytes
+#     a 32-value block of a row) and in f32 (--activations f32: the experts read as stored, 17
+#     bytes): the steady tokens/s (the tokens after the first over the time since it; the first
+#     tokens map the pages of the weights they read, so short runs understate it), and the weight
+#     bytes a token reads counting only the 4 active experts of each layer (attention, router, 4 of
+#     32 experts, the LM head), times tokens/s as GB/s;
 #   - analyze --length 1024 (one sample, one condition): wall time and peak RSS;
-#   - MXFP4 against the same weights in Q8_0 and against BF16 experts. The 20B model in either does
-#     not fit this 24 GB machine (Q8_0 22 GB, BF16 42 GB as files; convert reads the model in f32,
+#   - MXFP4 against the same weights in Q8_0 and against BF16 experts (x in f32). The 20B model in
+#     either does not fit this 24 GB machine (Q8_0 22 GB, BF16 42 GB as files; convert reads the model in f32,
 #     84 GB), so the comparison runs on a slice: the 20B's layers, vocabulary and head, but 2 layers
 #     (SLICE_LAYERS), made by the script. Q8_0: the slice converted by `sinkscope convert --to gguf
 #     --type q8_0 --expert-type q8_0` (19 GB RSS). BF16: convert to BF16 needs more than 24 GB
@@ -26,7 +30,7 @@ set -euo pipefail
 MODEL=${1:?usage: bench/run_gpt_oss_bench.sh MODEL_DIR [build dir]}
 BUILD=${2:-build}
 WORK=${WORK:-/tmp/sinkscope_gpt_oss_bench}
-STEPS=${STEPS:-33}
+STEPS=${STEPS:-65}
 SLICE_LAYERS=${SLICE_LAYERS:-2}
 SS=$(realpath "$BUILD/src/cli/sinkscope")
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,14 +63,16 @@ PY
 }
 
 # One greedy decode: prints tokens/s, GB/s, wall, load seconds and peak RSS.
-decode() {  # label model threads bytes-per-token
-  local label=$1 model=$2 threads=$3 bpt=$4 log="$WORK/decode.log"
+decode() {  # label model threads bytes-per-token [activations, default f32]
+  local label=$1 model=$2 threads=$3 bpt=$4 act=${5:-f32} log="$WORK/decode.log"
   /usr/bin/time -v "$SS" generate --model "$model" --no-bos --prompt "The" --steps "$STEPS" --temperature 0 \
-    --threads "$threads" > /dev/null 2> "$log"
+    --threads "$threads" --activations "$act" > /dev/null 2> "$log"
   /usr/bin/python3 - "$log" "$label" "$threads" "$bpt" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read(); label, threads, bpt, load = sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
 n, secs, tps = re.search(r"generated (\d+) tokens in ([\d.]+) s \(([\d.]+) tokens/s", text).groups()
+steady = re.search(r"([\d.]+) tokens/s after the first", text)  # the rate run.c reports
+tps = steady.group(1) if steady else tps
 h, m, s = (["0"] + re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text).group(1).split(":"))[-3:]
 wall = int(h) * 3600 + int(m) * 60 + float(s)
 rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1)) / 1e6
@@ -84,17 +90,21 @@ header() {
 }
 
 read -r BPT ATTN EXPERTS HEAD <<< "$(bytes_per_token "$MODEL/config.json" 2 0.53125 2)"
+read -r BPT_INT8 _ EXPERTS_INT8 _ <<< "$(bytes_per_token "$MODEL/config.json" 2 0.5625 2)"
 echo
 if [ -z "${SLICE_ONLY:-}" ]; then
 echo "gpt-oss-20b shape, MXFP4 experts (17 bytes a 32-value block) and BF16 elsewhere, native:"
 echo "bytes read per decode token: $(/usr/bin/python3 -c "print(f'{$BPT/1e9:.3f} GB: attention {$ATTN/1e9:.3f}, 4 active experts x 24 layers {$EXPERTS/1e9:.3f}, LM head {$HEAD/1e9:.3f}, the rest (router f32, biases, norms) {($BPT-$ATTN-$EXPERTS-$HEAD)/1e9:.3f}')")"
 echo "in the page cache before the first run: $(cached "$MODEL"/*.safetensors)"
 header
-decode "decode, native (page cache as found)" "$MODEL" 2 "$BPT"
+decode "decode, native, x f32 (page cache as found)" "$MODEL" 2 "$BPT"
 cat "$MODEL"/*.safetensors > /dev/null  # the whole file into the page cache, if it fits beside the rest
 echo "in the page cache after reading the files: $(cached "$MODEL"/*.safetensors)"
-decode "decode, native" "$MODEL" 2 "$BPT"
-decode "decode, native" "$MODEL" 1 "$BPT"
+echo "with x in int8 the active experts' packed rows are $(/usr/bin/python3 -c "print(f'{$EXPERTS_INT8/1e9:.3f}')") GB a token ($(/usr/bin/python3 -c "print(f'{$BPT_INT8/1e9:.3f}')") GB in all)"
+for threads in 2 1; do
+  decode "decode, native, x int8 (default)" "$MODEL" $threads "$BPT_INT8" int8
+  decode "decode, native, x f32" "$MODEL" $threads "$BPT"
+done
 echo "in the page cache after the decodes: $(cached "$MODEL"/*.safetensors)"
 
 echo

@@ -67,8 +67,8 @@ std::vector<OptionSpec> MakeTable() {
        "x in the products with Q4_0, Q4_K, Q6_K, Q8_0 and MXFP4 weights at native precision: "
        "f32 (the f32 forward's numbers on the stored weights) or int8 (each 32 values rounded to "
        "int8 against their largest and multiplied with the weights' integer codes, as llama.cpp "
-       "and llama2.c's runq.c do; the weights packed at load: 1.5-9x the decode speed of those "
-       "types, each product off by a few thousandths of the sum of its terms' sizes; "
+       "and llama2.c's runq.c do; the weights packed at load: 1.6-3.3x the decode speed of the "
+       "4- and 6-bit types, each product off by a few thousandths of the sum of its terms' sizes; "
        "docs/DESIGN.md). Default: int8 on generate, chat and stream, whose speed is decode's "
        "(each token reads every weight once; with f32 x the 4- and 6-bit types' products are "
        "bound by their arithmetic, not by memory); f32 on the verbs that measure",
