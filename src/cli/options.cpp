@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <list>
 #include <stdexcept>
 
 #include "common/file_util.h"
@@ -217,15 +216,16 @@ CLI::Option* AddPrecisionOption(CLI::App* cmd, std::string* precision, GgmlActiv
   // made before the verb loads its model, whose Q4_0, Q4_K, Q6_K, Q8_0 and MXFP4 weights are packed
   // as they load. The verb's default is set as its arguments start to be parsed (so an
   // --activations given overrides it), unless SINKSCOPE_INT8_ACTIVATIONS made the choice at
-  // start-up; each verb holds its own text, which --help shows.
-  static std::list<std::string> texts;
-  std::string& text = texts.emplace_back(by_default == GgmlActivations::kInt8 ? "int8" : "f32");
+  // start-up; --help shows the verb's default.
+  static std::string parsed;  // unread: the choice is the process's, set by the callbacks
   cmd->preparse_callback([by_default](size_t) {
     if (std::getenv("SINKSCOPE_INT8_ACTIVATIONS") == nullptr) SetGgmlActivationsForAll(by_default);
   });
-  AddOption(cmd, "--activations", &text)->each([](const std::string& value) {
-    SetGgmlActivationsForAll(ParseActivations(value, "--activations"));
-  });
+  AddOption(cmd, "--activations", &parsed)
+      ->each([](const std::string& value) {
+        SetGgmlActivationsForAll(ParseActivations(value, "--activations"));
+      })
+      ->default_str(by_default == GgmlActivations::kInt8 ? "int8" : "f32");
   return AddOption(cmd, "--precision", precision);
 }
 
