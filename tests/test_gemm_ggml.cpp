@@ -444,6 +444,121 @@ TEST(GemmGgml, PackedRowsOfAnExpertAreThoseOfTheStack) {
   }
 }
 
+// The packed layout (kernels/gemm_int8.h) built slowly, value by value: each row's 32-value
+// blocks' codes as unsigned bytes and their scale's bits, placed where the layout says.
+std::vector<uint8_t> SlowPack(const GgmlMatrix& w) {
+  const int blocks = w.in / 32, groups = (w.out + kPackedRows - 1) / kPackedRows;
+  const uint32_t type = w.type;
+  const size_t group_bytes = type == kGgmlTypeQ4_K   ? blocks / 8 * size_t{kPackedQ4KBytes}
+                             : type == kGgmlTypeQ6_K ? blocks / 8 * size_t{kPackedQ6KBytes}
+                             : type == kGgmlTypeQ8_0 ? blocks * size_t{kPackedQ80Bytes}
+                                                     : blocks * size_t{kPackedBlockBytes};
+  std::vector<uint8_t> out(groups * group_bytes, 0);
+  for (int row = 0; row < w.out; ++row) {
+    const int r = row % kPackedRows;
+    uint8_t* g = out.data() + row / kPackedRows * group_bytes;
+    const uint8_t* src = w.row(row);
+    for (int b = 0; b < blocks; ++b) {
+      uint8_t code[32];  // the block's codes in value order, as the unsigned bytes u
+      for (int k = 0; k < 32; ++k) {
+        const int v = 32 * b + k;
+        if (type == kGgmlTypeQ4_0 || type == kGgmlTypeMXFP4) {
+          const uint8_t* n =
+              src + b * (type == kGgmlTypeQ4_0 ? 18 : 17) + (type == kGgmlTypeQ4_0 ? 2 : 1);
+          code[k] = k < 16 ? n[k] & 15 : n[k - 16] >> 4;
+        } else if (type == kTypeMxfp4Split) {
+          code[k] = k % 2 ? src[v / 2] >> 4 : src[v / 2] & 15;
+        } else if (type == kGgmlTypeQ8_0) {
+          code[k] = static_cast<uint8_t>(src[34 * b + 2 + k] ^ 0x80);
+        } else if (type == kGgmlTypeQ4_K) {  // 144-byte super-blocks: d, dmin, 12 scale bytes, qs
+          const uint8_t* qs = src + 144 * (v / 256) + 16;
+          const int j = v % 256 / 32;  // sub-block: byte group j / 2, low nibbles for even j
+          code[k] = j % 2 ? qs[32 * (j / 2) + k] >> 4 : qs[32 * (j / 2) + k] & 15;
+        } else {  // Q6_K, 210-byte super-blocks: ql (128), qh (64), scales (16), d
+          const uint8_t* sb = src + 210 * (v / 256);
+          const int i = v % 256, h = i / 128, l = i % 32, quarter = i % 128 / 32;
+          const uint8_t ql = sb[64 * h + l + 32 * (quarter % 2)];
+          code[k] = static_cast<uint8_t>((quarter < 2 ? ql & 15 : ql >> 4) |
+                                         ((sb[128 + 32 * h + l] >> (2 * quarter)) & 3) << 4);
+        }
+      }
+      if (type == kGgmlTypeQ8_0) {
+        uint8_t* d = g + b * size_t{kPackedQ80Bytes};
+        for (int k = 0; k < 32; ++k) d[64 * (k / 4) + 4 * r + k % 4] = code[k];
+        std::memcpy(d + 512 + 2 * r, src + 34 * b, 2);
+        continue;
+      }
+      const bool q4k = type == kGgmlTypeQ4_K, q6k = type == kGgmlTypeQ6_K;
+      uint8_t* d = q4k ? g + b / 8 * size_t{kPackedQ4KBytes} + b % 8 * size_t{kPackedCodeBytes}
+                   : q6k
+                       ? g + b / 8 * size_t{kPackedQ6KBytes} + b % 8 * size_t{kPackedQ6KBlockBytes}
+                       : g + b * size_t{kPackedBlockBytes};
+      for (int k = 0; k < 32; ++k) {  // code k: step k / 8, byte k % 4, high nibble for k % 8 >= 4
+        const int step = k / 8, byte = 64 * step + 4 * r + k % 4;
+        d[byte] |= static_cast<uint8_t>((code[k] & 15) << (k % 8 >= 4 ? 4 : 0));
+        if (q6k) {
+          const int lane = 4 * r + k % 4;
+          d[kPackedCodeBytes + 32 * step + (k % 8 >= 4 ? 16 : 0) + lane % 16] |=
+              static_cast<uint8_t>((code[k] >> 4) << (2 * (lane / 16)));
+        }
+      }
+      if (type == kGgmlTypeQ4_0) std::memcpy(d + kPackedCodeBytes + 2 * r, src + 18 * b, 2);
+      if (type == kGgmlTypeMXFP4 || type == kTypeMxfp4Split) {
+        const uint8_t e = type == kGgmlTypeMXFP4 ? src[17 * b] : w.row_scales(row)[b];
+        const float half = std::ldexp(1.0f, e - 128);  // half the E8M0 scale 2^(e - 127)
+        uint32_t bits;
+        std::memcpy(&bits, &half, 4);
+        const auto top = static_cast<uint16_t>(bits >> 16);
+        std::memcpy(d + kPackedCodeBytes + 2 * r, &top, 2);
+      }
+    }
+    for (int sb = 0; sb < blocks / 8; ++sb) {  // the super-blocks' scales
+      if (type == kGgmlTypeQ4_K) {
+        const uint8_t* w4 = src + 144 * sb;
+        uint8_t* s = g + sb * size_t{kPackedQ4KBytes} + kPackedQ4KScales;
+        std::memcpy(s + 2 * r, w4, 2);
+        std::memcpy(s + 32 + 2 * r, w4 + 2, 2);
+        for (int j = 0; j < 8; ++j) {  // ggml's get_scale_min_k4
+          const uint8_t* q = w4 + 4;
+          const int sc = j < 4 ? q[j] & 63 : (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
+          const int m = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+          s[64 + 16 * j + r] = static_cast<uint8_t>(sc);
+          s[192 + 16 * j + r] = static_cast<uint8_t>(m);
+        }
+      } else if (type == kGgmlTypeQ6_K) {
+        const uint8_t* w6 = src + 210 * sb;
+        uint8_t* s = g + sb * size_t{kPackedQ6KBytes} + kPackedQ6KScales;
+        std::memcpy(s + 2 * r, w6 + 208, 2);
+        for (int k = 0; k < 16; ++k) s[32 + 16 * k + r] = w6[192 + k];
+      }
+    }
+  }
+  return out;
+}
+
+// PackForInt8 writes, byte for byte, what the slow packer above writes (every type it packs, a
+// last group with padding rows, rows a stride apart).
+TEST(GemmGgml, PackForInt8IsTheSlowPackerByteForByte) {
+  for (Case c :
+       {Case{kGgmlTypeQ4_0, 160}, Case{kGgmlTypeMXFP4, 288}, Case{kTypeMxfp4Split, 320},
+        Case{kTypeMxfp4Split, 96, 2, 1}, Case{kGgmlTypeQ4_K, 768}, Case{kGgmlTypeQ6_K, 512},
+        Case{kGgmlTypeQ8_0, 96}, Case{kGgmlTypeQ8_0, 64, 3, 2}}) {
+    for (int out : {16, 37}) {
+      Stored stored = RandomMatrix(c.type, out, c.in, out + c.in, c.row_step, c.first);
+      const std::vector<uint8_t> slow = SlowPack(stored.w);
+      PackForInt8(&stored.w);
+      ASSERT_NE(stored.w.int8, nullptr) << GgmlTypeName(c.type);
+      ASSERT_EQ(stored.w.int8_group_bytes * ((out + 15) / 16), slow.size());
+      size_t first_differing = slow.size();
+      for (size_t i = 0; i < slow.size() && first_differing == slow.size(); ++i)
+        if (stored.w.int8[i] != slow[i]) first_differing = i;
+      EXPECT_EQ(first_differing, slow.size())
+          << GgmlTypeName(c.type) << " in " << c.in << " out " << out << ": byte "
+          << first_differing << " of group size " << stored.w.int8_group_bytes;
+    }
+  }
+}
+
 // Q8_0's int8 products run on packed rows only: its rows as stored, with int8 x chosen, give the
 // f32 product's bits (the loader packs them; a view that is not packed still multiplies).
 TEST(GemmGgml, Q8_0RowsAsStoredKeepF32X) {

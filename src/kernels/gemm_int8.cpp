@@ -1242,17 +1242,54 @@ bool Int8PackSupports(uint32_t type) {
 
 namespace {
 
+uint32_t LoadU32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+void StoreU32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+
+constexpr uint32_t kLowNibbles = 0x0F0F0F0F;
+
+// Row r's packed codes of one block, 4 bytes in each of the 4 steps (d + 64 k + 4 r: codes 8 k + j
+// in the low nibbles, 8 k + 4 + j in the high ones; kernels/gemm_int8.h), from 16 bytes n whose
+// low nibbles are codes 0-15 and high nibbles codes 16-31 (Q4_0, GGUF MXFP4), a word at a time.
+inline void PackNibbleWords(const uint8_t* n, uint8_t* d, int r) {
+  const uint32_t a = LoadU32(n), b = LoadU32(n + 4), c = LoadU32(n + 8), e = LoadU32(n + 12);
+  StoreU32(d + 4 * r, (a & kLowNibbles) | (b & kLowNibbles) << 4);
+  StoreU32(d + 64 + 4 * r, (c & kLowNibbles) | (e & kLowNibbles) << 4);
+  StoreU32(d + 128 + 4 * r, (a >> 4 & kLowNibbles) | (b & ~kLowNibbles));
+  StoreU32(d + 192 + 4 * r, (c >> 4 & kLowNibbles) | (e & ~kLowNibbles));
+}
+
+// The same for the 32 codes in the low (`high` false) or high nibbles of 32 bytes g, code k in
+// byte k (a Q4_K sub-block).
+inline void PackNibbleWords32(const uint8_t* g, bool high, uint8_t* d, int r) {
+  for (int m = 0; m < 4; ++m) {
+    const uint32_t a = LoadU32(g + 8 * m), b = LoadU32(g + 8 * m + 4);
+    StoreU32(d + 64 * m + 4 * r, high ? (a >> 4 & kLowNibbles) | (b & ~kLowNibbles)
+                                      : (a & kLowNibbles) | (b & kLowNibbles) << 4);
+  }
+}
+
+// The same for a safetensors MXFP4 block's 16 bytes n, whose low nibbles are the even codes and
+// high nibbles the odd ones: word k's bytes are codes 8k + j | 8k + 4 + j << 4 for j = 0-3, that is
+// n[4k]'s and n[4k + 2]'s low nibbles, their high nibbles, then n[4k + 1]'s and n[4k + 3]'s.
+inline void PackSplitNibbleWords(const uint8_t* n, uint8_t* d, int r) {
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t a = LoadU16(n + 4 * k), b = LoadU16(n + 4 * k + 2);  // n[4k], n[4k + 1]; ...
+    const uint32_t even = (a & 0x0F0F) | (b & 0x0F0F) << 4;             // bytes: j = 0, j = 2
+    const uint32_t odd = (a >> 4 & 0x0F0F) | (b & 0xF0F0);              // bytes: j = 1, j = 3
+    StoreU32(d + 64 * k + 4 * r,
+             (even & 0xFF) | (odd & 0xFF) << 8 | (even >> 8) << 16 | (odd >> 8) << 24);
+  }
+}
+
 // Row r (0-15 in its group) of one Q4_K super-block w into the packed super-block d.
 void PackQ4KRow(const uint8_t* w, int r, uint8_t* d) {
-  for (int j = 0; j < 8; ++j) {  // sub-block j: group j / 2's low (j even) or high nibbles
-    uint8_t code[kBlock];
-    const uint8_t* g = w + 16 + 32 * (j / 2);
-    for (int k = 0; k < kBlock; ++k) code[k] = j % 2 ? g[k] >> 4 : g[k] & 15;
-    for (int m = 0; m < 4; ++m)
-      for (int i = 0; i < 4; ++i)
-        d[kPackedCodeBytes * j + 64 * m + 4 * r + i] =
-            static_cast<uint8_t>(code[8 * m + i] | code[8 * m + 4 + i] << 4);
-  }
+  for (int j = 0; j < 8; ++j)  // sub-block j: byte group j / 2's low (j even) or high nibbles
+    PackNibbleWords32(w + 16 + 32 * (j / 2), j % 2 != 0, d + kPackedCodeBytes * j, r);
   uint8_t* s = d + kPackedQ4KScales;
   std::memcpy(s + 2 * r, w, 2);           // d
   std::memcpy(s + 32 + 2 * r, w + 2, 2);  // dmin
@@ -1294,83 +1331,84 @@ void PackQ6KRow(const uint8_t* w, int r, uint8_t* d) {
   for (int k = 0; k < 16; ++k) s[32 + 16 * k + r] = w[192 + k];  // the int8 scales
 }
 
+// Row `row` of w (its r-th in its group) into its group's packed bytes d.
+void PackRow(const GgmlMatrix& w, int row, int r, uint8_t* d) {
+  const uint8_t* src = w.row(row);
+  const int blocks = w.in / kBlock;
+  switch (w.type) {
+    case kGgmlTypeQ4_K:
+      for (int sb = 0; sb < blocks / 8; ++sb)
+        PackQ4KRow(src + static_cast<size_t>(sb) * 144, r,
+                   d + static_cast<size_t>(sb) * kPackedQ4KBytes);
+      return;
+    case kGgmlTypeQ6_K:
+      for (int sb = 0; sb < blocks / 8; ++sb)
+        PackQ6KRow(src + static_cast<size_t>(sb) * 210, r,
+                   d + static_cast<size_t>(sb) * kPackedQ6KBytes);
+      return;
+    case kGgmlTypeQ8_0:
+      for (int b = 0; b < blocks; ++b, d += kPackedQ80Bytes) {
+        const uint8_t* blk = src + static_cast<size_t>(b) * 34;  // f16 d, then 32 int8 codes
+        for (int m = 0; m < 8; ++m)
+          StoreU32(d + 64 * m + 4 * r, LoadU32(blk + 2 + 4 * m) ^ 0x80808080);
+        std::memcpy(d + 512 + 2 * r, blk, 2);
+      }
+      return;
+    case kTypeMxfp4Split: {  // even values in the low nibbles, odd in the high
+      const uint8_t* e = w.row_scales(row);
+      for (int b = 0; b < blocks; ++b, d += kPackedBlockBytes) {
+        PackSplitNibbleWords(src + 16 * b, d, r);
+        const auto scale = static_cast<uint16_t>(std::bit_cast<uint32_t>(kE8M0Half.v[e[b]]) >> 16);
+        std::memcpy(d + kPackedCodeBytes + 2 * r, &scale, 2);
+      }
+      return;
+    }
+    default: {  // Q4_0 / MXFP4 blocks: values 0-15 in the low nibbles, 16-31 in the high
+      const bool mx = w.type == kGgmlTypeMXFP4;
+      const int bytes = mx ? 17 : 18;
+      for (int b = 0; b < blocks; ++b, d += kPackedBlockBytes) {
+        const uint8_t* blk = src + static_cast<size_t>(b) * bytes;
+        PackNibbleWords(blk + (mx ? 1 : 2), d, r);
+        const uint16_t scale =
+            mx ? static_cast<uint16_t>(std::bit_cast<uint32_t>(kE8M0Half.v[blk[0]]) >> 16)
+               : LoadU16(blk);
+        std::memcpy(d + kPackedCodeBytes + 2 * r, &scale, 2);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void PackForInt8(GgmlMatrix* w) {
   if (!Int8PackSupports(w->type) || w->int8 != nullptr) return;
   SS_ASSERT(w->in % kBlock == 0);
   const int blocks = w->in / kBlock, groups = (w->out + kPackedRows - 1) / kPackedRows;
-  const bool q4k = w->type == kGgmlTypeQ4_K, q6k = w->type == kGgmlTypeQ6_K,
-             q80 = w->type == kGgmlTypeQ8_0;
-  const size_t group_bytes = q4k   ? static_cast<size_t>(blocks / 8) * kPackedQ4KBytes
-                             : q6k ? static_cast<size_t>(blocks / 8) * kPackedQ6KBytes
-                             : q80 ? static_cast<size_t>(blocks) * kPackedQ80Bytes
-                                   : static_cast<size_t>(blocks) * kPackedBlockBytes;
-  auto buffer = std::make_shared<std::vector<uint8_t, CacheLineAllocator<uint8_t>>>(
-      static_cast<size_t>(groups) * group_bytes);  // zeros: the padding rows
-  uint8_t* dst = buffer->data();
+  const bool q6k = w->type == kGgmlTypeQ6_K;
+  const size_t group_bytes =
+      w->type == kGgmlTypeQ4_K   ? static_cast<size_t>(blocks / 8) * kPackedQ4KBytes
+      : q6k                      ? static_cast<size_t>(blocks / 8) * kPackedQ6KBytes
+      : w->type == kGgmlTypeQ8_0 ? static_cast<size_t>(blocks) * kPackedQ80Bytes
+                                 : static_cast<size_t>(blocks) * kPackedBlockBytes;
+  // Not zeroed here: each group is written (zeroed first where it has padding rows or, Q6_K, bits
+  // that are or-ed in) by the thread that packs it, so the pages are first touched, and zeroed by
+  // the kernel, by both threads rather than by one pass ahead of the packing.
+  const size_t bytes = static_cast<size_t>(groups) * group_bytes;
+  uint8_t* dst = CacheLineAllocator<uint8_t>().allocate(bytes);
+  std::shared_ptr<const void> owner(dst, [bytes](const void* p) {
+    CacheLineAllocator<uint8_t>().deallocate(static_cast<uint8_t*>(const_cast<void*>(p)), bytes);
+  });
   const GgmlMatrix& m = *w;
 #pragma omp parallel for schedule(static)
   for (int g = 0; g < groups; ++g) {
-    for (int r = 0; r < kPackedRows && g * kPackedRows + r < m.out; ++r) {
-      const int row = g * kPackedRows + r;
-      const uint8_t* src = m.row(row);
-      if (q4k) {
-        for (int sb = 0; sb < blocks / 8; ++sb)
-          PackQ4KRow(src + static_cast<size_t>(sb) * 144, r,
-                     dst + static_cast<size_t>(g) * group_bytes +
-                         static_cast<size_t>(sb) * kPackedQ4KBytes);
-        continue;
-      }
-      if (q80) {
-        for (int b = 0; b < blocks; ++b) {
-          const uint8_t* blk = src + static_cast<size_t>(b) * 34;  // f16 d, then 32 int8 codes
-          uint8_t* d =
-              dst + static_cast<size_t>(g) * group_bytes + static_cast<size_t>(b) * kPackedQ80Bytes;
-          for (int m = 0; m < 8; ++m)
-            for (int i = 0; i < 4; ++i)
-              d[64 * m + 4 * r + i] = static_cast<uint8_t>(blk[2 + 4 * m + i] ^ 0x80);
-          std::memcpy(d + 512 + 2 * r, blk, 2);
-        }
-        continue;
-      }
-      if (q6k) {
-        for (int sb = 0; sb < blocks / 8; ++sb)
-          PackQ6KRow(src + static_cast<size_t>(sb) * 210, r,
-                     dst + static_cast<size_t>(g) * group_bytes +
-                         static_cast<size_t>(sb) * kPackedQ6KBytes);
-        continue;
-      }
-      for (int b = 0; b < blocks; ++b) {
-        uint8_t* d =
-            dst + static_cast<size_t>(g) * group_bytes + static_cast<size_t>(b) * kPackedBlockBytes;
-        // The block's 32 codes in order, and its scale's 16 bits.
-        uint8_t code[kBlock];
-        uint16_t scale;
-        if (m.type == kTypeMxfp4Split) {  // even values in the low nibbles, odd in the high
-          const uint8_t* n = src + 16 * b;
-          for (int i = 0; i < 16; ++i) code[2 * i] = n[i] & 15, code[2 * i + 1] = n[i] >> 4;
-          scale = static_cast<uint16_t>(
-              std::bit_cast<uint32_t>(kE8M0Half.v[m.row_scales(row)[b]]) >> 16);
-        } else {  // Q4_0 / MXFP4 blocks: values 0-15 in the low nibbles, 16-31 in the high
-          const bool mx = m.type == kGgmlTypeMXFP4;
-          const uint8_t* blk = src + static_cast<size_t>(b) * (mx ? 17 : 18);
-          const uint8_t* n = blk + (mx ? 1 : 2);
-          for (int i = 0; i < 16; ++i) code[i] = n[i] & 15, code[i + 16] = n[i] >> 4;
-          scale = mx ? static_cast<uint16_t>(std::bit_cast<uint32_t>(kE8M0Half.v[blk[0]]) >> 16)
-                     : LoadU16(blk);
-        }
-        for (int k = 0; k < 4; ++k)
-          for (int j = 0; j < 4; ++j)
-            d[64 * k + 4 * r + j] =
-                static_cast<uint8_t>(code[8 * k + j] | code[8 * k + 4 + j] << 4);
-        std::memcpy(d + kPackedCodeBytes + 2 * r, &scale, 2);
-      }
-    }
+    uint8_t* d = dst + static_cast<size_t>(g) * group_bytes;
+    const int rows = std::min(kPackedRows, m.out - g * kPackedRows);
+    if (q6k || rows < kPackedRows) std::memset(d, 0, group_bytes);
+    for (int r = 0; r < rows; ++r) PackRow(m, g * kPackedRows + r, r, d);
   }
   w->int8 = dst;
   w->int8_group_bytes = group_bytes;
-  w->int8_owner = std::move(buffer);
+  w->int8_owner = std::move(owner);
 }
 
 void MatMulGgmlInt8(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T) {
