@@ -1252,25 +1252,19 @@ void StoreU32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
 
 constexpr uint32_t kLowNibbles = 0x0F0F0F0F;
 
-// Row r's packed codes of one block, 4 bytes in each of the 4 steps (d + 64 k + 4 r: codes 8 k + j
-// in the low nibbles, 8 k + 4 + j in the high ones; kernels/gemm_int8.h), from 16 bytes n whose
-// low nibbles are codes 0-15 and high nibbles codes 16-31 (Q4_0, GGUF MXFP4), a word at a time.
-inline void PackNibbleWords(const uint8_t* n, uint8_t* d, int r) {
-  const uint32_t a = LoadU32(n), b = LoadU32(n + 4), c = LoadU32(n + 8), e = LoadU32(n + 12);
-  StoreU32(d + 4 * r, (a & kLowNibbles) | (b & kLowNibbles) << 4);
-  StoreU32(d + 64 + 4 * r, (c & kLowNibbles) | (e & kLowNibbles) << 4);
-  StoreU32(d + 128 + 4 * r, (a >> 4 & kLowNibbles) | (b & ~kLowNibbles));
-  StoreU32(d + 192 + 4 * r, (c >> 4 & kLowNibbles) | (e & ~kLowNibbles));
+// One packed code word (4 bytes of a row in one step; kernels/gemm_int8.h: codes 8 k + j in the low
+// nibbles, 8 k + 4 + j in the high ones) from the 8 bytes at p whose low (`high` false) or high
+// nibbles are the step's 8 codes in order.
+inline uint32_t NibbleWord(const uint8_t* p, bool high) {
+  const uint32_t a = LoadU32(p), b = LoadU32(p + 4);
+  return high ? (a >> 4 & kLowNibbles) | (b & ~kLowNibbles)
+              : (a & kLowNibbles) | (b & kLowNibbles) << 4;
 }
 
-// The same for the 32 codes in the low (`high` false) or high nibbles of 32 bytes g, code k in
-// byte k (a Q4_K sub-block).
-inline void PackNibbleWords32(const uint8_t* g, bool high, uint8_t* d, int r) {
-  for (int m = 0; m < 4; ++m) {
-    const uint32_t a = LoadU32(g + 8 * m), b = LoadU32(g + 8 * m + 4);
-    StoreU32(d + 64 * m + 4 * r, high ? (a >> 4 & kLowNibbles) | (b & ~kLowNibbles)
-                                      : (a & kLowNibbles) | (b & kLowNibbles) << 4);
-  }
+// Row r's packed codes of one block (steps at d + 64 k + 4 r) from 16 bytes n whose low nibbles
+// are codes 0-15 and high nibbles codes 16-31 (Q4_0, GGUF MXFP4).
+inline void PackNibbleWords(const uint8_t* n, uint8_t* d, int r) {
+  for (int k = 0; k < 4; ++k) StoreU32(d + 64 * k + 4 * r, NibbleWord(n + 8 * (k % 2), k >= 2));
 }
 
 // The same for a safetensors MXFP4 block's 16 bytes n, whose low nibbles are the even codes and
@@ -1289,7 +1283,9 @@ inline void PackSplitNibbleWords(const uint8_t* n, uint8_t* d, int r) {
 // Row r (0-15 in its group) of one Q4_K super-block w into the packed super-block d.
 void PackQ4KRow(const uint8_t* w, int r, uint8_t* d) {
   for (int j = 0; j < 8; ++j)  // sub-block j: byte group j / 2's low (j even) or high nibbles
-    PackNibbleWords32(w + 16 + 32 * (j / 2), j % 2 != 0, d + kPackedCodeBytes * j, r);
+    for (int m = 0; m < 4; ++m)
+      StoreU32(d + kPackedCodeBytes * j + 64 * m + 4 * r,
+               NibbleWord(w + 16 + 32 * (j / 2) + 8 * m, j % 2 != 0));
   uint8_t* s = d + kPackedQ4KScales;
   std::memcpy(s + 2 * r, w, 2);           // d
   std::memcpy(s + 32 + 2 * r, w + 2, 2);  // dmin
