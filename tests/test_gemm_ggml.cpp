@@ -438,7 +438,9 @@ TEST(GemmGgml, PackedRowsOfAnExpertAreThoseOfTheStack) {
         differ += std::memcmp(y.data() + static_cast<size_t>(t) * rows,
                               all.data() + static_cast<size_t>(t) * experts * rows + first,
                               rows * sizeof(float)) != 0;
-      if (first % 16 == 0) EXPECT_EQ(differ, 0u) << GgmlTypeName(type) << " rows from " << first;
+      if (first % 16 == 0) {
+        EXPECT_EQ(differ, 0u) << GgmlTypeName(type) << " rows from " << first;
+      }
     }
     SetGgmlActivations(type, GgmlActivations::kF32);
   }
@@ -643,6 +645,28 @@ TEST(GemmGgml, SameBitsAtAnyThreadCount) {
       EXPECT_TRUE(one == many) << GgmlTypeName(type) << " T " << T;
     }
   }
+}
+
+// The one-row kernels' prefetch address: kRowAheadBytes on in the stream, within the row while it
+// lasts, then in the rows the stream reads next (contiguous rows: the bytes that follow; rows a
+// stride apart, as gpt-oss's gate rows between its up rows: the stride skipped).
+TEST(GemmGgml, RowAheadFollowsTheStreamAcrossRows) {
+  alignas(64) static const uint8_t rows[1] = {};
+  const uintptr_t base = reinterpret_cast<uintptr_t>(rows);
+  auto ahead = [&](size_t offset, size_t row_bytes, size_t row_stride) {
+    return reinterpret_cast<uintptr_t>(RowAhead(rows, offset, row_bytes, row_stride)) - base;
+  };
+  const size_t d = kRowAheadBytes;
+  EXPECT_EQ(ahead(0, 4 * d, 4 * d), d);                    // inside the row
+  EXPECT_EQ(ahead(0, 4 * d, 8 * d), d);                    // inside the row, rows apart
+  EXPECT_EQ(ahead(3 * d + 10, 4 * d, 4 * d), 4 * d + 10);  // into the next row, contiguous
+  EXPECT_EQ(ahead(3 * d + 10, 4 * d, 8 * d), 8 * d + 10);  // the next row, a stride on
+  // Rows shorter than the distance: whole rows skipped, stride by stride (here 3 rows on).
+  const size_t row = d / 3 + 1;
+  const size_t at = 5 + d;
+  EXPECT_EQ(ahead(5, row, row), at);
+  ASSERT_TRUE(at >= 3 * row && at < 4 * row);
+  EXPECT_EQ(ahead(5, row, 2 * row), 3 * 2 * row + (at - 3 * row));
 }
 
 // The load-time check finds the first value (F16, BF16) or block scale that decodes to Inf or NaN,

@@ -74,21 +74,27 @@ __attribute__((target("sse2"))) inline __m128i Q4KScaleBytes(const uint8_t* w) {
 // kRowStreams streams spaced evenly through it (rows lo + i + s q, q = (hi - lo) / kRowStreams,
 // for i < q), then the rows left over one at a time, each stream reading row after row. A kernel
 // asks for the bytes kRowAheadBytes further on in its stream: in the same row while it lasts, then
-// in the stream's next row, which it reads next (so rows shorter than the distance, a 768-wide
-// model's 1.5 KiB of BF16, are asked for early too). A row's arithmetic does not depend on the rows
-// beside it, so the order gives the same bits. As for the f32 MatVec (kernels/ops.cpp), two spaced
-// streams a thread read faster than groups of four adjacent rows on the 2-core Zen 5 EPYC: the
-// 0.9B Llama shape's native Q8_0 decode 20.2-20.5 -> 22.4-22.9 tokens/s on one thread, 32.3-34.1
-// -> 38.4-38.6 on two; BF16 and Q4_K (bound by their arithmetic) within the noise.
-inline constexpr size_t kRowAheadBytes = 1024;
+// in the rows the stream reads next (so rows shorter than the distance, a 768-wide model's 1.5 KiB
+// of BF16, are asked for early too; where W's rows are a stride apart, the stride is skipped). A
+// row's arithmetic does not depend on the rows beside it, so the order gives the same bits. As for
+// the f32 MatVec (kernels/ops.cpp), two spaced streams a thread read faster than groups of four
+// adjacent rows on the 2-core Zen 5 EPYC: the 0.9B Llama shape's native Q8_0 decode 20.2-20.5 ->
+// 22.4-22.9 tokens/s on one thread, 32.3-34.1 -> 38.4-38.6 on two; BF16 and Q4_K within the noise.
+// The distance, 4 KiB as the packed int8 stream's (gemm_int8.cpp), against 1 KiB before: the same
+// 0.9B shape's decode from memory on the Zen 5 EPYC (GB/s of weights, 2 alternating runs each,
+// 1 / 2 threads; read bandwidth 27.0 / 45.9): native BF16 21.1-22.4 -> 27.3-27.7 and 38.5-41.4 ->
+// 49.2-49.4, F16 21.7-23.3 -> 28.9-29.5 and 41.7 -> 55.2-55.7, Q8_0 19.8-20.0 -> 19.7-22.1 and
+// 34.3-36.7 -> 37.8-39.3; AVX2 alike for BF16 and F16; the 4-bit types (bound by their
+// arithmetic with f32 x) unchanged; 2 KiB and 8 KiB no better than 4.
+inline constexpr size_t kRowAheadBytes = 4096;
 inline constexpr int kRowStreams = 2;
 inline const char* RowAhead(const uint8_t* row, size_t offset, size_t row_bytes,
                             size_t row_stride) {
   const size_t at = offset + kRowAheadBytes;
   const uintptr_t base =
       reinterpret_cast<uintptr_t>(row);  // may point past W's end: a prefetch does not fault
-  return reinterpret_cast<const char*>(at < row_bytes ? base + at
-                                                      : base + row_stride + (at - row_bytes));
+  if (at < row_bytes || row_stride == row_bytes) return reinterpret_cast<const char*>(base + at);
+  return reinterpret_cast<const char*>(base + at / row_bytes * row_stride + at % row_bytes);
 }
 // Calls rows(streams, first, step) for rows [lo, hi) as above.
 template <class F>
