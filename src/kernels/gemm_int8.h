@@ -96,12 +96,13 @@ inline const char* RowAhead(const uint8_t* row, size_t offset, size_t row_bytes,
   if (at < row_bytes || row_stride == row_bytes) return reinterpret_cast<const char*>(base + at);
   return reinterpret_cast<const char*>(base + at / row_bytes * row_stride + at % row_bytes);
 }
-// Calls rows(streams, first, step) for rows [lo, hi) as above.
+// Calls rows(streams, first, step) for rows [lo, hi) as above, `streams` streams (kRowStreams
+// unless a kernel asks for more).
 template <class F>
-inline void ForRowStreams(int lo, int hi, F&& rows) {
-  const int q = (hi - lo) / kRowStreams;
-  for (int i = 0; i < q; ++i) rows(kRowStreams, lo + i, q);
-  for (int r = lo + q * kRowStreams; r < hi; ++r) rows(1, r, 1);
+inline void ForRowStreams(int lo, int hi, F&& rows, int streams = kRowStreams) {
+  const int q = (hi - lo) / streams;
+  for (int i = 0; i < q; ++i) rows(streams, lo + i, q);
+  for (int r = lo + q * streams; r < hi; ++r) rows(1, r, 1);
 }
 
 inline constexpr int kPackedRows = 16, kPackedCodeBytes = 256,
