@@ -446,7 +446,9 @@ RowDequant VectorRowDecode(uint32_t type) {
 
 // Each kind: kValues values (whole chunks) in kBytes bytes a block; Block512 / Block256 decode
 // block b of a row (w at the block; s: the split MXFP4's scale bytes from the row's first) and
-// add its chunks' products with x (at the block's first value) to the accumulator.
+// add its chunks' products with x (at the block's first value) to the accumulator. Q4_K's
+// AVX-512 form is in kParts parts instead: Start512 puts a block's scales in memory, Part512 adds
+// part p's chunks (PartsOf, RowsTimesX512).
 #define SS_FUSED512 __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline
 #define SS_FUSED256 __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
 
@@ -600,30 +602,30 @@ SS_FUSED256 void Q4KSub256(__m256i q, float scale, float min, const float* x, __
   Step256(Q4KValues8(second, s, m), Q4KValues8(_mm_srli_si128(second, 8), s, m), x + 16, acc);
 }
 struct KindQ4_K {
-  static constexpr int kValues = 256, kBytes = 144;
-  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
-    const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    // d sc_j in lanes 0-7, dmin m_j in lanes 8-15: exact products, as the scalar decoder's.
+  static constexpr int kValues = 256, kBytes = 144, kParts = 4;
+  // d sc_j (j = 0-7) then dmin m_j into st[0, 16): exact products, as the scalar decoder's.
+  SS_FUSED512 void Start512(const uint8_t* w, float* st) {
     const __m512 d = _mm512_castpd_ps(
         _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(Half(w)))),
                            _mm256_castps_pd(_mm256_set1_ps(Half(w + 2))), 1));
-    const __m512 all = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(Q4KScaleBytes(w))));
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) {
-      const __m512 lo =
-          _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_permutexvar_ps(_mm512_set1_epi32(2 * g), all)),
-                        _mm512_permutexvar_ps(_mm512_set1_epi32(8 + 2 * g), all));
-      const __m512 hi = _mm512_sub_ps(
-          _mm512_mul_ps(codes, _mm512_permutexvar_ps(_mm512_set1_epi32(2 * g + 1), all)),
-          _mm512_permutexvar_ps(_mm512_set1_epi32(9 + 2 * g), all));
-      const __m512i w0 = _mm512_cvtepu8_epi32(Load128(w + 16 + 32 * g));
-      const __m512i w1 = _mm512_cvtepu8_epi32(Load128(w + 32 + 32 * g));
-      const float* xg = x + 64 * g;
-      Step512(_mm512_permutexvar_ps(w0, lo), xg, acc);
-      Step512(_mm512_permutexvar_ps(w1, lo), xg + 16, acc);
-      Step512(_mm512_permutexvar_ps(_mm512_srli_epi32(w0, 4), hi), xg + 32, acc);
-      Step512(_mm512_permutexvar_ps(_mm512_srli_epi32(w1, 4), hi), xg + 48, acc);
-    }
+    _mm512_store_ps(st,
+                    _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(Q4KScaleBytes(w)))));
+  }
+  // Part g: sub-blocks 2 g (the low nibbles of bytes 32 g .. 32 g + 31) and 2 g + 1 (their high
+  // nibbles), values 64 g .. 64 g + 63.
+  SS_FUSED512 void Part512(const uint8_t* w, const float* st, int g, const float* x, __m512& acc) {
+    const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_set1_ps(st[2 * g])),
+                                    _mm512_set1_ps(st[8 + 2 * g]));
+    const __m512 hi = _mm512_sub_ps(_mm512_mul_ps(codes, _mm512_set1_ps(st[2 * g + 1])),
+                                    _mm512_set1_ps(st[9 + 2 * g]));
+    const __m512i w0 = _mm512_cvtepu8_epi32(Load128(w + 16 + 32 * g));
+    const __m512i w1 = _mm512_cvtepu8_epi32(Load128(w + 32 + 32 * g));
+    const float* xg = x + 64 * g;
+    Step512(_mm512_permutexvar_ps(w0, lo), xg, acc);
+    Step512(_mm512_permutexvar_ps(w1, lo), xg + 16, acc);
+    Step512(_mm512_permutexvar_ps(_mm512_srli_epi32(w0, 4), hi), xg + 32, acc);
+    Step512(_mm512_permutexvar_ps(_mm512_srli_epi32(w1, 4), hi), xg + 48, acc);
   }
   SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
     const __m256i mask = _mm256_set1_epi8(0x0F);
@@ -686,6 +688,16 @@ struct KindQ6_K {
   }
 };
 
+// How many parts a kind's block is taken in (Start512, then Part512 for each part), 1 where the
+// kind has Block512 only.
+template <class Kind>
+constexpr int PartsOf() {
+  if constexpr (requires { Kind::kParts; })
+    return Kind::kParts;
+  else
+    return 1;
+}
+
 // G rows of W from r0 times x into y[r0 ..] (+ bias). F16 / BF16 rows whose length is not whole
 // chunks end with a masked chunk: its missing values are zero, as MatMulDot's padding.
 template <class Kind, int G>
@@ -703,13 +715,32 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void RowsTimesX512(const GgmlMa
   const int blocks = w.in / Kind::kValues;
   for (int b = 0; b < blocks; ++b) {
     const float* xb = x + b * Kind::kValues;
+    if constexpr (PartsOf<Kind>() > 1) {
+      // The rows' parts interleaved: part p of every row, then part p + 1, so that the rows'
+      // accumulator chains run side by side (a whole Q4_K block a row before the next row's kept
+      // the FMAs waiting on one chain, 16 deep). Each row's FMAs keep their order: the same bits.
+      alignas(64) float st[G][16];
 #pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) {
-      const uint8_t* p = row[g] + static_cast<size_t>(b) * Kind::kBytes;
-      _mm_prefetch(
-          RowAhead(row[g], static_cast<size_t>(b) * Kind::kBytes, w.row_bytes, w.row_stride),
-          _MM_HINT_T0);
-      Kind::Block512(p, sc[g], b, xb, acc[g]);
+      for (int g = 0; g < G; ++g) {
+        _mm_prefetch(
+            RowAhead(row[g], static_cast<size_t>(b) * Kind::kBytes, w.row_bytes, w.row_stride),
+            _MM_HINT_T0);
+        Kind::Start512(row[g] + static_cast<size_t>(b) * Kind::kBytes, st[g]);
+      }
+#pragma GCC unroll 4
+      for (int part = 0; part < PartsOf<Kind>(); ++part)
+#pragma GCC unroll 4
+        for (int g = 0; g < G; ++g)
+          Kind::Part512(row[g] + static_cast<size_t>(b) * Kind::kBytes, st[g], part, xb, acc[g]);
+    } else {
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) {
+        const uint8_t* p = row[g] + static_cast<size_t>(b) * Kind::kBytes;
+        _mm_prefetch(
+            RowAhead(row[g], static_cast<size_t>(b) * Kind::kBytes, w.row_bytes, w.row_stride),
+            _MM_HINT_T0);
+        Kind::Block512(p, sc[g], b, xb, acc[g]);
+      }
     }
   }
   if (const int tail = w.in - blocks * Kind::kValues; tail > 0) {  // F16 / BF16 only
@@ -782,10 +813,13 @@ struct RowKernelSet {
 // two FMAs on a row's one accumulator chain, so two rows leave the FMA latency, not the memory,
 // setting the pace. Measured on the 0.9B Llama shape's decode (Zen 5 EPYC, GB/s of weights, two
 // alternating runs, 1 / 2 threads): Q4_0 13.9-14.0 / 21.9-24.5 with two rows against 16.5-17.8 /
-// 32.0-32.6 with four, MXFP4 13.2-13.3 / 23.8-25.4 against 16.5-16.6 / 21.5-30.2. The other types
-// stay at two (Q4_K and Q6_K unchanged with four, BF16 and Q8_0 slower on two threads: 42.3-42.4
-// against 44.0-45.1, 29.0-30.6 against 34.1-34.6), and so does AVX2 (two chains a row already;
-// Q4_0 and MXFP4 unchanged with four).
+// 32.0-32.6 with four, MXFP4 13.2-13.3 / 23.8-25.4 against 16.5-16.6 / 21.5-30.2. Q4_K too, its
+// blocks taken in parts across the rows (RowsTimesX512): 7.5-9.7 / 13.6-17.1 with two rows a block
+// at a time, 8.2-9.8 / 14.6-17.8 with two in parts, 9.9-12.5 / 18.4-22.4 with four in parts. The
+// other types stay at two (Q6_K unchanged with four or in parts: its decoder's arithmetic is the
+// limit; BF16 and Q8_0 slower on two threads: 42.3-42.4 against 44.0-45.1, 29.0-30.6 against
+// 34.1-34.6), and so does AVX2 (two chains a row already; Q4_0 and MXFP4 unchanged with four, Q4_K
+// slower in parts: 6.5-6.7 / 9.6-10.0 against 5.1-6.3 / 8.0-8.7).
 template <class Kind>
 constexpr int kStreams512 = 2;
 template <>
@@ -794,6 +828,8 @@ template <>
 constexpr int kStreams512<KindMxfp4> = 4;
 template <>
 constexpr int kStreams512<KindMxfp4Split> = 4;
+template <>
+constexpr int kStreams512<KindQ4_K> = 4;
 
 template <class Kind>
 constexpr RowKernelSet RowsTimesX(bool avx512) {
