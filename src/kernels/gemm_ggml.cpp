@@ -446,9 +446,9 @@ RowDequant VectorRowDecode(uint32_t type) {
 
 // Each kind: kValues values (whole chunks) in kBytes bytes a block; Block512 / Block256 decode
 // block b of a row (w at the block; s: the split MXFP4's scale bytes from the row's first) and
-// add its chunks' products with x (at the block's first value) to the accumulator. Q4_K's
-// AVX-512 form is in kParts parts instead: Start512 puts a block's scales in memory, Part512 adds
-// part p's chunks (PartsOf, RowsTimesX512).
+// add its chunks' products with x (at the block's first value) to the accumulator. Q4_K's and
+// Q6_K's AVX-512 forms are in kParts parts instead: Start512 puts a block's scales in memory,
+// Part512 adds part p's chunks (PartsOf, RowsTimesX512).
 #define SS_FUSED512 __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline
 #define SS_FUSED256 __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
 
@@ -645,26 +645,44 @@ struct KindQ4_K {
   }
 };
 struct KindQ6_K {
-  static constexpr int kValues = 256, kBytes = 210;
-  SS_FUSED512 void Block512(const uint8_t* w, const uint8_t*, int, const float* x, __m512& acc) {
+  static constexpr int kValues = 256, kBytes = 210, kParts = 2;
+  // d sc for the sixteen 16-value sub-blocks into st[0, 16) (exact products).
+  SS_FUSED512 void Start512(const uint8_t* w, float* st) {
+    _mm512_store_ps(st, _mm512_mul_ps(_mm512_set1_ps(Half(w + 208)),
+                                      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 192)))));
+  }
+  // Part h: values 128 h .. 128 h + 127, Q6KHalf's six-bit values built in the 32-bit lanes: the
+  // low four bits from ql's bytes, the top two from qh's, each byte widened once as it is loaded
+  // (Q6KHalf's 256-bit form took a widening and an extract a 16-value chunk). Then times d sc, the
+  // + 0 turning a -0 (q = 0, sc < 0) into +0: the scalar decoder's exact product.
+  SS_FUSED512 void Part512(const uint8_t* w, const float* ds, int h, const float* x, __m512& acc) {
+    const __m512i low4 = _mm512_set1_epi32(0x0F), top2 = _mm512_set1_epi32(0x30),
+                  k32 = _mm512_set1_epi32(32);
     const __m512 zero = _mm512_setzero_ps();
-    // d sc for the sixteen 16-value sub-blocks (exact), each then broadcast to its lanes.
-    const __m512 ds = _mm512_mul_ps(_mm512_set1_ps(Half(w + 208)),
-                                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Load128(w + 192))));
+    const uint8_t* ql = w + 64 * h;
+    const uint8_t* qh = w + 128 + 32 * h;
+    __m512i a[2], c[2], hb[2];  // bytes l and l + 32 of ql, l of qh, l = 16 s + lane
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      __m256i q[4];
-      Q6KHalf(w, h, q);
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k)
-#pragma GCC unroll 2
-        for (int s = 0; s < 2; ++s) {
-          const __m128i part = s ? _mm256_extracti128_si256(q[k], 1) : _mm256_castsi256_si128(q[k]);
-          const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(part));
-          const __m512 scale = _mm512_permutexvar_ps(_mm512_set1_epi32(8 * h + 2 * k + s), ds);
-          Step512(_mm512_add_ps(_mm512_mul_ps(v, scale), zero), x + 128 * h + 32 * k + 16 * s, acc);
-        }
+    for (int s = 0; s < 2; ++s) {
+      a[s] = _mm512_cvtepu8_epi32(Load128(ql + 16 * s));
+      c[s] = _mm512_cvtepu8_epi32(Load128(ql + 32 + 16 * s));
+      hb[s] = _mm512_cvtepu8_epi32(Load128(qh + 16 * s));
     }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k)
+#pragma GCC unroll 2
+      for (int s = 0; s < 2; ++s) {
+        // Values 32 k + l: ql byte l (k even) or l + 32 (k odd), its low nibble (k < 2) or high
+        // one; qh byte l's bits 2 k, 2 k + 1 as bits 4, 5 (ternary logic 0xF8: low | high & 0x30).
+        const __m512i src = k % 2 ? c[s] : a[s];
+        const __m512i low = k < 2 ? _mm512_and_si512(src, low4) : _mm512_srli_epi32(src, 4);
+        const __m512i high =
+            k < 2 ? _mm512_slli_epi32(hb[s], 4 - 2 * k) : _mm512_srli_epi32(hb[s], 2 * k - 4);
+        const __m512i q = _mm512_sub_epi32(_mm512_ternarylogic_epi32(low, high, top2, 0xF8), k32);
+        const __m512 scale = _mm512_set1_ps(ds[8 * h + 2 * k + s]);
+        Step512(_mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q), scale), zero),
+                x + 128 * h + 32 * k + 16 * s, acc);
+      }
   }
   SS_FUSED256 void Block256(const uint8_t* w, const uint8_t*, int, const float* x, __m256* acc) {
     const __m256 d = _mm256_set1_ps(Half(w + 208));
@@ -815,9 +833,11 @@ struct RowKernelSet {
 // alternating runs, 1 / 2 threads): Q4_0 13.9-14.0 / 21.9-24.5 with two rows against 16.5-17.8 /
 // 32.0-32.6 with four, MXFP4 13.2-13.3 / 23.8-25.4 against 16.5-16.6 / 21.5-30.2. Q4_K too, its
 // blocks taken in parts across the rows (RowsTimesX512): 7.5-9.7 / 13.6-17.1 with two rows a block
-// at a time, 8.2-9.8 / 14.6-17.8 with two in parts, 9.9-12.5 / 18.4-22.4 with four in parts. The
-// other types stay at two (Q6_K unchanged with four or in parts: its decoder's arithmetic is the
-// limit; BF16 and Q8_0 slower on two threads: 42.3-42.4 against 44.0-45.1, 29.0-30.6 against
+// at a time, 8.2-9.8 / 14.6-17.8 with two in parts, 9.9-12.5 / 18.4-22.4 with four in parts. And
+// Q6_K, its values built in 32-bit lanes (Part512): 6.3-8.5 / 10.0-11.3 for the 256-bit decoder two
+// rows a block at a time, 8.5-9.8 / 13.0-13.8 for the lanes' decoder so, 8.0-9.8 / 14.3-15.7 with
+// four rows in parts (the 256-bit decoder was unchanged with four or in parts). The other types
+// stay at two (BF16 and Q8_0 slower on two threads: 42.3-42.4 against 44.0-45.1, 29.0-30.6 against
 // 34.1-34.6), and so does AVX2 (two chains a row already; Q4_0 and MXFP4 unchanged with four, Q4_K
 // slower in parts: 6.5-6.7 / 9.6-10.0 against 5.1-6.3 / 8.0-8.7).
 template <class Kind>
@@ -830,6 +850,8 @@ template <>
 constexpr int kStreams512<KindMxfp4Split> = 4;
 template <>
 constexpr int kStreams512<KindQ4_K> = 4;
+template <>
+constexpr int kStreams512<KindQ6_K> = 4;
 
 template <class Kind>
 constexpr RowKernelSet RowsTimesX(bool avx512) {
