@@ -408,11 +408,14 @@ TEST(GemmGgml, PackedRowsOfAnExpertAreThoseOfTheStack) {
     DequantizeGgmlRows(stored.w, 0, experts * rows, wd.data());
     for (int r : {0, 17, 119})
       for (int b = 0; b < (type == kGgmlTypeQ4_K ? 0 : in / 32); ++b) {
+        const bool q4 = type == kGgmlTypeQ4_0;
         const uint8_t* d = stored.w.int8 + static_cast<size_t>(r / 16) * stored.w.int8_group_bytes +
-                           static_cast<size_t>(b) * kPackedBlockBytes;
+                           static_cast<size_t>(b) * (q4 ? kPackedBlockBytes : kPackedMxBlockBytes);
         uint16_t bits;
         std::memcpy(&bits, d + kPackedCodeBytes + 2 * (r % 16), 2);
-        const float scale = type == kGgmlTypeQ4_0 ? F16ToF32(bits) : BF16ToF32(bits) * 2.0f;
+        const float scale =  // Q4_0: f16 d; MXFP4: s = e - 128 as int8, the scale 2^(s + 1)
+            q4 ? F16ToF32(bits)
+               : std::ldexp(1.0f, static_cast<int8_t>(d[kPackedCodeBytes + r % 16]) + 1);
         static const float kE2M1[16] = {0,     0.5f,  1,  1.5f,  2,  3,  4,  6,
                                         -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
         for (int k = 0; k < 32; ++k) {
@@ -454,7 +457,8 @@ std::vector<uint8_t> SlowPack(const GgmlMatrix& w) {
   const size_t group_bytes = type == kGgmlTypeQ4_K   ? blocks / 8 * size_t{kPackedQ4KBytes}
                              : type == kGgmlTypeQ6_K ? blocks / 8 * size_t{kPackedQ6KBytes}
                              : type == kGgmlTypeQ8_0 ? blocks * size_t{kPackedQ80Bytes}
-                                                     : blocks * size_t{kPackedBlockBytes};
+                             : type == kGgmlTypeQ4_0 ? blocks * size_t{kPackedBlockBytes}
+                                                     : blocks * size_t{kPackedMxBlockBytes};
   std::vector<uint8_t> out(groups * group_bytes, 0);
   for (int row = 0; row < w.out; ++row) {
     const int r = row % kPackedRows;
@@ -494,7 +498,8 @@ std::vector<uint8_t> SlowPack(const GgmlMatrix& w) {
       uint8_t* d = q4k ? g + b / 8 * size_t{kPackedQ4KBytes} + b % 8 * size_t{kPackedCodeBytes}
                    : q6k
                        ? g + b / 8 * size_t{kPackedQ6KBytes} + b % 8 * size_t{kPackedQ6KBlockBytes}
-                       : g + b * size_t{kPackedBlockBytes};
+                   : type == kGgmlTypeQ4_0 ? g + b * size_t{kPackedBlockBytes}
+                                           : g + b * size_t{kPackedMxBlockBytes};
       for (int k = 0; k < 32; ++k) {  // code k: step k / 8, byte k % 4, high nibble for k % 8 >= 4
         const int step = k / 8, byte = 64 * step + 4 * r + k % 4;
         d[byte] |= static_cast<uint8_t>((code[k] & 15) << (k % 8 >= 4 ? 4 : 0));
@@ -507,11 +512,8 @@ std::vector<uint8_t> SlowPack(const GgmlMatrix& w) {
       if (type == kGgmlTypeQ4_0) std::memcpy(d + kPackedCodeBytes + 2 * r, src + 18 * b, 2);
       if (type == kGgmlTypeMXFP4 || type == kTypeMxfp4Split) {
         const uint8_t e = type == kGgmlTypeMXFP4 ? src[17 * b] : w.row_scales(row)[b];
-        const float half = std::ldexp(1.0f, e - 128);  // half the E8M0 scale 2^(e - 127)
-        uint32_t bits;
-        std::memcpy(&bits, &half, 4);
-        const auto top = static_cast<uint16_t>(bits >> 16);
-        std::memcpy(d + kPackedCodeBytes + 2 * r, &top, 2);
+        const auto s = static_cast<int8_t>(e - 128);  // half the E8M0 scale 2^(e - 127) is 2^s
+        std::memcpy(d + kPackedCodeBytes + r, &s, 1);
       }
     }
     for (int sb = 0; sb < blocks / 8; ++sb) {  // the super-blocks' scales
@@ -582,18 +584,40 @@ TEST(GemmGgml, Q8_0RowsAsStoredKeepF32X) {
   EXPECT_FALSE(packed == f32);  // the packed rows took x in int8
 }
 
+// MXFP4's scales of E8M0 0-3 (2^-127 .. 2^-124: half of them subnormal) and 200 in some blocks
+// of some rows.
+void WithEdgeScales(Stored* s) {
+  const uint8_t edge[] = {0, 1, 2, 3, 200};
+  const int blocks = s->w.in / 32;
+  for (int row = 0; row < s->w.out; row += 3)
+    for (int b = row % 4; b < blocks; b += 5) {
+      const uint8_t e = edge[(row + b) % 5];
+      if (s->w.type == kTypeMxfp4Split)
+        const_cast<uint8_t*>(s->w.row_scales(row))[b] = e;
+      else
+        const_cast<uint8_t*>(s->w.row(row))[17 * b] = e;
+    }
+}
+
 // With int8 x too, a row gives the same bits alone as inside any T, and AVX2 (with or without
-// AVX-VNNI) the bits of AVX-512.
+// AVX-VNNI) the bits of AVX-512; MXFP4 also with scales down to E8M0 0 (WithEdgeScales).
 TEST(GemmGgml, Int8RowsAreTIndependentAndTheSameOnEveryLevel) {
   if (CpuSimdLevel() == SimdLevel::kPortable) GTEST_SKIP() << "the CPU has no AVX2";
   const SimdLevel best = ActiveSimdLevel();
   for (uint32_t type : {kGgmlTypeQ4_0, kGgmlTypeMXFP4, kTypeMxfp4Split, kGgmlTypeQ4_K,
                         kGgmlTypeQ6_K, kGgmlTypeQ8_0}) {
     SetGgmlActivations(type, GgmlActivations::kInt8);
-    for (int packed = type == kGgmlTypeQ8_0; packed < (Int8PackSupports(type) ? 2 : 1); ++packed) {
-      const int out = 53, in = 768;
+    const bool mx = type == kGgmlTypeMXFP4 || type == kTypeMxfp4Split;
+    for (int variant = type == kGgmlTypeQ8_0; variant < (mx                       ? 4
+                                                         : Int8PackSupports(type) ? 2
+                                                                                  : 1);
+         ++variant) {
+      // 0 / 1: rows as stored / packed; 2 / 3: the same with WithEdgeScales.
+      const int packed = variant % 2, out = 53, in = 768;
       Stored stored = RandomMatrix(type, out, in, 19);
+      if (variant >= 2) WithEdgeScales(&stored);
       if (packed) PackForInt8(&stored.w);
+      EXPECT_EQ(stored.w.int8_subnormal_scales, variant == 3);
       const std::vector<float> bias = test::NormalVector(out, 20);
       std::vector<std::vector<float>> by_level;
       // AVX2 with VPMADDUBSW + VPMADDWD, AVX2 with AVX-VNNI where the CPU has it, AVX-512.
@@ -613,14 +637,14 @@ TEST(GemmGgml, Int8RowsAreTIndependentAndTheSameOnEveryLevel) {
           differ +=
               std::memcmp(alone.data(), all.data() + static_cast<size_t>(t) * out, out * 4) != 0;
         }
-        EXPECT_EQ(differ, 0u) << GgmlTypeName(type) << " " << Int8KernelName() << " packed "
-                              << packed;
+        EXPECT_EQ(differ, 0u) << GgmlTypeName(type) << " " << Int8KernelName() << " variant "
+                              << variant;
         by_level.push_back(all);
       }
       AllowAvxVnniForInt8(true);
       for (size_t i = 1; i < by_level.size(); ++i)
         EXPECT_TRUE(by_level[i] == by_level[0])
-            << GgmlTypeName(type) << ": kernel " << i << " vs the AVX2 one, packed " << packed;
+            << GgmlTypeName(type) << ": kernel " << i << " vs the AVX2 one, variant " << variant;
     }
     SetGgmlActivations(type, GgmlActivations::kF32);
   }

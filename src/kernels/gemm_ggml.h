@@ -40,6 +40,9 @@ struct GgmlMatrix {
   // rows. Where set, the int8 products read these bytes instead of `data`.
   const uint8_t* int8 = nullptr;
   size_t int8_group_bytes = 0;
+  // MXFP4 only: some block's half scale 2^(e - 128) is subnormal (E8M0 0 or 1), which the AVX2
+  // kernel then forms from a table (a test a block that the others skip).
+  bool int8_subnormal_scales = false;
   std::shared_ptr<const void> int8_owner;  // keeps `int8` alive
   bool empty() const { return data == nullptr; }
   size_t bytes() const { return static_cast<size_t>(out) * row_bytes; }  // the rows' (the nibbles')

@@ -673,7 +673,43 @@ __attribute__((always_inline)) inline void PrefetchPackedAhead(const uint8_t* at
     _mm_prefetch(reinterpret_cast<const char*>(at) + kPackedAhead + o, _MM_HINT_T0);
 }
 
-// A group's 16 outputs for one row of x. kMx: MXFP4 (codes through the table, bf16 scales) else
+// A packed block's bytes: Q4_0's f16 scales take 2 bytes a row, MXFP4's E8M0 bytes one.
+constexpr int PackedBlockBytes(bool mx) { return mx ? kPackedMxBlockBytes : kPackedBlockBytes; }
+
+// w_scale * dx for the 16 rows of a packed block (s: its scales). MXFP4: 2^s dx by VSCALEFPS,
+// one rounding of the exact product as the f32 product of dx and 2^s (the bf16 table value the
+// unpacked kernels take) rounds it, subnormal results included; Q4_0: the f16 d times dx.
+template <bool kMx>
+SS_I512_INLINE __m512 PackedScaleDx512(const uint8_t* s, float dx) {
+  if constexpr (kMx)
+    return _mm512_scalef_ps(_mm512_set1_ps(dx),
+                            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)))));
+  return _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s))),
+                       _mm512_set1_ps(dx));
+}
+
+// The same for 8 rows on AVX2 (no VSCALEFPS): 2^s as the exponent field s + 127, exact for
+// s >= -126. A matrix with a smaller s (E8M0 0 or 1: 2^s subnormal; int8_subnormal_scales) runs
+// with kTiny, where a block with one takes its 2^s from the table (`tiny`): the same bits. The
+// test a block cost the others a tenth to a fifth of AVX2's MXFP4 decode, so they skip it.
+template <bool kMx, bool kTiny>
+SS_I256_INLINE __m256 PackedScaleDx256(const uint8_t* s, __m256 dxb, bool tiny) {
+  if constexpr (kMx) {
+    if (kTiny && tiny) {
+      alignas(32) float v[8];
+      for (int i = 0; i < 8; ++i) v[i] = kE8M0Half.v[static_cast<uint8_t>(s[i] + 128)];
+      return _mm256_mul_ps(_mm256_load_ps(v), dxb);
+    }
+    const __m256i e = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s)));
+    return _mm256_mul_ps(
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23)),
+        dxb);
+  }
+  return _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))), dxb);
+}
+
+// A group's 16 outputs for one row of x. kMx: MXFP4 (codes through the table, E8M0 scales) else
 // Q4_0 (codes as they are, f16 scales). Q4_0's high nibbles are multiplied in place (v & 0xF0: 16
 // times the code; VPDPBUSD's products stay below 2^31) and the sum shifted back, exact. The
 // blocks' loop unrolled four times (here and in PackedGroup256; each block's steps unchanged, so
@@ -685,14 +721,14 @@ __attribute__((always_inline)) inline void PrefetchPackedAhead(const uint8_t* at
 template <bool kMx>
 SS_I512 void PackedGroup512(const uint8_t* p, const XBlocks& x, int t, float* out) {
   const auto [q, dx, sum, half] = x.Row(t);
-  constexpr int kOffset = kMx ? 12 : 8;
+  constexpr int kOffset = kMx ? 12 : 8, kBytes = PackedBlockBytes(kMx);
   const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8(static_cast<char>(0xF0));
   const __m512i lut = _mm512_broadcast_i32x4(_mm256_castsi256_si128(Mxfp4Bytes()));
   __m512 acc = _mm512_setzero_ps();
 #pragma GCC unroll 4
   for (int b = 0; b < x.blocks; ++b) {
-    const uint8_t* d = p + static_cast<size_t>(b) * kPackedBlockBytes;
-    PrefetchPackedAhead(d, kPackedBlockBytes);
+    const uint8_t* d = p + static_cast<size_t>(b) * kBytes;
+    PrefetchPackedAhead(d, kBytes);
     const int8_t* xb = q + b * kBlock;
     __m512i a0 = _mm512_set1_epi32(-kOffset * sum[b]), a1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -711,11 +747,8 @@ SS_I512 void PackedGroup512(const uint8_t* p, const XBlocks& x, int t, float* ou
     }
     const __m512i s =
         kMx ? _mm512_add_epi32(a0, a1) : _mm512_add_epi32(a0, _mm512_srai_epi32(a1, 4));
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + kPackedCodeBytes));
-    const __m512 scale =
-        kMx ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16))
-            : _mm512_cvtph_ps(raw);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(scale, _mm512_set1_ps(dx[b])), acc);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), PackedScaleDx512<kMx>(d + kPackedCodeBytes, dx[b]),
+                          acc);
   }
   _mm512_storeu_ps(out, acc);
 }
@@ -723,18 +756,23 @@ SS_I512 void PackedGroup512(const uint8_t* p, const XBlocks& x, int t, float* ou
 // The same in two halves of 8 rows (bytes 32 h .. 32 h + 31 of each 64): the same integer sums
 // (VPDPBUSD where the CPU has AVX-VNNI, else VPMADDUBSW + VPMADDWD: each pair of products at most
 // 2 x 24 x 127, no saturation) and the same f32 steps in each lane, so the same bits.
-template <bool kMx, bool kVnni>
+template <bool kMx, bool kVnni, bool kTiny = false>
 SS_I256 void PackedGroup256(const uint8_t* p, const XBlocks& x, int t, float* out) {
   const auto [q, dx, sum, half] = x.Row(t);
-  constexpr int kOffset = kMx ? 12 : 8;
+  constexpr int kOffset = kMx ? 12 : 8, kBytes = PackedBlockBytes(kMx), kScaleBytes = kMx ? 1 : 2;
   const __m256i m4 = _mm256_set1_epi8(0x0F), lut = Mxfp4Bytes();
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
 #pragma GCC unroll 4
   for (int b = 0; b < x.blocks; ++b) {
-    const uint8_t* d = p + static_cast<size_t>(b) * kPackedBlockBytes;
-    PrefetchPackedAhead(d, kPackedBlockBytes);
+    const uint8_t* d = p + static_cast<size_t>(b) * kBytes;
+    PrefetchPackedAhead(d, kBytes);
     const int8_t* xb = q + b * kBlock;
     const __m256 dxb = _mm256_set1_ps(dx[b]);
+    bool tiny = false;
+    if constexpr (kTiny)
+      tiny = _mm_movemask_epi8(_mm_cmpgt_epi8(
+                 _mm_set1_epi8(-126),
+                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + kPackedCodeBytes)))) != 0;
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       __m256i a0 = _mm256_set1_epi32(-kOffset * sum[b]), a1 = _mm256_setzero_si256();
@@ -757,13 +795,10 @@ SS_I256 void PackedGroup256(const uint8_t* p, const XBlocks& x, int t, float* ou
           a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x_hi), ones));
         }
       }
-      const __m128i raw =
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + kPackedCodeBytes + 16 * h));
-      const __m256 scale =
-          kMx ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16))
-              : _mm256_cvtph_ps(raw);
-      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(a0, a1)),
-                               _mm256_mul_ps(scale, dxb), acc[h]);
+      acc[h] = _mm256_fmadd_ps(
+          _mm256_cvtepi32_ps(_mm256_add_epi32(a0, a1)),
+          PackedScaleDx256<kMx, kTiny>(d + kPackedCodeBytes + 8 * kScaleBytes * h, dxb, tiny),
+          acc[h]);
     }
   }
   _mm256_storeu_ps(out, acc[0]);
@@ -1200,7 +1235,7 @@ namespace {
 
 bool IsMxfp4(uint32_t type) { return type == kGgmlTypeMXFP4 || type == kTypeMxfp4Split; }
 
-PackedGroupFn PackedKernel(uint32_t type) {
+PackedGroupFn PackedKernel(uint32_t type, bool subnormal_scales) {
   if (type == kGgmlTypeQ4_K)
     return Use512()          ? PackedGroupQ4K512
            : CpuHasAvxVnni() ? PackedGroupQ4K256<true>
@@ -1215,12 +1250,14 @@ PackedGroupFn PackedKernel(uint32_t type) {
                              : PackedGroupQ6K256<false>;
   const bool mx = IsMxfp4(type);
   if (Use512()) return mx ? PackedGroup512<true> : PackedGroup512<false>;
+  if (mx && subnormal_scales)
+    return CpuHasAvxVnni() ? PackedGroup256<true, true, true> : PackedGroup256<true, false, true>;
   if (CpuHasAvxVnni()) return mx ? PackedGroup256<true, true> : PackedGroup256<false, true>;
   return mx ? PackedGroup256<true, false> : PackedGroup256<false, false>;
 }
 
 void MatMulPacked(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T) {
-  const PackedGroupFn kernel = PackedKernel(w.type);
+  const PackedGroupFn kernel = PackedKernel(w.type, w.int8_subnormal_scales);
   const XBlocks xb = QuantizeXBlocks(x, T, w.in);
   const int groups = (w.out + kPackedRows - 1) / kPackedRows;
 #pragma omp parallel if (static_cast <int64_t>(T) * w.in * w.out >= (int64_t{1} << 16))
@@ -1335,8 +1372,9 @@ void PackQ6KRow(const uint8_t* w, int r, uint8_t* d) {
   for (int k = 0; k < 16; ++k) s[32 + 16 * k + r] = w[192 + k];  // the int8 scales
 }
 
-// Row `row` of w (its r-th in its group) into its group's packed bytes d.
-void PackRow(const GgmlMatrix& w, int row, int r, uint8_t* d) {
+// Row `row` of w (its r-th in its group) into its group's packed bytes d; whether an MXFP4 scale
+// of the row is E8M0 0 or 1 (GgmlMatrix::int8_subnormal_scales).
+bool PackRow(const GgmlMatrix& w, int row, int r, uint8_t* d) {
   const uint8_t* src = w.row(row);
   const int blocks = w.in / kBlock;
   switch (w.type) {
@@ -1344,12 +1382,12 @@ void PackRow(const GgmlMatrix& w, int row, int r, uint8_t* d) {
       for (int sb = 0; sb < blocks / 8; ++sb)
         PackQ4KRow(src + static_cast<size_t>(sb) * 144, r,
                    d + static_cast<size_t>(sb) * kPackedQ4KBytes);
-      return;
+      return false;
     case kGgmlTypeQ6_K:
       for (int sb = 0; sb < blocks / 8; ++sb)
         PackQ6KRow(src + static_cast<size_t>(sb) * 210, r,
                    d + static_cast<size_t>(sb) * kPackedQ6KBytes);
-      return;
+      return false;
     case kGgmlTypeQ8_0:
       for (int b = 0; b < blocks; ++b, d += kPackedQ80Bytes) {
         const uint8_t* blk = src + static_cast<size_t>(b) * 34;  // f16 d, then 32 int8 codes
@@ -1357,27 +1395,32 @@ void PackRow(const GgmlMatrix& w, int row, int r, uint8_t* d) {
           StoreU32(d + 64 * m + 4 * r, LoadU32(blk + 2 + 4 * m) ^ 0x80808080);
         std::memcpy(d + 512 + 2 * r, blk, 2);
       }
-      return;
+      return false;
     case kTypeMxfp4Split: {  // even values in the low nibbles, odd in the high
       const uint8_t* e = w.row_scales(row);
-      for (int b = 0; b < blocks; ++b, d += kPackedBlockBytes) {
+      bool tiny = false;
+      for (int b = 0; b < blocks; ++b, d += kPackedMxBlockBytes) {
         PackSplitNibbleWords(src + 16 * b, d, r);
-        const auto scale = static_cast<uint16_t>(std::bit_cast<uint32_t>(kE8M0Half.v[e[b]]) >> 16);
-        std::memcpy(d + kPackedCodeBytes + 2 * r, &scale, 2);
+        d[kPackedCodeBytes + r] = static_cast<uint8_t>(e[b] ^ 0x80);  // e - 128 as int8
+        tiny |= e[b] < 2;
       }
-      return;
+      return tiny;
     }
     default: {  // Q4_0 / MXFP4 blocks: values 0-15 in the low nibbles, 16-31 in the high
       const bool mx = w.type == kGgmlTypeMXFP4;
       const int bytes = mx ? 17 : 18;
-      for (int b = 0; b < blocks; ++b, d += kPackedBlockBytes) {
+      bool tiny = false;
+      for (int b = 0; b < blocks; ++b, d += PackedBlockBytes(mx)) {
         const uint8_t* blk = src + static_cast<size_t>(b) * bytes;
         PackNibbleWords(blk + (mx ? 1 : 2), d, r);
-        const uint16_t scale =
-            mx ? static_cast<uint16_t>(std::bit_cast<uint32_t>(kE8M0Half.v[blk[0]]) >> 16)
-               : LoadU16(blk);
-        std::memcpy(d + kPackedCodeBytes + 2 * r, &scale, 2);
+        if (mx) {
+          d[kPackedCodeBytes + r] = static_cast<uint8_t>(blk[0] ^ 0x80);  // e - 128 as int8
+          tiny |= blk[0] < 2;
+        } else {
+          std::memcpy(d + kPackedCodeBytes + 2 * r, blk, 2);
+        }
       }
+      return tiny;
     }
   }
 }
@@ -1393,7 +1436,7 @@ void PackForInt8(GgmlMatrix* w) {
       w->type == kGgmlTypeQ4_K   ? static_cast<size_t>(blocks / 8) * kPackedQ4KBytes
       : q6k                      ? static_cast<size_t>(blocks / 8) * kPackedQ6KBytes
       : w->type == kGgmlTypeQ8_0 ? static_cast<size_t>(blocks) * kPackedQ80Bytes
-                                 : static_cast<size_t>(blocks) * kPackedBlockBytes;
+                                 : static_cast<size_t>(blocks) * PackedBlockBytes(IsMxfp4(w->type));
   // Not zeroed here: each group is written (zeroed first where it has padding rows or, Q6_K, bits
   // that are or-ed in) by the thread that packs it, so the pages are first touched, and zeroed by
   // the kernel, by both threads rather than by one pass ahead of the packing.
@@ -1403,14 +1446,16 @@ void PackForInt8(GgmlMatrix* w) {
     CacheLineAllocator<uint8_t>().deallocate(static_cast<uint8_t*>(const_cast<void*>(p)), bytes);
   });
   const GgmlMatrix& m = *w;
-#pragma omp parallel for schedule(static)
+  bool tiny = false;
+#pragma omp parallel for schedule(static) reduction(|| : tiny)
   for (int g = 0; g < groups; ++g) {
     uint8_t* d = dst + static_cast<size_t>(g) * group_bytes;
     const int rows = std::min(kPackedRows, m.out - g * kPackedRows);
     if (q6k || rows < kPackedRows) std::memset(d, 0, group_bytes);
-    for (int r = 0; r < rows; ++r) PackRow(m, g * kPackedRows + r, r, d);
+    for (int r = 0; r < rows; ++r) tiny = PackRow(m, g * kPackedRows + r, r, d) || tiny;
   }
   w->int8 = dst;
+  w->int8_subnormal_scales = tiny;
   w->int8_group_bytes = group_bytes;
   w->int8_owner = std::move(owner);
 }

@@ -23,8 +23,10 @@
 //   products keep x in f32.
 //
 // The packed rows (PackForInt8, kernels/gemm_ggml.h; Q4_0, MXFP4, Q4_K, Q6_K, Q8_0): W's rows in
-// groups of 16, each group its blocks in order, each block kPackedBlockBytes: 256 bytes of codes,
-// then the 16 rows' scales (Q4_0: its f16 d; MXFP4: the bf16 of half its E8M0 scale, exact). Code
+// groups of 16, each group its blocks in order, each block kPackedBlockBytes (Q4_0) or
+// kPackedMxBlockBytes (MXFP4): 256 bytes of codes, then the 16 rows' scales (Q4_0: its f16 d;
+// MXFP4: its E8M0 byte e less 128, as int8 s; half the scale, what the doubled codes u need, is
+// 2^s: the bytes of the file, so decode reads 4.25 bits a weight as the file stores them). Code
 // byte 64 m + 4 r + j holds row r's code 8 m + j in its low nibble and code 8 m + 4 + j in its
 // high one (Q4_0: n; MXFP4: the E2M1 code). A group is one stream, and one VPDPBUSD multiplies 4
 // codes of each of its 16 rows with the same 4 values of x (a broadcast load), so each output is
@@ -106,7 +108,8 @@ inline void ForRowStreams(int lo, int hi, F&& rows, int streams = kRowStreams) {
 }
 
 inline constexpr int kPackedRows = 16, kPackedCodeBytes = 256,
-                     kPackedBlockBytes = kPackedCodeBytes + 2 * kPackedRows;
+                     kPackedBlockBytes = kPackedCodeBytes + 2 * kPackedRows,
+                     kPackedMxBlockBytes = kPackedCodeBytes + kPackedRows;
 // Q4_K: per 256-value super-block, its 8 sub-blocks' codes (kPackedCodeBytes each, as above),
 // then at kPackedQ4KScales the 16 rows' d (f16), dmin (f16), then sc_j of the 16 rows for
 // j = 0..7 (a byte each), then m_j likewise.
