@@ -23,7 +23,8 @@
 # cache, which over 256 tokens evicts nothing but runs the streaming path).
 # Usage: bench/run_decode_bench.sh [build dir]
 #   PRESETS="stories110m" SIMD_LEVELS="default avx2"
-#   TYPES="f32 bf16 q8_0 BF16 F16 Q8_0 Q4_0 Q4_K Q6_K MXFP4 Q4_0+int8 Q4_K+int8 Q6_K+int8 MXFP4+int8"
+#   TYPES="f32 bf16 q8_0 BF16 F16 Q8_0 Q4_0 Q4_K Q6_K MXFP4 Q8_0+int8 Q4_0+int8 Q4_K+int8 Q6_K+int8
+#   MXFP4+int8"
 #   (lower case: sinkscope's --precision packs; upper case: a GGUF file's own type at native;
 #   +int8: the same with x rounded to int8, --activations int8, kernels/gemm_ggml.h; the others
 #   --activations f32, generate's default being int8)
@@ -36,7 +37,7 @@ STEPS_SHORT=${STEPS_SHORT:-32}
 REPEATS=${REPEATS:-3}
 PRESETS=${PRESETS:-stories15m stories110m}
 SIMD_LEVELS=${SIMD_LEVELS:-default}
-TYPES=${TYPES:-f32 bf16 q8_0 BF16 F16 Q8_0 Q4_0 Q4_K Q6_K MXFP4 Q4_0+int8 Q4_K+int8 Q6_K+int8 MXFP4+int8}
+TYPES=${TYPES:-f32 bf16 q8_0 BF16 F16 Q8_0 Q4_0 Q4_K Q6_K MXFP4 Q8_0+int8 Q4_0+int8 Q4_K+int8 Q6_K+int8 MXFP4+int8}
 ninja -C "$BUILD" sinkscope bench_membw gguf_retype >/dev/null
 SS=$(realpath "$BUILD/src/cli/sinkscope")
 RETYPE=$(realpath "$BUILD/bench/gguf_retype")

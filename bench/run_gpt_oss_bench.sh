@@ -4,9 +4,9 @@
 # BF16 elsewhere, 13.8 GB), on this machine:
 #   - this machine's read and copy bandwidth (bench_membw), before and again after the runs;
 #   - load time and peak RSS, and greedy decode (generate, 64 tokens after a one-token prompt) at 2
-#     and 1 threads, with x in int8 (generate's default: the MXFP4 experts packed at load, 18 bytes
-#     a 32-value block of a row) and in f32 (--activations f32: the experts read as stored, 17
-#     bytes): the steady tokens/s (the tokens after the first over the time since it; the first
+#     and 1 threads, with x in int8 (generate's default: the MXFP4 experts packed at load, 17 bytes
+#     a 32-value block of a row as in the file, since 9a9b6ff; 18 before) and in f32 (--activations
+#     f32: the experts read as stored): the steady tokens/s (the tokens after the first over the time since it; the first
 #     tokens map the pages of the weights they read, so short runs understate it), and the weight
 #     bytes a token reads counting only the 4 active experts of each layer (attention, router, 4 of
 #     32 experts, the LM head), times tokens/s as GB/s;
@@ -90,7 +90,6 @@ header() {
 }
 
 read -r BPT ATTN EXPERTS HEAD <<< "$(bytes_per_token "$MODEL/config.json" 2 0.53125 2)"
-read -r BPT_INT8 _ EXPERTS_INT8 _ <<< "$(bytes_per_token "$MODEL/config.json" 2 0.5625 2)"
 echo
 if [ -z "${SLICE_ONLY:-}" ]; then
 echo "gpt-oss-20b shape, MXFP4 experts (17 bytes a 32-value block) and BF16 elsewhere, native:"
@@ -100,9 +99,8 @@ header
 decode "decode, native, x f32 (page cache as found)" "$MODEL" 2 "$BPT"
 cat "$MODEL"/*.safetensors > /dev/null  # the whole file into the page cache, if it fits beside the rest
 echo "in the page cache after reading the files: $(cached "$MODEL"/*.safetensors)"
-echo "with x in int8 the active experts' packed rows are $(/usr/bin/python3 -c "print(f'{$EXPERTS_INT8/1e9:.3f}')") GB a token ($(/usr/bin/python3 -c "print(f'{$BPT_INT8/1e9:.3f}')") GB in all)"
 for threads in 2 1; do
-  decode "decode, native, x int8 (default)" "$MODEL" $threads "$BPT_INT8" int8
+  decode "decode, native, x int8 (default)" "$MODEL" $threads "$BPT" int8
   decode "decode, native, x f32" "$MODEL" $threads "$BPT"
 done
 echo "in the page cache after the decodes: $(cached "$MODEL"/*.safetensors)"
