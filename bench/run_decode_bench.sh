@@ -23,8 +23,8 @@
 # cache, which over 256 tokens evicts nothing but runs the streaming path).
 # Usage: bench/run_decode_bench.sh [build dir]
 #   PRESETS="stories110m" SIMD_LEVELS="default avx2"
-#   TYPES="f32 bf16 q8_0 BF16 F16 Q8_0 Q4_0 Q4_K Q6_K MXFP4 Q8_0+int8 Q4_0+int8 Q4_K+int8 Q6_K+int8
-#   MXFP4+int8"
+#   TYPES="f32 bf16 q8_0 q8_0+int8 BF16 F16 Q8_0 Q4_0 Q4_K Q6_K MXFP4 Q8_0+int8 Q4_0+int8 Q4_K+int8
+#   Q6_K+int8 MXFP4+int8"
 #   (lower case: sinkscope's --precision packs; upper case: a GGUF file's own type at native;
 #   +int8: the same with x rounded to int8, --activations int8, kernels/gemm_ggml.h; the others
 #   --activations f32, generate's default being int8)
@@ -37,7 +37,7 @@ STEPS_SHORT=${STEPS_SHORT:-32}
 REPEATS=${REPEATS:-3}
 PRESETS=${PRESETS:-stories15m stories110m}
 SIMD_LEVELS=${SIMD_LEVELS:-default}
-TYPES=${TYPES:-f32 bf16 q8_0 BF16 F16 Q8_0 Q4_0 Q4_K Q6_K MXFP4 Q8_0+int8 Q4_0+int8 Q4_K+int8 Q6_K+int8 MXFP4+int8}
+TYPES=${TYPES:-f32 bf16 q8_0 q8_0+int8 BF16 F16 Q8_0 Q4_0 Q4_K Q6_K MXFP4 Q8_0+int8 Q4_0+int8 Q4_K+int8 Q6_K+int8 MXFP4+int8}
 ninja -C "$BUILD" sinkscope bench_membw gguf_retype >/dev/null
 SS=$(realpath "$BUILD/src/cli/sinkscope")
 RETYPE=$(realpath "$BUILD/bench/gguf_retype")
@@ -121,7 +121,9 @@ print(l*(4*d*d+3*d*f)+abs(v)*d)")
         case $type in
           f32) run "sinkscope f32" 4 "$SS" generate --policy dense --model "$preset.bin" --tokenizer tokenizer.bin --steps @STEPS@ --temperature 0 --prompt a ;;
           bf16) run "sinkscope bf16 weights" 2 "$SS" generate --policy dense --model "$preset.bin" --tokenizer tokenizer.bin --steps @STEPS@ --temperature 0 --prompt a --precision bf16 ;;
-          q8_0) run "sinkscope q8_0 weights" 1.125 "$SS" generate --policy dense --model "$preset.bin" --tokenizer tokenizer.bin --steps @STEPS@ --temperature 0 --prompt a --precision q8_0 ;;
+          # q8_0: 4 bytes of f32 scale a 32-value block with f32 x, the f16 scale of the int8 layout
+          # with int8 x (kernels/gemm_q8.h).
+          q8_0) run "sinkscope q8_0 weights$suffix" "$([ $activations = int8 ] && echo 1.0625 || echo 1.125)" "$SS" generate --policy dense --model "$preset.bin" --tokenizer tokenizer.bin --steps @STEPS@ --temperature 0 --prompt a --precision q8_0 --activations $activations ;;
           *)
             # Bytes a weight: 2 for BF16 / F16, 34 per 32 for Q8_0, 18 per 32 for Q4_0, 17 per 32
             # for MXFP4, 144 and 210 per 256 for Q4_K and Q6_K (those only where rows are whole 256s).

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "kernels/dequant.h"
+#include "kernels/gemm_ggml.h"
+#include "kernels/gemm_int8.h"
 #include "kernels/gemm_q8.h"
 #include "kernels/parallel.h"
 #include "kernels/vecmath.h"
@@ -211,6 +213,101 @@ TEST(GemmQ8, QuantisationErrorIsWithinHalfAScaleStep) {
       worst = std::max(worst, err / d);
     }
   std::printf("Q8_0: largest |w - dequant(w)| / scale = %.3f (bound 0.5)\n", worst);
+}
+
+// The int8 layout (Q8Layout::kInt8, what --precision q8_0 builds for x in int8) holds the blocks of
+// the f32 layout, in the int8 products' packed rows only: the same ggml bytes and values back,
+// 1.0625 bytes a weight. Rows that are not whole blocks keep the f32 layout.
+TEST(GemmQ8, Int8LayoutHoldsTheSameBlocks) {
+  if (!Int8Supported(kGgmlTypeQ8_0)) GTEST_SKIP() << "no int8 products (no AVX2, or portable)";
+  const int out = 37, in = 96;  // three groups of 16 rows, the last with 5
+  const std::vector<float> w = Random(static_cast<size_t>(out) * in, 41);
+  const PackedQ8 f32 = PackQ8_0(w.data(), out, in);
+  const PackedQ8 int8 = PackQ8_0(w.data(), out, in, Q8Layout::kInt8);
+  ASSERT_TRUE(int8.int8_layout());
+  EXPECT_TRUE(int8.qs.empty() && int8.scales.empty() && int8.int8_rows.data == nullptr);
+  EXPECT_FALSE(int8.empty());
+  EXPECT_EQ(int8.bytes(), static_cast<size_t>(3) * 3 * kPackedQ80Bytes);
+  std::vector<float> want(static_cast<size_t>(out) * in), got(want.size());
+  DequantizeQ8Rows(f32, 0, out, want.data());
+  DequantizeQ8Rows(int8, 0, out, got.data());
+  EXPECT_EQ(got, want);
+  for (int o = 0; o < out; ++o) EXPECT_EQ(Q8RowBlocks(int8, o), Q8RowBlocks(f32, o)) << "row " << o;
+  const std::vector<float> w100 = Random(7 * 100, 42);
+  EXPECT_FALSE(PackQ8_0(w100.data(), 7, 100, Q8Layout::kInt8).int8_layout());
+}
+
+// With x in int8 the int8 layout's product is a Q8_0 file's at native precision (the same packed
+// rows, MatMulGgml), bit for bit, on every int8 level and for every T; it differs from the f32
+// product by the rounding of x (printed). With f32 x it gives the f32 layout's bits.
+TEST(GemmQ8, Int8LayoutTakesXInInt8AsANativeQ8_0File) {
+  if (!Int8Supported(kGgmlTypeQ8_0)) GTEST_SKIP() << "no int8 products (no AVX2, or portable)";
+  const int out = 70, in = 320;
+  const std::vector<float> w = Random(static_cast<size_t>(out) * in, 43);
+  const std::vector<float> bias = Random(out, 44);
+  const PackedQ8 f32 = PackQ8_0(w.data(), out, in);
+  const PackedQ8 int8 = PackQ8_0(w.data(), out, in, Q8Layout::kInt8);
+  std::vector<uint8_t> rows(static_cast<size_t>(out) * GgmlBytes(kGgmlTypeQ8_0, in));
+  for (int o = 0; o < out; ++o) {
+    const std::vector<uint8_t> row = Q8RowBlocks(f32, o);
+    std::copy(row.begin(), row.end(), rows.begin() + static_cast<ptrdiff_t>(o) * row.size());
+  }
+  GgmlMatrix file = GgmlView(kGgmlTypeQ8_0, out, in, rows.data(), nullptr);
+  PackForInt8(&file);
+  const SimdLevel best = ActiveSimdLevel();
+  std::vector<SimdLevel> levels = {SimdLevel::kAvx2};
+  if (best == SimdLevel::kAvx512) levels.push_back(SimdLevel::kAvx512);
+  double worst = 0;
+  for (SimdLevel level : levels) {
+    ForceSimdLevel(level);
+    for (int T : {1, 3, 17}) {
+      const std::vector<float> x = Random(static_cast<size_t>(T) * in, 45 + T);
+      std::vector<float> mine(static_cast<size_t>(T) * out), native(mine.size()),
+          with_f32(mine.size()), reference(mine.size());
+      SetGgmlActivations(kGgmlTypeQ8_0, GgmlActivations::kInt8);
+      MatMulQ8(x.data(), int8, bias.data(), mine.data(), T);
+      MatMulGgml(x.data(), file, bias.data(), native.data(), T);
+      SetGgmlActivations(kGgmlTypeQ8_0, GgmlActivations::kF32);
+      MatMulQ8(x.data(), int8, bias.data(), with_f32.data(), T);
+      MatMulQ8(x.data(), f32, bias.data(), reference.data(), T);
+      EXPECT_EQ(mine, native) << SimdLevelName(level) << " T " << T;
+      // Each row of x alone gives its bits inside the T rows.
+      SetGgmlActivations(kGgmlTypeQ8_0, GgmlActivations::kInt8);
+      for (int t = 0; t < T; ++t) {
+        std::vector<float> alone(out);
+        MatMulQ8(x.data() + static_cast<size_t>(t) * in, int8, bias.data(), alone.data(), 1);
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), mine.begin() + t * out))
+            << SimdLevelName(level) << " T " << T << " row " << t;
+      }
+      SetGgmlActivations(kGgmlTypeQ8_0, GgmlActivations::kF32);
+      EXPECT_EQ(with_f32, reference) << SimdLevelName(level) << " T " << T;
+      EXPECT_NE(mine, reference) << SimdLevelName(level) << " T " << T;  // x was rounded
+      for (int t = 0; t < T; ++t)
+        for (int o = 0; o < out; ++o) {
+          double mag = std::fabs(bias[o]);
+          for (int i = 0; i < in; ++i)
+            mag += std::fabs(static_cast<double>(x[t * in + i]) * w[o * in + i]);
+          worst = std::max(worst, std::fabs(mine[t * out + o] - reference[t * out + o]) / mag);
+        }
+    }
+  }
+  // The portable level has no int8 products: x stays f32 there whatever the choice.
+  ForceSimdLevel(SimdLevel::kPortable);
+  SetGgmlActivations(kGgmlTypeQ8_0, GgmlActivations::kInt8);
+  for (int T : {1, 3}) {
+    const std::vector<float> x = Random(static_cast<size_t>(T) * in, 50 + T);
+    std::vector<float> mine(static_cast<size_t>(T) * out), reference(mine.size());
+    MatMulQ8(x.data(), int8, nullptr, mine.data(), T);
+    MatMulQ8(x.data(), f32, nullptr, reference.data(), T);
+    EXPECT_EQ(mine, reference) << "portable T " << T;
+  }
+  SetGgmlActivations(kGgmlTypeQ8_0, GgmlActivations::kF32);
+  ForceSimdLevel(best);
+  std::printf(
+      "MatMulQ8 int8 layout: int8 x against f32 x, largest |difference| / sum |products| "
+      "%.2e\n",
+      worst);
+  EXPECT_LT(worst, 2e-2);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "common/file_util.h"
 #include "io/load.h"
 #include "io/token_ids.h"
+#include "kernels/dequant.h"
 #include "model/precision.h"
 #include "tokenizer/find.h"
 
@@ -263,13 +264,16 @@ std::string pending_line;  // LoadModelAt's precision line, until the verb's wor
 
 PrecisionChoice ResolvePrecision(const std::string& path, const std::string& precision,
                                  const std::string& reason) {
-  // At native, the types whose products take x in int8 (--activations), if any.
+  // At native, the types whose products take x in int8 (--activations), if any; at q8_0, whether
+  // its blocks' do.
   const auto int8 = [](Precision p) {
-    const std::string types = Int8ActivationTypes();
-    return p != Precision::kNative || types.empty()
-               ? std::string()
-               : fmt::format("; x in int8 for {} weights (--activations; {} kernels)", types,
-                             Int8ActivationsKernel());
+    std::string types;
+    if (p == Precision::kNative) types = Int8ActivationTypes();
+    if (p == Precision::kQ8_0 && GgmlActivationsFor(kGgmlTypeQ8_0) == GgmlActivations::kInt8)
+      types = "Q8_0";
+    return types.empty() ? std::string()
+                         : fmt::format("; x in int8 for {} weights (--activations; {} kernels)",
+                                       types, Int8ActivationsKernel());
   };
   if (!precision.empty()) {
     const Precision p = ParsePrecision(precision);

@@ -37,7 +37,9 @@ struct GgmlMatrix {
   std::shared_ptr<const void> owner;  // keeps `data` alive: the file's mapping or a buffer
   // The rows again in the int8 products' packed layout (PackForInt8, kernels/gemm_int8.h), or
   // null: rows [16 g, 16 g + 16) at int8 + g * int8_group_bytes, the last group padded with zero
-  // rows. Where set, the int8 products read these bytes instead of `data`.
+  // rows. Where set, the int8 products read these bytes instead of `data`, which may then be null:
+  // a Q8_0 pack made from f32 weights for int8 x (kernels/gemm_q8.h) holds its rows packed only,
+  // and only MatMulGgmlInt8 takes it.
   const uint8_t* int8 = nullptr;
   size_t int8_group_bytes = 0;
   // MXFP4 only: some block's half scale 2^(e - 128) is subnormal (E8M0 0 or 1), which the AVX2

@@ -1461,7 +1461,7 @@ void PackForInt8(GgmlMatrix* w) {
 }
 
 void MatMulGgmlInt8(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T) {
-  SS_ASSERT(T >= 0 && !w.empty() && w.in % kBlock == 0);
+  SS_ASSERT(T >= 0 && (!w.empty() || w.int8 != nullptr) && w.in % kBlock == 0);
   if (T == 0) return;
   SS_ASSERT(Int8RunsOn(w));
   if (w.int8 != nullptr && Int8PackSupports(w.type)) {

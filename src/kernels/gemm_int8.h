@@ -140,7 +140,8 @@ const char* Int8KernelName();
 // VPMADDWD (tests: the two give the same bits).
 void AllowAvxVnniForInt8(bool allow);
 
-// y (T, out) = x (T, in) · W^T (+ bias), x rounded to int8 as above. Int8RunsOn(w).
+// y (T, out) = x (T, in) · W^T (+ bias), x rounded to int8 as above. Int8RunsOn(w); w's `data` may
+// be null where its packed rows are set (kernels/gemm_q8.h's int8 layout).
 void MatMulGgmlInt8(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T);
 
 }  // namespace ss

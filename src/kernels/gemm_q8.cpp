@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "kernels/dequant.h"
 #include "kernels/gemm_dot.h"
+#include "kernels/gemm_int8.h"
 #include "kernels/simd.h"
 #include "kernels/vecmath.h"
 #include "kernels/workspace.h"
@@ -29,11 +30,33 @@ SS_AVX2 inline __m256 Widen8(const int8_t* p) {
       _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
+// Row `row`'s block b: its 32 int8 codes and, in *d, its scale. The f32 layout holds them as they
+// are (qs); the int8 layout's are gathered into buf from the block's 8 steps (kernels/gemm_int8.h:
+// byte 64 m + 4 r + i holds code 4 m + i of row r plus 128), its d an f16 after them.
+__attribute__((always_inline)) inline const int8_t* BlockAt(const PackedQ8& w, int row, int b,
+                                                            int8_t* buf, float* d) {
+  if (!w.int8_layout()) {
+    *d = w.scales[w.scale_at(row, b)];
+    return w.qs.data() + w.q_at(row, b);
+  }
+  const int r = row % kPackedRows;
+  const uint8_t* p = w.int8_rows.int8 +
+                     static_cast<size_t>(row / kPackedRows) * w.int8_rows.int8_group_bytes +
+                     static_cast<size_t>(b) * kPackedQ80Bytes;
+  for (int m = 0; m < 8; ++m)
+    for (int i = 0; i < 4; ++i) buf[4 * m + i] = static_cast<int8_t>(p[64 * m + 4 * r + i] ^ 0x80);
+  uint16_t bits;
+  std::memcpy(&bits, p + 8 * 64 + 2 * r, 2);
+  *d = F16ToF32(bits);
+  return buf;
+}
+
 // Row `row`'s block b into out (that block's n <= 32 values), one value at a time.
 __attribute__((always_inline)) inline void DequantizeBlock(const PackedQ8& w, int row, int b,
                                                            float* out) {
-  const int8_t* q = w.qs.data() + w.q_at(row, b);
-  const float d = w.scales[w.scale_at(row, b)];
+  int8_t buf[kQ8Block];
+  float d;
+  const int8_t* q = BlockAt(w, row, b, buf, &d);
   const int n = std::min(kQ8Block, w.in - b * kQ8Block);
   for (int i = 0; i < n; ++i) out[b * kQ8Block + i] = d * static_cast<float>(q[i]);
 }
@@ -49,8 +72,10 @@ SS_AVX2 void DequantizeAvx2(const PackedQ8& w, int row0, int rows, float* dst) {
   for (int r = 0; r < rows; ++r) {
     float* out = dst + static_cast<int64_t>(r) * w.in;
     for (int b = 0; b < whole; ++b) {
-      const int8_t* q = w.qs.data() + w.q_at(row0 + r, b);
-      const __m256 d = _mm256_set1_ps(w.scales[w.scale_at(row0 + r, b)]);
+      int8_t buf[kQ8Block];
+      float scale;
+      const int8_t* q = BlockAt(w, row0 + r, b, buf, &scale);
+      const __m256 d = _mm256_set1_ps(scale);
       for (int i = 0; i < kQ8Block; i += 8)
         _mm256_storeu_ps(out + b * kQ8Block + i, _mm256_mul_ps(d, Widen8(q + i)));
     }
@@ -86,9 +111,11 @@ void DecodeForDot(const void* ctx, int row0, int rows, int v0, int n, float* dst
   const PackedQ8& w = *static_cast<const PackedQ8*>(ctx);
   // The next value block of these rows' groups (each group's blocks lie together, its rows side
   // by side), asked for into L1 a line at a time: the stream one value block ahead.
+  // (The int8 layout's rows are read through PrefetchForDot's slices alone.)
   const int b_next = (v0 + n) / kQ8Block,
             b_end = std::min(w.blocks, b_next + kDotKBlockOnePass / kQ8Block);
-  for (int g = row0 / kQ8GroupRows; b_next < b_end && g <= (row0 + rows - 1) / kQ8GroupRows; ++g) {
+  for (int g = row0 / kQ8GroupRows;
+       !w.int8_layout() && b_next < b_end && g <= (row0 + rows - 1) / kQ8GroupRows; ++g) {
     const char* begin =
         reinterpret_cast<const char*>(w.qs.data() + w.q_at(g * kQ8GroupRows, b_next));
     for (int64_t o = 0; o < static_cast<int64_t>(b_end - b_next) * kQ8GroupRows * kQ8Block; o += 64)
@@ -99,8 +126,9 @@ void DecodeForDot(const void* ctx, int row0, int rows, int v0, int n, float* dst
     float* out = dst + r * rs;
     for (int i = 0; i < n; i += kQ8Block) {
       const int b = (v0 + i) / kQ8Block;
-      const int8_t* q = w.qs.data() + w.q_at(row0 + r, b);
-      const float d = w.scales[w.scale_at(row0 + r, b)];
+      int8_t buf[kQ8Block];
+      float d;
+      const int8_t* q = BlockAt(w, row0 + r, b, buf, &d);
       float* first = out + (i / 16) * cs;
       if (n - i >= kQ8Block) {
         kScale(q, d, first, first + cs);
@@ -116,21 +144,40 @@ void DecodeForDot(const void* ctx, int row0, int rows, int v0, int n, float* dst
 // memory order, into L2.
 void PrefetchForDot(const void* ctx, int row0, int rows, int part, int parts) {
   const PackedQ8& w = *static_cast<const PackedQ8*>(ctx);
-  const int g0 = row0 / kQ8GroupRows, g1 = (row0 + rows - 1) / kQ8GroupRows + 1;
-  const char* begin = reinterpret_cast<const char*>(w.qs.data() + w.q_at(g0 * kQ8GroupRows, 0));
-  const int64_t total = static_cast<int64_t>(g1 - g0) * w.blocks * kQ8GroupRows * kQ8Block;
+  const int group_rows = w.int8_layout() ? kPackedRows : kQ8GroupRows;
+  const int g0 = row0 / group_rows, g1 = (row0 + rows - 1) / group_rows + 1;
+  const char* begin =
+      w.int8_layout()
+          ? reinterpret_cast<const char*>(w.int8_rows.int8 + g0 * w.int8_rows.int8_group_bytes)
+          : reinterpret_cast<const char*>(w.qs.data() + w.q_at(g0 * kQ8GroupRows, 0));
+  const int64_t total = w.int8_layout()
+                            ? static_cast<int64_t>(g1 - g0) * w.int8_rows.int8_group_bytes
+                            : static_cast<int64_t>(g1 - g0) * w.blocks * kQ8GroupRows * kQ8Block;
   for (int64_t o = total * part / parts / 64 * 64; o < total * (part + 1) / parts; o += 64)
     _mm_prefetch(begin + o, _MM_HINT_T1);
 }
 
 }  // namespace
 
-PackedQ8 PackQ8_0(const float* w, int out, int in) {
+PackedQ8 PackQ8_0(const float* w, int out, int in, Q8Layout layout) {
   SS_ASSERT(out >= 1 && in >= 1);
   PackedQ8 p;
   p.out = out;
   p.in = in;
   p.blocks = (in + kQ8Block - 1) / kQ8Block;
+  if (layout == Q8Layout::kInt8 && in % kQ8Block == 0 && Int8Supported(kGgmlTypeQ8_0)) {
+    // The rows in ggml's layout for a moment (one matrix), packed as a Q8_0 file's rows are.
+    const size_t row_bytes = static_cast<size_t>(p.blocks) * kQ8BlockBytes;
+    std::vector<uint8_t> rows(static_cast<size_t>(out) * row_bytes);
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(out) * in >= (1 << 16))
+    for (int o = 0; o < out; ++o)
+      QuantizeQ8_0(w + static_cast<int64_t>(o) * in, rows.data() + o * row_bytes, in);
+    p.int8_rows = GgmlView(kGgmlTypeQ8_0, out, in, rows.data(), nullptr);
+    PackForInt8(&p.int8_rows);
+    p.int8_rows.data = nullptr;  // `rows` goes: the packed rows are the only copy
+    p.groups = (out + kPackedRows - 1) / kPackedRows;
+    return p;
+  }
   p.groups = (out + kQ8GroupRows - 1) / kQ8GroupRows;
   const int64_t ldq = static_cast<int64_t>(p.blocks) * kQ8Block;
   p.qs.assign(static_cast<size_t>(p.groups) * kQ8GroupRows * ldq, 0);
@@ -169,9 +216,12 @@ std::vector<uint8_t> Q8RowBlocks(const PackedQ8& w, int row) {
   std::vector<uint8_t> bytes(static_cast<size_t>(w.blocks) * kQ8BlockBytes);
   for (int b = 0; b < w.blocks; ++b) {
     uint8_t* block = bytes.data() + static_cast<size_t>(b) * kQ8BlockBytes;
-    const uint16_t d_bits = F32ToF16(w.scales[w.scale_at(row, b)]);
+    int8_t buf[kQ8Block];
+    float d;
+    const int8_t* q = BlockAt(w, row, b, buf, &d);
+    const uint16_t d_bits = F32ToF16(d);
     std::memcpy(block, &d_bits, 2);
-    std::memcpy(block + 2, w.qs.data() + w.q_at(row, b), kQ8Block);
+    std::memcpy(block + 2, q, kQ8Block);
   }
   return bytes;
 }
@@ -323,7 +373,11 @@ const char* Q8KernelName() { return DotKernelName(); }
 
 void MatMulQ8(const float* x, const PackedQ8& w, const float* bias, float* y, int T) {
   SS_ASSERT(T >= 0 && w.out >= 1 && w.in >= 1);
-  if (T == 1 && ActiveSimdLevel() != SimdLevel::kPortable) {
+  if (w.int8_layout() && GgmlActivationsFor(kGgmlTypeQ8_0) == GgmlActivations::kInt8) {
+    MatMulGgmlInt8(x, w.int8_rows, bias, y, T);
+    return;
+  }
+  if (T == 1 && ActiveSimdLevel() != SimdLevel::kPortable && !w.int8_layout()) {
     MatVecQ8(x, w, bias, y);
     return;
   }

@@ -48,8 +48,12 @@ double BytesPerWeight(Precision p) {
 PackedWeight PackWeight(const float* w, int out, int in, Precision p) {
   SS_ASSERT(p == Precision::kBf16 || p == Precision::kQ8_0);
   PackedWeight packed;
+  // With x in int8 for Q8_0 (generate's default), the blocks are laid out for those products only.
   if (p == Precision::kQ8_0)
-    packed.q8 = PackQ8_0(w, out, in);
+    packed.q8 =
+        PackQ8_0(w, out, in,
+                 GgmlActivationsFor(kGgmlTypeQ8_0) == GgmlActivations::kInt8 ? Q8Layout::kInt8
+                                                                             : Q8Layout::kF32);
   else
     packed.bf16 = PackBf16(w, out, in);
   return packed;
@@ -229,7 +233,8 @@ Tensor ProjectionF32(const Tensor& f32, const PackedWeight* packed) {
 
 std::string ActivationsName(const Model& model) {
   const auto int8 = [](const PackedWeight& w) {
-    return !w.ggml.empty() && GgmlActivationsFor(w.ggml.type) == GgmlActivations::kInt8;
+    return (!w.ggml.empty() && GgmlActivationsFor(w.ggml.type) == GgmlActivations::kInt8) ||
+           (w.q8.int8_layout() && GgmlActivationsFor(kGgmlTypeQ8_0) == GgmlActivations::kInt8);
   };
   const ModelWeights& w = model.weights;
   bool any = w.lm_head_packed && int8(*w.lm_head_packed);
