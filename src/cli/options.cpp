@@ -60,9 +60,8 @@ std::vector<OptionSpec> MakeTable() {
        "Weights and matrix products in f32 (the reference), bf16 (weights held in bf16 only: half "
        "the memory; bf16 operands, f32 sums), q8_0 (weights held as Q8_0 blocks: 28 % of the "
        "memory; x as --activations says) or native (each projection kept in the type the file "
-       "stores: "
-       "F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4, mapped from the file; x in f32 or, for the "
-       "quantised types, as --activations says). "
+       "stores: F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4, mapped from the file; x in f32 or, for "
+       "the quantised types, as --activations says). "
        "Default: the file's, native, or f32 for a file that stores every weight as F32"},
       {"--activations", G::kModel,
        "x in the products with Q4_0, Q4_K, Q6_K, Q8_0 and MXFP4 weights at native precision, and "

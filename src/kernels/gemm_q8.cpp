@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "common/error.h"
 #include "kernels/dequant.h"
@@ -168,11 +169,13 @@ PackedQ8 PackQ8_0(const float* w, int out, int in, Q8Layout layout) {
   if (layout == Q8Layout::kInt8 && in % kQ8Block == 0 && Int8Supported(kGgmlTypeQ8_0)) {
     // The rows in ggml's layout for a moment (one matrix), packed as a Q8_0 file's rows are.
     const size_t row_bytes = static_cast<size_t>(p.blocks) * kQ8BlockBytes;
-    std::vector<uint8_t> rows(static_cast<size_t>(out) * row_bytes);
+    // Every byte is written by QuantizeQ8_0, so not zeroed first.
+    const auto rows =
+        std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(out) * row_bytes);
 #pragma omp parallel for schedule(static) if (static_cast <int64_t>(out) * in >= (1 << 16))
     for (int o = 0; o < out; ++o)
-      QuantizeQ8_0(w + static_cast<int64_t>(o) * in, rows.data() + o * row_bytes, in);
-    p.int8_rows = GgmlView(kGgmlTypeQ8_0, out, in, rows.data(), nullptr);
+      QuantizeQ8_0(w + static_cast<int64_t>(o) * in, rows.get() + o * row_bytes, in);
+    p.int8_rows = GgmlView(kGgmlTypeQ8_0, out, in, rows.get(), nullptr);
     PackForInt8(&p.int8_rows);
     p.int8_rows.data = nullptr;  // `rows` goes: the packed rows are the only copy
     p.groups = (out + kPackedRows - 1) / kPackedRows;
@@ -371,9 +374,13 @@ void MatVecQ8(const float* x, const PackedQ8& w, const float* bias, float* y) {
 
 const char* Q8KernelName() { return DotKernelName(); }
 
+bool Q8TakesInt8X(const PackedQ8& w) {
+  return w.int8_layout() && GgmlActivationsFor(kGgmlTypeQ8_0) == GgmlActivations::kInt8;
+}
+
 void MatMulQ8(const float* x, const PackedQ8& w, const float* bias, float* y, int T) {
   SS_ASSERT(T >= 0 && w.out >= 1 && w.in >= 1);
-  if (w.int8_layout() && GgmlActivationsFor(kGgmlTypeQ8_0) == GgmlActivations::kInt8) {
+  if (Q8TakesInt8X(w)) {
     MatMulGgmlInt8(x, w.int8_rows, bias, y, T);
     return;
   }

@@ -71,6 +71,9 @@ struct PackedQ8 {
 // and falls back to kF32 otherwise.
 enum class Q8Layout { kF32, kInt8 };
 
+// Whether MatMulQ8 rounds x to int8 for w now: its int8 layout, with int8 chosen for Q8_0.
+bool Q8TakesInt8X(const PackedQ8& w);
+
 // Quantises W (out, in) from f32 to Q8_0, row by row.
 PackedQ8 PackQ8_0(const float* w, int out, int in, Q8Layout layout = Q8Layout::kF32);
 // W[row0 .. row0 + rows) dequantised into dst (rows, in), row-major.

@@ -234,7 +234,7 @@ Tensor ProjectionF32(const Tensor& f32, const PackedWeight* packed) {
 std::string ActivationsName(const Model& model) {
   const auto int8 = [](const PackedWeight& w) {
     return (!w.ggml.empty() && GgmlActivationsFor(w.ggml.type) == GgmlActivations::kInt8) ||
-           (w.q8.int8_layout() && GgmlActivationsFor(kGgmlTypeQ8_0) == GgmlActivations::kInt8);
+           Q8TakesInt8X(w.q8);
   };
   const ModelWeights& w = model.weights;
   bool any = w.lm_head_packed && int8(*w.lm_head_packed);
