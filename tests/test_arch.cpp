@@ -256,7 +256,9 @@ TEST_P(Family, HfLayoutMatchesNaiveReferenceAndRoundTripsThroughGguf) {
     EXPECT_EQ(test::MaxDiff(stopped, full, fc.label + " stopped after block 0 vs full"), 0.0);
     cache.Clear();
     req.logits = LogitsMode::kAll;
-    if (model.config.n_layers > 1) EXPECT_THROW(Forward(model, cache, state, req), Error);
+    if (model.config.n_layers > 1) {
+      EXPECT_THROW(Forward(model, cache, state, req), Error);
+    }
     req.logits = LogitsMode::kNone;
     req.last_layer = model.config.n_layers;
     cache.Clear();

@@ -564,7 +564,9 @@ TEST(Explain, FastPathMatchesExhaustiveOnEveryModel) {
         EXPECT_EQ(x.layer_p0_norm_after, y.layer_p0_norm_after);
         EXPECT_EQ(x.sink1_after, y.sink1_after);
       }
-      if (got.estimates.candidates > k + 1) EXPECT_LT(got.forward_passes, want.forward_passes);
+      if (got.estimates.candidates > k + 1) {
+        EXPECT_LT(got.forward_passes, want.forward_passes);
+      }
       std::printf(
           "  verify_top %2d: %d of %d rows measured, %lld forwards (exhaustive %lld), Spearman "
           "over the measured: target %.3f, alpha_0 %.3f, ratio %.3f\n",
@@ -606,7 +608,9 @@ TEST(Explain, EarlyStoppingKeepsTheVerdictAndCircuit) {
     }
     // Every measured row holds exactly the samples the table measured.
     for (const InterventionEffect& e : got.interventions)
-      if (e.measured) EXPECT_EQ(e.samples, st.used) << RowName(e);
+      if (e.measured) {
+        EXPECT_EQ(e.samples, st.used) << RowName(e);
+      }
     std::printf(
         "%-32s verdict %-26s stopped after %d of %d samples (%s; bounds %.3f / %.3f / %.3f), "
         "%lld forwards against %lld\n",
@@ -719,9 +723,10 @@ TEST(Explain, EstimateOfPositionZeroIsExact) {
                    got = e.estimate.layer_norm_ratio_after[e.layer];
       worst_ratio = std::max(worst_ratio, std::fabs(got - want) / std::max(1.0, want));
       EXPECT_NEAR(got, want, 1e-5 * std::max(1.0, want)) << "P0 norm ratio in the intervened layer";
-      if (e.layer + 1 < L)
+      if (e.layer + 1 < L) {
         EXPECT_EQ(e.estimate.layer_sink_after[e.layer + 1], e.layer_sink_after[e.layer + 1])
             << "Sink_0 in the block after the intervention";
+      }
       for (int l = 0; l <= e.layer; ++l)
         EXPECT_EQ(e.estimate.layer_sink_after[l], e.layer_sink_after[l]);
     }

@@ -54,7 +54,9 @@ TEST(ExplainCli, Stories260KSaysNoSink) {
     estimated += !e["estimate"].is_null();
     measured += !e["estimate"].is_null() && exact;
     only_estimated += !exact;
-    if (!exact) EXPECT_EQ(e["removed_share"], e["estimate"]["removed_share"]) << e.dump();
+    if (!exact) {
+      EXPECT_EQ(e["removed_share"], e["estimate"]["removed_share"]) << e.dump();
+    }
   }
   EXPECT_EQ(estimated, 54);
   EXPECT_EQ(measured, 16);
@@ -113,7 +115,9 @@ TEST(ExplainCli, BadInputFailsCleanly) {
     const auto r = test::RunCli("explain --model " + kModel + " --samples 2 --length 16 --json " +
                                 json + " " + c.args);
     EXPECT_NE(r.code, 0) << c.args;
-    if (c.one_line) EXPECT_EQ(Lines(r.err), 1) << c.args << ": " << r.err;
+    if (c.one_line) {
+      EXPECT_EQ(Lines(r.err), 1) << c.args << ": " << r.err;
+    }
     EXPECT_NE(r.err.find(c.flag), std::string::npos) << c.args << ": " << r.err;
     EXPECT_FALSE(fs::exists(json)) << c.args << " left " << json;
   }

@@ -434,7 +434,9 @@ TEST(Kernels, KvBiasSlotAndSigmoidMatchNaiveOnBothPaths) {
           }
           const double norm = sigmoid ? 1.0 / total : 1.0;  // sigmoid: statistics of w / sum(w)
           for (int j = 0; j < c.S; ++j) sq += w[j] * norm * w[j] * norm;
-          if (!sigmoid) EXPECT_NEAR(total + ref_slot[i], 1.0, 1e-9) << label;
+          if (!sigmoid) {
+            EXPECT_NEAR(total + ref_slot[i], 1.0, 1e-9) << label;
+          }
           EXPECT_NEAR(w[tk[i]], w[best], 1e-6) << label << " row " << i;
           worst = std::max({worst, std::abs(tp[i] - w[best] * norm), std::abs(ss[i] - sq)});
           for (int j = 0; j < K; ++j)
@@ -596,7 +598,9 @@ TEST(Kernels, TiledAttentionBf16MatchesDoubleOnRoundedOperands) {
           sq += static_cast<double>(p[j]) * p[j];
         }
         // A tie within f32 rounding may pick either key; the probability must agree regardless.
-        if (tk[i] != top) EXPECT_NEAR(p[tk[i]], p[top], 1e-6) << label << " query " << i;
+        if (tk[i] != top) {
+          EXPECT_NEAR(p[tk[i]], p[top], 1e-6) << label << " query " << i;
+        }
         worst_stats = std::max(
             {worst_stats, static_cast<double>(std::abs(tp[i] - p[top])), std::abs(ss[i] - sq)});
         for (int j = 0; j < K; ++j)

@@ -992,8 +992,7 @@ class InterventionTable {
   InterventionTable(const Model& model, const std::vector<std::vector<int>>& samples,
                     const ExplainOptions& options, Runner& runner,
                     const std::vector<RunMetrics>& clean, int target_from)
-      : model_(model),
-        c_(model.config),
+      : c_(model.config),
         samples_(samples),
         options_(options),
         runner_(runner),
@@ -1303,7 +1302,6 @@ class InterventionTable {
     return v;
   }
 
-  const Model& model_;
   const ModelConfig& c_;
   const std::vector<std::vector<int>>& samples_;
   const ExplainOptions& options_;
