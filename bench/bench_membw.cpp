@@ -1,9 +1,10 @@
 // Read bandwidth of this machine, the ceiling of memory-bound decode: each thread sums its share of
 // a 1 GiB f32 array (vector loads, the access pattern of a matrix-vector product over weights), and
-// a memcpy of 512 MiB for comparison. Prints GB/s (1e9 bytes) for 1 and 2 threads, best of 5, and
-// beside each read figure the same bytes per second of the process's CPU time times the threads
-// (what the threads read while they run, whatever share of a shared machine they get).
-// Used by bench/run_decode_bench.sh, beside the decode rates, in the same run.
+// a memcpy of 512 MiB (the copy bandwidth: bytes read plus bytes written) for comparison. Prints
+// GB/s (1e9 bytes) for 1 and 2 threads, best of 5, and beside each read figure the same bytes per
+// second of the process's CPU time times the threads (what the threads read while they run,
+// whatever share of a shared machine they get). Used by bench/run_decode_bench.sh, beside the
+// decode rates, in the same run.
 #include <omp.h>
 
 #include <algorithm>
@@ -58,12 +59,22 @@ int main() {
   const double two = ReadGbps(a, std::min(2, omp_get_max_threads()), &per_cpu);
   std::printf("read 2 threads: %.1f GB/s (%.1f per CPU-second x 2)\n", two, per_cpu);
   std::vector<char> src(size_t{1} << 29, 1), dst(src.size());
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    const double t0 = Seconds();
-    std::memcpy(dst.data(), src.data(), src.size());
-    best = std::max(best, 2.0 * src.size() / (Seconds() - t0) / 1e9);
+  for (int threads : {1, std::min(2, omp_get_max_threads())}) {
+    double best = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      const double t0 = Seconds();
+      // Each thread copies its contiguous share, as each decode thread reads its rows.
+#pragma omp parallel num_threads(threads)
+      {
+        const size_t n = src.size(), id = static_cast<size_t>(omp_get_thread_num()),
+                     team = static_cast<size_t>(omp_get_num_threads());
+        const size_t lo = n * id / team, hi = n * (id + 1) / team;
+        std::memcpy(dst.data() + lo, src.data() + lo, hi - lo);
+      }
+      best = std::max(best, 2.0 * src.size() / (Seconds() - t0) / 1e9);
+    }
+    std::printf("memcpy %d thread%s (read + write): %.1f GB/s\n", threads, threads == 1 ? "" : "s",
+                best);
   }
-  std::printf("memcpy 1 thread (read + write): %.1f GB/s\n", best);
   return dst[12345] == 7;
 }
