@@ -671,6 +671,63 @@ TEST(GemmGgml, SameBitsAtAnyThreadCount) {
   }
 }
 
+// MatMulGgmlPair over gpt-oss's alternating gate and up rows: one product over the stored rows,
+// split, gives the bits of the two products over every other row (with and without biases, on
+// every SIMD level); views that do not alternate take the two products.
+TEST(GemmGgml, PairOfAlternatingRowsIsTheTwoProductsBitForBit) {
+  const SimdLevel best = ActiveSimdLevel();
+  for (SimdLevel level : Levels()) {
+    ForceSimdLevel(level);
+    for (auto [type, in] : {std::pair{kTypeMxfp4Split, 2880},
+                            {kTypeMxfp4Split, 96},
+                            {kGgmlTypeBF16, 288},
+                            {kGgmlTypeQ4_0, 96}}) {
+      SetGgmlActivations(type, GgmlActivations::kF32);
+      const int rows = 45;
+      // The stored matrix: 2 rows a pair; gate = rows 0, 2, ...; up = rows 1, 3, ...
+      const Stored gate = RandomMatrix(type, rows, in, 41, 2, 0);
+      GgmlMatrix up = gate.w;
+      up.data = gate.w.data + gate.w.row_bytes;
+      if (up.scales) up.scales = gate.w.scales + gate.w.scale_stride / 2;
+      const std::vector<float> x = test::NormalVector(static_cast<size_t>(in), 42);
+      const std::vector<float> bg = test::NormalVector(rows, 43), bu = test::NormalVector(rows, 44);
+      for (bool biases : {false, true}) {
+        std::vector<float> g2(rows), u2(rows), g1(rows), u1(rows);
+        MatMulGgml(x.data(), gate.w, biases ? bg.data() : nullptr, g2.data(), 1);
+        MatMulGgml(x.data(), up, biases ? bu.data() : nullptr, u2.data(), 1);
+        MatMulGgmlPair(x.data(), gate.w, biases ? bg.data() : nullptr, g1.data(), up,
+                       biases ? bu.data() : nullptr, u1.data());
+        EXPECT_TRUE(g1 == g2 && u1 == u2) << GgmlTypeName(type) << " in " << in << " biases "
+                                          << biases << " level " << static_cast<int>(level);
+        // And against the dequantised rows in double: the pair multiplies the right rows.
+        std::vector<float> wd(static_cast<size_t>(rows) * in);
+        DequantizeGgmlRows(up, 0, rows, wd.data());
+        double worst = 0;
+        for (int r = 0; r < rows; ++r) {
+          double ref = biases ? bu[r] : 0.0;
+          for (int i = 0; i < in; ++i)
+            ref += static_cast<double>(wd[static_cast<size_t>(r) * in + i]) * x[i];
+          worst = std::max(worst, std::abs(ref - u1[r]) / (1.0 + std::abs(ref)));
+        }
+        EXPECT_LT(worst, 1e-4) << GgmlTypeName(type);
+      }
+      // Views that do not alternate (up one stored pair further on): two products, the same bits.
+      GgmlMatrix later = up;
+      later.out = rows - 1;
+      later.data += later.row_stride;
+      if (later.scales) later.scales += later.scale_stride;
+      GgmlMatrix first = gate.w;
+      first.out = rows - 1;
+      std::vector<float> a(rows - 1), b(rows - 1), a2(rows - 1), b2(rows - 1);
+      MatMulGgmlPair(x.data(), first, nullptr, a.data(), later, nullptr, b.data());
+      MatMulGgml(x.data(), first, nullptr, a2.data(), 1);
+      MatMulGgml(x.data(), later, nullptr, b2.data(), 1);
+      EXPECT_TRUE(a == a2 && b == b2) << GgmlTypeName(type);
+    }
+  }
+  ForceSimdLevel(best);
+}
+
 // The one-row kernels' prefetch address: kRowAheadBytes on in the stream, within the row while it
 // lasts, then in the rows the stream reads next (contiguous rows: the bytes that follow; rows a
 // stride apart, as gpt-oss's gate rows between its up rows: the stride skipped).

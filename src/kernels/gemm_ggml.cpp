@@ -1248,4 +1248,30 @@ void MatMulGgml(const float* x, const GgmlMatrix& w, const float* bias, float* y
   MatMulDot(x, dot, bias, y, T);
 }
 
+void MatMulGgmlPair(const float* x, const GgmlMatrix& a, const float* bias_a, float* ya,
+                    const GgmlMatrix& b, const float* bias_b, float* yb) {
+  const bool alternate = a.type == b.type && a.out == b.out && a.in == b.in &&
+                         a.row_stride == 2 * a.row_bytes && b.row_stride == a.row_stride &&
+                         b.data == a.data + a.row_bytes && a.int8 == nullptr && b.int8 == nullptr &&
+                         (a.scales == nullptr ? b.scales == nullptr
+                                              : b.scales == a.scales + a.scale_stride / 2 &&
+                                                    b.scale_stride == a.scale_stride);
+  if (!alternate) {
+    MatMulGgml(x, a, bias_a, ya, 1);
+    MatMulGgml(x, b, bias_b, yb, 1);
+    return;
+  }
+  GgmlMatrix both = a;
+  both.out = 2 * a.out;
+  both.row_stride = a.row_bytes;
+  both.scale_stride = a.scale_stride / 2;
+  float* y = Workspace<float, 24>(static_cast<size_t>(both.out));
+  MatMulGgml(x, both, nullptr, y, 1);
+  // The bias added after the split: the same single rounded addition as the row kernels' s + bias.
+  for (int i = 0; i < a.out; ++i) {
+    ya[i] = bias_a ? y[2 * i] + bias_a[i] : y[2 * i];
+    yb[i] = bias_b ? y[2 * i + 1] + bias_b[i] : y[2 * i + 1];
+  }
+}
+
 }  // namespace ss

@@ -108,6 +108,17 @@ void PackForInt8(GgmlMatrix* w);
 // parallel region when the product is large enough (the caller must not be inside one).
 void MatMulGgml(const float* x, const GgmlMatrix& w, const float* bias, float* y, int T);
 
+// ya = x · dequant(A)^T (+ bias_a) and yb = x · dequant(B)^T (+ bias_b) for one row x (T = 1).
+// Where A and B are views whose rows alternate in one stored matrix (A's row i the stored row
+// 2 i, B's the stored row 2 i + 1, as GgmlView with row_step 2 and the next row's data makes them:
+// gpt-oss's gate and up rows in gate_up_proj) and no int8 pack serves them, one product over the
+// stored rows, read as one stream, then its results split: two products over every other row each
+// read the whole matrix, the prefetchers fetching the rows skipped too (split MXFP4 experts of the
+// gpt-oss-20b shape, f32 x: 6.6 against 12.9 GB/s on one thread; docs/BENCHMARKS.md). Otherwise
+// two products. The same bits either way: each row's sum does not depend on the rows beside it.
+void MatMulGgmlPair(const float* x, const GgmlMatrix& a, const float* bias_a, float* ya,
+                    const GgmlMatrix& b, const float* bias_b, float* yb);
+
 // The index (row * in + column) of the first value of W that decodes to a NaN or an infinity, or
 // -1. An f16 or bf16 field with an all-ones exponent does: a value itself (F16, BF16) or a block's
 // scale (the integer types, whose integers times a finite f16 scale stay finite in f32). MXFP4: a

@@ -2,7 +2,7 @@
 // allocate (and page-fault) each time. Buffers are told apart by element type and kTag: two that
 // are live at once in one call need different tags (kernels/gemm_bf16.cpp uses 0-3,
 // kernels/gemm_q8.cpp 4, kernels/gemm_ggml.cpp 5-7, the attention kernels in kernels/ops.cpp
-// 10-17).
+// 10-17; MatMulGgmlPair, kernels/gemm_ggml.cpp, 24).
 #pragma once
 
 #include <cstddef>

@@ -464,8 +464,16 @@ void MoeFfn(ForwardContext& ctx, int layer, const float* in, float* out) {
           MatMul(input, f32.data() + static_cast<int64_t>(e) * rows * cols, b, result, 1, cols,
                  rows);
       };
-      expert(w.moe_w1, Packed(w, &LayerPacked::moe_w1), x, F, D, bias(w.moe_b1, F), gate.data());
-      expert(w.moe_w3, Packed(w, &LayerPacked::moe_w3), x, F, D, bias(w.moe_b3, F), up.data());
+      const PackedWeight* stored_gate = Packed(w, &LayerPacked::moe_w1);
+      const PackedWeight* stored_up = Packed(w, &LayerPacked::moe_w3);
+      if (stored_gate && stored_up) {
+        // gpt-oss's gate and up rows alternate in one stored matrix: read it once (MatMulGgmlPair).
+        MatMulGgmlPair(x, stored_gate->ggml.Rows(e * F, F), bias(w.moe_b1, F), gate.data(),
+                       stored_up->ggml.Rows(e * F, F), bias(w.moe_b3, F), up.data());
+      } else {
+        expert(w.moe_w1, stored_gate, x, F, D, bias(w.moe_b1, F), gate.data());
+        expert(w.moe_w3, stored_up, x, F, D, bias(w.moe_b3, F), up.data());
+      }
       if (c.swiglu_limit > 0) {
         ClampedGlu(gate.data(), up.data(), F, c.swiglu_limit);
       } else {
