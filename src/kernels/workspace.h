@@ -1,8 +1,9 @@
 // A per-calling-thread scratch buffer, kept between calls so that a model's many products do not
 // allocate (and page-fault) each time. Buffers are told apart by element type and kTag: two that
 // are live at once in one call need different tags (kernels/gemm_bf16.cpp uses 0-3,
-// kernels/gemm_q8.cpp 4, kernels/gemm_ggml.cpp 5-7, the attention kernels in kernels/ops.cpp
-// 10-17; MatMulGgmlPair, kernels/gemm_ggml.cpp, 24).
+// kernels/gemm_q8.cpp 4, kernels/gemm_ggml.cpp 6 and 24 (MatMulGgmlPair, around the products that
+// use the others), kernels/gemm_dot.cpp 8, 9 and 11, the attention kernels in kernels/ops.cpp
+// 10-16, kernels/gemm_int8.cpp 20-23).
 #pragma once
 
 #include <cstddef>
