@@ -328,6 +328,17 @@ void NativeX(benchmark::State& state, Shape s, uint32_t type, X xmode) {
 
 void Native(benchmark::State& state, Shape s, uint32_t type) { NativeX(state, s, type, X::kF32); }
 
+// The split MXFP4 form with f32 x on AVX-512F alone, beside its VBMI kernels (gemm_ggml.h,
+// AllowVbmiForMxfp4).
+void SplitWithoutVbmi(benchmark::State& state, Shape s) {
+  ss::AllowVbmiForMxfp4(false);
+  NativeX(state, s, ss::kTypeMxfp4Split, X::kF32);
+  ss::AllowVbmiForMxfp4(true);
+}
+
+// gpt-oss-20b's expert products: gate and up as one stream of 5760 rows, down, and a prompt's.
+const Shape kGptOssShapes[] = {{1, 2880, 5760}, {1, 2880, 2880}, {64, 2880, 5760}};
+
 const std::pair<const char*, uint32_t> kNativeTypes[] = {{"q4_0", ss::kGgmlTypeQ4_0},
                                                          {"q4_k", ss::kGgmlTypeQ4_K},
                                                          {"mxfp4", ss::kGgmlTypeMXFP4},
@@ -457,6 +468,16 @@ int main(int argc, char** argv) {
             ->UseRealTime()
             ->MeasureProcessCPUTime();
   }
+  for (const Shape& s : kGptOssShapes) {
+    benchmark::RegisterBenchmark(("gpt_oss/mxfp4_split/" + ShapeName(s)).c_str(), Native, s,
+                                 ss::kTypeMxfp4Split)
+        ->UseRealTime()
+        ->MeasureProcessCPUTime();
+    benchmark::RegisterBenchmark(("gpt_oss/mxfp4_split_avx512f/" + ShapeName(s)).c_str(),
+                                 SplitWithoutVbmi, s)
+        ->UseRealTime()
+        ->MeasureProcessCPUTime();
+  }
   for (const Shape& s : {kShapes[0], kShapes[1]})
     benchmark::RegisterBenchmark(
         ("pack/in" + std::to_string(s.in) + "/out" + std::to_string(s.out)).c_str(), Pack, s)
@@ -564,6 +585,22 @@ int main(int argc, char** argv) {
                 100 * ratio(reporter.Median("GFLOP/cpu_s 7b/bf16/" + n), peak_bf16),
                 100 * ratio(reporter.Median("GFLOP/cpu_s 7b/native_bf16/" + n), peak_fma),
                 100 * ratio(reporter.Median("GFLOP/cpu_s 7b/sgemm/" + n), peak_fma));
+  }
+  // gpt-oss's expert shapes, split MXFP4 with f32 x: the kernel this CPU runs (VBMI where it has
+  // it) against AVX-512F alone.
+  header = false;
+  for (const Shape& s : kGptOssShapes) {
+    const std::string n = ShapeName(s), unit = s.T == 1 ? "GB/s " : "GFLOP/s ";
+    const double v = reporter.Median(unit + "gpt_oss/mxfp4_split/" + n),
+                 f = reporter.Median(unit + "gpt_oss/mxfp4_split_avx512f/" + n);
+    if (v <= 0 || f <= 0) continue;
+    if (!header) {
+      std::printf("\n%-26s %12s %12s %8s  (%s; decode GB/s of W, else GFLOP/s)\n",
+                  "gpt-oss split MXFP4", "as run", "avx512f", "ratio",
+                  ss::GgmlKernelName(ss::kTypeMxfp4Split));
+      header = true;
+    }
+    std::printf("%-26s %12.1f %12.1f %7.2fx\n", n.c_str(), v, f, v / f);
   }
   benchmark::Shutdown();
   return 0;

@@ -313,6 +313,53 @@ TEST(GemmGgml, Avx2AndAvx512GiveTheSameBits) {
   ForceSimdLevel(best);
 }
 
+// The split MXFP4 form's VBMI kernels (the nibbles put in order by VPMULTISHIFTQB) give the bits of
+// the AVX-512F ones: decode (T = 1: rows four at a time and the ones left over), the products
+// MatMulDot forms (T > 1), with and without a bias, on gpt-oss's 2880-value rows and on its gate
+// rows (every other stored row); and the dequantised rows themselves.
+TEST(GemmGgml, Mxfp4SplitVbmiGivesTheAvx512Bits) {
+  if (CpuSimdLevel() != SimdLevel::kAvx512) GTEST_SKIP() << "the CPU has no AVX-512";
+  const SimdLevel best = ActiveSimdLevel();
+  ForceSimdLevel(SimdLevel::kAvx512);
+  AllowVbmiForMxfp4(true);
+  if (std::string(GgmlKernelName(kTypeMxfp4Split)) != "avx512_vbmi") {
+    ForceSimdLevel(best);
+    GTEST_SKIP() << "the CPU has no AVX-512 VBMI";
+  }
+  size_t products = 0, differ = 0;
+  for (Case c : {Case{kTypeMxfp4Split, 2880}, Case{kTypeMxfp4Split, 96, 2, 1}}) {
+    for (int out : {1, 7, 45}) {
+      const Stored stored = RandomMatrix(c.type, out, c.in, 31 + out, c.row_step, c.first);
+      const std::vector<float> bias = test::NormalVector(out, 32);
+      for (int T : {1, 5, 20}) {
+        const std::vector<float> x = test::NormalVector(static_cast<size_t>(T) * c.in, 33 + T);
+        for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+          std::vector<float> with(static_cast<size_t>(T) * out), without(with.size());
+          AllowVbmiForMxfp4(true);
+          MatMulGgml(x.data(), stored.w, b, with.data(), T);
+          AllowVbmiForMxfp4(false);
+          EXPECT_STREQ(GgmlKernelName(c.type), "avx512");
+          MatMulGgml(x.data(), stored.w, b, without.data(), T);
+          ++products;
+          differ += std::memcmp(with.data(), without.data(), with.size() * 4) != 0;
+        }
+      }
+      std::vector<float> with(static_cast<size_t>(out) * c.in), without(with.size());
+      AllowVbmiForMxfp4(true);
+      DequantizeGgmlRows(stored.w, 0, out, with.data());
+      AllowVbmiForMxfp4(false);
+      DequantizeGgmlRows(stored.w, 0, out, without.data());
+      EXPECT_EQ(std::memcmp(with.data(), without.data(), with.size() * 4), 0)
+          << "dequantised rows, in " << c.in << " out " << out;
+    }
+  }
+  AllowVbmiForMxfp4(true);
+  ForceSimdLevel(best);
+  std::printf("MXFP4 (blocks + scales), AVX-512 VBMI against AVX-512F: %zu products, %zu differ\n",
+              products, differ);
+  EXPECT_EQ(differ, 0u);
+}
+
 // x as the int8 products round it (kernels/gemm_int8.h), from the header's rule: each 32 values
 // scaled by 127 / max |x|, rounded to the nearest integer (ties to even), times max |x| / 127.
 std::vector<double> XRoundedToInt8(const std::vector<float>& x) {

@@ -353,6 +353,55 @@ SS_AVX512 void DecodeMxfp4SplitAvx512(const uint8_t* w, const uint8_t* scales, f
   }
 }
 
+// The split form with AVX-512 VBMI (Ice Lake, Zen 4 and later): VPMULTISHIFTQB puts in each 32-bit
+// lane the nibble of its own value straight from the 8 bytes broadcast to every 64-bit lane (lane
+// 2k the low nibble of byte k, lane 2k + 1 its high nibble; VPERMPS reads a lane's low 4 bits), so
+// the values come out in order without the two VPERMT2PS above: the same values in the same lanes,
+// two shuffles a block fewer. bench_gemm's gpt_oss shapes (gate and up as 5760 rows of 2880
+// values, down as 2880; medians of 10 interleaved repetitions, Zen 5 EPYC, GB/s of W): 16.3 / 30.7
+// on 1 / 2 threads against 14.0 / 26.7 without VBMI (1.15x), 16.2 / 30.0 against 14.0 / 26.3 for
+// down; a prompt's product (T = 64) unchanged, 150.8 against 151.2 GFLOP/s. A VPSHUFB form (the
+// bytes spread to their lanes, then VPSRLVD) was no faster than the interleave.
+#define SS_VBMI512 __attribute__((target("avx512f,avx512vbmi,avx2,fma,f16c")))
+
+std::atomic<bool>& VbmiAllowed() {
+  static std::atomic<bool> allowed{true};
+  return allowed;
+}
+bool CpuHasAvx512Vbmi() {
+  // CPUID leaf 7 sub-leaf 0: ECX bit 1 (AVX512_VBMI); AVX-512 itself is ActiveSimdLevel's check.
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 1)) != 0;
+  }();
+  return has;
+}
+bool UseVbmi() {
+  return ActiveSimdLevel() == SimdLevel::kAvx512 && CpuHasAvx512Vbmi() &&
+         VbmiAllowed().load(std::memory_order_relaxed);
+}
+
+// The 16 values of 8 bytes of the split form, in order, from `table` (Mxfp4Table).
+SS_VBMI512 inline __m512 Mxfp4SplitValues(const uint8_t* w, __m512 table) {
+  // Destination byte 0 of lane 2k from bit 8k of the 64-bit word, of lane 2k + 1 from bit 8k + 4.
+  const __m512i at =
+      _mm512_set_epi64((60LL << 32) | 56, (52LL << 32) | 48, (44LL << 32) | 40, (36LL << 32) | 32,
+                       (28LL << 32) | 24, (20LL << 32) | 16, (12LL << 32) | 8, (4LL << 32) | 0);
+  uint64_t bytes;
+  std::memcpy(&bytes, w, 8);
+  return _mm512_permutexvar_ps(
+      _mm512_multishift_epi64_epi8(at, _mm512_set1_epi64(static_cast<long long>(bytes))), table);
+}
+
+SS_VBMI512 void DecodeMxfp4SplitVbmi(const uint8_t* w, const uint8_t* scales, float* dst, int n,
+                                     int cs) {
+  for (int b = 0; b < n / 32; ++b, w += 16, dst += 2 * cs) {
+    const __m512 table = Mxfp4Table(scales[b]);
+    _mm512_storeu_ps(dst, Mxfp4SplitValues(w, table));
+    _mm512_storeu_ps(dst + cs, Mxfp4SplitValues(w + 8, table));
+  }
+}
+
 // Q4_K's eight 6-bit scales and mins of a super-block (the 12 packed bytes at `packed`), times d
 // and dmin: exact products, as the scalar decoder's d * sc and dmin * m.
 SS_AVX512 inline void Q4KScales(const uint8_t* packed, float d, float dmin, float* ds, float* dm) {
@@ -426,7 +475,7 @@ RowDequant Avx512RowDecode(uint32_t type) {
     case kGgmlTypeMXFP4:
       return DecodeMxfp4Avx512;
     case kTypeMxfp4Split:
-      return DecodeMxfp4SplitAvx512;
+      return UseVbmi() ? DecodeMxfp4SplitVbmi : DecodeMxfp4SplitAvx512;
     default:
       return nullptr;
   }
@@ -779,6 +828,36 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void RowsTimesX512(const GgmlMa
   }
 }
 
+// RowsTimesX512<KindMxfp4Split, G> with the VBMI values (Mxfp4SplitValues): its own function, as
+// the VBMI instructions need a target the other kinds' kernels must not be compiled for. The same
+// arithmetic, so the same bits (tests/test_gemm_ggml.cpp).
+template <int G>
+SS_VBMI512 void RowsTimesXMxfp4SplitVbmi(const GgmlMatrix& w, int r0, int step, const float* x,
+                                         float* y, const float* bias) {
+  __m512 acc[G];
+  const uint8_t* row[G];
+  const uint8_t* sc[G];
+  for (int g = 0; g < G; ++g) {
+    acc[g] = _mm512_setzero_ps();
+    row[g] = w.row(r0 + g * step);
+    sc[g] = w.row_scales(r0 + g * step);
+  }
+  for (int b = 0; b < w.in / 32; ++b) {
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      const size_t at = static_cast<size_t>(b) * 16;
+      _mm_prefetch(RowAhead(row[g], at, w.row_bytes, w.row_stride), _MM_HINT_T0);
+      const __m512 table = Mxfp4Table(sc[g][b]);
+      Step512(Mxfp4SplitValues(row[g] + at, table), x + 32 * b, acc[g]);
+      Step512(Mxfp4SplitValues(row[g] + at + 8, table), x + 32 * b + 16, acc[g]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    const float s = Reduce16(acc[g]);
+    y[r0 + g * step] = bias ? s + bias[r0 + g * step] : s;
+  }
+}
+
 template <class Kind, int G>
 __attribute__((target("avx2,fma,f16c"))) void RowsTimesX256(const GgmlMatrix& w, int r0, int step,
                                                             const float* x, float* y,
@@ -882,6 +961,9 @@ RowKernelSet RowKernels(uint32_t type) {
     case kGgmlTypeMXFP4:
       return RowsTimesX<KindMxfp4>(avx512);
     case kTypeMxfp4Split:
+      if (avx512 && UseVbmi())
+        return {kStreams512<KindMxfp4Split>, RowsTimesXMxfp4SplitVbmi<kStreams512<KindMxfp4Split>>,
+                RowsTimesXMxfp4SplitVbmi<1>};
       return RowsTimesX<KindMxfp4Split>(avx512);
     default:
       return {};
@@ -983,11 +1065,14 @@ RowsDecode RowsDecoder(RowDequant f) {
 #define SS_CASE(fn) if (f == fn) return DecodeRowsWith<fn>;
   SS_CASE(DecodeF16Avx512) SS_CASE(DecodeBf16Avx512) SS_CASE(DecodeQ8_0Avx512) SS_CASE(DecodeQ4_0Avx512)
   SS_CASE(DecodeQ4_KAvx512) SS_CASE(DecodeQ6_KAvx512) SS_CASE(DecodeMxfp4Avx512) SS_CASE(DecodeMxfp4SplitAvx512)
+  SS_CASE(DecodeMxfp4SplitVbmi)
   SS_CASE(DequantF16Avx2) SS_CASE(DequantBf16Avx2) SS_CASE(DequantQ8_0Avx2) SS_CASE(DequantQ4_0Avx2)
   SS_CASE(DequantQ4_KAvx2) SS_CASE(DequantQ6_KAvx2) SS_CASE(DequantMxfp4Avx2) SS_CASE(DequantMxfp4SplitAvx2)
 #undef SS_CASE
       // clang-format on
-      return DecodeRowsScalar;
+      // A vector decoder missing from the table would fall to the scalar loop unnoticed.
+      SS_ASSERT(f == nullptr);
+  return DecodeRowsScalar;
 }
 
 }  // namespace
@@ -1036,8 +1121,11 @@ GgmlMatrix GgmlView(uint32_t type, int out, int in, const uint8_t* data,
 
 const char* GgmlKernelName(uint32_t type) {
   if (!VectorRowDecode(type)) return "portable";
+  if (type == kTypeMxfp4Split && UseVbmi()) return "avx512_vbmi";
   return ActiveSimdLevel() == SimdLevel::kAvx512 ? "avx512" : "avx2";
 }
+
+void AllowVbmiForMxfp4(bool allow) { VbmiAllowed().store(allow, std::memory_order_relaxed); }
 
 namespace {
 

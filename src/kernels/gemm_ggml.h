@@ -68,8 +68,12 @@ GgmlMatrix GgmlView(uint32_t type, int out, int in, const uint8_t* data,
                     std::shared_ptr<const void> owner, int row_step = 1,
                     const uint8_t* scales = nullptr);
 
-// The decoder MatMulGgml uses for `type` now: "avx512", "avx2" or "portable".
+// The decoder MatMulGgml uses for `type` now: "avx512", "avx512_vbmi" (the split MXFP4 form on a
+// CPU with AVX-512 VBMI), "avx2" or "portable".
 const char* GgmlKernelName(uint32_t type);
+// Lets the split MXFP4 form's AVX-512 kernels use VBMI where the CPU has it (the default), or keeps
+// them on AVX-512F (tests: the two give the same bits).
+void AllowVbmiForMxfp4(bool allow);
 
 // How MatMulGgml takes x for weights of a type. kF32, the default: x stays f32, and the product is
 // x times the dequantised W up to the order of f32 sums (the numbers of an f32 forward on the
