@@ -774,13 +774,8 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void RowsTimesX512(const GgmlMa
                                                                     int step, const float* x,
                                                                     float* y, const float* bias) {
   __m512 acc[G];
-  const uint8_t* row[G];
-  const uint8_t* sc[G];
-  for (int g = 0; g < G; ++g) {
-    acc[g] = _mm512_setzero_ps();
-    row[g] = w.row(r0 + g * step);
-    sc[g] = w.scales ? w.row_scales(r0 + g * step) : nullptr;
-  }
+  const auto& [row, sc] = RowStreamStarts<G>(w, r0, step);
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
   const int blocks = w.in / Kind::kValues;
   for (int b = 0; b < blocks; ++b) {
     const float* xb = x + b * Kind::kValues;
@@ -835,13 +830,8 @@ template <int G>
 SS_VBMI512 void RowsTimesXMxfp4SplitVbmi(const GgmlMatrix& w, int r0, int step, const float* x,
                                          float* y, const float* bias) {
   __m512 acc[G];
-  const uint8_t* row[G];
-  const uint8_t* sc[G];
-  for (int g = 0; g < G; ++g) {
-    acc[g] = _mm512_setzero_ps();
-    row[g] = w.row(r0 + g * step);
-    sc[g] = w.row_scales(r0 + g * step);
-  }
+  const auto& [row, sc] = RowStreamStarts<G>(w, r0, step);
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
   for (int b = 0; b < w.in / 32; ++b) {
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
@@ -863,13 +853,8 @@ __attribute__((target("avx2,fma,f16c"))) void RowsTimesX256(const GgmlMatrix& w,
                                                             const float* x, float* y,
                                                             const float* bias) {
   __m256 acc[G][2];
-  const uint8_t* row[G];
-  const uint8_t* sc[G];
-  for (int g = 0; g < G; ++g) {
-    acc[g][0] = acc[g][1] = _mm256_setzero_ps();
-    row[g] = w.row(r0 + g * step);
-    sc[g] = w.scales ? w.row_scales(r0 + g * step) : nullptr;
-  }
+  const auto& [row, sc] = RowStreamStarts<G>(w, r0, step);
+  for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
   const int blocks = w.in / Kind::kValues;
   for (int b = 0; b < blocks; ++b) {
     const float* xb = x + b * Kind::kValues;

@@ -306,13 +306,8 @@ SS_I512 void Rows32x512(const GgmlMatrix& w, int r0, int step, const XRows& x, i
                         const float* bias) {
   const int blocks = w.in / kBlock;
   __m512 acc[G];
-  const uint8_t* row[G];
-  const uint8_t* sc[G];
-  for (int g = 0; g < G; ++g) {
-    acc[g] = _mm512_setzero_ps();
-    row[g] = w.row(r0 + g * step);
-    sc[g] = w.scales ? w.row_scales(r0 + g * step) : nullptr;
-  }
+  const auto& [row, sc] = RowStreamStarts<G>(w, r0, step);
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
   for (int p = 0; p < blocks / 2; ++p)
     Pair512<Kind, true, G>(row, sc, p, x, t, w.row_bytes, w.row_stride, acc);
   if (blocks % 2)
@@ -352,13 +347,8 @@ SS_I256 void Rows32x256(const GgmlMatrix& w, int r0, int step, const XRows& x, i
                         const float* bias) {
   const int blocks = w.in / kBlock;
   __m256 acc[G][2];
-  const uint8_t* row[G];
-  const uint8_t* sc[G];
-  for (int g = 0; g < G; ++g) {
-    acc[g][0] = acc[g][1] = _mm256_setzero_ps();
-    row[g] = w.row(r0 + g * step);
-    sc[g] = w.scales ? w.row_scales(r0 + g * step) : nullptr;
-  }
+  const auto& [row, sc] = RowStreamStarts<G>(w, r0, step);
+  for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
   for (int p = 0; p < blocks / 2; ++p)
     Pair256<Kind, true, G, kVnni>(row, sc, p, x, t, w.row_bytes, w.row_stride, acc);
   if (blocks % 2)

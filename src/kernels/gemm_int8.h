@@ -98,6 +98,19 @@ inline const char* RowAhead(const uint8_t* row, size_t offset, size_t row_bytes,
   if (at < row_bytes || row_stride == row_bytes) return reinterpret_cast<const char*>(base + at);
   return reinterpret_cast<const char*>(base + at / row_bytes * row_stride + at % row_bytes);
 }
+// Where each of a kernel's G streams starts: rows r0, r0 + step, ... (ForRowStreams' first and
+// step), their bytes and, for the split MXFP4 form, their scales (else null).
+template <int G>
+struct RowStreamStarts {
+  const uint8_t* row[G];
+  const uint8_t* sc[G];
+  RowStreamStarts(const GgmlMatrix& w, int r0, int step) {
+    for (int g = 0; g < G; ++g) {
+      row[g] = w.row(r0 + g * step);
+      sc[g] = w.scales ? w.row_scales(r0 + g * step) : nullptr;
+    }
+  }
+};
 // Calls rows(streams, first, step) for rows [lo, hi) as above, `streams` streams (kRowStreams
 // unless a kernel asks for more).
 template <class F>
