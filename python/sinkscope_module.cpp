@@ -27,6 +27,7 @@
 #include "cli/common.h"
 #include "cli/verbs.h"
 #include "common/error.h"
+#include "common/file_util.h"
 #include "explain/explain_report.h"
 #include "hooks/hooks.h"
 #include "io/load.h"
@@ -133,6 +134,13 @@ class PyModel {
   }
 
   const Model& model() const { return model_; }
+  // The model for a call that reads its weights: refused (sinkscope.Error naming the file) when
+  // a file under its mapping changed on disk, which would otherwise end the interpreter with
+  // SIGBUS or give numbers of a half-rewritten file.
+  const Model& weights() const {
+    CheckMappedFilesUnchanged();
+    return model_;
+  }
   const std::string& tokenizer_path() const { return tokenizer_path_; }
 
   const Tokenizer& tokenizer() {
@@ -354,12 +362,12 @@ struct ForwardResult {
 // One forward over `ids` from an empty cache with the user's hooks, then caching hooks for `names`.
 ForwardResult RunForward(PyModel& pm, const py::object& ids_obj, const std::vector<HookSpec>& user,
                          const std::vector<std::string>& names, bool allow_long_context) {
-  const Model& model = pm.model();
+  const Model& model = pm.weights();
   const ModelConfig& c = model.config;
   const std::vector<int> ids = ToIds(ids_obj, c.vocab_size, "ids");
   if (ids.empty()) throw Error("ids: no tokens to run");
   const int T = static_cast<int>(ids.size());
-  cli::CheckLength(c, T, allow_long_context, /*has_allow_flag=*/true);
+  cli::CheckLength(c, T, allow_long_context, "allow_long_context=True", "ids");
   for (const auto& h : user) CheckHookName(h.name, c);
   for (const auto& n : names) CheckHookName(n, c);
 
@@ -510,7 +518,7 @@ struct StreamResult {
   std::vector<cli::StreamRun> runs;
 };
 
-std::string Dump(const nlohmann::json& j) { return j.dump(2) + "\n"; }
+std::string Dump(const nlohmann::json& j) { return report::JsonText(j); }
 
 }  // namespace
 }  // namespace ss::python
@@ -608,7 +616,14 @@ void BindModel(py::module_& m) {
             ForwardResult r = RunForward(p, ids, ToHookSpecs(hooks), names, allow_long);
             py::dict cache;
             for (const auto& n : names) {
-              const Tensor& t = r.cache.at(n);
+              const auto it = r.cache.find(n);
+              if (it == r.cache.end())
+                throw Error(fmt::format(
+                    "names: '{}' was not recorded: this model's forward has no such activation "
+                    "(hook_names() lists the points of every model; some exist only in some "
+                    "architectures)",
+                    n));
+              const Tensor& t = it->second;
               cache[py::str(n)] = ToNumpy(t.data(), t.shape());
             }
             return py::make_tuple(r.logits, cache);
@@ -649,10 +664,11 @@ void BindAnalyze(py::module_& m) {
         req.patterns = patterns;
         req.attn_path = attention;
         req.allow_long_context = allow_long_context;
+        req.allow_long_name = "allow_long_context=True";
         cli::ValidateAnalyze(req);
         const cli::SampleStream stream = StreamFromInput(p, input, prompt);
         auto out = std::make_unique<AnalyzeResult>();
-        out->report = RunReleased([&] { return cli::RunAnalysis(p.model(), stream, req); });
+        out->report = RunReleased([&] { return cli::RunAnalysis(p.weights(), stream, req); });
         return out;
       },
       py::arg("model"), py::arg("input"), py::arg("conditions"), py::arg("samples"),
@@ -721,7 +737,7 @@ void BindExplain(py::module_& m) {
         cli::ValidateExplain(req);
         const cli::SampleStream stream = StreamFromInput(p, input, prompt);
         auto out = std::make_unique<ExplainResultBox>();
-        out->report = RunReleased([&] { return cli::RunExplanation(p.model(), stream, req); });
+        out->report = RunReleased([&] { return cli::RunExplanation(p.weights(), stream, req); });
         return out;
       },
       py::arg("model"), py::arg("input"), py::arg("condition"), py::arg("samples"),
@@ -833,7 +849,7 @@ void BindStream(py::module_& m) {
       [](PyModel& p, const py::object& input, const std::vector<std::string>& policies, int sinks,
          int window, bool force, int64_t max_tokens, bool bos, const std::string& kv_type,
          const std::string& kv_type_k, const std::string& kv_type_v, const std::string& kv_keep) {
-        const Model& model = p.model();
+        const Model& model = p.weights();
         if (max_tokens < 0)
           throw Error(fmt::format("max_tokens: expected 0 (all) or more, got {}", max_tokens));
         if (policies.empty()) throw Error("policy: expected at least one policy");
@@ -906,6 +922,8 @@ using namespace ss::python;
 PYBIND11_MODULE(_sinkscope, m) {
   m.doc() =
       "sinkscope engine (C++): models, hooks and the analyze / explain / trace / stream verbs";
+  // An interpreter outlives one bad call: a broken invariant raises RuntimeError, not abort().
+  ss::SetAssertionsThrow(true);
   BindEngine(m);
   BindModel(m);
   BindAnalyze(m);

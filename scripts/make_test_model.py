@@ -51,6 +51,7 @@ The directory is written under DIR.tmp-PID and renamed into place when complete.
 """
 import argparse
 import json
+import math
 import os
 import pathlib
 import shutil
@@ -420,6 +421,11 @@ def main():
         sys.exit(f"make_test_model: the tokenizer needs --vocab {256 + 1 + len(HARMONY_SPECIALS)} or more "
                  "(the 256 bytes and the harmony tokens), or --no-tokenizer")
 
+    # Shard names hold 5 digits, as the Hub's do; gpt-oss numbers its shards from 0, "of" the
+    # last number (model-00000-of-00002 .. model-00002-of-00002), the other families from 1.
+    if not (a.shard_gb > 0 and math.isfinite(a.shard_gb)):
+        sys.exit(f"make_test_model: --shard-gb must be a positive size in GB, got {a.shard_gb}")
+
     out = pathlib.Path(a.out)
     if out.exists():
         sys.exit(f"make_test_model: {out} exists; remove it first")
@@ -437,6 +443,9 @@ def main():
             cur.append(t)
             size += n
         shards.append(cur)
+        if len(shards) > 99999:
+            sys.exit(f"make_test_model: --shard-gb {a.shard_gb} makes {len(shards)} shards, more than "
+                     "five-digit shard names hold")
         rng = np.random.Generator(np.random.PCG64(a.seed))
         total, weight_map = 0, {}
         for i, group in enumerate(shards):

@@ -86,7 +86,6 @@ TEST(ExplainCli, ExhaustiveMeasuresEveryRow) {
 struct BadCase {
   std::string args;
   std::string flag;  // the flag the one-line error must name
-  // CLI11's own parse errors (a value that is no number) add a "Run with --help" line.
   bool one_line = true;
 };
 
@@ -108,7 +107,7 @@ TEST(ExplainCli, BadInputFailsCleanly) {
       {"--html /nonexistent_dir_xyz/e.html", "--html"},
       {"--verify-top 0", "--verify-top"},
       {"--verify-top -2", "--verify-top"},
-      {"--verify-top many", "--verify-top", /*one_line=*/false},
+      {"--verify-top many", "--verify-top"},
       {"--exhaustive --verify-top 4", "--verify-top"},
   };
   for (const BadCase& c : cases) {

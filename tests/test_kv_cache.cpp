@@ -460,6 +460,43 @@ TEST(KvStream, KeptEntriesSurviveTheRingGrowing) {
   }
 }
 
+// A cache grows as the stream fills it (StreamOptions::first_ring): a ring that starts at 3
+// entries and doubles gives the logits of one allocated whole at the start, bit for bit, for
+// every storage and policy, through steps and prefills, before and after the window fills.
+TEST(KvStream, ACacheGrownAsTheStreamFillsItEqualsOneAllocatedWhole) {
+  omp_set_num_threads(1);
+  Model model = LoadModel(kModelPath);
+  std::vector<int> tokens;
+  for (int i = 0; i < 91; ++i) tokens.push_back(1 + (i * 31) % 470);
+  for (stream::Policy policy :
+       {stream::Policy::kSinks, stream::Policy::kWindow, stream::Policy::kRecompute}) {
+    for (KvType type : {KvType::kF32, KvType::kQ8_0}) {
+      if (policy == stream::Policy::kRecompute && type != KvType::kF32) continue;
+      stream::StreamOptions whole;
+      whole.policy = policy;
+      whole.sinks = 4;
+      whole.window = 60;
+      whole.k_type = whole.v_type = type;
+      whole.first_ring = 1 << 20;  // every row from the start
+      stream::StreamOptions grown = whole;
+      grown.first_ring = 3;
+      auto a = stream::MakeStreamCache(model, whole), b = stream::MakeStreamCache(model, grown);
+      EXPECT_LT(b->kv_bytes(), a->kv_bytes());
+      size_t at = 0;
+      for (const size_t n : {1, 1, 5, 1, 17, 1, 40, 1, 1, 23}) {
+        const std::span<const int> chunk(tokens.data() + at, n);
+        const Tensor la = n == 1 ? a->Step(chunk[0]) : a->Prefill(chunk);
+        const Tensor lb = n == 1 ? b->Step(chunk[0]) : b->Prefill(chunk);
+        ASSERT_EQ(std::vector<float>(la.data(), la.data() + la.numel()),
+                  std::vector<float>(lb.data(), lb.data() + lb.numel()))
+            << stream::PolicyName(policy) << " " << KvTypeName(type) << " after token " << at + n;
+        at += n;
+      }
+      EXPECT_EQ(at, tokens.size());
+    }
+  }
+}
+
 TEST(KvStream, NonsenseSettingsGiveClearErrors) {
   Model model = LoadModel(kModelPath);
   stream::StreamOptions o;
@@ -486,13 +523,20 @@ TEST(KvStream, NonsenseSettingsGiveClearErrors) {
   ExpectErrorContains([&] { stream::ValidateOptions(recompute, model.config); },
                       {"recompute", "q4_0"});
   // A cache the machine cannot hold is refused before it is allocated (stories260K: 1,280 bytes
-  // a token in f32, 640 GB for 500M entries).
+  // a token in f32, 640 GB for 500M entries); the caches call the check as they grow.
   stream::StreamOptions huge = o;
   huge.window = 500'000'000 - 4;
   huge.force = true;
   ExpectErrorContains(
-      [&] { stream::MakeStreamCache(model, huge); },
+      [&] { stream::CheckCacheMemory(model.config, 500'000'000, huge, "--sinks + --window"); },
       {"--sinks + --window", "500000000 entries", "f32 keys", "needs", "available"});
+  // The cache itself holds what a stream has filled: 1024 entries to start with, not 500M.
+  for (stream::Policy policy : {stream::Policy::kSinks, stream::Policy::kRecompute}) {
+    stream::StreamOptions p = huge;
+    p.policy = policy;
+    const auto cache = stream::MakeStreamCache(model, p);
+    EXPECT_LE(cache->kv_bytes(), (1024 + 4) * int64_t{1280}) << stream::PolicyName(policy);
+  }
   // A model whose rows are not whole blocks of 32 (kv_dim 48).
   ModelConfig narrow = model.config;
   narrow.n_kv_heads = 6;

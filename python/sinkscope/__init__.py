@@ -171,15 +171,20 @@ def analyze(model, input=None, *, conditions="bos,no-bos,random-p0,repeat", samp
 
 def explain(model, input=None, *, condition="bos", samples=16, length=64, seed=0, eps=0.3,
             onset_threshold=0.5, amplification_threshold=3.0, share=0.8, intervention_samples=8,
-            max_components=6, ablation="mean", ablate="", prompt=False, verify_top=16,
+            max_components=6, ablation="mean", ablate="", prompt=False, verify_top=None,
             exhaustive=False, estimate_samples=2, confidence=0.95, early_stop=True):
     """Locates the P0 sink circuit with interventions at position 0 and fits the cone model
     (``sinkscope explain``). ``ablate``: also measure knocking out this set at P0, e.g.
     "mlp.1,head.0.3" (``ablation`` "mean" or "zero"). Rows are estimated and the best
-    ``verify_top`` measured (``exhaustive``: all); intervention samples stop once the verdict and
+    ``verify_top`` measured (16 when not given; ``exhaustive``: all, and then ``verify_top`` is not
+    taken, as the CLI refuses --verify-top with --exhaustive); intervention samples stop once the verdict and
     circuit are settled at ``confidence`` (``early_stop=False``: all of them; the CLI's
     --no-early-stop). Returns an ExplainResult (``verdict``, ``p0_norm_ratio``,
     ``sink_rate_per_layer``, ``to_json()``)."""
+    if exhaustive and verify_top is not None:
+        raise Error("verify_top: cannot be combined with exhaustive=True, which measures every row")
+    if verify_top is None:
+        verify_top = 16
     return _sinkscope.explain(model, _input(input), condition, samples, length, seed, eps, onset_threshold,
                               amplification_threshold, share, intervention_samples, max_components,
                               ablation, ablate, prompt, verify_top, exhaustive, estimate_samples,

@@ -2,13 +2,14 @@
 engine; BF16 bytes are the round-to-nearest-even of the F32 draw."""
 
 import json
+import re
 import struct
 import subprocess
 import sys
 
 import numpy as np
 
-from conftest import REPO
+from conftest import REPO, run_cli
 
 SCRIPT = REPO / "scripts" / "make_test_model.py"
 SHAPE = ["--layers", "2", "--dim", "64", "--heads", "4", "--kv-heads", "2", "--ffn", "172",
@@ -139,3 +140,26 @@ def test_planted_p0_circuit_is_found(sinkscope, tmp_path):
     assert fast.data["stopping"]["used"] == 2 and full.data["stopping"]["used"] == 8
     assert fast.data["estimates"]["verified"] == 16 < full.data["estimates"]["verified"]
     assert fast.data["forward_passes"] < full.data["forward_passes"]
+
+
+def test_expert_scales_that_overflow_a_norm_give_the_model_s_numbers(tmp_path):
+    # Every E8M0 scale of one layer's down experts at 0xC0 (2^65): the activations stay finite but
+    # their squares overflow a float sum. The norms sum them in double, so the logits are the
+    # model's (not all equal: a uniform distribution's perplexity is exactly the vocabulary size).
+    out = tmp_path / "gptoss"
+    subprocess.run([sys.executable, str(SCRIPT), "--preset", "gpt-oss-tiny", "--out", str(out)],
+                   check=True, capture_output=True)
+    shard = out / "model.safetensors"
+    data = bytearray(shard.read_bytes())
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    b, e = header["model.layers.1.mlp.experts.down_proj_scales"]["data_offsets"]
+    data[8 + n + b:8 + n + e] = b"\xc0" * (e - b)
+    shard.write_bytes(bytes(data))
+    vocab = json.loads((out / "config.json").read_text())["vocab_size"]
+    for precision in ["native", "f32"]:
+        r = run_cli("ppl", "--model", str(out), "--precision", precision, "--prompt",
+                    "Once upon a time there was a little girl", check=False)
+        assert r.returncode == 0, r.stderr
+        ppl = float(re.search(r"perplexity\s+([0-9.]+)", r.stdout).group(1))
+        assert abs(ppl - vocab) > 1.0, (precision, ppl, vocab)

@@ -681,3 +681,48 @@ def test_sigmoid_and_kv_bias_models_report_their_attention(sinkscope, tmp_path):
         else:
             assert "row_sum" not in c
             np.testing.assert_allclose(rows.mean(-1), 1 - c["alpha_sink"][0], rtol=1e-4)
+
+
+# ---- Hardening (docs/GUARANTEES.md): input that once killed the interpreter or gave wrong numbers.
+
+def test_a_prompt_shorter_than_k_raises_and_the_interpreter_lives(sinkscope, model):
+    with pytest.raises(sinkscope.Error, match=r"--first-k.*no-bos"):
+        sinkscope.analyze(model, "hi there", prompt=True)
+    assert sinkscope.analyze(model, "hi there", prompt=True, first_k=3).to_json()
+
+
+def test_huge_finite_activations_keep_meaningful_logits(model):
+    ids = model.tokenize(TEXT)
+    # 1e19 in every lane: the next norm's float sum of squares overflows; the norm must still be
+    # the row's direction, not zeros (which gave every logit exactly 0).
+    logits = model.forward(ids, hooks=[("blocks.4.hook_resid_post",
+                                        lambda act, hook: np.full_like(act, 1e19))])
+    assert np.isfinite(logits).all()
+    assert np.abs(logits).max() > 1e-3
+    assert len(np.unique(np.round(logits[-1], 4))) > 1
+
+
+def test_messages_speak_python(sinkscope, model):
+    with pytest.raises(sinkscope.Error, match=r"allow_long_context=True") as e:
+        model.forward(np.ones(600, dtype=np.int64))
+    assert "--allow-long-context" not in str(e.value)
+    with pytest.raises(sinkscope.Error, match=r"verify_top.*exhaustive"):
+        sinkscope.explain(model, TEXT * 4, samples=2, length=16, exhaustive=True, verify_top=3)
+    with pytest.raises(sinkscope.Error, match=r"blocks\.0\.attn\.hook_gate"):
+        model.run_with_cache(model.tokenize(TEXT), names=["blocks.0.attn.hook_gate"])
+    # Layer numbers as hook_names() spells them: a leading zero or a number past int is no name.
+    for bad in ["blocks.01.hook_resid_post", "blocks.4294967295.hook_q"]:
+        with pytest.raises(sinkscope.Error):
+            model.run_with_cache(model.tokenize(TEXT), names=[bad])
+
+
+def test_a_model_file_truncated_under_a_live_model(sinkscope, tmp_path):
+    path = tmp_path / "m.bin"
+    path.write_bytes(MODEL.read_bytes())
+    (tmp_path / "tok512.bin").write_bytes((MODEL.parent / "tok512.bin").read_bytes())
+    m = sinkscope.load(str(path))
+    ids = m.tokenize(TEXT)
+    m.forward(ids)
+    os.truncate(path, 4096)
+    with pytest.raises(sinkscope.Error, match=r"m\.bin: the file changed on disk"):
+        m.forward(ids)

@@ -84,6 +84,11 @@ static int RandomToken(SplitMix64& rng, const SampleSpec& spec) {
 
 // The bos condition needs the model's BOS id; gpt-oss, Qwen and others declare none.
 static void CheckBos(Condition condition, const SampleSpec& spec) {
+  if (condition == Condition::kRandomP0 && spec.vocab_size <= 2)
+    Fail(
+        "the model's vocabulary has {} token(s): the 'random-p0' condition needs a token other "
+        "than BOS and EOS to put first; use --conditions bos,no-bos,repeat",
+        spec.vocab_size);
   if (condition == Condition::kBos && spec.bos_id < 0)
     Fail(
         "the model declares no BOS token (bos_token_id is null or absent), so the 'bos' condition "

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -84,17 +85,27 @@ int main(int argc, char** argv) {
   ss::cli::RegisterExplain(app);
   ss::serve::RegisterServe(app);
   ss::cli::AddRuntimeOptions(app);  // --threads (cli/options.h)
+  ss::cli::RequireWellFormedValues(app);
   if (std::string warning = ss::BlasWarning(); !warning.empty())
     std::fprintf(stderr, "sinkscope: %s\n", warning.c_str());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version print their text; every other parse error is one line, as the verbs'
+    // own errors are, with the usage convention's exit status 2.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "sinkscope: error: %s (see --help)\n", ss::Printable(e.what()).c_str());
+    return 2;
   } catch (const ss::Error& e) {
     std::fprintf(stderr, "sinkscope: error: %s\n", e.what());
     return 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "sinkscope: error: out of memory\n");
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the verb did not check itself (each verb names its flag where it does): the
+    // library's message names the path and the operating system's reason.
+    std::fprintf(stderr, "sinkscope: error: %s\n", ss::Printable(e.what()).c_str());
     return 1;
   }
   return 0;

@@ -47,7 +47,7 @@ void RunAnalyze(AnalyzeArgs a) {
   Model model = LoadModelAt(a.model, a.precision);
   // --length against the context before the input is read (RunAnalysis checks it again).
   if (!in.has_prompt())
-    CheckLength(model.config, in.length, a.request.allow_long_context, /*has_allow_flag=*/true);
+    CheckLength(model.config, in.length, a.request.allow_long_context, kAllowLongFlag);
   const SampleStream input = ReadSampleStream(model, in.text_file, in.prompt, in.has_prompt(),
                                               in.tokens_file, in.tokenizer);
   const analysis::AnalyzeReport rep = RunAnalysis(model, input, a.request);
@@ -55,7 +55,7 @@ void RunAnalyze(AnalyzeArgs a) {
   // Render everything first, then write: a failure leaves no half of the outputs behind.
   const std::string summary = analysis::ReportSummary(rep);
   std::string json_text, html_text;
-  if (!a.output.json.empty()) json_text = analysis::ReportJson(rep).dump(2) + "\n";
+  if (!a.output.json.empty()) json_text = report::JsonText(analysis::ReportJson(rep));
   if (!a.output.html.empty()) html_text = analysis::ReportHtml(rep);
   fmt::print("model {} ({}, {} layers x {} heads); {}\n", model.source, model.format,
              model.config.n_layers, model.config.n_heads, input.source);

@@ -41,7 +41,8 @@ struct ConvertOptions {
 };
 
 void WriteHfDirectory(const LoadedModel& loaded, const std::string& out, SafetensorsDtype dtype) {
-  if (fs::exists(out)) Fail("--out {}: already exists; remove it or choose another path", out);
+  if (PathExists(out, "--out"))
+    Fail("--out {}: already exists; remove it or choose another path", out);
   const std::string tmp = TemporaryPath(out);
   const std::string name = fs::path(out).filename().string();
   RemoveStaleTemporaries(
@@ -90,7 +91,7 @@ void Run(const ConvertOptions& o) {
     Fail(
         "--out -: a Hugging Face model is a directory; give a path (--to gguf can go to "
         "standard output)");
-  if (o.to == "hf" && fs::exists(o.out))
+  if (o.to == "hf" && (PathExists(o.out, "--out")))
     Fail("--out {}: already exists; remove it or choose another path{}", o.out,
          o.force ? " (--force replaces a GGUF file, never a directory)" : "");
   CheckOutputs({{"--out", o.out}},

@@ -62,7 +62,7 @@ void RunExplain(ExplainArgs a) {
   const ModelConfig& c = model.config;
   // --length and --ablate against the model before the input is read (RunExplanation checks
   // them again).
-  if (!in.has_prompt()) CheckLength(c, in.length, /*allow_long=*/false, /*has_allow_flag=*/false);
+  if (!in.has_prompt()) CheckLength(c, in.length, /*allow_long=*/false, /*allow_name=*/{});
   explain::ParseComponents(r.ablate, c, "--ablate");
   const SampleStream input = ReadSampleStream(model, in.text_file, in.prompt, in.has_prompt(),
                                               in.tokens_file, in.tokenizer);
@@ -70,7 +70,7 @@ void RunExplain(ExplainArgs a) {
 
   const std::string summary = explain::ReportSummary(rep);
   std::string json_text, html_text;
-  if (!a.output.json.empty()) json_text = explain::ReportJson(rep).dump(2) + "\n";
+  if (!a.output.json.empty()) json_text = report::JsonText(explain::ReportJson(rep));
   if (!a.output.html.empty()) html_text = explain::ReportHtml(rep);
   fmt::print("model {} ({}, {} layers x {} heads); {} samples of {} tokens, {}; {}\n", model.source,
              model.format, c.n_layers, c.n_heads, rep.result.samples, rep.result.length,

@@ -195,11 +195,17 @@ void RunStream(const StreamArgs& a) {
   for (const KvConfig& c : kv_configs) {  // each storage checked before any work
     stream::StreamOptions o = options[0];
     o.k_type = c.k_type, o.v_type = c.v_type, o.keep = c.keep_indices;
-    stream::ValidateOptions(o, model.config);
+    stream::ValidateOptions(o, model.config, {"--compare-kv", "--compare-kv", "--compare-kv"});
   }
   std::string input;
   const std::vector<int> tokens = StreamTokens(a, model, &input);
   for (const auto& o : options) {
+    // The caches grow as the stream fills them: what this text fills must fit, not S + W.
+    if (o.policy != stream::Policy::kDense)
+      stream::CheckCacheMemory(model.config,
+                               std::min<int64_t>(static_cast<int64_t>(o.sinks) + o.window,
+                                                 static_cast<int64_t>(tokens.size())),
+                               o, "--sinks + --window");
     if (o.policy == stream::Policy::kDense && !a.cache.force &&
         static_cast<int64_t>(tokens.size()) > model.config.max_seq_len)
       Fail(

@@ -124,7 +124,7 @@ void RunTwins(const TraceArgs& a) {
   fmt::print("== side by side (alpha0: the largest layer's mean over heads)\n{}",
              trace::TwinsTable(runs));
   const OutputOptions& out = a.output;
-  WriteReports(out.json, out.json.empty() ? "" : trace::TwinsJson(runs, settings).dump(2) + "\n",
+  WriteReports(out.json, out.json.empty() ? "" : report::JsonText(trace::TwinsJson(runs, settings)),
                out.html, out.html.empty() ? "" : trace::TwinsHtml(runs, settings));
   if (failed && !a.keep_going)
     Fail(
@@ -156,7 +156,8 @@ void RunTrace(const TraceArgs& a) {
   for (const auto& r : results)
     if (!r.ok) fmt::print("FAILED step {}: {}\n", r.ref.step, r.error);
   const OutputOptions& out = a.output;
-  WriteReports(out.json, out.json.empty() ? "" : trace::TraceJson(results, settings).dump(2) + "\n",
+  WriteReports(out.json,
+               out.json.empty() ? "" : report::JsonText(trace::TraceJson(results, settings)),
                out.html, out.html.empty() ? "" : trace::TraceHtml(results, settings));
   if (failed == static_cast<int>(results.size()))
     Fail("all {} checkpoints failed to load or analyse (first: {})", failed, results.front().error);

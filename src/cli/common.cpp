@@ -117,24 +117,27 @@ std::vector<analysis::Condition> ConditionOptions::Parse(bool single) const {
   return conditions;
 }
 
-void CheckLength(const ModelConfig& c, int T, bool allow_long, bool has_allow_flag) {
+void CheckLength(const ModelConfig& c, int T, bool allow_long, std::string_view allow_name,
+                 std::string_view flag) {
   if (c.max_seq_len > 0 && T > c.max_seq_len) {
     if (c.rope == RopeKind::kNone)
       Fail(
-          "--length: T = {} exceeds the model's context of {} tokens, and its learned position "
+          "{}: T = {} exceeds the model's context of {} tokens, and its learned position "
           "embeddings have no entries beyond it",
-          T, c.max_seq_len);
+          flag, T, c.max_seq_len);
     if (!allow_long)
-      Fail("--length: T = {} exceeds the model's trained context of {} tokens{}", T, c.max_seq_len,
-           has_allow_flag ? "; pass --allow-long-context to run a RoPE model past it anyway" : "");
+      Fail("{}: T = {} exceeds the model's trained context of {} tokens{}", flag, T, c.max_seq_len,
+           allow_name.empty()
+               ? std::string()
+               : fmt::format("; pass {} to run a RoPE model past it anyway", allow_name));
   }
   // One forward's buffers: the residual and sublayer rows (3 T D), q and z (2 T H Dh), the shared
   // single-use K/V (2 T Hkv Dh), and the fused statistics (L H T (K + 3), K <= 64 kept as 8 here).
   const double floats = static_cast<double>(T) * (3.0 * c.dim + 2.0 * c.q_dim() + 2.0 * c.kv_dim() +
                                                   8.0 * c.n_layers * c.n_heads);
   const double bytes = floats * sizeof(float);
-  if (bytes >= 1.8e19) Fail("--length: T = {} is far beyond any memory", T);
-  CheckMemory(static_cast<uint64_t>(bytes), fmt::format("--length {}", T));
+  if (bytes >= 1.8e19) Fail("{}: T = {} is far beyond any memory", flag, T);
+  CheckMemory(static_cast<uint64_t>(bytes), fmt::format("{} (T = {})", flag, T));
 }
 
 std::string ReadInputText(const std::string& prompt, const std::string& text_file,

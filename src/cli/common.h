@@ -109,7 +109,12 @@ struct ConditionOptions {
 // T against the model's trained context: beyond it only for a RoPE model and with `allow_long`
 // (analyze's --allow-long-context); a learned position table has no rows past it. Also refuses a
 // T whose forward would need more memory than is available (figure in the message).
-void CheckLength(const ModelConfig& config, int T, bool allow_long, bool has_allow_flag);
+// `allow_name`: how the caller's interface spells the permission ("--allow-long-context",
+// Python's "allow_long_context=True"; empty where there is none); `flag`: what set T ("--length",
+// or the input's flag when T comes from a prompt).
+void CheckLength(const ModelConfig& config, int T, bool allow_long, std::string_view allow_name,
+                 std::string_view flag = "--length");
+inline constexpr std::string_view kAllowLongFlag = "--allow-long-context";
 
 // Returns the text of --prompt or the contents of --text FILE (exactly one must be given).
 // Throws ss::Error for an empty result, naming the flag.

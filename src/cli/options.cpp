@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "common/error.h"
 #include "common/file_util.h"
 #include "kernels/parallel.h"
 
@@ -355,6 +356,76 @@ void AddRuntimeOptions(CLI::App& app) {
             OptionHelp(spec, verb->get_name()))
         ->group(OptionGroupName(spec.group));
   }
+}
+
+// The text of a number as --help promises it: decimal digits, a '-' in front where the value may
+// be negative, a fraction and exponent for reals; nothing else. CLI11 reads integers with
+// strtoll(..., 0) (so "010" would be 8 and "0x10" 16) and skips leading spaces (" 5" was 5 but
+// "5 " an error): hex, octal prefixes and spaces are refused here, and an integer's leading zeros
+// are dropped before CLI11 converts, so "010" is 10.
+std::string CheckDecimal(const std::string& text, bool integer, bool is_unsigned) {
+  // inf and nan reach the ranges, which refuse them by name (CheckReal).
+  if (!integer && (text == "inf" || text == "-inf" || text == "nan")) return {};
+  bool ok = !text.empty(), digit = false;
+  for (size_t i = 0; ok && i < text.size(); ++i) {
+    const char c = text[i];
+    if (c >= '0' && c <= '9')
+      digit = true;
+    else if (c == '-' || c == '+')
+      ok = (i == 0 && !is_unsigned) || (!integer && i > 0 && (text[i - 1] | 0x20) == 'e');
+    else  // strtod judges the arrangement of the rest; no hex, spaces or words get past here
+      ok = !integer && (c == '.' || c == 'e' || c == 'E');
+  }
+  if (ok && digit) return {};
+  return fmt::format(
+      "expected {}, got '{}'",
+      integer ? (is_unsigned ? "a decimal integer >= 0" : "a decimal integer") : "a decimal number",
+      PrintableExcerpt(text, 40));
+}
+
+// "010" -> "10", "-007" -> "-7", "000" -> "0": the decimal value CLI11's strtoll(..., 0) then
+// reads.
+std::string WithoutLeadingZeros(const std::string& text) {
+  const size_t sign = text[0] == '-' || text[0] == '+' ? 1 : 0;
+  size_t first = sign;
+  while (first + 1 < text.size() && text[first] == '0') ++first;
+  return text.substr(0, sign) + text.substr(first);
+}
+
+void RequireWellFormedValues(CLI::App& app) {
+  std::vector<CLI::App*> apps = {&app};
+  for (size_t i = 0; i < apps.size(); ++i)
+    for (CLI::App* sub : apps[i]->get_subcommands([](CLI::App*) { return true; }))
+      apps.push_back(sub);
+  for (CLI::App* a : apps)
+    for (CLI::Option* opt : a->get_options()) {
+      // CLI11 appends a validator's description ("INT:INT in [0 - 65535]"): the type is the
+      // first word.
+      const std::string full = opt->get_type_name();
+      const std::string type = full.substr(0, full.find(':'));
+      const bool is_int = type == "INT", is_uint = type == "UINT", is_real = type == "FLOAT";
+      // An empty value is refused by name, never read as "not given" (`--json ""` writing
+      // nothing, `--kv-type-k ""` keeping --kv-type). --prompt says why itself ("the prompt is
+      // empty"); chat's --identity "" is a system message without its first line.
+      if (type == "TEXT" && !opt->check_name("--prompt") && !opt->check_name("--identity")) {
+        opt->check(CLI::Validator(
+            [](std::string& text) {
+              return text.empty() ? std::string("expected a value, got an empty string")
+                                  : std::string();
+            },
+            /*validator_desc=*/""));
+        continue;
+      }
+      if (!is_int && !is_uint && !is_real) continue;
+      // A transform runs before the option's other validators (a Range reads the value too).
+      opt->transform(CLI::Validator(
+          [is_int, is_uint](std::string& text) {
+            std::string error = CheckDecimal(text, is_int || is_uint, is_uint);
+            if (error.empty() && (is_int || is_uint)) text = WithoutLeadingZeros(text);
+            return error;
+          },
+          /*validator_desc=*/""));
+    }
 }
 
 }  // namespace ss::cli

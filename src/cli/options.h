@@ -149,4 +149,12 @@ struct OutputOptions {
 // sizing one OpenMP pool for our kernels and OpenBLAS before the verb runs.
 void AddRuntimeOptions(CLI::App& app);
 
+// Every numeric option of `app` and its verbs (integers and reals, the table's and each verb's
+// own) takes decimal text only: "010" is 10, never octal 8; no hex "0x10", no spaces; every text
+// option refuses an empty value (but --prompt, which says so itself, and chat's --identity). Called
+// once every verb is registered. CheckDecimal is the number test: empty when `text` is such a
+// number, else the message.
+void RequireWellFormedValues(CLI::App& app);
+std::string CheckDecimal(const std::string& text, bool integer, bool is_unsigned);
+
 }  // namespace ss::cli

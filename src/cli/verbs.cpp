@@ -51,21 +51,35 @@ analysis::AnalyzeReport RunAnalysis(const Model& model, const SampleStream& inpu
   const bool has_prompt = r.input.has_prompt();
   // --length against the context and the memory before the samples are cut (with --prompt, T
   // comes from the prompt and is checked below).
-  if (!has_prompt) CheckLength(c, r.input.length, r.allow_long_context, /*has_allow_flag=*/true);
+  if (!has_prompt) CheckLength(c, r.input.length, r.allow_long_context, r.allow_long_name);
 
   std::vector<std::vector<std::vector<int>>> samples;
   for (analysis::Condition cond : r.conditions)
     samples.push_back(AnalysisSamples(model, input, r, cond));
-  int T = 0;
-  for (const auto& s : samples) T = std::max(T, static_cast<int>(s[0].size()));
-  if (T < 2) Fail("{}: {} token(s); the analysis needs at least 2", input.flag, T);
-  if (T < r.sink.first_k)
-    Fail("--first-k: K = {} is larger than the {} tokens per sample", r.sink.first_k, T);
-  CheckLength(c, T, r.allow_long_context, /*has_allow_flag=*/true);
+  // With --prompt the conditions' samples differ in length (no-bos lacks the BOS in front): every
+  // one of them must hold 2 tokens and K.
+  int T = 0, shortest = std::numeric_limits<int>::max();
+  size_t shortest_at = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const int n = static_cast<int>(samples[i][0].size());
+    T = std::max(T, n);
+    if (n < shortest) shortest = n, shortest_at = i;
+  }
+  const std::string which =
+      samples.size() > 1 && shortest < T
+          ? fmt::format(" (condition {})", analysis::ConditionName(r.conditions[shortest_at]))
+          : "";
+  if (shortest < 2)
+    Fail("{}: {} token(s){}; the analysis needs at least 2", input.flag, shortest, which);
+  if (shortest < r.sink.first_k)
+    Fail(
+        "--first-k: K = {} is larger than the {} tokens per sample{}; give a longer input or a "
+        "smaller --first-k",
+        r.sink.first_k, shortest, which);
+  CheckLength(c, T, r.allow_long_context, r.allow_long_name, has_prompt ? input.flag : "--length");
   if (c.max_seq_len > 0 && T > c.max_seq_len)
-    Log(fmt::format(
-        "note: T = {} is beyond the trained context of {} tokens (--allow-long-context)", T,
-        c.max_seq_len));
+    Log(fmt::format("note: T = {} is beyond the trained context of {} tokens ({})", T,
+                    c.max_seq_len, r.allow_long_name));
 
   analysis::AnalyzeOptions options;
   options.first_k = r.sink.first_k;
@@ -109,7 +123,7 @@ explain::ExplainReport RunExplanation(const Model& model, const SampleStream& in
   ValidateExplain(r);
   const ModelConfig& c = model.config;
   const bool has_prompt = r.input.has_prompt();
-  if (!has_prompt) CheckLength(c, r.input.length, /*allow_long=*/false, /*has_allow_flag=*/false);
+  if (!has_prompt) CheckLength(c, r.input.length, /*allow_long=*/false, /*allow_name=*/{});
   explain::ExplainOptions options = r.options;
   options.ablate = explain::ParseComponents(r.ablate, c, "--ablate");
   options.ablation = r.ablation == "zero" ? explain::Ablation::kZero : explain::Ablation::kMean;
@@ -122,7 +136,7 @@ explain::ExplainReport RunExplanation(const Model& model, const SampleStream& in
   const int T = static_cast<int>(samples[0].size());
   if (T < SampleOptions::kMinLength)
     Fail("{}: {} token(s); explain needs at least {}", input.flag, T, SampleOptions::kMinLength);
-  CheckLength(c, T, /*allow_long=*/false, /*has_allow_flag=*/false);
+  CheckLength(c, T, /*allow_long=*/false, /*allow_name=*/{}, has_prompt ? input.flag : "--length");
 
   LogPending();  // the input is checked: the precision line (CLI)
   report::Progress progress("explain", 1, "forwards");
@@ -169,6 +183,7 @@ SamplePlan PlanSamples(const TraceRequest& r, const std::string& first_checkpoin
   if (r.input.text_file.empty() && IsDirectory(first_checkpoint) && FileExists(tc)) {
     const train::TrainConfig c = train::LoadTrainConfig(tc);
     if (c.data == train::DataKind::kBigramBackcopy) {
+      c.Validate(tc);  // its vocabulary and triggers size the sample maker
       plan.bigram = true;
       plan.bb = c;
       plan.source = fmt::format("bigram-backcopy V={} triggers={} table_seed={} bos={}",
@@ -195,7 +210,7 @@ trace::SampleMaker MakeSampleMaker(const SamplePlan& plan, const TraceRequest& r
   auto last = std::make_shared<Encoded>();
   return [plan, input = r.input, last](const Model& model) {
     // Each checkpoint's context, as analyze and explain check theirs.
-    CheckLength(model.config, input.length, /*allow_long=*/false, /*has_allow_flag=*/false);
+    CheckLength(model.config, input.length, /*allow_long=*/false, /*allow_name=*/{});
     std::vector<std::vector<int>> samples;
     if (plan.bigram) {
       train::BigramBackcopy data(plan.bb.vocab_size, plan.bb.bb_triggers, plan.bb.bb_seed,
@@ -270,7 +285,7 @@ TraceRun RunTraceAnalysis(const TraceRequest& r, int rank, int ranks,
   // again when it is analysed).
   const std::string first_config = refs.front().path + "/config.json";
   if (IsDirectory(refs.front().path) && FileExists(first_config))
-    CheckLength(ReadHfConfig(first_config), r.input.length, false, false);
+    CheckLength(ReadHfConfig(first_config), r.input.length, false, /*allow_name=*/{});
   const SamplePlan plan = PlanSamples(r, refs.front().path);
   TraceRun run;
   trace::TraceSettings& settings = run.settings;
@@ -407,6 +422,8 @@ void KvCacheFlags::Apply(const Model& model, const std::vector<int>& tokens,
       ParseKvType(type_v.empty() ? type : type_v, type_v.empty() ? "--kv-type" : "--kv-type-v");
   bool detected = false;
   o->keep = stream::ParseKvKeep(keep, "--kv-keep", &detected);
+  const stream::KvFlagNames names{type_k.empty() ? "--kv-type" : "--kv-type-k",
+                                  type_v.empty() ? "--kv-type" : "--kv-type-v", "--kv-keep"};
   if (detected) {
     if (!o->typed())
       Fail("--kv-keep: an f32 cache keeps every entry exact already; it applies with --kv-type");
@@ -414,17 +431,26 @@ void KvCacheFlags::Apply(const Model& model, const std::vector<int>& tokens,
       Fail("--kv-keep detected: needs at least two tokens to look at (a prompt or a text)");
     o->keep = ResolveKvKeep(model, *o, keep, tokens);
   }
-  stream::ValidateOptions(*o, model.config);
+  stream::ValidateOptions(*o, model.config, names);
 }
 
 std::vector<KvConfig> ParseKvConfigs(const std::string& list, const std::string& flag) {
   std::vector<KvConfig> out;
+  std::vector<std::string> seen;
   size_t start = 0;
-  while (start < list.size()) {
+  while (start <= list.size()) {
     const size_t comma = std::min(list.find(',', start), list.size());
     const std::string item = list.substr(start, comma - start);
     start = comma + 1;
-    if (item.empty()) continue;
+    if (item.empty())
+      Fail(
+          "{}: an empty item in '{}' (expected a comma-separated list of cache types, e.g. "
+          "q8_0,q4_0+first:4)",
+          flag, PrintableExcerpt(list, 80));
+    if (std::find(seen.begin(), seen.end(), item) != seen.end()) continue;  // each run once
+    seen.push_back(item);
+    if (static_cast<int>(seen.size()) > kMaxKvConfigs)
+      Fail("{}: more than {} different cache types in one comparison", flag, kMaxKvConfigs);
     KvConfig c;
     const size_t plus = item.find('+');
     const std::string types = item.substr(0, plus);
@@ -458,10 +484,17 @@ std::vector<int64_t> ResolveKvKeep(const Model& model, const stream::StreamOptio
     return keep;
   }
   const int fallback = std::max(options.sinks, 1);
-  Log(
-      fmt::format("--kv-keep detected: no position of the first {} tokens is a sink for this model "
-                  "(alpha_k > 0.3 in a quarter of the heads); keeping first:{} instead",
-                  n, fallback));
+  const int needed = static_cast<int>(std::floor(1.0 / 0.3)) + stream::kMinDetectQueries;
+  if (static_cast<int>(n) < needed)
+    Log(fmt::format(
+        "--kv-keep detected: {} tokens are too few to tell a sink (at least {}); keeping "
+        "first:{} instead",
+        n, needed, fallback));
+  else
+    Log(fmt::format(
+        "--kv-keep detected: no position of the first {} tokens is a sink for this model "
+        "(alpha_k > 0.3 in a quarter of the heads); keeping first:{} instead",
+        n, fallback));
   keep.resize(fallback);
   for (int i = 0; i < fallback; ++i) keep[i] = i;
   return keep;

@@ -29,6 +29,7 @@ struct AnalyzeRequest {
   std::string patterns;             // --patterns spec ("" none)
   std::string attn_path = "fused";  // or "materialised"
   bool allow_long_context = false;
+  std::string allow_long_name = std::string(kAllowLongFlag);  // as messages spell it
 };
 
 // Checks the settings that need no model (flag domains, the condition list, the attention path).
@@ -134,7 +135,9 @@ struct KvConfig {
   std::string keep = "none";  // the spec as given
   std::vector<int64_t> keep_indices;
 };
-// Parses --compare-kv's comma-separated list (ss::Error naming the flag on a bad item).
+// Parses --compare-kv's comma-separated list (ss::Error naming the flag on a bad item): an item
+// given twice runs once; at most kMaxKvConfigs different items (each is a run over the text).
+inline constexpr int kMaxKvConfigs = 16;
 std::vector<KvConfig> ParseKvConfigs(const std::string& list, const std::string& flag);
 // Resolves "detected" against the stream's first min(W, n) tokens (stream::DetectSinkPositions);
 // when the model has no sink there, falls back to first:S (S = options.sinks, at least 1) and says

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
@@ -61,9 +62,17 @@ std::string PrintableExcerpt(std::string_view bytes, size_t max_bytes) {
   return Printable(bytes.substr(0, max_bytes)) + "...";
 }
 
+namespace {
+std::atomic<bool> assertions_throw{false};
+}  // namespace
+
+void SetAssertionsThrow(bool enabled) { assertions_throw = enabled; }
+
 void AssertFailed(const char* expr, const char* file, int line) {
-  std::fprintf(stderr, "sinkscope: internal error: %s:%d: assertion failed: %s\n", file, line,
-               expr);
+  const std::string message =
+      fmt::format("internal error: {}:{}: assertion failed: {}", file, line, expr);
+  std::fprintf(stderr, "sinkscope: %s\n", message.c_str());
+  if (assertions_throw) throw InternalError(message);
   std::abort();
 }
 

@@ -3,7 +3,9 @@
 //  - ss::Error: bad input from outside (files, flags). Carries one clear line that names the file
 //  or
 //    argument, what was expected and what was found. The CLI prints it and exits non-zero.
-//  - SS_ASSERT: a broken internal invariant. Prints file and line and aborts.
+//  - SS_ASSERT: a broken internal invariant. Prints file and line and aborts; in a process that
+//    must outlive one bad request (serve, the Python module: SetAssertionsThrow) it throws
+//    InternalError instead, which the request's handler reports.
 #pragma once
 
 #include <fmt/format.h>
@@ -37,6 +39,17 @@ template <typename... Args>
 [[noreturn]] void Fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));
 }
+
+// A broken invariant met in a process where SS_ASSERT throws: what() names the file, line and
+// expression. Not an Error: it is never the user's input's fault as far as the code knows.
+class InternalError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+// Whether SS_ASSERT throws InternalError (true) or aborts (false, the default). Set once at
+// start-up by serve and the Python module.
+void SetAssertionsThrow(bool enabled);
 
 [[noreturn]] void AssertFailed(const char* expr, const char* file, int line);
 

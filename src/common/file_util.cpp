@@ -8,11 +8,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <mutex>
+#include <vector>
 
 #include "common/error.h"
 
@@ -112,8 +116,87 @@ std::string ReadInputFile(const std::string& path, const std::string& flag, uint
   return out;
 }
 
+namespace {
+
+// The live mappings, as the SIGBUS handler reads them: fixed slots of atomics (a handler may take
+// no lock). The message is formatted when the file is mapped, so the handler only writes it.
+constexpr int kMappingSlots = 256;
+struct MappingSlot {
+  std::atomic<uintptr_t> begin{0};
+  std::atomic<size_t> bytes{0};
+  std::atomic<const char*> message{nullptr};  // owned by the slot, replaced on reuse
+};
+MappingSlot mapping_slots[kMappingSlots];
+std::mutex mapping_mutex;  // mapping and unmapping (never the handler)
+std::vector<const MappedFile*> live_mappings;
+struct sigaction previous_sigbus {};
+
+void OnSigbus(int sig, siginfo_t* info, void* context) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (MappingSlot& slot : mapping_slots) {
+    const uintptr_t begin = slot.begin.load(std::memory_order_acquire);
+    if (begin == 0 || at < begin || at - begin >= slot.bytes.load(std::memory_order_acquire))
+      continue;
+    if (const char* m = slot.message.load(std::memory_order_acquire)) {
+      ssize_t ignored = write(STDERR_FILENO, m, std::strlen(m));
+      (void)ignored;
+    }
+    _exit(1);
+  }
+  // Not ours: the action there was before, or the default one once this handler returns.
+  if (previous_sigbus.sa_flags & SA_SIGINFO && previous_sigbus.sa_sigaction) {
+    previous_sigbus.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (previous_sigbus.sa_handler != SIG_DFL && previous_sigbus.sa_handler != SIG_IGN &&
+      previous_sigbus.sa_handler) {
+    previous_sigbus.sa_handler(sig);
+    return;
+  }
+  signal(SIGBUS, SIG_DFL);  // the fault repeats on return and ends the process as before
+}
+
+void InstallSigbusHandler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = OnSigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &previous_sigbus);
+  });
+}
+
+struct FileIdentity {
+  uint64_t device = 0, inode = 0, size = 0;
+  int64_t mtime_ns = 0;
+};
+FileIdentity IdentityOf(const struct stat& st) {
+  return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+          static_cast<uint64_t>(st.st_size),
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
+}  // namespace
+
 MappedFile::~MappedFile() {
+  if (slot >= 0) {
+    std::lock_guard<std::mutex> lock(mapping_mutex);
+    mapping_slots[slot].begin.store(0, std::memory_order_release);
+    live_mappings.erase(std::find(live_mappings.begin(), live_mappings.end(), this));
+  }
   if (data && size > 0) munmap(const_cast<uint8_t*>(data), size);
+}
+
+std::string MappedFile::Changed() const {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0)
+    return fmt::format("it can no longer be opened ({})", std::strerror(errno));
+  const FileIdentity now = IdentityOf(st);
+  if (now.device != device || now.inode != inode) return "it was replaced by another file";
+  if (now.size != size) return fmt::format("its size changed from {} to {} bytes", size, now.size);
+  if (now.mtime_ns != mtime_ns) return "it was modified";
+  return {};
 }
 
 std::shared_ptr<MappedFile> MapFile(const std::string& path) {
@@ -122,6 +205,11 @@ std::shared_ptr<MappedFile> MapFile(const std::string& path) {
   auto mapped = std::make_shared<MappedFile>();
   mapped->path = path;
   mapped->size = static_cast<size_t>(size);
+  struct stat st {};
+  if (fstat(fd, &st) == 0) {
+    const FileIdentity id = IdentityOf(st);
+    mapped->device = id.device, mapped->inode = id.inode, mapped->mtime_ns = id.mtime_ns;
+  }
   if (mapped->size > 0) {
     void* p = mmap(nullptr, mapped->size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -131,7 +219,37 @@ std::shared_ptr<MappedFile> MapFile(const std::string& path) {
     mapped->data = static_cast<const uint8_t*>(p);
   }
   close(fd);
+  if (mapped->size > 0) {
+    InstallSigbusHandler();
+    std::lock_guard<std::mutex> lock(mapping_mutex);
+    for (int i = 0; i < kMappingSlots; ++i) {
+      MappingSlot& slot = mapping_slots[i];
+      if (slot.begin.load(std::memory_order_acquire) != 0) continue;
+      const std::string text = fmt::format(
+          "sinkscope: error: {}: the file was truncated or overwritten while it was in use "
+          "(memory-mapped); stopped. Replace a model file only while no sinkscope process reads "
+          "it.\n",
+          Printable(path));
+      delete[] slot.message.exchange(nullptr, std::memory_order_acq_rel);
+      char* m = new char[text.size() + 1];
+      std::memcpy(m, text.c_str(), text.size() + 1);
+      slot.message.store(m, std::memory_order_release);
+      slot.bytes.store(mapped->size, std::memory_order_release);
+      slot.begin.store(reinterpret_cast<uintptr_t>(mapped->data), std::memory_order_release);
+      mapped->slot = i;
+      live_mappings.push_back(mapped.get());
+      break;
+    }
+  }
   return mapped;
+}
+
+void CheckMappedFilesUnchanged() {
+  std::lock_guard<std::mutex> lock(mapping_mutex);
+  for (const MappedFile* m : live_mappings)
+    if (std::string what = m->Changed(); !what.empty())
+      Fail("{}: the file changed on disk since it was loaded: {}; load the model again", m->path,
+           what);
 }
 
 void ReleaseMappedPages(const void* begin, size_t bytes) {
@@ -428,6 +546,34 @@ std::string FormatBytes(uint64_t bytes) {
 bool FileExists(const std::string& path) {
   std::error_code ec;
   return std::filesystem::exists(path, ec);
+}
+
+std::string UnreachableReason(const std::string& path) {
+  if (path.empty()) return "an empty path";
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0) return {};
+  std::string why = std::strerror(errno);
+  if (!why.empty()) why[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(why[0])));
+  return why;
+}
+
+bool PathExists(const std::string& path, std::string_view flag) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0) return true;
+  const int err = errno;
+  if (err == ENOENT) return false;
+  if (err == ENOTDIR) Fail("{} {}: a part of the path is not a directory", flag, Printable(path));
+  Fail("{} {}: {}", flag, PrintableExcerpt(path, 200), std::strerror(err));
+}
+
+void CreateDirectories(const std::string& path, std::string_view flag) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (!ec) return;
+  std::error_code link_ec;
+  const bool dangling = std::filesystem::is_symlink(path, link_ec) && !FileExists(path);
+  Fail("{} {}: cannot create the directory: {}{}", flag, PrintableExcerpt(path, 200), ec.message(),
+       dangling ? " (it is a symbolic link to a path that does not exist)" : "");
 }
 
 bool IsDirectory(const std::string& path) {

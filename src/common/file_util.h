@@ -35,16 +35,30 @@ std::string ReadInputFile(const std::string& path, const std::string& flag,
                           uint64_t max_bytes = kMaxInputTextBytes);
 
 // A read-only memory map of a whole file. Keep the shared_ptr alive while views into it are used.
+// The file's identity when it was mapped (device, inode, size, modification time) is kept: a file
+// truncated or rewritten in place under a live mapping gives SIGBUS or silently other numbers.
 struct MappedFile {
   std::string path;
   const uint8_t* data = nullptr;
   size_t size = 0;
+  uint64_t device = 0, inode = 0;
+  int64_t mtime_ns = 0;
+  int slot = -1;  // its entry in the registry the SIGBUS handler reads
   MappedFile() = default;
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
   ~MappedFile();
+  // Empty if the file at `path` is still the one mapped; else what changed, in words.
+  std::string Changed() const;
 };
+// Maps `path`. The first call installs a SIGBUS handler: a fault inside a live mapping (its file
+// truncated under it) prints "sinkscope: error: PATH: ..." and exits with status 1 instead of
+// dying with SIGBUS; a fault anywhere else keeps the default action.
 std::shared_ptr<MappedFile> MapFile(const std::string& path);
+// Throws ss::Error naming the first live mapping whose file changed on disk since it was mapped
+// (replaced, truncated, rewritten). A long-lived process (serve, the Python module) calls it
+// before each use of a model, so that a model file overwritten under it is an error, not a crash.
+void CheckMappedFilesUnchanged();
 // Drops the pages of [begin, begin + bytes) of a read-only file mapping from this process's
 // memory (madvise MADV_DONTNEED on the whole pages inside the range; a later read maps them
 // again from the file). A loader calls it once a tensor has been converted out of the mapping, so
@@ -136,6 +150,17 @@ void CheckMemory(uint64_t bytes, const std::string& what);
 std::string FormatBytes(uint64_t bytes);
 
 bool FileExists(const std::string& path);
+// Why `path` cannot be reached, in the operating system's words ("No such file or directory",
+// "Too many levels of symbolic links", "File name too long", "Permission denied"), or empty
+// when it can.
+std::string UnreachableReason(const std::string& path);
+// Whether `path` exists (following links); a path that cannot be examined (a symlink loop, a name
+// too long, no permission) throws ss::Error "<flag> <path>: <reason>" instead of
+// std::filesystem's exception.
+bool PathExists(const std::string& path, std::string_view flag);
+// std::filesystem::create_directories with the error as ss::Error naming `flag` and the path
+// (a regular file on the way, a dangling symbolic link, a name too long).
+void CreateDirectories(const std::string& path, std::string_view flag);
 bool IsDirectory(const std::string& path);
 
 }  // namespace ss

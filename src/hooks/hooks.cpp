@@ -54,6 +54,9 @@ bool Hooks::Parse(const std::string& name, HookPoint* point, int* layer) {
   size_t dot = name.find('.', prefix.size());
   if (dot == std::string::npos || dot == prefix.size()) return false;
   std::string number = name.substr(prefix.size(), dot - prefix.size());
+  // The layer as Name() writes it: decimal, no leading zero, within an int (atoi would wrap
+  // "4294967295" to -1, every layer).
+  if (number.size() > 9 || (number.size() > 1 && number[0] == '0')) return false;
   for (char c : number)
     if (c < '0' || c > '9') return false;
   std::string suffix = name.substr(dot + 1);

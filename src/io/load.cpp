@@ -21,7 +21,7 @@
 namespace ss {
 
 Model LoadModel(const std::string& path, Precision precision) {
-  if (!FileExists(path)) Fail("{}: no such file or directory", path);
+  if (const std::string why = UnreachableReason(path); !why.empty()) Fail("{}: {}", path, why);
   if (IsDirectory(path)) {
     return LoadHfModel(path, precision);
   }

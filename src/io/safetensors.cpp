@@ -311,7 +311,10 @@ SafetensorsDir SafetensorsDir::Open(const std::string& path) {
            file_json.type_name());
     const std::string& file = file_json.get_ref<const std::string&>();
     // Shards live beside the index; refusing paths keeps a hostile index inside the directory.
-    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+    // A NUL would cut the name where the operating system reads it: another file than the
+    // index names.
+    if (file.empty() || file.find('/') != std::string::npos ||
+        file.find('\0') != std::string::npos || file == "." || file == "..")
       Fail("{}: weight_map['{}'] = '{}': expected a plain file name in the index's directory",
            index_path, tensor, file);
     auto [it, inserted] = shard_index.try_emplace(file, dir.shards_.size());

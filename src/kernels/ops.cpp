@@ -269,6 +269,13 @@ void MatMul(const float* x, const float* w, const float* bias, float* y, int T, 
 // Norms run rows in parallel once there are enough values to pay for the threads.
 constexpr int64_t kParallelValues = int64_t{1} << 16;
 
+// The sum of squares of n floats in double: finite for every finite input.
+static double SumSquares(const float* x, int n) {
+  double s = 0;
+  for (int i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
 void RmsNorm(const float* x, const float* weight, float* out, int T, int D, float eps,
              float weight_offset) {
 #pragma omp parallel for schedule(static) if (static_cast <int64_t>(T) * D >= kParallelValues)
@@ -278,6 +285,11 @@ void RmsNorm(const float* x, const float* weight, float* out, int T, int D, floa
     float ss = 0.0f;
     for (int i = 0; i < D; ++i) ss += xr[i] * xr[i];
     float scale = 1.0f / std::sqrt(ss / D + eps);
+    // Squares of finite values above ~1.8e19 overflow a float sum to Inf, and the scale to 0: the
+    // row would leave as zeros. Such a row is summed again in double (no finite float's square
+    // overflows it); every other row keeps the float sum's bits.
+    if (!std::isfinite(ss))
+      scale = static_cast<float>(1.0 / std::sqrt(SumSquares(xr, D) / D + eps));
     if (weight_offset == 0.0f) {
       for (int i = 0; i < D; ++i) orow[i] = xr[i] * scale * weight[i];
     } else {
@@ -299,6 +311,14 @@ void LayerNorm(const float* x, const float* weight, const float* bias, float* ou
     for (int i = 0; i < D; ++i) var += (xr[i] - mean) * (xr[i] - mean);
     var /= D;
     float scale = 1.0f / std::sqrt(var + eps);
+    if (!std::isfinite(mean) || !std::isfinite(var)) {  // overflow on finite input, as RmsNorm
+      double m = 0, v = 0;
+      for (int i = 0; i < D; ++i) m += xr[i];
+      m /= D;
+      for (int i = 0; i < D; ++i) v += (xr[i] - m) * (xr[i] - m);
+      mean = static_cast<float>(m);
+      scale = static_cast<float>(1.0 / std::sqrt(v / D + eps));
+    }
     for (int i = 0; i < D; ++i) {
       float v = (xr[i] - mean) * scale * weight[i];
       orow[i] = bias ? v + bias[i] : v;

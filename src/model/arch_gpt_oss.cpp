@@ -232,6 +232,11 @@ void ReadGptOss(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) 
   ReadAttentionBias(r, true, c);
   const int per_tok = static_cast<int>(r.Int({"experts_per_token", nullptr}, 4));  // older name
   ReadMoe(r, "num_local_experts", 128, per_tok, "intermediate_size", nullptr, true, c);
+  // Both names given: they must agree, or which one transformers reads decides the model.
+  if (!r.gguf() && r.Has({"experts_per_token", nullptr}) &&
+      r.Has({"num_experts_per_tok", nullptr}) && per_tok != c->n_experts_per_tok)
+    r.Fail({"experts_per_token", nullptr}, "is {} but num_experts_per_tok is {}; give one value",
+           per_tok, c->n_experts_per_tok);
   c->norm_topk_prob = true;  // GptOssTopKRouter: softmax over the k chosen logits
   c->moe_bias = true;
   c->attn_sinks = true;

@@ -295,7 +295,7 @@ static void StreamSelfAttention(ForwardContext& ctx, int layer, const float* in,
     if (has_sinks) Scale(s.q_sink.data(), static_cast<int64_t>(T) * c.q_dim(), f);
   }
   // Writing a new entry into its ring row evicts the entry ring tokens older; no query of this
-  // call can see that one because ring >= W - 1 + T.
+  // call can see that one because ring >= RingNeeded(T).
   // A typed cache (--kv-type) encodes the entry here; attention reads it back decoded.
   for (int t = 0; t < T; ++t) {
     const int64_t m = layout.first_index + t;

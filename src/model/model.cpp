@@ -324,7 +324,7 @@ Tensor Forward(const Model& model, KVCache& cache, RunState& state, const Forwar
   const StreamLayout* stream = request.stream;
   if (stream) {
     SS_ASSERT(!cache.single_use);
-    SS_ASSERT(stream->window >= 1 && stream->ring >= stream->window - 1 + T &&
+    SS_ASSERT(stream->window >= 1 && stream->ring >= stream->RingNeeded(T) &&
               stream->sinks + stream->ring <= cache.capacity);
     if (request.stats) Fail("attention statistics are not available on a streaming cache");
     if (request.first_layer != 0) Fail("a streaming forward cannot resume at a later block");

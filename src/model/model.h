@@ -101,8 +101,15 @@ enum class LogitsMode { kNone, kLast, kAll };
 struct StreamLayout {
   int sinks = 0;            // S
   int window = 0;           // W >= 1
-  int ring = 0;             // rows after the sinks; >= W - 1 + T
+  int ring = 0;             // rows after the sinks; >= RingNeeded(T)
   int64_t first_index = 0;  // stream index of request.tokens[0]
+  // The ring a call of T tokens needs: the W - 1 entries before it and its own T must have
+  // distinct rows, or, while the stream is shorter than that, every entry after the sinks
+  // (a ring grows with the stream, so a long window costs memory only once it fills).
+  int64_t RingNeeded(int T) const {
+    return std::min<int64_t>(static_cast<int64_t>(window) - 1 + T,
+                             std::max<int64_t>(1, first_index + T - sinks));
+  }
   int CachePosition(int64_t m) const {
     return static_cast<int>(std::min<int64_t>(m, static_cast<int64_t>(sinks) + window - 1));
   }

@@ -12,8 +12,12 @@
 
 namespace ss::report {
 
+std::string JsonText(const nlohmann::json& doc, int indent) {
+  return doc.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
 void WriteJson(const std::string& path, const nlohmann::json& doc) {
-  WriteFileAtomic(path, doc.dump(2) + "\n");
+  WriteFileAtomic(path, JsonText(doc));
 }
 
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {

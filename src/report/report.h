@@ -13,7 +13,10 @@
 
 namespace ss::report {
 
-// Writes `doc` pretty-printed to `path` atomically (temporary file, then rename).
+// `doc` pretty-printed with a final newline. Paths and token pieces are bytes, not always UTF-8:
+// a byte that is not becomes U+FFFD here instead of an exception (JSON strings are UTF-8).
+std::string JsonText(const nlohmann::json& doc, int indent = 2);
+// Writes JsonText(doc) to `path` atomically (temporary file, then rename).
 void WriteJson(const std::string& path, const nlohmann::json& doc);
 
 // A text table with aligned columns: the first row is the header.

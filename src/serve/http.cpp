@@ -271,7 +271,16 @@ std::optional<HeadError> ParseHead(std::string_view head, const Limits& limits, 
       if (c == '\0' || c == '\r' || c == '\n' || (c < ' ' && c != '\t') || c == 0x7f)
         return HeadError{400,
                          fmt::format("header '{}' holds a control character", h.substr(0, colon))};
-    req.headers.emplace_back(Lower(h.substr(0, colon)), std::string(value));
+    std::string name = Lower(h.substr(0, colon));
+    // RFC 9112 3.2: a request with more than one Host is a 400. The same for the other headers
+    // the server decides on (whose origin, whose token, what the body is): with two, which one
+    // a check read and which one the handler acts on could differ.
+    static constexpr std::string_view kSingle[] = {"host",   "origin",         "content-type",
+                                                   "expect", "sec-fetch-site", "x-sinkscope-token"};
+    if (std::find(std::begin(kSingle), std::end(kSingle), name) != std::end(kSingle) &&
+        req.Header(name))
+      return HeadError{400, fmt::format("header '{}' is given more than once", name)};
+    req.headers.emplace_back(std::move(name), std::string(value));
   }
 
   req.params.clear();
@@ -287,6 +296,10 @@ std::optional<HeadError> ParseHead(std::string_view head, const Limits& limits, 
         !PercentDecode(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1),
                        value))
       return HeadError{400, "malformed percent-escape in the query"};
+    // A parameter given twice: which one counts would be a guess (the first, the last).
+    if (req.Param(key))
+      return HeadError{400, fmt::format("query parameter '{}' is given more than once",
+                                        PrintableExcerpt(key, 64))};
     req.params.emplace_back(std::move(key), std::move(value));
   }
   return std::nullopt;
@@ -457,8 +470,10 @@ void Server::Serve(int fd) {
         deadline = Clock::now() + std::chrono::milliseconds(limits_.head_timeout_ms);
       }
       head_end = buf.find("\r\n\r\n");
-      if (head_end != std::string::npos) break;
-      if (buf.size() > limits_.max_head_bytes) {
+      // The limit holds for a head that arrived in one read as for one that came in pieces.
+      const size_t head_bytes = head_end == std::string::npos ? buf.size() : head_end + 4;
+      if (head_end != std::string::npos && head_bytes <= limits_.max_head_bytes) break;
+      if (head_bytes > limits_.max_head_bytes) {
         const bool long_line = buf.find("\r\n") == std::string::npos;
         res.status = long_line && buf.size() > limits_.max_target_bytes ? 414 : 431;
         return Refuse(

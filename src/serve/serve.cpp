@@ -10,11 +10,13 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string_view>
 #include <tuple>
 
 #include "analysis/analyze_report.h"
@@ -31,6 +33,7 @@
 #include "model/model.h"
 #include "model/precision.h"
 #include "serve/http.h"
+#include "serve/request_body.h"
 #include "tokenizer/find.h"
 #include "tokenizer/tokenizer.h"
 
@@ -143,8 +146,7 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxBodyBytes = size_t{8} << 20;  // a request's body: the text and settings
 constexpr int kMaxBins = 1024;
 constexpr int kMaxRuns = 8;  // analyses kept for the pattern view (oldest dropped)
-constexpr int kMaxSamples = 1024;
-constexpr int64_t kMaxStreamTokens = 200000;
+static_assert(kMinLength == cli::SampleOptions::kMinLength);
 constexpr int kMaxWaiting = 4;  // computations queued behind the running one; more: 503
 constexpr auto kPollInterval = std::chrono::milliseconds(20);  // checks for a client gone
 
@@ -158,25 +160,6 @@ struct HttpError : Error {
 
 // A request's value for a message: at most 40 bytes, escaped as every message is (common/error.h).
 std::string Shown(std::string_view s) { return PrintableExcerpt(s, 40); }
-
-int IntField(const json& body, const char* key, int fallback, int lo, int hi) {
-  if (!body.contains(key) || body[key].is_null()) return fallback;
-  const json& v = body[key];
-  bool in_range = v.is_number_integer();
-  if (in_range && v.is_number_unsigned())  // beyond int64: get<int64_t> would wrap
-    in_range = hi >= 0 && v.get<uint64_t>() <= static_cast<uint64_t>(hi) &&
-               static_cast<int64_t>(v.get<uint64_t>()) >= lo;
-  else if (in_range)
-    in_range = v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
-  if (!in_range) Fail("{}: expected an integer in [{}, {}], got {}", key, lo, hi, Shown(v.dump()));
-  return static_cast<int>(v.get<int64_t>());
-}
-
-double RealField(const json& body, const char* key, double fallback) {
-  if (!body.contains(key) || body[key].is_null()) return fallback;
-  if (!body[key].is_number()) Fail("{}: expected a number", key);
-  return body[key].get<double>();
-}
 
 // A query parameter that must be a decimal integer: digits with an optional leading '-', nothing
 // else (no spaces, '+', NUL or trailing bytes, which strtoll would skip or stop at).
@@ -193,17 +176,6 @@ int QueryInt(const http::Request& req, const char* key, int fallback, int lo, in
   if (!ok || v < lo || v > hi)
     Fail("{}: expected an integer in [{}, {}], got '{}'", key, lo, hi, Shown(*s));
   return static_cast<int>(v);
-}
-
-std::string JoinList(const json& v, const char* key) {
-  if (v.is_string()) return v.get<std::string>();
-  if (!v.is_array()) Fail("{}: expected a list of names", key);
-  std::string out;
-  for (const json& e : v) {
-    if (!e.is_string()) Fail("{}: expected a list of names", key);
-    out += (out.empty() ? "" : ",") + e.get<std::string>();
-  }
-  return out;
 }
 
 // 2 x the multiply-adds of a T-token forward: every weight once per token (projections, MLP,
@@ -318,7 +290,7 @@ class Server {
       std::error_code ec;
       const std::string abs = std::filesystem::absolute(path, ec).lexically_normal().string();
       for (const std::string& p : {abs, path})
-        if (!p.empty() && p != name) hidden_.emplace_back(json(p).dump(), json(name).dump());
+        if (!p.empty() && p != name) hidden_.emplace_back(Dump(json(p)), Dump(json(name)));
     };
     hide(model_.source);
     for (const std::string& t : texts_) hide(t);
@@ -364,6 +336,12 @@ class Server {
         if (http::PeerClosed(fd)) throw http::ClientGone{};
       });
       try {
+        // A model file replaced or truncated under the server's mapping: refused, not a SIGBUS.
+        try {
+          CheckMappedFilesUnchanged();
+        } catch (const Error& e) {
+          throw HttpError(503, fmt::format("{}; restart serve", e.what()));
+        }
         Reply(res, 200, fn(req));
       } catch (const http::ClientGone&) {
         cli::Log(fmt::format("serve: {} {}: the client left; its work was stopped", req.method,
@@ -489,24 +467,15 @@ class Server {
     return false;
   }
 
-  static json Body(const http::Request& req) {
-    json body = json::parse(req.body);  // rejects invalid UTF-8 in strings
-    if (!body.is_object()) Fail("expected a JSON object");
-    return body;
-  }
-
   // The token stream of a request: "text" (sent by the page) or "file" (an index into --texts).
-  cli::SampleStream StreamOf(const json& body, bool bos) const {
+  cli::SampleStream StreamOf(const BodyInput& in, bool bos) const {
     cli::SampleStream s;
     std::string text;
-    if (body.contains("file") && !body["file"].is_null()) {
-      if (texts_.empty()) Fail("file: the server was started without --texts");
-      const int i = IntField(body, "file", -1, 0, static_cast<int>(texts_.size()) - 1);
-      text = ReadInputFile(texts_[i], "--texts");
-      s.source = "text " + std::filesystem::path(texts_[i]).filename().string();
+    if (in.file >= 0) {
+      text = ReadInputFile(texts_[in.file], "--texts");
+      s.source = "text " + std::filesystem::path(texts_[in.file]).filename().string();
     } else {
-      if (!body.contains("text") || !body["text"].is_string()) Fail("give a text or a file");
-      text = body["text"].get<std::string>();
+      text = in.text;
       s.source = "text (viewer)";
     }
     s.flag = "text";
@@ -532,14 +501,15 @@ class Server {
     return out;
   }
 
-  // samples, length and seed of an analyze or explain request.
-  static cli::SampleOptions SampleOptionsOf(const json& body, int default_samples) {
+  static cli::SampleOptions SampleOptionsOf(int samples, int length, uint64_t seed) {
     cli::SampleOptions o;
-    o.samples = IntField(body, "samples", default_samples, 1, kMaxSamples);
-    o.length = IntField(body, "length", 64, cli::SampleOptions::kMinLength, 1 << 20);
-    o.seed = static_cast<uint64_t>(IntField(body, "seed", 0, 0, 1 << 30));
+    o.samples = samples;
+    o.length = length;
+    o.seed = seed;
     return o;
   }
+
+  int TextCount() const { return static_cast<int>(texts_.size()); }
 
   std::shared_ptr<Run> FindRun(const http::Request& req) {
     const std::string* id = req.Param("run");
@@ -602,21 +572,21 @@ class Server {
   }
 
   json Analyze(const http::Request& req) {
-    const json body = Body(req);
+    const AnalyzeBody body = ReadAnalyzeBody(req.body, TextCount());
     cli::AnalyzeRequest r;
-    r.input = SampleOptionsOf(body, 16);
-    r.input.prompt_given = body.value("prompt", false);
+    r.input = SampleOptionsOf(body.samples, body.length, body.seed);
+    r.input.prompt_given = body.prompt;
     if (r.input.prompt_given) r.input.prompt = "given";
-    r.conditions = analysis::ParseConditions(
-        JoinList(body.value("conditions", json("bos,no-bos,random-p0,repeat")), "conditions"),
-        "conditions");
-    r.sink.eps = RealField(body, "eps", 0.3);
-    r.allow_long_context = body.value("allow_long_context", false);
+    r.conditions = analysis::ParseConditions(body.conditions, "conditions");
+    r.sink.eps = body.eps;
+    r.allow_long_context = body.allow_long_context;
+    r.allow_long_name = "allow_long_context";
     cli::ValidateAnalyze(r);
-    const cli::SampleStream input = StreamOf(body, /*bos=*/false);
+    const cli::SampleStream input = StreamOf(body.input, /*bos=*/false);
     // The context first: its message says more than the cost's would.
     if (!r.input.prompt_given)
-      cli::CheckLength(model_.config, r.input.length, r.allow_long_context, true);
+      cli::CheckLength(model_.config, r.input.length, r.allow_long_context, "allow_long_context",
+                       "length");
     const double length =
         r.input.prompt_given ? static_cast<double>(input.tokens.size()) : r.input.length;
     const double flop = static_cast<double>(r.conditions.size()) *
@@ -726,21 +696,20 @@ class Server {
   }
 
   json Explain(const http::Request& req) {
-    const json body = Body(req);
+    const ExplainBody body = ReadExplainBody(req.body, TextCount());
     cli::ExplainRequest r;
-    r.input = SampleOptionsOf(body, 8);
-    const auto conditions =
-        analysis::ParseConditions(body.value("condition", std::string("bos")), "condition");
+    r.input = SampleOptionsOf(body.samples, body.length, body.seed);
+    const auto conditions = analysis::ParseConditions(body.condition, "condition");
     if (conditions.size() != 1) Fail("condition: expected one condition");
     r.condition = conditions[0];
-    r.options.intervention_samples = IntField(body, "intervention_samples", 4, 0, kMaxSamples);
+    r.options.intervention_samples = body.intervention_samples;
     cli::ValidateExplain(r);
-    const cli::SampleStream input = StreamOf(body, /*bos=*/false);
+    const cli::SampleStream input = StreamOf(body.input, /*bos=*/false);
     // docs/EXPLAIN.md: a clean forward per sample and, per intervention sample, 2 L + L H + 1 +
     // (L - 1) + 1 forwards and one recording pass (the greedy search comes on top, bounded by
     // --max-components passes of the same size: counted as L H once more).
     const ModelConfig& c = model_.config;
-    cli::CheckLength(c, r.input.length, /*allow_long=*/false, /*has_allow_flag=*/false);
+    cli::CheckLength(c, r.input.length, /*allow_long=*/false, /*allow_name=*/{}, "length");
     const double per_intervention =
         2.0 * c.n_layers + 2.0 * c.n_layers * c.n_heads + c.n_layers + 2;
     const double flop = (r.input.samples + r.options.intervention_samples * per_intervention) *
@@ -753,11 +722,10 @@ class Server {
   }
 
   json Stream(const http::Request& req) {
-    const json body = Body(req);
-    const std::string list = JoinList(body.value("policies", json("window,sinks")), "policies");
+    const StreamBody body = ReadStreamBody(req.body, TextCount());
+    const std::string& list = body.policies;
     std::vector<stream::StreamOptions> options;
-    const int sinks = IntField(body, "sinks", 4, 0, 1 << 20),
-              window = IntField(body, "window", 252, 1, 1 << 20);
+    const int sinks = body.sinks, window = body.window;
     size_t start = 0;
     while (start <= list.size()) {
       const size_t comma = std::min(list.find(',', start), list.size());
@@ -770,9 +738,8 @@ class Server {
       start = comma + 1;
     }
     if (options.size() > 4) Fail("policies: at most 4");
-    const int64_t max_tokens =
-        IntField(body, "max_tokens", 20000, 2, static_cast<int>(kMaxStreamTokens));
-    std::vector<int> tokens = StreamOf(body, /*bos=*/true).tokens;
+    const int64_t max_tokens = body.max_tokens;
+    std::vector<int> tokens = StreamOf(body.input, /*bos=*/true).tokens;
     if (static_cast<int64_t>(tokens.size()) > max_tokens) tokens.resize(max_tokens);
     if (tokens.size() < 2) Fail("the text has {} token(s); at least two are needed", tokens.size());
     const ModelConfig& c = model_.config;
@@ -909,6 +876,9 @@ void RunServe(const ServeArgs& a) {
   for (const std::string& t : a.texts)
     (void)ReadInputFile(t, "--texts");  // readable, within the cap
   cli::LoadedModel loaded = a.model.Load();
+  // From here one request's broken invariant answers that request with a 500, not the end of the
+  // server (the request's own work is dropped; nothing it shares with others is left half-done).
+  SetAssertionsThrow(true);
   if (a.host != "127.0.0.1" && a.host != "localhost" && a.host != "::1")
     cli::Log(
         fmt::format("warning: --host {}: the viewer is reachable from other machines; anyone who "

@@ -32,7 +32,7 @@ const char* PolicyName(Policy policy) {
   return "?";
 }
 
-void ValidateOptions(const StreamOptions& o, const ModelConfig& config) {
+void ValidateOptions(const StreamOptions& o, const ModelConfig& config, const KvFlagNames& flags) {
   if (o.window < 1) Fail("--window: expected a window of at least 1 token, got {}", o.window);
   if (o.sinks < 0) Fail("--sinks: expected 0 or more sink tokens, got {}", o.sinks);
   if (o.sinks > o.window)
@@ -41,33 +41,39 @@ void ValidateOptions(const StreamOptions& o, const ModelConfig& config) {
         "tokens beside a larger window of recent ones)",
         o.sinks, o.window);
   if (o.max_chunk < 0) Fail("max_chunk: expected 0 (= W) or more, got {}", o.max_chunk);
+  if (o.first_ring < 0) Fail("first_ring: expected 0 (the default) or more, got {}", o.first_ring);
   const int64_t budget_or_context = o.policy == Policy::kDense
                                         ? (config.max_seq_len > 0 ? config.max_seq_len : 4096)
                                         : static_cast<int64_t>(o.sinks) + o.window;
+  const std::string& typed_flag = o.k_type != KvType::kF32 ? flags.k : flags.v;
   if (o.typed()) {
     if (o.policy == Policy::kRecompute)
       Fail(
-          "--kv-type {} / {}: the recompute policy re-encodes its window every token into an f32 "
+          "{} {} / {}: the recompute policy re-encodes its window every token into an f32 "
           "cache; use sinks, window or dense",
-          KvTypeName(o.k_type), KvTypeName(o.v_type));
+          typed_flag, KvTypeName(o.k_type), KvTypeName(o.v_type));
     if (o.policy == Policy::kDense && o.force)
       Fail(
-          "--policy dense --force with a typed cache (--kv-type): a typed dense cache ends at the "
-          "model's context; use --policy window with --force to go beyond it");
-    try {
-      (void)KvRowBytes(o.k_type, config.kv_dim());
-      (void)KvRowBytes(o.v_type, config.kv_dim());
-    } catch (const Error& e) {
-      Fail("--kv-type: {}", e.what());
+          "--policy dense --force with a typed cache ({}): a typed dense cache ends at the "
+          "model's context; use --policy window with --force to go beyond it",
+          typed_flag);
+    for (const auto& [type, flag] :
+         {std::pair<KvType, const std::string&>{o.k_type, flags.k}, {o.v_type, flags.v}}) {
+      try {
+        (void)KvRowBytes(type, config.kv_dim());
+      } catch (const Error& e) {
+        Fail("{}: {}", flag, e.what());
+      }
     }
   }
   if (!o.keep.empty()) {
     if (!o.typed())
-      Fail("--kv-keep: an f32 cache keeps every entry exact already; it applies with --kv-type");
-    if (o.keep.front() < 0) Fail("--kv-keep: stream indices must be 0 or more");
+      Fail("{}: an f32 cache keeps every entry exact already; it applies with --kv-type",
+           flags.keep);
+    if (o.keep.front() < 0) Fail("{}: stream indices must be 0 or more", flags.keep);
     if (static_cast<int64_t>(o.keep.size()) > budget_or_context)
-      Fail("--kv-keep: {} entries kept in f32 is more than the cache holds ({})", o.keep.size(),
-           budget_or_context);
+      Fail("{}: {} entries kept in f32 is more than the cache holds ({})", flags.keep,
+           o.keep.size(), budget_or_context);
   }
   if (o.policy == Policy::kDense) return;
   const int64_t budget = static_cast<int64_t>(o.sinks) + o.window;
@@ -98,17 +104,8 @@ Tensor LastRow(const Tensor& logits) {
   return logits.Rows(logits.dim(0) - 1, 1).Reshaped({logits.dim(1)});
 }
 
-// Refuses a cache of `entries` entries that the machine cannot hold, before allocating it: a 7B
-// shape's f32 cache takes 1 MiB a token (32 GiB at 32K). `what` names the flags that sized it.
-void CheckCacheMemory(const ModelConfig& c, int64_t entries, const StreamOptions& o,
-                      const std::string& what) {
-  const int64_t row =
-      static_cast<int64_t>(KvRowBytes(o.k_type, c.kv_dim()) + KvRowBytes(o.v_type, c.kv_dim()));
-  const int64_t kept = o.typed() ? static_cast<int64_t>(o.keep.size()) * 2 * c.kv_dim() * 4 : 0;
-  CheckMemory(static_cast<uint64_t>(c.n_layers * (entries * row + kept)),
-              fmt::format("{}: a KV cache of {} entries ({} keys, {} values)", what, entries,
-                          KvTypeName(o.k_type), KvTypeName(o.v_type)));
-}
+// The ring a sinks or window cache starts with (entries after the sinks).
+constexpr int kFirstRing = 1024;
 
 // sinks and window: S fixed rows plus a ring of recent entries (model/model.h StreamLayout).
 // The window policy is this cache with no sinks and a window of S + W.
@@ -123,7 +120,9 @@ class SinkWindowCache final : public StreamCache {
       layout_.window = context_;
     }
     max_chunk_ = o.max_chunk > 0 ? o.max_chunk : layout_.window;
-    Allocate(layout_.window);  // stepping needs ring = W
+    // The ring grows as the stream fills it (Run), each time checked against the memory: a
+    // window of millions costs its memory only once the stream is that long.
+    Allocate(std::min(layout_.window, o.first_ring > 0 ? o.first_ring : kFirstRing));
   }
 
   Tensor Step(int token) override { return Run(std::span<const int>(&token, 1)); }
@@ -157,8 +156,10 @@ class SinkWindowCache final : public StreamCache {
           "--policy dense: the stream reached the model's context of {} tokens; use a streaming "
           "policy (sinks, window), --max-tokens, or an f32 cache with --force",
           context_);
-    if (layout_.ring < layout_.window - 1 + T) Grow(layout_.window - 1 + T);
     layout_.first_index = tokens_seen_;
+    if (const int64_t need = layout_.RingNeeded(T); layout_.ring < need)
+      Grow(static_cast<int>(std::min<int64_t>(static_cast<int64_t>(layout_.window) - 1 + T,
+                                              std::max<int64_t>(need, 2 * int64_t{layout_.ring}))));
     ForwardRequest request;
     request.tokens = tokens;
     request.logits = LogitsMode::kLast;
@@ -177,8 +178,9 @@ class SinkWindowCache final : public StreamCache {
     peak_kv_bytes_ = std::max(peak_kv_bytes_, cache_.Bytes());
   }
 
-  // A longer chunk needs a longer ring: move the entries still visible (the sinks and the last
-  // W - 1 tokens) to their rows in the new ring. Happens once per stream for a given chunk size.
+  // A longer stream or chunk needs a longer ring: move the entries still visible (the sinks and
+  // the last W - 1 tokens) to their rows in the new ring. The ring doubles, so a stream of n
+  // tokens grows it log2(n / kFirstRing) times at most.
   void Grow(int ring) {
     StreamLayout old = layout_;
     KVCache old_cache = std::move(cache_);
@@ -261,10 +263,8 @@ class RecomputeCache final : public StreamCache {
  public:
   RecomputeCache(const Model& model, StreamOptions o) : StreamCache(model, o) {
     budget_ = o.sinks + o.window;
-    CheckCacheMemory(model.config, budget_, o, "--sinks + --window");
-    cache_ = KVCache::Create(model.config, budget_);
-    peak_kv_bytes_ = cache_.Bytes();
-    recent_.reserve(2 * static_cast<size_t>(budget_));
+    // The cache and the token buffer grow with the stream, up to S + W (SinkWindowCache's ring).
+    Reserve(std::min(budget_, o.first_ring > 0 ? o.first_ring : kFirstRing));
   }
   Tensor Step(int token) override { return Prefill(std::span<const int>(&token, 1)); }
   // Only the last token's logits are wanted, and recompute keeps no state besides the tokens, so a
@@ -272,14 +272,16 @@ class RecomputeCache final : public StreamCache {
   Tensor Prefill(std::span<const int> tokens) override {
     SS_ASSERT(!tokens.empty());
     for (int t : tokens) {
-      // Amortised O(1) sliding: compact only when the buffer is full.
-      if (recent_.size() == recent_.capacity()) {
+      // Amortised O(1) sliding: compact once the buffer holds two budgets.
+      if (recent_.size() >= 2 * static_cast<size_t>(budget_))
         recent_.erase(recent_.begin(), recent_.end() - (budget_ - 1));
-      }
       recent_.push_back(t);
     }
     tokens_seen_ += static_cast<int64_t>(tokens.size());
     const size_t n = std::min(recent_.size(), static_cast<size_t>(budget_));
+    if (static_cast<size_t>(cache_.capacity) < n)
+      Reserve(static_cast<int>(
+          std::min<size_t>(budget_, std::max(n, 2 * static_cast<size_t>(cache_.capacity)))));
     cache_.Clear();
     ForwardRequest request;
     request.tokens = std::span<const int>(recent_.data() + recent_.size() - n, n);
@@ -299,6 +301,12 @@ class RecomputeCache final : public StreamCache {
   int64_t kv_bytes() const override { return cache_.Bytes(); }
 
  private:
+  void Reserve(int entries) {
+    CheckCacheMemory(model_.config, entries, options_, "--sinks + --window");
+    cache_ = KVCache::Create(model_.config, entries);
+    peak_kv_bytes_ = std::max(peak_kv_bytes_, cache_.Bytes());
+  }
+
   int budget_ = 0;
   std::vector<int> recent_;
   KVCache cache_;
@@ -306,6 +314,16 @@ class RecomputeCache final : public StreamCache {
 };
 
 }  // namespace
+
+void CheckCacheMemory(const ModelConfig& c, int64_t entries, const StreamOptions& o,
+                      const std::string& what) {
+  const int64_t row =
+      static_cast<int64_t>(KvRowBytes(o.k_type, c.kv_dim()) + KvRowBytes(o.v_type, c.kv_dim()));
+  const int64_t kept = o.typed() ? static_cast<int64_t>(o.keep.size()) * 2 * c.kv_dim() * 4 : 0;
+  CheckMemory(static_cast<uint64_t>(c.n_layers * (entries * row + kept)),
+              fmt::format("{}: a KV cache of {} entries ({} keys, {} values)", what, entries,
+                          KvTypeName(o.k_type), KvTypeName(o.v_type)));
+}
 
 std::unique_ptr<StreamCache> MakeStreamCache(const Model& model, const StreamOptions& options) {
   ValidateOptions(options, model.config);
@@ -325,7 +343,7 @@ std::unique_ptr<StreamCache> MakeStreamCache(const Model& model, const StreamOpt
 
 std::vector<int64_t> ParseKvKeep(const std::string& spec, const std::string& flag, bool* detected) {
   *detected = false;
-  if (spec.empty() || spec == "none") return {};
+  if (spec == "none") return {};
   if (spec == "detected") {
     *detected = true;
     return {};
@@ -334,14 +352,19 @@ std::vector<int64_t> ParseKvKeep(const std::string& spec, const std::string& fla
   if (spec.compare(0, prefix.size(), prefix) == 0) {
     const std::string n = spec.substr(prefix.size());
     const bool digits =
-        !n.empty() && n.size() <= 9 && n.find_first_not_of("0123456789") == std::string::npos;
-    if (digits && std::stoll(n) >= 1) {
+        !n.empty() && n.size() <= 18 && n.find_first_not_of("0123456789") == std::string::npos;
+    // At most kMaxKvKeep: no cache keeps more entries (ValidateOptions checks the actual one).
+    if (digits && n[0] != '0' && std::stoll(n) <= kMaxKvKeep) {
       std::vector<int64_t> keep(static_cast<size_t>(std::stoll(n)));
       for (size_t i = 0; i < keep.size(); ++i) keep[i] = static_cast<int64_t>(i);
       return keep;
     }
+    if (digits && n[0] != '0')
+      Fail("{}: first:{} keeps more entries than any cache holds (at most {})", flag, n,
+           kMaxKvKeep);
   }
-  Fail("{}: expected none, first:N (N >= 1) or detected; got '{}'", flag, spec);
+  Fail("{}: expected none, first:N (N a decimal integer >= 1) or detected; got '{}'", flag,
+       PrintableExcerpt(spec, 40));
 }
 
 std::vector<int64_t> DetectSinkPositions(const Model& model, std::span<const int> prompt,
@@ -359,17 +382,23 @@ std::vector<int64_t> DetectSinkPositions(const Model& model, std::span<const int
   request.logits = LogitsMode::kNone;
   request.stats = &stats;
   Forward(model, cache, state, request);
+  // Only queries that see more than 1 / eps keys count: query t spreads 1 / (t + 1) on each key
+  // when it attends evenly, so on a short prompt every early key would pass eps without being a
+  // sink (query 1 of a 2-token prompt gives key 0 half of its mass).
+  const int first_query = static_cast<int>(std::floor(1.0 / eps));
   std::vector<int64_t> sinks;
   for (int k = 0; k < K - 1; ++k) {
+    const int from = std::max(k + 1, first_query);
+    if (T - from < kMinDetectQueries) break;
     int heads = 0, over = 0;
     for (int l = std::min(1, c.n_layers - 1); l < c.n_layers; ++l)
       for (int h = 0; h < c.n_heads; ++h) {
         double sum = 0;
-        for (int t = k + 1; t < T; ++t)
+        for (int t = from; t < T; ++t)
           sum += stats.first_k_probs
                      .data()[((static_cast<int64_t>(l) * c.n_heads + h) * T + t) * K + k];
         ++heads;
-        if (sum / (T - k - 1) > eps) ++over;
+        if (sum / (T - from) > eps) ++over;
       }
     if (4 * over >= heads) sinks.push_back(k);
   }

@@ -43,11 +43,23 @@ struct StreamOptions {
   // recompute keeps its f32 cache.
   KvType k_type = KvType::kF32, v_type = KvType::kF32;
   std::vector<int64_t> keep;
+  // Caches hold what the stream has filled, not S + W up front: the ring of the sinks and window
+  // caches starts at first_ring entries (0: 1024) and doubles as the stream fills it, each growth
+  // checked against the memory (a window of millions costs its memory only once that long).
+  int first_ring = 0;
   bool typed() const { return k_type != KvType::kF32 || v_type != KvType::kF32; }
 };
 
+// Refuses a cache of `entries` entries that the machine cannot hold, before allocating it: a 7B
+// shape's f32 cache takes 1 MiB a token (32 GiB at 32K). `what` names the flags that sized it.
+// The caches call it as they grow; a verb that knows its stream's length calls it up front.
+void CheckCacheMemory(const ModelConfig& c, int64_t entries, const StreamOptions& o,
+                      const std::string& what);
+
 // --kv-keep: "none", "first:N" (stream indices 0..N-1) or "detected" (DetectSinkPositions on the
 // stream's first tokens). Parses the spec; for "detected" sets *detected and returns no indices.
+// The most entries first:N keeps in f32 (8 MiB of indices); ValidateOptions holds N to the cache.
+inline constexpr int64_t kMaxKvKeep = int64_t{1} << 20;
 std::vector<int64_t> ParseKvKeep(const std::string& spec, const std::string& flag, bool* detected);
 
 // The positions of `prompt` (its first min(|prompt|, 16) keys) that the model's heads use as sinks
@@ -55,12 +67,22 @@ std::vector<int64_t> ParseKvKeep(const std::string& spec, const std::string& fla
 // pairs of layers >= 1 (layer 0 in a one-layer model) put more than eps of their queries' mass on
 // it on average (queries after k). One forward over the prompt with the fused statistics. May
 // return none (no sink).
+// Queries a key's average is taken over (those that see more than 1 / eps keys): fewer, and no
+// key is called a sink.
+inline constexpr int kMinDetectQueries = 8;
 std::vector<int64_t> DetectSinkPositions(const Model& model, std::span<const int> prompt,
                                          double eps = 0.3);
 
+// The flags that set a cache's key type, value type and kept entries, as the messages name them:
+// --kv-type, --kv-type-k / --kv-type-v where given, or one list such as --compare-kv.
+struct KvFlagNames {
+  std::string k = "--kv-type", v = "--kv-type", keep = "--kv-keep";
+};
+
 // Checks the options against the model; throws ss::Error naming the flag for nonsense values:
 // W < 1, S < 0, S > W, S + W beyond the model's context without force.
-void ValidateOptions(const StreamOptions& options, const ModelConfig& config);
+void ValidateOptions(const StreamOptions& options, const ModelConfig& config,
+                     const KvFlagNames& flags = {});
 
 // A KV cache run under one policy. Feed it tokens one at a time (Step) or a long prompt (Prefill);
 // it evicts by its policy. Not thread-safe; one stream per object.

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "io/gguf.h"
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace ss {
 namespace {
@@ -119,8 +120,12 @@ std::unique_ptr<Tokenizer> LoadGgufTokenizer(const GgufFile& gguf) {
   }
   // llama.cpp splits user-defined tokens out of the text; control tokens only with
   // parse_special, which the reference vectors do not use.
+  // A piece that is not whole UTF-8 is not split out: cutting a valid text there would leave half
+  // a character on each side (the token stays in the vocabulary, reachable by merges).
   for (int i = 0; i < static_cast<int>(model.types.size()); ++i)
-    if (model.types[i] == TokenType::kUserDefined) model.atomic_tokens.push_back(i);
+    if (model.types[i] == TokenType::kUserDefined &&
+        FindInvalidUtf8(model.pieces[i]) == std::string_view::npos)
+      model.atomic_tokens.push_back(i);
   return std::make_unique<BpeTokenizer>(std::move(model));
 }
 

@@ -61,8 +61,13 @@ namespace {
 bool IsCheckpointEntry(const fs::directory_entry& e) {
   const std::string name = e.path().filename().string();
   if (name.empty() || name[0] == '.') return false;  // hidden: caches, trainer temp dirs
-  if (e.is_directory()) return FileExists((e.path() / "config.json").string());
-  return e.is_regular_file() && e.path().extension() == ".gguf";
+  // An entry that cannot be followed (a symlink loop, a link into an unreadable directory) is
+  // named, not skipped: it may be the checkpoint the user expects in the trace.
+  if (const std::string why = UnreachableReason(e.path().string()); !why.empty())
+    Fail("--checkpoints: {}: {}", e.path().string(), why);
+  std::error_code ec;
+  if (e.is_directory(ec)) return FileExists((e.path() / "config.json").string());
+  return e.is_regular_file(ec) && e.path().extension() == ".gguf";
 }
 
 std::vector<CheckpointRef> Order(std::vector<CheckpointRef> refs) {
@@ -91,11 +96,17 @@ CheckpointRef MakeRef(const std::string& path) {
 }  // namespace
 
 std::vector<CheckpointRef> FindCheckpoints(const std::string& dir) {
-  if (!FileExists(dir)) Fail("--checkpoints: {}: no such directory", dir);
+  if (const std::string why = UnreachableReason(dir); !why.empty())
+    Fail("--checkpoints: {}: {}", dir, why);
   if (!IsDirectory(dir)) Fail("--checkpoints: {}: not a directory", dir);
   std::vector<std::string> paths;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (IsCheckpointEntry(e)) paths.push_back(e.path().string());
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec), end;
+  if (ec) Fail("--checkpoints: {}: cannot list: {}", dir, ec.message());
+  for (; it != end; it.increment(ec)) {
+    if (IsCheckpointEntry(*it)) paths.push_back(it->path().string());
+  }
+  if (ec) Fail("--checkpoints: {}: cannot list: {}", dir, ec.message());
   std::sort(paths.begin(), paths.end());
   if (paths.empty())
     Fail(
@@ -111,7 +122,7 @@ std::vector<CheckpointRef> CheckpointsFromPaths(const std::vector<std::string>& 
   if (paths.empty()) Fail("--checkpoints: no checkpoints given");
   std::vector<CheckpointRef> refs;
   for (const auto& p : paths) {
-    if (!FileExists(p)) Fail("{}: no such file or directory", p);
+    if (const std::string why = UnreachableReason(p); !why.empty()) Fail("{}: {}", p, why);
     refs.push_back(MakeRef(p));
   }
   return Order(std::move(refs));
@@ -441,7 +452,13 @@ std::vector<CheckpointResult> AnalyseCheckpoints(
   std::vector<std::vector<int>> samples;
   ModelConfig first_config;
   bool have_first = false;
-  if (!settings.cache_dir.empty()) fs::create_directories(settings.cache_dir);
+  if (!settings.cache_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(settings.cache_dir, ec);
+    if (ec)
+      Fail("{}: cannot create the trace cache: {} (--no-cache runs without it)", settings.cache_dir,
+           ec.message());
+  }
   for (size_t i = 0; i < checkpoints.size(); ++i) {
     CheckpointResult& r = results[i];
     r.ref = checkpoints[i];

@@ -168,7 +168,7 @@ std::string SaveCheckpoint(const std::string& run_dir, const TrainConfig& c,
                          [](std::string_view stem) { return stem.rfind(".step-", 0) == 0; });
   std::error_code ec;
   fs::remove_all(tmp, ec);
-  fs::create_directories(tmp);
+  CreateDirectories(tmp, "checkpoint");
   try {
     WriteText(tmp + "/config.json", CheckpointConfigJson(c));
     WriteSafetensorsF32(tmp + "/model.safetensors", HfTensors(c, layout, s.params));
@@ -218,21 +218,32 @@ std::string FindCheckpoint(const std::string& dir) {
   if (FileExists(dir + "/trainer_state.json")) return dir;
   if (!IsDirectory(dir)) Fail("--resume: {} is not a directory", dir);
   int best = -1;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || !FileExists(e.path().string() + "/trainer_state.json"))
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec), end;
+  if (ec) Fail("--resume: {}: cannot list: {}", dir, ec.message());
+  for (; it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    // step-N with N decimal digits as SaveCheckpoint writes it: "step-007" or "step-7x" are not
+    // a checkpoint of step 7.
+    const std::string digits = name.rfind("step-", 0) == 0 ? name.substr(5) : "";
+    if (digits.empty() || digits.size() > 9 ||
+        digits.find_first_not_of("0123456789") != std::string::npos ||
+        (digits.size() > 1 && digits[0] == '0') ||
+        !FileExists(it->path().string() + "/trainer_state.json"))
       continue;
-    try {
-      best = std::max(best, std::stoi(name.substr(5)));
-    } catch (...) {
-    }
+    best = std::max(best, std::stoi(digits));
   }
+  if (ec) Fail("--resume: {}: cannot list: {}", dir, ec.message());
   if (best < 0) Fail("--resume: {} holds no checkpoint (no step-<N>/trainer_state.json)", dir);
   return fmt::format("{}/step-{}", dir, best);
 }
 
 TrainConfig ReadCheckpointConfig(const std::string& step_dir) {
-  return LoadTrainConfig(step_dir + "/train_config.json");
+  // A checkpoint's config is input like any other: the shapes it gives size the evaluation.
+  const std::string path = step_dir + "/train_config.json";
+  TrainConfig c = LoadTrainConfig(path);
+  c.Validate(path);
+  return c;
 }
 
 TrainerState ParseTrainerState(std::string_view text, const std::string& path, int64_t n_params) {

@@ -169,7 +169,7 @@ TextCorpusFiles PrepareTextCorpus(const TrainConfig& c, const std::string& dir, 
   const std::string text = ReadFile(c.corpus);
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     Fail("{}: the corpus is empty (need text to train on)", c.corpus);
-  fs::create_directories(dir);
+  CreateDirectories(dir, "--out");
   if (c.tokenizer.empty()) {
     // BPE as in Sennrich et al. 2016, via SentencePiece (Kudo & Richardson 2018). Byte fallback
     // keeps every input encodable; unk 0, bos 1, eos 2, identity normalisation and whitespace kept
@@ -216,6 +216,15 @@ TextData::TextData(const TextCorpusFiles& files, const TrainConfig& c)
   docs_map_ = MapFile(files.docs);
   tok_ = reinterpret_cast<const uint16_t*>(tokens_map_->data);
   n_tokens_ = static_cast<int64_t>(tokens_map_->size / sizeof(uint16_t));
+  // The token file is reused from an earlier run (resume, or a run directory's data/): its ids
+  // must fit this configuration's vocabulary, which sizes the embedding they index.
+  if (const uint16_t* top = std::max_element(tok_, tok_ + n_tokens_);
+      n_tokens_ > 0 && *top >= c.vocab_size)
+    Fail(
+        "{}: holds token id {}, outside this run's vocabulary of {} (vocab_size); it was made by "
+        "a run with a larger vocabulary: remove the run's data/ directory or train into a new "
+        "--out",
+        files.tokens, *top, c.vocab_size);
   split_ = static_cast<int64_t>(std::floor(n_tokens_ * (1.0 - c.val_fraction)));
   const int need = c.seq_len + 1;
   if (split_ < need || n_tokens_ - split_ < need)

@@ -90,7 +90,12 @@ void RmsNormForward(const Real* x, const Real* w, Real* y, Real* rstd, int N, in
     Real* yr = y + int64_t(n) * D;
     Real ss = 0;
     for (int i = 0; i < D; ++i) ss += xr[i] * xr[i];
-    const Real r = Real(1) / std::sqrt(ss / D + Real(eps));
+    Real r = Real(1) / std::sqrt(ss / D + Real(eps));
+    if (!std::isfinite(ss)) {  // squares overflowed on finite input: as the forward's RmsNorm
+      double s = 0;
+      for (int i = 0; i < D; ++i) s += static_cast<double>(xr[i]) * xr[i];
+      r = static_cast<Real>(1.0 / std::sqrt(s / D + eps));
+    }
     rstd[n] = r;
     for (int i = 0; i < D; ++i) yr[i] = xr[i] * r * w[i];
   }

@@ -73,6 +73,8 @@ void TrainConfig::Validate(const std::string& src) const {
   positive("vocab_size", vocab_size);
   positive("batch_size", batch_size);
   positive("seq_len", seq_len);
+  // The evaluations measure the sink on position 0 against the later ones.
+  if (seq_len < 2) Fail("{}: 'seq_len' must be at least 2, found {}", src, seq_len);
   positive("steps", steps);
   positive("eval_every", eval_every);
   positive("eval_batches", eval_batches);

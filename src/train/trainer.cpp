@@ -207,7 +207,7 @@ class TrainingRun {
     // directory alike before the barrier below, after which rank 0 writes into it.
     if (comm_.is_root() || !options_.overwrite)
       PrepareRunDirectory(out, !options_.resume.empty(), options_.overwrite, config_);
-    if (comm_.is_root()) fs::create_directories(out);
+    if (comm_.is_root()) CreateDirectories(out, "--out");
     comm_.Barrier();
     CheckWritable(out + "/telemetry.jsonl", "--out");
     if (options_.resume.empty()) return;
@@ -218,8 +218,9 @@ class TrainingRun {
       Fail(
           "--resume: {} was trained with a different configuration ({} differ: checkpoint {} vs "
           "now {})",
-          resume_dir_, fmt::join(diff, ", "), ToJson(saved)[diff[0]].dump(),
-          ToJson(config_)[diff[0]].dump());
+          resume_dir_, fmt::join(diff, ", "),
+          ToJson(saved)[diff[0]].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+          ToJson(config_)[diff[0]].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
 
   // The data source: rank 0 prepares it (a text corpus is tokenised once), then every rank opens

@@ -343,3 +343,80 @@ def test_query_integers_and_messages(server):
     assert status == 414 and "limit" in reply["error"] and not reply["error"].startswith(" :")
     assert request(server, "DELETE", "/api/model")[0] == 405
     assert request(server, "GET", f"/api/pattern?run={run}&condition=bos&layer=0&head=0")[0] == 200
+
+
+def raw_exchange(server, data, timeout=30):
+    with connect(server, timeout) as sock:
+        sock.sendall(data)
+        status, headers, body, _ = read_reply(sock, timeout)
+    return status, body
+
+
+def test_requests_that_must_not_end_the_server(server):
+    # A prompt shorter than --first-k in one condition (no-bos: 3 tokens, K = 4): a 400 naming the
+    # condition, and the server answers the next request.
+    status, reply = request(server, "POST", "/api/analyze",
+                            {"text": "hi there", "samples": 1, "length": 16, "prompt": True})
+    assert status == 400 and "no-bos" in reply["error"] and "--first-k" in reply["error"], reply
+    model_info(server)
+    # Keys the endpoint does not read, and a text beside a file: refused by name, not ignored.
+    for body, word in [({"file": 0, "verify_top": 3}, "verify_top"),
+                       ({"file": 0, "kv_type": "q8_0"}, "kv_type"),
+                       ({"file": 0, "text": "Once upon a time"}, "not both")]:
+        status, reply = request(server, "POST", "/api/analyze", dict(body, samples=1, length=16))
+        assert status == 400 and word in reply["error"], (body, reply)
+    status, reply = request(server, "POST", "/api/stream", {"file": 0, "policy": "sinks"})
+    assert status == 400 and "'policy'" in reply["error"], reply
+    model_info(server)
+
+
+def test_duplicate_headers_and_parameters_are_refused(server):
+    base = f"GET /api/model HTTP/1.1\r\nX-Sinkscope-Token: {server.token}\r\n"
+    # RFC 9112 3.2: two Host headers are a 400, whichever comes first; so are two Origins.
+    for extra in [f"Host: {server.host}\r\nHost: evil.example\r\n",
+                  f"Host: evil.example\r\nHost: {server.host}\r\n",
+                  f"Host: {server.host}\r\nOrigin: http://{server.host}\r\nOrigin: http://evil.example\r\n"]:
+        status, body = raw_exchange(server, (base + extra + "Connection: close\r\n\r\n").encode())
+        assert status == 400 and b"more than once" in body, (extra, status, body)
+    status, reply = request(server, "GET", "/api/model?token=a&token=b")
+    assert status == 400 and "more than once" in reply["error"], reply
+    model_info(server)
+
+
+def test_the_head_limit_holds_for_a_head_sent_at_once(server):
+    # 20 KB of header lines in one write: the 16 KiB limit applies as when it trickles in.
+    filler = "".join(f"X-Pad-{i}: {'a' * 90}\r\n" for i in range(200))
+    head = (f"GET /api/model HTTP/1.1\r\nHost: {server.host}\r\nX-Sinkscope-Token: {server.token}\r\n"
+            + filler + "Connection: close\r\n\r\n")
+    assert len(head) > 20000
+    status, _ = raw_exchange(server, head.encode())
+    assert status == 431
+    model_info(server)
+
+
+def test_a_model_file_replaced_under_the_server():
+    work = pathlib.Path(tempfile.mkdtemp())
+    model = work / "model.bin"
+    model.write_bytes(MODEL.read_bytes())
+    (work / "tok512.bin").write_bytes((MODEL.parent / "tok512.bin").read_bytes())
+    proc = subprocess.Popen([cli_path(), "serve", "--model", str(model), "--port", "0", "--no-token"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "listening on" in line, proc.stderr.read()
+        port = int(re.search(r":(\d+)/", line).group(1))
+
+        class S:
+            pass
+        s = S()
+        s.port, s.host, s.token = port, f"127.0.0.1:{port}", ""
+        body = {"text": "Once upon a time there was a girl", "samples": 1, "length": 8}
+        assert request(s, "POST", "/api/analyze", body, token=False)[0] == 200
+        os.truncate(model, 1000)  # what `cp other.bin model.bin` does first
+        status, reply = request(s, "POST", "/api/analyze", body, token=False)
+        assert status == 503 and "model.bin" in reply["error"] and "changed" in reply["error"], reply
+        assert proc.poll() is None  # still serving
+        assert request(s, "GET", "/api/model", token=False)[0] == 503
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
