@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,16 @@
 
 namespace {
 
+// The verbs' callbacks own their flags' storage (shared_ptr captures): kept alive here while a
+// no-op replaces them. A pointer to the protected member, named through a derived class, reads
+// it from any App.
+struct CallbackOf : CLI::App {
+  static std::function<void()> Take(CLI::App* app) {
+    constexpr std::function<void()> CLI::App::*member = &CallbackOf::final_callback_;
+    return app->*member;
+  }
+};
+
 CLI::App& App() {
   static CLI::App* app = [] {
     auto* a = new CLI::App("sinkscope");
@@ -29,8 +40,11 @@ CLI::App& App() {
                      RegisterConvert, RegisterTrain, RegisterAnalyze, RegisterStream, RegisterChat,
                      RegisterTrace, RegisterExplain, ss::serve::RegisterServe})
       reg(*a);
-    for (CLI::App* verb : a->get_subcommands([](CLI::App*) { return true; }))
+    static std::vector<std::function<void()>> kept;
+    for (CLI::App* verb : a->get_subcommands([](CLI::App*) { return true; })) {
+      kept.push_back(CallbackOf::Take(verb));
       verb->callback([] {});  // parse only
+    }
     RequireWellFormedValues(*a);
     return a;
   }();

@@ -80,7 +80,8 @@ TEST(Hardening, IntegerFlagsAreDecimalOnly) {
 }
 
 TEST(Hardening, DecimalCheck) {
-  for (const char* ok : {"0", "7", "-3", "+3", "123456"}) EXPECT_EQ(cli::CheckDecimal(ok, true, false), "") << ok;
+  for (const char* ok : {"0", "7", "-3", "+3", "123456"})
+    EXPECT_EQ(cli::CheckDecimal(ok, true, false), "") << ok;
   for (const char* bad : {"", "010x", "0x10", " 5", "5 ", "1e3", "--5", "5-", "1.5", "\t1"})
     EXPECT_NE(cli::CheckDecimal(bad, true, false), "") << bad;
   EXPECT_NE(cli::CheckDecimal("-3", true, /*is_unsigned=*/true), "");
@@ -264,7 +265,8 @@ TEST(Hardening, PathsThatAreNotUtf8StillGiveJson) {
   fs::copy_file(kModel, dir + "/stories260K.bin");
   fs::copy_file(test::RepoPath("models/stories260K/tok512.bin"), dir + "/tok512.bin");
   const std::string json = test::TempDir("hardening_utf8") + "/ppl.json";
-  const CliResult r = RunCli("ppl --model '" + dir + "/stories260K.bin' --prompt 'Once upon a time' --json " + json);
+  const CliResult r = RunCli("ppl --model '" + dir +
+                             "/stories260K.bin' --prompt 'Once upon a time' --json " + json);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(ReadFile(json).find("m\xef\xbf\xbd"), std::string::npos);
 }

@@ -112,8 +112,8 @@ AnalyzeBody ReadAnalyzeBody(std::string_view text, int texts) {
 }
 
 ExplainBody ReadExplainBody(std::string_view text, int texts) {
-  const json body = Parse(text, {"text", "file", "condition", "samples", "length", "seed",
-                                 "intervention_samples"});
+  const json body = Parse(
+      text, {"text", "file", "condition", "samples", "length", "seed", "intervention_samples"});
   ExplainBody b;
   ReadSamples(body, b.samples, b.length, b.seed);
   if (Given(body, "condition")) {
@@ -126,8 +126,7 @@ ExplainBody ReadExplainBody(std::string_view text, int texts) {
 }
 
 StreamBody ReadStreamBody(std::string_view text, int texts) {
-  const json body =
-      Parse(text, {"text", "file", "policies", "sinks", "window", "max_tokens"});
+  const json body = Parse(text, {"text", "file", "policies", "sinks", "window", "max_tokens"});
   StreamBody b;
   b.policies = ListField(body, "policies", b.policies);
   b.sinks = IntField(body, "sinks", b.sinks, 0, 1 << 20);
