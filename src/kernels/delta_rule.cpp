@@ -1,0 +1,199 @@
+#include "kernels/delta_rule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/error.h"
+
+namespace ss {
+namespace {
+
+// Each (token, head) row of x (T, n, d) divided by its l2 norm (eps under the root), times scale.
+std::vector<float> L2Normalised(const float* x, int T, int n, int d, float scale) {
+  std::vector<float> out(static_cast<size_t>(T) * n * d);
+  for (int64_t r = 0; r < static_cast<int64_t>(T) * n; ++r) {
+    const float* row = x + r * d;
+    double ss = 0;
+    for (int i = 0; i < d; ++i) ss += static_cast<double>(row[i]) * row[i];
+    const float f = static_cast<float>(scale / std::sqrt(ss + kDeltaL2Eps));
+    for (int i = 0; i < d; ++i) out[r * d + i] = row[i] * f;
+  }
+  return out;
+}
+
+float Dot(const float* a, const float* b, int n) {
+  float s = 0;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// One value head over T tokens, token by token. qh / kh point at the head's key head in token 0;
+// rows are `stride_qk` apart, v / out rows `stride_v`, g / beta `n_v`.
+void RecurrentHead(const float* qh, const float* kh, const float* vh, const float* gh,
+                   const float* bh, float* S, float* oh, int T, int dk, int dv, int64_t stride_qk,
+                   int64_t stride_v, int n_v) {
+  std::vector<float> m(dv);
+  for (int t = 0; t < T; ++t) {
+    const float* q = qh + t * stride_qk;
+    const float* k = kh + t * stride_qk;
+    const float* v = vh + t * stride_v;
+    const float decay = std::exp(gh[static_cast<int64_t>(t) * n_v]);
+    const float beta = bh[static_cast<int64_t>(t) * n_v];
+    std::fill(m.begin(), m.end(), 0.0f);
+    for (int i = 0; i < dk; ++i) {
+      float* s = S + static_cast<int64_t>(i) * dv;
+      for (int j = 0; j < dv; ++j) {
+        s[j] *= decay;
+        m[j] += s[j] * k[i];
+      }
+    }
+    for (int j = 0; j < dv; ++j) m[j] = beta * (v[j] - m[j]);  // the delta, in place
+    float* o = oh + t * stride_v;
+    std::fill(o, o + dv, 0.0f);
+    for (int i = 0; i < dk; ++i) {
+      float* s = S + static_cast<int64_t>(i) * dv;
+      for (int j = 0; j < dv; ++j) {
+        s[j] += k[i] * m[j];
+        o[j] += s[j] * q[i];
+      }
+    }
+  }
+}
+
+// One value head in blocks of kDeltaChunk tokens (the WY form). Per block of n tokens with the
+// cumulative log-decay G and the state S entering it:
+//   A[i][j] = beta_i (k_i . k_j) exp(G_i - G_j) for j < i;
+//   (I + A) V' = diag(beta) (V - diag(exp(G)) K S), by forward substitution;
+//   o_i = exp(G_i) S^T q_i + sum_{j <= i} (q_i . k_j) exp(G_i - G_j) V'_j;
+//   S <- exp(G_last) S + sum_j exp(G_last - G_j) k_j V'_j^T.
+void ChunkedHead(const float* qh, const float* kh, const float* vh, const float* gh,
+                 const float* bh, float* S, float* oh, int T, int dk, int dv, int64_t stride_qk,
+                 int64_t stride_v, int n_v) {
+  const int C = kDeltaChunk;
+  std::vector<float> G(C), A(static_cast<size_t>(C) * C), U(static_cast<size_t>(C) * dv),
+      next(static_cast<size_t>(dk) * dv);
+  for (int c0 = 0; c0 < T; c0 += C) {
+    const int n = std::min(C, T - c0);
+    auto q = [&](int i) { return qh + (c0 + i) * stride_qk; };
+    auto k = [&](int i) { return kh + (c0 + i) * stride_qk; };
+    auto v = [&](int i) { return vh + (c0 + i) * stride_v; };
+    auto beta = [&](int i) { return bh[static_cast<int64_t>(c0 + i) * n_v]; };
+    float acc = 0;
+    for (int i = 0; i < n; ++i) G[i] = acc += gh[static_cast<int64_t>(c0 + i) * n_v];
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < i; ++j)
+        A[i * C + j] = beta(i) * Dot(k(i), k(j), dk) * std::exp(G[i] - G[j]);
+    // V' = (I + A)^-1 diag(beta) (V - diag(exp(G)) K S), one row at a time.
+    for (int i = 0; i < n; ++i) {
+      float* u = &U[static_cast<size_t>(i) * dv];
+      const float eg = std::exp(G[i]);
+      for (int b = 0; b < dv; ++b) u[b] = v(i)[b];
+      for (int a = 0; a < dk; ++a) {
+        const float ka = eg * k(i)[a];
+        const float* s = S + static_cast<int64_t>(a) * dv;
+        for (int b = 0; b < dv; ++b) u[b] -= ka * s[b];
+      }
+      for (int b = 0; b < dv; ++b) u[b] *= beta(i);
+      for (int j = 0; j < i; ++j) {
+        const float aij = A[i * C + j];
+        const float* uj = &U[static_cast<size_t>(j) * dv];
+        for (int b = 0; b < dv; ++b) u[b] -= aij * uj[b];
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      float* o = oh + (c0 + i) * stride_v;
+      const float eg = std::exp(G[i]);
+      std::fill(o, o + dv, 0.0f);
+      for (int a = 0; a < dk; ++a) {
+        const float qa = q(i)[a] * eg;
+        const float* s = S + static_cast<int64_t>(a) * dv;
+        for (int b = 0; b < dv; ++b) o[b] += qa * s[b];
+      }
+      for (int j = 0; j <= i; ++j) {
+        const float f = Dot(q(i), k(j), dk) * std::exp(G[i] - G[j]);
+        const float* vj = &U[static_cast<size_t>(j) * dv];
+        for (int b = 0; b < dv; ++b) o[b] += f * vj[b];
+      }
+    }
+    const float last = G[n - 1], e_last = std::exp(last);
+    for (int64_t x = 0; x < static_cast<int64_t>(dk) * dv; ++x) next[x] = e_last * S[x];
+    for (int j = 0; j < n; ++j) {
+      const float f = std::exp(last - G[j]);
+      const float* vj = &U[static_cast<size_t>(j) * dv];
+      for (int a = 0; a < dk; ++a) {
+        const float ka = f * k(j)[a];
+        float* s = &next[static_cast<size_t>(a) * dv];
+        for (int b = 0; b < dv; ++b) s[b] += ka * vj[b];
+      }
+    }
+    std::copy(next.begin(), next.end(), S);
+  }
+}
+
+float Silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+}  // namespace
+
+void GatedDeltaRule(const float* q, const float* k, const float* v, const float* g,
+                    const float* beta, float* state, float* out, int T, const DeltaRuleShape& s,
+                    bool chunked) {
+  SS_ASSERT(s.n_k > 0 && s.n_v % s.n_k == 0 && s.dk > 0 && s.dv > 0 && T >= 0);
+  if (T == 0) return;
+  const std::vector<float> qn = L2Normalised(q, T, s.n_k, s.dk, 1.0f / std::sqrt(float(s.dk)));
+  const std::vector<float> kn = L2Normalised(k, T, s.n_k, s.dk, 1.0f);
+  const int ratio = s.n_v / s.n_k;
+  const int64_t stride_qk = static_cast<int64_t>(s.n_k) * s.dk;
+  const int64_t stride_v = static_cast<int64_t>(s.n_v) * s.dv;
+#pragma omp parallel for schedule(static)
+  for (int h = 0; h < s.n_v; ++h) {
+    const int64_t qk_off = static_cast<int64_t>(h / ratio) * s.dk;
+    const int64_t v_off = static_cast<int64_t>(h) * s.dv;
+    float* S = state + static_cast<int64_t>(h) * s.dk * s.dv;
+    (chunked ? ChunkedHead : RecurrentHead)(qn.data() + qk_off, kn.data() + qk_off, v + v_off,
+                                            g + h, beta + h, S, out + v_off, T, s.dk, s.dv,
+                                            stride_qk, stride_v, s.n_v);
+  }
+}
+
+void CausalConvSilu(const float* x, const float* w, float* state, float* out, int T, int C,
+                    int K) {
+  SS_ASSERT(K >= 1 && C >= 1 && T >= 0);
+  const int H = K - 1;  // history columns
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(T) * C >= 65536)
+  for (int c = 0; c < C; ++c) {
+    const float* wc = w + static_cast<int64_t>(c) * K;
+    float* hist = state + static_cast<int64_t>(c) * H;
+    for (int t = 0; t < T; ++t) {
+      // Tap j reads the input K - 1 - j tokens back; those before token 0 come from the state.
+      float acc = 0;
+      for (int j = 0; j < K; ++j) {
+        const int back = K - 1 - j, tau = t - back;
+        acc += wc[j] * (tau >= 0 ? x[static_cast<int64_t>(tau) * C + c] : hist[H + tau]);
+      }
+      out[static_cast<int64_t>(t) * C + c] = Silu(acc);
+    }
+    // The last K - 1 inputs, oldest first: from the state where T < K - 1.
+    float keep[64];
+    SS_ASSERT(H <= 64);
+    for (int i = 0; i < H; ++i) {
+      const int tau = T - H + i;
+      keep[i] = tau >= 0 ? x[static_cast<int64_t>(tau) * C + c] : hist[H + tau];
+    }
+    std::copy(keep, keep + H, hist);
+  }
+}
+
+void GatedRmsNorm(float* o, const float* z, const float* w, int rows, int dv, float eps) {
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(rows) * dv >= 65536)
+  for (int r = 0; r < rows; ++r) {
+    float* row = o + static_cast<int64_t>(r) * dv;
+    const float* zr = z + static_cast<int64_t>(r) * dv;
+    double ss = 0;
+    for (int i = 0; i < dv; ++i) ss += static_cast<double>(row[i]) * row[i];
+    const float scale = static_cast<float>(1.0 / std::sqrt(ss / dv + eps));
+    for (int i = 0; i < dv; ++i) row[i] = w[i] * (row[i] * scale) * Silu(zr[i]);
+  }
+}
+
+}  // namespace ss
