@@ -174,7 +174,8 @@ TEST(DeltaRule, GatedRmsNormIsNormThenGate) {
     for (int i = 0; i < dv; ++i) ss += double(o[r * dv + i]) * o[r * dv + i];
     for (int i = 0; i < dv; ++i) {
       const double zi = z[r * dv + i];
-      want[r * dv + i] = w[i] * o[r * dv + i] / std::sqrt(ss / dv + 1e-6) * zi / (1 + std::exp(-zi));
+      want[r * dv + i] =
+          w[i] * o[r * dv + i] / std::sqrt(ss / dv + 1e-6) * zi / (1 + std::exp(-zi));
     }
   }
   GatedRmsNorm(o.data(), z.data(), w.data(), rows, dv, 1e-6f);

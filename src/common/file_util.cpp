@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -450,9 +451,23 @@ void CheckWritable(const std::string& path, const std::string& flag) {
   const fs::path dir = ParentOf(t.target);
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    Fail("{} {}: directory '{}' does not exist", flag, path, dir.string());
+    Fail("{} {}: directory '{}' does not exist", flag, PrintableExcerpt(path, 200), dir.string());
   if (access(dir.c_str(), W_OK) != 0)
-    Fail("{} {}: directory '{}' is not writable", flag, path, dir.string());
+    Fail("{} {}: directory '{}' is not writable", flag, PrintableExcerpt(path, 200), dir.string());
+  // The file is written as its temporary first (TemporaryPath): both names must fit the file
+  // system, or the write would fail after the work that produced it.
+  const std::string tmp_name = fs::path(TemporaryPath(t.target)).filename().string();
+  const long name_max = pathconf(dir.c_str(), _PC_NAME_MAX);
+  if (name_max > 0 && static_cast<long>(tmp_name.size()) > name_max)
+    Fail(
+        "{} {}...: the file name is {} bytes; this file system takes names of at most {} ({} with "
+        "the temporary's suffix)",
+        flag, PrintableExcerpt(path, 60), fs::path(t.target).filename().string().size(), name_max,
+        name_max -
+            static_cast<long>(tmp_name.size() - fs::path(t.target).filename().string().size()));
+  if (TemporaryPath(t.target).size() >= PATH_MAX)
+    Fail("{} {}: the path is longer than the {} bytes a path may have", flag,
+         PrintableExcerpt(path, 60), PATH_MAX);
 }
 
 void CheckOutputs(const std::vector<FlagPath>& outputs, const std::vector<FlagPath>& inputs) {

@@ -156,11 +156,10 @@ void GatedDeltaRule(const float* q, const float* k, const float* v, const float*
   }
 }
 
-void CausalConvSilu(const float* x, const float* w, float* state, float* out, int T, int C,
-                    int K) {
+void CausalConvSilu(const float* x, const float* w, float* state, float* out, int T, int C, int K) {
   SS_ASSERT(K >= 1 && C >= 1 && T >= 0);
   const int H = K - 1;  // history columns
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(T) * C >= 65536)
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(T) * C >= 65536)
   for (int c = 0; c < C; ++c) {
     const float* wc = w + static_cast<int64_t>(c) * K;
     float* hist = state + static_cast<int64_t>(c) * H;
@@ -185,7 +184,7 @@ void CausalConvSilu(const float* x, const float* w, float* state, float* out, in
 }
 
 void GatedRmsNorm(float* o, const float* z, const float* w, int rows, int dv, float eps) {
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(rows) * dv >= 65536)
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(rows) * dv >= 65536)
   for (int r = 0; r < rows; ++r) {
     float* row = o + static_cast<int64_t>(r) * dv;
     const float* zr = z + static_cast<int64_t>(r) * dv;

@@ -2,13 +2,14 @@
 // Mamba2 with Delta Rule", arXiv 2412.06464; the linear-attention layers of Qwen3-Next and
 // Qwen3.5): the causal short convolution with its state, l2-normed keys and queries, and the gated
 // delta rule over a (dk, dv) state per value head, in two forms that compute the same thing:
-//  - recurrent (decode, and the reference): per token, S <- exp(g) S; S <- S + k (beta (v - S^T k))^T;
+//  - recurrent (decode, and the reference): per token, S <- exp(g) S; S <- S + k (beta (v - S^T
+//  k))^T;
 //    o = S^T q (the read after the update, as transformers' torch_recurrent_gated_delta_rule);
 //  - chunked (prefill): blocks of kDeltaChunk tokens in the WY form of the paper's section 3 (a
 //    unit lower-triangular solve per block, then block products), T x state work instead of T^2.
-// Shapes (row-major): q, k (T, n_k, dk); v, out (T, n_v, dv); g, beta (T, n_v); state (n_v, dk, dv).
-// Value head h reads key head h / (n_v / n_k). q and k enter as the layer computed them; the kernel
-// l2-normalises both per head (eps 1e-6 under the root) and scales q by 1 / sqrt(dk).
+// Shapes (row-major): q, k (T, n_k, dk); v, out (T, n_v, dv); g, beta (T, n_v); state (n_v, dk,
+// dv). Value head h reads key head h / (n_v / n_k). q and k enter as the layer computed them; the
+// kernel l2-normalises both per head (eps 1e-6 under the root) and scales q by 1 / sqrt(dk).
 #pragma once
 
 #include <cstdint>

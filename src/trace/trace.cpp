@@ -64,7 +64,7 @@ bool IsCheckpointEntry(const fs::directory_entry& e) {
   // An entry that cannot be followed (a symlink loop, a link into an unreadable directory) is
   // named, not skipped: it may be the checkpoint the user expects in the trace.
   if (const std::string why = UnreachableReason(e.path().string()); !why.empty())
-    Fail("--checkpoints: {}: {}", e.path().string(), why);
+    Fail("{}: {}", e.path().string(), why);
   std::error_code ec;
   if (e.is_directory(ec)) return FileExists((e.path() / "config.json").string());
   return e.is_regular_file(ec) && e.path().extension() == ".gguf";
@@ -102,11 +102,11 @@ std::vector<CheckpointRef> FindCheckpoints(const std::string& dir) {
   std::vector<std::string> paths;
   std::error_code ec;
   fs::directory_iterator it(dir, ec), end;
-  if (ec) Fail("--checkpoints: {}: cannot list: {}", dir, ec.message());
+  if (ec) Fail("{}: cannot list the checkpoints: {}", dir, ec.message());
   for (; it != end; it.increment(ec)) {
     if (IsCheckpointEntry(*it)) paths.push_back(it->path().string());
   }
-  if (ec) Fail("--checkpoints: {}: cannot list: {}", dir, ec.message());
+  if (ec) Fail("{}: cannot list the checkpoints: {}", dir, ec.message());
   std::sort(paths.begin(), paths.end());
   if (paths.empty())
     Fail(
