@@ -574,6 +574,7 @@ HfTensors SplitPhi3(const ModelConfig& c, const HfTensors& w) {
 
 std::vector<float> NaiveHfForward(const ModelConfig& c, const HfTensors& w,
                                   const std::vector<int>& tokens) {
+  if (IsQwen35Family(c.arch)) return NaiveQwen35Forward(c, w, tokens);
   if (c.arch == "phi3") return LlamaLike(c, SplitPhi3(c, w), tokens);
   if (c.arch == "gpt2") return Gpt2(c, w, tokens);
   if (c.arch == "gpt_neox") return GptNeox(c, w, tokens);
@@ -582,6 +583,7 @@ std::vector<float> NaiveHfForward(const ModelConfig& c, const HfTensors& w,
 }
 
 HfTensors RandomHfWeights(const ModelConfig& c, uint32_t seed) {
+  if (IsQwen35Family(c.arch)) return RandomQwen35Weights(c, seed);
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 0.2f);
   HfTensors w;

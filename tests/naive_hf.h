@@ -23,6 +23,13 @@ using HfTensors = std::map<std::string, Tensor>;
 std::vector<float> NaiveHfForward(const ModelConfig& config, const HfTensors& weights,
                                   const std::vector<int>& tokens);
 
+// Qwen3-Next / Qwen3.5 / Qwen3.5-MoE (tests/naive_qwen35.cpp): the reference and random weights
+// for these families, which NaiveHfForward and RandomHfWeights hand them to.
+bool IsQwen35Family(const std::string& arch);
+std::vector<float> NaiveQwen35Forward(const ModelConfig& config, const HfTensors& weights,
+                                      const std::vector<int>& tokens);
+HfTensors RandomQwen35Weights(const ModelConfig& config, uint32_t seed);
+
 // Random weights in the family's Hugging Face layout and names for `config` (std 0.2; norm
 // weights near 1).
 HfTensors RandomHfWeights(const ModelConfig& config, uint32_t seed);

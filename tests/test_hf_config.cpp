@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -157,11 +158,68 @@ constexpr const char* kPhi3 = R"({
   "torch_dtype": "bfloat16", "transformers_version": "4.40.2", "use_cache": true,
   "vocab_size": 32064})";
 
-const Sample kSamples[] = {{"llama", kLlama},        {"mistral", kMistral},    {"qwen2", kQwen2},
-                           {"qwen3", kQwen3},        {"gpt2", kGpt2},          {"gpt_neox", kNeox},
-                           {"olmo2", kOlmo2},        {"qwen3_moe", kQwen3Moe}, {"olmoe", kOlmoe},
-                           {"mixtral", kMixtral},    {"gpt_oss", kGptOss},     {"gemma2", kGemma2},
-                           {"gemma3_text", kGemma3}, {"phi3", kPhi3}};
+// Qwen3-Next-80B-A3B as its config.json gives it (flat; docs/specs/qwen3_next.md section 1.1).
+constexpr const char* kQwen3Next = R"({"architectures": ["Qwen3NextForCausalLM"],
+  "model_type": "qwen3_next", "hidden_size": 2048, "intermediate_size": 5120,
+  "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+  "vocab_size": 151936, "max_position_embeddings": 262144, "rms_norm_eps": 1e-06,
+  "rope_theta": 10000000, "partial_rotary_factor": 0.25, "rope_scaling": null,
+  "full_attention_interval": 4, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+  "linear_value_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+  "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+  "shared_expert_intermediate_size": 512, "norm_topk_prob": true, "decoder_sparse_step": 1,
+  "mlp_only_layers": [], "tie_word_embeddings": false, "bos_token_id": 151643,
+  "eos_token_id": 151645, "torch_dtype": "bfloat16"})";
+// Qwen3.5-0.8B's shape as an image-text config (text_config nested; sizes beyond the published
+// 24 layers, width 1024, 8 / 2 heads are the family defaults' proportions).
+constexpr const char* kQwen35 = R"({"architectures": ["Qwen3_5ForConditionalGeneration"],
+  "model_type": "qwen3_5", "image_token_id": 248056, "tie_word_embeddings": true,
+  "text_config": {"model_type": "qwen3_5_text", "hidden_size": 1024, "intermediate_size": 3584,
+  "num_hidden_layers": 24, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256,
+  "vocab_size": 248320, "max_position_embeddings": 262144, "rms_norm_eps": 1e-06,
+  "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
+  "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10], "mrope_interleaved": true},
+  "partial_rotary_factor": 0.25, "full_attention_interval": 4, "linear_conv_kernel_dim": 4,
+  "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+  "linear_num_value_heads": 16, "attn_output_gate": true, "mamba_ssm_dtype": "float32",
+  "mtp_num_hidden_layers": 1, "eos_token_id": 248044, "dtype": "bfloat16"},
+  "vision_config": {"depth": 12, "hidden_size": 768}})";
+constexpr const char* kQwen35Text = R"({"architectures": ["Qwen3_5ForCausalLM"],
+  "hidden_size": 1024, "intermediate_size": 3584, "num_hidden_layers": 24,
+  "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 248320,
+  "rope_theta": 10000000, "linear_num_value_heads": 16})";
+// Qwen3.6-35B-A3B (qwen3_5_moe): 40 layers, 256 experts top-8, fused experts.
+constexpr const char* kQwen35Moe = R"({"architectures": ["Qwen3_5MoeForConditionalGeneration"],
+  "model_type": "qwen3_5_moe", "tie_word_embeddings": false,
+  "text_config": {"hidden_size": 2048, "num_hidden_layers": 40, "num_attention_heads": 16,
+  "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 248320,
+  "max_position_embeddings": 262144, "rope_parameters": {"rope_type": "default",
+  "rope_theta": 10000000, "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10],
+  "mrope_interleaved": true}, "num_experts": 256, "num_experts_per_tok": 8,
+  "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512}})";
+constexpr const char* kQwen35MoeText = R"({"architectures": ["Qwen3_5MoeForCausalLM"],
+  "hidden_size": 2048, "num_hidden_layers": 40, "num_attention_heads": 16,
+  "num_key_value_heads": 2, "vocab_size": 248320, "rope_theta": 10000000})";
+
+const Sample kSamples[] = {{"llama", kLlama},
+                           {"mistral", kMistral},
+                           {"qwen2", kQwen2},
+                           {"qwen3", kQwen3},
+                           {"gpt2", kGpt2},
+                           {"gpt_neox", kNeox},
+                           {"olmo2", kOlmo2},
+                           {"qwen3_moe", kQwen3Moe},
+                           {"olmoe", kOlmoe},
+                           {"mixtral", kMixtral},
+                           {"gpt_oss", kGptOss},
+                           {"gemma2", kGemma2},
+                           {"gemma3_text", kGemma3},
+                           {"phi3", kPhi3},
+                           {"qwen3_next", kQwen3Next},
+                           {"qwen3_5", kQwen35},
+                           {"qwen3_5_text", kQwen35Text},
+                           {"qwen3_5_moe", kQwen35Moe},
+                           {"qwen3_5_moe_text", kQwen35MoeText}};
 
 std::string ErrorOf(const std::string& json) {
   try {
@@ -405,8 +463,29 @@ TEST(HfConfig, RoundTripEveryFamily) {
     ++families;
   }
   std::filesystem::remove_all(dir);
-  EXPECT_EQ(families, 14);
-  EXPECT_EQ(SupportedHfArchitectures().size(), 14u);
+  EXPECT_EQ(families, 19);
+  EXPECT_EQ(SupportedHfArchitectures().size(), 19u);
+  // Qwen3.5 / Qwen3-Next: every fourth layer full attention, a quarter of each head rotated, the
+  // 1 + w norms and the output gate; the shapes of the published checkpoints.
+  const ModelConfig q35 = ParseHfConfig(kQwen35, "qwen3_5"), next = ParseHfConfig(kQwen3Next, "n");
+  EXPECT_EQ(q35.n_layers, 24);
+  EXPECT_EQ(std::count(q35.linear_layers.begin(), q35.linear_layers.end(), false), 6);
+  EXPECT_TRUE(q35.LinearLayer(0) && !q35.LinearLayer(3) && q35.LinearLayer(22) &&
+              !q35.LinearLayer(23));
+  EXPECT_EQ(q35.rot_dim(), 64);
+  EXPECT_EQ(q35.rope_theta, 1e7f);
+  EXPECT_EQ(q35.norm_weight_offset, 1.0f);
+  EXPECT_TRUE(q35.attn_output_gate && q35.tied_embeddings && q35.n_experts == 0);
+  EXPECT_EQ(q35.linear_conv_dim(), 2 * 16 * 128 + 16 * 128);
+  EXPECT_EQ(q35.eos_id, 248044);
+  EXPECT_EQ(next.n_experts, 512);
+  EXPECT_EQ(next.n_experts_per_tok, 10);
+  EXPECT_TRUE(next.norm_topk_prob && next.shared_expert_gate);
+  EXPECT_EQ(next.linear_v_heads / next.linear_k_heads, 2);
+  const ModelConfig moe = ParseHfConfig(kQwen35Moe, "qwen3_5_moe");
+  EXPECT_TRUE(moe.norm_topk_prob);    // always, without a key
+  EXPECT_EQ(moe.linear_v_heads, 32);  // the family default
+  EXPECT_EQ(moe.shared_expert_hidden_dim, 512);
   // The published Gemma configs' defaults read as transformers reads them.
   const ModelConfig g2 = ParseHfConfig(kGemma2, "gemma2"), g3 = ParseHfConfig(kGemma3, "gemma3");
   EXPECT_EQ(g2.attn_logit_softcap, 50.0f);

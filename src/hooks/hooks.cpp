@@ -26,6 +26,8 @@ constexpr PointName kPointNames[] = {
     {HookPoint::kResidPost, "hook_resid_post", true},
     {HookPoint::kLnFinal, "ln_final.hook_normalized", false},
     {HookPoint::kAttnGate, "attn.hook_gate", true},
+    {HookPoint::kLinearOut, "linear_attn.hook_out", true},
+    {HookPoint::kLinearState, "linear_attn.hook_state", true},
 };
 
 }  // namespace

@@ -2,7 +2,8 @@
 //   hook_embed, blocks.{l}.hook_resid_pre, blocks.{l}.attn.hook_q|k|v,
 //   blocks.{l}.attn.hook_pattern, blocks.{l}.attn.hook_z, blocks.{l}.hook_attn_out,
 //   blocks.{l}.hook_resid_mid, blocks.{l}.hook_mlp_out, blocks.{l}.hook_resid_post,
-//   ln_final.hook_normalized.
+//   ln_final.hook_normalized; attn.hook_gate on gated attention; on Gated DeltaNet layers
+//   blocks.{l}.linear_attn.hook_out and blocks.{l}.linear_attn.hook_state.
 // A hook receives the activation of the current forward call as a mutable tensor: observers read
 // it, interventions write it (zero, mean, patch; per position and per head by slicing). With
 // nothing attached the forward pass only tests one boolean per point.
@@ -31,6 +32,9 @@ enum class HookPoint {
   kResidPost,  // (T, D)
   kLnFinal,    // (T, D)
   kAttnGate,  // (T, H, Dh) the output gate sigmoid(x W_gate^T) z is multiplied by (gated attention)
+  // Gated DeltaNet layers (model/linear_attn.cpp), in place of attn.*:
+  kLinearOut,    // (T, nv, dv) the delta rule's output, before the gated norm
+  kLinearState,  // (nv, dk, dv) the recurrent state after the call's last token
   kCount
 };
 

@@ -273,6 +273,27 @@ std::optional<float> ReadRopeObject(const JsonConfigReader& r, const json& objec
   // value meant to change the numbers is not silently dropped.
   const std::vector<std::string_view> takes = RopeParameterKeys(type);
   for (const auto& [key, value] : object.items()) {
+    // Qwen3.5's multimodal RoPE (docs/specs/qwen3_next.md section 5.4): frequency slots split
+    // among three position streams (time, height, width) by mrope_section. For text the three are
+    // the token's position, which makes it the plain RoPE over the slots the sections cover: all
+    // of them, or the numbers would differ.
+    if (c->arch.rfind("qwen3_5", 0) == 0 &&
+        (key == "mrope_section" || key == "mrope_interleaved")) {
+      const std::string path_key = at(key);
+      if (key == "mrope_interleaved") {
+        r.Bool(K(path_key.c_str()), true);  // either layout; type-checked
+        continue;
+      }
+      int64_t slots = 0;
+      for (int64_t n : r.Ints(K(path_key.c_str()))) {
+        if (n < 0) Fail("{}: '{}' holds {}; sections are 0 or more", source, path_key, n);
+        slots += n;
+      }
+      if (slots != c->rot_dim() / 2)
+        Fail("{}: '{}' covers {} frequency slots; the rotated part of each head has {}", source,
+             path_key, slots, c->rot_dim() / 2);
+      continue;
+    }
     if (value.is_null() || key == "rope_type" || key == "type" || key == "rope_theta" ||
         key == "partial_rotary_factor" || std::find(takes.begin(), takes.end(), key) != takes.end())
       continue;
@@ -539,7 +560,7 @@ ConfigKeys HfKeys() {
 // apply.
 void CheckUnreadLayerTypes(const JsonConfigReader& r, const ModelConfig& c) {
   const Key key = K("layer_types");
-  if (!r.Has(key) || r.keys().count("layer_attention")) return;
+  if (!r.Has(key) || r.keys().count("layer_attention") || r.keys().count("linear_layers")) return;
   const std::vector<std::string> types = r.Strings(key);
   if (static_cast<int>(types.size()) != c.n_layers)
     r.Fail(key, "must list one attention kind for each of the {} layers, found {}", c.n_layers,
@@ -559,6 +580,28 @@ void CheckUnreadLayerTypes(const JsonConfigReader& r, const ModelConfig& c) {
   }
 }
 
+// An image-text checkpoint's language model settings (Qwen3.5): "text_config", with the top-level
+// keys it does not repeat (architectures, tie_word_embeddings, the token ids, the dtype). A key
+// given in both with different values is refused: which one transformers applies is not settled.
+json TextConfig(const json& j, const ArchEntry& family, const std::string& source) {
+  auto it = j.find("text_config");
+  if (it == j.end() || !it->is_object())
+    Fail("{}: {} keeps the language model's settings in 'text_config', which is {}", source,
+         family.hf_class, it == j.end() ? "missing" : "not an object");
+  json text = *it;
+  for (const auto& [key, value] : j.items()) {
+    if (key == "text_config" || key == "vision_config" || key == "model_type") continue;
+    auto inner = text.find(key);
+    if (inner == text.end()) {
+      text[key] = value;
+    } else if (*inner != value) {
+      Fail("{}: '{}' is {} at the top level and {} in text_config; give one", source, key,
+           value.dump(), inner->dump());
+    }
+  }
+  return text;
+}
+
 }  // namespace
 
 std::vector<std::string> SupportedHfArchitectures() {
@@ -571,6 +614,7 @@ ModelConfig ParseHfConfig(std::string_view json_text, const std::string& source)
   json j = ParseJsonStrict(json_text, source, "config.json");
   if (!j.is_object()) Fail("{}: expected a JSON object, found {}", source, j.type_name());
   const ArchEntry& family = FamilyOf(j, source);
+  if (family.nested_text_config) j = TextConfig(j, family, source);
   JsonConfigReader r(j, source);
   ModelConfig c;
   c.arch = family.name;
@@ -636,6 +680,8 @@ std::vector<std::string> DiffFields(const ModelConfig& a, const ModelConfig& b) 
   SS_DIFF(layer_attention) SS_DIFF(swiglu_limit) SS_DIFF(moe_bias)
   SS_DIFF(rope_yarn_beta_fast) SS_DIFF(rope_yarn_beta_slow) SS_DIFF(rope_yarn_truncate)
   SS_DIFF(norm_weight_offset) SS_DIFF(embed_scale) SS_DIFF(query_pre_attn_scalar) SS_DIFF(rope_local_theta)
+  SS_DIFF(linear_layers) SS_DIFF(linear_k_heads) SS_DIFF(linear_v_heads) SS_DIFF(linear_k_dim)
+  SS_DIFF(linear_v_dim) SS_DIFF(linear_conv) SS_DIFF(shared_expert_gate)
 #undef SS_DIFF
       // clang-format on
       for (const AttnVariant* v : AttnVariants())  // the attention variants' flags
@@ -668,7 +714,23 @@ class JsonConfigWriter : public ConfigWriter {
   ordered_json& j_;
 };
 
+ordered_json BuildFlatHfJson(const ModelConfig& c, const ArchEntry& family);
+
+// The image-text form (ArchEntry::nested_text_config): the language model's settings under
+// text_config, the class and its model_type at the top.
 ordered_json BuildHfJson(const ModelConfig& c, const ArchEntry& family) {
+  ordered_json flat = BuildFlatHfJson(c, family);
+  if (!family.nested_text_config) return flat;
+  ordered_json top;
+  top["architectures"] = flat["architectures"];
+  top["model_type"] = family.name;
+  flat.erase("architectures");
+  flat["model_type"] = std::string(family.name) + "_text";
+  top["text_config"] = std::move(flat);
+  return top;
+}
+
+ordered_json BuildFlatHfJson(const ModelConfig& c, const ArchEntry& family) {
   ordered_json j;
   j["architectures"] = {family.hf_class};
   j["model_type"] = family.name;

@@ -266,7 +266,8 @@ Model LoadHfModel(const std::string& dir, Precision precision) {
   model.config = ReadHfConfig(dir);
   model.source = dir;
   model.format = "hf";
-  if (model.config.n_shared_experts > 0)
+  // Qwen2-MoE-style shared experts without their gate (Qwen3-Next's and Qwen3.5's are read).
+  if (model.config.n_shared_experts > 0 && !model.config.shared_expert_gate)
     Fail("{}: shared experts (shared_expert_intermediate_size) are not supported", dir);
   SafetensorsSource source(SafetensorsDir::Open(dir), dir);
   BindModel(model, TensorNaming::kHf, source,

@@ -45,6 +45,9 @@ struct ArchEntry {
   // The family reads the soft-caps itself (Gemma 2/3); the others refuse attn_logit_softcapping
   // (transformers ignores it there) and read final_logit_softcapping.
   bool reads_softcaps = false;
+  // config.json keeps the language model's settings under "text_config" (an image-text
+  // checkpoint, Qwen3.5): io/hf_config.cpp reads and writes them there.
+  bool nested_text_config = false;
 };
 
 std::span<const ArchEntry> Architectures();

@@ -135,36 +135,21 @@ void ApplyNorm(const ForwardContext& ctx, const Tensor& weight, const Tensor& bi
   }
 }
 
-static const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data(); }
+const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data(); }
 
-// y (T, out) = x (T, in) W^T (+ bias): on the packed form when the model runs at bf16 or Q8_0
-// (packed non-null), OpenBLAS sgemm on the f32 weight otherwise.
-static void Project(const float* x, const Tensor& w, const PackedWeight* packed, const Tensor& bias,
-                    float* y, int T, int in, int out) {
+void Project(const float* x, const Tensor& w, const PackedWeight* packed, const Tensor& bias,
+             float* y, int T, int in, int out) {
   if (packed) {
     MatMulPacked(x, *packed, OrNull(bias), y, T);
   } else {
     MatMul(x, w.data(), OrNull(bias), y, T, in, out);
   }
 }
-// The member's pack, or null where it runs in f32 (no packs, or at native a projection the file
-// stores as F32).
-static const PackedWeight* Packed(const LayerWeights& w, PackedWeight LayerPacked::*member) {
+const PackedWeight* Packed(const LayerWeights& w, PackedWeight LayerPacked::*member) {
   return w.packed && !((*w.packed).*member).empty() ? &((*w.packed).*member) : nullptr;
 }
 
-// Several projections of the same x (T, in): q, k and v, or the MLP's gate and up. One token on f32
-// weights (decode) goes through MatVecBatch, one hand-off between threads for all of them; anything
-// else projects each in turn.
-struct Projection {
-  const Tensor& w;
-  const PackedWeight* packed;
-  const Tensor& bias;
-  float* y;
-  int out;
-};
-static void ProjectEach(const float* x, std::initializer_list<Projection> projections, int T,
-                        int in) {
+void ProjectEach(const float* x, std::initializer_list<Projection> projections, int T, int in) {
   bool f32 = T == 1;
   for (const Projection& p : projections) f32 = f32 && !p.packed;
   if (f32) {
@@ -402,11 +387,13 @@ void SelfAttention(ForwardContext& ctx, int layer, const float* in, float* out) 
     ctx.RunHook(HookPoint::kAttnOut, layer, out, {T, D});
 }
 
-void Mlp(ForwardContext& ctx, int layer, const float* in, float* out) {
+// The gated (or plain) MLP of width F on in (T, D) with the layer's w1 / w2 / w3: the dense MLP, or
+// a mixture-of-experts layer's shared expert.
+static void DenseMlp(ForwardContext& ctx, const LayerWeights& w, int F, const float* in,
+                     float* out) {
   const ModelConfig& c = ctx.config;
-  const LayerWeights& w = ctx.model.weights.layers[layer];
   RunState& s = ctx.state;
-  const int T = ctx.T, D = c.dim, F = c.FfnWidth(layer);
+  const int T = ctx.T, D = c.dim;
   // Rows are independent: chunks of kMlpRows keep the (rows, F) activations small at long T.
   for (int t0 = 0; t0 < T; t0 += kMlpRows) {
     const int rows = std::min(kMlpRows, T - t0);
@@ -424,8 +411,12 @@ void Mlp(ForwardContext& ctx, int layer, const float* in, float* out) {
     Project(s.hb.data(), w.w2, Packed(w, &LayerPacked::w2), w.b2,
             out + static_cast<int64_t>(t0) * D, rows, F, D);
   }
+}
+
+void Mlp(ForwardContext& ctx, int layer, const float* in, float* out) {
+  DenseMlp(ctx, ctx.model.weights.layers[layer], ctx.config.FfnWidth(layer), in, out);
   if (ctx.HookActive(HookPoint::kMlpOut, layer))
-    ctx.RunHook(HookPoint::kMlpOut, layer, out, {T, D});
+    ctx.RunHook(HookPoint::kMlpOut, layer, out, {ctx.T, ctx.config.dim});
 }
 
 void MoeFfn(ForwardContext& ctx, int layer, const float* in, float* out) {
@@ -484,6 +475,23 @@ void MoeFfn(ForwardContext& ctx, int layer, const float* in, float* out) {
       for (int d = 0; d < D; ++d) o[d] += weight * y[d];
     }
   }
+  if (!w.w1.empty() || (w.packed && !w.packed->w1.empty())) {
+    // The shared expert every token goes through (Qwen3-Next, Qwen3.5-MoE), scaled per token by
+    // sigmoid(x w_sg) where the model has that gate.
+    std::vector<float> shared(static_cast<size_t>(T) * D);
+    DenseMlp(ctx, w, c.shared_expert_hidden_dim, in, shared.data());
+    for (int t = 0; t < T; ++t) {
+      const float* x = in + static_cast<int64_t>(t) * D;
+      float scale = 1.0f;
+      if (!w.shared_expert_gate.empty()) {
+        double logit = 0;
+        for (int d = 0; d < D; ++d) logit += static_cast<double>(x[d]) * w.shared_expert_gate[d];
+        scale = static_cast<float>(1.0 / (1.0 + std::exp(-logit)));
+      }
+      AddScaled(out + static_cast<int64_t>(t) * D, shared.data() + static_cast<int64_t>(t) * D,
+                scale, D);
+    }
+  }
   if (ctx.HookActive(HookPoint::kMlpOut, layer))
     ctx.RunHook(HookPoint::kMlpOut, layer, out, {T, D});
 }
@@ -524,6 +532,10 @@ void AddInPlace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+void AddScaled(float* x, const float* y, float a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += a * y[i];
+}
+
 void ForwardSequential(ForwardContext& ctx) {
   const ModelConfig& c = ctx.config;
   RunState& s = ctx.state;
@@ -540,7 +552,10 @@ void ForwardSequential(ForwardContext& ctx) {
     const LayerWeights& w = ctx.model.weights.layers[l];
     if (ctx.HookActive(HookPoint::kResidPre, l))
       ctx.RunHook(HookPoint::kResidPre, l, s.x.data(), {ctx.T, c.dim});
-    SelfAttention(ctx, l, input(w.attn_norm, w.attn_norm_bias), s.xb2.data());
+    if (c.LinearLayer(l))
+      LinearAttention(ctx, l, input(w.attn_norm, w.attn_norm_bias), s.xb2.data());
+    else
+      SelfAttention(ctx, l, input(w.attn_norm, w.attn_norm_bias), s.xb2.data());
     if (!w.attn_post_norm.empty())
       ApplyNorm(ctx, w.attn_post_norm, Tensor(), s.xb2.data(), s.xb2.data());
     AddInPlace(s.x.data(), s.xb2.data(), n);

@@ -3,6 +3,7 @@
 // paper's block and the arithmetic lives once, here.
 #pragma once
 
+#include <initializer_list>
 #include <vector>
 
 #include "model/model.h"
@@ -60,6 +61,35 @@ void MoeFfn(ForwardContext& ctx, int layer, const float* in, float* out);
 Tensor FinalLogits(ForwardContext& ctx);
 // x += y over (T, D).
 void AddInPlace(float* x, const float* y, int64_t n);
+// x += a y.
+void AddScaled(float* x, const float* y, float a, int64_t n);
+
+// Gated DeltaNet's token mixer of linear-attention layer `layer` (Qwen3-Next, Qwen3.5;
+// model/linear_attn.cpp, docs/specs/qwen3_next.md section 4) on the normed input in (T, D); writes
+// out (T, D) (hook_attn_out). Its convolution and delta-rule states live in the cache
+// (KVCache::conv_state / delta_state) and carry over between calls of one sequence.
+void LinearAttention(ForwardContext& ctx, int layer, const float* in, float* out);
+
+// ---- The projections, shared by the mixers.
+const float* OrNull(const Tensor& t);
+// y (T, out) = x (T, in) W^T (+ bias): on the packed form when the model runs at bf16 or Q8_0
+// (packed non-null), OpenBLAS sgemm on the f32 weight otherwise.
+void Project(const float* x, const Tensor& w, const PackedWeight* packed, const Tensor& bias,
+             float* y, int T, int in, int out);
+// The member's pack, or null where it runs in f32 (no packs, or at native a projection the file
+// stores as F32).
+const PackedWeight* Packed(const LayerWeights& w, PackedWeight LayerPacked::*member);
+// Several projections of the same x (T, in): q, k and v, or the MLP's gate and up (at most 4).
+// One token on f32 weights (decode) goes through MatVecBatch, one hand-off between threads for
+// all of them; anything else projects each in turn.
+struct Projection {
+  const Tensor& w;
+  const PackedWeight* packed;
+  const Tensor& bias;
+  float* y;
+  int out;
+};
+void ProjectEach(const float* x, std::initializer_list<Projection> projections, int T, int in);
 
 // The sequential residual loop of every family but GPT-2 and GPT-NeoX: per block, attention and
 // then the FFN (MoeFfn when the model has experts, else Mlp), each reading the residual stream

@@ -106,6 +106,25 @@ void ValidateConfig(const ModelConfig& c, const std::string& source, const Confi
       Fail("{}: dense MLP layers need their width ({}), which is missing", source,
            key("dense_hidden_dim"));
   }
+  if (!c.linear_layers.empty()) {
+    if (static_cast<int>(c.linear_layers.size()) != c.n_layers)
+      Fail("{}: {} lists {} layers; expected one per layer ({})", source, key("linear_layers"),
+           c.linear_layers.size(), c.n_layers);
+    positive("linear_k_heads", c.linear_k_heads);
+    positive("linear_v_heads", c.linear_v_heads);
+    positive("linear_k_dim", c.linear_k_dim);
+    positive("linear_v_dim", c.linear_v_dim);
+    // The convolution keeps K - 1 inputs per channel; 64 taps bound its state (kernels/
+    // delta_rule.h). Released models use 4.
+    if (c.linear_conv < 1 || c.linear_conv > 64) fail("linear_conv", c.linear_conv, "1 to 64 taps");
+    // Value head h reads key head h / (nv / nk): nv must be a multiple of nk.
+    if (c.linear_v_heads % c.linear_k_heads != 0)
+      Fail("{}: '{}' {} is not a multiple of '{}' {}", source, key("linear_v_heads"),
+           c.linear_v_heads, key("linear_k_heads"), c.linear_k_heads);
+  }
+  if (c.shared_expert_gate && (c.n_experts == 0 || c.shared_expert_hidden_dim <= 0))
+    Fail("{}: a shared expert gate needs experts and a shared expert ({})", source,
+         key("shared_expert_hidden_dim"));
   if (c.bos_id < -1) fail("bos_id", c.bos_id, "a token id or none");
   if (c.eos_id < -1) fail("eos_id", c.eos_id, "a token id or none");
 }

@@ -127,10 +127,29 @@ struct ModelConfig {
   std::vector<int> eos_ids;  // every end-of-sequence id when a config lists several; eos_id is
                              // the first. Ids are -1 when the config has none (null).
   std::string torch_dtype;   // dtype the checkpoint was saved in ("bfloat16", ...); "" if unknown
+  // ---- Gated DeltaNet layers (Qwen3-Next, Qwen3.5; model/linear_attn.cpp, docs/specs/
+  // ---- qwen3_next.md): layer l's token mixer is linear attention where linear_layers[l] (empty:
+  // ---- none), with nk key heads and nv value heads of dk / dv, and a causal convolution of
+  // ---- linear_conv taps over its q, k, v channels.
+  std::vector<bool> linear_layers;
+  int linear_k_heads = 0, linear_v_heads = 0, linear_k_dim = 0, linear_v_dim = 0;
+  int linear_conv = 0;
+  // The shared expert's output is scaled by sigmoid(x w_sg) per token (Qwen3-Next, Qwen3.5-MoE:
+  // LayerWeights::shared_expert_gate).
+  bool shared_expert_gate = false;
 
   bool operator==(const ModelConfig&) const = default;
 
   int kv_dim() const { return n_kv_heads * head_dim; }
+  bool LinearLayer(int layer) const { return !linear_layers.empty() && linear_layers[layer]; }
+  bool HasLinearLayers() const {
+    return std::find(linear_layers.begin(), linear_layers.end(), true) != linear_layers.end();
+  }
+  // A linear-attention layer's sizes: q and k channels (nk dk), v channels (nv dv), and the
+  // convolution's channels q | k | v.
+  int linear_qk_dim() const { return linear_k_heads * linear_k_dim; }
+  int linear_value_dim() const { return linear_v_heads * linear_v_dim; }
+  int linear_conv_dim() const { return 2 * linear_qk_dim() + linear_value_dim(); }
   int q_dim() const { return n_heads * head_dim; }
   // The softmax has a slot that holds mass without being a key: a learned sink logit or a kv-bias.
   bool HasSinkSlot() const { return attn_sinks || attn_kv_bias; }
@@ -144,7 +163,7 @@ struct ModelConfig {
     return n_experts > 0 && !MoeLayer(layer) ? dense_hidden_dim : hidden_dim;
   }
   int MaxFfnWidth() const {
-    int f = hidden_dim;
+    int f = std::max(hidden_dim, n_experts > 0 ? shared_expert_hidden_dim : 0);
     for (int l = 0; l < static_cast<int>(dense_layers.size()); ++l) f = std::max(f, FfnWidth(l));
     return f;
   }

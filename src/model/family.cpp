@@ -89,7 +89,10 @@ void WriteLlamaCore(const ModelConfig& c, ConfigWriter& w, CoreWrite options) {
   w.Float({"rms_norm_eps", "attention.layer_norm_rms_epsilon"}, c.norm_eps);
   w.String({options.act_key, nullptr}, ActName(c.act));
   w.Float({"rope_theta", nullptr}, c.rope_theta);  // GGUF: rope.freq_base with the other RoPE keys
-  WriteAttentionVariant(c, w, options.sink_extension ? nullptr : &ModelConfig::attn_sinks);
+  WriteAttentionVariant(c, w,
+                        options.native           ? options.native
+                        : options.sink_extension ? nullptr
+                                                 : &ModelConfig::attn_sinks);
 }
 
 void ReadAttentionBias(const ConfigReader& r, bool fallback, ModelConfig* c) {
@@ -171,7 +174,7 @@ int ReadSlidingWindow(const ConfigReader& r, std::optional<int64_t> fallback,
 
 void ReadMoe(const ConfigReader& r, const char* experts, std::optional<int> experts_default,
              std::optional<int> per_tok_default, const char* width, const char* norm_key,
-             bool norm_default, ModelConfig* c) {
+             bool norm_default, ModelConfig* c, std::optional<int> width_default) {
   const Key count{experts, "expert_count"}, per_tok{"num_experts_per_tok", "expert_used_count"};
   r.Spelled("n_experts", count);
   r.Spelled("n_experts_per_tok", per_tok);
@@ -181,7 +184,7 @@ void ReadMoe(const ConfigReader& r, const char* experts, std::optional<int> expe
                                     ? "expert_feed_forward_length"
                                     : "feed_forward_length"};
   r.Spelled("hidden_dim", expert_width);
-  c->hidden_dim = r.PositiveInt(expert_width);
+  c->hidden_dim = r.PositiveInt(expert_width, r.gguf() ? std::nullopt : width_default);
   c->norm_topk_prob = r.Bool({norm_key, "expert_weights_norm"}, norm_default);
   if (c->n_experts_per_tok > c->n_experts)
     r.Fail(per_tok, "{} exceeds the number of experts {}", c->n_experts_per_tok, c->n_experts);

@@ -122,6 +122,8 @@ struct CoreWrite {
   // "sinkscope_attn_sinks" when the model has learned sinks (false: the family's own, gpt-oss)
   bool sink_extension = true;
   const char* act_key = "hidden_act";
+  // The family's own attention variant (Qwen3-Next's output gate): its flag is not written.
+  bool ModelConfig::*native = nullptr;
 };
 void WriteLlamaCore(const ModelConfig& c, ConfigWriter& w, CoreWrite options = {});
 // config.json "attention_bias" (q, k, v and o projections); GGUF: the tensors present.
@@ -147,7 +149,7 @@ int ReadSlidingWindow(const ConfigReader& r, std::optional<int64_t> fallback, co
 // renormalised (config.json `norm_key` if given; GGUF expert_weights_norm, else `norm_default`).
 void ReadMoe(const ConfigReader& r, const char* experts, std::optional<int> experts_default,
              std::optional<int> per_tok_default, const char* width, const char* norm_key,
-             bool norm_default, ModelConfig* c);
+             bool norm_default, ModelConfig* c, std::optional<int> width_default = std::nullopt);
 void WriteMoe(const ModelConfig& c, ConfigWriter& w, const char* experts, const char* width,
               const char* norm_key);
 

@@ -122,20 +122,58 @@ int64_t Model::ParameterCount() const {
                             &l.attn_sinks,
                             &l.attn_gate,
                             &l.attn_bias_key,
-                            &l.attn_bias_value})
+                            &l.attn_bias_value,
+                            &l.lin_wq,
+                            &l.lin_wk,
+                            &l.lin_wv,
+                            &l.lin_wz,
+                            &l.lin_wb,
+                            &l.lin_wa,
+                            &l.lin_conv,
+                            &l.lin_dt_bias,
+                            &l.lin_a_log,
+                            &l.lin_norm,
+                            &l.lin_out,
+                            &l.shared_expert_gate})
       n += count(*t);
   }
   return n;
 }
+
+namespace {
+
+// The linear layers' states (KVCache::conv_state / delta_state), zero; `shared`: one pair for
+// every linear layer (a single-use cache, whose layers run one after another from zero).
+void CreateLinearState(const ModelConfig& c, KVCache& cache, bool shared) {
+  cache.conv_state.assign(c.n_layers, Tensor());
+  cache.delta_state.assign(c.n_layers, Tensor());
+  if (!c.HasLinearLayers()) return;
+  const int64_t conv = static_cast<int64_t>(c.linear_conv_dim()) * (c.linear_conv - 1);
+  const int64_t delta = static_cast<int64_t>(c.linear_v_heads) * c.linear_k_dim * c.linear_v_dim;
+  Tensor one_conv, one_delta;
+  for (int l = 0; l < c.n_layers; ++l) {
+    if (!c.LinearLayer(l)) continue;
+    if (!shared || one_delta.empty()) {
+      one_conv = Tensor::Zeros({std::max<int64_t>(conv, 1)});
+      one_delta = Tensor::Zeros({delta});
+    }
+    cache.conv_state[l] = one_conv;
+    cache.delta_state[l] = one_delta;
+  }
+}
+
+}  // namespace
 
 KVCache KVCache::Create(const ModelConfig& config, int capacity) {
   KVCache cache;
   cache.capacity = capacity;
   cache.kv_dim = config.kv_dim();
   for (int l = 0; l < config.n_layers; ++l) {
-    cache.k.push_back(Tensor::Zeros({capacity, cache.kv_dim}));
-    cache.v.push_back(Tensor::Zeros({capacity, cache.kv_dim}));
+    const bool keys = !config.LinearLayer(l);
+    cache.k.push_back(keys ? Tensor::Zeros({capacity, cache.kv_dim}) : Tensor());
+    cache.v.push_back(keys ? Tensor::Zeros({capacity, cache.kv_dim}) : Tensor());
   }
+  CreateLinearState(config, cache, false);
   return cache;
 }
 
@@ -148,21 +186,36 @@ KVCache KVCache::CreateSingleUse(const ModelConfig& config, int capacity) {
   const Tensor v = Tensor::Zeros({capacity, cache.kv_dim});
   cache.k.assign(config.n_layers, k);  // handles to the same storage (Tensor copies are views)
   cache.v.assign(config.n_layers, v);
+  CreateLinearState(config, cache, true);
   return cache;
 }
 
+void KVCache::CopyLinearState(const KVCache& from) {
+  SS_ASSERT(from.conv_state.size() == conv_state.size());
+  for (size_t l = 0; l < conv_state.size(); ++l) {
+    if (conv_state[l].empty()) continue;
+    std::copy_n(from.conv_state[l].data(), conv_state[l].numel(), conv_state[l].data());
+    std::copy_n(from.delta_state[l].data(), delta_state[l].numel(), delta_state[l].data());
+  }
+}
+
 int64_t KVCache::Bytes() const {
+  int64_t n = 0;
+  for (size_t l = 0; l < conv_state.size(); ++l)
+    if (!conv_state[l].empty() &&
+        (l == 0 || !single_use || conv_state[l].data() != conv_state[0].data()))
+      n += (conv_state[l].numel() + delta_state[l].numel()) * static_cast<int64_t>(sizeof(float));
   if (head_major) {
-    int64_t n = 0;
     for (size_t l = 0; l < k_rows.size(); ++l) {
       n += static_cast<int64_t>(k_rows[l].size() + v_rows[l].size());
-      if (!keep.empty())
+      if (!keep.empty() && !k_kept[l].empty())
         n += (k_kept[l].numel() + v_kept[l].numel()) * static_cast<int64_t>(sizeof(float));
     }
     return n + static_cast<int64_t>(kept_slot.size() * sizeof(int));
   }
-  const int64_t buffers = single_use ? 2 : static_cast<int64_t>(k.size()) * 2;
-  return buffers * capacity * kv_dim * sizeof(float);
+  if (single_use) return n + 2 * static_cast<int64_t>(capacity) * kv_dim * sizeof(float);
+  for (size_t l = 0; l < k.size(); ++l) n += (k[l].numel() + v[l].numel()) * sizeof(float);
+  return n;
 }
 
 KVCache KVCache::CreateTyped(const ModelConfig& config, int capacity, KvType k_type, KvType v_type,
@@ -184,11 +237,14 @@ KVCache KVCache::CreateTyped(const ModelConfig& config, int capacity, KvType k_t
   if (!cache.keep.empty()) cache.kept_slot.assign(capacity, -1);
   const int64_t kept = std::max<int64_t>(static_cast<int64_t>(cache.keep.size()), 1);
   for (int l = 0; l < config.n_layers; ++l) {
-    cache.k_rows.emplace_back(static_cast<size_t>(capacity) * cache.k_row_bytes);
-    cache.v_rows.emplace_back(static_cast<size_t>(capacity) * cache.v_row_bytes);
-    cache.k_kept.push_back(cache.keep.empty() ? Tensor() : Tensor::Zeros({kept, cache.kv_dim}));
-    cache.v_kept.push_back(cache.keep.empty() ? Tensor() : Tensor::Zeros({kept, cache.kv_dim}));
+    const bool keys = !config.LinearLayer(l);  // a linear layer keeps a state instead
+    cache.k_rows.emplace_back(keys ? static_cast<size_t>(capacity) * cache.k_row_bytes : 0);
+    cache.v_rows.emplace_back(keys ? static_cast<size_t>(capacity) * cache.v_row_bytes : 0);
+    const bool kept_rows = keys && !cache.keep.empty();
+    cache.k_kept.push_back(kept_rows ? Tensor::Zeros({kept, cache.kv_dim}) : Tensor());
+    cache.v_kept.push_back(kept_rows ? Tensor::Zeros({kept, cache.kv_dim}) : Tensor());
   }
+  CreateLinearState(config, cache, false);
   return cache;
 }
 
@@ -231,6 +287,7 @@ void KVCache::WriteRow(int layer, int row, int64_t index, const float* kr, const
 void KVCache::CopyRow(const KVCache& from, int from_row, int to_row) {
   SS_ASSERT(from.k_type == k_type && from.v_type == v_type && from.keep == keep);
   for (size_t l = 0; l < (head_major ? k_rows.size() : k.size()); ++l) {
+    if (!HasLayerEntries(static_cast<int>(l))) continue;  // a linear layer: no entries
     if (!head_major) {
       std::copy_n(from.k[l].row(from_row), kv_dim, k[l].row(to_row));
       std::copy_n(from.v[l].row(from_row), kv_dim, v[l].row(to_row));
@@ -279,8 +336,9 @@ KvRows KVCache::Values(int layer) const {
 }
 
 int64_t KVCache::BytesPerToken() const {
-  const int64_t layers =
-      head_major ? static_cast<int64_t>(k_rows.size()) : static_cast<int64_t>(k.size());
+  int64_t layers = 0;  // the layers that keep entries (not the linear ones)
+  for (int l = 0; l < static_cast<int>(head_major ? k_rows.size() : k.size()); ++l)
+    layers += HasLayerEntries(l) ? 1 : 0;
   if (!head_major) return layers * 2 * kv_dim * static_cast<int64_t>(sizeof(float));
   return layers * static_cast<int64_t>(k_row_bytes + v_row_bytes);
 }

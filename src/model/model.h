@@ -68,6 +68,18 @@ struct KVCache {
                                // (empty when nothing is kept)
   int KeptSlot(int row) const { return kept_slot.empty() ? -1 : kept_slot[row]; }
   std::vector<Tensor> k_kept, v_kept;  // per layer (keep.size(), kv_dim)
+
+  // Gated DeltaNet layers (ModelConfig::LinearLayer) keep no keys: their k / v (k_rows / v_rows)
+  // are empty, and they hold instead, per layer, the convolution's last K - 1 inputs (C, K - 1)
+  // and the delta rule's state (nv, dk, dv): a size independent of the stream's length. Empty on
+  // attention layers. A call that starts a sequence (cache.length 0, or stream index 0) starts
+  // them from zero.
+  std::vector<Tensor> conv_state, delta_state;
+  bool HasLayerEntries(int layer) const {
+    return head_major ? !k_rows[layer].empty() : !k[layer].empty();
+  }
+  // Copies the linear layers' states of `from` (a cache of the same model).
+  void CopyLinearState(const KVCache& from);
 };
 
 // Attention statistics computed inside the attention kernel (the fused path): per layer, head and
@@ -162,6 +174,7 @@ struct RunState {
   Tensor gate;       // (T * H * Dh) gated attention's gate, allocated when the model has one
   Tensor
       slot_logits;  // (H * T) the kv-bias slot's logit per head and query, when the model has one
+  Tensor linear;    // Gated DeltaNet layers' buffers (model/linear_attn.cpp), on first use
   Tensor k_new;     // (T, Hkv * Dh) streaming only: new keys before they go to their ring rows
   Tensor v_new;     // (T, Hkv * Dh)
   void Reserve(const ModelConfig& config, int T);

@@ -87,10 +87,12 @@ void SetPrecision(Model& model, Precision p) {
   for (LayerWeights& l : w.layers) {
     if (l.packed) continue;
     auto b = std::make_shared<LayerPacked>();
-    b->wq = Pack(l.wq, p);
-    b->wk = Pack(l.wk, p);
-    b->wv = Pack(l.wv, p);
-    b->wo = Pack(l.wo, p);
+    if (!l.wq.empty()) {  // a Gated DeltaNet layer has no attention projections
+      b->wq = Pack(l.wq, p);
+      b->wk = Pack(l.wk, p);
+      b->wv = Pack(l.wv, p);
+      b->wo = Pack(l.wo, p);
+    }
     if (!l.w1.empty()) b->w1 = Pack(l.w1, p);  // MoE layers have no dense MLP
     if (!l.w2.empty()) b->w2 = Pack(l.w2, p);
     if (!l.w3.empty()) b->w3 = Pack(l.w3, p);

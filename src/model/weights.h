@@ -89,6 +89,16 @@ struct LayerWeights {
   Tensor attn_gate;        // (H*Dh, D) gated attention's gate projection (config.attn_output_gate)
   Tensor attn_bias_key;    // (Hkv*Dh) the kv-bias slot's key per kv head (config.attn_kv_bias)
   Tensor attn_bias_value;  // (Hkv*Dh) the kv-bias slot's value per kv head
+  // Gated DeltaNet (config.LinearLayer; model/linear_attn.cpp), in place of wq..wo on its layers.
+  Tensor lin_wq, lin_wk;      // (nk*dk, D)  the q and k channels of the convolution's input
+  Tensor lin_wv, lin_wz;      // (nv*dv, D)  v channels; z, the output norm's gate
+  Tensor lin_wb, lin_wa;      // (nv, D)     beta = sigmoid(x wb); a, the decay's input
+  Tensor lin_conv;            // (C, 1, K) or (C, K): per channel q | k | v, K taps, oldest first
+  Tensor lin_dt_bias;         // (nv)
+  Tensor lin_a_log;           // (nv)  decay rate: g = -exp(A_log) softplus(a + dt_bias)
+  Tensor lin_norm;            // (dv)  the gated RMSNorm's weight (plain w)
+  Tensor lin_out;             // (D, nv*dv)
+  Tensor shared_expert_gate;  // (1, D) sigmoid gate of the shared expert (w1/w2/w3 then hold it)
   // The projections in the model's precision (bf16, Q8_0); null at f32. At native a projection
   // the file stores as F32 (or fused, or transposed) stays in its f32 member and its pack is empty.
   std::shared_ptr<const LayerPacked> packed;

@@ -189,6 +189,7 @@ class SinkWindowCache final : public StreamCache {
     auto move_entry = [&](int64_t m) { cache_.CopyRow(old_cache, old.Row(m), layout_.Row(m)); };
     for (int64_t m = 0; m < std::min<int64_t>(old.sinks, tokens_seen_); ++m) move_entry(m);
     for (int64_t m = first; m < tokens_seen_; ++m) move_entry(m);
+    cache_.CopyLinearState(old_cache);
     cache_.length = old_cache.length;
   }
 
@@ -245,9 +246,11 @@ class DenseCache final : public StreamCache {
     CheckCacheMemory(model_.config, capacity, options_, "--policy dense");
     KVCache bigger = KVCache::Create(model_.config, capacity);
     for (size_t l = 0; l < cache_.k.size(); ++l) {
+      if (!cache_.HasLayerEntries(static_cast<int>(l))) continue;  // a linear layer's state
       std::copy(cache_.k[l].data(), cache_.k[l].row(cache_.length), bigger.k[l].data());
       std::copy(cache_.v[l].data(), cache_.v[l].row(cache_.length), bigger.v[l].data());
     }
+    bigger.CopyLinearState(cache_);
     bigger.length = cache_.length;
     cache_ = std::move(bigger);
     peak_kv_bytes_ = std::max(peak_kv_bytes_, cache_.Bytes());
@@ -320,7 +323,9 @@ void CheckCacheMemory(const ModelConfig& c, int64_t entries, const StreamOptions
   const int64_t row =
       static_cast<int64_t>(KvRowBytes(o.k_type, c.kv_dim()) + KvRowBytes(o.v_type, c.kv_dim()));
   const int64_t kept = o.typed() ? static_cast<int64_t>(o.keep.size()) * 2 * c.kv_dim() * 4 : 0;
-  CheckMemory(static_cast<uint64_t>(c.n_layers * (entries * row + kept)),
+  const int64_t layers =
+      c.n_layers - std::count(c.linear_layers.begin(), c.linear_layers.end(), true);
+  CheckMemory(static_cast<uint64_t>(layers * (entries * row + kept)),
               fmt::format("{}: a KV cache of {} entries ({} keys, {} values)", what, entries,
                           KvTypeName(o.k_type), KvTypeName(o.v_type)));
 }
