@@ -13,6 +13,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -408,10 +409,24 @@ std::vector<std::string> DefaultCacheNames(const ModelConfig& c) {
 
 std::vector<std::string> AllHookNames(const ModelConfig& c) {
   std::vector<std::string> names = {Hooks::Name(HookPoint::kEmbed, -1)};
+  // A Gated DeltaNet layer has no q, k, v, pattern or z: its mixer's output and state instead.
+  const HookPoint attention[] = {HookPoint::kQ, HookPoint::kK, HookPoint::kV, HookPoint::kPattern,
+                                 HookPoint::kZ};
   for (int l = 0; l < c.n_layers; ++l)
     for (int p = static_cast<int>(HookPoint::kResidPre);
-         p <= static_cast<int>(HookPoint::kResidPost); ++p)
-      names.push_back(Hooks::Name(static_cast<HookPoint>(p), l));
+         p <= static_cast<int>(HookPoint::kResidPost); ++p) {
+      const HookPoint point = static_cast<HookPoint>(p);
+      const bool attn_only =
+          std::find(std::begin(attention), std::end(attention), point) != std::end(attention);
+      if (c.LinearLayer(l) && attn_only) continue;
+      if (c.LinearLayer(l) && point == HookPoint::kAttnOut) {
+        names.push_back(Hooks::Name(HookPoint::kLinearOut, l));
+        names.push_back(Hooks::Name(HookPoint::kLinearState, l));
+      }
+      names.push_back(Hooks::Name(point, l));
+      if (point == HookPoint::kZ && c.attn_output_gate)
+        names.push_back(Hooks::Name(HookPoint::kAttnGate, l));
+    }
   names.push_back(Hooks::Name(HookPoint::kLnFinal, -1));
   return names;
 }

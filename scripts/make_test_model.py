@@ -84,6 +84,19 @@ PRESETS = {
     "gpt-oss-tiny": dict(family="gpt_oss", layers=4, dim=64, heads=8, kv_heads=2, head_dim=8,
                          ffn=32, experts=4, top_k=2, vocab=512, ctx=16384, window=16,
                          rope_theta=150000.0, norm_eps=1e-5),
+    # Qwen3.5-0.8B (Qwen/Qwen3.5-0.8B: 24 layers, width 1024, 8 / 2 heads, every fourth layer full
+    # attention; the Gated DeltaNet and MLP widths are the family's proportions, docs/ARCHITECTURES.md).
+    "qwen3.5-0.8b": dict(family="qwen3_5", layers=24, dim=1024, heads=8, kv_heads=2, head_dim=256,
+                         ffn=3584, vocab=248320, ctx=262144, rope_theta=1e7, norm_eps=1e-6, tie=True,
+                         lin_k_heads=16, lin_v_heads=16, lin_dim=128),
+    # Qwen3.6-35B-A3B (qwen3_5_moe): 40 layers, 256 experts of 512 top-8 and a shared expert of 512.
+    "qwen3.6-35b-a3b": dict(family="qwen3_5_moe", layers=40, dim=2048, heads=16, kv_heads=2,
+                            head_dim=256, ffn=512, shared_ffn=512, experts=256, top_k=8, vocab=248320,
+                            ctx=262144, rope_theta=1e7, norm_eps=1e-6, lin_k_heads=16, lin_v_heads=32,
+                            lin_dim=128),
+    "qwen3.5-tiny": dict(family="qwen3_5", layers=4, dim=64, heads=4, kv_heads=2, head_dim=16, ffn=128,
+                         vocab=512, ctx=4096, rope_theta=1e7, norm_eps=1e-6, lin_k_heads=2,
+                         lin_v_heads=4, lin_dim=16),
 }
 DTYPES = {"bf16": ("BF16", 2, "bfloat16"), "f16": ("F16", 2, "float16"), "f32": ("F32", 4, "float32")}
 CHUNK = 1 << 22  # values drawn at a time
@@ -105,6 +118,8 @@ def tensors(s):
     """(name, shape, kind) in the order written; kind "norm" is all ones, "sink" the sink logits."""
     if s["family"] == "gpt_oss":
         return gpt_oss_tensors(s)
+    if s["family"].startswith("qwen3_5"):
+        return qwen35_tensors(s)
     d, hd = s["dim"], s["dim"] // s["heads"]
     out = [("model.embed_tokens.weight", (s["vocab"], d), "w")]
     for i in range(s["layers"]):
@@ -205,6 +220,51 @@ def gpt_oss_tensors(s):
     return out
 
 
+def qwen35_tensors(s):
+    """Qwen3.5 / Qwen3.6 as the Hub ships them (docs/specs/qwen3_next.md section 2.2): the language
+    model under model.language_model.*, Gated DeltaNet layers (linear_attn.*) where (i + 1) % 4 != 0,
+    gated attention (q_proj holds per head [query | gate]) on the others; their 1 + w norms are
+    zeros ("zero"), A_log and the gated norm F32 as the real checkpoints keep them; MoE experts
+    fused (experts.gate_up_proj (E, 2F, D), experts.down_proj (E, D, F)) with a gated shared expert."""
+    d, hd, H, Hkv = s["dim"], s["head_dim"], s["heads"], s["kv_heads"]
+    nk, nv, dk = s["lin_k_heads"], s["lin_v_heads"], s["lin_dim"]
+    kd, vd = nk * dk, nv * dk
+    pre = "model.language_model."
+    out = [(pre + "embed_tokens.weight", (s["vocab"], d), "w")]
+    for i in range(s["layers"]):
+        p = f"{pre}layers.{i}."
+        out.append((p + "input_layernorm.weight", (d,), "zero"))
+        if (i + 1) % 4 != 0:
+            la = p + "linear_attn."
+            out += [(la + "in_proj_qkv.weight", (2 * kd + vd, d), "w"), (la + "in_proj_z.weight", (vd, d), "w"),
+                    (la + "in_proj_b.weight", (nv, d), "w"), (la + "in_proj_a.weight", (nv, d), "w"),
+                    (la + "conv1d.weight", (2 * kd + vd, 1, 4), "w"), (la + "dt_bias", (nv,), "norm"),
+                    (la + "A_log", (nv,), "alog"), (la + "norm.weight", (dk,), "f32norm"),
+                    (la + "out_proj.weight", (d, vd), "w")]
+        else:
+            sa = p + "self_attn."
+            out += [(sa + "q_proj.weight", (2 * H * hd, d), "w"), (sa + "k_proj.weight", (Hkv * hd, d), "w"),
+                    (sa + "v_proj.weight", (Hkv * hd, d), "w"), (sa + "o_proj.weight", (d, H * hd), "w"),
+                    (sa + "q_norm.weight", (hd,), "zero"), (sa + "k_norm.weight", (hd,), "zero")]
+        out.append((p + "post_attention_layernorm.weight", (d,), "zero"))
+        m, f = p + "mlp.", s["ffn"]
+        if s["family"] == "qwen3_5":
+            out += [(m + "gate_proj.weight", (f, d), "w"), (m + "up_proj.weight", (f, d), "w"),
+                    (m + "down_proj.weight", (d, f), "w")]
+        else:
+            e, fs = s["experts"], s["shared_ffn"]
+            out += [(m + "gate.weight", (e, d), "w"), (m + "experts.gate_up_proj", (e, 2 * f, d), "w"),
+                    (m + "experts.down_proj", (e, d, f), "w"),
+                    (m + "shared_expert.gate_proj.weight", (fs, d), "w"),
+                    (m + "shared_expert.up_proj.weight", (fs, d), "w"),
+                    (m + "shared_expert.down_proj.weight", (d, fs), "w"),
+                    (m + "shared_expert_gate.weight", (1, d), "w")]
+    out.append((pre + "norm.weight", (d,), "zero"))
+    if not s.get("tie"):
+        out.append(("lm_head.weight", (s["vocab"], d), "w"))
+    return out
+
+
 def encode(x, dtype):
     if dtype == "f32":
         return x.astype("<f4").tobytes()
@@ -221,6 +281,8 @@ def stored(kind, dtype, expert_dtype):
         return "U8", 1
     if kind == "expert" and expert_dtype != "mxfp4":
         return DTYPES[expert_dtype][:2]
+    if kind in ("alog", "f32norm"):
+        return DTYPES["f32"][:2]
     return DTYPES[dtype][:2]
 
 
@@ -258,8 +320,12 @@ def write_shard(path, items, dtype, rng, sink_logit, expert_dtype="mxfp4", edits
                     f.write(rng.choice(np.array(MXFP4_SCALE_BYTES, np.uint8), n).tobytes())
                     left -= n
                     continue
-                if kind == "norm":
+                if kind in ("norm", "f32norm"):
                     x = np.ones(n, np.float32)
+                elif kind == "zero":
+                    x = np.zeros(n, np.float32)
+                elif kind == "alog":  # log of decay rates in [1, 16], as the family initialises A
+                    x = np.log(rng.uniform(1, 16, n)).astype(np.float32)
                 elif kind == "sink":
                     x = (np.full(n, sink_logit, np.float32) if sink_logit is not None
                          else rng.normal(0, 1, n).astype(np.float32))
@@ -270,7 +336,8 @@ def write_shard(path, items, dtype, rng, sink_logit, expert_dtype="mxfp4", edits
                     apply_edits(x, row0, mine)
                     row0 += x.shape[0]
                     x = x.reshape(-1)
-                f.write(encode(x, expert_dtype if kind == "expert" else dtype))
+                f.write(encode(x, expert_dtype if kind == "expert" else
+                               "f32" if kind in ("alog", "f32norm") else dtype))
                 left -= n
     return offset
 
@@ -374,7 +441,7 @@ def main():
         ap.add_argument("--" + k.replace("_", "-"), type=int)
     ap.add_argument("--rope-theta", type=float)
     ap.add_argument("--norm-eps", type=float)
-    ap.add_argument("--family", choices=["llama", "gpt_oss", "phi3"])
+    ap.add_argument("--family", choices=["llama", "gpt_oss", "phi3", "qwen3_5", "qwen3_5_moe"])
     ap.add_argument("--partial-rotary", type=float, help="phi3: partial_rotary_factor")
     for k in ("head_dim", "experts", "top_k", "window"):
         ap.add_argument("--" + k.replace("_", "-"), type=int)
@@ -403,6 +470,9 @@ def main():
         required += ["head_dim", "experts", "top_k", "window"]
     elif a.sink_logit is not None:
         sys.exit("make_test_model: --sink-logit needs --family gpt_oss")
+    if s["family"].startswith("qwen3_5") and not a.preset:
+        sys.exit("make_test_model: the qwen3_5 families are made from a preset (qwen3.5-0.8b, "
+                 "qwen3.6-35b-a3b, qwen3.5-tiny); shape flags may then change it")
     missing = [k for k in required if s.get(k) is None]
     if missing:
         sys.exit(f"make_test_model: give --preset or every shape flag (missing: {', '.join(missing)})")
@@ -412,7 +482,7 @@ def main():
         sys.exit("make_test_model: --plant-p0-circuit needs the llama family and a block before the last")
     if a.partial_rotary is not None and s["family"] != "phi3":
         sys.exit("make_test_model: --partial-rotary needs --family phi3")
-    if (s["family"] != "gpt_oss" and s["dim"] % s["heads"]) or s["heads"] % s["kv_heads"]:
+    if (s["family"] in ("llama", "phi3") and s["dim"] % s["heads"]) or s["heads"] % s["kv_heads"]:
         sys.exit("make_test_model: dim must be a multiple of heads, and heads of kv-heads")
     if s["family"] == "gpt_oss" and a.expert_dtype == "mxfp4" and (s["dim"] % MXFP4_BLOCK or s["ffn"] % MXFP4_BLOCK):
         sys.exit(f"make_test_model: MXFP4 experts need dim and ffn in whole {MXFP4_BLOCK}-value blocks "
@@ -502,6 +572,38 @@ def main():
             config.update({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
                            "sliding_window": s.get("window"), "eos_token_id": 32000,
                            "partial_rotary_factor": a.partial_rotary or 1.0})
+        if s["family"].startswith("qwen3_5"):
+            # An image-text config as the Hub ships it: the language model under text_config.
+            moe = s["family"] == "qwen3_5_moe"
+            text = {"model_type": s["family"] + "_text", "hidden_size": s["dim"],
+                    "num_hidden_layers": s["layers"], "num_attention_heads": s["heads"],
+                    "num_key_value_heads": s["kv_heads"], "head_dim": s["head_dim"],
+                    "vocab_size": s["vocab"], "max_position_embeddings": s["ctx"],
+                    "rms_norm_eps": s["norm_eps"], "hidden_act": "silu",
+                    "rope_parameters": {"rope_type": "default", "rope_theta": s["rope_theta"],
+                                        "partial_rotary_factor": 0.25,
+                                        "mrope_section": [11, 11, 10] if s["head_dim"] == 256 else
+                                        [s["head_dim"] // 8, 0, 0], "mrope_interleaved": True},
+                    "partial_rotary_factor": 0.25, "full_attention_interval": 4,
+                    "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention"
+                                    for i in range(s["layers"])],
+                    "linear_conv_kernel_dim": 4, "linear_key_head_dim": s["lin_dim"],
+                    "linear_value_head_dim": s["lin_dim"], "linear_num_key_heads": s["lin_k_heads"],
+                    "linear_num_value_heads": s["lin_v_heads"], "attn_output_gate": True,
+                    "mamba_ssm_dtype": "float32", "mtp_num_hidden_layers": 1,
+                    "tie_word_embeddings": bool(s.get("tie")), "bos_token_id": None,
+                    "eos_token_id": 248044 if s["vocab"] > 248044 else None,
+                    "dtype": DTYPES[a.dtype][2]}
+            if moe:
+                text.update({"num_experts": s["experts"], "num_experts_per_tok": s["top_k"],
+                             "moe_intermediate_size": s["ffn"],
+                             "shared_expert_intermediate_size": s["shared_ffn"]})
+            else:
+                text["intermediate_size"] = s["ffn"]
+            cls = "Qwen3_5MoeForConditionalGeneration" if moe else "Qwen3_5ForConditionalGeneration"
+            config = {"architectures": [cls], "model_type": s["family"], "text_config": text,
+                      "vision_config": {"depth": 12, "hidden_size": 768}, "image_token_id": 248056,
+                      "tie_word_embeddings": bool(s.get("tie"))}
         (tmp / "config.json").write_text(json.dumps(config, indent=1) + "\n")
         tmp.rename(out)
     except BaseException:

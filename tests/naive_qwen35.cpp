@@ -144,7 +144,8 @@ std::vector<float> NaiveQwen35Forward(const ModelConfig& c, const HfTensors& w,
           }
           for (int j = 0; j < dv; ++j) v[j] = u[t][2 * Kd + hv * dv + j];
           const double beta = Sigmoid(b[t][hv]);
-          const double g = -std::exp(static_cast<double>(a_log[hv])) * Softplus(a[t][hv] + dt_bias[hv]);
+          const double g =
+              -std::exp(static_cast<double>(a_log[hv])) * Softplus(a[t][hv] + dt_bias[hv]);
           Vec& s = S[hv];
           for (double& e : s) e *= std::exp(g);
           Vec m(dv, 0.0);
@@ -257,10 +258,10 @@ std::vector<float> NaiveQwen35Forward(const ModelConfig& c, const HfTensors& w,
           }
           for (int d = 0; d < D; ++d) out[d] += weight * y[d];
         }
-        const Vec shared =
-            swiglu(Get(w, mlp + "shared_expert.gate_proj.weight"),
-                   Get(w, mlp + "shared_expert.up_proj.weight"),
-                   Get(w, mlp + "shared_expert.down_proj.weight"), c.shared_expert_hidden_dim, 0, 0, 0);
+        const Vec shared = swiglu(Get(w, mlp + "shared_expert.gate_proj.weight"),
+                                  Get(w, mlp + "shared_expert.up_proj.weight"),
+                                  Get(w, mlp + "shared_expert.down_proj.weight"),
+                                  c.shared_expert_hidden_dim, 0, 0, 0);
         const double s = Sigmoid(Linear(h2, Get(w, mlp + "shared_expert_gate.weight"))[0]);
         for (int d = 0; d < D; ++d) out[d] += s * shared[d];
       }

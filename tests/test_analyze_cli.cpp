@@ -266,5 +266,32 @@ TEST_F(AnalyzeCli, GptOssReportsTheLearnedSinkSlot) {
       << r.output;
 }
 
+// Qwen3.5 as the Hub ships it (scripts/make_test_model.py --preset qwen3.5-tiny: image-text
+// config, BF16 with F32 A_log and gated norms): analyze names the Gated DeltaNet layers and gives
+// them no attention metrics, in the table and in the JSON.
+TEST_F(AnalyzeCli, Qwen35ReportsLinearLayersWithoutAnAttentionMap) {
+  if (std::system("/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
+    GTEST_SKIP() << "python3-numpy is not installed (scripts/setup.sh installs it)";
+  const std::string tiny = Path("qwen35_tiny");
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + test::RepoPath("scripts/make_test_model.py") +
+                         " --preset qwen3.5-tiny --out " + tiny + " 2>/dev/null")
+                            .c_str()),
+            0);
+  const std::string json_path = Path("qwen35.json");
+  const auto r = RunCli("analyze --model " + tiny + " --tokens " + Path("tokens.txt") +
+                        " --samples 2 --length 48 --conditions no-bos --json " + json_path);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("Gated DeltaNet layers 0 1 2 (3 of 4)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("linear attention: no attention map"), std::string::npos);
+  std::ifstream in(json_path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const auto& c = j["conditions"][0];
+  EXPECT_EQ(c["layer_kind"], nlohmann::json({"linear_attention", "linear_attention",
+                                             "linear_attention", "attention"}));
+  EXPECT_TRUE(c["alpha"][0][0][0].is_null());
+  EXPECT_TRUE(c["alpha"][0][3][0].is_number());
+  EXPECT_TRUE(c["p0_norm_ratio_per_layer"][0].is_number());
+}
+
 }  // namespace
 }  // namespace ss

@@ -5,8 +5,10 @@
 // by name.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
+#include "analysis/analyze.h"
 #include "common/error.h"
 #include "io/hf_config.h"
 #include "io/load.h"
@@ -52,7 +54,9 @@ std::vector<int> RandomTokens(int n, int vocab, uint32_t seed) {
   return t;
 }
 
-std::vector<float> Values(const Tensor& t) { return std::vector<float>(t.data(), t.data() + t.numel()); }
+std::vector<float> Values(const Tensor& t) {
+  return std::vector<float>(t.data(), t.data() + t.numel());
+}
 
 TEST(Qwen35, LongPrefillMatchesDecodeAndTheReference) {
   // 700 tokens: the mixer's 512-row chunks, the delta rule's 64-token blocks and a ragged end.
@@ -89,10 +93,10 @@ TEST(Qwen35, VisionAndMultiTokenPredictionTensorsAreNeverRead) {
   const std::vector<float> reference = test::NaiveHfForward(config, weights, tokens);
   // What the Hub's checkpoints hold beside the language model (model.visual.*, mtp.*), with
   // layer numbers beyond the language model's.
-  for (const char* name : {"model.visual.blocks.0.attn.qkv.weight",
-                           "model.visual.blocks.9.norm1.weight", "model.visual.merger.norm.weight",
-                           "mtp.fc.weight", "mtp.layers.0.input_layernorm.weight",
-                           "mtp.layers.0.self_attn.q_proj.weight"})
+  for (const char* name :
+       {"model.visual.blocks.0.attn.qkv.weight", "model.visual.blocks.9.norm1.weight",
+        "model.visual.merger.norm.weight", "mtp.fc.weight", "mtp.layers.0.input_layernorm.weight",
+        "mtp.layers.0.self_attn.q_proj.weight"})
     weights[name] = Tensor::Zeros({3, 4});
   const std::string dir = test::TempDir("qwen35_image_text");
   WriteHfConfig(dir + "/config.json", config);
@@ -144,6 +148,58 @@ TEST(Qwen35, StreamsWithTheStateBesideTheSinkWindowCache) {
   }
   EXPECT_GT(bytes_at_100, 0);
   EXPECT_EQ(small->kv_bytes(), bytes_at_100);
+}
+
+TEST(Qwen35, AnalysisReportsNoAttentionMapOnTheDeltaNetLayers) {
+  const Model model = test::LoadRandomHf(kNext, 4, "qwen35_analyze");
+  const std::vector<std::vector<int>> samples = {RandomTokens(40, model.config.vocab_size, 1),
+                                                 RandomTokens(40, model.config.vocab_size, 2)};
+  for (analysis::AttnPath path : {analysis::AttnPath::kFused, analysis::AttnPath::kMaterialised,
+                                  analysis::AttnPath::kMaterialisedKeepAll}) {
+    analysis::AnalyzeOptions o;
+    o.path = path;
+    const analysis::ConditionResult r =
+        analysis::AnalyzeSamples(model, analysis::Condition::kNoBos, samples, o);
+    ASSERT_EQ(r.linear_layers.size(), 3u);
+    for (int l = 0; l < 3; ++l) {
+      const bool linear = l < 2;
+      EXPECT_EQ(r.LinearLayer(l), linear);
+      for (int h = 0; h < r.n_heads; ++h) {
+        EXPECT_EQ(std::isnan(r.Alpha(0, l, h)), linear) << l << " " << h;
+        EXPECT_EQ(std::isnan(r.top_share[l * r.n_heads + h]), linear);
+      }
+      EXPECT_EQ(std::isnan(r.sink_rate_per_layer[l]), linear);
+      EXPECT_EQ(std::isnan(r.gate_p0[l]), linear);
+      EXPECT_TRUE(std::isfinite(r.p0_norm_ratio[l]));  // hidden states: every layer
+    }
+    // The whole-model rate is the attention layer's heads' share.
+    double heads = 0;
+    for (int h = 0; h < r.n_heads; ++h) heads += r.Alpha(0, 2, h) > o.eps;
+    EXPECT_NEAR(r.sink_rate_of_mean_alpha[0], heads / r.n_heads, 1e-12);
+    EXPECT_GT(r.gate_p0[2], 0.0);
+  }
+}
+
+TEST(Qwen35, DeltaNetHooksShowTheStateAndAnAblationChangesTheOutput) {
+  const Model model = test::LoadRandomHf(kNext, 4, "qwen35_hooks");
+  const std::vector<int> tokens = RandomTokens(20, model.config.vocab_size, 6);
+  std::vector<int64_t> shape;
+  Hooks hooks;
+  hooks.Add("blocks.1.linear_attn.hook_state",
+            [&](const HookContext&, Tensor& s) { shape = s.shape(); });
+  hooks.Add("blocks.0.linear_attn.hook_out", [&](const HookContext&, Tensor& o) {
+    for (int64_t i = 0; i < o.numel(); ++i) o[i] = 0;  // zero ablation of the mixer's output
+  });
+  KVCache cache = KVCache::Create(model.config, 20);
+  RunState state;
+  ForwardRequest req;
+  req.tokens = tokens;
+  const std::vector<float> plain = Values(Forward(model, cache, state, req));
+  cache.Clear();
+  req.hooks = &hooks;
+  const std::vector<float> ablated = Values(Forward(model, cache, state, req));
+  EXPECT_EQ(shape, (std::vector<int64_t>{2, 8, 4}));  // (nv, dk, dv)
+  EXPECT_GT(test::MaxDiff(plain, ablated, "layer 0 mixer zeroed vs not"), 1e-3);
 }
 
 // `edit` changes kNext's config.json text; the error must name `needle`.

@@ -67,6 +67,8 @@ class Accumulator {
         has_sink_slot_(c.HasSinkSlot()),
         has_gate_(c.attn_output_gate),
         sigmoid_(c.attn_sigmoid) {
+    for (int l = 0; l < L_; ++l) linear_.push_back(c.LinearLayer(l));
+    attn_layers_ = static_cast<int>(std::count(linear_.begin(), linear_.end(), false));
     raw0_sum_.assign(static_cast<size_t>(L_) * H_, 0.0);
     row_sum_sum_.assign(raw0_sum_.size(), 0.0);
     gate_p0_sum_.assign(L_, 0.0);
@@ -98,6 +100,7 @@ class Accumulator {
   // top(h, i) = (argmax_j A[i, j], max_j A[i, j]) with the first maximum on ties, as the kernel.
   template <typename Prob, typename Top>
   void AddAttention(int l, Prob prob, Top top) {
+    if (linear_[l]) return MarkNoMap(l);
     for (int h = 0; h < H_; ++h) {
       // alpha_k^{l,h} = mean over queries i in [k, T-1] of A[i, k] (Gu et al., ICLR 2025, "When
       // Attention Sink Emerges in Language Models", section 3).
@@ -115,6 +118,15 @@ class Accumulator {
         ++counts[key];
       }
       sample_top_share_[static_cast<size_t>(l) * H_ + h] = share / (T_ - 1);
+    }
+  }
+
+  // Linear attention: no map, no alpha (NaN, never 0).
+  void MarkNoMap(int l) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (int h = 0; h < H_; ++h) {
+      for (int k = 0; k < K_; ++k) sample_alpha_[(static_cast<size_t>(k) * L_ + l) * H_ + h] = nan;
+      sample_top_share_[static_cast<size_t>(l) * H_ + h] = nan;
     }
   }
 
@@ -240,6 +252,9 @@ class Accumulator {
   }
 
   void EndSample() {
+    // A linear layer has no map whichever path ran (the pattern hooks never fire there).
+    for (int l = 0; l < L_; ++l)
+      if (linear_[l]) MarkNoMap(l);
     // Sink_k^eps = share of (l, h) with alpha_k^{l,h} > eps (Gu et al. 2025), on this sample.
     for (int k = 0; k < K_; ++k) {
       int64_t total = 0;
@@ -247,21 +262,26 @@ class Accumulator {
       for (int l = 0; l < L_; ++l)
         for (int h = 0; h < H_; ++h)
           per_layer[l] += sample_alpha_[(static_cast<size_t>(k) * L_ + l) * H_ + h] > eps_;
-      int from = 0;
+      // Shares of the attention layers' heads (Gated DeltaNet layers have none to sink).
+      int from = 0, from_layers = 0;
       for (int l = L_ - 1; l >= 0; --l) {
         from += per_layer[l];
+        from_layers += linear_[l] ? 0 : 1;
         sink_from_sum_[static_cast<size_t>(k) * L_ + l] +=
-            static_cast<double>(from) / ((L_ - l) * H_);
-        sink_layer_sum_[static_cast<size_t>(k) * L_ + l] += static_cast<double>(per_layer[l]) / H_;
+            from_layers > 0 ? static_cast<double>(from) / (from_layers * H_) : 0.0;
+        sink_layer_sum_[static_cast<size_t>(k) * L_ + l] +=
+            linear_[l] ? std::numeric_limits<double>::quiet_NaN()
+                       : static_cast<double>(per_layer[l]) / H_;
         total += per_layer[l];
       }
-      sink_sum_[k] += static_cast<double>(total) / (L_ * H_);
+      sink_sum_[k] += attn_layers_ > 0 ? static_cast<double>(total) / (attn_layers_ * H_) : 0.0;
     }
     // Sink_0^eps over the global and the sliding layers apart.
     int64_t global_heads = 0, global_sinks = 0, sliding_heads = 0, sliding_sinks = 0;
     for (int l = 0; l < L_; ++l)
       for (int h = 0; h < H_; ++h) {
         const bool sink = sample_alpha_[static_cast<size_t>(l) * H_ + h] > eps_;  // k = 0
+        if (linear_[l]) continue;
         if (window_[l] > 0) {
           ++sliding_heads, sliding_sinks += sink;
         } else {
@@ -313,6 +333,8 @@ class Accumulator {
     if (has_gate_) {
       r.gate_p0 = mean(gate_p0_sum_);
       r.gate_rest = mean(gate_rest_sum_);
+      for (int l = 0; l < L_; ++l)  // a Gated DeltaNet layer has no output gate
+        if (linear_[l]) r.gate_p0[l] = r.gate_rest[l] = std::numeric_limits<double>::quiet_NaN();
     }
     r.has_sigmoid_weights = sigmoid_;
     if (sigmoid_) {
@@ -331,15 +353,29 @@ class Accumulator {
     r.top_share = mean(top_share_sum_);
     r.sink_rate_of_mean_alpha.assign(K_, 0.0);
     r.sink_rate_of_mean_alpha_per_layer.assign(static_cast<size_t>(K_) * L_, 0.0);
+    const double nan = std::numeric_limits<double>::quiet_NaN();
     for (int k = 0; k < K_; ++k)
-      for (int l = 0; l < L_; ++l)
+      for (int l = 0; l < L_; ++l) {
+        if (linear_[l]) {
+          r.sink_rate_of_mean_alpha_per_layer[static_cast<size_t>(k) * L_ + l] = nan;
+          continue;
+        }
         for (int h = 0; h < H_; ++h)
           if (r.Alpha(k, l, h) > eps_) {
-            r.sink_rate_of_mean_alpha[k] += 1.0 / (L_ * H_);
+            r.sink_rate_of_mean_alpha[k] += 1.0 / (attn_layers_ * H_);
             r.sink_rate_of_mean_alpha_per_layer[static_cast<size_t>(k) * L_ + l] += 1.0 / H_;
           }
+      }
+    r.linear_layers = std::vector<bool>(linear_.begin(), linear_.end());
+    if (attn_layers_ == L_) r.linear_layers.clear();
     const double queries = N * (T_ - 1);
     for (int lh = 0; lh < L_ * H_; ++lh) {
+      if (linear_[lh / H_]) {
+        r.top_mode.push_back(-1);
+        r.top_mode_rate.push_back(nan);
+        r.top_p0_rate.push_back(nan);
+        continue;
+      }
       const int64_t* counts = &top_counts_[static_cast<size_t>(lh) * T_];
       const int mode = static_cast<int>(std::max_element(counts, counts + T_) - counts);
       r.top_mode.push_back(mode);
@@ -352,7 +388,6 @@ class Accumulator {
     r.median_abs = mean(median_sum_);
     r.massive_count = massive_count_;
     r.top_activations = top_acts_;
-    const double nan = std::numeric_limits<double>::quiet_NaN();
     for (int l = 0; l < L_; ++l) {
       double s0 = 0, so = 0;
       for (int d = 0; d < D_; ++d) {
@@ -370,6 +405,8 @@ class Accumulator {
 
  private:
   int L_, H_, D_, K_, T_;
+  std::vector<char> linear_;  // (L) Gated DeltaNet layers
+  int attn_layers_ = 0;       // layers with an attention map
   double eps_;
   bool has_sink_slot_;
   bool has_gate_;

@@ -130,6 +130,12 @@ struct ConditionResult {
   double sink_rate_global = 0;    // Sink_0^eps over global layers' heads (per sample)
   double sink_rate_sliding = 0;   // the same over sliding layers' heads; NaN if none
 
+  // Gated DeltaNet layers (Qwen3-Next, Qwen3.5): linear attention, no attention map. Their
+  // per-head and per-layer attention metrics are NaN (JSON null), the sink rates count the
+  // attention layers' heads only, and their hidden-state metrics are as any layer's. Empty: none.
+  std::vector<bool> linear_layers;
+  bool LinearLayer(int l) const { return !linear_layers.empty() && linear_layers[l]; }
+
   double Alpha(int k, int l, int h) const {
     return alpha[(static_cast<size_t>(k) * n_layers + l) * n_heads + h];
   }

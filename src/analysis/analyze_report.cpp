@@ -63,6 +63,9 @@ json ActivationJson(const Activation& a) {
           {"massive", a.massive}};
 }
 
+// What a Gated DeltaNet layer shows where attention metrics would be.
+constexpr const char* kNoMap = "linear attention: no attention map";
+
 json ConditionJson(const ConditionResult& r) {
   const int K = r.first_k, L = r.n_layers, H = r.n_heads;
   json j;
@@ -108,6 +111,10 @@ json ConditionJson(const ConditionResult& r) {
   }
   j["patterns"] = patterns;
   j["layer_window"] = r.layer_window;
+  json kinds = json::array();
+  for (int l = 0; l < L; ++l) kinds.push_back(r.LinearLayer(l) ? "linear_attention" : "attention");
+  j["layer_kind"] = kinds;
+  if (!r.linear_layers.empty()) j["linear_attention"] = kNoMap;
   j["sink_rate_global_layers"] = r.sink_rate_global;
   j["sink_rate_sliding_layers"] =
       std::isnan(r.sink_rate_sliding) ? json(nullptr) : json(r.sink_rate_sliding);
@@ -154,7 +161,8 @@ double LayerMeanAlpha(const ConditionResult& r, int k, int l) {
 std::vector<std::pair<int, int>> TopHeads(const ConditionResult& r, size_t count) {
   std::vector<std::pair<int, int>> heads;
   for (int l = 0; l < r.n_layers; ++l)
-    for (int h = 0; h < r.n_heads; ++h) heads.push_back({l, h});
+    for (int h = 0; h < r.n_heads; ++h)
+      if (!r.LinearLayer(l)) heads.push_back({l, h});  // a linear layer has no alpha
   std::stable_sort(heads.begin(), heads.end(), [&](auto a, auto b) {
     return r.Alpha(0, a.first, a.second) > r.Alpha(0, b.first, b.second);
   });
@@ -240,6 +248,15 @@ std::string ReportSummary(const AnalyzeReport& report) {
                              ConditionName(r.condition));
   std::string out =
       fmt::format("{} sample(s) per condition of T = {} tokens\n\n", conds[0].samples, lengths);
+  if (!conds[0].linear_layers.empty()) {
+    std::vector<int> linear;
+    for (int l = 0; l < L; ++l)
+      if (conds[0].LinearLayer(l)) linear.push_back(l);
+    out += fmt::format(
+        "Gated DeltaNet layers {} ({} of {}): {}; their hidden-state metrics are reported as any "
+        "layer's, and the sink rates count the heads of the {} attention layers\n\n",
+        fmt::join(linear, " "), linear.size(), L, kNoMap, L - static_cast<int>(linear.size()));
+  }
   // One narrow table per metric, conditions side by side.
   auto per_layer = [&](const std::string& title, auto value) {
     std::vector<std::vector<std::string>> rows;
@@ -248,7 +265,10 @@ std::string ReportSummary(const AnalyzeReport& report) {
     rows.push_back(header);
     for (int l = 0; l < L; ++l) {
       std::vector<std::string> row = {std::to_string(l)};
-      for (const auto& r : conds) row.push_back(F(value(r, l)));
+      for (const auto& r : conds) {
+        const double v = value(r, l);
+        row.push_back(r.LinearLayer(l) && std::isnan(v) ? kNoMap : F(v));
+      }
       rows.push_back(row);
     }
     return title + "\n" + report::FormatTable(rows);

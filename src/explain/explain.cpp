@@ -1572,6 +1572,13 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
       Fail("explain: samples differ in length ({} vs {})", s.size(), T);
   if (T < 4) Fail("explain: {} tokens per sample; at least 4 are needed", T);
   if (c.n_layers < 1 || c.n_heads < 1) Fail("explain: the model has no attention layers");
+  // Its interventions are on attention heads and their maps; the DeltaNet mixers' ablations are
+  // not built yet, and reading them as heads would name a circuit that is not there.
+  if (c.HasLinearLayers())
+    Fail(
+        "explain: {} has Gated DeltaNet (linear attention) layers, which explain does not "
+        "intervene on yet; analyze, stream, generate and chat run on it",
+        c.arch);
   const int L = c.n_layers, H = c.n_heads, N = static_cast<int>(samples.size());
   const int NI = options.intervention_samples > 0 ? std::min(N, options.intervention_samples) : N;
 

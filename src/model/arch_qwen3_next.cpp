@@ -60,8 +60,9 @@ void ReadLinearLayers(const ConfigReader& r, ModelConfig* c) {
              types.size());
     for (int l = 0; l < c->n_layers; ++l) {
       if (types[l] != "linear_attention" && types[l] != "full_attention")
-        ss::Fail("{}: layer_types[{}] is \"{}\"; supported: \"linear_attention\", \"full_attention\"",
-                 r.source(), l, types[l]);
+        ss::Fail(
+            "{}: layer_types[{}] is \"{}\"; supported: \"linear_attention\", \"full_attention\"",
+            r.source(), l, types[l]);
       const bool is_linear = types[l] == "linear_attention";
       if (r.Has(kInterval) && is_linear != linear[l])
         ss::Fail("{}: layer_types[{}] is \"{}\", but {} {} makes layer {} {}", r.source(), l,
@@ -77,9 +78,10 @@ void ReadQwen3Next(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* 
   const Flavour flavour = FlavourOf(c->arch);
   ReadLlamaCore(r, d, /*head_dim_default=*/256, c, /*read_ffn_width=*/flavour == Flavour::kDense);
   if (ModelAttention(*c).flag)
-    ss::Fail("{}: {} has its own attention (gated softmax and Gated DeltaNet); the {} variant "
-             "does not apply",
-             r.source(), c->arch, ModelAttention(*c).name);
+    ss::Fail(
+        "{}: {} has its own attention (gated softmax and Gated DeltaNet); the {} variant "
+        "does not apply",
+        r.source(), c->arch, ModelAttention(*c).name);
   const Key bias{"attention_bias", nullptr};
   if (r.Bool(bias, false)) r.Fail(bias, "true is not supported for {}", c->arch);
   c->qk_norm = QkNormKind::kPerHead;
@@ -142,8 +144,8 @@ void ReadQwen3Next(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* 
 
 void WriteQwen3Next(const ModelConfig& c, ConfigWriter& w) {
   const Flavour flavour = FlavourOf(c.arch);
-  WriteLlamaCore(c, w,
-                 {.ffn_width = flavour == Flavour::kDense, .native = &ModelConfig::attn_output_gate});
+  WriteLlamaCore(
+      c, w, {.ffn_width = flavour == Flavour::kDense, .native = &ModelConfig::attn_output_gate});
   w.Bool({"attention_bias", nullptr}, false);
   w.Float({"partial_rotary_factor", nullptr},
           static_cast<float>(c.rot_dim()) / static_cast<float>(c.head_dim));
@@ -193,8 +195,9 @@ TensorMap Qwen3NextTensors(const ModelConfig& c, TensorNaming naming, ModelWeigh
       const std::string la = at + "linear_attn.";
       if (flavour == Flavour::kNext) {
         // §3: per key head g, [q_g | k_g | v of its r value heads | z of them].
-        TensorSpec* qkvz = add(la + "in_proj_qkvz.weight",
-                               {&lw.lin_wq, &lw.lin_wk, &lw.lin_wv, &lw.lin_wz}, {2 * Kd + 2 * Vd, D});
+        TensorSpec* qkvz =
+            add(la + "in_proj_qkvz.weight", {&lw.lin_wq, &lw.lin_wk, &lw.lin_wv, &lw.lin_wz},
+                {2 * Kd + 2 * Vd, D});
         qkvz->fused_groups = static_cast<int>(nk);
         qkvz->fused_rows = {dk, dk, r * dv, r * dv};
         TensorSpec* ba = add(la + "in_proj_ba.weight", {&lw.lin_wb, &lw.lin_wa}, {2 * nv, D});

@@ -78,10 +78,9 @@ void LinearAttention(ForwardContext& ctx, int layer, const float* in, float* out
     ProjectEach(x, {{w.lin_wb, nullptr, Tensor(), b, nv}, {w.lin_wa, nullptr, Tensor(), a, nv}},
                 rows, D);
     CausalConvSilu(xq, conv_w, conv_h, cq, rows, Kd, K);
-    CausalConvSilu(xk, conv_w + static_cast<int64_t>(Kd) * K, conv_h + Kd * hist, ck, rows, Kd,
-                   K);
-    CausalConvSilu(xv, conv_w + static_cast<int64_t>(2 * Kd) * K, conv_h + 2 * Kd * hist, cv,
-                   rows, Vd, K);
+    CausalConvSilu(xk, conv_w + static_cast<int64_t>(Kd) * K, conv_h + Kd * hist, ck, rows, Kd, K);
+    CausalConvSilu(xv, conv_w + static_cast<int64_t>(2 * Kd) * K, conv_h + 2 * Kd * hist, cv, rows,
+                   Vd, K);
     // beta = sigmoid(b) in place of b; g = -exp(A_log) softplus(a + dt_bias) in place of a.
     for (int r = 0; r < rows; ++r)
       for (int h = 0; h < nv; ++h) {
