@@ -9,9 +9,9 @@
 namespace ss {
 namespace {
 
-// Each (token, head) row of x (T, n, d) divided by its l2 norm (eps under the root), times scale.
-std::vector<float> L2Normalised(const float* x, int T, int n, int d, float scale) {
-  std::vector<float> out(static_cast<size_t>(T) * n * d);
+// Each (token, head) row of x (T, n, d) divided by its l2 norm (eps under the root), times scale,
+// into out (T, n, d).
+void L2Normalise(const float* x, int T, int n, int d, float scale, float* out) {
   for (int64_t r = 0; r < static_cast<int64_t>(T) * n; ++r) {
     const float* row = x + r * d;
     double ss = 0;
@@ -19,7 +19,13 @@ std::vector<float> L2Normalised(const float* x, int T, int n, int d, float scale
     const float f = static_cast<float>(scale / std::sqrt(ss + kDeltaL2Eps));
     for (int i = 0; i < d; ++i) out[r * d + i] = row[i] * f;
   }
-  return out;
+}
+
+// A buffer of at least n floats kept by the calling thread: decode runs the rule once a token per
+// layer, and its scratch is reused instead of allocated each time.
+float* Scratch(std::vector<float>& buffer, size_t n) {
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
 }
 
 float Dot(const float* a, const float* b, int n) {
@@ -33,14 +39,15 @@ float Dot(const float* a, const float* b, int n) {
 void RecurrentHead(const float* qh, const float* kh, const float* vh, const float* gh,
                    const float* bh, float* S, float* oh, int T, int dk, int dv, int64_t stride_qk,
                    int64_t stride_v, int n_v) {
-  std::vector<float> m(dv);
+  thread_local std::vector<float> m_buffer;
+  float* m = Scratch(m_buffer, dv);
   for (int t = 0; t < T; ++t) {
     const float* q = qh + t * stride_qk;
     const float* k = kh + t * stride_qk;
     const float* v = vh + t * stride_v;
     const float decay = std::exp(gh[static_cast<int64_t>(t) * n_v]);
     const float beta = bh[static_cast<int64_t>(t) * n_v];
-    std::fill(m.begin(), m.end(), 0.0f);
+    std::fill(m, m + dv, 0.0f);
     for (int i = 0; i < dk; ++i) {
       float* s = S + static_cast<int64_t>(i) * dv;
       for (int j = 0; j < dv; ++j) {
@@ -140,8 +147,12 @@ void GatedDeltaRule(const float* q, const float* k, const float* v, const float*
                     bool chunked) {
   SS_ASSERT(s.n_k > 0 && s.n_v % s.n_k == 0 && s.dk > 0 && s.dv > 0 && T >= 0);
   if (T == 0) return;
-  const std::vector<float> qn = L2Normalised(q, T, s.n_k, s.dk, 1.0f / std::sqrt(float(s.dk)));
-  const std::vector<float> kn = L2Normalised(k, T, s.n_k, s.dk, 1.0f);
+  thread_local std::vector<float> q_buffer, k_buffer;
+  const size_t n = static_cast<size_t>(T) * s.n_k * s.dk;
+  float* qn = Scratch(q_buffer, n);
+  float* kn = Scratch(k_buffer, n);
+  L2Normalise(q, T, s.n_k, s.dk, 1.0f / std::sqrt(float(s.dk)), qn);
+  L2Normalise(k, T, s.n_k, s.dk, 1.0f, kn);
   const int ratio = s.n_v / s.n_k;
   const int64_t stride_qk = static_cast<int64_t>(s.n_k) * s.dk;
   const int64_t stride_v = static_cast<int64_t>(s.n_v) * s.dv;
@@ -150,9 +161,8 @@ void GatedDeltaRule(const float* q, const float* k, const float* v, const float*
     const int64_t qk_off = static_cast<int64_t>(h / ratio) * s.dk;
     const int64_t v_off = static_cast<int64_t>(h) * s.dv;
     float* S = state + static_cast<int64_t>(h) * s.dk * s.dv;
-    (chunked ? ChunkedHead : RecurrentHead)(qn.data() + qk_off, kn.data() + qk_off, v + v_off,
-                                            g + h, beta + h, S, out + v_off, T, s.dk, s.dv,
-                                            stride_qk, stride_v, s.n_v);
+    (chunked ? ChunkedHead : RecurrentHead)(qn + qk_off, kn + qk_off, v + v_off, g + h, beta + h, S,
+                                            out + v_off, T, s.dk, s.dv, stride_qk, stride_v, s.n_v);
   }
 }
 

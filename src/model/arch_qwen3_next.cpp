@@ -171,7 +171,6 @@ void WriteQwen3Next(const ModelConfig& c, ConfigWriter& w) {
 }
 
 TensorMap Qwen3NextTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w) {
-  if (naming != TensorNaming::kHf) Fail("{}: no GGUF tensor naming yet", c.arch);
   const Flavour flavour = FlavourOf(c.arch);
   const std::string prefix = Prefix(c.arch);
   const int64_t D = c.dim, V = c.vocab_size, H = c.n_heads, Dh = c.head_dim;

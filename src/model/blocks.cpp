@@ -478,8 +478,10 @@ void MoeFfn(ForwardContext& ctx, int layer, const float* in, float* out) {
   if (!w.w1.empty() || (w.packed && !w.packed->w1.empty())) {
     // The shared expert every token goes through (Qwen3-Next, Qwen3.5-MoE), scaled per token by
     // sigmoid(x w_sg) where the model has that gate.
-    std::vector<float> shared(static_cast<size_t>(T) * D);
-    DenseMlp(ctx, w, c.shared_expert_hidden_dim, in, shared.data());
+    RunState& s = ctx.state;
+    if (s.shared.numel() < static_cast<int64_t>(T) * D) s.shared = Tensor::Zeros({s.capacity, D});
+    float* shared = s.shared.data();
+    DenseMlp(ctx, w, c.shared_expert_hidden_dim, in, shared);
     for (int t = 0; t < T; ++t) {
       const float* x = in + static_cast<int64_t>(t) * D;
       float scale = 1.0f;
@@ -488,8 +490,7 @@ void MoeFfn(ForwardContext& ctx, int layer, const float* in, float* out) {
         for (int d = 0; d < D; ++d) logit += static_cast<double>(x[d]) * w.shared_expert_gate[d];
         scale = static_cast<float>(1.0 / (1.0 + std::exp(-logit)));
       }
-      AddScaled(out + static_cast<int64_t>(t) * D, shared.data() + static_cast<int64_t>(t) * D,
-                scale, D);
+      AddScaled(out + static_cast<int64_t>(t) * D, shared + static_cast<int64_t>(t) * D, scale, D);
     }
   }
   if (ctx.HookActive(HookPoint::kMlpOut, layer))

@@ -175,6 +175,7 @@ struct RunState {
   Tensor
       slot_logits;  // (H * T) the kv-bias slot's logit per head and query, when the model has one
   Tensor linear;    // Gated DeltaNet layers' buffers (model/linear_attn.cpp), on first use
+  Tensor shared;    // (T, D) the shared expert's output (MoeFfn), on first use
   Tensor k_new;     // (T, Hkv * Dh) streaming only: new keys before they go to their ring rows
   Tensor v_new;     // (T, Hkv * Dh)
   void Reserve(const ModelConfig& config, int T);
