@@ -497,6 +497,84 @@ TEST(Conditions, BadInputGivesClearErrors) {
 
 // ---- report
 
+// Gated attention: the gate-weighted alpha_0 of every head (mean over queries of A[i, 0] times the
+// head's mean gate at query i) and the gate means per head, against the patterns and gates read
+// at the hooks; the fused and materialised paths agree; the heads whose gate passes at most eps of
+// a sink are the ones the brute force finds, and the report names them.
+TEST(Analyze, GateWeightedAlphaMatchesBruteForce) {
+  const Model model =
+      test::LoadRandomHf(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 32,
+      "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "vocab_size": 61, "max_position_embeddings": 64, "sinkscope_attn_output_gate": true})",
+                         31, "analyze_gated");
+  ASSERT_TRUE(model.config.attn_output_gate);
+  const int N = 3, T = 20, L = 2, H = 4, Dh = 8;
+  std::vector<std::vector<int>> samples;
+  for (int s = 0; s < N; ++s) samples.push_back(Stream(T, 61, 40 + s));
+  std::vector<double> gated(L * H, 0), gate_p0(L * H, 0), gate_rest(L * H, 0);
+  for (int s = 0; s < N; ++s) {
+    std::vector<std::vector<float>> pattern(L), gate(L);
+    Hooks hooks;
+    hooks.Add(HookPoint::kPattern, -1, [&](const HookContext& ctx, Tensor& p) {
+      pattern[ctx.layer].assign(p.data(), p.data() + p.numel());
+    });
+    hooks.Add(HookPoint::kAttnGate, -1, [&](const HookContext& ctx, Tensor& g) {
+      gate[ctx.layer].assign(g.data(), g.data() + g.numel());  // (T, H, Dh)
+    });
+    KVCache cache = KVCache::Create(model.config, T);
+    RunState state;
+    ForwardRequest req;
+    req.tokens = samples[s];
+    req.hooks = &hooks;
+    Forward(model, cache, state, req);
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < H; ++h) {
+        double weighted = 0, rest = 0;
+        for (int i = 0; i < T; ++i) {
+          double g = 0;
+          for (int d = 0; d < Dh; ++d) g += gate[l][(i * H + h) * Dh + d];
+          g /= Dh;
+          weighted += pattern[l][(h * T + i) * T] * g;
+          if (i == 0) gate_p0[l * H + h] += g / N;
+          if (i > 0) rest += g;
+        }
+        gated[l * H + h] += weighted / T / N;
+        gate_rest[l * H + h] += rest / (T - 1) / N;
+      }
+  }
+  AnalyzeOptions options;
+  options.eps = 0.12;  // between the heads' alpha_0 (about 0.18 at T = 20) and half of it
+  ConditionResult fused = AnalyzeSamples(model, Condition::kBos, samples, options);
+  options.path = AttnPath::kMaterialised;
+  ConditionResult mat = AnalyzeSamples(model, Condition::kBos, samples, options);
+  for (const ConditionResult* r : {&fused, &mat}) {
+    ASSERT_TRUE(r->has_output_gate);
+    EXPECT_LT(test::MaxDiff(ToFloat(r->gated_alpha0), ToFloat(gated), "gated alpha_0"), 1e-6);
+    EXPECT_LT(test::MaxDiff(ToFloat(r->gate_head_p0), ToFloat(gate_p0), "gate at P0"), 1e-6);
+    EXPECT_LT(test::MaxDiff(ToFloat(r->gate_head_rest), ToFloat(gate_rest), "gate elsewhere"),
+              1e-6);
+  }
+  std::vector<std::pair<int, int>> closed;
+  for (int l = 0; l < L; ++l)
+    for (int h = 0; h < H; ++h)
+      if (fused.Alpha(0, l, h) > options.eps && gated[l * H + h] <= options.eps)
+        closed.emplace_back(l, h);
+  ASSERT_FALSE(closed.empty()) << "eps does not separate alpha_0 from the gated alpha_0";
+  EXPECT_EQ(fused.GateClosedSinks(), closed);
+  AnalyzeReport rep;
+  rep.model = IdentifyModel(model);
+  rep.conditions.push_back(fused);
+  const std::string summary = ReportSummary(rep);
+  EXPECT_NE(summary.find("the gate closes where the head sinks"), std::string::npos) << summary;
+  EXPECT_NE(summary.find(fmt::format("{}:{} (alpha_0", closed[0].first, closed[0].second)),
+            std::string::npos)
+      << summary;
+  const nlohmann::json j = ReportJson(rep);
+  EXPECT_EQ(j["conditions"][0]["output_gate"]["gate_closed_sinks"].size(), closed.size());
+  EXPECT_EQ(j["conditions"][0]["output_gate"]["gated_alpha0"].size(), size_t(L));
+  EXPECT_NE(ReportHtml(rep).find("gate-weighted alpha_0, bos"), std::string::npos);
+}
+
 TEST(Report, JsonHasTheSchemaAndShapes) {
   Model model = test::RandomLlama({2, 4, 2, 32, 64, 97, 4096, 1});
   SampleSpec spec{2, 12, 0, 97, 1, 2};

@@ -746,6 +746,137 @@ TEST(Explain, SpearmanCorrelation) {
   EXPECT_TRUE(std::isnan(SpearmanCorrelation({1}, {2})));
 }
 
+ExplainReport Report(const ExplainResult& r) {
+  ExplainReport rep;
+  rep.result = r;
+  return rep;
+}
+
+// ToyModel with an output gate on every head (gated attention): the gate projection reads the
+// constant dimension, so every query's gate is sigmoid(+-8 x_n[const]): shut (about 0) or wide
+// open (about 1).
+Model GatedToyModel(float gate_weight) {
+  Model m = ToyModel(3, /*amp=*/1, /*marker=*/1);
+  m.config.attn_output_gate = true;
+  for (LayerWeights& w : m.weights.layers) {
+    w.attn_gate = Tensor::Zeros({m.config.q_dim(), m.config.dim});
+    for (int r = 0; r < m.config.q_dim(); ++r) w.attn_gate.row(r)[kConstDim] = gate_weight;
+  }
+  return m;
+}
+
+// The planted P0 sink of ToyModel behind shut gates: block 2's maps still sink (Sink_0 = 1), but
+// the gate-weighted alpha_0 is about 0, so the verdict is the gate's; with the gates wide open the
+// same circuit gives the ordinary verdict. The gate rows are measured: forcing the gates open at
+// position 0 leaves the downstream map as it is (the gates act after the map).
+TEST(Explain, ShutOutputGatesSuppressAPlantedSink) {
+  const auto samples = Samples(4, 32, /*BOS*/ 1, -1, 1);
+  const ExplainResult shut = Explain(GatedToyModel(-8.0f), samples, Quick());
+  const ExplainResult open = Explain(GatedToyModel(8.0f), samples, Quick());
+  for (const ExplainResult* r : {&shut, &open})
+    std::printf("verdict %s: Sink_0 of layer 2 %.3f, gated %.3f, gate-weighted alpha_0 %.4f\n",
+                r->verdict.c_str(), r->layers[2].sink_rate, r->layers[2].gated_sink_rate,
+                r->layers[2].gated_alpha0[0]);
+  EXPECT_EQ(shut.verdict, "sink-suppressed-by-output-gate");
+  EXPECT_DOUBLE_EQ(shut.layers[2].sink_rate, 1.0);
+  EXPECT_DOUBLE_EQ(shut.layers[2].gated_sink_rate, 0.0);
+  // Only position 0's own query keeps its gate about half open (its normed input is the amplified
+  // dimension, not the constant one): about 0.5 / T = 0.016.
+  EXPECT_LT(shut.layers[2].gated_alpha0[0], 0.02);
+  EXPECT_GT(shut.layers[2].mean_alpha0, 0.9);
+  EXPECT_EQ(open.verdict, "p0-circuit-in-blocks-0-1");
+  EXPECT_DOUBLE_EQ(open.layers[2].gated_sink_rate, 1.0);
+  EXPECT_GT(open.layers[2].gated_alpha0[0], 0.9);
+  ASSERT_EQ(open.circuit.components.size(), 1u);
+  EXPECT_EQ(open.circuit.components[0], (Component{ComponentKind::kMlp, 1, -1}));
+  for (int l = 0; l < 3; ++l) {
+    EXPECT_TRUE(Find(shut, "gate-open", l).measured);
+    EXPECT_TRUE(Find(shut, "gate-mean", l).measured);
+  }
+  EXPECT_DOUBLE_EQ(Find(shut, "gate-open", 1).removed_share, 0.0);
+  const std::string text = ReportSummary(Report(shut));
+  EXPECT_NE(text.find("the output gates close on it"), std::string::npos) << text;
+  EXPECT_NE(text.find("gated Sink_0"), std::string::npos) << text;
+  EXPECT_EQ(ParseComponents("gate.2", GatedToyModel(1).config, "--ablate")[0],
+            (Component{ComponentKind::kGate, 2, -1}));
+  EXPECT_THROW(ParseComponents("gate.1", ToyModel(3, 1, 1).config, "--ablate"), Error);
+  EXPECT_THROW(ParseComponents("mixer.1", ToyModel(3, 1, 1).config, "--ablate"), Error);
+}
+
+// Qwen3.5 (Gated DeltaNet layers 0 and 2, gated attention in 1 and 3): explain runs, the mixers
+// get zero / mean rows and the gated layers gate rows, all measured exactly; the linear layers
+// have no heads, no head rows, no cones and NaN attention metrics. A mixer row's effect is that
+// of a forward whose hook_attn_out of that layer is zeroed at position 0, run here by hand.
+TEST(Explain, Qwen35MixerAndGateRowsAreMeasured) {
+  const Model m = test::LoadRandomHf(R"({"architectures": ["Qwen3_5ForCausalLM"],
+    "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 4, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 32, "max_position_embeddings": 64,
+    "partial_rotary_factor": 0.5, "full_attention_interval": 2, "linear_num_key_heads": 1,
+    "linear_num_value_heads": 2, "linear_key_head_dim": 8, "linear_value_head_dim": 4})",
+                                     9, "explain_qwen35");
+  ASSERT_TRUE(m.config.LinearLayer(0) && !m.config.LinearLayer(1));
+  const auto samples = Samples(3, 16, -1, -1, 4);
+  ExplainOptions o = Quick();
+  o.early_stop = false;
+  const ExplainResult r = Explain(m, samples, o);
+  EXPECT_EQ(r.verdict, "no-sink");
+  for (int l : {0, 2}) {
+    EXPECT_TRUE(r.layers[l].linear);
+    EXPECT_TRUE(std::isnan(r.layers[l].sink_rate));
+    EXPECT_TRUE(r.layers[l].p0_head.empty());
+    EXPECT_TRUE(Find(r, "mixer-zero", l).measured);
+    EXPECT_TRUE(Find(r, "mixer-mean", l).measured);
+  }
+  int head_rows = 0;
+  for (const auto& e : r.interventions) {
+    if (e.kind == "head-mean") {
+      ++head_rows;
+      EXPECT_FALSE(m.config.LinearLayer(e.layer)) << e.layer;
+      EXPECT_TRUE(e.measured);
+    }
+    EXPECT_NE(e.kind.rfind("gate-", 0) == 0 && m.config.LinearLayer(e.layer), true) << e.kind;
+  }
+  EXPECT_EQ(head_rows, 2 * 2);
+  EXPECT_EQ(r.cones.size(), 2u * 2u);
+  EXPECT_EQ(r.estimates.verified, 0);  // nothing estimated: every row measured
+  // mixer-zero 0 against a forward with the mixer's output zeroed at position 0, by hand.
+  const InterventionEffect& mixer = Find(r, "mixer-zero", 0);
+  std::vector<double> ratio(4, 0.0);
+  for (int n = 0; n < o.intervention_samples; ++n) {
+    Hooks hooks;
+    hooks.Add(HookPoint::kAttnOut, 0, [](const HookContext&, Tensor& t) {
+      std::fill(t.data(), t.data() + t.dim(1), 0.0f);
+    });
+    hooks.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& x) {
+      std::vector<double> norms;
+      for (int i = 1; i < 16; ++i) {
+        double s = 0;
+        for (int d = 0; d < 32; ++d) s += double(x.row(i)[d]) * x.row(i)[d];
+        norms.push_back(std::sqrt(s));
+      }
+      double s0 = 0;
+      for (int d = 0; d < 32; ++d) s0 += double(x.row(0)[d]) * x.row(0)[d];
+      ratio[ctx.layer] += std::sqrt(s0) / ss::Median(norms) / o.intervention_samples;
+    });
+    KVCache cache = KVCache::Create(m.config, 16);
+    RunState state;
+    ForwardRequest req;
+    req.tokens = samples[n];
+    req.hooks = &hooks;
+    Forward(m, cache, state, req);
+  }
+  for (int l = 0; l < 4; ++l)
+    EXPECT_NEAR(mixer.layer_norm_ratio_after[l], ratio[l], 1e-5 * ratio[l]) << l;
+  EXPECT_GT(std::fabs(mixer.norm_ratio_after - mixer.norm_ratio_clean), 1e-4);
+  EXPECT_EQ(ParseComponents("mixer.2,gate.3", m.config, "--ablate").size(), 2u);
+  EXPECT_THROW(ParseComponents("head.0.1", m.config, "--ablate"), Error);
+  EXPECT_THROW(ParseComponents("mixer.1", m.config, "--ablate"), Error);
+  EXPECT_THROW(ParseComponents("gate.2", m.config, "--ablate"), Error);
+  const nlohmann::json j = ReportJson(Report(r));
+  EXPECT_EQ(j["layers"][0]["kind"], "linear_attention");
+  EXPECT_EQ(j["layers"][1]["kind"], "attention");
+}
+
 TEST(Explain, RejectsBadOptions) {
   ExplainOptions o;
   o.share = 1.5;

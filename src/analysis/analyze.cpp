@@ -52,6 +52,16 @@ std::vector<HeadRef> ParsePatternSpec(const std::string& spec, const ModelConfig
   return out;
 }
 
+std::vector<std::pair<int, int>> ConditionResult::GateClosedSinks() const {
+  std::vector<std::pair<int, int>> heads;
+  if (!has_output_gate) return heads;
+  for (int l = 0; l < n_layers; ++l)
+    for (int h = 0; h < n_heads; ++h)  // NaN on linear layers fails both comparisons
+      if (Alpha(0, l, h) > eps && gated_alpha0[static_cast<size_t>(l) * n_heads + h] <= eps)
+        heads.emplace_back(l, h);
+  return heads;
+}
+
 namespace {
 
 // Sums of per-sample metrics for one condition; Finish() turns them into means.
@@ -73,6 +83,14 @@ class Accumulator {
     row_sum_sum_.assign(raw0_sum_.size(), 0.0);
     gate_p0_sum_.assign(L_, 0.0);
     gate_rest_sum_.assign(L_, 0.0);
+    if (has_gate_) {
+      const size_t lht = static_cast<size_t>(L_) * H_ * T_;
+      sample_col0_.assign(lht, 0.0f);
+      sample_gate_.assign(lht, 0.0f);
+      gate_head_p0_sum_.assign(static_cast<size_t>(L_) * H_, 0.0);
+      gate_head_rest_sum_.assign(gate_head_p0_sum_.size(), 0.0);
+      gated_alpha0_sum_.assign(gate_head_p0_sum_.size(), 0.0);
+    }
     for (int l = 0; l < L_; ++l) window_.push_back(c.Window(l));
     alpha_sink_sum_.assign(static_cast<size_t>(L_) * H_, 0.0);
     sample_alpha_sink_.assign(alpha_sink_sum_.size(), 0.0);
@@ -108,6 +126,10 @@ class Accumulator {
         double sum = 0;
         for (int i = k; i < T_; ++i) sum += prob(h, i, k);
         sample_alpha_[(static_cast<size_t>(k) * L_ + l) * H_ + h] = sum / (T_ - k);
+      }
+      if (has_gate_) {  // A[i, 0] per query, weighted by the gate in EndSample
+        float* col = &sample_col0_[(static_cast<size_t>(l) * H_ + h) * T_];
+        for (int i = 0; i < T_; ++i) col[i] = static_cast<float>(prob(h, i, 0));
       }
       // Top key per query, over queries i >= 1 (query 0 sees only key 0).
       double share = 0;
@@ -152,13 +174,22 @@ class Accumulator {
     }
   }
 
-  // The output gate of layer l for the current sample: g (T, width).
-  void AddGate(int l, const float* g, int64_t width) {
+  // The output gate of layer l for the current sample: g (T, H, Dh).
+  void AddGate(int l, const float* g, int head_dim) {
+    const int64_t width = static_cast<int64_t>(H_) * head_dim;
     double p0 = 0, rest = 0;
     for (int64_t i = 0; i < width; ++i) p0 += g[i];
     for (int64_t i = width; i < static_cast<int64_t>(T_) * width; ++i) rest += g[i];
     gate_p0_sum_[l] += p0 / width;
     gate_rest_sum_[l] += T_ > 1 ? rest / (static_cast<double>(T_ - 1) * width) : 0.0;
+    for (int i = 0; i < T_; ++i)
+      for (int h = 0; h < H_; ++h) {
+        const float* gh = g + i * width + static_cast<int64_t>(h) * head_dim;
+        double sum = 0;
+        for (int d = 0; d < head_dim; ++d) sum += gh[d];
+        sample_gate_[(static_cast<size_t>(l) * H_ + h) * T_ + i] =
+            static_cast<float>(sum / head_dim);
+      }
   }
 
   // Residual stream after block l for the current sample: x (T, D).
@@ -305,6 +336,21 @@ class Accumulator {
     }
     for (size_t i = 0; i < alpha_sum_.size(); ++i) alpha_sum_[i] += sample_alpha_[i];
     for (size_t i = 0; i < top_share_sum_.size(); ++i) top_share_sum_[i] += sample_top_share_[i];
+    if (has_gate_)
+      for (int l = 0; l < L_; ++l) {
+        if (linear_[l]) continue;
+        for (int h = 0; h < H_; ++h) {
+          const size_t lh = static_cast<size_t>(l) * H_ + h;
+          const float* g = &sample_gate_[lh * T_];
+          const float* a0 = &sample_col0_[lh * T_];
+          double weighted = 0, rest = 0;
+          for (int i = 0; i < T_; ++i) weighted += static_cast<double>(a0[i]) * g[i];
+          for (int i = 1; i < T_; ++i) rest += g[i];
+          gated_alpha0_sum_[lh] += weighted / T_;
+          gate_head_p0_sum_[lh] += g[0];
+          gate_head_rest_sum_[lh] += rest / (T_ - 1);
+        }
+      }
     ++sample_;
   }
 
@@ -333,8 +379,18 @@ class Accumulator {
     if (has_gate_) {
       r.gate_p0 = mean(gate_p0_sum_);
       r.gate_rest = mean(gate_rest_sum_);
-      for (int l = 0; l < L_; ++l)  // a Gated DeltaNet layer has no output gate
-        if (linear_[l]) r.gate_p0[l] = r.gate_rest[l] = std::numeric_limits<double>::quiet_NaN();
+      r.gate_head_p0 = mean(gate_head_p0_sum_);
+      r.gate_head_rest = mean(gate_head_rest_sum_);
+      r.gated_alpha0 = mean(gated_alpha0_sum_);
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      for (int l = 0; l < L_; ++l) {  // a Gated DeltaNet layer has no output gate
+        if (!linear_[l]) continue;
+        r.gate_p0[l] = r.gate_rest[l] = nan;
+        for (int h = 0; h < H_; ++h) {
+          const size_t lh = static_cast<size_t>(l) * H_ + h;
+          r.gate_head_p0[lh] = r.gate_head_rest[lh] = r.gated_alpha0[lh] = nan;
+        }
+      }
     }
     r.has_sigmoid_weights = sigmoid_;
     if (sigmoid_) {
@@ -411,6 +467,8 @@ class Accumulator {
   bool has_sink_slot_;
   bool has_gate_;
   std::vector<double> gate_p0_sum_, gate_rest_sum_;  // (L)
+  std::vector<float> sample_col0_, sample_gate_;     // (L, H, T) A[i, 0] and gbar_h(i), one sample
+  std::vector<double> gate_head_p0_sum_, gate_head_rest_sum_, gated_alpha0_sum_;  // (L, H)
   bool sigmoid_;
   std::vector<double> raw0_sum_, row_sum_sum_;  // (L, H) sigmoid attention's weights
   std::vector<int> window_;                     // (L)
@@ -503,7 +561,7 @@ ConditionResult AnalyzeSamples(const Model& model, Condition condition,
             [&](const HookContext& ctx, Tensor& x) { acc.AddResidual(ctx.layer, x.data()); });
   if (c.attn_output_gate)
     hooks.Add(HookPoint::kAttnGate, -1, [&](const HookContext& ctx, Tensor& g) {
-      acc.AddGate(ctx.layer, g.data(), static_cast<int64_t>(c.n_heads) * c.head_dim);
+      acc.AddGate(ctx.layer, g.data(), c.head_dim);
     });
   for (int l = 0; l < L; ++l) {
     if (fused && wanted[l].empty()) continue;  // the fused path never asks for a full pattern

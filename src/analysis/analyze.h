@@ -17,6 +17,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "analysis/conditions.h"
@@ -118,6 +119,12 @@ struct ConditionResult {
   // gate small where a plain model's heads would sink).
   bool has_output_gate = false;
   std::vector<double> gate_p0, gate_rest;  // (L)
+  // Per head (L, H): gbar_h(i) is the mean of head h's gate over its Dh values at query i.
+  // gate_head_p0 = gbar_h(0), gate_head_rest = mean over i >= 1 of gbar_h(i), and gated_alpha0 =
+  // mean over queries i in [0, T-1] of A[i, 0] gbar_h(i): the share of the head's output that comes
+  // from position 0 once the gate has scaled it (alpha_0 when the gate is open). NaN on linear
+  // layers.
+  std::vector<double> gate_head_p0, gate_head_rest, gated_alpha0;
   // Sigmoid attention (weights not normalised): alpha, the top-key share and the cone statistics
   // above are of each row's weights divided by their sum (Gu et al. 2024's proxy attention
   // scores); these are the weights themselves, mean over samples and queries i in [0, T-1]: the
@@ -135,6 +142,10 @@ struct ConditionResult {
   // attention layers' heads only, and their hidden-state metrics are as any layer's. Empty: none.
   std::vector<bool> linear_layers;
   bool LinearLayer(int l) const { return !linear_layers.empty() && linear_layers[l]; }
+
+  // Heads whose attention sinks (alpha_0 > eps) while their gate passes at most eps of it
+  // (gated_alpha0 <= eps): the gate closes where plain attention would sink. (layer, head).
+  std::vector<std::pair<int, int>> GateClosedSinks() const;
 
   double Alpha(int k, int l, int h) const {
     return alpha[(static_cast<size_t>(k) * n_layers + l) * n_heads + h];

@@ -118,7 +118,16 @@ json ConditionJson(const ConditionResult& r) {
   j["sink_rate_global_layers"] = r.sink_rate_global;
   j["sink_rate_sliding_layers"] =
       std::isnan(r.sink_rate_sliding) ? json(nullptr) : json(r.sink_rate_sliding);
-  if (r.has_output_gate) j["output_gate"] = {{"p0", r.gate_p0}, {"rest", r.gate_rest}};
+  if (r.has_output_gate) {
+    json closed = json::array();
+    for (auto [l, h] : r.GateClosedSinks()) closed.push_back({{"layer", l}, {"head", h}});
+    j["output_gate"] = {{"p0", r.gate_p0},
+                        {"rest", r.gate_rest},
+                        {"head_p0", Nested2(r.gate_head_p0, L, H)},
+                        {"head_rest", Nested2(r.gate_head_rest, L, H)},
+                        {"gated_alpha0", Nested2(r.gated_alpha0, L, H)},
+                        {"gate_closed_sinks", closed}};
+  }
   if (r.has_sigmoid_weights)
     j["sigmoid_weights"] = {{"alpha0_raw", Nested2(r.alpha0_raw, L, H)},
                             {"row_sum", Nested2(r.row_sum, L, H)}};
@@ -131,6 +140,45 @@ json ConditionJson(const ConditionResult& r) {
 }
 
 std::string F(double v, int precision = 3) { return report::FormatNumber(v, precision); }
+
+// What the output gates do to the sink, in words: the heads whose attention sinks (alpha_0 > eps)
+// while their gate passes at most eps of it, or that no head does so.
+std::string GateSentence(const ConditionResult& r) {
+  const auto closed = r.GateClosedSinks();
+  int sinking = 0;
+  double alpha = 0, gated = 0;
+  int heads = 0;
+  for (int l = 0; l < r.n_layers; ++l)
+    for (int h = 0; h < r.n_heads; ++h) {
+      if (r.LinearLayer(l)) continue;
+      const double a = r.Alpha(0, l, h);
+      sinking += a > r.eps;
+      alpha += a;
+      gated += r.gated_alpha0[static_cast<size_t>(l) * r.n_heads + h];
+      ++heads;
+    }
+  std::string out = fmt::format(
+      "output gate ({}): over the {} gated heads, mean alpha_0 {} and gate-weighted alpha_0 {}; ",
+      ConditionName(r.condition), heads, F(heads ? alpha / heads : 0),
+      F(heads ? gated / heads : 0));
+  if (sinking == 0) return out + fmt::format("no head puts more than {:g} on position 0\n", r.eps);
+  if (closed.empty())
+    return out + fmt::format(
+                     "the gates pass the sink through: each of the {} head(s) with alpha_0 > {:g} "
+                     "keeps more than {:g} of it after its gate\n",
+                     sinking, r.eps, r.eps);
+  std::vector<std::string> names;
+  for (auto [l, h] : closed) {
+    const size_t lh = static_cast<size_t>(l) * r.n_heads + h;
+    names.push_back(fmt::format("{}:{} (alpha_0 {}, gated {}, gate {} at P0 / {} elsewhere)", l, h,
+                                F(r.Alpha(0, l, h)), F(r.gated_alpha0[lh]), F(r.gate_head_p0[lh]),
+                                F(r.gate_head_rest[lh])));
+  }
+  return out + fmt::format(
+                   "the gate closes where the head sinks: {} of the {} head(s) with alpha_0 > "
+                   "{:g} pass at most {:g} of it through their gate: {}\n",
+                   closed.size(), sinking, r.eps, r.eps, fmt::join(names, ", "));
+}
 
 // Which carries the sink: position 0 (alpha_0), the learned slot (alpha_sink), both or neither,
 // judged on the share of heads above eps (mean over samples).
@@ -364,6 +412,15 @@ std::string ReportSummary(const AnalyzeReport& report) {
                             [](const ConditionResult& r, int l) { return r.gate_p0[l]; });
     out += per_layer("output gate, mean at positions >= 1",
                      [](const ConditionResult& r, int l) { return r.gate_rest[l]; });
+    out += per_layer(
+        "gate-weighted alpha_0 (A[i,0] x the head's mean gate at query i), mean over the heads",
+        [](const ConditionResult& r, int l) {
+          double sum = 0;
+          for (int h = 0; h < r.n_heads; ++h)
+            sum += r.gated_alpha0[static_cast<size_t>(l) * r.n_heads + h];
+          return sum / r.n_heads;
+        });
+    for (const auto& r : conds) out += GateSentence(r);
   }
   for (const auto& r : conds)
     out += fmt::format("sink carried by ({}): {}\n", ConditionName(r.condition), SinkCarrier(r));
@@ -460,6 +517,27 @@ std::string ReportHtml(const AnalyzeReport& report) {
         for (int h = 0; h < H; ++h) grid[l][h] = r.alpha_sink[static_cast<size_t>(l) * H + h];
       report::HeatmapOptions o;
       o.title = "alpha_sink, " + ConditionName(r.condition);
+      o.row_label = "layer";
+      o.col_label = "head";
+      page.Raw(report::Heatmap(grid, o));
+    }
+  }
+  if (conds[0].has_output_gate) {
+    page.Heading("Output gate and the sink");
+    std::string sentences;
+    for (const auto& r : conds) sentences += GateSentence(r);
+    page.Paragraph(
+        "Each attention head's output is multiplied by a sigmoid gate of the block's input "
+        "(gated attention, Qiu et al. 2025). Gate-weighted alpha_0: A[i,0] times the head's mean "
+        "gate at query i, averaged over the queries: the share of the head's output that comes "
+        "from position 0 once the gate has scaled it. " +
+        sentences);
+    for (const auto& r : conds) {
+      std::vector<std::vector<double>> grid(L, std::vector<double>(H));
+      for (int l = 0; l < L; ++l)
+        for (int h = 0; h < H; ++h) grid[l][h] = r.gated_alpha0[static_cast<size_t>(l) * H + h];
+      report::HeatmapOptions o;
+      o.title = "gate-weighted alpha_0, " + ConditionName(r.condition);
       o.row_label = "layer";
       o.col_label = "head";
       page.Raw(report::Heatmap(grid, o));

@@ -101,8 +101,9 @@ void RegisterExplain(CLI::App& app) {
          "How components are knocked out at P0 for the head rows, the search and --ablate: "
          "mean (their mean over positions >= 1) or zero")
       ->capture_default_str();
-  cmd->add_option("--ablate", a->request.ablate,
-                  "Also measure ablating this set at P0, e.g. mlp.1,head.0.3");
+  cmd->add_option(
+      "--ablate", a->request.ablate,
+      "Also measure ablating this set at P0, e.g. mlp.1,head.0.3 (Qwen3.5: mixer.L, gate.L)");
   auto* verify_top =
       cmd->add_option("--verify-top", a->request.options.verify_top,
                       "Measure exactly only the K MLP / head / patch rows with the largest "

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <tuple>
@@ -21,8 +22,17 @@ namespace ss::explain {
 std::string AblationName(Ablation a) { return a == Ablation::kZero ? "zero" : "mean"; }
 
 std::string Component::Name() const {
-  return kind == ComponentKind::kMlp ? "mlp." + std::to_string(layer)
-                                     : "head." + std::to_string(layer) + "." + std::to_string(head);
+  switch (kind) {
+    case ComponentKind::kMlp:
+      return "mlp." + std::to_string(layer);
+    case ComponentKind::kHead:
+      return "head." + std::to_string(layer) + "." + std::to_string(head);
+    case ComponentKind::kMixer:
+      return "mixer." + std::to_string(layer);
+    case ComponentKind::kGate:
+      return "gate." + std::to_string(layer);
+  }
+  return "";
 }
 
 std::vector<Component> ParseComponents(const std::string& spec, const ModelConfig& config,
@@ -44,6 +54,12 @@ std::vector<Component> ParseComponents(const std::string& spec, const ModelConfi
     if (item.rfind("mlp.", 0) == 0) {
       c.kind = ComponentKind::kMlp;
       c.layer = number(item.substr(4), item);
+    } else if (item.rfind("mixer.", 0) == 0) {
+      c.kind = ComponentKind::kMixer;
+      c.layer = number(item.substr(6), item);
+    } else if (item.rfind("gate.", 0) == 0) {
+      c.kind = ComponentKind::kGate;
+      c.layer = number(item.substr(5), item);
     } else if (item.rfind("head.", 0) == 0) {
       c.kind = ComponentKind::kHead;
       rest = item.substr(5);
@@ -53,7 +69,8 @@ std::vector<Component> ParseComponents(const std::string& spec, const ModelConfi
       c.layer = number(rest.substr(0, dot), item);
       c.head = number(rest.substr(dot + 1), item);
     } else {
-      Fail("{}: '{}' in '{}' is not mlp.LAYER or head.LAYER.HEAD", flag, item, spec);
+      Fail("{}: '{}' in '{}' is not mlp.LAYER, head.LAYER.HEAD, mixer.LAYER or gate.LAYER", flag,
+           item, spec);
     }
     if (c.layer >= config.n_layers)
       Fail("{}: layer {} in '{}' is outside the model's layers 0..{}", flag, c.layer, spec,
@@ -61,6 +78,16 @@ std::vector<Component> ParseComponents(const std::string& spec, const ModelConfi
     if (c.kind == ComponentKind::kHead && c.head >= config.n_heads)
       Fail("{}: head {} in '{}' is outside the model's heads 0..{}", flag, c.head, spec,
            config.n_heads - 1);
+    const bool linear = config.LinearLayer(c.layer);
+    if ((c.kind == ComponentKind::kHead || c.kind == ComponentKind::kGate) && linear)
+      Fail(
+          "{}: layer {} in '{}' is a Gated DeltaNet layer (no heads, no output gate); use mixer.{}",
+          flag, c.layer, spec, c.layer);
+    if (c.kind == ComponentKind::kMixer && !linear)
+      Fail("{}: layer {} in '{}' is not a Gated DeltaNet layer: it has no mixer", flag, c.layer,
+           spec);
+    if (c.kind == ComponentKind::kGate && !config.attn_output_gate)
+      Fail("{}: '{}' in '{}': the model's attention has no output gate", flag, item, spec);
     if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
     begin = end + 1;
   }
@@ -189,7 +216,7 @@ class Runner {
       m.others_median[l] = resume->clean->others_median[l];
     }
     for (int l = first; l < L; ++l)
-      for (int h = 0; h < H; ++h) {
+      for (int h = 0; h < H && !c_.LinearLayer(l); ++h) {  // a linear layer has no map
         const double a0 = Alpha(l, h, 0);
         m.sink0[l] += a0 > eps_;
         m.alpha0[l] += a0;
@@ -312,6 +339,7 @@ class HeadTerms {
     if (held_ == 0) return;
     std::vector<float> wo_t(static_cast<size_t>(HD) * D), g;
     for (int l = 0; l < L; ++l) {
+      if (c_.LinearLayer(l)) continue;  // a Gated DeltaNet layer has no heads
       const LayerWeights& w = model_.weights.layers[l];
       const Tensor wo = ProjectionF32(w.wo, w.packed ? &w.packed->wo : nullptr);  // (D, H Dh)
       for (int d = 0; d < D; ++d)
@@ -504,7 +532,20 @@ void CleanPass(Runner& runner, const Model& model, const std::vector<int>& token
     return [&dst](const HookContext&, Tensor& t) { dst.assign(t.data(), t.data() + t.numel()); };
   };
   std::vector<double> other_rate(L, 0.0);
+  // Output gates: each head's mean gate per query, (L, H, T).
+  std::vector<float> gate(c.attn_output_gate ? static_cast<size_t>(L) * H * T : 0);
   Hooks hooks;
+  if (c.attn_output_gate)
+    hooks.Add(HookPoint::kAttnGate, -1, [&](const HookContext& ctx, Tensor& g) {
+      const int Dh = c.head_dim;
+      for (int i = 0; i < T; ++i)
+        for (int h = 0; h < H; ++h) {
+          const float* gh = g.data() + (static_cast<int64_t>(i) * H + h) * Dh;
+          double sum = 0;
+          for (int d = 0; d < Dh; ++d) sum += gh[d];
+          gate[(static_cast<size_t>(ctx.layer) * H + h) * T + i] = static_cast<float>(sum / Dh);
+        }
+    });
   hooks.Add(HookPoint::kResidPre, -1, keep(s.pre));
   hooks.Add(HookPoint::kV, -1, keep(s.v));
   hooks.Add(HookPoint::kZ, -1, keep(s.z));
@@ -516,16 +557,33 @@ void CleanPass(Runner& runner, const Model& model, const std::vector<int>& token
   hooks.Add(HookPoint::kResidPost, -1, [&](const HookContext& ctx, Tensor& post) {
     const int l = ctx.layer;
     AddDecomposition(s, post.data(), T, D, acc.layers[l]);
+    if (c.LinearLayer(l)) return;  // no heads: no head terms, no cones
     head_terms.Keep(l, post.data(), s.z.data());
     AddConeFits(s, runner, c, l, T, &acc.cones[static_cast<size_t>(l) * H]);
   });
   metrics = runner.Run(tokens, hooks);
   head_terms.EndSample(acc.layers);
   for (int l = 0; l < L; ++l) {
-    acc.layers[l].other_sink_rate += other_rate[l];
+    LayerDecomposition& dec = acc.layers[l];
+    if (c.LinearLayer(l)) {
+      dec.linear = true;
+      continue;
+    }
+    dec.other_sink_rate += other_rate[l];
     double alpha = 0;
     for (int h = 0; h < H; ++h) alpha += runner.Alpha(l, h, 0);
-    acc.layers[l].mean_alpha0 += alpha / H;
+    dec.mean_alpha0 += alpha / H;
+    if (gate.empty()) continue;
+    if (dec.gated_alpha0.empty()) dec.gated_alpha0.assign(H, 0.0);
+    int open = 0;
+    for (int h = 0; h < H; ++h) {
+      const float* g = &gate[(static_cast<size_t>(l) * H + h) * T];
+      double weighted = 0;
+      for (int i = 0; i < T; ++i) weighted += runner.Prob(l, h, i, 0) * static_cast<double>(g[i]);
+      dec.gated_alpha0[h] += weighted / T;
+      open += weighted / T > eps;
+    }
+    dec.gated_sink_rate += static_cast<double>(open) / H;
   }
 }
 
@@ -535,6 +593,8 @@ void SummarizeCleanPass(const CleanAcc& acc, const std::vector<RunMetrics>& clea
                         const ExplainOptions& options, bool has_slot, ExplainResult& r) {
   const int L = r.n_layers, H = r.n_heads, N = static_cast<int>(clean.size());
   r.layers = acc.layers;
+  int attn_layers = 0;
+  for (const LayerDecomposition& d : r.layers) attn_layers += !d.linear;
   for (int l = 0; l < L; ++l) {
     LayerDecomposition& d = r.layers[l];
     auto mean = [N](double& x) { x /= N; };
@@ -546,6 +606,16 @@ void SummarizeCleanPass(const CleanAcc& acc, const std::vector<RunMetrics>& clea
       mean(*x);
     for (double& x : d.p0_head) x /= N;
     for (double& x : d.other_head) x /= N;
+    for (double& x : d.gated_alpha0) x /= N;
+    d.gated_sink_rate /= N;
+    if (d.linear) {  // no attention map: NaN, never a rate of 0
+      d.sink_rate = d.mean_alpha0 = d.other_sink_rate = std::numeric_limits<double>::quiet_NaN();
+      d.p0_norm_ratio = 0;
+      for (int n = 0; n < N; ++n) d.p0_norm_ratio += clean[n].p0_ratio[l] / N;
+      if (r.amplification_layer < 0 && d.p0_norm_ratio > options.amplification_threshold)
+        r.amplification_layer = l;
+      continue;
+    }
     double ratio = 0, rate = 0;
     for (int n = 0; n < N; ++n) {
       ratio += clean[n].p0_ratio[l];
@@ -565,7 +635,7 @@ void SummarizeCleanPass(const CleanAcc& acc, const std::vector<RunMetrics>& clea
       if (r.slot_onset_layer < 0 && d.sink_slot_rate > options.onset_threshold)
         r.slot_onset_layer = l;
     }
-    r.sink_rate += d.sink_rate / L;
+    r.sink_rate += d.sink_rate / attn_layers;
     if (r.amplification_layer < 0 && d.p0_norm_ratio > options.amplification_threshold)
       r.amplification_layer = l;
     if (r.onset_layer < 0 && d.sink_rate > options.onset_threshold) r.onset_layer = l;
@@ -573,7 +643,7 @@ void SummarizeCleanPass(const CleanAcc& acc, const std::vector<RunMetrics>& clea
       r.other_sink_layer = l;
   }
   for (int l = 0; l < L; ++l)
-    for (int h = 0; h < H; ++h) {
+    for (int h = 0; h < H && !r.layers[l].linear; ++h) {
       const ConeAcc& a = acc.cones[static_cast<size_t>(l) * H + h];
       ConeFit f;
       f.layer = l;
@@ -609,10 +679,22 @@ Hooks AblationHooks(const std::vector<Component>& set, int Dh, Ablation mode) {
   };
   Hooks hooks;
   for (const Component& comp : set) {
-    if (comp.kind == ComponentKind::kMlp) {
-      hooks.Add(HookPoint::kMlpOut, comp.layer, [knock_out](const HookContext& ctx, Tensor& t) {
+    if (comp.kind == ComponentKind::kMlp || comp.kind == ComponentKind::kMixer) {
+      // A mixer's output: what its out_proj adds to the residual stream (hook_attn_out).
+      const HookPoint at =
+          comp.kind == ComponentKind::kMlp ? HookPoint::kMlpOut : HookPoint::kAttnOut;
+      hooks.Add(at, comp.layer, [knock_out](const HookContext& ctx, Tensor& t) {
         if (ctx.start == 0 && t.dim(0) > 1) knock_out(t, 0, t.numel() / t.dim(0));
       });
+    } else if (comp.kind == ComponentKind::kGate) {
+      // A gate knocked out: open (1; the head's output as without the gate) or its mean.
+      hooks.Add(HookPoint::kAttnGate, comp.layer,
+                [knock_out, mode](const HookContext& ctx, Tensor& g) {
+                  if (ctx.start != 0 || g.dim(0) < 2) return;
+                  const int64_t width = g.numel() / g.dim(0);
+                  if (mode == Ablation::kMean) return knock_out(g, 0, width);
+                  std::fill(g.data(), g.data() + width, 1.0f);
+                });
     } else {
       const int h = comp.head;
       hooks.Add(HookPoint::kZ, comp.layer, [knock_out, h, Dh](const HookContext& ctx, Tensor& t) {
@@ -975,6 +1057,7 @@ struct Sums {
 struct Row {
   InterventionEffect e;
   Sums measured, estimated;
+  bool exact = false;  // a component or patch row that RunExact measures
 };
 
 // Where the interventions of one sample start from: its clean record (the resume point and the
@@ -1007,12 +1090,25 @@ class InterventionTable {
     mlp_mean_row_.resize(L);
     head_row_.assign(L, std::vector<size_t>(H));
     patch_row_.resize(std::max(0, L - 1));
+    // The position-0 estimates follow a changed key 0 through later blocks; a Gated DeltaNet
+    // layer carries it in its state instead, which they do not model: such a model's rows are
+    // all measured.
+    const bool estimate = !c_.HasLinearLayers();
     for (int l = 0; l < L; ++l) {
-      mlp_zero_row_[l] = Make("mlp-zero", l, -1, true);
-      mlp_mean_row_[l] = Make("mlp-mean", l, -1, true);
-      for (int h = 0; h < H; ++h) head_row_[l][h] = Make(head_kind_, l, h, true);
+      mlp_zero_row_[l] = Make("mlp-zero", l, -1, estimate, true);
+      mlp_mean_row_[l] = Make("mlp-mean", l, -1, estimate, true);
+      if (c_.LinearLayer(l)) {
+        Make("mixer-zero", l, -1, false, true);
+        Make("mixer-mean", l, -1, false, true);
+        continue;
+      }
+      for (int h = 0; h < H; ++h) head_row_[l][h] = Make(head_kind_, l, h, estimate, true);
+      if (c_.attn_output_gate) {
+        Make("gate-open", l, -1, false, true);
+        Make("gate-mean", l, -1, false, true);
+      }
     }
-    for (int l = 0; l + 1 < L; ++l) patch_row_[l] = Make("patch-p0", l, -1, true);
+    for (int l = 0; l + 1 < L; ++l) patch_row_[l] = Make("patch-p0", l, -1, estimate, true);
     first_token_row_ = Make("first-token", -1, -1, false);
     shift_row_ = Make("shift", -1, -1, false);
     int set_layer = -1;
@@ -1116,7 +1212,7 @@ class InterventionTable {
     }
     if (!s.have_donor) RunDonor(n);
     for (Row& a : rows_)
-      if (a.e.estimated && a.e.measured) a.measured.Add(clean_[n], RunExact(a.e, n), target_from_);
+      if (a.exact && a.e.measured) a.measured.Add(clean_[n], RunExact(a.e, n), target_from_);
     rows_[first_token_row_].measured.Add(clean_[n], s.donor.metrics, target_from_);
     std::vector<int> shifted(T_);
     shifted[0] = s.donor.first_token;
@@ -1143,12 +1239,20 @@ class InterventionTable {
   };
   std::vector<Single> Singles() const {
     std::vector<Single> out;
+    const bool zero = options_.ablation == Ablation::kZero;
     for (const Row& a : rows_) {
-      if (a.e.kind != mlp_kind_ && a.e.kind != head_kind_) continue;
       if (a.e.layer + 1 >= c_.n_layers || !a.e.measured) continue;
-      out.push_back({a.e.kind == mlp_kind_ ? Component{ComponentKind::kMlp, a.e.layer, -1}
-                                           : Component{ComponentKind::kHead, a.e.layer, a.e.head},
-                     &a.measured.target_after});
+      Component comp{ComponentKind::kMlp, a.e.layer, -1};
+      if (a.e.kind == head_kind_) {
+        comp = {ComponentKind::kHead, a.e.layer, a.e.head};
+      } else if (a.e.kind == (zero ? "mixer-zero" : "mixer-mean")) {
+        comp.kind = ComponentKind::kMixer;
+      } else if (a.e.kind == (zero ? "gate-open" : "gate-mean")) {
+        comp.kind = ComponentKind::kGate;
+      } else if (a.e.kind != mlp_kind_) {
+        continue;
+      }
+      out.push_back({comp, &a.measured.target_after});
     }
     return out;
   }
@@ -1176,7 +1280,7 @@ class InterventionTable {
       ef.layer_norm_ratio_after = v.layer_norm_ratio_after;
       if (ef.kind == "shift")
         ef.sink1_after = a.measured.sink1 / std::max(1.0, static_cast<double>(a.measured.samples) *
-                                                              c_.n_heads * c_.n_layers);
+                                                              c_.n_heads * AttentionLayers(0));
       if (ef.estimated && ef.measured) {
         ++es.verified;
         est_target.push_back(ef.estimate.target_share);
@@ -1197,8 +1301,16 @@ class InterventionTable {
   }
 
  private:
-  size_t Make(std::string kind, int layer, int head, bool estimated) {
+  // Layers >= from with an attention map.
+  int AttentionLayers(int from) const {
+    int n = 0;
+    for (int l = std::max(from, 0); l < c_.n_layers; ++l) n += !c_.LinearLayer(l);
+    return n;
+  }
+
+  size_t Make(std::string kind, int layer, int head, bool estimated, bool exact = false) {
     Row a;
+    a.exact = exact;
     a.e.kind = std::move(kind);
     a.e.layer = layer;
     a.e.head = head;
@@ -1260,11 +1372,13 @@ class InterventionTable {
       });
       return runner_.Run(samples_[n], patch, At(s, l));
     }
-    const Ablation mode = e.kind == "mlp-zero"   ? Ablation::kZero
-                          : e.kind == "mlp-mean" ? Ablation::kMean
-                                                 : options_.ablation;
-    const Component comp = e.head >= 0 ? Component{ComponentKind::kHead, l, e.head}
-                                       : Component{ComponentKind::kMlp, l, -1};
+    const bool zero = e.kind == "mlp-zero" || e.kind == "mixer-zero" || e.kind == "gate-open";
+    const bool mean = e.kind == "mlp-mean" || e.kind == "mixer-mean" || e.kind == "gate-mean";
+    const Ablation mode = zero ? Ablation::kZero : mean ? Ablation::kMean : options_.ablation;
+    Component comp{ComponentKind::kMlp, l, -1};
+    if (e.head >= 0) comp = {ComponentKind::kHead, l, e.head};
+    if (e.kind.rfind("mixer-", 0) == 0) comp.kind = ComponentKind::kMixer;
+    if (e.kind.rfind("gate-", 0) == 0) comp.kind = ComponentKind::kGate;
     return runner_.Run(samples_[n], AblationHooks({comp}, c_.head_dim, mode), At(s, l));
   }
 
@@ -1284,7 +1398,7 @@ class InterventionTable {
         v.norm_ratio_after = std::max(v.norm_ratio_after, a.ratio_after[l] / n);
       }
     }
-    const double denom = std::max(1.0, static_cast<double>(a.samples) * H * (L - from));
+    const double denom = std::max(1.0, static_cast<double>(a.samples) * H * AttentionLayers(from));
     *sink_clean = cl / denom;
     *ratio_clean = rc;
     v.sink_after = af / denom;
@@ -1546,6 +1660,11 @@ static void CheckInterventionMemory(const ModelConfig& c, int T, int estimate_sa
               fmt::format("explain's clean records and position-0 sweep at --length {}", T));
 }
 
+static bool HasGatedLayer(const ExplainResult& r) {
+  return std::any_of(r.layers.begin(), r.layers.end(),
+                     [](const LayerDecomposition& d) { return !d.gated_alpha0.empty(); });
+}
+
 // The verdict (explain.h) from the clean pass's layers and, for a P0 sink, the circuit search.
 static std::string Verdict(const ExplainResult& r, bool searched) {
   // A learned sink slot (gpt-oss) holding the mass is the model's sink; it is not a position, so
@@ -1554,6 +1673,14 @@ static std::string Verdict(const ExplainResult& r, bool searched) {
     return r.slot_onset_layer >= 0   ? "sink-on-learned-slot"
            : r.other_sink_layer >= 0 ? "sink-not-at-p0"
                                      : "no-sink";
+  // The maps sink, but the gates keep it out of the heads' outputs (Qiu et al. 2025): in no layer
+  // do more than the onset threshold's share of heads pass more than eps through their gates.
+  if (HasGatedLayer(r)) {
+    const bool passed = std::any_of(r.layers.begin(), r.layers.end(), [&](const auto& d) {
+      return !d.linear && d.gated_sink_rate > r.options.onset_threshold;
+    });
+    if (!passed) return "sink-suppressed-by-output-gate";
+  }
   if (!r.circuit.found) return "p0-sink-no-circuit-found";
   const std::vector<Component>& set = r.circuit.components;
   const bool early =
@@ -1572,13 +1699,6 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
       Fail("explain: samples differ in length ({} vs {})", s.size(), T);
   if (T < 4) Fail("explain: {} tokens per sample; at least 4 are needed", T);
   if (c.n_layers < 1 || c.n_heads < 1) Fail("explain: the model has no attention layers");
-  // Its interventions are on attention heads and their maps; the DeltaNet mixers' ablations are
-  // not built yet, and reading them as heads would name a circuit that is not there.
-  if (c.HasLinearLayers())
-    Fail(
-        "explain: {} has Gated DeltaNet (linear attention) layers, which explain does not "
-        "intervene on yet; analyze, stream, generate and chat run on it",
-        c.arch);
   const int L = c.n_layers, H = c.n_heads, N = static_cast<int>(samples.size());
   const int NI = options.intervention_samples > 0 ? std::min(N, options.intervention_samples) : N;
 
@@ -1596,7 +1716,11 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
   // head and L - 1 patch rows (all with exhaustive, else verify_top of them; one more record
   // where a kept record would not fit); plus the search.
   const int candidates = 2 * L + L * H + (L - 1);
-  const int verify = options.exhaustive ? candidates : std::min(options.verify_top, candidates);
+  // With Gated DeltaNet layers every row is measured (no estimates), the mixers' and gates' too.
+  const int verify =
+      options.exhaustive || c.HasLinearLayers()
+          ? candidates + 2 * L
+          : std::min(options.verify_top, candidates) + (c.attn_output_gate ? 2 * L : 0);
   const int64_t planned = N + static_cast<int64_t>(NI) * (4 + !options.ablate.empty() + verify);
   Runner runner(model, T, options.eps);
   auto report = [&] {
@@ -1629,7 +1753,8 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
   t_phase = Clock::now();
   const std::vector<RunMetrics> clean_iv(clean.begin(), clean.begin() + NI);
   const int target_from = std::max(1, r.onset_layer);
-  const int E = InterventionTable::EstimateSamples(options, NI);
+  // A model with Gated DeltaNet layers measures every row (InterventionTable): no estimates.
+  const int E = c.HasLinearLayers() ? 0 : InterventionTable::EstimateSamples(options, NI);
   CheckInterventionMemory(c, T, E);
   InterventionTable table(model, samples, options, runner, clean_iv, target_from);
   auto t_est = Clock::now();

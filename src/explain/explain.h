@@ -56,12 +56,16 @@ namespace ss::explain {
 
 inline constexpr int kOtherPositions = 16;
 
-enum class ComponentKind { kMlp, kHead };
+// kMixer: a Gated DeltaNet layer's output (Qwen3.5 / Qwen3-Next linear attention), before its
+// out_proj. kGate: the output gates of a gated-attention layer's heads; knocking a gate out at
+// position 0 forces it open (1) under zero-ablation, to its mean over positions >= 1 under
+// mean-ablation.
+enum class ComponentKind { kMlp, kHead, kMixer, kGate };
 struct Component {
   ComponentKind kind = ComponentKind::kMlp;
   int layer = 0;
   int head = -1;             // kHead only
-  std::string Name() const;  // "mlp.1", "head.0.3"
+  std::string Name() const;  // "mlp.1", "head.0.3", "mixer.2", "gate.3"
   bool operator==(const Component&) const = default;
 };
 
@@ -127,6 +131,14 @@ struct LayerDecomposition {
   double sink_rate = 0;            // Sink_0^eps of this layer
   double mean_alpha0 = 0;          // mean over heads of alpha_0
   double other_sink_rate = 0;      // share of heads with max_{1<=k<=T/2} alpha_k > eps
+  // A Gated DeltaNet layer: no attention map, so sink_rate, mean_alpha0 and other_sink_rate are
+  // NaN, and no head terms or cone fits.
+  bool linear = false;
+  // Gated attention: per head (H), the mean over queries of alpha_0 at query i times the head's
+  // mean gate at i (analyze's gate-weighted alpha_0), and the share of heads above eps (means
+  // over samples). Empty without output gates.
+  std::vector<double> gated_alpha0;
+  double gated_sink_rate = 0;
 };
 
 // The effect quantities of one intervention row, as measured or as estimated.
@@ -146,7 +158,8 @@ struct EffectValues {
 };
 
 struct InterventionEffect {
-  // "mlp-zero", "mlp-mean", "head-mean" or "head-zero" (options.ablation), "patch-p0",
+  // "mlp-zero", "mlp-mean", "head-mean" or "head-zero" (options.ablation), "mixer-zero",
+  // "mixer-mean" (Gated DeltaNet layers), "gate-open", "gate-mean" (output gates), "patch-p0",
   // "first-token", "shift", "set" (--ablate; layer = its last layer)
   std::string kind;
   int layer = -1;  // intervened layer (-1: the input)
@@ -256,8 +269,10 @@ struct ExplainResult {
   CircuitSearch circuit;
   std::vector<ConeFit> cones;  // (L * H)
   // "p0-circuit-in-blocks-0-1", "p0-circuit-elsewhere", "p0-sink-no-circuit-found",
-  // "sink-on-learned-slot" (the mass is on learned sink logits, not a position), "sink-not-at-p0",
-  // "no-sink".
+  // "sink-suppressed-by-output-gate" (the attention maps sink on position 0 from the onset layer,
+  // but in no layer do more than the onset threshold's share of heads pass more than eps of it
+  // through their output gates: the gate-weighted alpha_0), "sink-on-learned-slot" (the mass is
+  // on learned sink logits, not a position), "sink-not-at-p0", "no-sink".
   std::string verdict;
   int64_t forward_passes = 0;
   int64_t block_evaluations = 0;  // blocks run over all passes (< passes x L when resuming)

@@ -114,6 +114,19 @@ std::string Describe(const ExplainResult& r) {
                        r.other_sink_layer);
   std::string names;
   for (const auto& c : r.circuit.components) names += (names.empty() ? "" : ", ") + c.Name();
+  if (r.verdict == "sink-suppressed-by-output-gate") {
+    double most = 0;
+    int at = -1;
+    for (size_t l = 0; l < r.layers.size(); ++l)
+      if (!r.layers[l].linear && r.layers[l].gated_sink_rate >= most)
+        most = r.layers[l].gated_sink_rate, at = static_cast<int>(l);
+    return fmt::format(
+        "the attention maps sink on position 0 from layer {}, but the output gates close on it: in "
+        "no layer do more than {:.0f}% of heads pass more than {} of it through their gate "
+        "(gate-weighted alpha_0; at most {:.0f}%, layer {}){}",
+        r.onset_layer, 100 * r.options.onset_threshold, r.options.eps, 100 * most, at,
+        r.circuit.found ? fmt::format("; the map's sink is made by {{{}}}", names) : "");
+  }
   if (r.verdict == "p0-sink-no-circuit-found")
     return fmt::format(
         "P0 sink from layer {}, but no set of up to {} components removes {:.0f}% of "
@@ -203,41 +216,48 @@ json ReportJson(const ExplainReport& rep) {
     json heads0 = json::array(), heads_o = json::array();
     for (double v : d.p0_head) heads0.push_back(Num(v));
     for (double v : d.other_head) heads_o.push_back(Num(v));
-    layers.push_back({{"layer", l},
-                      {"sink_rate", Num(d.sink_rate)},
-                      {"mean_alpha0", Num(d.mean_alpha0)},
-                      {"other_sink_rate", Num(d.other_sink_rate)},
-                      {"mean_alpha_sink", Num(d.mean_alpha_sink)},
-                      {"sink_slot_rate", Num(d.sink_slot_rate)},
-                      {"p0_norm_ratio", Num(d.p0_norm_ratio)},
-                      {"p0",
-                       {{"norm_pre", Num(d.p0_norm_pre)},
-                        {"norm_post", Num(d.p0_norm_post)},
-                        {"carry", Num(d.p0_carry)},
-                        {"attn", Num(d.p0_attn)},
-                        {"mlp", Num(d.p0_mlp)},
-                        {"unexplained", Num(d.p0_unexplained)},
-                        {"cos_pre", Num(d.p0_cos_pre)},
-                        {"cos_attn", Num(d.p0_cos_attn)},
-                        {"cos_mlp", Num(d.p0_cos_mlp)},
-                        {"attn_norm", Num(d.p0_attn_norm)},
-                        {"mlp_norm", Num(d.p0_mlp_norm)},
-                        {"heads", heads0}}},
-                      {"others",
-                       {{"norm_pre", Num(d.other_norm_pre)},
-                        {"norm_post", Num(d.other_norm_post)},
-                        {"carry", Num(d.other_carry)},
-                        {"attn", Num(d.other_attn)},
-                        {"mlp", Num(d.other_mlp)},
-                        {"cos_attn", Num(d.other_cos_attn)},
-                        {"cos_mlp", Num(d.other_cos_mlp)},
-                        {"heads", heads_o}}}});
+    json gated = json::array();
+    for (double v : d.gated_alpha0) gated.push_back(Num(v));
+    layers.push_back(
+        {{"layer", l},
+         {"kind", d.linear ? "linear_attention" : "attention"},
+         {"gated_alpha0", d.gated_alpha0.empty() ? json(nullptr) : gated},
+         {"gated_sink_rate", d.gated_alpha0.empty() ? json(nullptr) : Num(d.gated_sink_rate)},
+         {"sink_rate", Num(d.sink_rate)},
+         {"mean_alpha0", Num(d.mean_alpha0)},
+         {"other_sink_rate", Num(d.other_sink_rate)},
+         {"mean_alpha_sink", Num(d.mean_alpha_sink)},
+         {"sink_slot_rate", Num(d.sink_slot_rate)},
+         {"p0_norm_ratio", Num(d.p0_norm_ratio)},
+         {"p0",
+          {{"norm_pre", Num(d.p0_norm_pre)},
+           {"norm_post", Num(d.p0_norm_post)},
+           {"carry", Num(d.p0_carry)},
+           {"attn", Num(d.p0_attn)},
+           {"mlp", Num(d.p0_mlp)},
+           {"unexplained", Num(d.p0_unexplained)},
+           {"cos_pre", Num(d.p0_cos_pre)},
+           {"cos_attn", Num(d.p0_cos_attn)},
+           {"cos_mlp", Num(d.p0_cos_mlp)},
+           {"attn_norm", Num(d.p0_attn_norm)},
+           {"mlp_norm", Num(d.p0_mlp_norm)},
+           {"heads", heads0}}},
+         {"others",
+          {{"norm_pre", Num(d.other_norm_pre)},
+           {"norm_post", Num(d.other_norm_post)},
+           {"carry", Num(d.other_carry)},
+           {"attn", Num(d.other_attn)},
+           {"mlp", Num(d.other_mlp)},
+           {"cos_attn", Num(d.other_cos_attn)},
+           {"cos_mlp", Num(d.other_cos_mlp)},
+           {"heads", heads_o}}}});
   }
   j["layers"] = layers;
   json comps = json::array();
   for (const Component& c : r.circuit.components) {
-    json cj = {{"name", c.Name()},
-               {"kind", c.kind == ComponentKind::kMlp ? "mlp" : "head"},
+    const std::string name = c.Name();
+    json cj = {{"name", name},
+               {"kind", name.substr(0, name.find('.'))},
                {"layer", c.layer},
                {"head", c.head >= 0 ? json(c.head) : json(nullptr)}};
     // Its measured effect alone (the row of the search's ablation).
@@ -245,6 +265,9 @@ json ReportJson(const ExplainReport& rep) {
     for (const auto& e : r.interventions)
       if (e.layer == c.layer &&
           ((c.kind == ComponentKind::kMlp && e.kind == "mlp-" + mode) ||
+           (c.kind == ComponentKind::kMixer && e.kind == "mixer-" + mode) ||
+           (c.kind == ComponentKind::kGate &&
+            e.kind == (r.options.ablation == Ablation::kZero ? "gate-open" : "gate-mean")) ||
            (c.kind == ComponentKind::kHead && e.kind == "head-" + mode && e.head == c.head)))
         cj["alone"] = {{"sink_clean", Num(e.sink_clean)},
                        {"sink_after", Num(e.sink_after)},
@@ -313,12 +336,24 @@ std::string ReportSummary(const ExplainReport& rep) {
       r.options.onset_threshold, r.onset_layer >= 0 ? std::to_string(r.onset_layer) : "none");
   std::vector<std::vector<std::string>> rows{{"layer", "Sink_0", "other sink", "P0 ratio", "||h0||",
                                               "attn->h0", "mlp->h0", "attn->h_i", "mlp->h_i"}};
+  const bool gated = std::any_of(r.layers.begin(), r.layers.end(),
+                                 [](const auto& d) { return !d.gated_alpha0.empty(); });
+  if (gated) rows[0].insert(rows[0].begin() + 2, "gated Sink_0");
   for (size_t l = 0; l < r.layers.size(); ++l) {
     const LayerDecomposition& d = r.layers[l];
+    if (d.linear) {  // Gated DeltaNet: no attention map
+      rows.push_back({std::to_string(l), "linear attention: no attention map", "",
+                      FormatNumber(d.p0_norm_ratio), FormatNumber(d.p0_norm_post),
+                      FormatNumber(d.p0_attn), FormatNumber(d.p0_mlp), FormatNumber(d.other_attn),
+                      FormatNumber(d.other_mlp)});
+      if (gated) rows.back().insert(rows.back().begin() + 2, "");
+      continue;
+    }
     rows.push_back({std::to_string(l), FormatNumber(d.sink_rate), FormatNumber(d.other_sink_rate),
                     FormatNumber(d.p0_norm_ratio), FormatNumber(d.p0_norm_post),
                     FormatNumber(d.p0_attn), FormatNumber(d.p0_mlp), FormatNumber(d.other_attn),
                     FormatNumber(d.other_mlp)});
+    if (gated) rows.back().insert(rows.back().begin() + 2, FormatNumber(d.gated_sink_rate));
   }
   out += report::FormatTable(rows);
   std::vector<std::vector<std::string>> eff{{"intervention", "Sink_0 after layer: clean", "after",
