@@ -153,6 +153,54 @@ TEST(TraceStages, LearnedSinkSlotShareInTheProfile) {
   EXPECT_NE(trace::TraceTable(results, {}).find("slot share"), std::string::npos);
 }
 
+// Qwen3.5 checkpoints (Gated DeltaNet layers 0 and 2, no BOS token): trace runs on them, on the
+// windows as cut (no BOS to put first), the linear layers' attention metrics are NaN (null in
+// JSON, and read back as NaN from the cache and the report), and the other-position share counts
+// the attention layers' heads only.
+TEST(TraceProfile, Qwen35CheckpointsWithoutBos) {
+  const char* config = R"({"architectures": ["Qwen3_5ForCausalLM"], "hidden_size": 32,
+    "intermediate_size": 48, "num_hidden_layers": 4, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 512, "max_position_embeddings": 64,
+    "partial_rotary_factor": 0.5, "full_attention_interval": 2, "linear_num_key_heads": 1,
+    "linear_num_value_heads": 2, "linear_key_head_dim": 8, "linear_value_head_dim": 4})";
+  const Model m = test::LoadRandomHf(config, 3, "trace_qwen35");
+  ASSERT_LT(m.config.bos_id, 0);
+  std::vector<std::vector<int>> samples(2, std::vector<int>(16));
+  for (int n = 0; n < 2; ++n)
+    for (int t = 0; t < 16; ++t) samples[n][t] = (7 * t + 13 * n + 1) % 512;
+  const Profile p = trace::MeasureProfile(m, samples, {});
+  for (int l : {0, 2}) {
+    EXPECT_TRUE(std::isnan(p.sink_rate[l]) && std::isnan(p.alpha0[l]) &&
+                std::isnan(p.other_top[l]));
+  }
+  EXPECT_FALSE(std::isnan(p.alpha0[1]));
+  const Profile q =
+      trace::ProfileFromJson(nlohmann::json::parse(trace::ProfileJson(p).dump()), "x");
+  EXPECT_TRUE(std::isnan(q.alpha0[0]));
+  EXPECT_EQ(q.alpha0[3], p.alpha0[3]);
+  const std::string run = test::TempDir("trace_qwen35_run");
+  std::filesystem::remove_all(run);
+  std::filesystem::create_directories(run);
+  for (int step : {10, 20})
+    std::filesystem::rename(
+        test::WriteRandomHf(config, 3 + step, "trace_qwen35_" + std::to_string(step)),
+        run + "/step-" + std::to_string(step));
+  const std::string args = "trace --checkpoints " + run + " --tokenizer " +
+                           test::RepoPath("models/stories260K/tok512.bin") +
+                           " --samples 2 --length 16 --json " + run + "/t.json";
+  for (int pass = 0; pass < 2; ++pass) {  // computed, then from the cache
+    const auto r = test::RunCli(args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.err.find("unreadable cache"), std::string::npos) << r.err;
+    std::ifstream in(run + "/t.json");
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    ASSERT_EQ(doc["checkpoints"].size(), 2u);
+    EXPECT_TRUE(doc["checkpoints"][0]["profile"]["alpha0"][0].is_null());
+    EXPECT_EQ(doc["checkpoints"][1]["stage"], "none");
+  }
+  std::filesystem::remove_all(run);
+}
+
 // Fuzz findings (fuzz/seeds/fuzz_trace_cache/regression-*): a float where an integer belongs was
 // converted with undefined behaviour (3.3e44 to int), and a layer outside the profile was accepted.
 TEST(TraceStages, ProfileJsonIntegersAreCheckedIntegers) {

@@ -236,8 +236,10 @@ trace::SampleMaker MakeSampleMaker(const SamplePlan& plan, const TraceRequest& r
     const std::vector<int> stream = FindTokenizer(model, input.tokenizer)->Encode(plan.text, false);
     analysis::SampleSpec spec{input.samples, input.length, input.seed,
                               c.vocab_size,  c.bos_id,     c.eos_id};
-    samples =
-        analysis::BuildSamples(stream, analysis::Condition::kBos, spec, "--text " + plan.text_name);
+    // A model without a BOS token (Qwen, gpt-oss) is traced on the windows as cut.
+    const analysis::Condition condition =
+        c.bos_id >= 0 ? analysis::Condition::kBos : analysis::Condition::kNoBos;
+    samples = analysis::BuildSamples(stream, condition, spec, "--text " + plan.text_name);
     if (!key.empty()) *last = Encoded{key, samples};
     return samples;
   };

@@ -280,8 +280,13 @@ Profile MeasureProfile(const Model& model, const std::vector<std::vector<int>>& 
   p.alpha0.assign(L, 0);
   p.alpha1.assign(L, 0);
   p.other_top.assign(L, 0);
-  int other_sinks = 0;
+  int other_sinks = 0, attn_layers = 0;
   for (int l = 0; l < L; ++l) {
+    if (r.LinearLayer(l)) {  // Gated DeltaNet: no map (NaN alpha, no top key)
+      p.alpha0[l] = p.alpha1[l] = p.other_top[l] = std::numeric_limits<double>::quiet_NaN();
+      continue;
+    }
+    ++attn_layers;
     for (int h = 0; h < H; ++h) {
       p.alpha0[l] += r.Alpha(0, l, h) / H;
       if (K > 1) p.alpha1[l] += r.Alpha(1, l, h) / H;
@@ -291,7 +296,7 @@ Profile MeasureProfile(const Model& model, const std::vector<std::vector<int>>& 
       other_sinks += other;
     }
   }
-  p.other_sink_share = double(other_sinks) / (double(L) * H);
+  p.other_sink_share = double(other_sinks) / (double(std::max(1, attn_layers)) * H);
   p.alpha1_share = K > 1 ? r.sink_rate[1] : 0.0;
   p.p0_norm_ratio = r.p0_norm_ratio;
   if (r.has_sink_slot) p.sink_slot_rate = r.sink_slot_rate_per_layer;
@@ -318,16 +323,24 @@ nlohmann::json ProfileJson(const Profile& p) {
   return j;
 }
 
+// A per-layer array whose null entries (a Gated DeltaNet layer's attention metrics) read as NaN.
+static std::vector<double> LayerValues(const nlohmann::json& j, const char* key) {
+  std::vector<double> out;
+  for (const nlohmann::json& v : j.at(key))
+    out.push_back(v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>());
+  return out;
+}
+
 Profile ProfileFromJson(const nlohmann::json& j, const std::string& source) {
   Profile p;
   try {
     // Layer and head counts as a model can have them (far below what the arrays could allocate).
     p.n_layers = static_cast<int>(JsonInteger(j, "n_layers", 0, 1 << 20, source));
     p.n_heads = static_cast<int>(JsonInteger(j, "n_heads", 0, 1 << 20, source));
-    p.sink_rate = j.at("sink_rate").get<std::vector<double>>();
-    p.alpha0 = j.at("alpha0").get<std::vector<double>>();
-    p.alpha1 = j.at("alpha1").get<std::vector<double>>();
-    p.other_top = j.at("other_top_share").get<std::vector<double>>();
+    p.sink_rate = LayerValues(j, "sink_rate");
+    p.alpha0 = LayerValues(j, "alpha0");
+    p.alpha1 = LayerValues(j, "alpha1");
+    p.other_top = LayerValues(j, "other_top_share");
     p.p0_norm_ratio = j.at("p0_norm_ratio").get<std::vector<double>>();
     p.other_sink_share = j.at("other_sink_share").get<double>();
     p.alpha1_share = j.at("alpha1_share").get<double>();
