@@ -70,10 +70,10 @@ void LinearAttention(ForwardContext& ctx, int layer, const float* in, float* out
     if (alone) clear_state();
     const float* x = in + static_cast<int64_t>(t0) * D;
     ProjectEach(x,
-                {{w.lin_wq, nullptr, Tensor(), xq, Kd},
-                 {w.lin_wk, nullptr, Tensor(), xk, Kd},
-                 {w.lin_wv, nullptr, Tensor(), xv, Vd},
-                 {w.lin_wz, nullptr, Tensor(), z, Vd}},
+                {{w.lin_wq, Packed(w, &LayerPacked::lin_wq), Tensor(), xq, Kd},
+                 {w.lin_wk, Packed(w, &LayerPacked::lin_wk), Tensor(), xk, Kd},
+                 {w.lin_wv, Packed(w, &LayerPacked::lin_wv), Tensor(), xv, Vd},
+                 {w.lin_wz, Packed(w, &LayerPacked::lin_wz), Tensor(), z, Vd}},
                 rows, D);
     ProjectEach(x, {{w.lin_wb, nullptr, Tensor(), b, nv}, {w.lin_wa, nullptr, Tensor(), a, nv}},
                 rows, D);
@@ -92,7 +92,8 @@ void LinearAttention(ForwardContext& ctx, int layer, const float* in, float* out
     if (ctx.HookActive(HookPoint::kLinearOut, layer))
       ctx.RunHook(HookPoint::kLinearOut, layer, o, {rows, nv, dv});
     GatedRmsNorm(o, z, w.lin_norm.data(), rows * nv, dv, c.norm_eps);
-    Project(o, w.lin_out, nullptr, Tensor(), out + static_cast<int64_t>(t0) * D, rows, Vd, D);
+    Project(o, w.lin_out, Packed(w, &LayerPacked::lin_out), Tensor(),
+            out + static_cast<int64_t>(t0) * D, rows, Vd, D);
   }
   if (ctx.HookActive(HookPoint::kLinearState, layer))
     ctx.RunHook(HookPoint::kLinearState, layer, delta_state.data(),

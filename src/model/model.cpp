@@ -87,7 +87,12 @@ int64_t Model::ParameterCount() const {
                           {&l.w3, &l.packed->w3},
                           {&l.moe_w1, &l.packed->moe_w1},
                           {&l.moe_w2, &l.packed->moe_w2},
-                          {&l.moe_w3, &l.packed->moe_w3}})
+                          {&l.moe_w3, &l.packed->moe_w3},
+                          {&l.lin_wq, &l.packed->lin_wq},
+                          {&l.lin_wk, &l.packed->lin_wk},
+                          {&l.lin_wv, &l.packed->lin_wv},
+                          {&l.lin_wz, &l.packed->lin_wz},
+                          {&l.lin_out, &l.packed->lin_out}})
         if (t->empty()) n += packed(*p);
     for (const Tensor* t : {&l.attn_norm,
                             &l.attn_norm_bias,

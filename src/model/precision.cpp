@@ -93,7 +93,13 @@ void SetPrecision(Model& model, Precision p) {
       b->wv = Pack(l.wv, p);
       b->wo = Pack(l.wo, p);
     }
-    if (!l.w1.empty()) b->w1 = Pack(l.w1, p);  // MoE layers have no dense MLP
+    for (auto [tensor, slot] : {std::pair{&l.lin_wq, &b->lin_wq},
+                                {&l.lin_wk, &b->lin_wk},
+                                {&l.lin_wv, &b->lin_wv},
+                                {&l.lin_wz, &b->lin_wz},
+                                {&l.lin_out, &b->lin_out}})
+      if (!tensor->empty()) *slot = Pack(*tensor, p);  // Gated DeltaNet layers only
+    if (!l.w1.empty()) b->w1 = Pack(l.w1, p);          // MoE layers have no dense MLP
     if (!l.w2.empty()) b->w2 = Pack(l.w2, p);
     if (!l.w3.empty()) b->w3 = Pack(l.w3, p);
     l.packed = std::move(b);
@@ -112,7 +118,12 @@ WeightPacker::WeightPacker(ModelWeights& weights, Precision precision) : precisi
                                 {&l.wo, &b->wo},
                                 {&l.w1, &b->w1},
                                 {&l.w2, &b->w2},
-                                {&l.w3, &b->w3}})
+                                {&l.w3, &b->w3},
+                                {&l.lin_wq, &b->lin_wq},
+                                {&l.lin_wk, &b->lin_wk},
+                                {&l.lin_wv, &b->lin_wv},
+                                {&l.lin_wz, &b->lin_wz},
+                                {&l.lin_out, &b->lin_out}})
       slots_[tensor] = slot;
     // Experts are kept only as stored (native); at bf16 and q8_0 they stay f32 (weights.h).
     if (precision == Precision::kNative)
@@ -171,7 +182,9 @@ bool WeightPacker::KeepStored(Tensor* tensor, const std::string& what,
 
 void WeightPacker::PackLoaded(Model& model) {
   for (LayerWeights& l : model.weights.layers)
-    for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) Bound(t);
+    for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3, &l.lin_wq, &l.lin_wk,
+                      &l.lin_wv, &l.lin_wz, &l.lin_out})
+      Bound(t);
   if (!model.config.tied_embeddings) Bound(&model.weights.lm_head);
   Finish(model);
 }
@@ -185,7 +198,8 @@ void WeightPacker::Finish(Model& model) {
     // F32 stays f32; an MoE layer has no dense MLP.
     SS_ASSERT(precision_ == Precision::kNative ||
               (l.wq.empty() && l.wk.empty() && l.wv.empty() && l.wo.empty() && l.w1.empty() &&
-               l.w2.empty() && l.w3.empty()));
+               l.w2.empty() && l.w3.empty() && l.lin_wq.empty() && l.lin_wk.empty() &&
+               l.lin_wv.empty() && l.lin_wz.empty() && l.lin_out.empty()));
     w.layers[i].packed = layers_[i];
   }
   if (!embedding_stored_.empty())
@@ -244,7 +258,9 @@ std::string ActivationsName(const Model& model) {
     if (l.packed)
       for (const PackedWeight* p :
            {&l.packed->wq, &l.packed->wk, &l.packed->wv, &l.packed->wo, &l.packed->w1,
-            &l.packed->w2, &l.packed->w3, &l.packed->moe_w1, &l.packed->moe_w2, &l.packed->moe_w3})
+            &l.packed->w2, &l.packed->w3, &l.packed->moe_w1, &l.packed->moe_w2, &l.packed->moe_w3,
+            &l.packed->lin_wq, &l.packed->lin_wk, &l.packed->lin_wv, &l.packed->lin_wz,
+            &l.packed->lin_out})
         any = any || int8(*p);
   return any ? "int8" : "f32";
 }

@@ -53,6 +53,8 @@ inline void MatMulPacked(const float* x, const PackedWeight& w, const float* bia
 struct LayerPacked {
   PackedWeight wq, wk, wv, wo, w1, w2, w3;
   PackedWeight moe_w1, moe_w2, moe_w3;  // (E * F, D), (E * D, F), (E * F, D); native only
+  // Gated DeltaNet projections (q, k, v, z in, out); b and a (nv rows each) stay f32.
+  PackedWeight lin_wq, lin_wk, lin_wv, lin_wz, lin_out;
 };
 
 struct LayerWeights {
