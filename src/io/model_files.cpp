@@ -485,9 +485,9 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type, uint32_
     Fail("attention soft-capping in GGUF is only defined for gemma2 / gemma3, not {}", c.arch);
   TensorMap map = FamilyTensorMap(c, TensorNaming::kGguf, weights);
   for (const auto& [name, tensor] : ExportTensors(map, c.rope, c.head_dim, c.rot_dim())) {
-    // MXFP4_MOE: Q8_0 weights, MXFP4 experts, and the router (ffn_gate_inp) kept F32 as llama.cpp's
-    // quantiser keeps it ("do not quantize expert gating tensors"): routing flips under small
-    // changes.
+    // MXFP4_MOE: Q8_0 weights, MXFP4 experts. The router (ffn_gate_inp) stays F32 at every type,
+    // as llama.cpp's quantiser keeps it ("do not quantize expert gating tensors"): routing flips
+    // under small changes.
     const bool moe_mxfp4 = ggml_type == kGgmlTypeMXFP4;
     const uint32_t weights_type = moe_mxfp4 ? kGgmlTypeQ8_0 : ggml_type;
     const uint32_t experts_type = moe_mxfp4 ? kGgmlTypeMXFP4 : expert_type;
@@ -499,7 +499,7 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type, uint32_
     // Weights only: gpt-oss's expert biases (ffn_*_exps.bias, (E, F)) are 2-D too and stay F32,
     // as llama.cpp quantises only tensors named *.weight.
     else if (tensor.rank() == 2 && name.ends_with(".weight") &&
-             !(moe_mxfp4 && name.find("ffn_gate_inp.weight") != std::string::npos))
+             name.find("ffn_gate_inp.weight") == std::string::npos)
       type = GgufWeightType(weights_type, tensor.dim(-1));
     w.AddTensor(name, tensor, type);
   }
