@@ -1,18 +1,27 @@
 // Qwen3-Next / Qwen3.5 / Qwen3.5-MoE beyond the per-family round trip of test_arch.cpp: a prefill
 // longer than the mixer's row chunks against token-by-token decode and the float64 reference,
 // image-text checkpoints whose vision and multi-token-prediction tensors are never read, streaming
-// with the DeltaNet state beside the sink + window cache, and bad configs and checkpoints refused
-// by name.
+// with the DeltaNet state beside the sink + window cache, bad configs and checkpoints refused by
+// name, and GGUF files laid out by hand as llama.cpp's converter lays them out.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "analysis/analyze.h"
 #include "common/error.h"
+#include "common/file_util.h"
+#include "gguf_writer.h"
+#include "io/gguf.h"
 #include "io/hf_config.h"
 #include "io/load.h"
+#include "io/model_files.h"
 #include "io/safetensors.h"
+#include "kernels/dequant.h"
+#include "model/precision.h"
 #include "naive_hf.h"
 #include "stream/stream.h"
 #include "test_util.h"
@@ -270,6 +279,356 @@ TEST(Qwen35, CheckpointsWhoseTensorsDoNotMatchTheLayerKindsAreRefused) {
         });
       },
       "model.layers.0.linear_attn.in_proj_qkvz.weight");
+}
+
+// ---- GGUF as llama.cpp writes it (docs/specs/qwen3_next.md section 8), built here by hand from
+// the Hugging Face tensors with the converter's transforms written out independently of
+// sinkscope's tensor map: norms stored as 1 + w (not ssm_norm), ssm_a = -exp(A_log), qwen35*'s
+// value heads in tiled order (stored head s holds HF head (s % nk) r + s / nk), qwen3next's
+// in_proj_qkvz regrouped flat into attn_qkv / attn_gate, conv1d as (C, K).
+
+// Qwen3.5-MoE, text only: linear, linear, full; two key heads of 4, four value heads of 6.
+const char* kMoe = R"({"architectures": ["Qwen3_5MoeForCausalLM"], "hidden_size": 16,
+  "num_hidden_layers": 3, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8,
+  "vocab_size": 29, "max_position_embeddings": 64, "partial_rotary_factor": 0.5,
+  "full_attention_interval": 3, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+  "linear_key_head_dim": 4, "linear_value_head_dim": 6, "linear_conv_kernel_dim": 3,
+  "num_experts": 3, "num_experts_per_tok": 2, "moe_intermediate_size": 8,
+  "shared_expert_intermediate_size": 12, "tie_word_embeddings": false})";
+
+// Qwen3-Next with two key heads of two value heads each (grouped in_proj_qkvz).
+const char* kNextGrouped = R"({"architectures": ["Qwen3NextForCausalLM"], "hidden_size": 16,
+  "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8,
+  "vocab_size": 29, "max_position_embeddings": 64, "partial_rotary_factor": 0.25,
+  "full_attention_interval": 2, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+  "linear_key_head_dim": 4, "linear_value_head_dim": 6, "num_experts": 3,
+  "num_experts_per_tok": 2, "moe_intermediate_size": 8, "shared_expert_intermediate_size": 12,
+  "tie_word_embeddings": true})";
+
+// What a hand-built file departs from the good one by.
+struct GgufEdits {
+  bool drop_ssm_a = false;
+  float ssm_a_value = 0;  // nonzero: blk.0.ssm_a[1] holds it
+  std::vector<int32_t> sections = {1, 1, 0, 0};
+  int recurrent_flags = 4;  // attention.recurrent_layers entries (block_count 4: one MTP layer)
+};
+
+class HandGguf {
+ public:
+  void Add(const std::string& name, const Tensor& t) {  // t in PyTorch order: ne reversed
+    while (data_.size() % 32 != 0) data_ += '\0';
+    w.Tensor(name, std::vector<uint64_t>(t.shape().rbegin(), t.shape().rend()), /*F32=*/0,
+             data_.size());
+    data_.append(reinterpret_cast<const char*>(t.data()), sizeof(float) * t.numel());
+  }
+  std::string Write(const std::string& tag) {
+    const std::string path = test::TempDir(tag) + "/model.gguf";
+    WriteFileAtomic(path, w.Build(data_));
+    return path;
+  }
+  test::GgufWriter w;
+
+ private:
+  std::string data_;
+};
+
+Tensor Rows(const Tensor& t, int64_t first, int64_t count) {  // rows of a 2-D (or 1-D) tensor
+  const int64_t width = t.numel() / t.dim(0);
+  std::vector<int64_t> shape = t.shape();
+  shape[0] = count;
+  Tensor out = Tensor::Zeros(shape);
+  std::memcpy(out.data(), t.data() + first * width, sizeof(float) * count * width);
+  return out;
+}
+
+Tensor Stack(const std::vector<Tensor>& parts) {  // along dim 0
+  int64_t rows = 0;
+  for (const Tensor& p : parts) rows += p.dim(0);
+  std::vector<int64_t> shape = parts[0].shape();
+  shape[0] = rows;
+  Tensor out = Tensor::Zeros(shape);
+  float* at = out.data();
+  for (const Tensor& p : parts) {
+    std::memcpy(at, p.data(), sizeof(float) * p.numel());
+    at += p.numel();
+  }
+  return out;
+}
+
+Tensor PlusOne(const Tensor& t) {
+  Tensor out = t.Copy();
+  for (int64_t i = 0; i < out.numel(); ++i) out[i] += 1.0f;
+  return out;
+}
+
+// Stored head s of a tiled block of `heads` blocks of `size` rows is HF head (s % nk) r + s / nk.
+Tensor Tiled(const Tensor& t, int64_t first, int64_t size, int nk, int nv) {
+  std::vector<Tensor> parts;
+  if (first > 0) parts.push_back(Rows(t, 0, first));
+  for (int s = 0; s < nv; ++s)
+    parts.push_back(Rows(t, first + ((s % nk) * (nv / nk) + s / nk) * size, size));
+  const int64_t end = first + nv * size;
+  if (end < t.dim(0)) parts.push_back(Rows(t, end, t.dim(0) - end));
+  return Stack(parts);
+}
+
+Tensor Transpose(const Tensor& t) {
+  Tensor out = Tensor::Zeros({t.dim(1), t.dim(0)});
+  for (int64_t i = 0; i < t.dim(0); ++i)
+    for (int64_t j = 0; j < t.dim(1); ++j) out[j * t.dim(0) + i] = t[i * t.dim(1) + j];
+  return out;
+}
+
+// The GGUF llama.cpp's converter makes of `w` (HF names) for `c` (qwen3_5_moe_text or qwen3_next).
+std::string BuildLlamaCppGguf(const ModelConfig& c, const test::HfTensors& w,
+                              const std::string& tag, const GgufEdits& edits = {}) {
+  const bool next = c.arch == "qwen3_next";
+  const std::string arch = next ? "qwen3next" : "qwen35moe", p = arch + ".";
+  const int nk = c.linear_k_heads, nv = c.linear_v_heads, r = nv / nk;
+  const int64_t dk = c.linear_k_dim, dv = c.linear_v_dim, Kd = c.linear_qk_dim();
+  HandGguf g;
+  g.w.KeyString("general.architecture", arch);
+  const int mtp = next ? 0 : 1;
+  g.w.KeyU32(p + "block_count", c.n_layers + mtp);
+  if (mtp) g.w.KeyU32(p + "nextn_predict_layers", mtp);
+  g.w.KeyU32(p + "embedding_length", c.dim);
+  g.w.KeyU32(p + "context_length", c.max_seq_len);
+  g.w.KeyU32(p + "attention.head_count", c.n_heads);
+  g.w.KeyU32(p + "attention.head_count_kv", c.n_kv_heads);
+  g.w.KeyU32(p + "attention.key_length", c.head_dim);
+  g.w.KeyU32(p + "attention.value_length", c.head_dim);
+  g.w.KeyF32(p + "attention.layer_norm_rms_epsilon", c.norm_eps);
+  g.w.KeyF32(p + "rope.freq_base", c.rope_theta);
+  g.w.KeyU32(p + "rope.dimension_count", c.rot_dim());
+  if (!next) g.w.KeyI32s(p + "rope.dimension_sections", edits.sections);
+  g.w.KeyU32(p + "ssm.conv_kernel", c.linear_conv);
+  g.w.KeyU32(p + "ssm.state_size", dk);
+  g.w.KeyU32(p + "ssm.group_count", nk);
+  g.w.KeyU32(p + "ssm.time_step_rank", nv);
+  g.w.KeyU32(p + "ssm.inner_size", nv * dv);
+  g.w.KeyU32(p + "expert_count", c.n_experts);
+  g.w.KeyU32(p + "expert_used_count", c.n_experts_per_tok);
+  g.w.KeyU32(p + "expert_feed_forward_length", c.hidden_dim);
+  g.w.KeyU32(p + "expert_shared_feed_forward_length", c.shared_expert_hidden_dim);
+  if (next) {
+    g.w.KeyU32(p + "full_attention_interval", 2);
+  } else {
+    // The flags override the interval (which alone would make layer 1 full attention).
+    g.w.KeyU32(p + "full_attention_interval", 2);
+    std::string flags;
+    test::GgufWriter::Put<uint32_t>(flags, 7);  // bool
+    test::GgufWriter::Put<uint64_t>(flags, edits.recurrent_flags);
+    for (int l = 0; l < edits.recurrent_flags; ++l)
+      test::GgufWriter::Put<uint8_t>(flags, l < c.n_layers && c.LinearLayer(l));
+    g.w.KeyRaw(p + "attention.recurrent_layers", 9, flags);
+  }
+  const std::string hf = "model.";
+  auto get = [&](const std::string& name) { return w.at(name); };
+  g.Add("token_embd.weight", get(hf + "embed_tokens.weight"));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string at = fmt::format("{}layers.{}.", hf, l), blk = fmt::format("blk.{}.", l);
+    g.Add(blk + "attn_norm.weight", PlusOne(get(at + "input_layernorm.weight")));
+    g.Add(blk + "post_attention_norm.weight", PlusOne(get(at + "post_attention_layernorm.weight")));
+    if (c.LinearLayer(l)) {
+      const std::string la = at + "linear_attn.";
+      Tensor qkv, z, conv = get(la + "conv1d.weight").Reshaped({2 * Kd + nv * dv, c.linear_conv});
+      if (next) {  // per key head [q | k | v of its r heads | z of them] -> [all q | all k | all v]
+        const Tensor qkvz = get(la + "in_proj_qkvz.weight");
+        const int64_t G = 2 * dk + 2 * r * dv;
+        std::vector<Tensor> q, k, v, zs;
+        for (int h = 0; h < nk; ++h) {
+          q.push_back(Rows(qkvz, h * G, dk));
+          k.push_back(Rows(qkvz, h * G + dk, dk));
+          v.push_back(Rows(qkvz, h * G + 2 * dk, r * dv));
+          zs.push_back(Rows(qkvz, h * G + 2 * dk + r * dv, r * dv));
+        }
+        std::vector<Tensor> all = q;
+        all.insert(all.end(), k.begin(), k.end());
+        all.insert(all.end(), v.begin(), v.end());
+        qkv = Stack(all);
+        z = Stack(zs);
+        g.Add(blk + "ssm_ba.weight", get(la + "in_proj_ba.weight"));
+      } else {
+        qkv = Tiled(get(la + "in_proj_qkv.weight"), 2 * Kd, dv, nk, nv);
+        z = Tiled(get(la + "in_proj_z.weight"), 0, dv, nk, nv);
+        conv = Tiled(conv, 2 * Kd, dv, nk, nv);
+        g.Add(blk + "ssm_beta.weight", Tiled(get(la + "in_proj_b.weight"), 0, 1, nk, nv));
+        g.Add(blk + "ssm_alpha.weight", Tiled(get(la + "in_proj_a.weight"), 0, 1, nk, nv));
+      }
+      g.Add(blk + "attn_qkv.weight", qkv);
+      g.Add(blk + "attn_gate.weight", z);
+      g.Add(blk + "ssm_conv1d.weight", conv);
+      Tensor a = get(la + "A_log").Copy(), dt = get(la + "dt_bias");
+      for (int64_t i = 0; i < a.numel(); ++i) a[i] = -std::exp(a[i]);
+      if (!next) {
+        a = Tiled(a, 0, 1, nk, nv);
+        dt = Tiled(dt, 0, 1, nk, nv);
+      }
+      if (l == 0 && edits.ssm_a_value != 0) a[1] = edits.ssm_a_value;
+      if (!(l == 0 && edits.drop_ssm_a)) g.Add(blk + "ssm_a", a);
+      g.Add(blk + "ssm_dt.bias", dt);
+      g.Add(blk + "ssm_norm.weight", get(la + "norm.weight"));  // not 1 + w
+      Tensor out = get(la + "out_proj.weight");
+      if (!next) out = Transpose(Tiled(Transpose(out), 0, dv, nk, nv));
+      g.Add(blk + "ssm_out.weight", out);
+    } else {
+      const std::string sa = at + "self_attn.";
+      g.Add(blk + "attn_q.weight", get(sa + "q_proj.weight"));
+      g.Add(blk + "attn_k.weight", get(sa + "k_proj.weight"));
+      g.Add(blk + "attn_v.weight", get(sa + "v_proj.weight"));
+      g.Add(blk + "attn_output.weight", get(sa + "o_proj.weight"));
+      g.Add(blk + "attn_q_norm.weight", PlusOne(get(sa + "q_norm.weight")));
+      g.Add(blk + "attn_k_norm.weight", PlusOne(get(sa + "k_norm.weight")));
+    }
+    const std::string mlp = at + "mlp.";
+    const int64_t E = c.n_experts, F = c.hidden_dim;
+    g.Add(blk + "ffn_gate_inp.weight", get(mlp + "gate.weight"));
+    std::vector<Tensor> gates, ups, downs;
+    for (int64_t e = 0; e < E; ++e) {
+      if (next) {
+        const std::string ex = fmt::format("{}experts.{}.", mlp, e);
+        gates.push_back(get(ex + "gate_proj.weight"));
+        ups.push_back(get(ex + "up_proj.weight"));
+        downs.push_back(get(ex + "down_proj.weight"));
+      } else {  // gate_up_proj (E, 2F, D): expert e's gate rows, then its up rows
+        const Tensor gu = get(mlp + "experts.gate_up_proj").Reshaped({E * 2 * F, c.dim});
+        gates.push_back(Rows(gu, e * 2 * F, F));
+        ups.push_back(Rows(gu, e * 2 * F + F, F));
+        downs.push_back(
+            Rows(get(mlp + "experts.down_proj").Reshaped({E * c.dim, F}), e * c.dim, c.dim));
+      }
+    }
+    g.Add(blk + "ffn_gate_exps.weight", Stack(gates).Reshaped({E, F, c.dim}));
+    g.Add(blk + "ffn_up_exps.weight", Stack(ups).Reshaped({E, F, c.dim}));
+    g.Add(blk + "ffn_down_exps.weight", Stack(downs).Reshaped({E, c.dim, F}));
+    g.Add(blk + "ffn_gate_inp_shexp.weight",
+          get(mlp + "shared_expert_gate.weight").Reshaped({c.dim}));
+    g.Add(blk + "ffn_gate_shexp.weight", get(mlp + "shared_expert.gate_proj.weight"));
+    g.Add(blk + "ffn_up_shexp.weight", get(mlp + "shared_expert.up_proj.weight"));
+    g.Add(blk + "ffn_down_shexp.weight", get(mlp + "shared_expert.down_proj.weight"));
+  }
+  if (mtp) {  // the multi-token-prediction block after the model's layers: never read
+    const std::string blk = fmt::format("blk.{}.", c.n_layers);
+    g.Add(blk + "nextn.eh_proj.weight", Tensor::Zeros({c.dim, 2 * c.dim}));
+    g.Add(blk + "attn_q.weight", Tensor::Zeros({2 * c.q_dim(), c.dim}));
+    g.Add(blk + "ffn_gate_inp.weight", Tensor::Zeros({c.n_experts, c.dim}));
+  }
+  g.Add("output_norm.weight", PlusOne(get(hf + "norm.weight")));
+  if (!c.tied_embeddings) g.Add("output.weight", get("lm_head.weight"));
+  return g.Write(tag);
+}
+
+TEST(Qwen35Gguf, LlamaCppLayoutReadsAsTheReference) {
+  for (const char* json : {kMoe, kNextGrouped}) {
+    const ModelConfig config = ParseHfConfig(json, "config.json");
+    const test::HfTensors weights = test::RandomHfWeights(config, 23);
+    const std::string path = BuildLlamaCppGguf(config, weights, "qwen35_llamacpp_" + config.arch);
+    const Model model = LoadModel(path);
+    EXPECT_EQ(model.format, "gguf");
+    EXPECT_EQ(model.config.arch, config.arch);
+    EXPECT_EQ(model.config.n_layers, config.n_layers);
+    EXPECT_EQ(model.config.linear_layers, config.linear_layers);
+    EXPECT_EQ(model.config.rot_dim(), config.rot_dim());
+    const std::vector<int> tokens = RandomTokens(11, config.vocab_size, 4);
+    KVCache cache = KVCache::Create(model.config, 11);
+    RunState state;
+    ForwardRequest req;
+    req.tokens = tokens;
+    const std::vector<float> got = Values(Forward(model, cache, state, req));
+    EXPECT_LT(test::MaxRelDiff(got, test::NaiveHfForward(config, weights, tokens),
+                               config.arch + " llama.cpp-layout GGUF vs float64 reference"),
+              1e-5);
+  }
+}
+
+TEST(Qwen35Gguf, BadFilesAreRefusedByName) {
+  const ModelConfig config = ParseHfConfig(kMoe, "config.json");
+  const test::HfTensors weights = test::RandomHfWeights(config, 23);
+  auto expect = [&](const GgufEdits& edits, const std::string& tag, const std::string& needle) {
+    const std::string path = BuildLlamaCppGguf(config, weights, tag, edits);
+    ExpectError([&] { LoadModel(path); }, path);
+    ExpectError([&] { LoadModel(path); }, needle);
+  };
+  expect({.drop_ssm_a = true}, "qwen35_gguf_no_ssm_a", "'blk.0.ssm_a'");
+  expect({.ssm_a_value = 0.5f}, "qwen35_gguf_positive_a", "'blk.0.ssm_a' holds 0.5 at element 1");
+  expect({.sections = {1, 1, 1, 0}}, "qwen35_gguf_sections", "qwen35moe.rope.dimension_sections");
+  expect({.recurrent_flags = 2}, "qwen35_gguf_flags", "qwen35moe.attention.recurrent_layers");
+}
+
+// Widths of whole 256-value blocks, so that every 2-D weight and expert stack is written Q4_K.
+const char* kMoeWide = R"({"architectures": ["Qwen3_5MoeForConditionalGeneration"],
+  "text_config": {"hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 2,
+  "num_key_value_heads": 1, "head_dim": 128, "vocab_size": 300, "max_position_embeddings": 64,
+  "partial_rotary_factor": 0.25, "full_attention_interval": 2, "linear_num_key_heads": 2,
+  "linear_num_value_heads": 4, "linear_key_head_dim": 32, "linear_value_head_dim": 64,
+  "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
+  "shared_expert_intermediate_size": 256, "tie_word_embeddings": false}})";
+
+// convert --to gguf --type q4_k --expert-type q4_k of a random Qwen3.5-MoE image-text model: every
+// weight Q4_K but the router, the 1-D tensors (norms, ssm_a, dt bias, the shared expert's gate)
+// F32. The logits move by a measured amount (largest difference over the largest logit 0.155 from
+// f32; greedy token 20 / 24), which the bound holds at about twice; another seed's logits are 1.35
+// away. (Q8_0 and Q6_K, measured on the dense twin: 0.010 and 0.032; each type's steps 4 times
+// coarser move them about 4 times as far.) --precision native keeps the expert stacks in their Q4_K
+// bytes and gives the same logits as the dequantised f32 load.
+std::vector<float> Logits(const Model& model, const std::vector<int>& tokens) {
+  KVCache cache = KVCache::Create(model.config, static_cast<int>(tokens.size()));
+  RunState state;
+  ForwardRequest req;
+  req.tokens = tokens;
+  return Values(Forward(model, cache, state, req));
+}
+
+// The random weights' std 0.2 over rows of 256 would multiply each projection's output by 3, and
+// every layer's quantisation error with it: the projections and experts are scaled to std 0.02
+// (the embedding and head kept), so that each layer adds to the residual stream rather than
+// replacing it, as in a trained model.
+void Temper(test::HfTensors& w) {
+  for (auto& [name, t] : w)
+    if (t.rank() >= 2 && name.find("conv1d") == std::string::npos &&
+        name.find("embed_tokens") == std::string::npos && name != "lm_head.weight")
+      for (int64_t i = 0; i < t.numel(); ++i) t[i] *= 0.1f;
+}
+
+TEST(Qwen35Gguf, Q4KWithinMeasuredTolerance) {
+  const Model model = test::LoadRandomHf(kMoeWide, 3, "qwen35_q4k_hf", Temper);
+  const int V = model.config.vocab_size;
+  const std::vector<int> tokens = RandomTokens(24, V, 6);
+  const std::vector<float> want = Logits(model, tokens);
+  const double unrelated =
+      test::MaxRelDiff(Logits(test::LoadRandomHf(kMoeWide, 4, "qwen35_q4k_other", Temper), tokens),
+                       want, "another seed (unrelated logits)");
+  const std::string path = test::TempDir("qwen35_q4k") + "/model.gguf";
+  GgufWriter writer;
+  AddGgufModel(model, writer, kGgmlTypeQ4_K, /*expert_type=*/kGgmlTypeQ4_K);
+  writer.Write(path);
+  const GgufFile file = GgufFile::Open(path);
+  for (const GgufTensorInfo& t : file.tensors()) {
+    // The router stays F32 (llama.cpp's quantiser keeps it), the 4-tap convolution's rows of 4
+    // values fall back to F16.
+    const bool router = t.name.find("ffn_gate_inp.weight") != std::string::npos;
+    const uint32_t want_type = t.name.find("ssm_conv1d") != std::string::npos ? kGgmlTypeF16
+                               : t.shape.size() >= 2 && !router               ? kGgmlTypeQ4_K
+                                                                              : kGgmlTypeF32;
+    EXPECT_EQ(GgmlTypeName(t.type), std::string(GgmlTypeName(want_type))) << t.name;
+  }
+  const Model q4 = LoadModel(path);
+  EXPECT_EQ(q4.config.arch, "qwen3_5_moe_text");
+  const std::vector<float> got = Logits(q4, tokens);
+  const double diff = test::MaxRelDiff(got, want, "qwen3.5-moe gguf q4_k vs f32");
+  EXPECT_LT(diff, 0.3);
+  EXPECT_LT(0.3, unrelated / 3) << "the bound would not catch unrelated weights";
+  size_t same = 0;
+  for (size_t t = 0; t < tokens.size(); ++t)
+    same += std::max_element(got.begin() + t * V, got.begin() + (t + 1) * V) - got.begin() ==
+            std::max_element(want.begin() + t * V, want.begin() + (t + 1) * V) - want.begin();
+  std::printf("q4_k: greedy token agrees at %zu of %zu positions\n", same, tokens.size());
+  EXPECT_GE(same, tokens.size() * 3 / 4);
+  const Model native = LoadModel(path, Precision::kNative);
+  ASSERT_TRUE(native.weights.layers[0].packed);
+  EXPECT_EQ(native.weights.layers[0].packed->moe_w1.ggml.type, kGgmlTypeQ4_K);
+  EXPECT_EQ(native.weights.layers[1].packed->moe_w2.ggml.type, kGgmlTypeQ4_K);
+  EXPECT_LT(test::MaxRelDiff(Logits(native, tokens), got, "q4_k native vs dequantised"), 1e-2);
 }
 
 }  // namespace

@@ -501,7 +501,8 @@ std::vector<double> GgufFile::GetFloatArray(const std::string& key) const {
 
 std::vector<int64_t> GgufFile::GetIntArray(const std::string& key) const {
   const GgufValue& v = Require(key, "an array of integers");
-  if (v.type == GgufType::kArray && IsIntegerType(v.array_type))
+  if (v.type == GgufType::kArray &&
+      (IsIntegerType(v.array_type) || v.array_type == GgufType::kBool))
     return std::get<std::vector<int64_t>>(v.value);
   WrongType(path_, key, "an array of integers", v);
 }

@@ -108,7 +108,7 @@ class GgufFile {
   bool GetBool(const std::string& key) const;
   std::vector<std::string> GetStringArray(const std::string& key) const;
   std::vector<double> GetFloatArray(const std::string& key) const;
-  std::vector<int64_t> GetIntArray(const std::string& key) const;
+  std::vector<int64_t> GetIntArray(const std::string& key) const;  // bools read as 0 / 1
   // The same with a default when the key is absent (a wrong type still throws).
   std::string GetString(const std::string& key, const std::string& fallback) const;
   int64_t GetInt(const std::string& key, int64_t fallback) const;

@@ -76,6 +76,13 @@ void GgufWriter::SetI32Array(const std::string& key, const std::vector<int32_t>&
   for (int32_t v : values) Put(kv_, v);
 }
 
+void GgufWriter::SetBoolArray(const std::string& key, const std::vector<bool>& values) {
+  Key(key, static_cast<uint32_t>(GgufType::kArray));
+  Put(kv_, static_cast<uint32_t>(GgufType::kBool));
+  Put<uint64_t>(kv_, values.size());
+  for (bool v : values) Put<uint8_t>(kv_, v ? 1 : 0);
+}
+
 void GgufWriter::AddTensor(const std::string& name, const Tensor& tensor, uint32_t ggml_type) {
   for (const auto& t : tensors_)
     if (t.name == name) Fail("GGUF writer: tensor '{}' added twice", name);

@@ -23,6 +23,7 @@ class GgufWriter {
   void SetStringArray(const std::string& key, const std::vector<std::string>& values);
   void SetF32Array(const std::string& key, const std::vector<float>& values);
   void SetI32Array(const std::string& key, const std::vector<int32_t>& values);
+  void SetBoolArray(const std::string& key, const std::vector<bool>& values);
 
   // Adds `tensor` (PyTorch shape order; ggml's ne is the reverse) encoded as `ggml_type`:
   // kGgmlTypeF32, kGgmlTypeF16, kGgmlTypeBF16, or a block type, which needs the last dimension (a

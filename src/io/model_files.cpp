@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 
@@ -100,9 +102,11 @@ class GgufSource : public TensorSource {
 };
 
 // Binds the family's tensors and finishes the weights (tied head, RoPE order of the file).
-// `layers_key` names the config's layer count in errors.
+// `layers_key` names the config's layer count in errors; `file_layers`, if more than the model's
+// layers, is how many the file declares (a GGUF's block_count counts the multi-token-prediction
+// layers a family does not run): their tensors are left unread rather than refused.
 void BindModel(Model& model, TensorNaming naming, const TensorSource& source,
-               const std::string& layers_key, Precision precision) {
+               const std::string& layers_key, Precision precision, int64_t file_layers = 0) {
   // Every layer has tensors of its own: a layer count beyond the tensor count is a corrupt or
   // hostile header, refused before anything is sized from it.
   if (model.config.n_layers <= 0 || static_cast<size_t>(model.config.n_layers) > source.count())
@@ -110,7 +114,10 @@ void BindModel(Model& model, TensorNaming naming, const TensorSource& source,
          model.config.n_layers, source.count());
   TensorMap map = FamilyTensorMap(model.config, naming, model.weights);
   if (model.config.rope != RopeKind::kNone) model.config.rope = map.file_rope;
-  CheckNoExtraLayers(map, source, model.config.n_layers, layers_key);
+  CheckNoExtraLayers(
+      map, source,
+      static_cast<int>(std::clamp<int64_t>(file_layers, model.config.n_layers, INT32_MAX)),
+      layers_key);
   std::unique_ptr<WeightPacker> packer;
   if (precision != Precision::kF32)
     packer = std::make_unique<WeightPacker>(model.weights, precision);
@@ -249,6 +256,9 @@ class GgufConfigWriter : public ConfigWriter {
   void Ints(Key k, const std::vector<int64_t>& v) override {
     if (k.gguf) w_.SetI32Array(Name(k), std::vector<int32_t>(v.begin(), v.end()));
   }
+  void Bools(Key k, const std::vector<bool>& v) override {
+    if (k.gguf) w_.SetBoolArray(Name(k), v);
+  }
 
  private:
   std::string Name(Key k) const {
@@ -354,7 +364,8 @@ Model LoadGgufModel(const GgufFile& gguf, Precision precision) {
   for (const auto& [field, key] : r.keys()) keys[field] = key;
   ValidateConfig(c, path, keys);
   GgufSource source(gguf);
-  BindModel(model, TensorNaming::kGguf, source, p + "block_count", precision);
+  BindModel(model, TensorNaming::kGguf, source, p + "block_count", precision,
+            gguf.GetInt(p + "block_count", 0));
   if (gguf.Find("sinkscope.rope_scaling.llama3") && !model.weights.rope_freq_factors.empty()) {
     // Written by AddGgufModel: restore the Llama 3 rule if it reproduces rope_freqs.weight.
     std::vector<double> p3 = gguf.GetFloatArray("sinkscope.rope_scaling.llama3");
@@ -474,9 +485,9 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type, uint32_
     Fail("attention soft-capping in GGUF is only defined for gemma2 / gemma3, not {}", c.arch);
   TensorMap map = FamilyTensorMap(c, TensorNaming::kGguf, weights);
   for (const auto& [name, tensor] : ExportTensors(map, c.rope, c.head_dim, c.rot_dim())) {
-    // MXFP4_MOE: Q8_0 weights, MXFP4 experts, and the router (ffn_gate_inp) kept F32 as llama.cpp's
-    // quantiser keeps it ("do not quantize expert gating tensors"): routing flips under small
-    // changes.
+    // MXFP4_MOE: Q8_0 weights, MXFP4 experts. The router (ffn_gate_inp) stays F32 at every type,
+    // as llama.cpp's quantiser keeps it ("do not quantize expert gating tensors"): routing flips
+    // under small changes.
     const bool moe_mxfp4 = ggml_type == kGgmlTypeMXFP4;
     const uint32_t weights_type = moe_mxfp4 ? kGgmlTypeQ8_0 : ggml_type;
     const uint32_t experts_type = moe_mxfp4 ? kGgmlTypeMXFP4 : expert_type;
@@ -488,7 +499,7 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type, uint32_
     // Weights only: gpt-oss's expert biases (ffn_*_exps.bias, (E, F)) are 2-D too and stay F32,
     // as llama.cpp quantises only tensors named *.weight.
     else if (tensor.rank() == 2 && name.ends_with(".weight") &&
-             !(moe_mxfp4 && name.find("ffn_gate_inp.weight") != std::string::npos))
+             name.find("ffn_gate_inp.weight") == std::string::npos)
       type = GgufWeightType(weights_type, tensor.dim(-1));
     w.AddTensor(name, tensor, type);
   }

@@ -41,14 +41,14 @@ void WriteHfModel(const Model& model, const std::string& dir, SafetensorsDtype d
 
 // Adds general.architecture, the `<arch>.*` hyperparameters and every tensor to `writer`.
 // `ggml_type` (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K) applies to 2-D weights; 1-D tensors (norms,
-// biases) and gpt-oss's 2-D expert biases stay F32, and the stacked (3-D) expert weights are
+// biases), gpt-oss's 2-D expert biases and the MoE router (ffn_gate_inp, as llama.cpp's quantiser
+// keeps it) stay F32, and the stacked (3-D) expert weights are
 // written in `expert_type` (F32 by default, as llama.cpp's converters write them, or any of the
 // types above, or MXFP4). A weight whose rows are not whole blocks of its type falls back, on its
 // own, to Q8_0 (rows of a multiple of 32) or else F16 (MXFP4 experts: F16). MXFP4 as `ggml_type` is
 // llama.cpp's MXFP4_MOE (llama-quant.cpp: tensors with ne[2] > 1 in MXFP4, the others in Q8_0):
-// experts in MXFP4, the router (ffn_gate_inp) in F32 as llama.cpp keeps it, the other 2-D weights
-// in Q8_0. The tokenizer is added separately (tokenizer/export.h). The model's weights must be in
-// f32 (loaded at f32).
+// experts in MXFP4, the other 2-D weights in Q8_0. The tokenizer is added separately
+// (tokenizer/export.h). The model's weights must be in f32 (loaded at f32).
 void AddGgufModel(const Model& model, GgufWriter& writer, uint32_t ggml_type,
                   uint32_t expert_type = kGgmlTypeF32);
 

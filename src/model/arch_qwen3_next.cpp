@@ -24,6 +24,7 @@
 
 #include "model/arch.h"
 #include "model/attention.h"
+#include "model/qwen3_next_gguf.h"
 
 namespace ss {
 
@@ -44,14 +45,34 @@ const char* Prefix(const std::string& arch) {
 
 const Key kInterval{"full_attention_interval", "full_attention_interval"};
 const Key kLayerTypes{"layer_types", nullptr};
+// GGUF (§8.2): per layer, recurrent (linear attention) or not; overrides the interval.
+const Key kRecurrent{nullptr, "attention.recurrent_layers"};
+const Key kSections{nullptr, "rope.dimension_sections"};
+const Key kNextn{nullptr, "nextn_predict_layers"};
 
 // Which layers are linear attention (§1.1): layer_types, else every full_attention_interval-th
-// layer (default 4) is full attention. Both given must agree.
-void ReadLinearLayers(const ConfigReader& r, ModelConfig* c) {
+// layer (default 4) is full attention. Both given must agree. GGUF: attention.recurrent_layers,
+// else the interval; the array may also cover the file's multi-token-prediction layers
+// (`file_layers`, block_count).
+void ReadLinearLayers(const ConfigReader& r, ModelConfig* c, int64_t file_layers) {
   const int64_t interval = r.Int(kInterval, 4);
   if (interval < 1) r.Fail(kInterval, "must be 1 or more, found {}", interval);
   std::vector<bool> linear(c->n_layers);
   for (int l = 0; l < c->n_layers; ++l) linear[l] = (l + 1) % interval != 0;
+  if (r.Has(kRecurrent)) {
+    r.Spelled("linear_layers", kRecurrent);
+    const std::vector<int64_t> flags = r.Ints(kRecurrent);
+    const auto n = static_cast<int64_t>(flags.size());
+    if (n != c->n_layers && n != file_layers)
+      r.Fail(kRecurrent, "must hold one flag for each of the {} layers, found {}", file_layers, n);
+    for (int l = 0; l < c->n_layers; ++l) {
+      if (flags[l] != 0 && flags[l] != 1)
+        r.Fail(kRecurrent, "[{}] is {}; a flag is 0 or 1 (true: linear attention)", l, flags[l]);
+      linear[l] = flags[l] == 1;
+    }
+    c->linear_layers = std::move(linear);
+    return;
+  }
   r.Spelled("linear_layers", r.Has(kLayerTypes) ? kLayerTypes : kInterval);
   if (r.Has(kLayerTypes)) {
     const std::vector<std::string> types = r.Strings(kLayerTypes);
@@ -74,9 +95,64 @@ void ReadLinearLayers(const ConfigReader& r, ModelConfig* c) {
   c->linear_layers = std::move(linear);
 }
 
+// GGUF's qwen35 / qwen35moe: the M-RoPE sections (§5.4, §8.2) must cover the rotated part of
+// each head with the three position streams text gives one position, or the numbers would not be
+// the plain partial RoPE.
+void ReadRopeSections(const ConfigReader& r, const ModelConfig& c) {
+  if (!r.Has(kSections)) return;
+  const int rot = r.PositiveInt({nullptr, "rope.dimension_count"}, c.head_dim);
+  const std::vector<int64_t> s = r.Ints(kSections);
+  int64_t slots = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] < 0) r.Fail(kSections, "[{}] is {}; sections are 0 or more", i, s[i]);
+    if (i < 3)
+      slots += s[i];
+    else if (s[i] != 0)
+      r.Fail(kSections, "[{}] is {}; text has no stream for sections past the third", i, s[i]);
+  }
+  if (slots != rot / 2)
+    r.Fail(kSections, "covers {} frequency slots; the rotated part of each head ({} dims) has {}",
+           slots, rot, rot / 2);
+}
+
+// The GGUF tensors the map cannot choose between by the config alone: refused by name when the
+// file holds a layout sinkscope does not read, or neither of two accepted ones.
+void CheckGgufTensors(const ConfigReader& r, const ModelConfig& c) {
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string in = fmt::format("blk.{}.ssm_in.weight", l);
+    if (c.LinearLayer(l) && r.HasTensor(in))
+      ss::Fail(
+          "{}: tensor '{}' is the fused in_proj_qkvz of early qwen3next GGUFs, which sinkscope "
+          "does not read; a current llama.cpp converter writes attn_qkv and attn_gate",
+          r.source(), in);
+    if (c.arch == "qwen3_next" || !c.MoeLayer(l)) continue;
+    const std::string gate = fmt::format("blk.{}.ffn_gate_exps.weight", l),
+                      up = fmt::format("blk.{}.ffn_up_exps.weight", l),
+                      fused = fmt::format("blk.{}.ffn_gate_up_exps.weight", l);
+    if (r.HasTensor(fused)) continue;
+    for (const std::string& name : {gate, up})
+      if (!r.HasTensor(name))
+        ss::Fail("{}: missing tensor '{}' (or the fused '{}'), required by the {} architecture",
+                 r.source(), name, fused, c.arch);
+  }
+}
+
 void ReadQwen3Next(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* c) {
+  // A GGUF reads as the text-only family: qwen35 / qwen35moe hold only the language model.
+  if (r.gguf() && c->arch == "qwen3_5") c->arch = "qwen3_5_text";
+  if (r.gguf() && c->arch == "qwen3_5_moe") c->arch = "qwen3_5_moe_text";
   const Flavour flavour = FlavourOf(c->arch);
   ReadLlamaCore(r, d, /*head_dim_default=*/256, c, /*read_ffn_width=*/flavour == Flavour::kDense);
+  // GGUF's block_count counts the multi-token-prediction layers after the model's (§8.2): never
+  // read, their tensors left in the file.
+  const int64_t file_layers = c->n_layers;
+  if (r.Has(kNextn)) {
+    const int64_t mtp = r.Int(kNextn);
+    if (mtp < 0 || mtp >= c->n_layers)
+      r.Fail(kNextn, "{} must be 0 or more and below {} {}", mtp,
+             r.Name({"num_hidden_layers", "block_count"}), c->n_layers);
+    c->n_layers -= static_cast<int>(mtp);
+  }
   if (ModelAttention(*c).flag)
     ss::Fail(
         "{}: {} has its own attention (gated softmax and Gated DeltaNet); the {} variant "
@@ -121,8 +197,12 @@ void ReadQwen3Next(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* 
     ss::Fail("{}: {} {} is not a multiple of {} {}", r.source(), r.Name(nv), c->linear_v_heads,
              r.Name(nk), c->linear_k_heads);
   if (c->linear_conv > 64) r.Fail(conv, "{} taps: at most 64 are supported", c->linear_conv);
-  ReadLinearLayers(r, c);
-  if (flavour == Flavour::kDense) return;
+  ReadLinearLayers(r, c, file_layers);
+  if (r.gguf() && flavour != Flavour::kNext) ReadRopeSections(r, *c);
+  if (flavour == Flavour::kDense) {
+    if (r.gguf()) CheckGgufTensors(r, *c);
+    return;
+  }
   // Experts (§6.3): Qwen3-Next's norm_topk_prob (default true), Qwen3.5-MoE always renormalises.
   ReadMoe(r, "num_experts", flavour == Flavour::kNext ? 512 : 256,
           flavour == Flavour::kNext ? 10 : 8, "moe_intermediate_size",
@@ -140,6 +220,7 @@ void ReadQwen3Next(const ConfigReader& r, const FamilyDefaults& d, ModelConfig* 
   c->shared_expert_hidden_dim = r.PositiveInt(shared, r.HfDefault<int64_t>(512));
   c->n_shared_experts = 1;
   c->shared_expert_gate = true;
+  if (r.gguf()) CheckGgufTensors(r, *c);
 }
 
 void WriteQwen3Next(const ModelConfig& c, ConfigWriter& w) {
@@ -156,9 +237,33 @@ void WriteQwen3Next(const ModelConfig& c, ConfigWriter& w) {
   w.Int({nullptr, "ssm.inner_size"}, c.linear_value_dim());
   w.Int({"linear_conv_kernel_dim", "ssm.conv_kernel"}, c.linear_conv);
   std::vector<std::string> types;
-  for (int l = 0; l < c.n_layers; ++l)
+  std::vector<bool> linear;
+  for (int l = 0; l < c.n_layers; ++l) {
     types.push_back(c.LinearLayer(l) ? "linear_attention" : "full_attention");
+    linear.push_back(c.LinearLayer(l));
+  }
   w.Strings(kLayerTypes, types);
+  if (w.gguf()) {
+    // full_attention_interval when one gives the layers (n_layers + 1: none is full attention),
+    // else the per-layer flags.
+    int interval = 0;
+    for (int p = 1; p <= c.n_layers + 1 && interval == 0; ++p) {
+      bool fits = true;
+      for (int l = 0; l < c.n_layers; ++l) fits = fits && linear[l] == ((l + 1) % p != 0);
+      if (fits) interval = p;
+    }
+    if (interval > 0)
+      w.Int({nullptr, kInterval.gguf}, interval);
+    else
+      w.Bools(kRecurrent, linear);
+    if (flavour != Flavour::kNext) {
+      // llama.cpp requires M-RoPE sections for qwen35*: its converter's [11, 11, 10, 0] for 32
+      // slots, scaled to this head's; any split of the slots over the three streams is the same
+      // RoPE for text.
+      const int64_t slots = c.rot_dim() / 2, first = (slots * 11 + 16) / 32;
+      w.Ints(kSections, {first, first, slots - 2 * first, 0});
+    }
+  }
   if (flavour == Flavour::kDense) return;
   WriteMoe(c, w, "num_experts", "moe_intermediate_size",
            flavour == Flavour::kNext ? "norm_topk_prob" : nullptr);
@@ -170,7 +275,9 @@ void WriteQwen3Next(const ModelConfig& c, ConfigWriter& w) {
         c.shared_expert_hidden_dim);
 }
 
-TensorMap Qwen3NextTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w) {
+// One return of the named map: the after_bind steps hold &map.slices, which stays valid only as
+// the returned object is the local itself (NRVO).
+TensorMap Qwen3NextHfTensors(const ModelConfig& c, ModelWeights& w) {
   const Flavour flavour = FlavourOf(c.arch);
   const std::string prefix = Prefix(c.arch);
   const int64_t D = c.dim, V = c.vocab_size, H = c.n_heads, Dh = c.head_dim;
@@ -306,29 +413,35 @@ TensorMap Qwen3NextTensors(const ModelConfig& c, TensorNaming naming, ModelWeigh
   return map;
 }
 
+TensorMap Qwen3NextTensors(const ModelConfig& c, TensorNaming naming, ModelWeights& w) {
+  if (naming == TensorNaming::kGguf)
+    return Qwen3NextGgufTensors(c, /*qwen35=*/FlavourOf(c.arch) != Flavour::kNext, w);
+  return Qwen3NextHfTensors(c, w);
+}
+
 constexpr FamilyDefaults kNextDefaults{false, 1e-6f, 10000.0f, 32768, -1, -1};
 
 }  // namespace
 
 std::span<const ArchEntry> Families_qwen3_next() {
   static const ArchEntry families[] = {
-      {"qwen3_next", "Qwen3NextForCausalLM", nullptr,
+      {"qwen3_next", "Qwen3NextForCausalLM", "qwen3next",
        "Qwen3-Next: Gated DeltaNet layers beside gated attention, MoE with a shared expert",
        kNextDefaults, &ReadQwen3Next, &WriteQwen3Next, &Qwen3NextTensors, &ForwardSequential,
        /*reads_partial_rotary=*/true},
-      {"qwen3_5", "Qwen3_5ForConditionalGeneration", nullptr,
+      {"qwen3_5", "Qwen3_5ForConditionalGeneration", "qwen35",
        "Qwen3.5 (image-text checkpoint, language model read): Gated DeltaNet and gated attention",
        kNextDefaults, &ReadQwen3Next, &WriteQwen3Next, &Qwen3NextTensors, &ForwardSequential,
        /*reads_partial_rotary=*/true, /*reads_softcaps=*/false, /*nested_text_config=*/true},
-      {"qwen3_5_text", "Qwen3_5ForCausalLM", nullptr,
+      {"qwen3_5_text", "Qwen3_5ForCausalLM", "qwen35",
        "Qwen3.5 text-only: Gated DeltaNet layers beside gated attention, dense MLP", kNextDefaults,
        &ReadQwen3Next, &WriteQwen3Next, &Qwen3NextTensors, &ForwardSequential,
        /*reads_partial_rotary=*/true},
-      {"qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", nullptr,
+      {"qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", "qwen35moe",
        "Qwen3.5-MoE / Qwen3.6 (image-text checkpoint): Gated DeltaNet, gated attention, MoE",
        kNextDefaults, &ReadQwen3Next, &WriteQwen3Next, &Qwen3NextTensors, &ForwardSequential,
        /*reads_partial_rotary=*/true, /*reads_softcaps=*/false, /*nested_text_config=*/true},
-      {"qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", nullptr,
+      {"qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", "qwen35moe",
        "Qwen3.5-MoE text-only: Gated DeltaNet, gated attention, MoE with a shared expert",
        kNextDefaults, &ReadQwen3Next, &WriteQwen3Next, &Qwen3NextTensors, &ForwardSequential,
        /*reads_partial_rotary=*/true},

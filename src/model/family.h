@@ -89,6 +89,10 @@ class ConfigWriter {
   virtual void Null(Key k) = 0;  // config.json: null; GGUF: nothing
   virtual void Strings(Key k, const std::vector<std::string>& v) = 0;
   virtual void Ints(Key k, const std::vector<int64_t>& v) = 0;
+  // A list of flags: GGUF a bool array; config.json (no family writes one yet) 0 / 1.
+  virtual void Bools(Key k, const std::vector<bool>& v) {
+    Ints(k, std::vector<int64_t>(v.begin(), v.end()));
+  }
 };
 
 // What a family's config.json omits takes transformers' configuration_<family>.py default.

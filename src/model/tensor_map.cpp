@@ -104,7 +104,7 @@ Tensor PermuteRopeRows(const Tensor& w, int n_heads, int head_dim, int rot_dim, 
 bool CanKeepStored(const TensorSpec& spec) {
   return spec.targets.size() == 1 && spec.fused_rows.empty() && !spec.transposed &&
          spec.offset == 0.0f && (spec.shape.size() == 2 || spec.shape.size() == 3) &&
-         spec.mxfp4_scales.empty();
+         spec.mxfp4_scales.empty() && !spec.read;
 }
 
 const uint8_t* TensorSource::BytesU8(const std::string& name, std::shared_ptr<const void>*) const {
@@ -129,8 +129,8 @@ uint64_t BindBytes(const TensorMap& map, const TensorSource& source,
     const std::optional<double> per_value =
         packed_bytes && !spec.targets.empty() ? packed_bytes(spec, name) : std::nullopt;
     bytes += per_value ? static_cast<uint64_t>(static_cast<double>(n) * *per_value)
-             : source.LoadsAsView(name) && spec.offset == 0.0f ? 0
-                                                               : 4 * n;
+             : source.LoadsAsView(name) && spec.offset == 0.0f && !spec.read ? 0
+                                                                             : 4 * n;
   }
   return bytes;
 }
@@ -296,6 +296,7 @@ void BindTensors(const TensorMap& map, const TensorSource& source, const std::st
       for (int64_t i = 0; i < t.numel(); ++i) shifted[i] = t[i] - spec.offset;
       t = shifted;
     }
+    if (spec.read) t = spec.read(t, fmt::format("{}: tensor '{}'", source.source(), name));
     if (spec.fused_rows.empty()) {
       SS_ASSERT(spec.targets.size() == 1);
       *spec.targets[0] = t;
@@ -385,6 +386,7 @@ std::vector<std::pair<std::string, Tensor>> ExportTensors(const TensorMap& map, 
     }
     if (spec.rope_heads > 0)
       t = PermuteRopeRows(t, spec.rope_heads, head_dim, rot_dim, model_rope, map.file_rope);
+    if (spec.write) t = spec.write(t);
     if (spec.transposed) t = Transposed(t);
     if (spec.offset != 0.0f) {
       Tensor shifted = Tensor::Zeros(t.shape());

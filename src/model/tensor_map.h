@@ -97,6 +97,14 @@ struct TensorSpec {
   // target 1's (gpt-oss's gate_up_proj blocks: gate at even rows, up at odd ones). Each target's
   // shape is `shape` with its second-to-last dimension halved.
   bool alternate_rows = false;
+  // A layout change the fields above cannot express (llama.cpp's Qwen3.5 value-head order, its
+  // ssm_a = -exp(A_log)). `read` turns the stored tensor (PyTorch order, after `offset`, before
+  // the split into targets) into the model's; it may refuse a value with ss::Fail, its message
+  // starting with `where` ("<file>: tensor '<name>'"). `write` turns the joined model tensor into
+  // the stored one (before `offset` is added). Both return a new tensor. A spec with a transform
+  // is never kept in its stored bytes.
+  std::function<Tensor(const Tensor&, const std::string& where)> read;
+  std::function<Tensor(const Tensor&)> write;
 };
 
 // A plain spec: one stored tensor, one member, no layout change.
