@@ -21,6 +21,7 @@
 #include "io/model_files.h"
 #include "io/safetensors.h"
 #include "kernels/dequant.h"
+#include "model/blocks.h"
 #include "model/precision.h"
 #include "naive_hf.h"
 #include "stream/stream.h"
@@ -629,6 +630,41 @@ TEST(Qwen35Gguf, Q4KWithinMeasuredTolerance) {
   EXPECT_EQ(native.weights.layers[0].packed->moe_w1.ggml.type, kGgmlTypeQ4_K);
   EXPECT_EQ(native.weights.layers[1].packed->moe_w2.ggml.type, kGgmlTypeQ4_K);
   EXPECT_LT(test::MaxRelDiff(Logits(native, tokens), got, "q4_k native vs dequantised"), 1e-2);
+}
+
+// The DeltaNet projections are packed at bf16 and q8_0 as the attention and MLP projections are
+// (their f32 copies dropped): each packed product against the f32 product of the same weights
+// dequantised (ProjectionF32) differs only by the activations' rounding, and a tempered model's
+// logits stay within the precisions' usual distance of f32.
+TEST(Qwen35, DeltaNetProjectionsArePackedAtReducedPrecision) {
+  const std::string dir = test::WriteRandomHf(kNext, 12, "qwen35_packed", Temper);
+  const Model f32 = LoadModel(dir, Precision::kF32);
+  const std::vector<int> tokens = RandomTokens(40, f32.config.vocab_size, 5);
+  const std::vector<float> want = Logits(f32, tokens);
+  for (auto [precision, bound] : {std::pair{Precision::kBf16, 2e-2}, {Precision::kQ8_0, 2e-2}}) {
+    const Model m = LoadModel(dir, precision);
+    const std::string name = PrecisionName(precision);
+    const LayerWeights& l = m.weights.layers[0];
+    ASSERT_TRUE(m.config.LinearLayer(0) && l.packed);
+    std::vector<float> x(3 * m.config.dim);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.7 * i));
+    for (const auto& [f, p] : {std::pair{&l.lin_wq, &l.packed->lin_wq},
+                               {&l.lin_wk, &l.packed->lin_wk},
+                               {&l.lin_wv, &l.packed->lin_wv},
+                               {&l.lin_wz, &l.packed->lin_wz},
+                               {&l.lin_out, &l.packed->lin_out}}) {
+      ASSERT_TRUE(f->empty());
+      ASSERT_FALSE(p->empty());
+      const Tensor w = ProjectionF32(Tensor(), p);
+      const int out = p->out(), in = p->in();
+      std::vector<float> got(3 * out), ref(3 * out);
+      Project(x.data(), Tensor(), p, Tensor(), got.data(), 3, in, out);
+      Project(x.data(), w, nullptr, Tensor(), ref.data(), 3, in, out);
+      EXPECT_LT(test::MaxRelDiff(got, ref, name + " packed DeltaNet projection vs its weights"),
+                1e-2);
+    }
+    EXPECT_LT(test::MaxRelDiff(Logits(m, tokens), want, name + " vs f32"), bound);
+  }
 }
 
 }  // namespace

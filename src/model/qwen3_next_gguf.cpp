@@ -90,8 +90,8 @@ TensorMap Qwen3NextGgufTensors(const ModelConfig& c, bool qwen35, ModelWeights& 
         Tensor out = Tensor::Zeros(t.shape());
         for (int64_t i = 0; i < t.numel(); ++i) {
           if (!(t[i] < 0.0f) || !std::isfinite(t[i]))
-            Fail("{} holds {} at element {}: llama.cpp stores -exp(A_log) there, below zero",
-                 where, t[i], i);
+            Fail("{} holds {} at element {}: llama.cpp stores -exp(A_log) there, below zero", where,
+                 t[i], i);
           out[i] = static_cast<float>(std::log(-static_cast<double>(t[i])));
         }
         return tiled ? ReorderValueHeads(out, 0, 1, nk, nv, false) : out;
