@@ -498,8 +498,11 @@ void AddGgufModel(const Model& model, GgufWriter& w, uint32_t ggml_type, uint32_
       type = GgufWeightType(experts_type, tensor.dim(-1));
     // Weights only: gpt-oss's expert biases (ffn_*_exps.bias, (E, F)) are 2-D too and stay F32,
     // as llama.cpp quantises only tensors named *.weight.
+    // The Gated DeltaNet's convolution stays F32 too: llama.cpp's quantiser skips ssm_conv1d and
+    // its ssm_conv operator reads F32 weights only (it asserts on any other type).
     else if (tensor.rank() == 2 && name.ends_with(".weight") &&
-             name.find("ffn_gate_inp.weight") == std::string::npos)
+             name.find("ffn_gate_inp.weight") == std::string::npos &&
+             name.find("ssm_conv1d.weight") == std::string::npos)
       type = GgufWeightType(weights_type, tensor.dim(-1));
     w.AddTensor(name, tensor, type);
   }
