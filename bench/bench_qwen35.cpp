@@ -87,7 +87,8 @@ void Prefill(const ss::Model& model, int T) {
   for (int kind : {1, 0})
     if (count[kind] > 0)
       fmt::print(
-          "  {:<15} {:>2} layers: mixer {:.3f} s ({:.1f} ms per layer), MLP {:.3f} s ({:.1f} ms per "
+          "  {:<15} {:>2} layers: mixer {:.3f} s ({:.1f} ms per layer), MLP {:.3f} s ({:.1f} ms "
+          "per "
           "layer)\n",
           kind ? "Gated DeltaNet" : "gated attention", count[kind], mixer[kind],
           1e3 * mixer[kind] / count[kind], mlp[kind], 1e3 * mlp[kind] / count[kind]);
@@ -109,8 +110,9 @@ void Decode(const ss::Model& model, int n) {
   const auto t0 = Clock::now();
   for (int i = 0; i < n; ++i) cache->Step(Token(64 + i, model.config.vocab_size));
   const double wall = Seconds(t0, Clock::now()), cpu = CpuSeconds() - c0;
-  fmt::print("decode {} tokens: {:.2f} tokens/s (wall), {:.2f} tokens per CPU-s; peak RSS {:.0f} MiB\n",
-             n, n / wall, n / cpu, StatusMiB("VmHWM:"));
+  fmt::print(
+      "decode {} tokens: {:.2f} tokens/s (wall), {:.2f} tokens per CPU-s; peak RSS {:.0f} MiB\n", n,
+      n / wall, n / cpu, StatusMiB("VmHWM:"));
 }
 
 void Flat(const ss::Model& model, int64_t n) {
@@ -146,14 +148,15 @@ int main(int argc, char** argv) {
     const auto t0 = Clock::now();
     ss::Model model = ss::LoadModel(path, p);
     ss::SetPrecision(model, p);
-    fmt::print("{}: {} ({} layers, {} Gated DeltaNet), precision {}, loaded in {:.1f} s\n", path,
-               model.config.arch, model.config.n_layers,
-               [&] {
-                 int k = 0;
-                 for (int l = 0; l < model.config.n_layers; ++l) k += model.config.LinearLayer(l);
-                 return k;
-               }(),
-               ss::PrecisionName(p), Seconds(t0, Clock::now()));
+    fmt::print(
+        "{}: {} ({} layers, {} Gated DeltaNet), precision {}, loaded in {:.1f} s\n", path,
+        model.config.arch, model.config.n_layers,
+        [&] {
+          int k = 0;
+          for (int l = 0; l < model.config.n_layers; ++l) k += model.config.LinearLayer(l);
+          return k;
+        }(),
+        ss::PrecisionName(p), Seconds(t0, Clock::now()));
     if (mode == "prefill") Prefill(model, static_cast<int>(n));
     if (mode == "decode") Decode(model, static_cast<int>(n));
     if (mode == "flat") Flat(model, n);

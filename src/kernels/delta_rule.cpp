@@ -1,5 +1,7 @@
 #include "kernels/delta_rule.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -74,67 +76,70 @@ void RecurrentHead(const float* qh, const float* kh, const float* vh, const floa
 //   (I + A) V' = diag(beta) (V - diag(exp(G)) K S), by forward substitution;
 //   o_i = exp(G_i) S^T q_i + sum_{j <= i} (q_i . k_j) exp(G_i - G_j) V'_j;
 //   S <- exp(G_last) S + sum_j exp(G_last - G_j) k_j V'_j^T.
+// The products with S and the block's (n x n) score matrices are sgemm calls (inside the heads'
+// parallel loop, so single-threaded); only the forward substitution is a loop.
 void ChunkedHead(const float* qh, const float* kh, const float* vh, const float* gh,
                  const float* bh, float* S, float* oh, int T, int dk, int dv, int64_t stride_qk,
                  int64_t stride_v, int n_v) {
   const int C = kDeltaChunk;
-  std::vector<float> G(C), A(static_cast<size_t>(C) * C), U(static_cast<size_t>(C) * dv),
-      next(static_cast<size_t>(dk) * dv);
+  thread_local std::vector<float> buffer;
+  float* G = Scratch(buffer, static_cast<size_t>(C) * (1 + 2 * C + 3 * dv + dk));
+  float* KK = G + C;                             // (n, n) k_i . k_j, then A
+  float* QK = KK + C * C;                        // (n, n) q_i . k_j, then the decayed causal scores
+  float* KS = QK + C * C;                        // (n, dv) K S
+  float* QS = KS + static_cast<size_t>(C) * dv;  // (n, dv) Q S
+  float* U = QS + static_cast<size_t>(C) * dv;   // (n, dv) V'
+  float* Kd = U + static_cast<size_t>(C) * dv;   // (n, dk) exp(G_last - G_j) k_j
+  const int lqk = static_cast<int>(stride_qk), lv = static_cast<int>(stride_v);
   for (int c0 = 0; c0 < T; c0 += C) {
     const int n = std::min(C, T - c0);
-    auto q = [&](int i) { return qh + (c0 + i) * stride_qk; };
-    auto k = [&](int i) { return kh + (c0 + i) * stride_qk; };
-    auto v = [&](int i) { return vh + (c0 + i) * stride_v; };
-    auto beta = [&](int i) { return bh[static_cast<int64_t>(c0 + i) * n_v]; };
+    const float* Kc = kh + c0 * stride_qk;
+    const float* Qc = qh + c0 * stride_qk;
+    const float* Vc = vh + c0 * stride_v;
+    float* Oc = oh + c0 * stride_v;
     float acc = 0;
     for (int i = 0; i < n; ++i) G[i] = acc += gh[static_cast<int64_t>(c0 + i) * n_v];
-    for (int i = 0; i < n; ++i)
-      for (int j = 0; j < i; ++j)
-        A[i * C + j] = beta(i) * Dot(k(i), k(j), dk) * std::exp(G[i] - G[j]);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, dv, dk, 1.0f, Kc, lqk, S, dv, 0.0f,
+                KS, dv);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, dv, dk, 1.0f, Qc, lqk, S, dv, 0.0f,
+                QS, dv);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, dk, 1.0f, Kc, lqk, Kc, lqk, 0.0f, KK,
+                n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, dk, 1.0f, Qc, lqk, Kc, lqk, 0.0f, QK,
+                n);
     // V' = (I + A)^-1 diag(beta) (V - diag(exp(G)) K S), one row at a time.
     for (int i = 0; i < n; ++i) {
-      float* u = &U[static_cast<size_t>(i) * dv];
-      const float eg = std::exp(G[i]);
-      for (int b = 0; b < dv; ++b) u[b] = v(i)[b];
-      for (int a = 0; a < dk; ++a) {
-        const float ka = eg * k(i)[a];
-        const float* s = S + static_cast<int64_t>(a) * dv;
-        for (int b = 0; b < dv; ++b) u[b] -= ka * s[b];
-      }
-      for (int b = 0; b < dv; ++b) u[b] *= beta(i);
+      const float beta = bh[static_cast<int64_t>(c0 + i) * n_v], eg = std::exp(G[i]);
+      float* u = U + static_cast<size_t>(i) * dv;
+      const float* v = Vc + i * stride_v;
+      const float* ks = KS + static_cast<size_t>(i) * dv;
+      for (int b = 0; b < dv; ++b) u[b] = beta * (v[b] - eg * ks[b]);
       for (int j = 0; j < i; ++j) {
-        const float aij = A[i * C + j];
-        const float* uj = &U[static_cast<size_t>(j) * dv];
+        const float aij = beta * KK[i * n + j] * std::exp(G[i] - G[j]);
+        const float* uj = U + static_cast<size_t>(j) * dv;
         for (int b = 0; b < dv; ++b) u[b] -= aij * uj[b];
       }
     }
+    // O = diag(exp(G)) Q S + (causal decayed Q K^T) V'.
     for (int i = 0; i < n; ++i) {
-      float* o = oh + (c0 + i) * stride_v;
+      float* row = QK + i * n;
+      for (int j = 0; j < n; ++j) row[j] = j <= i ? row[j] * std::exp(G[i] - G[j]) : 0.0f;
+      float* o = Oc + i * stride_v;
       const float eg = std::exp(G[i]);
-      std::fill(o, o + dv, 0.0f);
-      for (int a = 0; a < dk; ++a) {
-        const float qa = q(i)[a] * eg;
-        const float* s = S + static_cast<int64_t>(a) * dv;
-        for (int b = 0; b < dv; ++b) o[b] += qa * s[b];
-      }
-      for (int j = 0; j <= i; ++j) {
-        const float f = Dot(q(i), k(j), dk) * std::exp(G[i] - G[j]);
-        const float* vj = &U[static_cast<size_t>(j) * dv];
-        for (int b = 0; b < dv; ++b) o[b] += f * vj[b];
-      }
+      const float* qs = QS + static_cast<size_t>(i) * dv;
+      for (int b = 0; b < dv; ++b) o[b] = eg * qs[b];
     }
-    const float last = G[n - 1], e_last = std::exp(last);
-    for (int64_t x = 0; x < static_cast<int64_t>(dk) * dv; ++x) next[x] = e_last * S[x];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, dv, n, 1.0f, QK, n, U, dv, 1.0f, Oc,
+                lv);
+    // S <- exp(G_last) S + Kd^T V'.
+    const float last = G[n - 1];
     for (int j = 0; j < n; ++j) {
       const float f = std::exp(last - G[j]);
-      const float* vj = &U[static_cast<size_t>(j) * dv];
-      for (int a = 0; a < dk; ++a) {
-        const float ka = f * k(j)[a];
-        float* s = &next[static_cast<size_t>(a) * dv];
-        for (int b = 0; b < dv; ++b) s[b] += ka * vj[b];
-      }
+      const float* k = Kc + j * stride_qk;
+      for (int a = 0; a < dk; ++a) Kd[static_cast<size_t>(j) * dk + a] = f * k[a];
     }
-    std::copy(next.begin(), next.end(), S);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dk, dv, n, 1.0f, Kd, dk, U, dv,
+                std::exp(last), S, dv);
   }
 }
 
@@ -167,29 +172,43 @@ void GatedDeltaRule(const float* q, const float* k, const float* v, const float*
 }
 
 void CausalConvSilu(const float* x, const float* w, float* state, float* out, int T, int C, int K) {
-  SS_ASSERT(K >= 1 && C >= 1 && T >= 0);
+  SS_ASSERT(K >= 1 && K <= 64 && C >= 1 && T >= 0);
   const int H = K - 1;  // history columns
+  // Blocks of channels, each walking the tokens: a token's row of the block is contiguous, where
+  // a channel at a time strided through x by C.
+  constexpr int kBlock = 64;
 #pragma omp parallel for schedule(static) if (static_cast <int64_t>(T) * C >= 65536)
-  for (int c = 0; c < C; ++c) {
-    const float* wc = w + static_cast<int64_t>(c) * K;
-    float* hist = state + static_cast<int64_t>(c) * H;
+  for (int c0 = 0; c0 < C; c0 += kBlock) {
+    const int nc = std::min(kBlock, C - c0);
+    float wt[64][kBlock];  // (tap, channel)
+    for (int c = 0; c < nc; ++c)
+      for (int j = 0; j < K; ++j) wt[j][c] = w[static_cast<int64_t>(c0 + c) * K + j];
+    float acc[kBlock];
     for (int t = 0; t < T; ++t) {
+      std::fill(acc, acc + nc, 0.0f);
       // Tap j reads the input K - 1 - j tokens back; those before token 0 come from the state.
-      float acc = 0;
       for (int j = 0; j < K; ++j) {
-        const int back = K - 1 - j, tau = t - back;
-        acc += wc[j] * (tau >= 0 ? x[static_cast<int64_t>(tau) * C + c] : hist[H + tau]);
+        const int tau = t - (K - 1 - j);
+        if (tau >= 0) {
+          const float* src = x + static_cast<int64_t>(tau) * C + c0;
+          for (int c = 0; c < nc; ++c) acc[c] += wt[j][c] * src[c];
+        } else {
+          for (int c = 0; c < nc; ++c) acc[c] += wt[j][c] * state[(c0 + c) * H + H + tau];
+        }
       }
-      out[static_cast<int64_t>(t) * C + c] = Silu(acc);
+      float* dst = out + static_cast<int64_t>(t) * C + c0;
+      for (int c = 0; c < nc; ++c) dst[c] = Silu(acc[c]);
     }
     // The last K - 1 inputs, oldest first: from the state where T < K - 1.
-    float keep[64];
-    SS_ASSERT(H <= 64);
-    for (int i = 0; i < H; ++i) {
-      const int tau = T - H + i;
-      keep[i] = tau >= 0 ? x[static_cast<int64_t>(tau) * C + c] : hist[H + tau];
+    for (int c = 0; c < nc; ++c) {
+      float* hist = state + static_cast<int64_t>(c0 + c) * H;
+      float keep[64];
+      for (int i = 0; i < H; ++i) {
+        const int tau = T - H + i;
+        keep[i] = tau >= 0 ? x[static_cast<int64_t>(tau) * C + c0 + c] : hist[H + tau];
+      }
+      std::copy(keep, keep + H, hist);
     }
-    std::copy(keep, keep + H, hist);
   }
 }
 
