@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/file_util.h"
+#include "naive_hf.h"
 #include "test_util.h"
 
 namespace ss {
@@ -163,6 +164,29 @@ TEST(StreamCli, CompareKvTableAndJson) {
     EXPECT_EQ(j["runs"][i]["tokens_scored"], ref["tokens_scored"]);
   }
   EXPECT_TRUE(fs::exists(d + "/kv.html"));
+}
+
+// Qwen3.5 (Gated DeltaNet layers 0 and 2, attention in 1 and 3, one kv head of 32): --compare-kv
+// runs, and a token's bytes count the two attention layers' keys and values only (the DeltaNet
+// layers keep a state of constant size).
+TEST(StreamCli, CompareKvOnQwen35CountsTheAttentionLayers) {
+  const std::string model = test::WriteRandomHf(R"({"architectures": ["Qwen3_5ForCausalLM"],
+    "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 4, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 512, "max_position_embeddings": 256,
+    "partial_rotary_factor": 0.5, "full_attention_interval": 2, "linear_num_key_heads": 1,
+    "linear_num_value_heads": 2, "linear_key_head_dim": 8, "linear_value_head_dim": 4})",
+                                                5, "stream_cli_qwen35");
+  const std::string d = Dir(), text = Text("story.txt", kStory);
+  Result r =
+      RunCli("stream --model " + model + " --tokenizer " +
+             test::RepoPath("models/stories260K/tok512.bin") + " --text " + text +
+             " --no-bos --sinks 2 --window 10 --compare-kv bf16,q8_0 --json " + d + "/q35.json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(ReadFile(d + "/q35.json"));
+  ASSERT_EQ(j["runs"].size(), 3u);
+  EXPECT_EQ(j["runs"][0]["kv_bytes_per_token"].get<double>(), 2 * 2 * 32 * 4);
+  EXPECT_EQ(j["runs"][1]["kv_bytes_per_token"].get<double>(), 2 * 2 * 32 * 2);
+  EXPECT_GT(j["runs"][1]["mean_kl_vs_f32"].get<double>(), 0.0);
 }
 
 TEST(StreamCli, KvCacheBadInput) {

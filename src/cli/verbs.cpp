@@ -329,10 +329,12 @@ double StreamRun::MeanNll() const { return scored ? sum_nll / scored : NAN; }
 
 namespace {
 
-// Bytes one token's entries take over all layers, keys and values (kept entries aside).
+// Bytes one token's entries take over the layers that keep keys and values (a Gated DeltaNet
+// layer keeps a state of constant size instead), kept entries aside.
 int64_t KvBytesPerToken(const ModelConfig& c, KvType k, KvType v) {
-  return static_cast<int64_t>(c.n_layers) *
-         static_cast<int64_t>(KvRowBytes(k, c.kv_dim()) + KvRowBytes(v, c.kv_dim()));
+  int64_t layers = 0;
+  for (int l = 0; l < c.n_layers; ++l) layers += !c.LinearLayer(l);
+  return layers * static_cast<int64_t>(KvRowBytes(k, c.kv_dim()) + KvRowBytes(v, c.kv_dim()));
 }
 
 // "none", "first:N" for stream indices 0..N-1, else "positions a,b,...".
