@@ -8,7 +8,8 @@
 //                                  a 64-token prefill: tokens/s
 //   bench_qwen35 MODEL flat N      N tokens through the sinks cache (4 + 252): CPU time per token
 //                                  over the last 1,000 and resident memory at 1K, 10K, ... and N
-// Options after those: --precision P (default: the file's).
+// Options after those: --precision P (default: the file's). x is rounded to int8 in the products
+// with quantised weights for decode and flat (as generate, chat and stream do), f32 for prefill.
 // A plain program: each mode is one process, so peak RSS is that mode's.
 #include <fmt/format.h>
 
@@ -21,6 +22,7 @@
 
 #include "analysis/analyze.h"
 #include "io/load.h"
+#include "kernels/gemm_ggml.h"
 #include "model/precision.h"
 #include "stream/stream.h"
 
@@ -145,6 +147,10 @@ int main(int argc, char** argv) {
     const int64_t n = std::atoll(argv[3]);
     ss::Precision p = ss::FilePrecision(path);
     if (argc >= 6 && std::string(argv[4]) == "--precision") p = ss::ParsePrecision(argv[5]);
+    // x rounded to int8 for the quantised types where the CLI's decoding verbs round it
+    // (generate, chat, stream); the measuring verbs' f32 for prefill.
+    ss::SetGgmlActivationsForAll(mode == "prefill" ? ss::GgmlActivations::kF32
+                                                   : ss::GgmlActivations::kInt8);
     const auto t0 = Clock::now();
     ss::Model model = ss::LoadModel(path, p);
     ss::SetPrecision(model, p);

@@ -279,6 +279,19 @@ nlohmann::json ReportJson(const AnalyzeReport& report) {
   return j;
 }
 
+// A (layer, head) heatmap of `values` (L x H, flat) titled "<name>, <condition>".
+static std::string LayerHeadHeatmap(const std::vector<double>& values, int L, int H,
+                                    const std::string& name, const ConditionResult& r) {
+  std::vector<std::vector<double>> grid(L, std::vector<double>(H));
+  for (int l = 0; l < L; ++l)
+    for (int h = 0; h < H; ++h) grid[l][h] = values[static_cast<size_t>(l) * H + h];
+  report::HeatmapOptions o;
+  o.title = name + ", " + ConditionName(r.condition);
+  o.row_label = "layer";
+  o.col_label = "head";
+  return report::Heatmap(grid, o);
+}
+
 // Long on purpose: the output's sections in the order they are shown, one short block each;
 // splitting it would only move the order out of sight.
 std::string ReportSummary(const AnalyzeReport& report) {
@@ -511,16 +524,7 @@ std::string ReportHtml(const AnalyzeReport& report) {
         "keys and the slot, so a row's probabilities over the tokens sum to 1 - alpha_sink. "
         "alpha_sink: mean mass on the slot over all queries. Sink carried by: {}.",
         SinkCarrier(conds[0])));
-    for (const auto& r : conds) {
-      std::vector<std::vector<double>> grid(L, std::vector<double>(H));
-      for (int l = 0; l < L; ++l)
-        for (int h = 0; h < H; ++h) grid[l][h] = r.alpha_sink[static_cast<size_t>(l) * H + h];
-      report::HeatmapOptions o;
-      o.title = "alpha_sink, " + ConditionName(r.condition);
-      o.row_label = "layer";
-      o.col_label = "head";
-      page.Raw(report::Heatmap(grid, o));
-    }
+    for (const auto& r : conds) page.Raw(LayerHeadHeatmap(r.alpha_sink, L, H, "alpha_sink", r));
   }
   if (conds[0].has_output_gate) {
     page.Heading("Output gate and the sink");
@@ -532,16 +536,8 @@ std::string ReportHtml(const AnalyzeReport& report) {
         "gate at query i, averaged over the queries: the share of the head's output that comes "
         "from position 0 once the gate has scaled it. " +
         sentences);
-    for (const auto& r : conds) {
-      std::vector<std::vector<double>> grid(L, std::vector<double>(H));
-      for (int l = 0; l < L; ++l)
-        for (int h = 0; h < H; ++h) grid[l][h] = r.gated_alpha0[static_cast<size_t>(l) * H + h];
-      report::HeatmapOptions o;
-      o.title = "gate-weighted alpha_0, " + ConditionName(r.condition);
-      o.row_label = "layer";
-      o.col_label = "head";
-      page.Raw(report::Heatmap(grid, o));
-    }
+    for (const auto& r : conds)
+      page.Raw(LayerHeadHeatmap(r.gated_alpha0, L, H, "gate-weighted alpha_0", r));
   }
   if (!std::isnan(conds[0].sink_rate_sliding)) {
     std::string windows;

@@ -366,17 +366,8 @@ TensorMap Qwen3NextHfTensors(const ModelConfig& c, ModelWeights& w) {
       add(mlp + "experts.gate_up_proj", {gate_up}, {E, 2 * F, D});
       add(mlp + "experts.down_proj", {&lw.moe_w2}, {E, D, F});
       if (!writing)
-        map.after_bind.push_back([gate_up, &lw, E, F, D] {
-          lw.moe_w1 = Tensor::Zeros({E, F, D});
-          lw.moe_w3 = Tensor::Zeros({E, F, D});
-          for (int64_t e = 0; e < E; ++e) {
-            std::memcpy(lw.moe_w1.data() + e * F * D, gate_up->data() + e * 2 * F * D,
-                        sizeof(float) * F * D);
-            std::memcpy(lw.moe_w3.data() + e * F * D, gate_up->data() + (e * 2 + 1) * F * D,
-                        sizeof(float) * F * D);
-          }
-          *gate_up = Tensor();
-        });
+        map.after_bind.push_back(
+            [gate_up, &lw, E, F, D] { SplitExpertGateUp(gate_up, lw, E, F, D); });
       continue;
     }
     // Qwen3-Next: one tensor per expert, stacked after the load (views of the stack to write).

@@ -136,15 +136,7 @@ TensorMap Qwen3NextGgufTensors(const ModelConfig& c, bool qwen35, ModelWeights& 
       add(at("ffn_gate_up_exps.weight"), {gate_up}, {E, 2 * F, D})->optional = true;
       map.after_bind.push_back([gate_up, &lw, E, F, D] {
         if (gate_up->empty() || !lw.moe_w1.empty()) return;
-        lw.moe_w1 = Tensor::Zeros({E, F, D});
-        lw.moe_w3 = Tensor::Zeros({E, F, D});
-        for (int64_t e = 0; e < E; ++e) {
-          std::memcpy(lw.moe_w1.data() + e * F * D, gate_up->data() + e * 2 * F * D,
-                      sizeof(float) * F * D);
-          std::memcpy(lw.moe_w3.data() + e * F * D, gate_up->data() + (e * 2 + 1) * F * D,
-                      sizeof(float) * F * D);
-        }
-        *gate_up = Tensor();
+        SplitExpertGateUp(gate_up, lw, E, F, D);
       });
     }
     add(at("ffn_gate_inp_shexp.weight"), {&lw.shared_expert_gate}, {D});
@@ -155,6 +147,18 @@ TensorMap Qwen3NextGgufTensors(const ModelConfig& c, bool qwen35, ModelWeights& 
   norm("output_norm.weight", &w.final_norm, D);
   if (!c.tied_embeddings) add("output.weight", {&w.lm_head}, {V, D});
   return map;
+}
+
+void SplitExpertGateUp(Tensor* gate_up, LayerWeights& lw, int64_t E, int64_t F, int64_t D) {
+  lw.moe_w1 = Tensor::Zeros({E, F, D});
+  lw.moe_w3 = Tensor::Zeros({E, F, D});
+  for (int64_t e = 0; e < E; ++e) {
+    std::memcpy(lw.moe_w1.data() + e * F * D, gate_up->data() + e * 2 * F * D,
+                sizeof(float) * F * D);
+    std::memcpy(lw.moe_w3.data() + e * F * D, gate_up->data() + (e * 2 + 1) * F * D,
+                sizeof(float) * F * D);
+  }
+  *gate_up = Tensor();
 }
 
 }  // namespace ss

@@ -30,4 +30,8 @@ TensorMap Qwen3NextGgufTensors(const ModelConfig& c, bool qwen35, ModelWeights& 
 Tensor ReorderValueHeads(const Tensor& t, int64_t first, int64_t block, int nk, int nv,
                          bool to_tiled, bool columns = false);
 
+// Splits experts' fused gate and up projections, `gate_up` (E, 2F, D: each expert's F gate rows,
+// then its F up rows), into lw.moe_w1 and lw.moe_w3 (E, F, D), and frees `gate_up`.
+void SplitExpertGateUp(Tensor* gate_up, LayerWeights& lw, int64_t E, int64_t F, int64_t D);
+
 }  // namespace ss
