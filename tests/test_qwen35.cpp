@@ -629,6 +629,23 @@ TEST(Qwen35Gguf, Q4KWithinMeasuredTolerance) {
   EXPECT_EQ(native.weights.layers[0].packed->moe_w1.ggml.type, kGgmlTypeQ4_K);
   EXPECT_EQ(native.weights.layers[1].packed->moe_w2.ggml.type, kGgmlTypeQ4_K);
   EXPECT_LT(test::MaxRelDiff(Logits(native, tokens), got, "q4_k native vs dequantised"), 1e-2);
+  // The DeltaNet projections the map splits (attn_qkv) or reorders (attn_gate, ssm_out: tiled value
+  // heads) cannot stay in their Q4_K bytes: at native they are held in bf16, not f32.
+  ASSERT_TRUE(native.config.LinearLayer(0));
+  const LayerWeights& n0 = native.weights.layers[0];
+  for (const auto& [f, p] : {std::pair{&n0.lin_wq, &n0.packed->lin_wq},
+                             {&n0.lin_wz, &n0.packed->lin_wz},
+                             {&n0.lin_out, &n0.packed->lin_out}}) {
+    EXPECT_TRUE(f->empty());
+    EXPECT_FALSE(p->bf16.data.empty());
+  }
+  // An F32 file's: they stay f32 at native.
+  const std::string f32_path = test::TempDir("qwen35_f32gguf") + "/model.gguf";
+  GgufWriter f32_writer;
+  AddGgufModel(model, f32_writer, kGgmlTypeF32);
+  f32_writer.Write(f32_path);
+  const Model f32_native = LoadModel(f32_path, Precision::kNative);
+  EXPECT_FALSE(f32_native.weights.layers[0].lin_wq.empty());
 }
 
 // The DeltaNet projections are packed at bf16 and q8_0 as the attention and MLP projections are

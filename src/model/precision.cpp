@@ -137,11 +137,13 @@ WeightPacker::WeightPacker(ModelWeights& weights, Precision precision) : precisi
   embedding_ = &weights.token_embedding;
 }
 
-void WeightPacker::Bound(Tensor* tensor) {
+void WeightPacker::Bound(Tensor* tensor, bool typed) {
   const auto it = slots_.find(tensor);
-  // native: what reaches here was stored as F32 (or could not be kept), and stays f32.
-  if (it == slots_.end() || tensor->empty() || precision_ == Precision::kNative) return;
-  *it->second = Pack(*tensor, precision_);
+  if (it == slots_.end() || tensor->empty()) return;
+  // native: what was stored as F32 stays f32; a typed tensor that reaches here could not be kept
+  // as stored (a fused or reordered member) and is held in bf16 rather than twice its size in f32.
+  if (precision_ == Precision::kNative && !typed) return;
+  *it->second = Pack(*tensor, precision_ == Precision::kNative ? Precision::kBf16 : precision_);
   *tensor = Tensor();
 }
 

@@ -52,7 +52,11 @@ double BytesPerWeight(Precision p);
 class WeightPacker {
  public:
   WeightPacker(ModelWeights& weights, Precision precision);  // weights.layers already sized
-  void Bound(Tensor* tensor);
+  // `typed`: the file stores the tensor in a type other than F32. At native a projection that
+  // could not stay in its stored bytes (the map split or transformed it) is packed as bf16 when
+  // it was stored typed (exact for BF16 and F16; for a block type, 8 bits of mantissa on top of
+  // the block's own rounding), and stays f32 when it was stored as F32.
+  void Bound(Tensor* tensor, bool typed = false);
   // At native: keeps a projection or the token embedding in its stored bytes (a view that
   // `stored.owner` keeps alive) when MatMulGgml multiplies its type; `what` names the tensor in
   // errors (a non-finite value or scale, checked here).
