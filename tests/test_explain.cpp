@@ -874,6 +874,20 @@ TEST(Explain, Qwen35MixerAndGateRowsAreMeasured) {
   EXPECT_THROW(ParseComponents("gate.2", m.config, "--ablate"), Error);
   const nlohmann::json j = ReportJson(Report(r));
   EXPECT_EQ(j["layers"][0]["kind"], "linear_attention");
+  // Every layer Gated DeltaNet: nothing to explain, said so.
+  const Model all_linear = test::LoadRandomHf(R"({"architectures": ["Qwen3_5ForCausalLM"],
+    "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 32, "max_position_embeddings": 64,
+    "partial_rotary_factor": 0.5, "layer_types": ["linear_attention", "linear_attention"],
+    "linear_num_key_heads": 1, "linear_num_value_heads": 2, "linear_key_head_dim": 8,
+    "linear_value_head_dim": 4})",
+                                              9, "explain_all_linear");
+  try {
+    Explain(all_linear, samples, o);
+    ADD_FAILURE() << "an all-linear model was explained";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no attention layers"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(j["layers"][1]["kind"], "attention");
 }
 

@@ -1698,7 +1698,9 @@ ExplainResult Explain(const Model& model, const std::vector<std::vector<int>>& s
     if (static_cast<int>(s.size()) != T)
       Fail("explain: samples differ in length ({} vs {})", s.size(), T);
   if (T < 4) Fail("explain: {} tokens per sample; at least 4 are needed", T);
-  if (c.n_layers < 1 || c.n_heads < 1) Fail("explain: the model has no attention layers");
+  int attention_layers = 0;
+  for (int l = 0; l < c.n_layers; ++l) attention_layers += !c.LinearLayer(l);
+  if (attention_layers < 1 || c.n_heads < 1) Fail("explain: the model has no attention layers");
   const int L = c.n_layers, H = c.n_heads, N = static_cast<int>(samples.size());
   const int NI = options.intervention_samples > 0 ? std::min(N, options.intervention_samples) : N;
 
