@@ -146,8 +146,8 @@ void BindModel(Model& model, TensorNaming naming, const TensorSource& source,
                                 stored);
     };
   BindTensors(map, source, model.config.arch,
-              packer ? [&packer](Tensor* t, bool typed) { packer->Bound(t, typed); }
-                     : std::function<void(Tensor*, bool)>(),
+              packer ? [&packer](Tensor* t, uint32_t stored) { packer->Bound(t, stored); }
+                     : std::function<void(Tensor*, uint32_t)>(),
               keep);
   if (model.config.tied_embeddings) model.weights.lm_head = model.weights.token_embedding;
   if (packer) packer->Finish(model);

@@ -137,13 +137,26 @@ WeightPacker::WeightPacker(ModelWeights& weights, Precision precision) : precisi
   embedding_ = &weights.token_embedding;
 }
 
-void WeightPacker::Bound(Tensor* tensor, bool typed) {
+void WeightPacker::Bound(Tensor* tensor, uint32_t stored_type) {
   const auto it = slots_.find(tensor);
   if (it == slots_.end() || tensor->empty()) return;
+  if (precision_ != Precision::kNative) {
+    *it->second = Pack(*tensor, precision_);
+    *tensor = Tensor();
+    return;
+  }
   // native: what was stored as F32 stays f32; a typed tensor that reaches here could not be kept
-  // as stored (a fused or reordered member) and is held in bf16 rather than twice its size in f32.
-  if (precision_ == Precision::kNative && !typed) return;
-  *it->second = Pack(*tensor, precision_ == Precision::kNative ? Precision::kBf16 : precision_);
+  // as stored (a fused or reordered member) and is held as ggml F16 / BF16 rows, half its f32
+  // size, multiplied with x in f32 as the stored types are.
+  if (stored_type == kGgmlTypeF32 || tensor->rank() != 2) return;
+  const bool f16 = stored_type == kGgmlTypeF16;
+  const int64_t n = tensor->numel();
+  auto rows = std::make_shared<std::vector<uint16_t>>(n);
+  for (int64_t i = 0; i < n; ++i)
+    (*rows)[i] = f16 ? F32ToF16((*tensor)[i]) : F32ToBF16((*tensor)[i]);
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(rows->data());
+  it->second->ggml = GgmlView(f16 ? kGgmlTypeF16 : kGgmlTypeBF16, static_cast<int>(tensor->dim(0)),
+                              static_cast<int>(tensor->dim(1)), bytes, std::move(rows));
   *tensor = Tensor();
 }
 

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/dequant.h"
 #include "model/tensor_map.h"
 #include "model/weights.h"
 
@@ -52,11 +53,12 @@ double BytesPerWeight(Precision p);
 class WeightPacker {
  public:
   WeightPacker(ModelWeights& weights, Precision precision);  // weights.layers already sized
-  // `typed`: the file stores the tensor in a type other than F32. At native a projection that
-  // could not stay in its stored bytes (the map split or transformed it) is packed as bf16 when
-  // it was stored typed (exact for BF16 and F16; for a block type, 8 bits of mantissa on top of
-  // the block's own rounding), and stays f32 when it was stored as F32.
-  void Bound(Tensor* tensor, bool typed = false);
+  // `stored_type`: the ggml type the file stores the tensor in. At native a projection that could
+  // not stay in its stored bytes (the map split or transformed it) is held as ggml F16 rows when
+  // stored as F16, BF16 rows when stored in any other type but F32 (exact for BF16; 8 bits of
+  // mantissa over a block type's rounding), x in f32 as for the stored types; stored as F32, it
+  // stays f32.
+  void Bound(Tensor* tensor, uint32_t stored_type = kGgmlTypeF32);
   // At native: keeps a projection or the token embedding in its stored bytes (a view that
   // `stored.owner` keeps alive) when MatMulGgml multiplies its type; `what` names the tensor in
   // errors (a non-finite value or scale, checked here).

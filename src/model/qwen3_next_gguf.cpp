@@ -125,12 +125,14 @@ TensorMap Qwen3NextGgufTensors(const ModelConfig& c, bool qwen35, ModelWeights& 
     const int64_t E = c.n_experts, F = c.hidden_dim, Fs = c.shared_expert_hidden_dim;
     add(at("ffn_gate_inp.weight"), {&lw.moe_router}, {E, D});
     // Stacked experts: plain (E, rows, cols) tensors, kept in their stored type where they can be.
-    TensorSpec* gate = add(at("ffn_gate_exps.weight"), {&lw.moe_w1}, {E, F, D});
-    TensorSpec* up = add(at("ffn_up_exps.weight"), {&lw.moe_w3}, {E, F, D});
+    // Indices, not pointers: a later add may move the specs.
+    const size_t gate = specs.size();
+    add(at("ffn_gate_exps.weight"), {&lw.moe_w1}, {E, F, D});
+    add(at("ffn_up_exps.weight"), {&lw.moe_w3}, {E, F, D});
     add(at("ffn_down_exps.weight"), {&lw.moe_w2}, {E, D, F});
     if (qwen35 && lw.moe_w1.empty()) {
       // Reading: either gate and up, or both fused (the family's reader checks one is there).
-      gate->optional = up->optional = true;
+      specs[gate].optional = specs[gate + 1].optional = true;
       map.slices.push_back(Tensor());
       Tensor* gate_up = &map.slices.back();
       add(at("ffn_gate_up_exps.weight"), {gate_up}, {E, 2 * F, D})->optional = true;

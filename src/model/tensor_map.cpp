@@ -178,7 +178,8 @@ std::shared_ptr<const void> BothOwners(std::shared_ptr<const void> a,
 // An MXFP4 spec (TensorSpec::mxfp4_scales): checks the pair, then keeps it as split-MXFP4 views
 // (native) or decodes it into the targets.
 void BindMxfp4(const TensorSpec& spec, const std::string& blocks, const TensorSource& source,
-               const std::string& family, const std::function<void(Tensor*, bool typed)>& bound,
+               const std::string& family,
+               const std::function<void(Tensor*, uint32_t stored_type)>& bound,
                const KeepStoredFn& keep) {
   const std::string& scales = spec.mxfp4_scales;
   const std::string& src = source.source();
@@ -255,13 +256,14 @@ void BindMxfp4(const TensorSpec& spec, const std::string& blocks, const TensorSo
   }
   t = Tensor();
   if (bound)
-    for (Tensor* target : spec.targets) bound(target, true);
+    for (Tensor* target : spec.targets) bound(target, kTypeMxfp4Split);
 }
 
 }  // namespace
 
 void BindTensors(const TensorMap& map, const TensorSource& source, const std::string& family,
-                 const std::function<void(Tensor*, bool typed)>& bound, const KeepStoredFn& keep) {
+                 const std::function<void(Tensor*, uint32_t stored_type)>& bound,
+                 const KeepStoredFn& keep) {
   for (const TensorSpec& spec : map.specs) {
     std::string name = spec.name;
     for (const std::string& alias : spec.aliases)
@@ -284,8 +286,9 @@ void BindTensors(const TensorMap& map, const TensorSource& source, const std::st
                              (stored.mapped = source.Mapped(name), true) &&
                              keep(spec.targets[0], name, expected, stored))
       continue;
+    // The type the file stores the tensor in (kGgmlTypeF32 where Stored has none to give).
     StoredTensor probe;
-    const bool typed = source.Stored(name, &probe);  // a type other than F32
+    const uint32_t stored_type = source.Stored(name, &probe) ? probe.ggml_type : kGgmlTypeF32;
     Tensor t = source.Load(name);
     // One pass over each tensor as it is loaded (memory-mapped or just converted, so in cache): a
     // NaN or Inf weight would otherwise surface only as NaN logits, far from its cause.
@@ -307,7 +310,7 @@ void BindTensors(const TensorMap& map, const TensorSource& source, const std::st
     }
     t = Tensor();  // the fused original, before the packs
     if (bound)
-      for (Tensor* target : spec.targets) bound(target, typed);
+      for (Tensor* target : spec.targets) bound(target, stored_type);
   }
   for (const auto& step : map.after_bind) step();
 }

@@ -140,12 +140,12 @@ using KeepStoredFn =
 // scales whose shapes disagree, a type other than U8, and a block whose scale is NaN or whose
 // values overflow f32. A required tensor that is missing but stored as MXFP4 blocks
 // (`<name>_blocks`) is named as such. `bound`, if set, is called on each member as soon as it is
-// filled (WeightPacker packs projections there, one tensor at a time), with whether the source
-// stores the tensor in a type other than F32; `keep`, if set, is offered
+// filled (WeightPacker packs projections there, one tensor at a time), with the ggml type the
+// source stores the tensor in (kGgmlTypeF32 for F32); `keep`, if set, is offered
 // each member the source stores in a non-F32 type first (an MXFP4 spec's members as
 // kTypeMxfp4Split views).
 void BindTensors(const TensorMap& map, const TensorSource& source, const std::string& family,
-                 const std::function<void(Tensor*, bool typed)>& bound = nullptr,
+                 const std::function<void(Tensor*, uint32_t stored_type)>& bound = nullptr,
                  const KeepStoredFn& keep = nullptr);
 
 // The memory BindTensors will allocate for `map`'s tensors: 4 bytes a value for each tensor that
