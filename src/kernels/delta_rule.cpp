@@ -30,12 +30,6 @@ float* Scratch(std::vector<float>& buffer, size_t n) {
   return buffer.data();
 }
 
-float Dot(const float* a, const float* b, int n) {
-  float s = 0;
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
 // One value head over T tokens, token by token. qh / kh point at the head's key head in token 0;
 // rows are `stride_qk` apart, v / out rows `stride_v`, g / beta `n_v`.
 void RecurrentHead(const float* qh, const float* kh, const float* vh, const float* gh,

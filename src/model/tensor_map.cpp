@@ -282,13 +282,13 @@ void BindTensors(const TensorMap& map, const TensorSource& source, const std::st
     if (found != expected)
       Fail("{}: tensor '{}' has shape {}, expected {}", source.source(), name, ShapeString(found),
            ShapeString(expected));
-    if (StoredTensor stored; keep && CanKeepStored(spec) && source.Stored(name, &stored) &&
-                             (stored.mapped = source.Mapped(name), true) &&
-                             keep(spec.targets[0], name, expected, stored))
+    // The stored bytes and type, if not F32: offered to `keep`, else the type told to `bound`.
+    StoredTensor stored;
+    const bool typed = source.Stored(name, &stored);
+    if (keep && CanKeepStored(spec) && typed && (stored.mapped = source.Mapped(name), true) &&
+        keep(spec.targets[0], name, expected, stored))
       continue;
-    // The type the file stores the tensor in (kGgmlTypeF32 where Stored has none to give).
-    StoredTensor probe;
-    const uint32_t stored_type = source.Stored(name, &probe) ? probe.ggml_type : kGgmlTypeF32;
+    const uint32_t stored_type = typed ? stored.ggml_type : kGgmlTypeF32;
     Tensor t = source.Load(name);
     // One pass over each tensor as it is loaded (memory-mapped or just converted, so in cache): a
     // NaN or Inf weight would otherwise surface only as NaN logits, far from its cause.
